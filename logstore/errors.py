@@ -1,0 +1,74 @@
+"""Every error seglog raises, in Kafka's vocabulary, under one base class.
+
+Messages carry what a person needs to act: the file or directory, the offsets, the
+option or config key.
+"""
+
+from __future__ import annotations
+
+
+class SeglogError(Exception):
+    """Base of every error raised by seglog."""
+
+
+class ConfigError(SeglogError, ValueError):
+    """A config key or option is unknown or has an invalid value (the message names it)."""
+
+
+class CorruptRecordError(SeglogError):
+    """Bytes that should hold a record batch do not (bad CRC, size, magic...)."""
+
+
+class RecordTooLargeError(SeglogError):
+    """A batch is larger than ``max.message.bytes``."""
+
+
+class InvalidRecordError(SeglogError):
+    """A record is well formed but not acceptable here (e.g. a null key on a compacted topic)."""
+
+
+class OffsetOutOfRangeError(SeglogError):
+    """An offset is below the log start offset or above the log end offset."""
+
+
+class InvalidOffsetError(SeglogError):
+    """An index or append would break offset ordering."""
+
+
+class CorruptIndexError(SeglogError):
+    """An offset or time index file fails its sanity check; recovery rebuilds it."""
+
+
+class CorruptCheckpointError(SeglogError):
+    """A checkpoint file is malformed (version, count or line)."""
+
+
+class LogDirLockedError(SeglogError):
+    """Another writer holds the ``.lock`` of a log dir."""
+
+
+class LogDirError(SeglogError):
+    """A log dir is unusable: duplicated, unreadable, unwritable, or inconsistent."""
+
+
+class KafkaStorageError(SeglogError):
+    """An I/O failure while reading or writing log files."""
+
+
+class UnknownTopicOrPartitionError(SeglogError, KeyError):
+    """The topic or partition does not exist in the given log dirs."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(SeglogError):
+    """``create_topic`` was asked for a topic that already exists."""
+
+
+class InvalidTopicError(SeglogError, ValueError):
+    """A topic name breaks Kafka's naming rules."""
+
+
+class ReadOnlyError(SeglogError):
+    """A write was attempted through a read-only LogManager or Log."""

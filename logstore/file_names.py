@@ -1,0 +1,87 @@
+"""The names of files and directories in a log dir: Kafka's, in one place.
+
+A segment's files are named by its base offset, zero-padded to 20 digits; temporary
+states add a suffix after the extension (``00000000000000000000.log.deleted``).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+TOPIC_CONFIG_FILE = "seglog-topic.properties"
+"""Per-partition copy of the topic's config overrides (Kafka keeps them in the controller)."""
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+STRAY_DIR_SUFFIX = "-stray"
+_DELETE_DIR_RE = re.compile(r"^(?P<tp>.+)\.(?P<id>[0-9a-f]{32})-delete$")
+_SEGMENT_RE = re.compile(r"^(?P<base>\d{20})(?P<ext>\.[a-z]+)(?P<tmp>\.(deleted|cleaned|swap))?$")
+
+
+def offset_file_name(base_offset: int, suffix: str) -> str:
+    """``offset_file_name(42, ".log") == "00000000000000000042.log"``."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def log_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
+    return dir_ / (offset_file_name(base_offset, LOG_SUFFIX) + tmp_suffix)
+
+
+def index_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
+    return dir_ / (offset_file_name(base_offset, INDEX_SUFFIX) + tmp_suffix)
+
+
+def time_index_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
+    return dir_ / (offset_file_name(base_offset, TIME_INDEX_SUFFIX) + tmp_suffix)
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
+    """``"00000000000000000042.log.swap"`` → ``(42, ".log", ".swap")``; None if not a segment file."""
+    m = _SEGMENT_RE.match(name)
+    if m is None:
+        return None
+    return int(m["base"]), m["ext"], m["tmp"] or ""
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """``"my-topic.v2-3"`` → ``("my-topic.v2", 3)``: the partition follows the last ``-``.
+
+    Returns None for names that are not partition directories (including ``-delete``,
+    ``-future`` and ``-stray`` directories, which callers look for separately).
+    """
+    if name.endswith((DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+        return None
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit() or (len(part) > 1 and part[0] == "0"):
+        return None
+    return topic, int(part)
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """A unique name for a partition directory awaiting asynchronous deletion."""
+    return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+
+
+def is_delete_dir_name(name: str) -> bool:
+    return _DELETE_DIR_RE.match(name) is not None
