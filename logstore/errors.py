@@ -72,3 +72,7 @@ class InvalidTopicError(SeglogError, ValueError):
 
 class ReadOnlyError(SeglogError):
     """A write was attempted through a read-only LogManager or Log."""
+
+
+class DataLossError(SeglogError):
+    """Data a source query should have read is gone (retention, deleted partition, truncation)."""
