@@ -1,0 +1,97 @@
+"""Sink options and input columns: defaults, case-insensitivity, and errors that name the
+option or column."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+from seglog.logstore.errors import ConfigError, InvalidTopicError
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+
+
+def test_defaults_and_spark_lowercased_keys() -> None:
+    o = SinkOptions.parse({"path": "/a", "checkpointlocation": "/chk"})
+    assert o.log_dirs == ("/a",)
+    assert o.topic is None
+    assert o.compression == "none"
+    assert o.create_topics is True
+    assert o.num_partitions == 1
+    assert o.topic_config == {}
+    assert o.checkpoint_location == "/chk"
+    o = SinkOptions.parse({"logdirs": "/a, /b", "topic": "t", "compression.type": "ZSTD",
+                           "createtopics": "false", "numpartitions": "4",
+                           "maxbatchbytes": "65536", "locktimeoutms": "0"})
+    assert (o.log_dirs, o.topic, o.compression, o.create_topics, o.num_partitions,
+            o.max_batch_bytes, o.lock_timeout_ms) == (("/a", "/b"), "t", "zstd", False, 4,
+                                                      65536, 0)
+    assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_topic_configs_pass_through_validated_by_log_config() -> None:
+    o = SinkOptions.parse({"path": "/a", "topic.retention.ms": "1000",
+                           "topic.cleanup.policy": "compact"})
+    assert o.topic_config == {"cleanup.policy": "compact", "retention.ms": "1000"}
+    with pytest.raises(ConfigError, match="retention.msx"):
+        SinkOptions.parse({"path": "/a", "topic.retention.msx": "1"})
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        SinkOptions.parse({"path": "/a", "topic.segment.bytes": "banana"})
+
+
+@pytest.mark.parametrize(("options", "named"), [
+    ({}, "'path'"),
+    ({"path": "/a", "logDirs": "/b"}, "conflict"),
+    ({"path": "/a,/a"}, "twice"),
+    ({"path": "/a", "compression.type": "brotli"}, "'compression.type'"),
+    ({"path": "/a", "numPartitions": "0"}, "'numPartitions'"),
+    ({"path": "/a", "numPartitions": "two"}, "'numPartitions'"),
+    ({"path": "/a", "createTopics": "yes"}, "'createTopics'"),
+    ({"path": "/a", "lockTimeoutMs": "-1"}, "'lockTimeoutMs'"),
+    ({"path": "/a", "subscribe": "t"}, "'subscribe'"),
+])
+def test_bad_options_name_the_option(options: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        SinkOptions.parse(options)
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..", "x" * 250, "sp ace"])
+def test_invalid_topic_names(name: str) -> None:
+    with pytest.raises(InvalidTopicError, match="option 'topic'"):
+        SinkOptions.parse({"path": "/a", "topic": name})
+
+
+def test_columns_resolved_case_insensitively() -> None:
+    schema = pa.schema([
+        ("Value", pa.binary()), ("KEY", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ])
+    cols = SinkColumns.resolve(schema, default_topic=None)
+    assert (cols.value, cols.key, cols.topic, cols.partition, cols.headers, cols.timestamp) == \
+        ("Value", "KEY", "topic", "partition", "headers", "timestamp")
+    only_value = SinkColumns.resolve(pa.schema([("value", pa.string())]), default_topic="t")
+    assert only_value.key is None and only_value.timestamp is None
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ([("key", pa.binary())], "required column 'value'"),
+    ([("value", pa.int64())], "column 'value' has type int64"),
+    ([("value", pa.binary()), ("key", pa.float64())], "column 'key' has type double"),
+    ([("value", pa.binary()), ("partition", pa.string())], "column 'partition'"),
+    ([("value", pa.binary()), ("topic", pa.binary())], "column 'topic'"),
+    ([("value", pa.binary()), ("timestamp", pa.string())], "column 'timestamp'"),
+    ([("value", pa.binary()), ("headers", pa.list_(pa.binary()))], "column 'headers'"),
+    ([("value", pa.binary()), ("extra", pa.int32()), ("more", pa.int32())],
+     "unknown column\\(s\\) 'extra', 'more'"),
+    ([("value", pa.binary()), ("VALUE", pa.binary())], "both map"),
+])
+def test_bad_columns_are_named(fields: list, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SinkColumns.resolve(pa.schema(fields), default_topic="t")
+
+
+def test_a_topic_is_required_from_option_or_column() -> None:
+    with pytest.raises(ConfigError, match="option 'topic' or a 'topic' column"):
+        SinkColumns.resolve(pa.schema([("value", pa.binary())]), default_topic=None)
