@@ -1,0 +1,263 @@
+"""Admission control: how far one micro-batch may go, per partition.
+
+PySpark's ``latestOffset(start, limit)`` receives either ``ReadAllAvailable`` or the
+source's own default limit, and the built-in limits cannot express Kafka's combination
+(``minOffsetsPerTrigger`` + ``maxOffsetsPerTrigger`` + ``maxTriggerDelay``) nor bytes and
+offsets together. So the source reports one representative default limit and, whenever
+the engine passes anything but ``ReadAllAvailable``, ``admit`` applies *all* the
+configured limits from the options:
+
+- ``maxOffsetsPerTrigger``: the budget is split across partitions proportionally to their
+  lag, as Kafka's connector does (small partitions get at least one offset while the
+  budget lasts); unlike Kafka, the total never exceeds the budget.
+- ``maxBytesPerTrigger``: bytes are *estimated* from segment file sizes and base offsets
+  (``SegmentLayout``), assuming bytes spread evenly over a segment's offsets; no data is
+  read. Every lagging partition admits at least one offset so a huge batch cannot stall
+  the query.
+- ``minOffsetsPerTrigger`` + ``maxTriggerDelay``: a batch is delayed (``latestOffset``
+  returns ``start``) while fewer offsets are available than the minimum, unless
+  ``maxTriggerDelay`` has passed since the last admitted batch.
+
+The time of the last admitted batch must survive restarts, and the reader object does
+not (PySpark may recreate it), so it travels *in the offset*: an end offset admitted under
+``minOffsetsPerTrigger`` carries ``"$lastTriggerMs"`` (see ``source_offsets``), and the
+next ``latestOffset`` reads it back from ``start``. After a restart the delay therefore
+continues from the last batch that was really planned, not from the restart. An offset
+without the key (the initial offset, or one written without ``minOffsetsPerTrigger``)
+counts as "long ago": the first batch is admitted at once, as Kafka's connector does.
+
+Admission is by offsets, as Kafka's: on compacted topics an offset range may hold fewer
+records than its length.
+
+>>> admit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 90, ("t", 1): 10},
+...       AdmissionLimits(max_offsets=50), now_ms=0).end
+{('t', 0): 45, ('t', 1): 5}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from seglog.logstore.file_names import LOG_SUFFIX, parse_segment_file_name, partition_dir_name
+
+from .source_options import SourceOptions, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionLimits:
+    """The admission-control options of a source; all None means no limit."""
+
+    max_offsets: int | None = None
+    min_offsets: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    max_bytes: int | None = None
+
+    @classmethod
+    def from_options(cls, options: SourceOptions) -> AdmissionLimits:
+        return cls(
+            options.max_offsets_per_trigger,
+            options.min_offsets_per_trigger,
+            options.max_trigger_delay_ms,
+            options.max_bytes_per_trigger,
+        )
+
+    @property
+    def unlimited(self) -> bool:
+        return self.max_offsets is None and self.min_offsets is None and self.max_bytes is None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The end offsets admitted, and whether a new batch was admitted (for the stamp)."""
+
+    end: dict[TopicPartition, int]
+    delayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentLayout:
+    """Base offsets and byte sizes of one partition's segments, for byte estimates.
+
+    ``bytes_between(a, b)`` estimates the bytes holding offsets ``[a, b)``: each segment's
+    size is spread evenly over the offsets from its base to the next base (the last one up
+    to ``end_offset``).
+    """
+
+    base_offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    end_offset: int
+
+    def _spans(self):
+        bases = self.base_offsets
+        for i, base in enumerate(bases):
+            nxt = bases[i + 1] if i + 1 < len(bases) else max(self.end_offset, base + 1)
+            yield base, max(nxt, base + 1), self.sizes[i]
+
+    def bytes_between(self, a: int, b: int) -> float:
+        total = 0.0
+        for lo, hi, size in self._spans():
+            overlap = min(b, hi) - max(a, lo)
+            if overlap > 0:
+                total += size * overlap / (hi - lo)
+        return total
+
+    def offset_after_bytes(self, a: int, budget: float, limit: int) -> int:
+        """The largest ``b ≤ limit`` with ``bytes_between(a, b) ≤ budget`` (at least ``a``)."""
+        if budget <= 0:
+            return a
+        pos = a
+        for lo, hi, size in self._spans():
+            if hi <= pos:
+                continue
+            if lo >= limit:
+                break
+            seg_hi = min(hi, limit)
+            per = size / (hi - lo)
+            span = seg_hi - pos
+            cost = per * span
+            if cost <= budget:
+                budget -= cost
+                pos = seg_hi
+            else:
+                return pos + (int(budget // per) if per > 0 else span)
+        return min(pos, limit)
+
+
+def segment_layout(
+    log_dirs: Sequence[str], tp: TopicPartition, end_offset: int
+) -> SegmentLayout | None:
+    """List a partition's ``.log`` files (names and sizes only); None if not found."""
+    name = partition_dir_name(*tp)
+    for d in log_dirs:
+        path = os.path.join(d, name)
+        try:
+            entries = list(os.scandir(path))
+        except FileNotFoundError:
+            continue
+        segs = []
+        for e in entries:
+            parsed = parse_segment_file_name(e.name)
+            if parsed is None or parsed[1] != LOG_SUFFIX or parsed[2]:
+                continue
+            try:
+                segs.append((parsed[0], e.stat().st_size))
+            except FileNotFoundError:  # deleted by retention while we listed
+                continue
+        segs.sort()
+        return SegmentLayout(tuple(b for b, _ in segs), tuple(s for _, s in segs), end_offset)
+    return None
+
+
+def admit(
+    start: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+    limits: AdmissionLimits,
+    *,
+    now_ms: int,
+    last_trigger_ms: int | None = None,
+    layouts: Callable[[TopicPartition], SegmentLayout | None] | None = None,
+) -> Admission:
+    """End offsets for the next batch, from ``start`` towards ``latest``.
+
+    ``start`` and ``latest`` have the same keys; ``latest[tp] ≥ start[tp]``.
+    """
+    end = dict(latest)
+    if limits.unlimited:
+        return Admission(end)
+    lag = {tp: latest[tp] - start[tp] for tp in latest if latest[tp] > start[tp]}
+    total = sum(lag.values())
+    if limits.min_offsets is not None and total < limits.min_offsets:
+        waited = now_ms - last_trigger_ms if last_trigger_ms is not None else math.inf
+        if waited < limits.max_trigger_delay_ms:
+            return Admission(dict(start), delayed=True)
+    if limits.max_offsets is not None and total > limits.max_offsets:
+        for tp, n in split_budget(lag, limits.max_offsets).items():
+            end[tp] = start[tp] + n
+    if limits.max_bytes is not None and layouts is not None:
+        end = _limit_bytes(start, end, limits.max_bytes, layouts)
+    return Admission(end)
+
+
+def split_budget(lag: Mapping[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    """Split ``budget`` offsets across partitions proportionally to ``lag``.
+
+    Kafka's rule (``prorate = budget * lag / total``, rounded down, but up when below 1 so
+    small partitions are not starved), then adjusted so the total is exactly
+    ``min(budget, total lag)``: budget left by rounding goes to the largest remainders,
+    an excess is taken from the largest shares.
+    """
+    total = sum(lag.values())
+    if total <= budget:
+        return dict(lag)
+    share: dict[TopicPartition, int] = {}
+    fraction: dict[TopicPartition, float] = {}
+    for tp in sorted(lag):
+        prorate = budget * lag[tp] / total
+        n = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        share[tp] = min(lag[tp], n)
+        fraction[tp] = prorate - math.floor(prorate)
+    # Rounding down can leave budget unused: largest remainders get it, one each.
+    left = budget - sum(share.values())
+    for tp in sorted(share, key=lambda t: (-fraction[t], t)):
+        if left <= 0:
+            break
+        if share[tp] < lag[tp]:
+            share[tp] += 1
+            left -= 1
+    excess = sum(share.values()) - budget
+    if excess > 0:
+        # Largest shares pay first; the order is deterministic (share, then name).
+        for tp in sorted(share, key=lambda t: (-share[t], t)):
+            if excess == 0:
+                break
+            take = min(excess, max(share[tp] - 1, 0))
+            share[tp] -= take
+            excess -= take
+        # More lagging partitions than budget: the first ones (by name) get one each.
+        for tp in sorted(share, reverse=True):
+            if excess == 0:
+                break
+            if share[tp] > 0:
+                share[tp] -= 1
+                excess -= 1
+    return share
+
+
+def _limit_bytes(
+    start: Mapping[TopicPartition, int],
+    end: dict[TopicPartition, int],
+    max_bytes: int,
+    layouts: Callable[[TopicPartition], SegmentLayout | None],
+) -> dict[TopicPartition, int]:
+    estimates: dict[TopicPartition, tuple[SegmentLayout, float]] = {}
+    for tp in sorted(end):
+        if end[tp] <= start[tp]:
+            continue
+        layout = layouts(tp)
+        if layout is None or not layout.base_offsets:
+            continue
+        estimates[tp] = (layout, layout.bytes_between(start[tp], end[tp]))
+    total = sum(b for _, b in estimates.values())
+    if total <= max_bytes:
+        return end
+    fraction = max_bytes / total
+    out = dict(end)
+    for tp, (layout, b) in estimates.items():
+        allowed = layout.offset_after_bytes(start[tp], b * fraction, end[tp])
+        # At least one offset per lagging partition, so an oversized batch still moves.
+        out[tp] = max(min(allowed, end[tp]), start[tp] + 1)
+    return out
+
+
+def cap_to_target(
+    latest: Mapping[TopicPartition, int], target: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """``Trigger.AvailableNow``: never beyond the target fixed when the query started.
+
+    Partitions unknown to the target (created after the query started) are left out.
+    """
+    return {tp: min(off, target[tp]) for tp, off in latest.items() if tp in target}
+

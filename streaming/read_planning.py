@@ -1,0 +1,95 @@
+"""Offset ranges → input partitions (what one Spark task reads).
+
+A ``ReadRange`` is a small frozen dataclass holding only plain data (log dirs, topic,
+partition, offsets, flags), so it pickles into a task cheaply; the task opens the log
+itself. Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
+``maxRecordsPerPartition`` first cuts every range into pieces of at most that many
+offsets, then, if there are still fewer pieces than ``minPartitions``, ranges are divided
+further in proportion to their size.
+
+>>> plan_ranges({("t", 0): 0}, {("t", 0): 10}, log_dirs=("/d",), min_partitions=2)
+... # doctest: +NORMALIZE_WHITESPACE
+[ReadRange(log_dirs=('/d',), topic='t', partition=0, start=0, end=5, include_headers=False,
+           fail_on_data_loss=True, timestamp_range=None),
+ ReadRange(log_dirs=('/d',), topic='t', partition=0, start=5, end=10, include_headers=False,
+           fail_on_data_loss=True, timestamp_range=None)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from .source_options import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Offsets ``[start, end)`` of one partition, and how to read them.
+
+    ``timestamp_range`` (batch pushdown only): ``(lo_ms, hi_ms)`` inclusive bounds on
+    record timestamps, used to skip segments by their time index; rows are still filtered
+    by Spark.
+    """
+
+    log_dirs: tuple[str, ...]
+    topic: str
+    partition: int
+    start: int
+    end: int
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    timestamp_range: tuple[int, int] | None = None
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def plan_ranges(
+    start: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    *,
+    log_dirs: Sequence[str],
+    include_headers: bool = False,
+    fail_on_data_loss: bool = True,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+    timestamp_range: tuple[int, int] | None = None,
+) -> list[ReadRange]:
+    """Non-empty ranges for every partition in ``end`` (missing starts read from 0)."""
+    ranges = [
+        ReadRange(tuple(log_dirs), t, p, start.get((t, p), 0), end[(t, p)], include_headers,
+                  fail_on_data_loss, timestamp_range)
+        for t, p in sorted(end)
+        if end[(t, p)] > start.get((t, p), 0)
+    ]
+    if max_records_per_partition is not None:
+        ranges = [
+            piece
+            for r in ranges
+            for piece in split_range(r, -(-r.size // max_records_per_partition))
+        ]
+    if min_partitions is not None and len(ranges) < min_partitions:
+        total = sum(r.size for r in ranges)
+        ranges = [
+            piece
+            for r in ranges
+            for piece in split_range(r, max(round(r.size / total * min_partitions), 1))
+        ]
+    return ranges
+
+
+def split_range(r: ReadRange, parts: int) -> list[ReadRange]:
+    """Cut ``r`` into ``parts`` nearly equal, non-empty, contiguous ranges (Kafka's rule)."""
+    parts = max(parts, 1)
+    out = []
+    remaining, lo = r.size, r.start
+    for i in range(parts):
+        n = remaining // (parts - i)
+        remaining -= n
+        hi = min(lo + n, r.end)
+        if hi > lo:
+            out.append(replace(r, start=lo, end=hi))
+        lo = hi
+    return out

@@ -1,0 +1,295 @@
+"""Source offsets: Kafka's ``{"topic": {"partition": offset}}`` JSON, and their resolution.
+
+An offset is the *next* offset to read in each partition, exactly as in Spark's Kafka
+connector, so a checkpoint written by one reads naturally to a user of the other. The
+engine compares offsets as JSON strings produced without sorted keys, so every dict built
+here has a deterministic key order: topics sorted, partitions sorted numerically, and
+partitions as strings (JSON object keys).
+
+Resolution works on a ``LogSnapshot`` (what partitions exist, their log start offsets and
+high watermarks) taken from the checkpoint files of the log dirs, never by scanning
+segments. Data loss (a start offset below the log start offset, a partition that
+disappeared, a start offset above the high watermark) raises ``DataLossError`` naming
+topic, partition and offsets when ``failOnDataLoss`` is true; otherwise it logs a warning
+and continues from what exists.
+
+>>> offsets_to_json({("b", 10): 5, ("b", 2): 7, ("a", 0): 1})
+{'a': {'0': 1}, 'b': {'2': 7, '10': 5}}
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from seglog.logstore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
+
+from .source_options import (
+    EARLIEST,
+    LATEST,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetSpec,
+    SourceOptions,
+    SpecificOffsets,
+    SpecificTimestamps,
+    TopicPartition,
+)
+
+logger = logging.getLogger(__name__)
+
+TRIGGER_KEY = "$lastTriggerMs"
+"""Extra top-level key of a streaming offset: when the batch ending there was admitted.
+
+``$`` cannot appear in a Kafka topic name, so the key never collides with a topic. It is
+written only when ``minOffsetsPerTrigger`` is set (see ``admission``)."""
+
+
+# ---------------------------------------------------------------------------- JSON form
+def offsets_to_json(
+    offsets: Mapping[TopicPartition, int], last_trigger_ms: int | None = None
+) -> dict[str, Any]:
+    """``{(topic, partition): offset}`` → Kafka's JSON dict, in a deterministic key order."""
+    out: dict[str, Any] = {}
+    for topic, partition in sorted(offsets):
+        out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    if last_trigger_ms is not None:
+        out[TRIGGER_KEY] = int(last_trigger_ms)
+    return out
+
+
+def offsets_from_json(data: Mapping[str, Any]) -> dict[TopicPartition, int]:
+    """Kafka's JSON dict → ``{(topic, partition): offset}`` (extra ``$`` keys ignored)."""
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in data.items():
+        if topic.startswith("$"):
+            continue
+        if not isinstance(parts, Mapping):
+            raise ConfigError(f"malformed source offset for topic {topic!r}: {parts!r}")
+        for p, off in parts.items():
+            out[(topic, int(p))] = int(off)
+    return out
+
+
+def last_trigger_ms(data: Mapping[str, Any]) -> int | None:
+    """The admission time stored in a streaming offset, if any."""
+    value = data.get(TRIGGER_KEY)
+    return int(value) if value is not None else None
+
+
+# ---------------------------------------------------------------------------- snapshot
+@dataclass(frozen=True)
+class LogSnapshot:
+    """What the log dirs hold at one instant, from their checkpoint files.
+
+    ``partitions``: topic → sorted partitions; ``log_start_offsets`` and
+    ``high_watermarks`` per partition. ``offset_for_timestamp(tp, ts_ms)`` returns the first
+    offset whose timestamp is ≥ ``ts_ms``, or None (it reads the time index on demand).
+    """
+
+    partitions: Mapping[str, tuple[int, ...]]
+    log_start_offsets: Mapping[TopicPartition, int]
+    high_watermarks: Mapping[TopicPartition, int]
+    offset_for_timestamp: Callable[[TopicPartition, int], int | None] = field(
+        default=lambda tp, ts: None, repr=False, compare=False
+    )
+
+    def exists(self, tp: TopicPartition) -> bool:
+        return tp[1] in self.partitions.get(tp[0], ())
+
+    def earliest(self, tp: TopicPartition) -> int:
+        return self.log_start_offsets.get(tp, 0)
+
+    def latest(self, tp: TopicPartition) -> int:
+        # A partition never checkpointed has nothing visible yet.
+        return max(self.high_watermarks.get(tp, 0), self.earliest(tp))
+
+    def subscribed(self, options: SourceOptions) -> list[TopicPartition]:
+        """The existing partitions the options subscribe to, sorted."""
+        return [tp for tp in options.subscription.select(self.partitions) if self.exists(tp)]
+
+
+def snapshot_log_dirs(log_dirs: Iterable[str]) -> LogSnapshot:
+    """Take a ``LogSnapshot`` through a read-only ``LogManager`` (checkpoint files only)."""
+    from seglog.logstore.log_manager import LogManager
+
+    mgr = LogManager(list(log_dirs), read_only=True)
+    try:
+        parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
+        hws = dict(mgr.high_watermarks())
+        lsos = dict(mgr.log_start_offsets())
+    finally:
+        mgr.close()
+    dirs = tuple(log_dirs)
+
+    def lookup(tp: TopicPartition, ts_ms: int) -> int | None:
+        return offset_for_timestamp(dirs, tp, ts_ms)
+
+    return LogSnapshot(parts, lsos, hws, lookup)
+
+
+def offset_for_timestamp(log_dirs: Iterable[str], tp: TopicPartition, ts_ms: int) -> int | None:
+    """The first offset of ``tp`` with a timestamp ≥ ``ts_ms`` (time index), or None."""
+    from seglog.logstore.log_manager import LogManager
+
+    mgr = LogManager(list(log_dirs), read_only=True)
+    try:
+        return mgr.get_log(*tp).offset_for_timestamp(ts_ms)
+    finally:
+        mgr.close()
+
+
+# ---------------------------------------------------------------------------- resolution
+def resolve_offsets(
+    spec: OffsetSpec,
+    partitions: Iterable[TopicPartition],
+    snap: LogSnapshot,
+    *,
+    option: str,
+    timestamp_strategy: str = "latest",
+) -> dict[TopicPartition, int]:
+    """Concrete offsets of ``partitions`` for a starting or ending ``spec``.
+
+    JSON offsets must name exactly the subscribed partitions (Kafka's rule); ``-2``/``-1``
+    resolve to earliest/latest. A timestamp with no matching record resolves to latest,
+    unless ``timestamp_strategy`` is ``"error"`` (``startingOffsetsByTimestampStrategy``).
+    """
+    tps = list(partitions)
+    if isinstance(spec, Earliest):
+        return {tp: snap.earliest(tp) for tp in tps}
+    if isinstance(spec, Latest):
+        return {tp: snap.latest(tp) for tp in tps}
+    if isinstance(spec, SpecificOffsets):
+        given = spec.as_dict()
+        _check_same_partitions(given, tps, option)
+        out = {}
+        for tp, off in given.items():
+            if off == EARLIEST:
+                out[tp] = snap.earliest(tp)
+            elif off == LATEST:
+                out[tp] = snap.latest(tp)
+            else:
+                out[tp] = off
+        return out
+    if isinstance(spec, GlobalTimestamp):
+        wanted = {tp: spec.timestamp_ms for tp in tps}
+    else:
+        assert isinstance(spec, SpecificTimestamps)
+        wanted = spec.as_dict()
+        _check_same_partitions(wanted, tps, option)
+    out = {}
+    for tp, ts in wanted.items():
+        found = snap.offset_for_timestamp(tp, ts) if snap.exists(tp) else None
+        if found is None:
+            if timestamp_strategy == "error":
+                raise OffsetOutOfRangeError(
+                    f"option {option!r}: no record with a timestamp at or after {ts} in "
+                    f"topic {tp[0]!r} partition {tp[1]} (set "
+                    "startingOffsetsByTimestampStrategy=latest to start at the latest offset)"
+                )
+            found = snap.latest(tp)
+        out[tp] = min(max(found, snap.earliest(tp)), snap.latest(tp))
+    return out
+
+
+def _check_same_partitions(
+    given: Mapping[TopicPartition, int], subscribed: list[TopicPartition], option: str
+) -> None:
+    if set(given) != set(subscribed):
+        missing = sorted(set(subscribed) - set(given))
+        extra = sorted(set(given) - set(subscribed))
+        raise ConfigError(
+            f"option {option!r} must name every subscribed partition and only those "
+            f"(use -2 for earliest, -1 for latest): missing {_fmt(missing)}, "
+            f"not subscribed or not found {_fmt(extra)}"
+        )
+
+
+def _fmt(tps: Iterable[TopicPartition]) -> str:
+    return "[" + ", ".join(f"{t}-{p}" for t, p in tps) + "]"
+
+
+def initial_offsets(options: SourceOptions, snap: LogSnapshot) -> dict[TopicPartition, int]:
+    """Where a new streaming query (or a batch read) starts, per subscribed partition."""
+    return resolve_offsets(
+        options.starting,
+        snap.subscribed(options),
+        snap,
+        option=_start_option(options),
+        timestamp_strategy=options.starting_by_timestamp_strategy,
+    )
+
+
+def ending_offsets(options: SourceOptions, snap: LogSnapshot) -> dict[TopicPartition, int]:
+    """Where a batch read ends, per subscribed partition (timestamps without match → latest)."""
+    return resolve_offsets(
+        options.ending, snap.subscribed(options), snap, option="endingOffsets",
+        timestamp_strategy="latest",
+    )
+
+
+def _start_option(options: SourceOptions) -> str:
+    if isinstance(options.starting, GlobalTimestamp):
+        return "startingTimestamp"
+    if isinstance(options.starting, SpecificTimestamps):
+        return "startingOffsetsByTimestamp"
+    return "startingOffsets"
+
+
+def reconcile_start(
+    start: Mapping[TopicPartition, int],
+    options: SourceOptions,
+    snap: LogSnapshot,
+) -> dict[TopicPartition, int]:
+    """The offsets to continue from, given the previous end and what exists now.
+
+    - New partitions (and, with ``subscribePattern``, new topics) start at earliest, as
+      Kafka's connector does.
+    - A partition that disappeared, an offset below the log start offset (retention) or
+      above the high watermark (truncation, topic recreated) is data loss: raised with
+      ``failOnDataLoss``, else logged; the partition continues from its log start offset,
+      or is dropped if it no longer exists.
+    """
+    out: dict[TopicPartition, int] = {}
+    now = snap.subscribed(options)
+    for tp in now:
+        if tp not in start:
+            out[tp] = snap.earliest(tp)
+            logger.info("new partition %s-%d: starting at offset %d", tp[0], tp[1], out[tp])
+            continue
+        off = start[tp]
+        lso, hw = snap.earliest(tp), snap.latest(tp)
+        if off < lso:
+            report_data_loss(
+                options.fail_on_data_loss,
+                f"topic {tp[0]!r} partition {tp[1]}: offsets [{off}, {lso}) were removed "
+                f"(the log start offset is now {lso}); some data may have been lost",
+            )
+            off = lso
+        elif off > hw:
+            report_data_loss(
+                options.fail_on_data_loss,
+                f"topic {tp[0]!r} partition {tp[1]}: offset {off} is above the high watermark "
+                f"{hw} (the log was truncated or recreated); some data may have been lost",
+            )
+            off = lso
+        out[tp] = off
+    for tp in sorted(set(start) - set(now)):
+        report_data_loss(
+            options.fail_on_data_loss,
+            f"topic {tp[0]!r} partition {tp[1]} disappeared (last offset read: "
+            f"{start[tp]}); some data may have been lost",
+        )
+    return out
+
+
+def report_data_loss(fail_on_data_loss: bool, message: str) -> None:
+    """Raise ``DataLossError`` (failOnDataLoss) or log a warning, as Kafka's connector does."""
+    if fail_on_data_loss:
+        raise DataLossError(
+            message + ". If this is expected, set the source option failOnDataLoss to false."
+        )
+    logger.warning("%s. Continuing from what exists (failOnDataLoss=false).", message)

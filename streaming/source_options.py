@@ -1,0 +1,439 @@
+"""Typed, validated options of the ``seglog`` source, with Spark's Kafka connector names.
+
+Options are parsed once, on the driver, when a reader is created; the rest of the code
+sees only the immutable ``SourceOptions``. Spark hands options over case-insensitively
+(keys lowercased), so names are matched without regard to case. Any unknown option,
+conflicting options or malformed value raises ``ConfigError`` naming the option.
+
+>>> o = SourceOptions.parse({"path": "/data", "subscribe": "a,b"}, streaming=True)
+>>> o.subscription.topics, o.starting
+(('a', 'b'), Latest())
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from seglog.logstore.errors import ConfigError
+
+EARLIEST = -2
+"""In JSON offsets, ``-2`` means the earliest offset of the partition (as in Kafka)."""
+LATEST = -1
+"""In JSON offsets, ``-1`` means the latest offset (the high watermark)."""
+
+_NAMES = (
+    "path",
+    "logDirs",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "maxBytesPerTrigger",
+    "failOnDataLoss",
+    "includeHeaders",
+    "minPartitions",
+    "maxRecordsPerPartition",
+)
+_CANONICAL = {n.lower(): n for n in _NAMES}
+_STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                   "maxBytesPerTrigger")
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+
+TopicPartition = tuple[str, int]
+
+
+# ---------------------------------------------------------------------------- offset specs
+@dataclass(frozen=True, slots=True)
+class Earliest:
+    """Start (or end) at each partition's log start offset."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """Start (or end) at each partition's high watermark."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecificOffsets:
+    """Offsets per partition; ``-2`` earliest, ``-1`` latest. Sorted by (topic, partition)."""
+
+    offsets: tuple[tuple[TopicPartition, int], ...]
+
+    def as_dict(self) -> dict[TopicPartition, int]:
+        return dict(self.offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalTimestamp:
+    """The first offset whose timestamp is at or after ``timestamp_ms``, in every partition."""
+
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpecificTimestamps:
+    """A timestamp (ms) per partition, sorted by (topic, partition)."""
+
+    timestamps: tuple[tuple[TopicPartition, int], ...]
+
+    def as_dict(self) -> dict[TopicPartition, int]:
+        return dict(self.timestamps)
+
+
+OffsetSpec = Earliest | Latest | SpecificOffsets | GlobalTimestamp | SpecificTimestamps
+
+
+# ---------------------------------------------------------------------------- subscription
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Which partitions the source reads: exactly one of Kafka's three ways.
+
+    ``kind`` is ``"subscribe"`` (``topics``), ``"subscribePattern"`` (``pattern``, a
+    regex matched against whole topic names) or ``"assign"`` (``partitions``).
+    """
+
+    kind: Literal["subscribe", "subscribePattern", "assign"]
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def select(self, available: Mapping[str, list[int]]) -> list[TopicPartition]:
+        """The subscribed partitions among ``available`` (topic → partitions), sorted.
+
+        With ``assign``, partitions are returned even if they do not exist (yet): the
+        caller decides whether a missing partition is data loss.
+        """
+        if self.kind == "assign":
+            return sorted(self.partitions)
+        if self.kind == "subscribe":
+            names = [t for t in self.topics if t in available]
+        else:
+            rx = re.compile(self.pattern)
+            names = [t for t in available if rx.fullmatch(t)]
+        return sorted((t, p) for t in names for p in available[t])
+
+
+# ---------------------------------------------------------------------------- options
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The parsed options of one source (streaming or batch). Immutable, picklable."""
+
+    log_dirs: tuple[str, ...]
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_by_timestamp_strategy: Literal["error", "latest"] = "error"
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000
+    max_bytes_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    streaming: bool = True
+
+    @property
+    def has_limits(self) -> bool:
+        """Whether any admission-control option is set."""
+        return (
+            self.max_offsets_per_trigger is not None
+            or self.min_offsets_per_trigger is not None
+            or self.max_bytes_per_trigger is not None
+        )
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], *, streaming: bool) -> SourceOptions:
+        """Validate ``options`` (any case) for a streaming or a batch read.
+
+        Defaults follow Kafka: ``startingOffsets`` is ``latest`` for streaming and
+        ``earliest`` for batch; ``endingOffsets`` (batch only) is ``latest``.
+        """
+        opts: dict[str, str] = {}
+        for raw_key, value in options.items():
+            name = _CANONICAL.get(str(raw_key).lower())
+            if name is None:
+                raise ConfigError(
+                    f"unknown option {raw_key!r} for the seglog source "
+                    f"(known: {', '.join(_NAMES)})"
+                )
+            if value is None:
+                continue
+            opts[name] = str(value)
+        for name in _STREAMING_ONLY if not streaming else _BATCH_ONLY:
+            if name in opts:
+                kind = "batch" if not streaming else "streaming"
+                raise ConfigError(f"option {name!r} is not applicable to {kind} queries")
+
+        starting = _parse_start(opts, streaming)
+        ending = _parse_end(opts) if not streaming else Latest()
+        min_rows = _positive_int(opts, "minOffsetsPerTrigger")
+        max_rows = _positive_int(opts, "maxOffsetsPerTrigger")
+        if min_rows is not None and max_rows is not None and min_rows > max_rows:
+            raise ConfigError(
+                f"option 'minOffsetsPerTrigger' ({min_rows}) must not exceed "
+                f"'maxOffsetsPerTrigger' ({max_rows})"
+            )
+        strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise ConfigError(
+                f"invalid value {strategy!r} for option 'startingOffsetsByTimestampStrategy': "
+                "expected error or latest"
+            )
+        return cls(
+            log_dirs=_parse_log_dirs(opts),
+            subscription=_parse_subscription(opts),
+            starting=starting,
+            ending=ending,
+            starting_by_timestamp_strategy=strategy,  # type: ignore[arg-type]
+            max_offsets_per_trigger=max_rows,
+            min_offsets_per_trigger=min_rows,
+            max_trigger_delay_ms=(
+                parse_duration_ms(opts["maxTriggerDelay"], "maxTriggerDelay")
+                if "maxTriggerDelay" in opts
+                else 15 * 60 * 1000
+            ),
+            max_bytes_per_trigger=_positive_int(opts, "maxBytesPerTrigger"),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            include_headers=_bool(opts, "includeHeaders", False),
+            min_partitions=_positive_int(opts, "minPartitions"),
+            max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+            streaming=streaming,
+        )
+
+
+def include_headers(options: Mapping[str, Any]) -> bool:
+    """Only ``includeHeaders`` (any case), for the schema, which needs nothing else."""
+    for k, v in options.items():
+        if str(k).lower() == "includeheaders" and v is not None:
+            return _bool({"includeHeaders": str(v)}, "includeHeaders", False)
+    return False
+
+
+# ---------------------------------------------------------------------------- helpers
+_DURATION_RE = re.compile(r"^(-?[0-9]+)([a-z]+)?$")
+_DURATION_UNITS_MS = {
+    "us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def parse_duration_ms(text: str, option: str) -> int:
+    """Kafka's (Spark's ``timeStringAsMs``) duration syntax: ``"15m"``, ``"10s"``, ``"500"`` (ms).
+
+    >>> parse_duration_ms("15m", "maxTriggerDelay")
+    900000
+    """
+    m = _DURATION_RE.match(text.strip().lower())
+    if m is None or (m[2] is not None and m[2] not in _DURATION_UNITS_MS):
+        raise ConfigError(
+            f"invalid duration {text!r} for option {option!r}: expected a number with an "
+            f"optional unit ({', '.join(_DURATION_UNITS_MS)}), e.g. '15m'"
+        )
+    ms = int(int(m[1]) * _DURATION_UNITS_MS[m[2] or "ms"])
+    if ms < 0:
+        raise ConfigError(f"invalid duration {text!r} for option {option!r}: must not be negative")
+    return ms
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    if name not in opts:
+        return default
+    text = opts[name].strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(
+            f"invalid value {opts[name]!r} for option {name!r}: expected true or false"
+        )
+    return text == "true"
+
+
+def _int(opts: Mapping[str, str], name: str) -> int | None:
+    if name not in opts:
+        return None
+    try:
+        return int(opts[name].strip())
+    except ValueError:
+        raise ConfigError(
+            f"invalid value {opts[name]!r} for option {name!r}: expected an integer"
+        ) from None
+
+
+def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+    value = _int(opts, name)
+    if value is not None and value <= 0:
+        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: must be positive")
+    return value
+
+
+def _parse_log_dirs(opts: Mapping[str, str]) -> tuple[str, ...]:
+    if "path" in opts and "logDirs" in opts:
+        raise ConfigError("options 'path' and 'logDirs' conflict: give the log dirs once")
+    name = "logDirs" if "logDirs" in opts else "path"
+    dirs = tuple(d.strip() for d in opts.get(name, "").split(",") if d.strip())
+    if not dirs:
+        raise ConfigError("option 'path' (or 'logDirs') is required: the seglog log dir(s)")
+    if len(set(dirs)) != len(dirs):
+        raise ConfigError(f"option {name!r} lists a log dir twice: {opts[name]!r}")
+    return dirs
+
+
+def _parse_subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [n for n in ("subscribe", "subscribePattern", "assign") if n in opts]
+    if len(given) != 1:
+        what = "none" if not given else " and ".join(repr(g) for g in given)
+        raise ConfigError(
+            f"exactly one of 'subscribe', 'subscribePattern', 'assign' must be given (got {what})"
+        )
+    kind = given[0]
+    text = opts[kind]
+    if kind == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        if not topics:
+            raise ConfigError(f"option 'subscribe' names no topic: {text!r}")
+        return Subscription("subscribe", topics=topics)
+    if kind == "subscribePattern":
+        if not text.strip():
+            raise ConfigError("option 'subscribePattern' is empty")
+        try:
+            re.compile(text)
+        except re.error as e:
+            raise ConfigError(
+                f"invalid regex {text!r} for option 'subscribePattern': {e}"
+            ) from None
+        return Subscription("subscribePattern", pattern=text)
+    data = _json_object(text, "assign")
+    parts: set[TopicPartition] = set()
+    for topic, plist in data.items():
+        if not isinstance(plist, list) or not all(_is_int(p) for p in plist):
+            raise ConfigError(
+                f"invalid JSON for option 'assign': topic {topic!r} must map to a list of "
+                f'partition numbers, like {{"{topic}": [0, 1]}}'
+            )
+        parts.update((topic, int(p)) for p in plist)
+    if not parts:
+        raise ConfigError(f"option 'assign' names no partition: {text!r}")
+    return Subscription("assign", partitions=tuple(sorted(parts)))
+
+
+def _parse_start(opts: Mapping[str, str], streaming: bool) -> OffsetSpec:
+    # Kafka's precedence: startingTimestamp > startingOffsetsByTimestamp > startingOffsets.
+    if "startingTimestamp" in opts:
+        return GlobalTimestamp(_timestamp(opts["startingTimestamp"], "startingTimestamp"))
+    if "startingOffsetsByTimestamp" in opts:
+        name = "startingOffsetsByTimestamp"
+        return _specific_timestamps(opts[name], name)
+    name = "startingOffsets"
+    spec = _offsets_spec(opts.get(name, "latest" if streaming else "earliest"), name)
+    if not streaming:
+        if isinstance(spec, Latest):
+            raise ConfigError("option 'startingOffsets' can't be latest for batch queries")
+        if isinstance(spec, SpecificOffsets) and any(o == LATEST for _, o in spec.offsets):
+            raise ConfigError(
+                "option 'startingOffsets' can't use -1 (latest) for a partition in batch queries"
+            )
+    return spec
+
+
+def _parse_end(opts: Mapping[str, str]) -> OffsetSpec:
+    if "endingTimestamp" in opts:
+        return GlobalTimestamp(_timestamp(opts["endingTimestamp"], "endingTimestamp"))
+    if "endingOffsetsByTimestamp" in opts:
+        return _specific_timestamps(opts["endingOffsetsByTimestamp"], "endingOffsetsByTimestamp")
+    spec = _offsets_spec(opts.get("endingOffsets", "latest"), "endingOffsets")
+    if isinstance(spec, Earliest):
+        raise ConfigError("option 'endingOffsets' can't be earliest for batch queries")
+    if isinstance(spec, SpecificOffsets) and any(o == EARLIEST for _, o in spec.offsets):
+        raise ConfigError(
+            "option 'endingOffsets' can't use -2 (earliest) for a partition in batch queries"
+        )
+    return spec
+
+
+def _offsets_spec(text: str, name: str) -> OffsetSpec:
+    word = text.strip().lower()
+    if word == "earliest":
+        return Earliest()
+    if word == "latest":
+        return Latest()
+    data = _json_object(text, name)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in data.items():
+        for p, off in _partition_map(parts, topic, name).items():
+            if off < EARLIEST:
+                raise ConfigError(
+                    f"invalid offset {off} for {topic}-{p} in option {name!r}: use an offset "
+                    "≥ 0, -2 (earliest) or -1 (latest)"
+                )
+            out[(topic, p)] = off
+    if not out:
+        raise ConfigError(f"option {name!r} names no partition: {text!r}")
+    return SpecificOffsets(tuple(sorted(out.items())))
+
+
+def _specific_timestamps(text: str, name: str) -> SpecificTimestamps:
+    data = _json_object(text, name)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in data.items():
+        for p, ts in _partition_map(parts, topic, name).items():
+            if ts < 0:
+                raise ConfigError(f"invalid timestamp {ts} for {topic}-{p} in option {name!r}")
+            out[(topic, p)] = ts
+    if not out:
+        raise ConfigError(f"option {name!r} names no partition: {text!r}")
+    return SpecificTimestamps(tuple(sorted(out.items())))
+
+
+def _timestamp(text: str, name: str) -> int:
+    try:
+        ts = int(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"invalid value {text!r} for option {name!r}: expected milliseconds since the epoch"
+        ) from None
+    if ts < 0:
+        raise ConfigError(f"invalid value {text!r} for option {name!r}: must not be negative")
+    return ts
+
+
+def _json_object(text: str, name: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"malformed JSON for option {name!r}: {e.msg} in {text!r}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"malformed JSON for option {name!r}: expected an object, got {text!r}")
+    return data
+
+
+def _partition_map(parts: Any, topic: str, name: str) -> dict[int, int]:
+    if not isinstance(parts, dict):
+        raise ConfigError(
+            f"malformed JSON for option {name!r}: topic {topic!r} must map to "
+            f'{{"partition": value}}, like {{"{topic}": {{"0": 23}}}}'
+        )
+    out: dict[int, int] = {}
+    for p, v in parts.items():
+        if not (isinstance(p, str) and p.isdigit()) or not _is_int(v):
+            raise ConfigError(
+                f"malformed JSON for option {name!r}: {topic!r}: {{{p!r}: {v!r}}} is not "
+                "a partition number mapped to an integer"
+            )
+        out[int(p)] = int(v)
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)

@@ -1,0 +1,83 @@
+"""Admission control: Kafka's proportional split, bytes, min + delay, AvailableNow."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given
+from hypothesis import strategies as st
+from seglog.streaming.admission import (
+    AdmissionLimits,
+    SegmentLayout,
+    admit,
+    cap_to_target,
+    segment_layout,
+    split_budget,
+)
+
+
+def test_unlimited_reads_all():
+    a = admit({("t", 0): 1}, {("t", 0): 100}, AdmissionLimits(), now_ms=0)
+    assert a.end == {("t", 0): 100} and not a.delayed
+
+
+def test_max_offsets_split_proportionally_to_lag():
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 7}
+    latest = {("t", 0): 600, ("t", 1): 400, ("t", 2): 8}
+    end = admit(start, latest, AdmissionLimits(max_offsets=100), now_ms=0).end
+    assert end[("t", 2)] == 8  # a tiny partition is not starved
+    assert end[("t", 0)] - 0 > end[("t", 1)] - 100 > 0
+    assert sum(end[tp] - start[tp] for tp in start) == 100
+
+
+@given(st.dictionaries(st.integers(0, 30), st.integers(1, 10**6), min_size=1),
+       st.integers(1, 10**5))
+def test_split_never_exceeds_budget_or_lag(lag, budget):
+    lag = {("t", p): n for p, n in lag.items()}
+    share = split_budget(lag, budget)
+    assert sum(share.values()) == min(budget, sum(lag.values()))
+    assert all(0 <= share[tp] <= lag[tp] for tp in lag)
+
+
+def test_min_offsets_delays_until_max_trigger_delay():
+    lim = AdmissionLimits(min_offsets=50, max_trigger_delay_ms=1000)
+    start, latest = {("t", 0): 0}, {("t", 0): 10}
+    # First batch of a query (no stamp): admitted at once, as Kafka.
+    assert admit(start, latest, lim, now_ms=5000).end == latest
+    delayed = admit(start, latest, lim, now_ms=5000, last_trigger_ms=4500)
+    assert delayed.delayed and delayed.end == start
+    assert admit(start, latest, lim, now_ms=5500, last_trigger_ms=4500).end == latest
+    assert admit(start, {("t", 0): 60}, lim, now_ms=4600, last_trigger_ms=4500).end == {
+        ("t", 0): 60}
+
+
+def test_bytes_estimated_from_segment_sizes():
+    layout = SegmentLayout((0, 100), (1000, 5000), 150)  # 10 B/offset, then 100 B/offset
+    assert layout.bytes_between(0, 150) == 6000
+    assert layout.bytes_between(90, 110) == 100 + 1000
+    assert layout.offset_after_bytes(0, 1500, 150) == 105
+    lim = AdmissionLimits(max_bytes=1500)
+    end = admit({("t", 0): 0}, {("t", 0): 150}, lim, now_ms=0, layouts=lambda tp: layout).end
+    assert end == {("t", 0): 105}
+    # An oversized first batch still moves by one offset.
+    tiny = AdmissionLimits(max_bytes=1)
+    assert admit({("t", 0): 100}, {("t", 0): 150}, tiny, now_ms=0,
+                 layouts=lambda tp: layout).end == {("t", 0): 101}
+
+
+def test_segment_layout_lists_real_files(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    for base, size in ((0, 300), (40, 200)):
+        (d / f"{base:020d}.log").write_bytes(b"x" * size)
+        (d / f"{base:020d}.index").write_bytes(b"\0" * 64)
+    (d / f"{80:020d}.log.deleted").write_bytes(b"x")
+    layout = segment_layout([str(tmp_path / "nope"), str(tmp_path)], ("t", 0), 60)
+    assert layout == SegmentLayout((0, 40), (300, 200), 60)
+    assert segment_layout([str(tmp_path)], ("t", 1), 0) is None
+    assert os.path.exists(d / f"{80:020d}.log.deleted")
+
+
+def test_available_now_caps_at_target_and_ignores_new_partitions():
+    latest = {("t", 0): 90, ("t", 1): 5, ("t", 2): 3}
+    assert cap_to_target(latest, {("t", 0): 50, ("t", 1): 9}) == {("t", 0): 50, ("t", 1): 5}

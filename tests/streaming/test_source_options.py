@@ -1,0 +1,142 @@
+"""Source options: Kafka names, case-insensitive, every bad input named."""
+
+from __future__ import annotations
+
+import pytest
+from seglog.logstore.errors import ConfigError
+from seglog.streaming.source_options import (
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    SourceOptions,
+    SpecificOffsets,
+    SpecificTimestamps,
+    Subscription,
+    include_headers,
+    parse_duration_ms,
+)
+
+BASE = {"path": "/data/logs", "subscribe": "events"}
+
+
+def parse(streaming=True, **extra):
+    return SourceOptions.parse({**BASE, **extra}, streaming=streaming)
+
+
+def test_defaults_follow_kafka():
+    s = parse()
+    assert s.log_dirs == ("/data/logs",)
+    assert s.subscription == Subscription("subscribe", topics=("events",))
+    assert s.starting == Latest() and s.fail_on_data_loss and not s.include_headers
+    assert s.max_trigger_delay_ms == 15 * 60 * 1000 and not s.has_limits
+    b = parse(streaming=False)
+    assert b.starting == Earliest() and b.ending == Latest()
+
+
+def test_names_are_case_insensitive_as_spark_lowercases_them():
+    s = SourceOptions.parse(
+        {"PATH": "/a", "subscribepattern": "ev.*", "MAXOFFSETSPERTRIGGER": "10",
+         "includeheaders": "TRUE", "FailOnDataLoss": "false"},
+        streaming=True,
+    )
+    assert s.subscription.kind == "subscribePattern" and s.max_offsets_per_trigger == 10
+    assert s.include_headers and not s.fail_on_data_loss
+    assert include_headers({"INCLUDEHEADERS": "true"}) and not include_headers({})
+
+
+def test_log_dirs_and_json_offsets():
+    s = SourceOptions.parse(
+        {"logDirs": "/a, /b", "assign": '{"t": [1, 0], "u": [2]}',
+         "startingOffsets": '{"u": {"2": -2}, "t": {"1": 5, "0": -1}}'},
+        streaming=True,
+    )
+    assert s.log_dirs == ("/a", "/b")
+    assert s.subscription.partitions == (("t", 0), ("t", 1), ("u", 2))
+    assert s.starting == SpecificOffsets(((("t", 0), -1), (("t", 1), 5), (("u", 2), -2)))
+
+
+def test_timestamps_take_kafkas_precedence():
+    s = parse(startingTimestamp="1000", startingOffsets="earliest")
+    assert s.starting == GlobalTimestamp(1000)
+    s = parse(startingOffsetsByTimestamp='{"events": {"0": 5}}', startingOffsets="earliest")
+    assert s.starting == SpecificTimestamps(((("events", 0), 5),))
+    b = parse(streaming=False, endingTimestamp="77")
+    assert b.ending == GlobalTimestamp(77)
+    assert parse(startingOffsetsByTimestampStrategy="LATEST").starting_by_timestamp_strategy == (
+        "latest"
+    )
+
+
+def test_durations_use_kafkas_syntax():
+    assert parse_duration_ms("15m", "x") == 900_000
+    assert parse_duration_ms("10s", "x") == 10_000
+    assert parse_duration_ms("250", "x") == 250
+    assert parse_duration_ms("1h", "x") == 3_600_000
+    assert parse(maxTriggerDelay="2min", minOffsetsPerTrigger="5").max_trigger_delay_ms == 120_000
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"kafka.bootstrap.servers": "x"}, "kafka.bootstrap.servers"),
+        ({"subscribePattern": "e.*"}, "subscribePattern"),
+        ({"assign": '{"t": [0]}'}, "assign"),
+        ({"startingOffsets": '{"t": {"0": 1}'}, "startingOffsets"),
+        ({"startingOffsets": '{"t": [0]}'}, "startingOffsets"),
+        ({"startingOffsets": '{"t": {"x": 1}}'}, "startingOffsets"),
+        ({"startingOffsets": '{"t": {"0": -3}}'}, "startingOffsets"),
+        ({"startingOffsetsByTimestamp": "[]"}, "startingOffsetsByTimestamp"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp"),
+        ({"maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
+        ({"maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger"),
+        ({"maxTriggerDelay": "5 parsecs"}, "maxTriggerDelay"),
+        ({"maxBytesPerTrigger": "-1"}, "maxBytesPerTrigger"),
+        ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"minPartitions": "0"}, "minPartitions"),
+        ({"startingOffsetsByTimestampStrategy": "nearest"}, "startingOffsetsByTimestampStrategy"),
+        ({"minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"}, "minOffsetsPerTrigger"),
+        ({"endingOffsets": "latest"}, "endingOffsets"),
+        ({"logDirs": "/b"}, "logDirs"),
+    ],
+)
+def test_bad_streaming_options_name_the_option(extra, named):
+    with pytest.raises(ConfigError, match=named):
+        parse(**extra)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets"),
+        ({"startingOffsets": '{"events": {"0": -1}}'}, "startingOffsets"),
+        ({"endingOffsets": "earliest"}, "endingOffsets"),
+        ({"endingOffsets": '{"events": {"0": -2}}'}, "endingOffsets"),
+        ({"maxOffsetsPerTrigger": "5"}, "maxOffsetsPerTrigger"),
+    ],
+)
+def test_bad_batch_options_name_the_option(extra, named):
+    with pytest.raises(ConfigError, match=named):
+        parse(streaming=False, **extra)
+
+
+def test_missing_path_and_subscription_are_named():
+    with pytest.raises(ConfigError, match="path"):
+        SourceOptions.parse({"subscribe": "t"}, streaming=True)
+    with pytest.raises(ConfigError, match="subscribe"):
+        SourceOptions.parse({"path": "/x"}, streaming=True)
+
+
+def test_subscription_selects_existing_partitions():
+    avail = {"ev1": [0, 1], "ev2": [0], "other": [0]}
+    assert Subscription("subscribe", topics=("ev2", "nope")).select(avail) == [("ev2", 0)]
+    assert Subscription("subscribePattern", pattern="ev.").select(avail) == [
+        ("ev1", 0), ("ev1", 1), ("ev2", 0)
+    ]
+    assert Subscription("assign", partitions=(("x", 3),)).select(avail) == [("x", 3)]
+
+
+def test_options_pickle():
+    import pickle
+
+    s = parse(startingOffsetsByTimestamp='{"events": {"0": 5}}')
+    assert pickle.loads(pickle.dumps(s)) == s
