@@ -1,0 +1,302 @@
+"""What the offset index and the time index share (Kafka's ``AbstractIndex``).
+
+An index is a file of fixed-size, big-endian entries sorted by their key. Subclasses say
+only what an entry is (``ENTRY`` struct, which field is the key, how an entry becomes a
+value); this class owns the file: preallocation, the entry count, resizing, trimming,
+the binary search for the largest entry whose key is <= a target, and the sanity check.
+
+Byte layout: ``entries * ENTRY.size`` bytes of entries, then (for the active segment of
+a writer) zeros up to ``segment.index.bytes`` rounded down to a whole entry.
+
+Crash policy: an index is a cache of the ``.log``. Kafka counts the whole length of an
+index file as entries when it opens one, so a file left untrimmed by a crash is not
+trusted: recovery rebuilds it (``LogLoader``). A clean close trims it to its entries.
+
+Two ways to open an index:
+
+* writable (the writer's process): the file is memory-mapped read-write and preallocated;
+  the entry count is kept in memory.
+* read-only (readers in other processes): the file is read with ``pread`` and never
+  mapped, because the writer trims the file on roll and a mapping past the new end of
+  file would kill the reader with SIGBUS. With ``count_leading_nonzero`` (the index of an
+  active segment, which the writer preallocated with zeros) the entries are the leading
+  entries whose relative offset is not zero: a real entry never has relative offset 0,
+  since a segment's first batch never gets an entry. That count is found by binary search
+  and re-read when a lookup needs entries beyond it.
+
+Thread-safety: every method is safe to call from several threads; ``_lock`` serialises
+access to the mapping, so lookups by reader threads never see it resized or closed under
+them. One writer thread appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import ClassVar, Generic, TypeVar
+
+from .errors import CorruptIndexError, InvalidOffsetError
+
+logger = logging.getLogger(__name__)
+
+E = TypeVar("E")
+INT32_MAX = 2**31 - 1
+
+
+class AbstractIndex(Generic[E]):
+    """Base of ``OffsetIndex`` and ``TimeIndex``; see the module docstring."""
+
+    ENTRY: ClassVar[struct.Struct]
+    KEY_FIELD: ClassVar[int]  # which unpacked field is sorted (the search key)
+    REL_OFFSET_FIELD: ClassVar[int]  # which unpacked field is the relative offset
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, *,
+                 writable: bool = True, count_leading_nonzero: bool = False) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.writable = writable
+        self._count_leading_nonzero = count_leading_nonzero and not writable
+        # Guards _mmap, _entries, _max_entries and _file: resize/close swap them while
+        # reader threads search.
+        self._lock = threading.RLock()
+        self._mmap: mmap.mmap | None = None
+        size = self.ENTRY.size
+        if writable:
+            new = not self.path.exists()
+            self._file = open(self.path, "a+b")  # noqa: SIM115 - lives as long as the index
+            length = os.fstat(self._file.fileno()).st_size
+            if new:
+                if max_index_size < size:
+                    raise ValueError(f"max index size {max_index_size} holds no entry")
+                length = max_index_size - max_index_size % size
+                os.ftruncate(self._file.fileno(), length)
+            self._entries = 0 if new else length // size
+            self._length = length
+            self._map(length)
+            self._max_entries = length // size
+            self._max_index_size = max_index_size if max_index_size >= size else length
+        else:
+            self._file = open(self.path, "rb")  # noqa: SIM115 - lives as long as the index
+            self._length = os.fstat(self._file.fileno()).st_size
+            self._max_entries = self._length // size
+            self._max_index_size = self._length
+            self._entries = (self._find_leading_nonzero(0) if self._count_leading_nonzero
+                             else self._length // size)
+
+    # -- file mechanics -----------------------------------------------------------------
+
+    def _map(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        if length > 0:
+            self._mmap = mmap.mmap(self._file.fileno(), length, access=mmap.ACCESS_WRITE)
+
+    def _raw(self, n: int) -> bytes:
+        """Entry ``n`` as bytes (caller holds the lock)."""
+        size = self.ENTRY.size
+        if self._mmap is not None:
+            return self._mmap[n * size:(n + 1) * size]
+        return os.pread(self._file.fileno(), size, n * size)
+
+    def _unpack(self, n: int) -> tuple:
+        raw = self._raw(n)
+        if len(raw) < self.ENTRY.size:  # a read-only file the writer has just trimmed
+            raw = bytes(self.ENTRY.size)
+        return self.ENTRY.unpack(raw)
+
+    def _find_leading_nonzero(self, known: int) -> int:
+        """Binary search of the first entry with relative offset 0, from ``known`` on."""
+        self._length = os.fstat(self._file.fileno()).st_size
+        lo, hi = known, self._length // self.ENTRY.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            raw = self._raw(mid)
+            if len(raw) == self.ENTRY.size and self.ENTRY.unpack(raw)[self.REL_OFFSET_FIELD]:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _refresh(self) -> None:
+        """Read-only active index: pick up entries the writer appended since."""
+        if self._count_leading_nonzero:
+            self._entries = self._find_leading_nonzero(self._entries)
+
+    @property
+    def entries(self) -> int:
+        with self._lock:
+            self._refresh()
+            return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._entries * self.ENTRY.size
+
+    def _append_raw(self, *fields: int) -> None:
+        if not self.writable:
+            raise InvalidOffsetError(f"index {self.path} is open read-only")
+        with self._lock:
+            if self._entries >= self._max_entries:
+                raise InvalidOffsetError(
+                    f"index {self.path} is full ({self._entries} entries); cannot append")
+            size = self.ENTRY.size
+            assert self._mmap is not None
+            self.ENTRY.pack_into(self._mmap, self._entries * size, *fields)
+            self._entries += 1
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file length to ``new_size`` rounded down to a whole entry (never below
+        the entries); True if it changed. Used to preallocate an active index again."""
+        if not self.writable:
+            return False
+        with self._lock:
+            size = self.ENTRY.size
+            length = max(new_size - new_size % size, self._entries * size)
+            if length == self._length:
+                return False
+            if self._mmap is not None:
+                self._mmap.flush()
+            self._map(0)
+            os.ftruncate(self._file.fileno(), length)
+            self._length = length
+            self._map(length)
+            self._max_entries = length // size
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the file to its entries (on roll and close)."""
+        self.resize(self._entries * self.ENTRY.size)
+
+    def truncate_to_entries(self, n: int) -> None:
+        """Forget every entry from ``n`` on (zeroed, so a reader's count stays right)."""
+        with self._lock:
+            if n >= self._entries:
+                return
+            size = self.ENTRY.size
+            if self._mmap is not None:
+                self._mmap[n * size:self._entries * size] = bytes((self._entries - n) * size)
+            self._entries = n
+
+    def reset(self) -> None:
+        """Forget every entry and preallocate again (recovery rebuilds from here)."""
+        self.truncate_to_entries(0)
+        self.resize(self._max_index_size)
+
+    def flush(self) -> None:
+        """msync the mapping and fsync the file (its length may have changed)."""
+        with self._lock:
+            if self._mmap is not None:
+                self._mmap.flush()
+            if self.writable:
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """Trim (writer) and release the file."""
+        with self._lock:
+            if self._file.closed:
+                return
+            if self.writable:
+                self.trim_to_valid_size()
+            self._map(0)
+            self._file.close()
+
+    def close_handler(self) -> None:
+        """Release the file without trimming (the file is being deleted)."""
+        with self._lock:
+            self._map(0)
+            if not self._file.closed:
+                self._file.close()
+
+    def rename_to(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = Path(path)
+
+    def delete(self) -> None:
+        self.close_handler()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            logger.debug("index %s was already gone", self.path)
+
+    # -- search ---------------------------------------------------------------------------
+
+    def relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if rel < 0 or rel > INT32_MAX:
+            raise InvalidOffsetError(
+                f"offset {offset} does not fit index {self.path} (base {self.base_offset})")
+        return rel
+
+    def _largest_lower_bound_slot(self, key: int, field: int | None = None) -> int:
+        """Slot of the largest entry whose ``field`` (default: the key) is <= ``key``, or
+        -1 (caller holds the lock)."""
+        self._refresh()
+        n = self._entries
+        if n == 0:
+            return -1
+        kf = self.KEY_FIELD if field is None else field
+        if self._unpack(0)[kf] > key:
+            return -1
+        lo, hi = 0, n - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._unpack(mid)[kf] <= key:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def entry(self, n: int) -> E:
+        with self._lock:
+            self._refresh()
+            if not 0 <= n < self._entries:
+                raise IndexError(f"entry {n} of {self._entries} in {self.path}")
+            return self._parse(self._unpack(n))
+
+    def all_entries(self) -> list[E]:
+        with self._lock:
+            self._refresh()
+            return [self._parse(self._unpack(i)) for i in range(self._entries)]
+
+    def last_entry(self) -> E | None:
+        with self._lock:
+            self._refresh()
+            return self._parse(self._unpack(self._entries - 1)) if self._entries else None
+
+    def _parse(self, fields: tuple) -> E:
+        raise NotImplementedError
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError when the file cannot be this index (Kafka's checks)."""
+        size = self.ENTRY.size
+        with self._lock:
+            length = os.fstat(self._file.fileno()).st_size
+            if length % size != 0:
+                raise CorruptIndexError(
+                    f"index {self.path} has length {length}, not a multiple of {size}")
+            self._check_entries()
+
+    def _check_entries(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path.name}, entries={self._entries})"

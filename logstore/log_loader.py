@@ -1,0 +1,251 @@
+"""Loading and crash recovery of one partition directory (Kafka's ``LogLoader``).
+
+``LogLoader.load()`` runs these passes, in order (a writer; a read-only load only lists):
+
+1. **Temporary files.** ``*.deleted`` files are unlinked (their deletion was decided
+   before the crash). ``*.cleaned`` files are unlinked (an unfinished compaction); any
+   ``*.swap`` file at or above the lowest ``.cleaned`` base offset is unlinked too, since
+   its group never finished becoming ``.swap``.
+2. **Swap completion.** Each remaining ``.swap`` segment replaces every ordinary segment
+   whose base offset lies in ``[swap base, swap next offset)``: those are unlinked, then
+   the ``.swap`` suffix is dropped (``Log.replace_segments`` crashed half way).
+3. **Segment files.** Index files without a ``.log`` are unlinked (orphans). Every
+   ``.log`` is opened; a missing time index is created empty; a missing offset index or
+   one failing its sanity check (reads only the index file) gets the segment recovered.
+4. **Recovery** (only without a clean shutdown): from the segment holding the recovery
+   point on, each segment's indexes are reset and its batches walked (size, CRC,
+   increasing offsets, ``max.message.bytes``) while the indexes are rebuilt; at the first
+   invalid or partial batch the segment is cut there and every later segment deleted.
+5. **Offsets.** An empty directory gets a segment at the log start offset; the log end
+   offset comes from the last segment's tail (past its last index entry); the active
+   segment's indexes are preallocated again.
+
+A clean open therefore reads no segment data except the few bytes past the last offset
+index entry of the last segment. Thread-safety: a loader is used once, by one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .clock import Clock
+from .config import LogConfig
+from .delayed_deletion import DelayedDeleter
+from .errors import CorruptIndexError, KafkaStorageError
+from .file_names import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    index_file,
+    parse_segment_file_name,
+    time_index_file,
+)
+from .log_segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+
+def list_segment_bases(dir_: Path) -> list[int]:
+    """Base offsets of the ``.log`` files (no temporary suffix) in ``dir_``, sorted."""
+    bases = []
+    try:
+        names = os.listdir(dir_)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        parsed = parse_segment_file_name(name)
+        if parsed is not None and parsed[1] == LOG_SUFFIX and not parsed[2]:
+            bases.append(parsed[0])
+    return sorted(bases)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    """What a load produced: open segments (sorted) and the offsets."""
+
+    segments: list[LogSegment]
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+
+
+class LogLoader:
+    """Loads one partition directory; see the module docstring for the passes."""
+
+    def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, recovery_point: int = 0,
+                 log_start_offset: int = 0, had_clean_shutdown: bool = True,
+                 read_only: bool = False, deleter: DelayedDeleter | None = None) -> None:
+        self.dir = Path(dir_)
+        self.config = config
+        self.clock = clock
+        self.recovery_point = recovery_point
+        self.log_start_offset = log_start_offset
+        self.had_clean_shutdown = had_clean_shutdown
+        self.read_only = read_only
+        self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
+
+    def _open_segment(self, base: int, suffix: str = "") -> LogSegment:
+        cfg = self.config
+        return LogSegment.open(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
+                               max_index_size=cfg.segment_index_bytes,
+                               created_ms=self.clock.milliseconds(), file_suffix=suffix,
+                               read_only=self.read_only)
+
+    def load(self) -> LoadedLog:
+        if not self.dir.is_dir():
+            if self.read_only:
+                raise KafkaStorageError(f"partition directory {self.dir} does not exist")
+            self.dir.mkdir(parents=True, exist_ok=True)
+        if self.read_only:
+            return self._load_read_only()
+        swaps = self._remove_temp_files_and_collect_swaps()
+        self._complete_swaps(swaps)
+        segments, needs_recovery = self._load_segment_files()
+        for seg in needs_recovery:
+            logger.warning("rebuilding the indexes of %s", seg.log_path)
+            seg.recover(self.config.max_message_bytes)
+            if seg is not segments[-1]:
+                seg.on_become_inactive()
+        if not self.had_clean_shutdown:
+            segments = self._recover(segments)
+        if not segments:
+            base = max(self.log_start_offset, 0)
+            segments = [self._open_segment(base)]
+        active = segments[-1]
+        active.resize_indexes(self.config.segment_index_bytes)
+        leo = active.read_next_offset()
+        lso = max(self.log_start_offset, segments[0].base_offset)
+        lso = min(lso, leo)
+        recovery_point = leo if self.had_clean_shutdown else min(self.recovery_point, leo)
+        return LoadedLog(segments, lso, max(recovery_point, 0), leo)
+
+    def _load_read_only(self) -> LoadedLog:
+        bases = list_segment_bases(self.dir)
+        segments = [self._open_segment(b) for b in bases[-1:]]
+        leo = segments[-1].read_next_offset() if segments else max(self.log_start_offset, 0)
+        first = bases[0] if bases else leo
+        lso = min(max(self.log_start_offset, first), leo)
+        # Only the last segment is opened now; the Log opens the others on demand.
+        return LoadedLog(segments, lso, min(self.recovery_point, leo), leo)
+
+    # -- pass 1: temporary files ----------------------------------------------------------
+
+    def _unlink(self, path: Path, why: str) -> None:
+        logger.info("deleting %s (%s)", path, why)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            logger.debug("%s was already gone", path)
+
+    def _remove_temp_files_and_collect_swaps(self) -> dict[int, list[Path]]:
+        swaps: dict[int, list[Path]] = {}
+        min_cleaned: int | None = None
+        for name in sorted(os.listdir(self.dir)):
+            parsed = parse_segment_file_name(name)
+            if parsed is None:
+                continue
+            base, _ext, tmp = parsed
+            path = self.dir / name
+            if tmp == DELETED_SUFFIX:
+                self._unlink(path, "deleted before a restart")
+            elif tmp == CLEANED_SUFFIX:
+                min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
+                self._unlink(path, "an unfinished compaction")
+            elif tmp == SWAP_SUFFIX:
+                swaps.setdefault(base, []).append(path)
+        if min_cleaned is not None:
+            for base in [b for b in swaps if b >= min_cleaned]:
+                for path in swaps.pop(base):
+                    self._unlink(path, "a swap group that never finished")
+        return swaps
+
+    # -- pass 2: swap completion ----------------------------------------------------------
+
+    def _complete_swaps(self, swaps: dict[int, list[Path]]) -> None:
+        for base in sorted(swaps):
+            if not (self.dir / f"{base:020d}{LOG_SUFFIX}{SWAP_SUFFIX}").exists():
+                for path in swaps[base]:
+                    self._unlink(path, "a swap index without its .log.swap")
+                continue
+            seg = self._open_segment(base, SWAP_SUFFIX)
+            next_offset = seg.read_next_offset()
+            for name in os.listdir(self.dir):
+                parsed = parse_segment_file_name(name)
+                if parsed is None or parsed[2]:
+                    continue
+                if base <= parsed[0] < max(next_offset, base + 1):
+                    self._unlink(self.dir / name, f"replaced by swap segment {base}")
+            seg.change_file_suffixes(SWAP_SUFFIX, "")
+            seg.close()
+            logger.info("completed the swap of segment %d in %s", base, self.dir)
+
+    # -- pass 3: segment files ------------------------------------------------------------
+
+    def _load_segment_files(self) -> tuple[list[LogSegment], list[LogSegment]]:
+        names = os.listdir(self.dir)
+        logs = set(list_segment_bases(self.dir))
+        for name in names:
+            parsed = parse_segment_file_name(name)
+            if (parsed is not None and not parsed[2]
+                    and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                    and parsed[0] not in logs):
+                self._unlink(self.dir / name, "an index without its .log")
+        segments: list[LogSegment] = []
+        needs_recovery: list[LogSegment] = []
+        bases = sorted(logs)
+        for i, base in enumerate(bases):
+            missing_index = not index_file(self.dir, base).exists()
+            if not time_index_file(self.dir, base).exists():
+                logger.info("creating a missing time index for segment %d of %s",
+                            base, self.dir)
+            seg = self._open_segment(base)
+            segments.append(seg)
+            if missing_index:
+                logger.warning("segment %d of %s has no offset index", base, self.dir)
+                needs_recovery.append(seg)
+                continue
+            try:
+                seg.sanity_check() if i == len(bases) - 1 else self._cheap_check(seg)
+            except CorruptIndexError as e:
+                logger.warning("%s", e)
+                needs_recovery.append(seg)
+        return segments, needs_recovery
+
+    @staticmethod
+    def _cheap_check(seg: LogSegment) -> None:
+        """Index file lengths only (no reads), for the segments before the last one."""
+        for idx in (seg.offset_index, seg.time_index):
+            length = os.fstat(idx._file.fileno()).st_size
+            if length % idx.ENTRY.size:
+                raise CorruptIndexError(
+                    f"index {idx.path} has length {length}, not a multiple of {idx.ENTRY.size}")
+
+    # -- pass 4: recovery -----------------------------------------------------------------
+
+    def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
+        start = 0
+        for i, seg in enumerate(segments):
+            if seg.base_offset <= self.recovery_point:
+                start = i
+        for i in range(start, len(segments)):
+            seg = segments[i]
+            truncated = seg.recover(self.config.max_message_bytes)
+            if truncated:
+                later = segments[i + 1:]
+                for doomed in later:
+                    logger.warning("deleting segment %s after the truncation in recovery",
+                                   doomed.log_path)
+                    doomed.change_file_suffixes("", DELETED_SUFFIX)
+                    self.deleter.schedule(doomed.paths(), self.config.file_delete_delay_ms,
+                                          before_delete=doomed.close_handlers)
+                segments = segments[:i + 1]
+                break
+            if i < len(segments) - 1:
+                seg.on_become_inactive()
+        return segments

@@ -1,0 +1,569 @@
+"""One segment of a partition: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex``
+(Kafka's ``LogSegment``).
+
+The ``.log`` holds consecutive record batches exactly as Kafka writes them (see
+``batch_header``); the two indexes are sparse caches of it. This class appends validated
+batches (the ``Log`` validates), translates an offset to a file position (index lookup,
+then a forward scan over batch headers), reads whole batches, finds an offset by
+timestamp, truncates, recovers (walks and checks every batch, rebuilding the indexes),
+flushes with a real fsync, renames its files with a temporary suffix and deletes them.
+
+File access: the ``.log`` is written with ``write`` and read with ``pread``, never
+memory-mapped, so a reader survives the writer truncating the file. Read-only segments
+(readers in other processes) open every file read-only and count the entries of a
+preallocated index by its leading non-zero entries (see ``abstract_index``).
+
+Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover``. Bytes
+past the last complete valid batch are cut by recovery.
+
+Thread-safety: one writer thread calls the mutating methods (append, truncate_to,
+recover, flush, close, rename, delete); reads (``read``, ``translate_offset``,
+``iter_batches``...) may run concurrently from other threads and never block on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c as _crc32c
+
+from .batch_header import (
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    iter_batch_headers,
+    read_batch_header,
+    verify_crc,
+)
+from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
+from .file_names import index_file, log_file, time_index_file
+from .offset_index import OffsetIndex
+from .time_index import NO_TIMESTAMP, TimeIndex
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+_SCAN_CHUNK = 64 * 1024
+_RECOVERY_CHUNK = 16 * 1024 * 1024
+# baseOffset, length, epoch, magic, crc, attributes, lastOffsetDelta, baseTs, maxTs
+_V2_PREFIX = struct.Struct(">qiibIhiqq")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSlice:
+    """Whole batches read from one segment."""
+
+    records: bytes
+    position: int  # file position of the first batch
+    first_offset: int  # base offset of the first batch
+    next_offset: int  # last offset of the last batch + 1
+    batch_count: int
+
+
+class LogSegment:
+    """A ``.log`` with its offset and time indexes. See the module docstring.
+
+    >>> seg = LogSegment.open(dir_, 0, index_interval_bytes=4096,
+    ...                       max_index_size=10 << 20)              # doctest: +SKIP
+    >>> seg.append(records)                                          # doctest: +SKIP
+    """
+
+    def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
+                 max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
+                 created_ms: int = 0, file_suffix: str = "", read_only: bool = False) -> None:
+        self.dir = Path(dir_)
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = created_ms
+        self.read_only = read_only
+        self.file_suffix = file_suffix
+        self.log_path = log_file(self.dir, base_offset, file_suffix)
+        try:
+            if read_only:
+                self._file = open(self.log_path, "rb", buffering=0)  # noqa: SIM115
+            else:
+                self._file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
+        self._size = os.fstat(self._file.fileno()).st_size
+        try:
+            self.offset_index = OffsetIndex(
+                index_file(self.dir, base_offset, file_suffix), base_offset, max_index_size,
+                writable=not read_only, count_leading_nonzero=read_only)
+            self.time_index = TimeIndex(
+                time_index_file(self.dir, base_offset, file_suffix), base_offset,
+                max_index_size, writable=not read_only, count_leading_nonzero=read_only)
+        except OSError as e:
+            self._file.close()
+            raise KafkaStorageError(f"cannot open the indexes of {self.log_path}: {e}") from e
+        self._bytes_since_last_index_entry = 0
+        self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
+        self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
+
+    @classmethod
+    def open(cls, dir_: Path, base_offset: int, **kwargs) -> LogSegment:
+        """Open (creating when missing) the segment's three files; keyword arguments as
+        the constructor."""
+        return cls(dir_, base_offset, **kwargs)
+
+    @staticmethod
+    def file_paths(dir_: Path, base_offset: int, file_suffix: str = "") -> list[Path]:
+        """The ``.log``, ``.index`` and ``.timeindex`` paths of a segment."""
+        return [log_file(dir_, base_offset, file_suffix),
+                index_file(dir_, base_offset, file_suffix),
+                time_index_file(dir_, base_offset, file_suffix)]
+
+    # -- sizes and timestamps ------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes in the ``.log`` (a read-only segment asks the file system: it grows)."""
+        if self.read_only:
+            return os.fstat(self._file.fileno()).st_size
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def _max_timestamp_and_offset(self) -> tuple[int, int]:
+        if self._max_ts_and_offset is None:
+            last = self.time_index.last()
+            self._max_ts_and_offset = (last.timestamp, last.offset)
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_and_offset()[0]
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_and_offset()[1]
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest record timestamp, or the file's mtime when no batch has one
+        (Kafka's rule, so retention still ages timestamp-less segments)."""
+        ts = self.max_timestamp_so_far
+        if ts >= 0:
+            return ts
+        return int(os.stat(self.log_path).st_mtime * 1000) if self.log_path.exists() else 0
+
+    def rolling_based_timestamp(self) -> int | None:
+        """The first batch's max timestamp (read once, lazily: never on open)."""
+        if self._rolling_based_timestamp is None and self.size > 0:
+            first = next(self.iter_batches(0), None)
+            if first is not None:
+                self._rolling_based_timestamp = first.max_timestamp
+        return self._rolling_based_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        first = self.rolling_based_timestamp()
+        if first is not None and first >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def should_roll(self, *, segment_bytes: int, segment_ms: int, max_timestamp: int,
+                    max_offset: int, messages_size: int, now_ms: int) -> str | None:
+        """Why this (active) segment must roll before taking ``messages_size`` more bytes
+        with these offsets and timestamps, or None (Kafka's ``shouldRoll``)."""
+        size = self.size
+        if size > 0 and size > segment_bytes - messages_size:
+            return "segment.bytes"
+        if size > 0 and (self.time_waited_for_roll(now_ms, max_timestamp)
+                         > segment_ms - self.rolling_jitter_ms):
+            return "segment.ms"
+        if self.offset_index.is_full:
+            return "offset index full"
+        if self.time_index.is_full:
+            return "time index full"
+        if not self.can_convert_to_relative_offset(max_offset):
+            return "relative offset overflow"
+        return None
+
+    # -- append ---------------------------------------------------------------------------
+
+    def append(self, records, headers: Sequence[BatchHeader] | None = None) -> None:
+        """Append whole, already validated batches (``headers`` are their headers within
+        ``records``; parsed when None). Offsets must fit this segment."""
+        if self.read_only:
+            raise InvalidOffsetError(f"segment {self.log_path} is open read-only")
+        if headers is None:
+            headers = list(iter_batch_headers(records))
+        if not headers:
+            return
+        last = headers[-1].last_offset
+        if not self.can_convert_to_relative_offset(last):
+            raise InvalidOffsetError(
+                f"offset {last} does not fit segment {self.log_path} (base {self.base_offset})")
+        physical = self._size
+        view = memoryview(records)[:headers[-1].end_position]
+        self._write_all(view)
+        if physical == 0:
+            self._rolling_based_timestamp = headers[0].max_timestamp
+        max_ts, max_ts_offset = self._max_timestamp_and_offset()
+        interval = self.index_interval_bytes
+        since = self._bytes_since_last_index_entry
+        for h in headers:
+            if h.max_timestamp > max_ts:
+                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+            if since > interval:
+                self.offset_index.append(h.last_offset, physical)
+                self.time_index.maybe_append(max_ts, max_ts_offset)
+                since = 0
+            physical += h.size
+            since += h.size
+        self._bytes_since_last_index_entry = since
+        self._max_ts_and_offset = (max_ts, max_ts_offset)
+
+    def _write_all(self, view: memoryview) -> None:
+        try:
+            written = 0
+            while written < len(view):
+                n = self._file.write(view[written:])
+                if not n:
+                    raise OSError(f"short write to {self.log_path}")
+                written += n
+        except OSError as e:
+            # Leave the file as long as what we know we wrote: a partial batch would
+            # otherwise sit before the next append.
+            os.ftruncate(self._file.fileno(), self._size)
+            raise KafkaStorageError(f"failed to append to {self.log_path}: {e}") from e
+        self._size += len(view)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def pread(self, position: int, size: int) -> bytes:
+        try:
+            return os.pread(self._file.fileno(), size, position)
+        except (OSError, ValueError) as e:
+            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
+
+    def readinto(self, buf: bytearray, position: int) -> int:
+        """Fill ``buf`` from ``position``; returns the bytes read (short at the end)."""
+        try:
+            return os.preadv(self._file.fileno(), [buf], position)
+        except (OSError, ValueError) as e:
+            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
+
+    def update_dir(self, dir_: Path) -> None:
+        """The partition directory was renamed: point the paths at the new one."""
+        self.dir = Path(dir_)
+        self.log_path = log_file(self.dir, self.base_offset, self.file_suffix)
+        self.offset_index.path = index_file(self.dir, self.base_offset, self.file_suffix)
+        self.time_index.path = time_index_file(self.dir, self.base_offset, self.file_suffix)
+
+    def iter_batches(self, start_position: int = 0,
+                     end_position: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the whole batches from ``start_position`` on (positions are file
+        positions); reads in 64 KiB chunks and never reads a large batch's body."""
+        end = self.size if end_position is None else end_position
+        pos = start_position
+        while end - pos > MAGIC_OFFSET:
+            want = min(_SCAN_CHUNK, end - pos)
+            buf = self.pread(pos, want)
+            if len(buf) < want:  # the file shrank under us (a truncation)
+                end = pos + len(buf)
+            p = 0
+            while p < len(buf):
+                if len(buf) - p < V2_HEADER_SIZE and pos + len(buf) < end:
+                    break  # the next header straddles the chunk: refill from it
+                # The limit is the end of the file, so a batch whose body lies past the
+                # chunk still yields its header and is skipped without being read.
+                h = read_batch_header(buf, p, end - pos)
+                if h is None:
+                    return  # a partial batch at the end
+                yield dataclasses.replace(h, position=pos + p)
+                p += h.size
+            if p == 0:
+                return
+            pos += p
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
+        """The first batch whose last offset is >= ``offset`` (index lookup, then a
+        forward scan), or None when there is none in this segment."""
+        mapping = self.offset_index.lookup(offset)
+        for h in self.iter_batches(max(mapping.position, starting_position)):
+            if h.last_offset >= offset:
+                return h
+        return None
+
+    def read(self, start_offset: int, max_size: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> SegmentSlice | None:
+        """Whole batches from the one holding ``start_offset``: at most ``max_size``
+        bytes (but at least one batch when ``min_one_batch``), only batches whose last
+        offset is below ``max_offset``. None when there is nothing to read."""
+        first = self.translate_offset(start_offset)
+        if first is None or (max_offset is not None and first.last_offset >= max_offset):
+            return None
+        want = max(max_size, first.size) if min_one_batch else max_size
+        buf = self.pread(first.position, want)
+        end = 0
+        count = 0
+        next_offset = first.base_offset
+        for h in iter_batch_headers(buf):
+            if max_offset is not None and h.last_offset >= max_offset:
+                break
+            if count and h.end_position > max_size:
+                break
+            if h.end_position > want:
+                break
+            end = h.end_position
+            next_offset = h.next_offset
+            count += 1
+        if count == 0:
+            return None
+        return SegmentSlice(buf[:end] if end < len(buf) else buf, first.position,
+                            first.base_offset, next_offset, count)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (reads only the tail past the last index
+        entry, as Kafka does), or the base offset when the segment is empty."""
+        start = self.offset_index.lookup(2**62).position
+        next_offset = self.base_offset
+        for h in self.iter_batches(start):
+            next_offset = h.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(self, timestamp: int,
+                                 starting_offset: int = 0) -> BatchHeader | None:
+        """The first batch with a max timestamp >= ``timestamp`` and a last offset >=
+        ``starting_offset`` (time index, offset index, then a scan)."""
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
+        for h in self.iter_batches(position):
+            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
+                return h
+        return None
+
+    # -- mutation -------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._max_ts_and_offset = None
+        if mapping is None:
+            return 0
+        removed = self._size - mapping.position
+        os.ftruncate(self._file.fileno(), mapping.position)
+        self._size = mapping.position
+        self._bytes_since_last_index_entry = 0
+        if self._size == 0:
+            self._rolling_based_timestamp = None
+        # Indexes may have lost their preallocation when they were trimmed.
+        self.offset_index.resize(self.offset_index._max_index_size)
+        self.time_index.resize(self.time_index._max_index_size)
+        return removed
+
+    def recover(self, max_message_bytes: int) -> int:
+        """Check every batch (size, CRC, increasing offsets, ``max_message_bytes``),
+        rebuild both indexes, cut at the first invalid or partial batch. Returns the
+        number of bytes cut. Reads the file in 16 MiB chunks; Python runs per batch only.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        fd = self._file.fileno()
+        file_size = os.fstat(fd).st_size
+        chunk = bytearray(_RECOVERY_CHUNK)
+        valid_end = 0  # file position after the last valid batch
+        next_offset = self.base_offset
+        max_ts, max_ts_offset = NO_TIMESTAMP, self.base_offset
+        since = 0
+        interval = self.index_interval_bytes
+        oidx, tidx = self.offset_index, self.time_index
+        crc32c = _crc32c.crc32c
+        unpack = _V2_PREFIX.unpack_from
+        first_ts: int | None = None
+        reason = ""
+        chunk_pos = 0
+        while chunk_pos < file_size and not reason:
+            if len(chunk) < min(file_size - chunk_pos, _RECOVERY_CHUNK):
+                chunk = bytearray(_RECOVERY_CHUNK)
+            n = os.preadv(fd, [chunk], chunk_pos)
+            view = memoryview(chunk)[:n]  # released at the end of each pass
+            p = 0
+            while True:
+                avail = n - p
+                if avail < V2_HEADER_SIZE:
+                    if chunk_pos + n >= file_size and avail:
+                        reason = "a partial batch header at the end of the file"
+                    break
+                (base, length, _epoch, magic, crc, _attrs, last_delta, _bts,
+                 mts) = unpack(view, p)
+                size = length + LOG_OVERHEAD
+                if magic != 2:
+                    h, reason = self._legacy_batch(view, p, n, chunk_pos, file_size,
+                                                   max_message_bytes)
+                    if h is None:
+                        break
+                    last, size, mts = h.last_offset, h.size, h.max_timestamp
+                    base = h.base_offset
+                elif size < V2_HEADER_SIZE or last_delta < 0:
+                    reason = f"an impossible batch size {size}"
+                    break
+                elif size > max_message_bytes:
+                    reason = f"a batch of {size} bytes, above max.message.bytes"
+                    break
+                else:
+                    if size > avail:
+                        if chunk_pos + p + size > file_size:
+                            reason = "a partial batch at the end of the file"
+                        elif size > len(chunk):
+                            chunk = bytearray(size)
+                        break  # refill the chunk from this batch on
+                    if crc32c(view[p + 21:p + size]) != crc:
+                        reason = "a CRC mismatch"
+                        break
+                    last = base + last_delta
+                if base < next_offset or last - self.base_offset > INT32_MAX:
+                    reason = (f"offsets {base}..{last} not above the previous batch's "
+                              f"{next_offset - 1} or outside the segment")
+                    break
+                if first_ts is None:
+                    first_ts = mts
+                if mts > max_ts:
+                    max_ts, max_ts_offset = mts, last
+                if since > interval:
+                    oidx.append(last, chunk_pos + p)
+                    tidx.maybe_append(max_ts, max_ts_offset)
+                    since = 0
+                since += size
+                p += size
+                next_offset = last + 1
+                valid_end = chunk_pos + p
+            if p == 0 and not reason:
+                # Only a legacy batch too large for the chunk could get here.
+                chunk = bytearray(len(chunk) * 2)
+            chunk_pos += p
+            view.release()
+        self._bytes_since_last_index_entry = since
+        self._max_ts_and_offset = (max_ts, max_ts_offset)
+        self._rolling_based_timestamp = first_ts
+        truncated = file_size - valid_end
+        if truncated:
+            logger.warning("recovery of %s: %s at position %d (offset %d); cutting %d bytes",
+                           self.log_path, reason or "trailing bytes", valid_end, next_offset,
+                           truncated)
+            os.ftruncate(fd, valid_end)
+        self._size = valid_end
+        return truncated
+
+    def _legacy_batch(self, view, p: int, n: int, chunk_pos: int, file_size: int,
+                      max_message_bytes: int) -> tuple[BatchHeader | None, str]:
+        """Validate a magic 0/1 message during recovery; ``(None, reason)`` stops there,
+        ``(None, "")`` asks for a refill."""
+        try:
+            h = read_batch_header(view, p, n)
+        except CorruptRecordError as e:
+            return None, str(e)
+        if h is None:
+            if chunk_pos + n >= file_size:
+                return None, "a partial message at the end of the file"
+            return None, ""
+        if h.size > max_message_bytes:
+            return None, f"a message of {h.size} bytes, above max.message.bytes"
+        try:
+            verify_crc(view, h)
+        except CorruptRecordError as e:
+            return None, str(e)
+        return h, ""
+
+    def on_become_inactive(self) -> None:
+        """The segment stops being active: final time-index entry, trimmed indexes."""
+        self.time_index.maybe_append(self.max_timestamp_so_far,
+                                     self.offset_of_max_timestamp_so_far, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def sanity_check(self) -> None:
+        """Kafka's check of a segment's indexes (reads only the index files)."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        last = self.offset_index.last_entry()
+        if last is not None and last.position >= self.size:
+            from .errors import CorruptIndexError
+
+            raise CorruptIndexError(
+                f"index {self.offset_index.path} points at position {last.position}, past "
+                f"the end of {self.log_path} ({self.size} bytes)")
+
+    def flush(self) -> None:
+        """fsync the ``.log`` and both indexes."""
+        if self.read_only or self.closed:
+            return
+        try:
+            os.fsync(self._file.fileno())
+            self.offset_index.flush()
+            self.time_index.flush()
+        except OSError as e:
+            raise KafkaStorageError(f"failed to fsync {self.log_path}: {e}") from e
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the three files from ``old_suffix`` to ``new_suffix`` (open handles
+        keep working)."""
+        if self.file_suffix != old_suffix:
+            raise ValueError(f"segment {self.log_path} has suffix {self.file_suffix!r}, "
+                             f"not {old_suffix!r}")
+        new_log = log_file(self.dir, self.base_offset, new_suffix)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        self.offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
+        self.time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
+        self.file_suffix = new_suffix
+
+    def paths(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def close(self) -> None:
+        """Writer: final time-index entry and trimmed indexes; then release the files."""
+        if self.closed:
+            return
+        if not self.read_only:
+            self.time_index.maybe_append(self.max_timestamp_so_far,
+                                         self.offset_of_max_timestamp_so_far,
+                                         skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self._file.close()
+
+    def close_handlers(self) -> None:
+        """Release the files without touching them (before deletion)."""
+        self.offset_index.close_handler()
+        self.time_index.close_handler()
+        if not self._file.closed:
+            self._file.close()
+
+    def delete(self) -> None:
+        """Close and unlink the three files now."""
+        self.close_handlers()
+        for path in self.paths():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                logger.debug("%s was already gone", path)
+
+    def __enter__(self) -> LogSegment:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path.name}, size={self._size})"
