@@ -76,3 +76,8 @@ class ReadOnlyError(SeglogError):
 
 class DataLossError(SeglogError):
     """Data a source query should have read is gone (retention, deleted partition, truncation)."""
+
+
+class SinkCommitError(SeglogError):
+    """The sink cannot publish a batch as staged (a task left no commit message, the topic
+    changed under the batch, a staging file is missing); nothing of the batch is visible."""
