@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from kafka_batches import BASE_TS, batch
+from seglog.logstore.batch_header import iter_batch_headers
+from seglog.logstore.file_names import DELETED_SUFFIX
+from seglog.logstore.log_segment import LogSegment
+
+
+def _segment(tmp_path, base=0, interval=100, **kw) -> LogSegment:
+    return LogSegment.open(tmp_path, base, index_interval_bytes=interval, max_index_size=4096,
+                           **kw)
+
+
+def _fill(seg: LogSegment, n_batches: int, records: int = 3, ts_step: int = 10) -> list:
+    """Append batches with consecutive offsets from the segment's base."""
+    offset = seg.base_offset
+    out = []
+    for i in range(n_batches):
+        raw = batch(records, ts=BASE_TS + i * ts_step, base_offset=offset, tag=i)
+        seg.append(raw)
+        out.append((offset, offset + records - 1, raw))
+        offset += records
+    return out
+
+
+def test_index_entries_follow_index_interval_bytes(tmp_path):
+    seg = _segment(tmp_path, base=50, interval=200)
+    batches = _fill(seg, 12)
+    size = len(batches[0][2])
+    entries = seg.offset_index.all_entries()
+    assert entries, "some entries expected"
+    assert entries[0].position > 0  # the first batch never gets one
+    # Kafka's rule, recomputed: an entry when more than 200 bytes since the last one.
+    expected, since, pos = [], 0, 0
+    for _first, last, raw in batches:
+        if since > 200:
+            expected.append((last, pos))
+            since = 0
+        pos += len(raw)
+        since += len(raw)
+    assert [(e.offset, e.position) for e in entries] == expected
+    assert seg.size == 12 * size
+    seg.close()
+
+
+def test_translate_offset_and_read(tmp_path):
+    seg = _segment(tmp_path)
+    batches = _fill(seg, 10)
+    h = seg.translate_offset(14)  # inside the batch 12..14
+    assert (h.base_offset, h.last_offset) == (12, 14)
+    sl = seg.read(13, max_size=1)  # min one batch
+    assert (sl.first_offset, sl.next_offset, sl.batch_count) == (12, 15, 1)
+    assert sl.records == batches[4][2]
+    sl = seg.read(0, max_size=10**6, max_offset=9)
+    assert sl.next_offset == 9 and sl.records == b"".join(b[2] for b in batches[:3])
+    assert seg.read(100, 1000) is None
+    assert seg.read_next_offset() == 30
+    seg.close()
+
+
+def test_find_offset_by_timestamp(tmp_path):
+    seg = _segment(tmp_path)
+    _fill(seg, 10, ts_step=10)  # batch i: timestamps BASE_TS+10i .. +2
+    h = seg.find_offset_by_timestamp(BASE_TS + 41)
+    assert h.base_offset == 12  # batch 4 holds BASE_TS+40..42
+    h = seg.find_offset_by_timestamp(BASE_TS + 43)
+    assert h.base_offset == 15
+    assert seg.find_offset_by_timestamp(BASE_TS + 1000) is None
+    assert seg.max_timestamp_so_far == BASE_TS + 92
+    seg.close()
+
+
+def test_truncate_to_cuts_whole_batches_and_indexes(tmp_path):
+    seg = _segment(tmp_path)
+    batches = _fill(seg, 10)
+    removed = seg.truncate_to(16)  # the batch 15..17 goes entirely
+    assert removed == 5 * len(batches[0][2])
+    assert seg.read_next_offset() == 15
+    assert all(e.offset < 16 for e in seg.offset_index.all_entries())
+    assert all(e.offset < 16 for e in seg.time_index.all_entries())
+    seg.append(batch(2, base_offset=15))
+    assert seg.read_next_offset() == 17
+    seg.close()
+
+
+def test_recover_rebuilds_the_same_indexes_and_cuts_garbage(tmp_path):
+    seg = _segment(tmp_path)
+    _fill(seg, 20)
+    before = (seg.offset_index.all_entries(), seg.time_index.all_entries())
+    good_size = seg.size
+    seg.close()
+    with open(seg.log_path, "ab") as f:
+        f.write(b"\x00" * 7 + b"garbage that is no batch at all" * 3)
+    seg = _segment(tmp_path)
+    assert seg.recover(1 << 20) > 0
+    assert seg.size == good_size == os.path.getsize(seg.log_path)
+    assert (seg.offset_index.all_entries(), seg.time_index.all_entries()) == before
+    seg.close()
+
+
+def test_recover_stops_at_a_bad_crc(tmp_path):
+    seg = _segment(tmp_path)
+    batches = _fill(seg, 6)
+    seg.close()
+    size = len(batches[0][2])
+    with open(seg.log_path, "r+b") as f:
+        f.seek(3 * size + 70)  # inside the records of the fourth batch
+        f.write(b"\xff")
+    seg = _segment(tmp_path)
+    assert seg.recover(1 << 20) == 3 * size
+    assert seg.read_next_offset() == 9
+    seg.close()
+
+
+def test_recover_enforces_max_message_bytes_and_increasing_offsets(tmp_path):
+    seg = _segment(tmp_path)
+    batches = _fill(seg, 3)
+    seg.close()
+    with open(seg.log_path, "ab") as f:  # offsets going back, written behind its back
+        f.write(batch(3, base_offset=2))
+    seg = _segment(tmp_path)
+    assert seg.recover(1 << 20) == len(batches[0][2])
+    size = len(batches[0][2])
+    assert seg.recover(size - 1) == 3 * size  # the first batch is already too large
+    assert seg.size == 0
+    seg.close()
+
+
+def test_flush_fsyncs_log_and_indexes(tmp_path, monkeypatch):
+    seg = _segment(tmp_path)
+    _fill(seg, 3)
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")),
+                                                 real(fd)))
+    seg.flush()
+    names = sorted(os.path.basename(p) for p in synced)
+    assert names == ["00000000000000000000.index", "00000000000000000000.log",
+                     "00000000000000000000.timeindex"]
+    seg.close()
+
+
+def test_rename_and_delete(tmp_path):
+    seg = _segment(tmp_path)
+    _fill(seg, 2)
+    seg.change_file_suffixes("", DELETED_SUFFIX)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "00000000000000000000.index.deleted", "00000000000000000000.log.deleted",
+        "00000000000000000000.timeindex.deleted"]
+    assert seg.read(0, 100) is not None  # open handles keep reading
+    seg.delete()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_close_writes_the_final_time_index_entry_and_trims(tmp_path):
+    seg = _segment(tmp_path)
+    _fill(seg, 3, ts_step=100)
+    seg.close()
+    assert os.path.getsize(seg.offset_index.path) % 8 == 0
+    again = _segment(tmp_path)
+    assert again.time_index.last().timestamp == BASE_TS + 202
+    assert again.max_timestamp_so_far == BASE_TS + 202
+    again.close()
+
+
+def test_read_only_segment_sees_appends_and_survives_truncation(tmp_path):
+    writer = _segment(tmp_path)
+    _fill(writer, 2)
+    reader = LogSegment.open(tmp_path, 0, read_only=True)
+    assert reader.read_next_offset() == 6
+    writer.append(batch(3, base_offset=6))
+    assert reader.read_next_offset() == 9
+    writer.truncate_to(3)
+    assert reader.read_next_offset() == 3
+    with pytest.raises(Exception, match="read-only"):
+        reader.append(batch(1, base_offset=3))
+    reader.close()
+    writer.close()
+
+
+def test_iter_batches_skips_bodies_of_large_batches(tmp_path):
+    seg = _segment(tmp_path)
+    big = batch(2, value_size=200_000)
+    seg.append(big)
+    seg.append(batch(1, base_offset=2))
+    got = [(h.base_offset, h.size) for h in seg.iter_batches()]
+    assert got == [(0, len(big)), (2, len(batch(1)))]
+    assert [h.size for h in iter_batch_headers(big)] == [len(big)]
+    seg.close()
