@@ -1,0 +1,773 @@
+"""``LogManager``: every partition log of one or more log dirs, embedded in one process.
+
+Kafka's LogManager without a broker. Opening, in order:
+
+1. Each log dir is canonicalized (duplicates refused), created if missing (writer only),
+   and checked for access; a writer takes its ``.lock``.
+2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; a writer
+   removes it at once (anything it writes from now on is unflushed until close).
+3. The three offset checkpoints are read. A corrupt one is reported and treated as
+   missing, and its dir is then recovered like an unclean one, from offset 0.
+4. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
+   ``-``), ``-delete`` directories (finished: removed by a writer during open), anything
+   else is skipped with a warning; one partition in two dirs is a ``LogDirError``.
+5. A clean dir's partitions load lazily, on first use, reading no segment data. An
+   unclean dir's partitions are all recovered now (``Log.open(had_clean_shutdown=False)``
+   from their recovery points), ``num.recovery.threads.per.data.dir`` at a time per dir,
+   all dirs at once; their checkpoints are then rewritten.
+
+The high watermark is the visibility contract with other processes:
+``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
+writing ``replication-offset-checkpoint``, so what another process can see has been
+fsynced. A read-only manager (another process) takes no lock, writes nothing, and reads
+high watermarks and start offsets straight from the checkpoint files and the directory
+listing, without reading segments.
+
+Thread-safety: the public methods are thread-safe. ``_lock`` guards the partition table,
+the checkpoint values of unloaded partitions and the deletion queue; each partition's own
+``lock`` serializes the operations that write its log (a ``Log`` has one writer thread):
+append, flush, retention, deletion. Reads through ``get_log(...)`` take no lock.
+
+>>> with LogManager([path]) as mgr:                              # doctest: +SKIP
+...     mgr.create_topic("events", partitions=3, config={"retention.ms": 86_400_000})
+...     mgr.append("events", 0, encode_batches(values))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
+from .clock import SYSTEM_CLOCK, Clock
+from .config import LogConfig, ManagerConfig
+from .delayed_deletion import DelayedDeleter
+from .dir_lock import DirLock
+from .errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    KafkaStorageError,
+    LogDirError,
+    ReadOnlyError,
+    SeglogError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    DELETE_DIR_SUFFIX,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
+    delete_dir_name,
+    is_delete_dir_name,
+    parse_partition_dir_name,
+    parse_segment_file_name,
+    partition_dir_name,
+)
+from .scheduler import MaintenanceTask, Scheduler, TaskRun, standard_tasks
+from .topics import (
+    load_topic_config,
+    parse_overrides,
+    read_topic_config,
+    validate_topic_name,
+    warn_on_collision,
+    write_topic_config,
+)
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# A new partition directory is prepared under this hidden name (config file included),
+# then renamed into place, so no process ever sees a partition without its config.
+_STAGING_PREFIX = ".seglog-new-"
+_CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
+_KNOWN_FILES = frozenset({".lock", CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
+                          LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
+                          "cleaner-offset-checkpoint", "meta.properties"})
+
+
+def _log_class():
+    # Imported late: the Log is the other half of the storage engine and imports nothing
+    # from here, but keeping the import out of module load lets the manager's
+    # dir/lock/checkpoint logic load without it.
+    from .log import Log
+
+    return Log
+
+
+@dataclass(eq=False)
+class _LogDir:
+    path: Path
+    lock: DirLock | None
+    had_clean_shutdown: bool
+    # Checkpoint values read at open; kept for partitions that were never loaded.
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
+    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def checkpoint(self, name: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.path / name)
+
+
+@dataclass(eq=False)
+class _Partition:
+    topic: str
+    partition: int
+    dir: Path
+    log_dir: _LogDir
+    log: Any = None  # a Log once loaded
+    # serializes writes to `log` and its lazy loading
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+class LogManager:
+    """Every partition log of ``log_dirs``. Thread-safe (see the module docstring).
+
+    ``config``: a ``ManagerConfig`` or a mapping of broker-level keys;
+    ``default_topic_config``: a mapping of topic-level keys that topics override;
+    ``background``: run the maintenance tasks on a daemon thread (writer only).
+    """
+
+    def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                 read_only: bool = False,
+                 config: ManagerConfig | Mapping[str, Any] | None = None,
+                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 clock: Clock = SYSTEM_CLOCK, background: bool = False) -> None:
+        self.read_only = read_only
+        self.clock = clock
+        self.config = (config if isinstance(config, ManagerConfig)
+                       else ManagerConfig.from_properties(config))
+        self.default_topic_config = (
+            default_topic_config if isinstance(default_topic_config, LogConfig)
+            else LogConfig.from_properties(default_topic_config))
+        self._lock = threading.RLock()  # guards _partitions, _topic_configs, _pending_deletes
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
+        self._closed = False
+        self.scheduler = Scheduler(clock)
+        # `.deleted` segment files of every log, unlinked after file.delete.delay.ms
+        self.deleter = DelayedDeleter(clock)
+        if isinstance(log_dirs, (str, os.PathLike)):
+            log_dirs = [log_dirs]
+        self.log_dirs: list[_LogDir] = []
+        try:
+            self._open(list(log_dirs))
+        except BaseException:
+            self._abandon()
+            raise
+        if not read_only:
+            for task in self._maintenance_tasks():
+                self.scheduler.add_task(task)
+            if background:
+                self.scheduler.start()
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _open(self, raw_dirs: list[str | os.PathLike]) -> None:
+        if not raw_dirs:
+            raise LogDirError("no log dir given")
+        paths = self._canonical_dirs(raw_dirs)
+        for path in paths:
+            lock = None if self.read_only else DirLock(path).acquire()
+            marker = path / CLEAN_SHUTDOWN_FILE
+            log_dir = _LogDir(path, lock, marker.exists())
+            self.log_dirs.append(log_dir)
+            self._read_checkpoints(log_dir)
+            if not self.read_only and marker.exists():
+                marker.unlink()
+                fsync_dir(path)
+        recover: list[_Partition] = []
+        for log_dir in self.log_dirs:
+            for p in self._scan(log_dir):
+                other = self._partitions.get(p.tp)
+                if other is not None:
+                    raise LogDirError(
+                        f"partition {p.topic}-{p.partition} is in two log dirs: {other.dir} "
+                        f"and {p.dir}; remove one of them")
+                self._partitions[p.tp] = p
+                if not log_dir.had_clean_shutdown and not self.read_only:
+                    recover.append(p)
+        if recover:
+            self._recover(recover)
+        if not self.read_only:
+            self.delete_logs(self.clock.milliseconds())
+
+    def _canonical_dirs(self, raw_dirs: list[str | os.PathLike]) -> list[Path]:
+        seen: dict[Any, Path] = {}
+        out = []
+        for raw in raw_dirs:
+            path = Path(raw).expanduser()
+            if not path.exists():
+                if self.read_only:
+                    raise LogDirError(f"log dir {path} does not exist")
+                try:
+                    path.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise LogDirError(f"cannot create log dir {path}: {e}") from e
+            path = path.resolve()
+            if not path.is_dir():
+                raise LogDirError(f"log dir {path} is not a directory")
+            mode = os.R_OK | os.X_OK | (0 if self.read_only else os.W_OK)
+            if not os.access(path, mode):
+                need = "readable" if self.read_only else "readable and writable"
+                raise LogDirError(f"log dir {path} is not {need} by this process")
+            st = path.stat()
+            key = (st.st_dev, st.st_ino)  # also catches bind mounts of one directory
+            if key in seen:
+                raise LogDirError(f"log dir {raw} is given twice (same directory as "
+                                  f"{seen[key]})")
+            seen[key] = path
+            out.append(path)
+        return out
+
+    def _read_checkpoints(self, log_dir: _LogDir) -> None:
+        for name, attr in ((RECOVERY_POINT_CHECKPOINT, "recovery_points"),
+                           (LOG_START_OFFSET_CHECKPOINT, "log_start_offsets"),
+                           (HIGH_WATERMARK_CHECKPOINT, "high_watermarks")):
+            try:
+                setattr(log_dir, attr, log_dir.checkpoint(name).read())
+            except (CorruptCheckpointError, KafkaStorageError) as e:
+                log_dir.problems.append(str(e))
+                if self.read_only:
+                    logger.error("%s; its offsets are treated as unknown", e)
+                    continue
+                # Nothing recorded in this dir can be trusted any more: recover it all.
+                logger.error("%s; recovering every partition of %s from offset 0", e,
+                             log_dir.path)
+                log_dir.had_clean_shutdown = False
+                log_dir.recovery_points = {}
+
+    def _scan(self, log_dir: _LogDir) -> list[_Partition]:
+        found = []
+        try:
+            entries = list(os.scandir(log_dir.path))
+        except OSError as e:
+            raise LogDirError(f"cannot list log dir {log_dir.path}: {e}") from e
+        for entry in entries:
+            name = entry.name
+            if not entry.is_dir(follow_symlinks=False):
+                if name not in _KNOWN_FILES and not name.endswith(".tmp"):
+                    logger.warning("skipping unknown file %s in log dir", entry.path)
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX) and is_delete_dir_name(name):
+                with self._lock:
+                    self._pending_deletes.append((Path(entry.path), 0))
+                continue
+            if name.startswith(_STAGING_PREFIX):
+                if not self.read_only:  # a create_topic that crashed before its rename
+                    logger.info("removing unfinished partition directory %s", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir_name(name)
+            if parsed is None:
+                logger.warning("skipping unknown entry %s in log dir", entry.path)
+                continue
+            found.append(_Partition(parsed[0], parsed[1], Path(entry.path), log_dir))
+        return found
+
+    def _recover(self, partitions: list[_Partition]) -> None:
+        """Recover every partition of the unclean dirs: one pool per dir, all at once."""
+        threads = self.config.num_recovery_threads_per_data_dir
+        by_dir: dict[int, list[_Partition]] = {}
+        for p in partitions:
+            by_dir.setdefault(id(p.log_dir), []).append(p)
+        pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
+                 for _ in by_dir]
+        try:
+            futures = [(p, pool.submit(self._load, p))
+                       for pool, group in zip(pools, by_dir.values(), strict=True) for p in group]
+            errors = []
+            for p, fut in futures:
+                try:
+                    fut.result()
+                except SeglogError as e:
+                    errors.append(e)
+                except OSError as e:
+                    errors.append(KafkaStorageError(f"cannot recover {p.dir}: {e}"))
+            if errors:
+                for e in errors[1:]:
+                    logger.error("recovery failed: %s", e)
+                raise errors[0]
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True)
+        for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
+            logger.info("recovered %d partitions of %s",
+                        sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
+            self._write_checkpoints(log_dir)
+
+    def _load(self, p: _Partition) -> Any:
+        """Open ``p``'s Log if not yet open (thread-safe, idempotent)."""
+        log = p.log
+        if log is not None:
+            return log
+        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
+        with p.lock:
+            if p.log is not None:
+                return p.log
+            ld = p.log_dir
+            recovering = not ld.had_clean_shutdown and not self.read_only
+            log = _log_class().open(
+                p.dir, config, clock=self.clock,
+                recovery_point=ld.recovery_points.get(p.tp, 0),
+                log_start_offset=ld.log_start_offsets.get(p.tp, 0),
+                high_watermark=ld.high_watermarks.get(p.tp),
+                had_clean_shutdown=not recovering, read_only=self.read_only,
+                deleter=self.deleter)
+            p.log = log
+            return log
+
+    def _config_of(self, p: _Partition) -> LogConfig:
+        with self._lock:
+            config = self._topic_configs.get(p.topic)
+        if config is None:
+            config = load_topic_config(p.dir, self.default_topic_config)
+            with self._lock:
+                self._topic_configs.setdefault(p.topic, config)
+        return config
+
+    # -- topics ----------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """Every topic with at least one partition, sorted."""
+        self._refresh()
+        with self._lock:
+            return sorted({t for t, _ in self._partitions})
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition numbers, sorted; UnknownTopicOrPartitionError if none."""
+        self._refresh()
+        with self._lock:
+            parts = sorted(p for t, p in self._partitions if t == topic)
+        if not parts:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self._dirs_text()}")
+        return parts
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The default topic config plus the topic's persisted overrides."""
+        return self._config_of(self._partition(topic, self.partitions(topic)[0]))
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions and config overrides.
+
+        Raises InvalidTopicError (bad name), TopicExistsError, ConfigError (bad config or
+        partition count), ReadOnlyError.
+        """
+        self._check_writable()
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ConfigError(f"partitions must be an integer of at least 1, got {partitions!r}")
+        overrides = parse_overrides(config, base=self.default_topic_config)
+        with self._lock:
+            existing = {t for t, _ in self._partitions}
+            if name in existing:
+                raise TopicExistsError(f"topic {name!r} already exists in {self._dirs_text()}")
+            warn_on_collision(name, existing)
+            self._topic_configs.pop(name, None)
+            self._create_partitions(name, range(partitions), overrides)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        self._check_writable()
+        with self._lock:
+            current = self.partitions(name)
+            if isinstance(total, bool) or not isinstance(total, int) or total <= len(current):
+                raise ConfigError(f"topic {name!r} has {len(current)} partitions; the new "
+                                  f"total must be higher, got {total!r}")
+            first = self._partition(name, current[0])
+            overrides = read_topic_config(first.dir) or {}
+            self._create_partitions(name, range(len(current), total), overrides)
+
+    def _create_partitions(self, topic: str, numbers: Iterable[int],
+                           overrides: Mapping[str, str]) -> None:
+        placed: dict[Path, int] = {}
+        for n in numbers:
+            log_dir = self._place(placed)
+            placed[log_dir.path] = placed.get(log_dir.path, 0) + 1
+            final = log_dir.path / partition_dir_name(topic, n)
+            staging = log_dir.path / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
+            try:
+                staging.mkdir()
+                write_topic_config(staging, topic, overrides)
+                os.rename(staging, final)
+                fsync_dir(log_dir.path)
+            except OSError as e:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
+            p = _Partition(topic, n, final, log_dir)
+            self._partitions[p.tp] = p
+            self._load(p)
+            logger.info("created partition %s", final)
+
+    def _place(self, placed: Mapping[Path, int]) -> _LogDir:
+        """The log dir holding the fewest bytes; ties: fewest partitions (Kafka picks by
+        partition count alone, which piles data on one dir when partitions differ)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = {id(d): placed.get(d.path, 0) for d in self.log_dirs}
+        sizes = {id(d): 0 for d in self.log_dirs}
+        for p in self._partitions.values():
+            counts[id(p.log_dir)] += 1
+            sizes[id(p.log_dir)] += self._size_of(p)
+        return min(self.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
+
+    @staticmethod
+    def _size_of(p: _Partition) -> int:
+        if p.log is not None:
+            return p.log.size_in_bytes
+        total = 0
+        try:
+            for e in os.scandir(p.dir):  # metadata only: no segment data is read
+                if e.name.endswith(LOG_SUFFIX):
+                    total += e.stat().st_size
+        except OSError as err:
+            logger.warning("cannot size %s: %s", p.dir, err)
+        return total
+
+    def delete_topic(self, name: str) -> None:
+        """Rename every partition dir of ``name`` to ``<tp>.<id>-delete``; the directories
+        are removed asynchronously after ``file.delete.delay.ms`` (a crash in between:
+        by the next writer that opens the dir)."""
+        self._check_writable()
+        with self._lock:
+            numbers = self.partitions(name)
+            delay = self._config_of(self._partition(name, numbers[0])).file_delete_delay_ms
+            touched = {}
+            for n in numbers:
+                p = self._partitions.pop((name, n))
+                touched[id(p.log_dir)] = p.log_dir
+                with p.lock:
+                    try:
+                        if p.log is not None:
+                            target = p.log.rename_for_deletion()
+                            p.log = None
+                        else:
+                            target = p.dir.with_name(delete_dir_name(name, n))
+                            os.rename(p.dir, target)
+                            fsync_dir(p.log_dir.path)
+                    except OSError as e:
+                        raise KafkaStorageError(f"cannot rename {p.dir} for deletion: {e}") from e
+                for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
+                          p.log_dir.high_watermarks):
+                    m.pop(p.tp, None)
+                self._pending_deletes.append((target, self.clock.milliseconds() + delay))
+            self._topic_configs.pop(name, None)
+            for log_dir in touched.values():
+                self._write_checkpoints(log_dir)
+        self.scheduler.wake()
+        logger.info("deleted topic %s (%d partitions), removal pending", name, len(numbers))
+
+    # -- logs ------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        """The partition's ``Log``, loaded on first use."""
+        return self._load(self._partition(topic, partition))
+
+    def append(self, topic: str, partition: int, records: bytes | bytearray) -> Any:
+        """Append record batches to a partition; returns the Log's AppendInfo."""
+        self._check_writable()
+        p = self._partition(topic, partition)
+        with p.lock:
+            return self._load(p).append(records)
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Per partition, the end of what readers may see. Read-only: straight from each
+        dir's ``replication-offset-checkpoint`` and its listing (no segment is read)."""
+        if self.read_only:
+            return self._read_only_offsets(HIGH_WATERMARK_CHECKPOINT)
+        with self._lock:
+            parts = list(self._partitions.values())
+        return {p.tp: (p.log.high_watermark if p.log is not None
+                       else p.log_dir.high_watermarks.get(p.tp, 0)) for p in parts}
+
+    def log_start_offsets(self) -> dict[TopicPartition, int]:
+        """Per partition, the first offset still in the log (read-only: checkpoint, else
+        the first segment's base offset from the listing)."""
+        if self.read_only:
+            return self._read_only_offsets(LOG_START_OFFSET_CHECKPOINT)
+        with self._lock:
+            parts = list(self._partitions.values())
+        return {p.tp: (p.log.log_start_offset if p.log is not None
+                       else self._stored_start_offset(p)) for p in parts}
+
+    def _read_only_offsets(self, checkpoint: str) -> dict[TopicPartition, int]:
+        self._refresh()
+        out = {}
+        with self._lock:
+            parts = list(self._partitions.values())
+        cached: dict[int, dict[TopicPartition, int]] = {}
+        for ld in self.log_dirs:
+            try:
+                cached[id(ld)] = ld.checkpoint(checkpoint).read()
+            except (CorruptCheckpointError, KafkaStorageError) as e:
+                logger.error("%s; using the values read before", e)
+                cached[id(ld)] = (ld.high_watermarks if checkpoint == HIGH_WATERMARK_CHECKPOINT
+                                  else ld.log_start_offsets)
+                continue
+            if checkpoint == HIGH_WATERMARK_CHECKPOINT:
+                ld.high_watermarks = cached[id(ld)]
+            else:
+                ld.log_start_offsets = cached[id(ld)]
+        for p in parts:
+            value = cached[id(p.log_dir)].get(p.tp)
+            if checkpoint == LOG_START_OFFSET_CHECKPOINT:
+                value = max(value or 0, self._first_segment_base(p.dir))
+            elif p.log is not None:
+                # a read-only Log reads up to the high watermark it was last told
+                p.log.update_high_watermark(value or 0)
+            out[p.tp] = value or 0
+        return out
+
+    def _stored_start_offset(self, p: _Partition) -> int:
+        return max(p.log_dir.log_start_offsets.get(p.tp, 0), self._first_segment_base(p.dir))
+
+    @staticmethod
+    def _first_segment_base(dir_: Path) -> int:
+        bases = []
+        try:
+            for name in os.listdir(dir_):
+                parsed = parse_segment_file_name(name)
+                if parsed is not None and parsed[1] == LOG_SUFFIX and not parsed[2]:
+                    bases.append(parsed[0])
+        except OSError as e:
+            logger.warning("cannot list %s: %s", dir_, e)
+        return min(bases, default=0)
+
+    def _refresh(self) -> None:
+        """Read-only: pick up partitions created or deleted by the writer since open."""
+        if not self.read_only:
+            return
+        with self._lock:
+            seen = set()
+            for ld in self.log_dirs:
+                for p in self._scan(ld):
+                    seen.add(p.tp)
+                    self._partitions.setdefault(p.tp, p)
+            for tp in [tp for tp in self._partitions if tp not in seen]:
+                gone = self._partitions.pop(tp)
+                if gone.log is not None:
+                    gone.log.close()
+            self._pending_deletes.clear()  # a reader never deletes
+
+    # -- flushing, checkpoints, maintenance -----------------------------------------
+
+    def flush_all(self) -> None:
+        """fsync every loaded log (unloaded ones have nothing unflushed)."""
+        for p in self._loaded():
+            with p.lock:
+                if p.log is not None:
+                    p.log.flush()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Flush each log up to its high watermark, then write every dir's
+        ``replication-offset-checkpoint``: what other processes can see is fsynced."""
+        self._check_writable()
+        for p in self._loaded():
+            with p.lock:
+                if p.log is not None:
+                    p.log.flush(p.log.high_watermark)
+        for ld in self.log_dirs:
+            self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._check_writable()
+        for ld in self.log_dirs:
+            self._write_checkpoint(ld, RECOVERY_POINT_CHECKPOINT)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._check_writable()
+        for ld in self.log_dirs:
+            self._write_checkpoint(ld, LOG_START_OFFSET_CHECKPOINT)
+
+    def _write_checkpoints(self, log_dir: _LogDir) -> None:
+        for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                     HIGH_WATERMARK_CHECKPOINT):
+            self._write_checkpoint(log_dir, name)
+
+    def _write_checkpoint(self, log_dir: _LogDir, name: str) -> None:
+        with self._lock:
+            parts = [p for p in self._partitions.values() if p.log_dir is log_dir]
+            offsets: dict[TopicPartition, int] = {}
+            for p in parts:
+                log = p.log
+                if name == RECOVERY_POINT_CHECKPOINT:
+                    offsets[p.tp] = (log.recovery_point if log is not None
+                                     else log_dir.recovery_points.get(p.tp, 0))
+                elif name == HIGH_WATERMARK_CHECKPOINT:
+                    # HW <= recovery point: publish only flushed data (see module doc)
+                    offsets[p.tp] = (min(log.high_watermark, log.recovery_point)
+                                     if log is not None
+                                     else log_dir.high_watermarks.get(p.tp, 0))
+                elif log is None:
+                    if p.tp in log_dir.log_start_offsets:
+                        offsets[p.tp] = log_dir.log_start_offsets[p.tp]
+                else:
+                    segments = log.segments
+                    if segments and log.log_start_offset > segments[0].base_offset:
+                        offsets[p.tp] = log.log_start_offset
+            log_dir.checkpoint(name).write(offsets)
+
+    def run_maintenance(self) -> list[TaskRun]:
+        """Run the maintenance tasks that are due now (for short-lived processes)."""
+        self._check_writable()
+        return self.scheduler.run_due()
+
+    def _maintenance_tasks(self) -> list[MaintenanceTask]:
+        """Every periodic task of this manager: THE place to add one (the compaction
+        cleaner registers here, or later through ``self.scheduler.add``)."""
+        return standard_tasks(
+            self.config,
+            retention=lambda now: self.delete_old_segments(),
+            flush=self._flush_dirty,
+            checkpoint_recovery_points=lambda now: self.checkpoint_recovery_points(),
+            checkpoint_log_start_offsets=lambda now: self.checkpoint_log_start_offsets(),
+            checkpoint_high_watermarks=lambda now: self.checkpoint_high_watermarks(),
+            delete_logs=self.delete_logs,
+            now_ms=self.clock.monotonic_ms())
+
+    def delete_old_segments(self) -> int:
+        """Retention (time, size, start offset) over every partition with the delete
+        policy; returns the number of segments deleted. Loads unloaded partitions."""
+        self._check_writable()
+        with self._lock:
+            parts = list(self._partitions.values())
+        total = 0
+        for p in parts:
+            if not self._config_of(p).delete:
+                continue
+            with p.lock:
+                total += self._load(p).delete_old_segments()
+        return total
+
+    def _flush_dirty(self, now_ms: int) -> int:
+        """Kafka's flusher: each log whose ``flush.ms`` has elapsed since its last flush
+        (unloaded logs have nothing unflushed)."""
+        flushed = 0
+        for p in self._loaded():
+            with p.lock:
+                if p.log is not None and p.log.flush_if_due():
+                    flushed += 1
+        return flushed
+
+    def delete_logs(self, now_ms: int) -> int:
+        """Unlink the due ``.deleted`` segment files and remove the ``-delete`` directories
+        whose delay has passed; returns how many files and directories went."""
+        removed = self.deleter.run_due()
+        with self._lock:
+            due = [(d, t) for d, t in self._pending_deletes if t <= now_ms]
+            self._pending_deletes = [(d, t) for d, t in self._pending_deletes if t > now_ms]
+        for d, t in due:
+            try:
+                shutil.rmtree(d)
+                fsync_dir(d.parent)
+                removed += 1
+                logger.info("removed %s", d)
+            except FileNotFoundError:
+                removed += 1
+            except OSError as e:
+                logger.error("cannot remove %s (will retry): %s", d, e)
+                with self._lock:
+                    self._pending_deletes.append((d, t))
+        return removed
+
+    # -- closing ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Writer: flush every log, write the checkpoints, close the logs, write
+        ``.kafka_cleanshutdown`` and release the locks. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.scheduler.stop()
+        if self.read_only:
+            self._close_logs()
+            return
+        try:
+            self.flush_all()
+            for ld in self.log_dirs:
+                self._write_checkpoints(ld)
+            self._close_logs()
+            for ld in self.log_dirs:
+                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, _CLEAN_SHUTDOWN_CONTENT)
+        finally:
+            self._abandon()
+
+    def _close_logs(self) -> None:
+        for p in self._loaded():
+            with p.lock:
+                if p.log is not None:
+                    p.log.close()
+                    p.log = None
+
+    def _abandon(self) -> None:
+        """Close what is open and release the locks, without flushing (error paths)."""
+        self.scheduler.stop()
+        for p in self._loaded():
+            try:
+                p.log.close()
+            except Exception:
+                logger.exception("cannot close the log of %s", p.dir)
+            p.log = None
+        for ld in self.log_dirs:
+            if ld.lock is not None:
+                ld.lock.release()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            # The process failed mid-way: do not claim a clean shutdown.
+            self._closed = True
+            self._abandon()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _loaded(self) -> list[_Partition]:
+        with self._lock:
+            return [p for p in self._partitions.values() if p.log is not None]
+
+    def _partition(self, topic: str, partition: int) -> _Partition:
+        with self._lock:
+            p = self._partitions.get((topic, partition))
+        if p is None and self.read_only:
+            self._refresh()
+            with self._lock:
+                p = self._partitions.get((topic, partition))
+        if p is None:
+            raise UnknownTopicOrPartitionError(
+                f"unknown partition {topic}-{partition} in {self._dirs_text()}")
+        return p
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"this LogManager of {self._dirs_text()} is read-only")
+        if self._closed:
+            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is closed")
+
+    def _dirs_text(self) -> str:
+        return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "writer"
+        return f"LogManager([{self._dirs_text()}], {mode})"

@@ -1,0 +1,455 @@
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from seglog.logstore import log_manager as lm
+from seglog.logstore.batch_header import iter_batch_headers, verify_crc
+from seglog.logstore.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.clock import MockClock
+from seglog.logstore.errors import (
+    ConfigError,
+    InvalidTopicError,
+    LogDirError,
+    LogDirLockedError,
+    ReadOnlyError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.logstore.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TOPIC_CONFIG_FILE,
+    delete_dir_name,
+)
+from seglog.logstore.log_manager import LogManager
+
+NOW = 1_700_000_000_000
+
+
+def batch(n: int = 10, value_size: int = 100, ts: int = NOW) -> bytes:
+    """One v2 batch of ``n`` records (offsets 0..n-1; the Log reassigns them)."""
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    for i in range(n):
+        b.append(i, ts + i, None, b"%08d" % i + b"x" * max(value_size - 8, 0), [])
+    return bytes(b.build())
+
+
+def read_all(log, start=0):
+    """Every batch header from ``start`` up to the high watermark, CRC-checked."""
+    out, offset = [], start
+    while offset < log.high_watermark:
+        data = log.read(offset, max_bytes=1 << 20)
+        buf = bytes(data.records) if hasattr(data, "records") else bytes(data)
+        headers = list(iter_batch_headers(buf))
+        assert headers, f"no batch at offset {offset}"
+        for h in headers:
+            verify_crc(buf, h)
+        out.extend(headers)
+        offset = headers[-1].next_offset
+    return out
+
+
+@pytest.fixture
+def clock():
+    return MockClock(NOW)
+
+
+def test_opening_creates_missing_dirs_and_rejects_duplicates(tmp_path):
+    a = tmp_path / "a" / "nested"
+    with LogManager([a]) as mgr:
+        assert a.is_dir() and mgr.topics() == []
+    (tmp_path / "alias").symlink_to(a)
+    with pytest.raises(LogDirError, match="given twice"):
+        LogManager([a, tmp_path / "alias"])
+    with pytest.raises(LogDirError, match="given twice"):
+        LogManager([a, str(a) + "/"])
+    # the failed open released the locks it took
+    with LogManager([a]):
+        pass
+
+
+def test_unusable_dirs_are_clear_errors(tmp_path, monkeypatch):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(LogDirError, match="not a directory"):
+        LogManager([f])
+    with pytest.raises(LogDirError, match="does not exist"):
+        LogManager([tmp_path / "missing"], read_only=True)
+    d = tmp_path / "d"
+    d.mkdir()
+    # root can write anywhere, so permission bits cannot be the seam here
+    monkeypatch.setattr(lm.os, "access", lambda path, mode: not mode & os.W_OK)
+    with pytest.raises(LogDirError, match="not readable and writable"):
+        LogManager([d])
+    with LogManager([d], read_only=True):
+        pass
+
+
+def test_one_writer_per_dir_and_readers_take_no_lock(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+        with pytest.raises(LogDirLockedError, match=str(tmp_path)):
+            LogManager([tmp_path])
+        with LogManager([tmp_path], read_only=True) as reader:
+            assert reader.topics() == ["t"]
+
+
+def test_read_only_writes_nothing(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 2)
+        mgr.append("t", 0, batch())
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tmp_path.rglob("*")}
+    with LogManager([tmp_path], read_only=True) as reader:
+        reader.get_log("t", 0)
+        assert reader.high_watermarks() == {("t", 0): 10, ("t", 1): 0}
+        with pytest.raises(ReadOnlyError):
+            reader.append("t", 0, batch())
+        with pytest.raises(ReadOnlyError):
+            reader.create_topic("u")
+        with pytest.raises(ReadOnlyError):
+            reader.run_maintenance()
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tmp_path.rglob("*")}
+    assert after == before
+
+
+def test_create_topic_errors(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 2, {"retention.ms": 1000})
+        with pytest.raises(TopicExistsError, match="'t'"):
+            mgr.create_topic("t")
+        with pytest.raises(InvalidTopicError):
+            mgr.create_topic("bad name")
+        with pytest.raises(ConfigError, match="segment.bytes"):
+            mgr.create_topic("u", 1, {"segment.bytes": "big"})
+        with pytest.raises(ConfigError, match="partitions"):
+            mgr.create_topic("u", 0)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            mgr.partitions("u")
+        assert mgr.topics() == ["t"]
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["t-0", "t-1"]
+
+
+def test_topic_config_persists_for_every_later_process(tmp_path):
+    with LogManager([tmp_path], default_topic_config={"retention.ms": 5000}) as mgr:
+        mgr.create_topic("a-b.c", 2, {"segment.bytes": 1 << 20, "cleanup.policy": "compact"})
+        assert mgr.topic_config("a-b.c").segment_bytes == 1 << 20
+        mgr.add_partitions("a-b.c", 3)
+        with pytest.raises(ConfigError, match="higher"):
+            mgr.add_partitions("a-b.c", 3)
+    for p in range(3):
+        assert (tmp_path / f"a-b.c-{p}" / TOPIC_CONFIG_FILE).is_file()
+    code = textwrap.dedent(f"""
+        from seglog.logstore.log_manager import LogManager
+        with LogManager([{str(tmp_path)!r}], read_only=True) as m:
+            c = m.topic_config("a-b.c")
+            print(m.partitions("a-b.c"), c.segment_bytes, sorted(c.cleanup_policy),
+                  c.retention_ms)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[0, 1, 2] 1048576 ['compact'] 604800000"
+    with LogManager([tmp_path]) as mgr:
+        assert mgr.get_log("a-b.c", 2).config.segment_bytes == 1 << 20
+
+
+def test_append_read_and_clean_shutdown_marker(tmp_path):
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t")
+    info = mgr.append("t", 0, batch(5))
+    assert info is not None
+    mgr.append("t", 0, batch(5))
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert [h.base_offset for h in read_all(mgr.get_log("t", 0))] == [0, 5]
+    mgr.close()
+    mgr.close()  # idempotent
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 10}
+    assert OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read() == {("t", 0): 10}
+    with LogManager([tmp_path]) as mgr:
+        assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # removed on open
+        assert mgr.get_log("t", 0).log_end_offset == 10
+        assert mgr.high_watermarks() == {("t", 0): 10}
+
+
+def test_clean_dir_loads_lazily(tmp_path, monkeypatch):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 3)
+        for p in range(3):
+            mgr.append("t", p, batch())
+    opened = []
+    real_open = lm._log_class().open
+
+    def counting_open(dir_, *args, **kwargs):
+        opened.append((os.path.basename(dir_), kwargs["had_clean_shutdown"]))
+        return real_open(dir_, *args, **kwargs)
+
+    monkeypatch.setattr(lm._log_class(), "open", counting_open)
+    with LogManager([tmp_path]) as mgr:
+        assert opened == []
+        assert mgr.high_watermarks() == {("t", 0): 10, ("t", 1): 10, ("t", 2): 10}
+        assert mgr.log_start_offsets() == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+        assert opened == []
+        assert mgr.get_log("t", 1).log_end_offset == 10
+        assert opened == [("t-1", True)]
+    # the partitions never loaded kept their checkpoint entries
+    assert OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read() == {
+        ("t", 0): 10, ("t", 1): 10, ("t", 2): 10}
+
+
+def _crash_after(tmp_path, body: str) -> None:
+    """Run ``body`` in a writer subprocess that then dies without closing."""
+    code = textwrap.dedent("""
+        import os
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+        from seglog.logstore.log_manager import LogManager
+        def batch(n):
+            b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+            for i in range(n):
+                b.append(i, 1_700_000_000_000 + i, None, b"v" * 100, [])
+            return bytes(b.build())
+        mgr = LogManager([{dir!r}])
+    """).format(dir=str(tmp_path)) + textwrap.dedent(body) + "\nos._exit(0)\n"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_unclean_dir_recovers_every_partition_at_open(tmp_path, monkeypatch):
+    _crash_after(tmp_path, """
+        mgr.create_topic("t", 2)
+        mgr.append("t", 0, batch(10)); mgr.append("t", 1, batch(3))
+        mgr.checkpoint_high_watermarks(); mgr.checkpoint_recovery_points()
+        mgr.append("t", 0, batch(10))
+    """)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    seg = tmp_path / "t-0" / "00000000000000000000.log"
+    good = seg.stat().st_size
+    with open(seg, "ab") as f:  # a torn write at the end of the active segment
+        f.write(batch(4)[:50])
+    calls = []
+    real_open = lm._log_class().open
+
+    def spy(dir_, *args, **kwargs):
+        calls.append((os.path.basename(dir_), kwargs["recovery_point"],
+                      kwargs["had_clean_shutdown"]))
+        return real_open(dir_, *args, **kwargs)
+
+    monkeypatch.setattr(lm._log_class(), "open", spy)
+    with LogManager([tmp_path]) as mgr:
+        assert sorted(calls) == [("t-0", 10, False), ("t-1", 3, False)]
+        log = mgr.get_log("t", 0)
+        assert log.log_end_offset == 20
+        assert seg.stat().st_size == good
+        # readers still see only what was published before the crash...
+        assert log.high_watermark == 10
+        assert [h.base_offset for h in read_all(log)] == [0]
+        # ...and everything once the writer goes on
+        mgr.append("t", 0, batch(1))
+        assert [h.base_offset for h in read_all(log)] == [0, 10, 20]
+        # recovery rewrote the checkpoints right away
+        assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read()[("t", 0)] >= 10
+
+
+def test_corrupt_recovery_checkpoint_is_reported_and_recovery_starts_at_zero(
+        tmp_path, monkeypatch, caplog):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+        mgr.append("t", 0, batch())
+    (tmp_path / RECOVERY_POINT_CHECKPOINT).write_text("0\n1\nt 0 1x0\n")
+    calls = []
+    real_open = lm._log_class().open
+
+    def spy(dir_, *args, **kwargs):
+        calls.append((kwargs["recovery_point"], kwargs["had_clean_shutdown"]))
+        return real_open(dir_, *args, **kwargs)
+
+    monkeypatch.setattr(lm._log_class(), "open", spy)
+    with caplog.at_level(logging.ERROR), LogManager([tmp_path]) as mgr:
+        assert calls == [(0, False)]
+        assert "line 3" in caplog.text and RECOVERY_POINT_CHECKPOINT in caplog.text
+        assert mgr.get_log("t", 0).log_end_offset == 10
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 10}
+
+
+def test_entries_delete_dirs_and_duplicates(tmp_path, caplog):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with LogManager([a]) as mgr:
+        mgr.create_topic("t", 2)
+    (a / "not-a-partition-x").mkdir()
+    (a / "stray-file").write_text("?")
+    doomed = a / delete_dir_name("gone", 0)
+    doomed.mkdir()
+    (doomed / "00000000000000000000.log").write_bytes(b"x")
+    with caplog.at_level(logging.WARNING), LogManager([a]) as mgr:
+        assert mgr.topics() == ["t"]
+        assert not doomed.exists()  # a crash between rename and removal: finished on open
+    assert "not-a-partition-x" in caplog.text and "stray-file" in caplog.text
+    (b / "t-1").mkdir(parents=True)
+    with pytest.raises(LogDirError, match="t-1.*two log dirs"):
+        LogManager([a, b])
+
+
+def test_delete_topic_renames_then_removes_after_the_delay(tmp_path, clock):
+    with LogManager([tmp_path], clock=clock) as mgr:
+        mgr.create_topic("t", 2, {"file.delete.delay.ms": 1000})
+        mgr.create_topic("keep")
+        mgr.append("t", 0, batch())
+        mgr.checkpoint_high_watermarks()
+        mgr.delete_topic("t")
+        assert mgr.topics() == ["keep"]
+        pending = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith("-delete"))
+        assert len(pending) == 2 and pending[0].startswith("t-0.")
+        assert OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read() == {
+            ("keep", 0): 0}
+        with pytest.raises(UnknownTopicOrPartitionError):
+            mgr.get_log("t", 0)
+        mgr.run_maintenance()
+        assert len([p for p in tmp_path.iterdir() if p.name.endswith("-delete")]) == 2
+        clock.advance(1000)
+        mgr.scheduler.run_all()
+        assert [p for p in tmp_path.iterdir() if p.name.endswith("-delete")] == []
+        mgr.create_topic("t")  # the name is free again
+        assert mgr.get_log("t", 0).log_end_offset == 0
+
+
+def test_placement_prefers_the_dir_with_fewest_bytes_then_fewest_partitions(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with LogManager([a, b]) as mgr:
+        mgr.create_topic("first", 2)  # tie on bytes: one partition per dir
+        assert {(a / "first-0").exists(), (b / "first-1").exists()} == {True}
+        mgr.append("first", 0, batch(100, 1000))
+        mgr.create_topic("second", 2)  # b holds fewer bytes, both go there
+        assert (b / "second-0").is_dir() and (b / "second-1").is_dir()
+
+
+def test_high_watermark_checkpoint_publishes_only_flushed_data(tmp_path, monkeypatch):
+    events = []
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+        mgr.append("t", 0, batch())
+        log = mgr.get_log("t", 0)
+        real_flush = type(log).flush
+
+        def flush(self, offset=None):
+            events.append(("flush", offset))
+            return real_flush(self, offset)
+
+        real_write = OffsetCheckpointFile.write
+
+        def write(self, offsets):
+            events.append(("write", self.path.name, dict(offsets)))
+            return real_write(self, offsets)
+
+        monkeypatch.setattr(type(log), "flush", flush)
+        monkeypatch.setattr(OffsetCheckpointFile, "write", write)
+        mgr.checkpoint_high_watermarks()
+        assert events == [("flush", 10), ("write", HIGH_WATERMARK_CHECKPOINT, {("t", 0): 10})]
+        assert log.recovery_point >= 10
+
+
+def test_log_start_offset_checkpoint_lists_only_advanced_partitions(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 2)
+        mgr.append("t", 0, batch())
+        mgr.append("t", 1, batch())
+        mgr.get_log("t", 0).maybe_increment_log_start_offset(4)
+        mgr.checkpoint_log_start_offsets()
+        assert OffsetCheckpointFile(tmp_path / LOG_START_OFFSET_CHECKPOINT).read() == {
+            ("t", 0): 4}
+        assert mgr.log_start_offsets() == {("t", 0): 4, ("t", 1): 0}
+    with LogManager([tmp_path], read_only=True) as reader:
+        assert reader.log_start_offsets() == {("t", 0): 4, ("t", 1): 0}
+    with LogManager([tmp_path]) as mgr:
+        assert mgr.log_start_offsets() == {("t", 0): 4, ("t", 1): 0}
+        assert mgr.get_log("t", 0).log_start_offset == 4
+
+
+def test_reader_sees_only_checkpointed_high_watermarks_and_new_topics(tmp_path):
+    with LogManager([tmp_path]) as mgr, LogManager([tmp_path], read_only=True) as reader:
+        mgr.create_topic("t")
+        assert reader.high_watermarks() == {("t", 0): 0}
+        mgr.append("t", 0, batch())
+        assert reader.high_watermarks() == {("t", 0): 0}
+        mgr.checkpoint_high_watermarks()
+        assert reader.high_watermarks() == {("t", 0): 10}
+        mgr.delete_topic("t")
+        assert reader.topics() == []
+
+
+def test_retention_and_deleted_files_through_run_maintenance(tmp_path, clock):
+    config = {"segment.bytes": 3000, "retention.ms": 60_000, "file.delete.delay.ms": 500}
+    with LogManager([tmp_path], clock=clock,
+                    config={"log.retention.check.interval.ms": 1000}) as mgr:
+        mgr.create_topic("t", 1, config)
+        for _ in range(6):
+            mgr.append("t", 0, batch(10, 200, ts=clock.milliseconds()))
+        log = mgr.get_log("t", 0)
+        assert log.num_segments > 2
+        mgr.checkpoint_high_watermarks()
+        clock.advance(120_000)
+        mgr.append("t", 0, batch(10, 200, ts=clock.milliseconds()))
+        mgr.checkpoint_high_watermarks()
+        mgr.run_maintenance()
+        assert log.log_start_offset > 0
+        deleted = list((tmp_path / "t-0").glob("*.deleted"))
+        assert deleted
+        clock.advance(1000)
+        mgr.run_maintenance()
+        assert list((tmp_path / "t-0").glob("*.deleted")) == []
+        assert [h.base_offset for h in read_all(log, log.log_start_offset)][-1] == 60
+    with LogManager([tmp_path], read_only=True) as reader:
+        assert reader.log_start_offsets()[("t", 0)] == log.log_start_offset
+
+
+def test_flush_task_honours_flush_ms(tmp_path, clock):
+    never = 10**12
+    with LogManager([tmp_path], clock=clock,
+                    config={"log.flush.scheduler.interval.ms": 100,
+                            "replica.high.watermark.checkpoint.interval.ms": never,
+                            "log.flush.offset.checkpoint.interval.ms": never}) as mgr:
+        mgr.create_topic("slow")
+        mgr.create_topic("fast", 1, {"flush.ms": 1000})
+        mgr.run_maintenance()  # every task is due once at start
+        mgr.append("slow", 0, batch())
+        mgr.append("fast", 0, batch())
+        clock.advance(100)
+        runs = {r.name: r for r in mgr.run_maintenance()}
+        assert runs["log-flusher"].result == 0
+        assert mgr.get_log("fast", 0).recovery_point == 0
+        clock.advance(900)
+        runs = {r.name: r for r in mgr.run_maintenance()}
+        assert runs["log-flusher"].result == 1
+        assert mgr.get_log("fast", 0).recovery_point == 10
+        assert mgr.get_log("slow", 0).recovery_point == 0
+
+
+def test_background_scheduler_checkpoints(tmp_path):
+    with LogManager([tmp_path], background=True,
+                    config={"replica.high.watermark.checkpoint.interval.ms": 10}) as mgr:
+        assert mgr.scheduler.running
+        mgr.create_topic("t")
+        mgr.append("t", 0, batch())
+        cp = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT)
+        for _ in range(500):
+            if cp.read().get(("t", 0)) == 10:
+                break
+            mgr.scheduler.wake()
+            time.sleep(0.01)
+        assert cp.read() == {("t", 0): 10}
+    assert not mgr.scheduler.running
+
+
+def test_exception_inside_with_block_does_not_claim_a_clean_shutdown(tmp_path):
+    with pytest.raises(RuntimeError), LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+        raise RuntimeError("user code failed")
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    with LogManager([tmp_path]) as mgr:  # the lock was released
+        assert mgr.topics() == ["t"]
