@@ -17,6 +17,10 @@ Options:
   capped by the topic's ``max.message.bytes``.
 - ``lockTimeoutMs`` (default 30000): how long a commit waits for another writer to
   release a log dir's ``.lock`` before failing with ``LogDirLockedError``.
+- ``maintenanceIntervalMs`` (default 300000, Kafka's ``log.retention.check.interval.ms``):
+  how often a commit also runs the LogManager's maintenance (retention, checkpoints,
+  deletions); the time of the last run is kept in the log dir, so it holds across the
+  short-lived processes that commit micro-batches.
 - ``checkpointLocation`` is accepted (Spark passes it along) and otherwise unused.
 
 Input columns follow Spark's Kafka sink: ``value`` (required; binary or string),
@@ -45,9 +49,10 @@ COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC_CONFIG_PREFIX = "topic."
 DEFAULT_MAX_BATCH_BYTES = 1 << 20
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
+DEFAULT_MAINTENANCE_INTERVAL_MS = 300_000
 
 _NAMES = ("path", "logDirs", "topic", "compression.type", "createTopics", "numPartitions",
-          "maxBatchBytes", "lockTimeoutMs", "checkpointLocation")
+          "maxBatchBytes", "lockTimeoutMs", "maintenanceIntervalMs", "checkpointLocation")
 _CANONICAL = {n.lower(): n for n in _NAMES}
 
 
@@ -63,6 +68,7 @@ class SinkOptions:
     topic_config: Mapping[str, str] | None = None
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    maintenance_interval_ms: int = DEFAULT_MAINTENANCE_INTERVAL_MS
     checkpoint_location: str | None = None
 
     @classmethod
@@ -111,6 +117,8 @@ class SinkOptions:
             topic_config=topic_config,
             max_batch_bytes=_positive_int(opts, "maxBatchBytes", DEFAULT_MAX_BATCH_BYTES),
             lock_timeout_ms=_non_negative_int(opts, "lockTimeoutMs", DEFAULT_LOCK_TIMEOUT_MS),
+            maintenance_interval_ms=_non_negative_int(
+                opts, "maintenanceIntervalMs", DEFAULT_MAINTENANCE_INTERVAL_MS),
             checkpoint_location=opts.get("checkpointLocation"),
         )
 

@@ -1,0 +1,441 @@
+"""Executor side of the exactly-once sink: encode rows, stage them, describe them.
+
+A write task routes each input row to its topic-partition (the ``partition`` column,
+else Kafka's key placement, else a content hash; see ``partitioner``), encodes each
+partition's rows into RecordBatch v2 batches with ``encode_batches`` and appends them to
+one staging file per partition. At the end it fsyncs the files and their directory and
+returns a ``StagedTask``: a small, picklable description that the driver's
+``sink_commit.commit`` publishes. Nothing staged is visible to readers: staging lives
+under ``<log dir>/.seglog-sink/staging/``, which no reader looks at.
+
+Layout (one staging directory per sink and micro-batch, so sweeping is ``rmtree``)::
+
+    <log dir>/.seglog-sink/staging/<sink id>/<batch id>/
+        <topic>-<partition>.t<task>.a<attempt>.<uid>.stage
+
+The file holds consecutive v2 batches with base offsets from 0: the commit assigns real
+offsets by rewriting the 8-byte baseOffset only (the CRC does not cover it). Every batch
+carries the sink's identity in Kafka's idempotent-producer fields: ``producerId`` is
+derived from the sink id, ``producerEpoch``/``baseSequence`` hold the micro-batch id
+(see ``producer_fields``), so the data itself says which sink batch wrote it.
+
+The staging file sits in the log dir that holds the partition (for a new topic, the
+first log dir): the same filesystem as the segments it will be copied into.
+
+Not thread-safe: one ``PartitionStager`` per task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from seglog.logstore.batch_header import iter_batch_headers
+from seglog.logstore.checkpoint_file import fsync_dir
+from seglog.logstore.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.config import LogConfig
+from seglog.logstore.errors import (
+    ConfigError,
+    InvalidRecordError,
+    KafkaStorageError,
+    LogDirError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.logstore.file_names import partition_dir_name
+from seglog.logstore.topics import validate_topic_name
+
+from .partitioner import assign_partitions
+from .sink_options import SinkColumns, SinkOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StagedFragment", "StagedTask", "PartitionStager", "producer_fields",
+           "producer_id_of", "staging_root", "sink_state_dir", "SINK_DIR"]
+
+SINK_DIR = ".seglog-sink"
+"""The sink's private directory inside each log dir (staging files and ledgers)."""
+STAGING_SUFFIX = ".stage"
+MAX_BATCH_ID = (1 << 46) - 1
+# Room left in max.message.bytes for the batch header and codec framing, so that a batch
+# whose records were cut at max_batch_bytes still fits once compressed.
+_BATCH_SIZE_MARGIN = 512
+
+
+def sink_state_dir(log_dir: str | os.PathLike) -> Path:
+    return Path(log_dir) / SINK_DIR
+
+
+def staging_root(log_dir: str | os.PathLike, sink_id: str) -> Path:
+    return sink_state_dir(log_dir) / "staging" / _safe(sink_id)
+
+
+def _safe(sink_id: str) -> str:
+    """A file-name-safe form of a sink id (query ids are UUIDs; job ids are ours)."""
+    if all(c.isalnum() or c in "-_." for c in sink_id) and sink_id not in ("", ".", ".."):
+        return sink_id
+    return hashlib.sha256(sink_id.encode()).hexdigest()[:32]
+
+
+def producer_id_of(sink_id: str) -> int:
+    """A stable, non-negative 63-bit Kafka producerId for a sink id."""
+    return int.from_bytes(hashlib.sha256(sink_id.encode()).digest()[:8], "big") & (2**63 - 1)
+
+
+def producer_fields(sink_id: str, batch_id: int) -> tuple[int, int, int]:
+    """``(producerId, producerEpoch, baseSequence)`` stamped on every batch of a sink's
+    micro-batch: the id of the sink, and the batch id split into the epoch (high 15
+    bits) and the sequence (low 31 bits), both non-negative as Kafka requires.
+
+    >>> producer_fields("q", 5)[1:]
+    (0, 5)
+    """
+    if not 0 <= batch_id <= MAX_BATCH_ID:
+        raise ValueError(f"batch id {batch_id} is outside 0..{MAX_BATCH_ID}")
+    return producer_id_of(sink_id), (batch_id >> 31) & 0x7FFF, batch_id & 0x7FFFFFFF
+
+
+def batch_id_of(producer_epoch: int, base_sequence: int) -> int:
+    """The inverse of ``producer_fields`` for the batch id."""
+    return (producer_epoch << 31) | base_sequence
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFragment:
+    """One staging file: a task's encoded rows for one topic-partition."""
+
+    topic: str
+    partition: int
+    path: str
+    size: int
+    records: int
+
+
+@dataclass(frozen=True, slots=True)
+class StagedTask:
+    """What one task attempt staged (the payload of a Spark commit message).
+
+    ``topic_partitions`` records the partition count each topic was routed with, so the
+    commit can refuse a batch whose key placement no longer matches the topic."""
+
+    sink_id: str
+    batch_id: int
+    task: int
+    attempt: int
+    attempt_uid: str
+    fragments: tuple[StagedFragment, ...] = ()
+    topic_partitions: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.fragments)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.fragments)
+
+
+@dataclass(slots=True)
+class _Topic:
+    name: str
+    partitions: int
+    config: LogConfig
+    dirs: dict[int, Path]  # partition -> the log dir holding it (new topics: none)
+
+
+@dataclass(slots=True)
+class _Open:
+    path: Path
+    file: object
+    size: int = 0
+    records: int = 0
+
+
+@dataclass
+class PartitionStager:
+    """Stages one task's rows. ``add`` each Arrow batch, then ``finish`` (or ``discard``).
+
+    >>> stager = PartitionStager(options, columns, "query", 3, 0, 0)  # doctest: +SKIP
+    >>> for rb in batches: stager.add(rb)                           # doctest: +SKIP
+    >>> staged = stager.finish()                                    # doctest: +SKIP
+    """
+
+    options: SinkOptions
+    columns: SinkColumns
+    sink_id: str
+    batch_id: int
+    task: int
+    attempt: int
+    clock: Clock = SYSTEM_CLOCK
+    attempt_uid: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    _topics: dict[str, _Topic] = field(default_factory=dict)
+    _files: dict[tuple[str, int], _Open] = field(default_factory=dict)
+    _dirs: list[Path] = field(default_factory=list)
+    _finished: bool = False
+
+    def __post_init__(self) -> None:
+        self._producer = producer_fields(self.sink_id, self.batch_id)
+        self._default_config = LogConfig.from_properties(self.options.topic_config or {})
+
+    # -- rows ------------------------------------------------------------------------
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Route, encode and stage one batch of rows."""
+        n = batch.num_rows
+        if n == 0:
+            return
+        topics, topic_index, counts = self._route_topics(batch)
+        partitions = self._partitions(batch, topics, topic_index, counts)
+        if len(topics) == 1:
+            target = partitions.astype(np.int64)
+        else:
+            target = topic_index.astype(np.int64) * (1 << 32) + partitions
+        first = int(target[0])
+        if (target == first).all():
+            self._stage(batch, topics[int(topic_index[0])], int(partitions[0]))
+            return
+        order = np.argsort(target, kind="stable")
+        sorted_target = target[order]
+        bounds = np.flatnonzero(np.diff(sorted_target)) + 1
+        starts = np.concatenate(([0], bounds))
+        ends = np.concatenate((bounds, [n]))
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            row = int(order[s])
+            rows = batch.take(pa.array(order[s:e]))
+            self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
+
+    def _route_topics(self, batch) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
+        """(distinct topics, per-row index into them, per-row partition count)."""
+        n = batch.num_rows
+        default = self.options.topic
+        if self.columns.topic is None:
+            t = self._topic(default)
+            return [t], np.zeros(n, np.int32), np.asarray(t.partitions)
+        col = batch.column(self.columns.topic)
+        if col.null_count:
+            if default is None:
+                row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                raise InvalidRecordError(
+                    f"row {row} has a null 'topic' and the option 'topic' is not set")
+            col = pc.fill_null(col, default)
+        encoded = pc.dictionary_encode(col)
+        if isinstance(encoded, pa.ChunkedArray):
+            encoded = encoded.combine_chunks()
+        names = encoded.dictionary.to_pylist()
+        index = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        resolved = [self._topic(name) for name in names]
+        counts = np.array([t.partitions for t in resolved], dtype=np.int64)
+        if len(names) == 1:
+            return resolved, index, counts[:1].reshape(())
+        return resolved, index, counts[index]
+
+    def _partitions(self, batch, topics, topic_index, counts) -> np.ndarray:
+        keys = batch.column(self.columns.key) if self.columns.key else None
+        values = batch.column(self.columns.value)
+        if self.columns.partition is None:
+            return assign_partitions(keys, values, counts)
+        given = batch.column(self.columns.partition)
+        if given.null_count == len(given):
+            return assign_partitions(keys, values, counts)
+        explicit = pc.fill_null(given, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        per_row = np.broadcast_to(counts, explicit.shape)
+        bad = np.flatnonzero((explicit < -1) | (explicit >= per_row)
+                             | ((explicit == -1) & given.is_valid().to_numpy(
+                                 zero_copy_only=False)))
+        if len(bad):
+            row = int(bad[0])
+            topic = topics[int(topic_index[row])].name
+            raise UnknownTopicOrPartitionError(
+                f"row {row} asks for partition {int(explicit[row])} of topic {topic!r}, "
+                f"which has {int(per_row[row])} partition(s) (0..{int(per_row[row]) - 1})")
+        if given.null_count == 0:
+            return explicit.astype(np.int32)
+        computed = assign_partitions(keys, values, counts)
+        return np.where(explicit >= 0, explicit, computed).astype(np.int32)
+
+    def _topic(self, name: str | None) -> _Topic:
+        if name is None:
+            raise ConfigError("no topic: give the option 'topic' or a 'topic' column")
+        t = self._topics.get(name)
+        if t is not None:
+            return t
+        validate_topic_name(name)
+        t = self._describe_topic(name)
+        self._topics[name] = t
+        return t
+
+    def _describe_topic(self, name: str) -> _Topic:
+        """Partition count, config and placement of a topic, from the directory listing
+        (no segment is read); a missing topic gets the sink's creation settings."""
+        from seglog.logstore.log_manager import LogManager
+
+        dirs = [Path(d) for d in self.options.log_dirs]
+        if not all(d.is_dir() for d in dirs):
+            for d in dirs:
+                d.mkdir(parents=True, exist_ok=True)
+        mgr = LogManager(dirs, read_only=True)
+        try:
+            try:
+                numbers = mgr.partitions(name)
+            except UnknownTopicOrPartitionError:
+                if not self.options.create_topics:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {name!r} does not exist in {', '.join(self.options.log_dirs)} "
+                        "and the option 'createTopics' is false") from None
+                return _Topic(name, self.options.num_partitions, self._default_config, {})
+            config = mgr.topic_config(name)
+        finally:
+            mgr.close()
+        placement = {}
+        for n in numbers:
+            for d in dirs:
+                if (d / partition_dir_name(name, n)).is_dir():
+                    placement[n] = d
+                    break
+        if numbers != list(range(len(numbers))):
+            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
+        return _Topic(name, len(numbers), config, placement)
+
+    def _stage(self, rows, topic: _Topic, partition: int) -> None:
+        c = self.columns
+        pid, epoch, seq = self._producer
+        config = topic.config
+        limit = config.max_message_bytes
+        max_batch = min(self.options.max_batch_bytes,
+                        max(limit - _BATCH_SIZE_MARGIN, limit // 2, 64))
+        data = encode_batches_for(
+            rows.column(c.value),
+            rows.column(c.key) if c.key else None,
+            rows.column(c.timestamp) if c.timestamp else None,
+            rows.column(c.headers) if c.headers else None,
+            compression=self.options.compression, now_ms=self.clock.milliseconds(),
+            max_batch_bytes=max_batch, producer_id=pid, producer_epoch=epoch,
+            base_sequence=seq)
+        for h in iter_batch_headers(data):
+            if h.size > limit:
+                raise RecordTooLargeError(
+                    f"a record batch for {topic.name}-{partition} is {h.size} bytes, above "
+                    f"the topic's max.message.bytes ({limit}): a single record is too large")
+        f = self._file(topic, partition)
+        try:
+            f.file.write(data)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot write staging file {f.path}: {e}") from e
+        f.size += len(data)
+        f.records += rows.num_rows
+
+    def _file(self, topic: _Topic, partition: int) -> _Open:
+        key = (topic.name, partition)
+        f = self._files.get(key)
+        if f is None:
+            log_dir = topic.dirs.get(partition, Path(self.options.log_dirs[0]))
+            d = staging_root(log_dir, self.sink_id) / str(self.batch_id)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
+            if d not in self._dirs:
+                self._dirs.append(d)
+            name = (f"{topic.name}-{partition}.t{self.task}.a{self.attempt}."
+                    f"{self.attempt_uid}{STAGING_SUFFIX}")
+            path = d / name
+            try:
+                handle = open(path, "xb")  # noqa: SIM115 (closed in finish/discard)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging file {path}: {e}") from e
+            f = _Open(path, handle)
+            self._files[key] = f
+        return f
+
+    # -- end -------------------------------------------------------------------------
+
+    def finish(self) -> StagedTask:
+        """fsync every staging file and its directory; describe them."""
+        self._finished = True
+        fragments = []
+        try:
+            for (topic, partition), f in sorted(self._files.items()):
+                f.file.flush()
+                os.fsync(f.file.fileno())
+                f.file.close()
+                fragments.append(StagedFragment(topic, partition, str(f.path), f.size,
+                                                f.records))
+            for d in self._dirs:
+                fsync_dir(d)
+        except OSError as e:
+            self.discard()
+            raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
+        return StagedTask(
+            self.sink_id, self.batch_id, self.task, self.attempt, self.attempt_uid,
+            tuple(fragments),
+            tuple(sorted((t.name, t.partitions) for t in self._topics.values())))
+
+    def discard(self) -> None:
+        """Remove what this task staged (a failed task leaves nothing behind)."""
+        for f in self._files.values():
+            try:
+                f.file.close()
+            except OSError as e:
+                logger.warning("cannot close staging file %s: %s", f.path, e)
+            remove_files([f.path])
+        self._files.clear()
+
+
+def encode_batches_for(values, keys, timestamps, headers, **kwargs) -> bytes:
+    """``encode_batches`` with the sink's column conventions (headers whose values are
+    strings are cast to binary)."""
+    from seglog.logstore.record_codec import encode_batches
+
+    if headers is not None:
+        item = headers.type.value_type
+        if not pa.types.is_binary(item.field(1).type):
+            target = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            headers = headers.cast(target)
+    return encode_batches(values, keys, timestamps, headers, **kwargs)
+
+
+def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
+               sink_id: str, batch_id: int, task: int, attempt: int,
+               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
+    """Stage every batch of ``batches``; on any error, remove what was staged."""
+    stager = PartitionStager(options, columns, sink_id, batch_id, task, attempt, clock)
+    try:
+        for rb in batches:
+            stager.add(rb)
+        return stager.finish()
+    except BaseException:
+        stager.discard()
+        raise
+
+
+def remove_files(paths: Iterable[str | os.PathLike]) -> int:
+    """Unlink files that may already be gone; returns how many were removed."""
+    removed = 0
+    for p in paths:
+        try:
+            os.unlink(p)
+            removed += 1
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            logger.warning("cannot remove staging file %s: %s", p, e)
+    return removed
+
+
+def remove_tree(path: Path) -> None:
+    """rmtree that tolerates a concurrent removal, and logs anything else."""
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        logger.warning("cannot remove staging directory %s: %s", path, e)
