@@ -20,8 +20,9 @@ Two ways to open an index:
   mapped, because the writer trims the file on roll and a mapping past the new end of
   file would kill the reader with SIGBUS. With ``count_leading_nonzero`` (the index of an
   active segment, which the writer preallocated with zeros) the entries are the leading
-  entries whose relative offset is not zero: a real entry never has relative offset 0,
-  since a segment's first batch never gets an entry. That count is found by binary search
+  entries that are not all zeros: a real offset-index entry never has relative offset 0,
+  since a segment's first batch never gets an entry, and a real time-index entry has a
+  timestamp. That count is found by binary search
   and re-read when a lookup needs entries beyond it.
 
 Thread-safety: every method is safe to call from several threads; ``_lock`` serialises
@@ -110,13 +111,13 @@ class AbstractIndex(Generic[E]):
         return self.ENTRY.unpack(raw)
 
     def _find_leading_nonzero(self, known: int) -> int:
-        """Binary search of the first entry with relative offset 0, from ``known`` on."""
+        """Binary search of the first all-zero entry, from ``known`` on."""
         self._length = os.fstat(self._file.fileno()).st_size
         lo, hi = known, self._length // self.ENTRY.size
         while lo < hi:
             mid = (lo + hi) // 2
             raw = self._raw(mid)
-            if len(raw) == self.ENTRY.size and self.ENTRY.unpack(raw)[self.REL_OFFSET_FIELD]:
+            if len(raw) == self.ENTRY.size and any(raw):
                 lo = mid + 1
             else:
                 hi = mid

@@ -1,0 +1,248 @@
+"""The ``seglog`` command line.
+
+Subcommands (``seglog <command> --help`` for each):
+
+* ``dump-log FILE...`` — like Kafka's ``kafka-dump-log.sh``: the batches of ``.log`` files
+  (``--print-data-log`` adds the records), the entries of ``.index`` / ``.timeindex``
+  files with a sanity check against the ``.log`` beside them.
+
+Exit status: 0 when everything read is valid, 1 when a batch is invalid or an index
+disagrees with its log, 2 on bad usage. New subcommands register in ``_COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from seglog.logstore.batch_header import BatchHeader, compute_crc, read_batch_header
+from seglog.logstore.errors import CorruptRecordError, SeglogError
+from seglog.logstore.file_names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    log_file,
+    parse_segment_file_name,
+)
+from seglog.logstore.offset_index import OffsetIndex
+from seglog.logstore.time_index import TimeIndex
+
+_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def _batches(buf) -> Iterator[tuple[BatchHeader | None, str]]:
+    """Every batch of ``buf``; a final ``(None, reason)`` when it ends in junk."""
+    pos = 0
+    while pos < len(buf):
+        try:
+            h = read_batch_header(buf, pos)
+        except CorruptRecordError as e:
+            yield None, str(e)
+            return
+        if h is None:
+            yield None, f"{len(buf) - pos} trailing bytes at position {pos} (a partial batch)"
+            return
+        yield h, ""
+        pos = h.end_position
+
+
+def _map(path: Path) -> mmap.mmap | bytes:
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _text(value) -> str:
+    if value is None:
+        return "null"
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _print_records(out: TextIO, raw: bytes) -> None:
+    from seglog.logstore.record_codec import decode_batches
+
+    records = decode_batches(raw, include_headers=True).to_pylist()
+    for r in records:
+        ts_name = {1: "LogAppendTime", 0: "CreateTime"}.get(r["timestampType"], "NoTimestamp")
+        headers = ",".join(f"{h['key']}:{_text(h['value'])}" for h in (r["headers"] or []))
+        out.write(f"| offset: {r['offset']} {ts_name}: {r['timestamp']} "
+                  f"keySize: {len(r['key']) if r['key'] is not None else -1} "
+                  f"valueSize: {len(r['value']) if r['value'] is not None else -1} "
+                  f"headers: [{headers}] key: {_text(r['key'])} "
+                  f"payload: {_text(r['value'])}\n")
+
+
+def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
+    """Print a ``.log`` file's batches; returns the number of problems found."""
+    parsed = parse_segment_file_name(path.name)
+    out.write(f"Dumping {path}\n")
+    if parsed is not None:
+        out.write(f"Log starting offset: {parsed[0]}\n")
+    buf = _map(path)
+    problems = 0
+    try:
+        for h, reason in _batches(buf):
+            if h is None:
+                out.write(f"Found invalid data: {reason}\n")
+                problems += 1
+                break
+            valid = compute_crc(buf, h) == h.crc
+            problems += not valid
+            ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+            out.write(
+                f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
+                f"count: {h.records_count} baseSequence: {h.base_sequence} "
+                f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+                f"partitionLeaderEpoch: {h.partition_leader_epoch} "
+                f"isTransactional: {str(h.is_transactional).lower()} "
+                f"isControl: {str(h.is_control).lower()} position: {h.position} "
+                f"{ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
+                f"compresscodec: {_CODECS.get(h.compression, h.compression)} "
+                f"crc: {h.crc} isvalid: {str(valid).lower()}\n")
+            if print_data and valid and not h.is_control:
+                try:
+                    _print_records(out, bytes(buf[h.position:h.end_position]))
+                except SeglogError as e:
+                    out.write(f"Found invalid records: {e}\n")
+                    problems += 1
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+    return problems
+
+
+def _batch_at(buf, position: int) -> BatchHeader | None:
+    try:
+        return read_batch_header(buf, position)
+    except CorruptRecordError:
+        return None
+
+
+def dump_index_file(path: Path, out: TextIO) -> int:
+    """Print an ``.index`` file and check each entry against the ``.log`` beside it
+    (the entry's offset must be the last offset of the batch at its position)."""
+    base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
+    out.write(f"Dumping {path}\n")
+    idx = OffsetIndex(path, base, writable=False, count_leading_nonzero=True)
+    log_path = log_file(path.parent, base)
+    buf = _map(log_path) if log_path.exists() else None
+    problems = 0
+    try:
+        for e in idx.all_entries():
+            out.write(f"offset: {e.offset} position: {e.position}\n")
+            if buf is None:
+                continue
+            h = _batch_at(buf, e.position)
+            if h is None or h.last_offset != e.offset:
+                problems += 1
+                found = "no batch" if h is None else f"a batch ending at offset {h.last_offset}"
+                out.write(f"Index mismatch in {path.name}: offset {e.offset} points at position "
+                          f"{e.position}, where the log has {found}\n")
+        if buf is None:
+            out.write(f"No {log_path.name} beside the index: entries not checked\n")
+    finally:
+        idx.close_handler()
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+    return problems
+
+
+def dump_time_index_file(path: Path, out: TextIO) -> int:
+    """Print a ``.timeindex`` file and check it against the ``.log`` beside it (each
+    entry's offset must end a batch whose max timestamp is the entry's timestamp, and
+    timestamps must grow)."""
+    base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
+    out.write(f"Dumping {path}\n")
+    idx = TimeIndex(path, base, writable=False, count_leading_nonzero=True)
+    log_path = log_file(path.parent, base)
+    ends: dict[int, int] = {}
+    if log_path.exists():
+        buf = _map(log_path)
+        try:
+            ends = {h.last_offset: h.max_timestamp for h, _ in _batches(buf) if h is not None}
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+    problems = 0
+    previous = -1
+    try:
+        for e in idx.all_entries():
+            out.write(f"timestamp: {e.timestamp} offset: {e.offset}\n")
+            if e.timestamp <= previous:
+                problems += 1
+                out.write(f"Time index mismatch in {path.name}: timestamp {e.timestamp} does not "
+                          f"grow (previous {previous})\n")
+            previous = e.timestamp
+            if log_path.exists() and ends.get(e.offset) != e.timestamp:
+                problems += 1
+                found = ends.get(e.offset, "no batch ending there")
+                out.write(f"Time index mismatch in {path.name}: offset {e.offset} timestamp "
+                          f"{e.timestamp}, the log has {found}\n")
+    finally:
+        idx.close_handler()
+    return problems
+
+
+def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
+    problems = 0
+    for name in args.files:
+        path = Path(name)
+        if not path.is_file():
+            out.write(f"{path}: no such file\n")
+            problems += 1
+            continue
+        parsed = parse_segment_file_name(path.name)
+        ext = parsed[1] if parsed else path.suffix
+        if ext == LOG_SUFFIX:
+            problems += dump_log_file(path, out, print_data=args.print_data_log)
+        elif ext == INDEX_SUFFIX and parsed:
+            problems += dump_index_file(path, out)
+        elif ext == TIME_INDEX_SUFFIX and parsed:
+            problems += dump_time_index_file(path, out)
+        else:
+            out.write(f"{path}: not a .log, .index or .timeindex file named by its base offset\n")
+            problems += 1
+    return 1 if problems else 0
+
+
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
+                           Callable[[argparse.Namespace, TextIO], int]]] = {}
+
+
+def _dump_log_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", help=".log, .index or .timeindex files")
+    p.add_argument("--print-data-log", action="store_true",
+                   help="print every record (offset, timestamp, key, payload, headers)")
+
+
+_COMMANDS["dump-log"] = ("print the batches and index entries of segment files "
+                         "(like kafka-dump-log.sh)", _dump_log_args, _dump_log)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seglog", description="seglog tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_args, run) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_args(p)
+        p.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args, out or sys.stdout)
+    except (SeglogError, OSError) as e:
+        sys.stderr.write(f"seglog {args.command}: {e}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
