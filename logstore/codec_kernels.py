@@ -271,7 +271,12 @@ def fill_v2(out, body, batch_first, batch_pos, key_offs, key_data, key_valid, va
         _put_be(out, start + 35, max_ts, 8)
         _put_be(out, start + 43, producer_id, 8)
         _put_be(out, start + 51, producer_epoch, 2)
-        _put_be(out, start + 53, base_sequence, 4)
+        # Like Kafka's producer, each batch's sequence continues the previous one and
+        # wraps to 0 after Int32.MAX.
+        seq = base_sequence
+        if base_sequence >= 0:
+            seq = (base_sequence + first) % 2147483648
+        _put_be(out, start + 53, seq, 4)
         _put_be(out, start + 57, last - first, 4)
 
 

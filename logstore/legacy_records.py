@@ -131,7 +131,7 @@ def _add_wrapper(cols: _Columns, buf, header: BatchHeader, start_offset: int,
             raise CorruptRecordError(f"{where}: inner message at byte {pos} is itself "
                                      "compressed (double compression)")
         if verify_crc:
-            (crc,) = struct.unpack_from(">I", inner, pos + 8)
+            (crc,) = struct.unpack_from(">I", inner, pos + LOG_OVERHEAD)
             actual = zlib.crc32(memoryview(inner)[pos + MAGIC_OFFSET:msg[6]])
             if actual != crc:
                 raise CorruptRecordError(
