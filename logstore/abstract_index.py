@@ -158,6 +158,21 @@ class AbstractIndex(Generic[E]):
             self.ENTRY.pack_into(self._mmap, self._entries * size, *fields)
             self._entries += 1
 
+    def _load_packed(self, packed: bytes, count: int) -> None:
+        """Append ``count`` entries already packed big-endian (bulk rebuild)."""
+        if not self.writable:
+            raise InvalidOffsetError(f"index {self.path} is open read-only")
+        with self._lock:
+            if self._entries + count > self._max_entries:
+                raise InvalidOffsetError(
+                    f"index {self.path} cannot take {count} more entries ({self._entries} of "
+                    f"{self._max_entries})")
+            size = self.ENTRY.size
+            assert self._mmap is not None or count == 0
+            if count:
+                self._mmap[self._entries * size:(self._entries + count) * size] = packed
+                self._entries += count
+
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down to a whole entry (never below
         the entries); True if it changed. Used to preallocate an active index again."""

@@ -26,15 +26,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c as _crc32c
+import numpy as np
 
+from . import segment_scan
 from .batch_header import (
-    LOG_OVERHEAD,
     MAGIC_OFFSET,
     V2_HEADER_SIZE,
     BatchHeader,
@@ -52,8 +52,7 @@ logger = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 16 * 1024 * 1024
-# baseOffset, length, epoch, magic, crc, attributes, lastOffsetDelta, baseTs, maxTs
-_V2_PREFIX = struct.Struct(">qiibIhiqq")
+_SCAN_CAPACITY = 65_536  # batches per kernel call
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,86 +370,83 @@ class LogSegment:
     def recover(self, max_message_bytes: int) -> int:
         """Check every batch (size, CRC, increasing offsets, ``max_message_bytes``),
         rebuild both indexes, cut at the first invalid or partial batch. Returns the
-        number of bytes cut. Reads the file in 16 MiB chunks; Python runs per batch only.
+        number of bytes cut.
+
+        Reads 16 MiB chunks; the header walk, the CRCs and the index rule run in numba
+        kernels over a whole chunk (``segment_scan``), Python only per chunk (and per
+        legacy magic 0/1 message).
         """
         self.offset_index.reset()
         self.time_index.reset()
         fd = self._file.fileno()
         file_size = os.fstat(fd).st_size
-        chunk = bytearray(_RECOVERY_CHUNK)
+        base = self.base_offset
+        chunk = np.empty(min(_RECOVERY_CHUNK, max(file_size, 1)), np.uint8)
+        batches = np.empty((_SCAN_CAPACITY, 6), np.int64)
+        oidx = np.empty((self.offset_index.max_entries, 2), np.int64)
+        tidx = np.empty((max(self.time_index.max_entries - 1, 0), 2), np.int64)
+        # since last entry, max ts, its offset, offset entries, time entries, last entry ts
+        state = np.array([0, NO_TIMESTAMP, base, 0, 0, NO_TIMESTAMP], np.int64)
+        hardware = segment_scan.hardware_crc()
+        next_offset = base
         valid_end = 0  # file position after the last valid batch
-        next_offset = self.base_offset
-        max_ts, max_ts_offset = NO_TIMESTAMP, self.base_offset
-        since = 0
-        interval = self.index_interval_bytes
-        oidx, tidx = self.offset_index, self.time_index
-        crc32c = _crc32c.crc32c
-        unpack = _V2_PREFIX.unpack_from
         first_ts: int | None = None
         reason = ""
         chunk_pos = 0
-        while chunk_pos < file_size and not reason:
-            if len(chunk) < min(file_size - chunk_pos, _RECOVERY_CHUNK):
-                chunk = bytearray(_RECOVERY_CHUNK)
+        while chunk_pos < file_size:
             n = os.preadv(fd, [chunk], chunk_pos)
-            view = memoryview(chunk)[:n]  # released at the end of each pass
-            p = 0
-            while True:
-                avail = n - p
-                if avail < V2_HEADER_SIZE:
-                    if chunk_pos + n >= file_size and avail:
-                        reason = "a partial batch header at the end of the file"
-                    break
-                (base, length, _epoch, magic, crc, _attrs, last_delta, _bts,
-                 mts) = unpack(view, p)
-                size = length + LOG_OVERHEAD
-                if magic != 2:
-                    h, reason = self._legacy_batch(view, p, n, chunk_pos, file_size,
-                                                   max_message_bytes)
-                    if h is None:
+            count, p, status, code = segment_scan.scan_headers(
+                chunk, n, base, next_offset, max_message_bytes, batches)
+            if count:
+                good = (segment_scan.batch_crcs(chunk, batches, count) if hardware
+                        else self._python_crcs(chunk, batches, count))
+                if good < count:
+                    reason, status = "a CRC mismatch", segment_scan.INVALID
+                    p = int(batches[good, 0])
+                if good:
+                    segment_scan.index_entries(batches, good, chunk_pos, base,
+                                               self.index_interval_bytes, state, oidx, tidx)
+                    if first_ts is None:
+                        first_ts = int(batches[0, 4])
+                    next_offset = int(batches[good - 1, 3]) + 1
+                    valid_end = chunk_pos + int(batches[good - 1, 0] + batches[good - 1, 1])
+            if status == segment_scan.INVALID:
+                reason = reason or segment_scan.REASONS[code]
+                break
+            if status == segment_scan.LEGACY:
+                h, reason = self._legacy_batch(memoryview(chunk)[:n], p, n, chunk_pos, file_size,
+                                               max_message_bytes)
+                if h is not None and (h.base_offset < next_offset
+                                      or h.last_offset - base > INT32_MAX):
+                    h, reason = None, segment_scan.REASONS[segment_scan.REASON_OFFSETS]
+                if h is None:
+                    if reason:
                         break
-                    last, size, mts = h.last_offset, h.size, h.max_timestamp
-                    base = h.base_offset
-                elif size < V2_HEADER_SIZE or last_delta < 0:
-                    reason = f"an impossible batch size {size}"
-                    break
-                elif size > max_message_bytes:
-                    reason = f"a batch of {size} bytes, above max.message.bytes"
-                    break
-                else:
-                    if size > avail:
-                        if chunk_pos + p + size > file_size:
-                            reason = "a partial batch at the end of the file"
-                        elif size > len(chunk):
-                            chunk = bytearray(size)
-                        break  # refill the chunk from this batch on
-                    if crc32c(view[p + 21:p + size]) != crc:
-                        reason = "a CRC mismatch"
-                        break
-                    last = base + last_delta
-                if base < next_offset or last - self.base_offset > INT32_MAX:
-                    reason = (f"offsets {base}..{last} not above the previous batch's "
-                              f"{next_offset - 1} or outside the segment")
-                    break
+                    chunk = np.empty(len(chunk) * 2, np.uint8)  # larger than a chunk
+                    chunk_pos += p
+                    continue
+                one = np.array([[p, h.size, h.base_offset, h.last_offset, h.max_timestamp,
+                                 h.crc]], np.int64)
+                segment_scan.index_entries(one, 1, chunk_pos, base, self.index_interval_bytes,
+                                           state, oidx, tidx)
                 if first_ts is None:
-                    first_ts = mts
-                if mts > max_ts:
-                    max_ts, max_ts_offset = mts, last
-                if since > interval:
-                    oidx.append(last, chunk_pos + p)
-                    tidx.maybe_append(max_ts, max_ts_offset)
-                    since = 0
-                since += size
-                p += size
-                next_offset = last + 1
-                valid_end = chunk_pos + p
-            if p == 0 and not reason:
-                # Only a legacy batch too large for the chunk could get here.
-                chunk = bytearray(len(chunk) * 2)
+                    first_ts = h.max_timestamp
+                next_offset = h.last_offset + 1
+                chunk_pos += p + h.size
+                valid_end = chunk_pos
+                continue
+            if p == 0 and count == 0:
+                if chunk_pos + n >= file_size:
+                    reason = "a partial batch at the end of the file"
+                    break
+                need = int.from_bytes(chunk[8:12].tobytes(), "big", signed=True) + 12
+                chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)  # one huge batch
+                continue
             chunk_pos += p
-            view.release()
-        self._bytes_since_last_index_entry = since
-        self._max_ts_and_offset = (max_ts, max_ts_offset)
+        self.offset_index.load_entries(oidx[:state[3]])
+        self.time_index.load_entries(tidx[:state[4]])
+        self._bytes_since_last_index_entry = int(state[0])
+        self._max_ts_and_offset = (int(state[1]), int(state[2]))
         self._rolling_based_timestamp = first_ts
         truncated = file_size - valid_end
         if truncated:
@@ -460,6 +456,16 @@ class LogSegment:
             os.ftruncate(fd, valid_end)
         self._size = valid_end
         return truncated
+
+    @staticmethod
+    def _python_crcs(chunk: np.ndarray, batches: np.ndarray, count: int) -> int:
+        """``segment_scan.batch_crcs`` without SSE4.2: the crc32c package per batch."""
+        view = memoryview(chunk)
+        for k in range(count):
+            start, size = int(batches[k, 0]), int(batches[k, 1])
+            if _crc32c.crc32c(view[start + 21:start + size]) != batches[k, 5]:
+                return k
+        return count
 
     def _legacy_batch(self, view, p: int, n: int, chunk_pos: int, file_size: int,
                       max_message_bytes: int) -> tuple[BatchHeader | None, str]:

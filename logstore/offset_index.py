@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from .abstract_index import AbstractIndex
 from .errors import CorruptIndexError, InvalidOffsetError
 
@@ -55,6 +57,14 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
                     f"offset {offset} is not above the last entry {self.last_offset} of "
                     f"index {self.path}")
             self._append_raw(rel, position)
+
+    def load_entries(self, entries: np.ndarray) -> None:
+        """Append rebuilt entries in bulk: an int64 array of (relative offset, position)
+        rows, in order (recovery)."""
+        packed = np.empty(len(entries), dtype=[("rel", ">i4"), ("pos", ">i4")])
+        packed["rel"] = entries[:, 0]
+        packed["pos"] = entries[:, 1]
+        self._load_packed(packed.tobytes(), len(entries))
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The largest entry with offset <= ``target_offset``, else ``(base_offset, 0)``."""

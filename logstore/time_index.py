@@ -20,6 +20,8 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
 from .abstract_index import AbstractIndex
 from .errors import CorruptIndexError, InvalidOffsetError
 
@@ -66,6 +68,14 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                     f"{self.path}")
             if timestamp > last.timestamp:
                 self._append_raw(timestamp, self.relative(offset))
+
+    def load_entries(self, entries: np.ndarray) -> None:
+        """Append rebuilt entries in bulk: an int64 array of (timestamp, relative offset)
+        rows, in order (recovery)."""
+        packed = np.empty(len(entries), dtype=[("ts", ">i8"), ("rel", ">i4")])
+        packed["ts"] = entries[:, 0]
+        packed["rel"] = entries[:, 1]
+        self._load_packed(packed.tobytes(), len(entries))
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The largest entry with timestamp <= ``target_timestamp``, else
