@@ -1,0 +1,299 @@
+"""The cleaner's key → latest-offset map, in a fixed memory budget (Kafka's SkimpyOffsetMap).
+
+A key is never stored, only a 128-bit hash of its bytes (MurmurHash3 x64-128, computed by a
+numba kernel over a whole Arrow binary array: no per-record Python). Each slot of one
+open-addressing table (linear probing) holds ``hash_hi, hash_lo, offset`` as three int64,
+24 bytes, like Kafka's 16-byte MD5 + 8-byte offset. The table never grows: its capacity is
+``load_factor`` of the slots that fit in ``log.cleaner.dedupe.buffer.size``, and ``put`` stops
+at the first *new* key that would exceed it, so the map always covers a prefix of the records
+offered. The cleaner then cleans up to the last offset it holds and continues in a later
+pass (a log larger than the budget is cleaned in several passes).
+
+Two different keys with the same 128-bit hash would make the older record of one of them be
+dropped; at 2**-128 per pair this is ignored, as Kafka does with MD5.
+
+Not thread-safe: one cleaner pass owns one map.
+
+>>> import pyarrow as pa, numpy as np
+>>> m = OffsetMap(1024)
+>>> m.put(pa.array([b"a", b"b", b"a"]), np.array([0, 1, 2]))
+3
+>>> m.get(pa.array([b"a", b"b", b"c"])).tolist()
+[2, 1, -1]
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numba
+import numpy as np
+import pyarrow as pa
+
+logger = logging.getLogger(__name__)
+
+ENTRY_BYTES = 24
+"""One slot: two int64 halves of the key hash and the int64 offset."""
+
+DEFAULT_LOAD_FACTOR = 0.9
+"""Kafka's ``log.cleaner.io.buffer.load.factor`` default."""
+
+_EMPTY = -1
+
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+_F1 = np.uint64(0xFF51AFD7ED558CCD)
+_F2 = np.uint64(0xC4CEB9FE1A85EC53)
+_M5 = np.uint64(5)
+_N1 = np.uint64(0x52DCE729)
+_N2 = np.uint64(0x38495AB5)
+
+
+@numba.njit(inline="always")
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@numba.njit(inline="always")
+def _fmix(k):
+    k ^= k >> np.uint64(33)
+    k *= _F1
+    k ^= k >> np.uint64(33)
+    k *= _F2
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@numba.njit(inline="always")
+def _load64(data, p):
+    k = np.uint64(0)
+    for b in range(8):
+        k |= np.uint64(data[p + b]) << np.uint64(8 * b)
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _murmur3_128(value_offsets, data, valid, out):
+    """MurmurHash3 x64-128 (seed 0) of each value; ``out[i] = (h1, h2)`` as int64."""
+    for i in range(len(out)):
+        if not valid[i]:
+            out[i, 0] = 0
+            out[i, 1] = 0
+            continue
+        start = np.int64(value_offsets[i])
+        length = np.int64(value_offsets[i + 1]) - start
+        h1 = np.uint64(0)
+        h2 = np.uint64(0)
+        nblocks = length // 16
+        for blk in range(nblocks):
+            p = start + blk * 16
+            k1 = _load64(data, p)
+            k2 = _load64(data, p + 8)
+            k1 *= _C1
+            k1 = _rotl(k1, 31)
+            k1 *= _C2
+            h1 ^= k1
+            h1 = _rotl(h1, 27)
+            h1 += h2
+            h1 = h1 * _M5 + _N1
+            k2 *= _C2
+            k2 = _rotl(k2, 33)
+            k2 *= _C1
+            h2 ^= k2
+            h2 = _rotl(h2, 31)
+            h2 += h1
+            h2 = h2 * _M5 + _N2
+        tail = start + nblocks * 16
+        rem = length & 15
+        k1 = np.uint64(0)
+        k2 = np.uint64(0)
+        if rem > 8:
+            for j in range(rem - 1, 7, -1):
+                k2 ^= np.uint64(data[tail + j]) << np.uint64(8 * (j - 8))
+            k2 *= _C2
+            k2 = _rotl(k2, 33)
+            k2 *= _C1
+            h2 ^= k2
+        if rem > 0:
+            for j in range(min(rem, 8) - 1, -1, -1):
+                k1 ^= np.uint64(data[tail + j]) << np.uint64(8 * j)
+            k1 *= _C1
+            k1 = _rotl(k1, 31)
+            k1 *= _C2
+            h1 ^= k1
+        h1 ^= np.uint64(length)
+        h2 ^= np.uint64(length)
+        h1 += h2
+        h2 += h1
+        h1 = _fmix(h1)
+        h2 = _fmix(h2)
+        h1 += h2
+        h2 += h1
+        out[i, 0] = np.int64(h1)
+        out[i, 1] = np.int64(h2)
+
+
+@numba.njit(cache=True, nogil=True)
+def _put(table, hashes, valid, offsets, size, max_size):
+    """Insert in order; stop before the first new key that would exceed ``max_size``.
+    Returns (records consumed, new size)."""
+    slots = table.shape[0]
+    n = len(offsets)
+    for i in range(n):
+        if not valid[i]:
+            continue
+        a = hashes[i, 0]
+        b = hashes[i, 1]
+        pos = (a & 0x7FFFFFFFFFFFFFFF) % slots
+        while True:
+            if table[pos, 2] == _EMPTY:
+                if size >= max_size:
+                    return i, size
+                table[pos, 0] = a
+                table[pos, 1] = b
+                table[pos, 2] = offsets[i]
+                size += 1
+                break
+            if table[pos, 0] == a and table[pos, 1] == b:
+                if offsets[i] > table[pos, 2]:
+                    table[pos, 2] = offsets[i]
+                break
+            pos += 1
+            if pos == slots:
+                pos = 0
+    return n, size
+
+
+@numba.njit(cache=True, nogil=True)
+def _get(table, hashes, valid, out):
+    slots = table.shape[0]
+    for i in range(len(out)):
+        out[i] = _EMPTY
+        if not valid[i]:
+            continue
+        a = hashes[i, 0]
+        b = hashes[i, 1]
+        pos = (a & 0x7FFFFFFFFFFFFFFF) % slots
+        while True:
+            o = table[pos, 2]
+            if o == _EMPTY:
+                break
+            if table[pos, 0] == a and table[pos, 1] == b:
+                out[i] = o
+                break
+            pos += 1
+            if pos == slots:
+                pos = 0
+
+
+def _as_binary_array(keys) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, type=pa.binary())
+    if pa.types.is_string(keys.type):
+        keys = keys.cast(pa.binary())
+    elif pa.types.is_large_string(keys.type):
+        keys = keys.cast(pa.large_binary())
+    if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+        raise TypeError(f"keys must be an Arrow binary or string array, not {keys.type}")
+    return keys
+
+
+def valid_mask(arr: pa.Array) -> np.ndarray:
+    """``True`` where ``arr`` is not null, as a numpy bool array."""
+    if arr.null_count == 0:
+        return np.ones(len(arr), dtype=np.bool_)
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def hash_keys(keys) -> tuple[np.ndarray, np.ndarray]:
+    """128-bit MurmurHash3 of every key: ``(hashes int64[n, 2], valid bool[n])``.
+
+    Null keys get ``valid == False`` (and a zero hash). Accepts binary, large_binary,
+    string and large_string arrays (strings hash as their UTF-8 bytes).
+    """
+    keys = _as_binary_array(keys)
+    n = len(keys)
+    valid = valid_mask(keys)
+    out = np.empty((n, 2), dtype=np.int64)
+    if n == 0:
+        return out, valid
+    _, off_buf, data_buf = keys.buffers()
+    off_dtype = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
+    value_offsets = np.frombuffer(off_buf, dtype=off_dtype)[keys.offset:keys.offset + n + 1]
+    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
+            else np.zeros(0, dtype=np.uint8))
+    _murmur3_128(value_offsets, data, valid, out)
+    return out, valid
+
+
+class OffsetMap:
+    """Key hash → latest offset, in at most ``memory_bytes`` (see the module docstring).
+
+    ``capacity`` is the number of distinct keys it can hold; ``size`` how many it holds;
+    ``latest_offset`` the largest offset put (-1 when empty).
+    """
+
+    def __init__(self, memory_bytes: int, load_factor: float = DEFAULT_LOAD_FACTOR) -> None:
+        if not 0.0 < load_factor <= 1.0:
+            raise ValueError(f"load factor must be in (0, 1], got {load_factor}")
+        slots = memory_bytes // ENTRY_BYTES
+        if slots < 2:
+            raise ValueError(
+                f"an offset map needs at least {2 * ENTRY_BYTES} bytes, got {memory_bytes} "
+                "(log.cleaner.dedupe.buffer.size)")
+        self.slots = slots
+        # At least one slot stays empty: a probe for an absent key stops there.
+        self.capacity = max(1, min(int(slots * load_factor), slots - 1))
+        self._table = np.full((slots, 3), _EMPTY, dtype=np.int64)
+        self.size = 0
+        self.latest_offset = -1
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held by the table (fixed at construction)."""
+        return self._table.nbytes
+
+    @property
+    def utilization(self) -> float:
+        return self.size / self.slots
+
+    @property
+    def full(self) -> bool:
+        return self.size >= self.capacity
+
+    def clear(self) -> None:
+        self._table[:, 2] = _EMPTY
+        self.size = 0
+        self.latest_offset = -1
+
+    def put_hashes(self, hashes: np.ndarray, valid: np.ndarray, offsets: np.ndarray) -> int:
+        """Put records in offset order (ascending ``offsets``); invalid (null-key) records are
+        skipped. Returns how many leading records were consumed: fewer than ``len(offsets)``
+        only when the map is full, and then record ``[returned]`` was not put."""
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        consumed, self.size = _put(self._table, hashes, valid, offsets, self.size,
+                                   self.capacity)
+        if consumed:
+            self.latest_offset = max(self.latest_offset, int(offsets[consumed - 1]))
+        return int(consumed)
+
+    def put(self, keys, offsets: np.ndarray) -> int:
+        """``put_hashes`` over the hashes of an Arrow array of keys."""
+        hashes, valid = hash_keys(keys)
+        return self.put_hashes(hashes, valid, offsets)
+
+    def get_hashes(self, hashes: np.ndarray, valid: np.ndarray) -> np.ndarray:
+        """Latest offset of each key, ``-1`` where absent or null."""
+        out = np.empty(len(valid), dtype=np.int64)
+        _get(self._table, hashes, valid, out)
+        return out
+
+    def get(self, keys) -> np.ndarray:
+        hashes, valid = hash_keys(keys)
+        return self.get_hashes(hashes, valid)
+
+    def __repr__(self) -> str:
+        return (f"OffsetMap(size={self.size}, capacity={self.capacity}, "
+                f"memory_bytes={self.memory_bytes}, latest_offset={self.latest_offset})")
