@@ -71,7 +71,6 @@ from .file_names import (
     delete_dir_name,
     is_delete_dir_name,
     parse_partition_dir_name,
-    parse_segment_file_name,
     partition_dir_name,
 )
 from .scheduler import MaintenanceTask, Scheduler, TaskRun, standard_tasks
@@ -541,15 +540,17 @@ class LogManager:
 
     @staticmethod
     def _first_segment_base(dir_: Path) -> int:
-        bases = []
         try:
-            for name in os.listdir(dir_):
-                parsed = parse_segment_file_name(name)
-                if parsed is not None and parsed[1] == LOG_SUFFIX and not parsed[2]:
-                    bases.append(parsed[0])
+            names = os.listdir(dir_)
         except OSError as e:
             logger.warning("cannot list %s: %s", dir_, e)
-        return min(bases, default=0)
+            return 0
+        # Zero-padded names sort like their offsets: the first "<20 digits>.log" in
+        # name order is the first segment (".log.deleted" and the like do not end so).
+        for name in sorted(n for n in names if n.endswith(LOG_SUFFIX)):
+            if len(name) == 24 and name[:20].isdigit():
+                return int(name[:20])
+        return 0
 
     def _refresh(self) -> None:
         """Read-only: pick up partitions created or deleted by the writer since open."""
