@@ -1,19 +1,20 @@
 """numba kernels behind ``record_codec``: the per-record work of RecordBatch v2.
 
-Three kernels, one signature each (callers normalise dtypes and make every array
-read-only so numba compiles each kernel exactly once and caches it on disk):
+Five kernels, one signature each (callers normalise dtypes, and pass data they do
+not own read-only, so numba compiles each kernel once and caches it on disk). Every
+kernel works on arrays the caller allocated: numpy puts big arrays on huge pages,
+numba's own allocator does not, and page faults then cost more than the work.
 
-- ``plan_v2`` / ``fill_v2`` lay out records from Arrow-style offset/data buffers into
-  consecutive v2 batches (headers written, CRC left at zero for the caller), splitting
-  batches so that no batch exceeds ``max_batch_bytes`` uncompressed. Planning first
-  lets the caller allocate the output itself (a bytearray, returned without a copy).
-- ``decode_v2`` parses the records sections of many batches into Arrow-ready buffers
-  (int32 offsets, contiguous data, packed validity bitmaps).
+- ``plan_v2`` then ``fill_v2`` lay out records from Arrow-style offset/data buffers
+  into consecutive v2 batches (headers written, CRC left at zero for the caller),
+  splitting batches so that no batch exceeds ``max_batch_bytes`` uncompressed.
+- ``scan_v2`` then ``fill_v2_records`` / ``fill_v2_headers`` parse the records
+  sections of many batches into Arrow buffers (int32 offsets, contiguous data, packed
+  validity bitmaps). The scan validates every varint and length against the bounds of
+  its record and batch, so corrupt input yields an error code, never an
+  out-of-bounds access; the fills trust what the scan validated.
 
-Both work in two passes: the first computes sizes (and, on decode, validates every
-varint and length against the bounds of its batch: corrupt input must yield an error
-code, never an out-of-bounds access), the second allocates exactly and fills. Neither
-raises: errors come back as codes so the caller can name the batch.
+No kernel raises: errors come back as codes so the caller can name the batch.
 
 Record layout (every integer a zigzag LEB128 varint; see KAFKA-FORMAT.md)::
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Error codes returned by decode_v2 (the caller maps them to messages).
+# Error codes returned by scan_v2 (the caller maps them to messages).
 OK = 0
 ERR_TRUNCATED = 1  # a varint or a field runs past the end of its record or batch
 ERR_BAD_VARINT = 2  # more bytes than the type allows
@@ -46,12 +47,13 @@ ERROR_NAMES = {
     ERR_TOO_LARGE: "more than 2 GiB of record data in one decode call",
 }
 
-# Columns of the `segs` table given to decode_v2, one row per batch.
+# Columns of the `segs` table given to scan_v2, one row per batch.
 SEG_START, SEG_END, SEG_COUNT, SEG_BASE_OFFSET, SEG_BASE_TS, SEG_MAX_TS, SEG_TS_TYPE = range(7)
 SEG_COLUMNS = 7
 TS_FROM_MAX = 1  # SEG_TS_TYPE value of a LogAppendTime batch: every record gets maxTimestamp
 
 _INT32_MAX = 2147483647
+_V2_HEADER_SIZE = 61
 _LOW63 = 0x7FFFFFFFFFFFFFFF
 _LOW57 = 0x01FFFFFFFFFFFFFF
 
@@ -122,17 +124,23 @@ def _copy(dst, dpos, src, spos, n):
 
 @njit(cache=True)
 def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_valid,
-            hk_offs, hv_offs, hv_valid, max_batch_bytes):
+            hk_offs, hv_offs, hv_valid, max_batch_bytes, body, batch_first, batch_pos):
     """Pass 1 of encoding: where each batch starts and how long each record body is.
 
     Offsets arrays are int64 positions into their data arrays (entries i and i+1
     bound record i); ``*_valid`` are uint8 0/1; ``hdr_offs`` indexes header entries.
-    Returns ``(body, batch_first, batch_pos)``: each record's body length, each batch's
-    first record index (plus a final n) and start position in the output (plus a
-    final total size).
+    Fills ``body`` (n: each record's body length), ``batch_first`` and ``batch_pos``
+    (n + 1 each: each batch's first record index and start position in the output,
+    then a final n and total size). Outputs are allocated by the caller: numpy's
+    allocator uses huge pages for big arrays, numba's does not. Returns the number
+    of batches.
     """
     n = timestamps.shape[0]
-    static = np.empty(n, np.int64)  # body bytes that do not depend on deltas
+    batch_pos[0] = 0
+    nb = 0
+    cur_start = 0
+    cur_bytes = 0
+    base_ts = np.int64(0)
     for i in range(n):
         s = 1  # attributes
         if key_valid[i]:
@@ -156,57 +164,40 @@ def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_
                 s += _varint_size(hv) + hv
             else:
                 s += 1
-        static[i] = s
-
-    header = 61
-    body = np.empty(n, np.int64)
-    batch_first = np.empty(n + 1, np.int64)
-    batch_bytes = np.empty(n + 1, np.int64)
-    nb = 0
-    cur_start = 0
-    cur_bytes = header
-    base_ts = np.int64(0)
-    for i in range(n):
-        if i == cur_start:
-            base_ts = timestamps[i]
-        b = static[i] + _varint_size(timestamps[i] - base_ts) + _varint_size(i - cur_start)
+        if i == 0:
+            base_ts = timestamps[0]
+            cur_bytes = _V2_HEADER_SIZE
+        b = s + _varint_size(timestamps[i] - base_ts) + _varint_size(i - cur_start)
         size = b + _varint_size(b)
         if i > cur_start and cur_bytes + size > max_batch_bytes:
             batch_first[nb] = cur_start
-            batch_bytes[nb] = cur_bytes
+            batch_pos[nb + 1] = batch_pos[nb] + cur_bytes
             nb += 1
             cur_start = i
-            cur_bytes = header
+            cur_bytes = _V2_HEADER_SIZE
             base_ts = timestamps[i]
-            b = static[i] + 2  # both deltas are 0: one byte each
+            b = s + 2  # both deltas are 0: one byte each
             size = b + _varint_size(b)
         body[i] = b
         cur_bytes += size
     if n > 0:
         batch_first[nb] = cur_start
-        batch_bytes[nb] = cur_bytes
+        batch_pos[nb + 1] = batch_pos[nb] + cur_bytes
         nb += 1
     batch_first[nb] = n
-
-    batch_pos = np.empty(nb + 1, np.int64)
-    total = 0
-    for j in range(nb):
-        batch_pos[j] = total
-        total += batch_bytes[j]
-    batch_pos[nb] = total
-    return body, batch_first[:nb + 1], batch_pos
+    return nb
 
 
 @njit(cache=True)
-def fill_v2(out, body, batch_first, batch_pos, key_offs, key_data, key_valid, val_offs,
+def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid, val_offs,
             val_data, val_valid, timestamps, hdr_offs, hdr_valid, hk_offs, hk_data, hv_offs,
             hv_data, hv_valid, base_offset, partition_leader_epoch, attributes,
             producer_id, producer_epoch, base_sequence, log_append_time):
     """Pass 2 of encoding: write the batches planned by ``plan_v2`` into ``out`` (of
     size ``batch_pos[-1]``), CRC fields left zero for the caller. ``log_append_time``
     >= 0 replaces maxTimestamp."""
-    header = 61
-    for j in range(batch_first.shape[0] - 1):
+    header = _V2_HEADER_SIZE
+    for j in range(nb):
         first = batch_first[j]
         last = batch_first[j + 1]
         start = batch_pos[j]
@@ -281,10 +272,17 @@ def fill_v2(out, body, batch_first, batch_pos, key_offs, key_data, key_valid, va
 
 
 @njit(cache=True)
-def _scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, timestamps,
-             ts_types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_cnt, counts):
-    """Pass 1 of decode_v2: validate every record, note where its fields are, count
-    bytes into ``counts``. Returns (error code, batch index, record index)."""
+def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, timestamps,
+            ts_types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_cnt, counts):
+    """Pass 1 of decoding: validate every record of the records sections
+    ``src[segs[j, SEG_START]:segs[j, SEG_END]]``, keep those with ``start_offset <=
+    offset < end_offset``: their offset, timestamp and timestamp type go to the output
+    columns, where their key, value and headers are to the scratch arrays (all of the
+    batches' total record count long; header arrays empty unless
+    ``include_headers``). ``counts`` receives: records kept, key bytes, value bytes,
+    null keys, null values, headers, header key bytes, header value bytes, null header
+    values, records without headers. Returns (error code, batch index, record index).
+    """
     n = 0
     key_bytes = 0
     val_bytes = 0
@@ -422,120 +420,68 @@ def _scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, time
 
 
 @njit(cache=True)
-def decode_v2(src, segs, start_offset, end_offset, include_headers):
-    """Parse the records sections ``src[segs[j, SEG_START]:segs[j, SEG_END]]``.
-
-    Keeps records with ``start_offset <= offset < end_offset``. Returns a tuple
-    ``(err, err_seg, err_record, n, offsets, timestamps, ts_types,
-    key_offs, key_data, key_bitmap, key_nulls, val_offs, val_data, val_bitmap, val_nulls,
-    hdr_offs, hdr_bitmap, hdr_nulls, hk_offs, hk_data, hv_offs, hv_data, hv_bitmap,
-    hv_nulls)``; on error only the first three are meaningful. Bitmaps are Arrow
-    validity bitmaps (empty when there are no nulls). A record without headers gets a
-    null header list, as Spark's Kafka source gives.
-    """
-    capacity = 0
-    for j in range(segs.shape[0]):
-        capacity += segs[j, SEG_COUNT]
-    offsets = np.empty(capacity, np.int64)
-    timestamps = np.empty(capacity, np.int64)
-    ts_types = np.empty(capacity, np.int32)
-    key_pos = np.empty(capacity, np.int64)
-    key_len = np.empty(capacity, np.int64)
-    val_pos = np.empty(capacity, np.int64)
-    val_len = np.empty(capacity, np.int64)
-    hdr_pos = np.empty(capacity if include_headers else 0, np.int64)
-    hdr_cnt = np.empty(capacity if include_headers else 0, np.int64)
-    counts = np.zeros(10, np.int64)
-    empty_i32 = np.zeros(1, np.int32)
-    empty_u8 = np.zeros(0, np.uint8)
-    err, err_seg, err_rec = _scan_v2(src, segs, start_offset, end_offset, include_headers,
-                                     offsets, timestamps, ts_types, key_pos, key_len,
-                                     val_pos, val_len, hdr_pos, hdr_cnt, counts)
-    if err != OK:
-        return (err, err_seg, err_rec, 0, offsets[:0], timestamps[:0], ts_types[:0],
-                empty_i32, empty_u8, empty_u8, 0, empty_i32, empty_u8, empty_u8, 0,
-                empty_i32, empty_u8, 0, empty_i32, empty_u8, empty_i32, empty_u8, empty_u8, 0)
-    n = counts[0]
-    key_bytes = counts[1]
-    val_bytes = counts[2]
-    key_nulls = counts[3]
-    val_nulls = counts[4]
-    n_headers = counts[5]
-    hk_bytes = counts[6]
-    hv_bytes = counts[7]
-    hv_nulls = counts[8]
-    hdr_nulls = counts[9]
-
-    # Pass 2: allocate exactly, then copy.
-    nbits = (n + 7) // 8
-    key_offs = np.empty(n + 1, np.int32)
-    key_data = np.empty(key_bytes, np.uint8)
-    key_bitmap = np.zeros(nbits if key_nulls > 0 else 0, np.uint8)
-    val_offs = np.empty(n + 1, np.int32)
-    val_data = np.empty(val_bytes, np.uint8)
-    val_bitmap = np.zeros(nbits if val_nulls > 0 else 0, np.uint8)
+def fill_v2_records(src, n, key_pos, key_len, val_pos, val_len, key_offs, key_data,
+                    key_bitmap, val_offs, val_data, val_bitmap):
+    """Pass 2 of decoding: copy the ``n`` keys and values found by ``scan_v2`` into
+    Arrow buffers (int32 offsets, contiguous data). A bitmap of size 0 means the
+    column has no nulls; otherwise it must be zeroed and (n + 7) // 8 long."""
     kp = 0
     vp = 0
     key_offs[0] = 0
     val_offs[0] = 0
+    key_has_nulls = key_bitmap.shape[0] > 0
+    val_has_nulls = val_bitmap.shape[0] > 0
     for i in range(n):
         k = key_len[i]
         if k > 0:
             _copy(key_data, kp, src, key_pos[i], k)
             kp += k
-        if key_nulls > 0 and k >= 0:
+        if key_has_nulls and k >= 0:
             key_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
         key_offs[i + 1] = kp
         v = val_len[i]
         if v > 0:
             _copy(val_data, vp, src, val_pos[i], v)
             vp += v
-        if val_nulls > 0 and v >= 0:
+        if val_has_nulls and v >= 0:
             val_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
         val_offs[i + 1] = vp
 
-    if not include_headers:
-        return (OK, 0, 0, n, offsets[:n], timestamps[:n], ts_types[:n],
-                key_offs, key_data, key_bitmap, key_nulls,
-                val_offs, val_data, val_bitmap, val_nulls,
-                empty_i32, empty_u8, 0, empty_i32, empty_u8, empty_i32, empty_u8, empty_u8, 0)
 
-    hdr_offs = np.empty(n + 1, np.int32)
-    hdr_bitmap = np.zeros(nbits if hdr_nulls > 0 else 0, np.uint8)
-    hk_offs = np.empty(n_headers + 1, np.int32)
-    hk_data = np.empty(hk_bytes, np.uint8)
-    hv_offs = np.empty(n_headers + 1, np.int32)
-    hv_data = np.empty(hv_bytes, np.uint8)
-    hv_bitmap = np.zeros((n_headers + 7) // 8 if hv_nulls > 0 else 0, np.uint8)
+@njit(cache=True)
+def fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_data,
+                    hv_offs, hv_data, hv_bitmap):
+    """Pass 2 of decoding, headers: re-read the (already validated) headers of the
+    ``n`` records into list offsets, struct children and validity bitmaps (size 0 =
+    no nulls). A record without headers gets a null list, as Spark's Kafka source
+    gives."""
     hdr_offs[0] = 0
     hk_offs[0] = 0
     hv_offs[0] = 0
     h = 0
     hkp = 0
     hvp = 0
+    end = src.shape[0]
+    list_has_nulls = hdr_bitmap.shape[0] > 0
+    hv_has_nulls = hv_bitmap.shape[0] > 0
     for i in range(n):
         c = hdr_cnt[i]
-        if hdr_nulls > 0 and c > 0:
+        if list_has_nulls and c > 0:
             hdr_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
         pos = hdr_pos[i]
         for _ in range(c):
-            hk, pos = _read_varint(src, pos, src.shape[0], 5)
+            hk, pos = _read_varint(src, pos, end, 5)
             _copy(hk_data, hkp, src, pos, hk)
             hkp += hk
             pos += hk
             hk_offs[h + 1] = hkp
-            hv, pos = _read_varint(src, pos, src.shape[0], 5)
+            hv, pos = _read_varint(src, pos, end, 5)
             if hv >= 0:
                 _copy(hv_data, hvp, src, pos, hv)
                 hvp += hv
                 pos += hv
-                if hv_nulls > 0:
+                if hv_has_nulls:
                     hv_bitmap[h >> 3] |= np.uint8(1 << (h & 7))
             hv_offs[h + 1] = hvp
             h += 1
         hdr_offs[i + 1] = h
-    return (OK, 0, 0, n, offsets[:n], timestamps[:n], ts_types[:n],
-            key_offs, key_data, key_bitmap, key_nulls,
-            val_offs, val_data, val_bitmap, val_nulls,
-            hdr_offs, hdr_bitmap, hdr_nulls, hk_offs, hk_data, hv_offs, hv_data, hv_bitmap,
-            hv_nulls)

@@ -309,18 +309,21 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
     key_offs, key_valid, val_offs, val_valid, ts, hdr_offs, hdr_valid, hk_offs, hv_offs, \
         hv_valid = (r(a) for a in (key_offs, key_valid, val_offs, val_valid, ts, hdr_offs,
                                    hdr_valid, hk_offs, hv_offs, hv_valid))
-    body, batch_first, batch_pos = _k.plan_v2(
-        key_offs, key_valid, val_offs, val_valid, ts, hdr_offs, hdr_valid, hk_offs,
-        hv_offs, hv_valid, int(max_batch_bytes))
-    out = bytearray(int(batch_pos[-1]))
-    _k.fill_v2(np.frombuffer(out, np.uint8), body, batch_first, batch_pos,
+    body = np.empty(n, np.int64)
+    batch_first = np.empty(n + 1, np.int64)
+    batch_pos = np.empty(n + 1, np.int64)
+    nb = _k.plan_v2(key_offs, key_valid, val_offs, val_valid, ts, hdr_offs, hdr_valid,
+                    hk_offs, hv_offs, hv_valid, int(max_batch_bytes), body, batch_first,
+                    batch_pos)
+    out = bytearray(int(batch_pos[nb]))
+    _k.fill_v2(np.frombuffer(out, np.uint8), nb, body, batch_first, batch_pos,
                key_offs, r(key_data), key_valid, val_offs, r(val_data), val_valid, ts,
                hdr_offs, hdr_valid, hk_offs, r(hk_data), hv_offs, r(hv_data), hv_valid,
                int(base_offset), int(partition_leader_epoch), int(attributes),
                int(producer_id), int(producer_epoch), int(base_sequence),
                int(log_append_time))
 
-    positions = batch_pos.tolist()
+    positions = batch_pos[:nb + 1].tolist()
     if codec == CompressionType.NONE:
         view = memoryview(out)
         for start, end in pairwise(positions):
@@ -417,18 +420,41 @@ def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | N
         segs[j, _k.SEG_BASE_TS] = h.base_timestamp
         segs[j, _k.SEG_MAX_TS] = h.max_timestamp
         segs[j, _k.SEG_TS_TYPE] = 1 if h.is_log_append_time else 0
-    (err, err_seg, err_rec, n, offsets, timestamps, ts_types,
-     key_offs, key_data, key_bitmap, key_nulls, val_offs, val_data, val_bitmap, val_nulls,
-     hdr_offs, hdr_bitmap, hdr_nulls, hk_offs, hk_data, hv_offs, hv_data, hv_bitmap,
-     hv_nulls) = _k.decode_v2(src, _readonly(segs), int(start_offset), int(end_offset),
-                              bool(include_headers))
+    capacity = int(segs[:, _k.SEG_COUNT].sum())
+    offsets = np.empty(capacity, np.int64)
+    timestamps = np.empty(capacity, np.int64)
+    ts_types = np.empty(capacity, np.int32)
+    key_pos = np.empty(capacity, np.int64)
+    key_len = np.empty(capacity, np.int64)
+    val_pos = np.empty(capacity, np.int64)
+    val_len = np.empty(capacity, np.int64)
+    hdr_pos = np.empty(capacity if include_headers else 0, np.int64)
+    hdr_cnt = np.empty(capacity if include_headers else 0, np.int64)
+    counts = np.zeros(10, np.int64)
+    err, err_seg, err_rec = _k.scan_v2(src, _readonly(segs), int(start_offset),
+                                       int(end_offset), bool(include_headers), offsets,
+                                       timestamps, ts_types, key_pos, key_len, val_pos,
+                                       val_len, hdr_pos, hdr_cnt, counts)
     if err != _k.OK:
         header, data = run[err_seg]
         where = " (after decompression)" if data is not None else ""
         raise CorruptRecordError(
             f"{_describe(header)}: {_k.ERROR_NAMES[err]} at record {err_rec} "
             f"of {header.records_count}{where}")
-    n = int(n)
+    (n, key_bytes, val_bytes, key_nulls, val_nulls, n_headers, hk_bytes, hv_bytes,
+     hv_nulls, hdr_nulls) = counts.tolist()
+    nbits = (n + 7) // 8
+    key_offs = np.empty(n + 1, np.int32)
+    key_data = np.empty(key_bytes, np.uint8)
+    key_bitmap = np.zeros(nbits if key_nulls else 0, np.uint8)
+    val_offs = np.empty(n + 1, np.int32)
+    val_data = np.empty(val_bytes, np.uint8)
+    val_bitmap = np.zeros(nbits if val_nulls else 0, np.uint8)
+    _k.fill_v2_records(src, n, key_pos, key_len, val_pos, val_len, key_offs, key_data,
+                       key_bitmap, val_offs, val_data, val_bitmap)
+    offsets = offsets[:n]
+    timestamps = timestamps[:n]
+    ts_types = ts_types[:n]
     columns = [
         _binary_column(pa.binary(), n, key_offs, key_data, key_bitmap, key_nulls),
         _binary_column(pa.binary(), n, val_offs, val_data, val_bitmap, val_nulls),
@@ -437,7 +463,15 @@ def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | N
         pa.Array.from_buffers(pa.int32(), n, [None, _buffer(ts_types)]),
     ]
     if include_headers:
-        n_headers = len(hk_offs) - 1
+        hdr_offs = np.empty(n + 1, np.int32)
+        hdr_bitmap = np.zeros(nbits if hdr_nulls else 0, np.uint8)
+        hk_offs = np.empty(n_headers + 1, np.int32)
+        hk_data = np.empty(hk_bytes, np.uint8)
+        hv_offs = np.empty(n_headers + 1, np.int32)
+        hv_data = np.empty(hv_bytes, np.uint8)
+        hv_bitmap = np.zeros((n_headers + 7) // 8 if hv_nulls else 0, np.uint8)
+        _k.fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_data,
+                           hv_offs, hv_data, hv_bitmap)
         hkeys = pa.Array.from_buffers(pa.string(), n_headers,
                                       [None, _buffer(hk_offs), _buffer(hk_data)])
         if n_headers:
