@@ -38,7 +38,8 @@ ledger only points at the data, which confirms it (a deleted and re-created topi
 lost ledger, cannot make the sink skip a partition wrongly; at worst it republishes).
 
 A test hook kills the process at a named step: ``SEGLOG_CRASH_AT=<step>`` or
-``<step>@<batch id>`` with a step from ``CRASH_STEPS``.
+``<step>@<batch id>`` with a step from ``CRASH_STEPS`` (``SEGLOG_CRASH_ONCE=<file>``
+makes it fire once only, for Spark workers that keep the variable for their whole life).
 
 Not thread-safe: one commit at a time per sink (Spark commits micro-batches in order).
 """
@@ -85,6 +86,8 @@ __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult"
            "SinkLedger", "CRASH_ENV", "CRASH_STEPS"]
 
 CRASH_ENV = "SEGLOG_CRASH_AT"
+CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
+"""If set, a path: the crash happens only if this file does not exist yet (it is created)."""
 CRASH_STEPS = ("after-lock", "after-truncate", "mid-publish", "after-append",
                "after-ledger", "after-checkpoint", "after-cleanup", "after-commit")
 STAGING_TTL_MS = 24 * 3600 * 1000
@@ -103,6 +106,12 @@ def crash_point(step: str, batch_id: int | None = None) -> None:
     name, _, at = wanted.partition("@")
     if name != step or (at and batch_id is not None and int(at) != batch_id):
         return
+    once = os.environ.get(CRASH_ONCE_ENV)
+    if once:  # for processes that inherit the variable for their whole life (Spark's)
+        try:
+            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return
     logger.warning("%s=%s: killing process %d at step %s", CRASH_ENV, wanted, os.getpid(), step)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -437,11 +446,12 @@ def _fail(mgr: LogManager, touched: dict[TopicPartition, int], *, rollback: bool
 
 
 # ---------------------------------------------------------------------------- abort/sweep
-def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions) -> int:
-    """Remove the staging of a failed batch (no lock needed: staging is private).
-    Returns the number of files removed."""
+def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions, *,
+          sink_ids: Iterable[str] = ()) -> int:
+    """Remove the staging of a failed batch (no lock needed: staging is private), for the
+    sinks named by the messages and ``sink_ids``. Returns the number of files removed."""
     removed = 0
-    sinks = set()
+    sinks = set(sink_ids)
     for m in messages:
         if m is None:
             continue

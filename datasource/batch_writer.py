@@ -1,0 +1,58 @@
+"""``SeglogBatchWriter``: ``df.write.format("seglog").mode("append")``, all or nothing.
+
+Tasks stage rows (``sink_staging``) under a job id drawn when Spark creates the writer on
+the driver (the same pickled writer reaches every task and the commit); ``commit``
+publishes every partition and then moves the high watermark in one checkpoint write per
+log dir, so readers see the whole job or nothing; ``abort`` removes the staging. A log
+is append-only: ``mode("overwrite")`` is refused, as Spark's Kafka sink does.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter
+from pyspark.sql.types import StructType
+from seglog.logstore.errors import ConfigError, SinkCommitError
+from seglog.streaming import sink_commit
+from seglog.streaming.sink_staging import stage_rows
+
+from .stream_writer import SeglogCommitMessage, unwrap, validate_sink
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SeglogBatchWriter"]
+
+_BATCH_ID = 0  # a batch job is one "micro-batch" of its own sink id
+
+
+class SeglogBatchWriter(DataSourceArrowWriter):
+    """All-or-nothing batch writer."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType,
+                 overwrite: bool = False) -> None:
+        if overwrite:
+            raise ConfigError("save mode 'overwrite' is not supported by the seglog sink: a "
+                              "log is append-only; use mode('append')")
+        self.options, self.columns = validate_sink(options, schema)
+        self.job_id = f"job-{uuid.uuid4().hex}"
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise SinkCommitError("the seglog sink's write() must run in a Spark task")
+        staged = stage_rows(self.options, self.columns, iterator, self.job_id, _BATCH_ID,
+                            ctx.partitionId(), ctx.attemptNumber())
+        return SeglogCommitMessage(staged)
+
+    def commit(self, messages) -> None:
+        sink_commit.commit(unwrap(messages), _BATCH_ID, self.options, use_ledger=False)
+
+    def abort(self, messages) -> None:
+        sink_commit.abort(unwrap(messages), _BATCH_ID, self.options, sink_ids=[self.job_id])

@@ -1,0 +1,122 @@
+"""``SeglogStreamWriter``: ``df.writeStream.format("seglog")``, exactly once.
+
+A thin adapter over ``seglog.streaming``: options and columns are validated here, on the
+driver, when Spark creates the writer (so a bad option or column fails the query before
+any task runs); ``write()`` stages rows on executors (``sink_staging``) and
+``commit``/``abort`` publish or discard them on the driver (``sink_commit``).
+
+Which process calls what (PySpark 4.3): the writer is built and pickled to every task by
+the write planner; ``commit``/``abort`` run in a Python worker that builds a fresh writer
+from the data source for each micro-batch. Nothing travels through ``self`` between
+calls: the commit messages carry everything.
+
+The sink's identity is the streaming query id (Spark's ``sql.streaming.queryId`` task
+property, stable across restarts from the same checkpoint), and ``write()`` learns the
+micro-batch id from the ``streaming.sql.batchId`` task property (the API does not pass
+it; ``tests/datasource/test_stream_sink.py`` checks that both are visible in the Python
+worker). Both go into every record batch written (producerId, producerEpoch/baseSequence)
+so that a replayed micro-batch is recognised in the data itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+from seglog.logstore.errors import ConfigError, SinkCommitError
+from seglog.streaming import sink_commit
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.streaming.sink_staging import StagedTask, stage_rows
+
+from .schema import to_arrow_schema
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SeglogStreamWriter", "SeglogCommitMessage", "validate_sink"]
+
+
+@dataclass(frozen=True)
+class SeglogCommitMessage(WriterCommitMessage):
+    """What one task staged (picklable, small: paths and counts, never data)."""
+
+    staged: StagedTask
+
+
+def validate_sink(options: Mapping[str, Any], schema: StructType
+                  ) -> tuple[SinkOptions, SinkColumns]:
+    """Parse the options and check the input columns (driver side, before any task)."""
+    opts = SinkOptions.parse(options)
+    columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
+    if not opts.create_topics and opts.topic is not None:
+        _require_topic(opts, opts.topic)
+    return opts, columns
+
+
+def _require_topic(opts: SinkOptions, topic: str) -> None:
+    from pathlib import Path
+
+    from seglog.logstore.errors import UnknownTopicOrPartitionError
+    from seglog.logstore.log_manager import LogManager
+
+    if all(Path(d).is_dir() for d in opts.log_dirs):
+        with LogManager(list(opts.log_dirs), read_only=True) as mgr:
+            if topic in mgr.topics():
+                return
+    raise UnknownTopicOrPartitionError(
+        f"option 'topic': topic {topic!r} does not exist in {', '.join(opts.log_dirs)} and "
+        "the option 'createTopics' is false")
+
+
+def unwrap(messages) -> list[StagedTask | None]:
+    out: list[StagedTask | None] = []
+    for m in messages:
+        if m is None:
+            out.append(None)
+        elif isinstance(m, SeglogCommitMessage):
+            out.append(m.staged)
+        else:
+            raise SinkCommitError(f"unexpected commit message {type(m).__name__}")
+    return out
+
+
+class SeglogStreamWriter(DataSourceStreamArrowWriter):
+    """Exactly-once streaming writer (append, update and complete modes all append)."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType,
+                 overwrite: bool = False) -> None:
+        self.options, self.columns = validate_sink(options, schema)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise SinkCommitError("the seglog sink's write() must run in a Spark task")
+        raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
+        if raw_batch is None:
+            raise SinkCommitError(
+                "the Spark task property 'streaming.sql.batchId' is not visible in this "
+                "Python worker; the exactly-once sink needs it")
+        sink_id = ctx.getLocalProperty("sql.streaming.queryId") or self._fallback_sink_id()
+        staged = stage_rows(self.options, self.columns, iterator, sink_id, int(raw_batch),
+                            ctx.partitionId(), ctx.attemptNumber())
+        return SeglogCommitMessage(staged)
+
+    def _fallback_sink_id(self) -> str:
+        if self.options.checkpoint_location is None:
+            raise ConfigError("the seglog sink needs a streaming query id or the option "
+                              "'checkpointLocation' to identify itself across restarts")
+        digest = hashlib.sha256(self.options.checkpoint_location.encode()).hexdigest()
+        return f"chk-{digest[:32]}"
+
+    def commit(self, messages, batchId: int) -> None:  # noqa: N803 (PySpark's name)
+        sink_commit.commit(unwrap(messages), batchId, self.options)
+
+    def abort(self, messages, batchId: int) -> None:  # noqa: N803
+        sink_commit.abort(unwrap(messages), batchId, self.options)
