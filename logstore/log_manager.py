@@ -5,7 +5,7 @@ Kafka's LogManager without a broker. Opening, in order:
 1. Each log dir is canonicalized (duplicates refused), created if missing (writer only),
    and checked for access; a writer takes its ``.lock``.
 2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; a writer
-   removes it at once (anything it writes from now on is unflushed until close).
+   removes it once the open succeeded (anything it writes may be unflushed until close).
 3. The three offset checkpoints are read. A corrupt one is reported and treated as
    missing, and its dir is then recovered like an unclean one, from offset 0.
 4. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
@@ -189,9 +189,6 @@ class LogManager:
             log_dir = _LogDir(path, lock, marker.exists())
             self.log_dirs.append(log_dir)
             self._read_checkpoints(log_dir)
-            if not self.read_only and marker.exists():
-                marker.unlink()
-                fsync_dir(path)
         recover: list[_Partition] = []
         for log_dir in self.log_dirs:
             for p in self._scan(log_dir):
@@ -206,6 +203,13 @@ class LogManager:
         if recover:
             self._recover(recover)
         if not self.read_only:
+            # Only now: an open that failed above leaves a clean dir clean. From here on
+            # this writer may leave unflushed data behind.
+            for ld in self.log_dirs:
+                marker = ld.path / CLEAN_SHUTDOWN_FILE
+                if marker.exists():
+                    marker.unlink()
+                    fsync_dir(ld.path)
             self.delete_logs(self.clock.milliseconds())
 
     def _canonical_dirs(self, raw_dirs: list[str | os.PathLike]) -> list[Path]:
@@ -307,6 +311,11 @@ class LogManager:
         finally:
             for pool in pools:
                 pool.shutdown(wait=True)
+        for p in partitions:
+            # The recovery point may lag the published high watermark (their checkpoints
+            # run at different intervals); data below the HW was fsynced before the
+            # crash, so this is cheap, and the HW checkpoint below cannot go backwards.
+            p.log.flush(p.log.high_watermark)
         for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
             logger.info("recovered %d partitions of %s",
                         sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)

@@ -257,6 +257,29 @@ def test_unclean_dir_recovers_every_partition_at_open(tmp_path, monkeypatch):
         assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read()[("t", 0)] >= 10
 
 
+def test_recovery_never_takes_back_a_published_high_watermark(tmp_path):
+    _crash_after(tmp_path, """
+        mgr.create_topic("t")
+        mgr.checkpoint_recovery_points()          # recovery point 0 on disk...
+        mgr.append("t", 0, batch(10))
+        mgr.checkpoint_high_watermarks()          # ...but HW 10 published (and flushed)
+    """)
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 0}
+    with LogManager([tmp_path]) as mgr:
+        assert OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read() == {
+            ("t", 0): 10}
+        assert mgr.high_watermarks() == {("t", 0): 10}
+
+
+def test_a_failed_open_leaves_a_clean_dir_clean(tmp_path):
+    with LogManager([tmp_path / "a"]) as mgr:
+        mgr.create_topic("t")
+    (tmp_path / "b" / "t-0").mkdir(parents=True)
+    with pytest.raises(LogDirError, match="two log dirs"):
+        LogManager([tmp_path / "a", tmp_path / "b"])
+    assert (tmp_path / "a" / CLEAN_SHUTDOWN_FILE).exists()
+
+
 def test_corrupt_recovery_checkpoint_is_reported_and_recovery_starts_at_zero(
         tmp_path, monkeypatch, caplog):
     with LogManager([tmp_path]) as mgr:
