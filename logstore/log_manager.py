@@ -46,7 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
+from .checkpoint_file import (
+    CheckpointFile,
+    CheckpointFormat,
+    OffsetCheckpointFile,
+    fsync_dir,
+    write_atomically,
+)
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
@@ -91,9 +97,24 @@ TopicPartition = tuple[str, int]
 # then renamed into place, so no process ever sees a partition without its config.
 _STAGING_PREFIX = ".seglog-new-"
 _CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
+MAINTENANCE_CHECKPOINT = "seglog-maintenance-checkpoint"
+"""When each maintenance task last ran (``name wall-clock-ms`` lines), so that
+short-lived processes run a task only when its interval has passed since any process did."""
+
+
+def _parse_last_run(line: str) -> tuple[str, int]:
+    name, sep, ms = line.partition(" ")
+    if not sep or not name:
+        raise ValueError("expected 'task milliseconds'")
+    return name, int(ms)
+
+
+_MAINTENANCE_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
+    lambda e: f"{e[0]} {e[1]}", _parse_last_run)
 _KNOWN_FILES = frozenset({".lock", CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
                           LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
-                          "cleaner-offset-checkpoint", "meta.properties"})
+                          MAINTENANCE_CHECKPOINT, "cleaner-offset-checkpoint",
+                          "meta.properties"})
 
 
 def _log_class():
@@ -174,6 +195,7 @@ class LogManager:
         if not read_only:
             for task in self._maintenance_tasks():
                 self.scheduler.add_task(task)
+            self.scheduler.restore(self._read_last_runs())
             if background:
                 self.scheduler.start()
 
@@ -636,9 +658,34 @@ class LogManager:
             log_dir.checkpoint(name).write(offsets)
 
     def run_maintenance(self) -> list[TaskRun]:
-        """Run the maintenance tasks that are due now (for short-lived processes)."""
+        """Run the maintenance tasks that are due now (for short-lived processes): due
+        means the task's interval has passed since any writer of these dirs ran it."""
         self._check_writable()
-        return self.scheduler.run_due()
+        runs = self.scheduler.run_due()
+        if runs:
+            self._write_last_runs()
+        return runs
+
+    def _read_last_runs(self) -> dict[str, int]:
+        """Per task, the oldest last run over the dirs (a task unknown to one dir is due)."""
+        per_dir = []
+        for ld in self.log_dirs:
+            try:
+                per_dir.append(dict(CheckpointFile(ld.path / MAINTENANCE_CHECKPOINT,
+                                                   _MAINTENANCE_FORMAT).read()))
+            except (CorruptCheckpointError, KafkaStorageError) as e:
+                logger.warning("%s; every maintenance task is due", e)
+                return {}
+        names = set.intersection(*(set(d) for d in per_dir)) if per_dir else set()
+        return {n: min(d[n] for d in per_dir) for n in names}
+
+    def _write_last_runs(self) -> None:
+        runs = sorted(self.scheduler.last_runs().items())
+        for ld in self.log_dirs:
+            try:
+                CheckpointFile(ld.path / MAINTENANCE_CHECKPOINT, _MAINTENANCE_FORMAT).write(runs)
+            except KafkaStorageError as e:  # only costs an early rerun of some task
+                logger.warning("%s", e)
 
     def _maintenance_tasks(self) -> list[MaintenanceTask]:
         """Every periodic task of this manager: THE place to add one (the compaction
@@ -712,6 +759,7 @@ class LogManager:
             return
         try:
             self.flush_all()
+            self._write_last_runs()
             for ld in self.log_dirs:
                 self._write_checkpoints(ld)
             self._close_logs()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
@@ -55,6 +55,7 @@ class MaintenanceTask:
     interval_ms: int
     run: Callable[[int], object]
     next_due_ms: int = 0  # on the clock's monotonic scale
+    last_run_ms: int | None = None  # wall clock, of the last run in any process
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,9 +131,32 @@ class Scheduler:
         with self._run_lock:
             return min((t.next_due_ms for t in self._tasks.values()), default=None)
 
+    def last_runs(self) -> dict[str, int]:
+        """Wall-clock time of each task's last run (what ``restore`` takes back)."""
+        with self._run_lock:
+            return {t.name: t.last_run_ms for t in self._tasks.values()
+                    if t.last_run_ms is not None}
+
+    def restore(self, last_runs: Mapping[str, int]) -> None:
+        """Reschedule tasks from the wall-clock times they last ran, possibly in another
+        process: a short-lived process then runs a task only when its interval has
+        passed since anyone ran it, not every time it starts."""
+        now_wall, now = self.clock.milliseconds(), self.clock.monotonic_ms()
+        with self._run_lock:
+            for name, last in last_runs.items():
+                task = self._tasks.get(name)
+                if task is None:
+                    continue
+                task.last_run_ms = last
+                # a clock that went backwards must not postpone a task beyond one interval
+                wait = min(max(last + task.interval_ms - now_wall, 0), task.interval_ms)
+                task.next_due_ms = max(task.next_due_ms, now + wait)
+        self._wake.set()
+
     def _run(self, task: MaintenanceTask, now: int) -> TaskRun:
+        task.last_run_ms = self.clock.milliseconds()
         try:
-            result = task.run(self.clock.milliseconds())
+            result = task.run(task.last_run_ms)
             run = TaskRun(task.name, result)
         except Exception as e:  # one task's failure must not stop the others
             logger.exception("maintenance task %r failed; it will be retried in %d ms",

@@ -476,3 +476,18 @@ def test_exception_inside_with_block_does_not_claim_a_clean_shutdown(tmp_path):
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     with LogManager([tmp_path]) as mgr:  # the lock was released
         assert mgr.topics() == ["t"]
+
+
+def test_short_lived_writers_share_the_maintenance_schedule(tmp_path, clock):
+    config = {"log.retention.check.interval.ms": 60_000}
+    with LogManager([tmp_path], clock=clock, config=config) as mgr:
+        assert "log-retention" in {r.name for r in mgr.run_maintenance()}
+    clock.advance(1_000)
+    with LogManager([tmp_path], clock=clock, config=config) as mgr:  # a later process
+        assert "log-retention" not in {r.name for r in mgr.run_maintenance()}
+    clock.advance(60_000)
+    with LogManager([tmp_path], clock=clock, config=config) as mgr:
+        assert "log-retention" in {r.name for r in mgr.run_maintenance()}
+    (tmp_path / lm.MAINTENANCE_CHECKPOINT).write_text("0\n1\nbroken\n")
+    with LogManager([tmp_path], clock=clock, config=config) as mgr:  # corrupt: all due
+        assert "log-retention" in {r.name for r in mgr.run_maintenance()}

@@ -130,3 +130,31 @@ def test_standard_tasks_follow_the_manager_config():
     s.run_due()
     assert calls == ["r", "f", "hw", "rp", "lso", "d"]
     assert all(isinstance(t, MaintenanceTask) for t in s.tasks)
+
+
+def test_restore_reschedules_from_another_process_last_runs():
+    clock = MockClock(10_000)
+    first = Scheduler(clock)
+    first.add("retention", 1_000, lambda now: None)
+    first.add("flush", 100, lambda now: None)
+    first.run_due()
+    assert first.last_runs() == {"retention": 10_000, "flush": 10_000}
+    clock.advance(400)
+    second = Scheduler(clock)  # a later, short-lived process
+    second.add("retention", 1_000, lambda now: None)
+    second.add("flush", 100, lambda now: None)
+    second.add("new-task", 100, lambda now: None)
+    second.restore({**first.last_runs(), "gone": 1})
+    assert [r.name for r in second.run_due()] == ["flush", "new-task"]
+    clock.advance(600)
+    assert [r.name for r in second.run_due()] == ["retention", "flush", "new-task"]
+
+
+def test_restore_caps_the_wait_when_the_clock_went_backwards():
+    clock = MockClock(10_000)
+    s = Scheduler(clock)
+    s.add("t", 1_000, lambda now: None)
+    s.restore({"t": 50_000})  # "last ran" in the future
+    assert s.run_due() == []
+    clock.advance(1_000)
+    assert [r.name for r in s.run_due()] == ["t"]
