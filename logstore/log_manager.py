@@ -701,15 +701,14 @@ class LogManager:
             now_ms=self.clock.monotonic_ms())
 
     def delete_old_segments(self) -> int:
-        """Retention (time, size, start offset) over every partition with the delete
-        policy; returns the number of segments deleted. Loads unloaded partitions."""
+        """Retention over every partition: by log start offset always, by time and size
+        with ``cleanup.policy`` delete (the Log decides). Returns the number of segments
+        deleted. Loads unloaded partitions."""
         self._check_writable()
         with self._lock:
             parts = list(self._partitions.values())
         total = 0
         for p in parts:
-            if not self._config_of(p).delete:
-                continue
             with p.lock:
                 total += self._load(p).delete_old_segments()
         return total
@@ -744,6 +743,14 @@ class LogManager:
                 with self._lock:
                     self._pending_deletes.append((d, t))
         return removed
+
+    def check(self, *, fix: bool = False, deep: bool = False) -> list[Any]:
+        """Inconsistencies between the checkpoints, topic configs and files (with
+        ``deep``, every batch and index entry too), repaired with ``fix`` (writer only).
+        Returns ``log_check.Problem``s; see ``log_check``."""
+        from .log_check import check
+
+        return check(self, fix=fix, deep=deep)
 
     # -- closing ---------------------------------------------------------------------
 

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from seglog.logstore.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.errors import ReadOnlyError
+from seglog.logstore.file_names import (
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    TOPIC_CONFIG_FILE,
+)
+from seglog.logstore.log_manager import LogManager
+
+
+def batch(n: int = 10) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    for i in range(n):
+        b.append(i, 1_700_000_000_000 + i, None, b"v" * 300, [])
+    return bytes(b.build())
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    d = tmp_path / "logs"
+    with LogManager([d]) as mgr:
+        mgr.create_topic("t", 2, {"segment.bytes": 8 * 1024, "index.interval.bytes": 1000})
+        for _ in range(12):
+            mgr.append("t", 0, batch())
+        mgr.append("t", 1, batch())
+    return d
+
+
+def kinds(problems):
+    return sorted(p.kind for p in problems)
+
+
+def test_a_healthy_dir_has_no_problems(log_dir):
+    with LogManager([log_dir]) as mgr:
+        assert mgr.check(deep=True) == []
+    with LogManager([log_dir], read_only=True) as reader:
+        assert reader.check(deep=True) == []
+        with pytest.raises(ReadOnlyError):
+            reader.check(fix=True)
+
+
+def test_checkpoint_problems_are_reported_then_fixed(log_dir):
+    OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
+        {("t", 0): 120, ("t", 1): 999, ("gone", 0): 5})
+    (log_dir / LOG_START_OFFSET_CHECKPOINT).write_text("0\n3\nt 0 1\n")
+    (log_dir / "recovery-point-offset-checkpoint.tmp").write_text("half")
+    with LogManager([log_dir], read_only=True) as reader:
+        found = reader.check()
+    assert kinds(found) == ["checkpoint-beyond-log-end", "corrupt-checkpoint", "leftover",
+                            "stale-checkpoint-entry"]
+    assert all(not p.fixed for p in found)
+    assert any(str(log_dir / LOG_START_OFFSET_CHECKPOINT) in p.message for p in found)
+    with LogManager([log_dir]) as mgr:
+        assert all(p.fixed for p in mgr.check(fix=True))
+        assert mgr.check() == []
+    assert OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read() == {
+        ("t", 0): 120, ("t", 1): 10}
+    assert OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read() == {
+        ("t", 0): 120, ("t", 1): 10}
+
+
+def test_topic_config_problems(log_dir):
+    (log_dir / "t-1" / TOPIC_CONFIG_FILE).unlink()
+    with LogManager([log_dir]) as mgr:
+        found = mgr.check()
+        assert kinds(found) == ["topic-config"] and "t-1" in found[0].message
+        mgr.check(fix=True)
+        assert mgr.check() == []
+        assert mgr.get_log("t", 1).config.segment_bytes == 8 * 1024
+
+
+def test_deep_check_finds_a_bad_batch_and_fix_truncates_before_it(log_dir):
+    seg = sorted((log_dir / "t-0").glob("*.log"))[1]
+    data = bytearray(seg.read_bytes())
+    data[-100] ^= 0x01
+    seg.write_bytes(bytes(data))
+    with LogManager([log_dir]) as mgr:
+        assert mgr.check() == []  # the cheap check does not read segments
+        found = mgr.check(deep=True)
+        assert kinds(found) == ["bad-batch"] and "CRC" in found[0].message
+        assert found[0].path == seg
+        mgr.check(fix=True, deep=True)
+        log = mgr.get_log("t", 0)
+        assert log.log_end_offset < 120 and log.log_end_offset % 10 == 0
+        assert mgr.check(deep=True) == []
+
+
+def test_deep_check_finds_a_bad_index_entry(log_dir):
+    index = sorted((log_dir / "t-0").glob("*.index"))[0]
+    raw = bytearray(index.read_bytes())
+    assert len(raw) >= 8
+    rel, pos = struct.unpack_from(">ii", raw, 0)
+    struct.pack_into(">ii", raw, 0, rel, pos + 1)
+    index.write_bytes(bytes(raw))
+    with LogManager([log_dir], read_only=True) as reader:
+        found = reader.check(deep=True)
+    assert kinds(found) == ["bad-index-entry"] and str(index) in found[0].message
