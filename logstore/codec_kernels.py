@@ -1,6 +1,6 @@
 """numba kernels behind ``record_codec``: the per-record work of RecordBatch v2.
 
-Five kernels, one signature each (callers normalise dtypes, and pass data they do
+Four kernels, one signature each (callers normalise dtypes, and pass data they do
 not own read-only, so numba compiles each kernel once and caches it on disk). Every
 kernel works on arrays the caller allocated: numpy puts big arrays on huge pages,
 numba's own allocator does not, and page faults then cost more than the work.
@@ -8,11 +8,11 @@ numba's own allocator does not, and page faults then cost more than the work.
 - ``plan_v2`` then ``fill_v2`` lay out records from Arrow-style offset/data buffers
   into consecutive v2 batches (headers written, CRC left at zero for the caller),
   splitting batches so that no batch exceeds ``max_batch_bytes`` uncompressed.
-- ``scan_v2`` then ``fill_v2_records`` / ``fill_v2_headers`` parse the records
-  sections of many batches into Arrow buffers (int32 offsets, contiguous data, packed
-  validity bitmaps). The scan validates every varint and length against the bounds of
-  its record and batch, so corrupt input yields an error code, never an
-  out-of-bounds access; the fills trust what the scan validated.
+- ``decode_v2`` parses the records sections of batches into Arrow buffers (int32
+  offsets, contiguous data) in one pass, validating every varint and length against
+  the bounds of its record and batch first, so corrupt input yields an error code,
+  never an out-of-bounds access. ``fill_v2_headers`` then copies the (validated)
+  headers, when asked, into exactly sized buffers.
 
 No kernel raises: errors come back as codes so the caller can name the batch.
 
@@ -21,8 +21,8 @@ Record layout (every integer a zigzag LEB128 varint; see KAFKA-FORMAT.md)::
     length | attributes int8 | timestampDelta | offsetDelta | keyLen key | valueLen value
     | headerCount | (headerKeyLen headerKey headerValueLen headerValue)*
 
-Thread-safe: kernels are pure functions of their arguments (numba releases nothing
-global; the GIL is held, so they do not run in parallel either).
+Thread-safe: kernels touch only their arguments and release the GIL (``nogil``), so
+callers on different threads with different arrays run in parallel.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# Error codes returned by scan_v2 (the caller maps them to messages).
+# Error codes returned by decode_v2 (the caller maps them to messages).
 OK = 0
 ERR_TRUNCATED = 1  # a varint or a field runs past the end of its record or batch
 ERR_BAD_VARINT = 2  # more bytes than the type allows
@@ -47,10 +47,16 @@ ERROR_NAMES = {
     ERR_TOO_LARGE: "more than 2 GiB of record data in one decode call",
 }
 
-# Columns of the `segs` table given to scan_v2, one row per batch.
+# Columns of the `segs` table given to decode_v2, one row per batch.
 SEG_START, SEG_END, SEG_COUNT, SEG_BASE_OFFSET, SEG_BASE_TS, SEG_MAX_TS, SEG_TS_TYPE = range(7)
 SEG_COLUMNS = 7
 TS_FROM_MAX = 1  # SEG_TS_TYPE value of a LogAppendTime batch: every record gets maxTimestamp
+
+# Slots of the `state` array decode_v2 carries from one call to the next.
+(ST_N, ST_KEY_BYTES, ST_VALUE_BYTES, ST_KEY_NULLS, ST_VALUE_NULLS, ST_HEADERS,
+ ST_HEADER_KEY_BYTES, ST_HEADER_VALUE_BYTES, ST_HEADER_VALUE_NULLS, ST_NO_HEADERS,
+ ST_ERR_SEG, ST_ERR_RECORD) = range(12)
+STATE_SIZE = 12
 
 _INT32_MAX = 2147483647
 _V2_HEADER_SIZE = 61
@@ -122,7 +128,7 @@ def _copy(dst, dpos, src, spos, n):
         dst[d + i] = src[s + i]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_valid,
             hk_offs, hv_offs, hv_valid, max_batch_bytes, body, batch_first, batch_pos):
     """Pass 1 of encoding: where each batch starts and how long each record body is.
@@ -188,7 +194,7 @@ def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_
     return nb
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid, val_offs,
             val_data, val_valid, timestamps, hdr_offs, hdr_valid, hk_offs, hk_data, hv_offs,
             hv_data, hv_valid, base_offset, partition_leader_epoch, attributes,
@@ -271,28 +277,36 @@ def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid
         _put_be(out, start + 57, last - first, 4)
 
 
-@njit(cache=True)
-def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, timestamps,
-            ts_types, key_pos, key_len, val_pos, val_len, hdr_pos, hdr_cnt, counts):
-    """Pass 1 of decoding: validate every record of the records sections
-    ``src[segs[j, SEG_START]:segs[j, SEG_END]]``, keep those with ``start_offset <=
-    offset < end_offset``: their offset, timestamp and timestamp type go to the output
-    columns, where their key, value and headers are to the scratch arrays (all of the
-    batches' total record count long; header arrays empty unless
-    ``include_headers``). ``counts`` receives: records kept, key bytes, value bytes,
-    null keys, null values, headers, header key bytes, header value bytes, null header
-    values, records without headers. Returns (error code, batch index, record index).
+@njit(cache=True, nogil=True)
+def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, timestamps,
+              ts_types, key_offs, key_data, key_valid, val_offs, val_data, val_valid,
+              hdr_pos, hdr_cnt, state):
+    """Parse and copy, in one pass, the records sections
+    ``src[segs[j, SEG_START]:segs[j, SEG_END]]`` of consecutive batches.
+
+    Every varint and length is checked against the bounds of its record and batch
+    before use. Records with ``start_offset <= offset < end_offset`` are appended at
+    ``state[ST_N]``: offset, timestamp and type to the output columns, key and value
+    to Arrow offsets/data (data arrays sized for the worst case by the caller), a 0/1
+    validity byte each, and where their headers are (``hdr_pos``/``hdr_cnt``, only when
+    ``include_headers``) for ``fill_v2_headers``. ``state`` carries the running
+    counts across calls, so the caller can feed batches a cache-sized group at a time
+    (just after checking their CRC, while they are still in cache). Returns an error
+    code; on error ``state[ST_ERR_SEG]`` / ``state[ST_ERR_RECORD]`` locate it.
     """
-    n = 0
-    key_bytes = 0
-    val_bytes = 0
-    key_nulls = 0
-    val_nulls = 0
-    n_headers = 0
-    hk_bytes = 0
-    hv_bytes = 0
-    hv_nulls = 0
-    hdr_nulls = 0
+    n = state[ST_N]
+    kp = state[ST_KEY_BYTES]
+    vp = state[ST_VALUE_BYTES]
+    key_nulls = state[ST_KEY_NULLS]
+    val_nulls = state[ST_VALUE_NULLS]
+    n_headers = state[ST_HEADERS]
+    hk_bytes = state[ST_HEADER_KEY_BYTES]
+    hv_bytes = state[ST_HEADER_VALUE_BYTES]
+    hv_nulls = state[ST_HEADER_VALUE_NULLS]
+    hdr_nulls = state[ST_NO_HEADERS]
+    err = OK
+    j = 0
+    r = 0
     for j in range(segs.shape[0]):
         pos = segs[j, SEG_START]
         end = segs[j, SEG_END]
@@ -300,47 +314,60 @@ def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, times
         base_ts = segs[j, SEG_BASE_TS]
         ts_type = segs[j, SEG_TS_TYPE]
         max_ts = segs[j, SEG_MAX_TS]
-        for r in range(segs[j, SEG_COUNT]):
+        for r in range(segs[j, SEG_COUNT]):  # noqa: B007 (r locates an error)
             length, pos = _read_varint(src, pos, end, 5)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             if length < 0:
-                return ERR_BAD_LENGTH, j, r
+                err = ERR_BAD_LENGTH
+                break
             if pos + length > end:
-                return ERR_TRUNCATED, j, r
+                err = ERR_TRUNCATED
+                break
             rend = pos + length
             pos += 1  # attributes (unused in v2)
             ts_delta, pos = _read_varint(src, pos, rend, 10)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             off_delta, pos = _read_varint(src, pos, rend, 5)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             klen, pos = _read_varint(src, pos, rend, 5)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             if klen < -1:
-                return ERR_BAD_LENGTH, j, r
+                err = ERR_BAD_LENGTH
+                break
             kpos = pos
             if klen > 0:
                 pos += klen
                 if pos > rend:
-                    return ERR_TRUNCATED, j, r
+                    err = ERR_TRUNCATED
+                    break
             vlen, pos = _read_varint(src, pos, rend, 5)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             if vlen < -1:
-                return ERR_BAD_LENGTH, j, r
+                err = ERR_BAD_LENGTH
+                break
             vpos = pos
             if vlen > 0:
                 pos += vlen
                 if pos > rend:
-                    return ERR_TRUNCATED, j, r
+                    err = ERR_TRUNCATED
+                    break
             hcount, pos = _read_varint(src, pos, rend, 5)
             if pos < 0:
-                return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                break
             if hcount < 0:
-                return ERR_BAD_LENGTH, j, r
+                err = ERR_BAD_LENGTH
+                break
             hstart = pos
             rec_hk = 0
             rec_hv = 0
@@ -348,28 +375,37 @@ def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, times
             for _ in range(hcount):
                 hk, pos = _read_varint(src, pos, rend, 5)
                 if pos < 0:
-                    return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                    err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                    break
                 if hk < 0:
-                    return ERR_BAD_LENGTH, j, r
+                    err = ERR_BAD_LENGTH
+                    break
                 pos += hk
                 if pos > rend:
-                    return ERR_TRUNCATED, j, r
+                    err = ERR_TRUNCATED
+                    break
                 hv, pos = _read_varint(src, pos, rend, 5)
                 if pos < 0:
-                    return (ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT), j, r
+                    err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                    break
                 if hv < -1:
-                    return ERR_BAD_LENGTH, j, r
+                    err = ERR_BAD_LENGTH
+                    break
                 if hv > 0:
                     pos += hv
                     if pos > rend:
-                        return ERR_TRUNCATED, j, r
+                        err = ERR_TRUNCATED
+                        break
                 rec_hk += hk
                 if hv < 0:
                     rec_hv_nulls += 1
                 else:
                     rec_hv += hv
+            if err != OK:
+                break
             if pos != rend:
-                return ERR_RECORD_SIZE, j, r
+                err = ERR_RECORD_SIZE
+                break
             offset = base_offset + off_delta
             if offset < start_offset or offset >= end_offset:
                 continue
@@ -379,18 +415,22 @@ def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, times
             else:
                 timestamps[n] = base_ts + ts_delta
             ts_types[n] = ts_type
-            key_pos[n] = kpos
-            key_len[n] = klen
-            val_pos[n] = vpos
-            val_len[n] = vlen
             if klen < 0:
                 key_nulls += 1
+                key_valid[n] = 0
             else:
-                key_bytes += klen
+                _copy(key_data, kp, src, kpos, klen)
+                kp += klen
+                key_valid[n] = 1
+            key_offs[n + 1] = kp
             if vlen < 0:
                 val_nulls += 1
+                val_valid[n] = 0
             else:
-                val_bytes += vlen
+                _copy(val_data, vp, src, vpos, vlen)
+                vp += vlen
+                val_valid[n] = 1
+            val_offs[n + 1] = vp
             if include_headers:
                 hdr_pos[n] = hstart
                 hdr_cnt[n] = hcount
@@ -401,54 +441,31 @@ def scan_v2(src, segs, start_offset, end_offset, include_headers, offsets, times
                 hv_bytes += rec_hv
                 hv_nulls += rec_hv_nulls
             n += 1
+        if err != OK:
+            break
         if pos != end:
-            return ERR_TRAILING, j, segs[j, SEG_COUNT]
-    if key_bytes > _INT32_MAX or val_bytes > _INT32_MAX or hk_bytes > _INT32_MAX \
-            or hv_bytes > _INT32_MAX:
-        return ERR_TOO_LARGE, 0, 0
-    counts[0] = n
-    counts[1] = key_bytes
-    counts[2] = val_bytes
-    counts[3] = key_nulls
-    counts[4] = val_nulls
-    counts[5] = n_headers
-    counts[6] = hk_bytes
-    counts[7] = hv_bytes
-    counts[8] = hv_nulls
-    counts[9] = hdr_nulls
-    return OK, 0, 0
+            err = ERR_TRAILING
+            r = segs[j, SEG_COUNT]
+            break
+    if err == OK and (kp > _INT32_MAX or vp > _INT32_MAX or hk_bytes > _INT32_MAX
+                      or hv_bytes > _INT32_MAX):
+        err = ERR_TOO_LARGE
+    state[ST_N] = n
+    state[ST_KEY_BYTES] = kp
+    state[ST_VALUE_BYTES] = vp
+    state[ST_KEY_NULLS] = key_nulls
+    state[ST_VALUE_NULLS] = val_nulls
+    state[ST_HEADERS] = n_headers
+    state[ST_HEADER_KEY_BYTES] = hk_bytes
+    state[ST_HEADER_VALUE_BYTES] = hv_bytes
+    state[ST_HEADER_VALUE_NULLS] = hv_nulls
+    state[ST_NO_HEADERS] = hdr_nulls
+    state[ST_ERR_SEG] = j
+    state[ST_ERR_RECORD] = r
+    return err
 
 
-@njit(cache=True)
-def fill_v2_records(src, n, key_pos, key_len, val_pos, val_len, key_offs, key_data,
-                    key_bitmap, val_offs, val_data, val_bitmap):
-    """Pass 2 of decoding: copy the ``n`` keys and values found by ``scan_v2`` into
-    Arrow buffers (int32 offsets, contiguous data). A bitmap of size 0 means the
-    column has no nulls; otherwise it must be zeroed and (n + 7) // 8 long."""
-    kp = 0
-    vp = 0
-    key_offs[0] = 0
-    val_offs[0] = 0
-    key_has_nulls = key_bitmap.shape[0] > 0
-    val_has_nulls = val_bitmap.shape[0] > 0
-    for i in range(n):
-        k = key_len[i]
-        if k > 0:
-            _copy(key_data, kp, src, key_pos[i], k)
-            kp += k
-        if key_has_nulls and k >= 0:
-            key_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
-        key_offs[i + 1] = kp
-        v = val_len[i]
-        if v > 0:
-            _copy(val_data, vp, src, val_pos[i], v)
-            vp += v
-        if val_has_nulls and v >= 0:
-            val_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
-        val_offs[i + 1] = vp
-
-
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_data,
                     hv_offs, hv_data, hv_bitmap):
     """Pass 2 of decoding, headers: re-read the (already validated) headers of the

@@ -65,6 +65,8 @@ __all__ = [
 
 MAX_OFFSET = 2**63 - 1
 _MIN_RECORD_SIZE = 7  # length, attributes, deltas, key/value lengths, header count
+_INT32_MAX = 2**31 - 1
+_GROUP_BYTES = 1 << 20  # records decoded per kernel call: about what stays in cache
 _UINT32 = struct.Struct(">I")
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -385,11 +387,13 @@ def _describe(header: BatchHeader) -> str:
             f"{header.base_offset}..{header.last_offset}, magic {header.magic})")
 
 
-def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | None]],
-                   start_offset: int, end_offset: int, include_headers: bool
+def _decode_v2_run(main: np.ndarray, view: memoryview,
+                   run: list[tuple[BatchHeader, np.ndarray | None]], start_offset: int,
+                   end_offset: int, include_headers: bool, verify_crc: bool
                    ) -> pa.RecordBatch:
-    """Decode consecutive v2 batches with one kernel call. ``run`` holds each batch's
-    header and its decompressed records section (None when uncompressed)."""
+    """Decode consecutive v2 batches. ``run`` holds each batch's header and its
+    decompressed records section (None when uncompressed: then its CRC is checked
+    here, just before its records are parsed, while its bytes are in cache)."""
     segs = np.empty((len(run), _k.SEG_COLUMNS), np.int64)
     if all(data is None for _, data in run):
         src = main
@@ -409,7 +413,7 @@ def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | N
         src = _readonly(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
     for j, (h, data) in enumerate(run):
         # A record takes at least 7 bytes; checking first keeps a corrupt count from
-        # making the kernel allocate gigabytes.
+        # making us allocate gigabytes.
         if h.records_count > (segs[j, _k.SEG_END] - segs[j, _k.SEG_START]) // _MIN_RECORD_SIZE:
             where = " (after decompression)" if data is not None else ""
             raise CorruptRecordError(
@@ -421,37 +425,59 @@ def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | N
         segs[j, _k.SEG_MAX_TS] = h.max_timestamp
         segs[j, _k.SEG_TS_TYPE] = 1 if h.is_log_append_time else 0
     capacity = int(segs[:, _k.SEG_COUNT].sum())
+    sizes = segs[:, _k.SEG_END] - segs[:, _k.SEG_START]
+    total = int(sizes.sum())
+    if total > _INT32_MAX:
+        raise ValueError(f"cannot decode {total} bytes of records at once (Arrow binary "
+                         "columns hold at most 2 GiB): decode in smaller chunks")
     offsets = np.empty(capacity, np.int64)
     timestamps = np.empty(capacity, np.int64)
     ts_types = np.empty(capacity, np.int32)
-    key_pos = np.empty(capacity, np.int64)
-    key_len = np.empty(capacity, np.int64)
-    val_pos = np.empty(capacity, np.int64)
-    val_len = np.empty(capacity, np.int64)
+    key_offs = np.empty(capacity + 1, np.int32)
+    val_offs = np.empty(capacity + 1, np.int32)
+    key_offs[0] = 0
+    val_offs[0] = 0
+    # Worst-case sized; only the pages actually written are ever backed by memory.
+    key_data = np.empty(total, np.uint8)
+    val_data = np.empty(total, np.uint8)
+    key_valid = np.empty(capacity, np.uint8)
+    val_valid = np.empty(capacity, np.uint8)
     hdr_pos = np.empty(capacity if include_headers else 0, np.int64)
     hdr_cnt = np.empty(capacity if include_headers else 0, np.int64)
-    counts = np.zeros(10, np.int64)
-    err, err_seg, err_rec = _k.scan_v2(src, _readonly(segs), int(start_offset),
-                                       int(end_offset), bool(include_headers), offsets,
-                                       timestamps, ts_types, key_pos, key_len, val_pos,
-                                       val_len, hdr_pos, hdr_cnt, counts)
-    if err != _k.OK:
-        header, data = run[err_seg]
-        where = " (after decompression)" if data is not None else ""
-        raise CorruptRecordError(
-            f"{_describe(header)}: {_k.ERROR_NAMES[err]} at record {err_rec} "
-            f"of {header.records_count}{where}")
+    state = np.zeros(_k.STATE_SIZE, np.int64)
+    segs = _readonly(segs)
+
+    j = 0
+    while j < len(run):
+        # a group of about _GROUP_BYTES: CRCs first, then its records while still cached
+        g = j
+        group_bytes = 0
+        while g < len(run) and (g == j or group_bytes + sizes[g] <= _GROUP_BYTES):
+            group_bytes += sizes[g]
+            if verify_crc and run[g][1] is None:
+                _verify_batch_crc(view, run[g][0])
+            g += 1
+        err = _k.decode_v2(src, segs[j:g], int(start_offset), int(end_offset),
+                           bool(include_headers), offsets, timestamps, ts_types, key_offs,
+                           key_data, key_valid, val_offs, val_data, val_valid, hdr_pos,
+                           hdr_cnt, state)
+        if err != _k.OK:
+            header, data = run[j + int(state[_k.ST_ERR_SEG])]
+            where = " (after decompression)" if data is not None else ""
+            raise CorruptRecordError(
+                f"{_describe(header)}: {_k.ERROR_NAMES[err]} at record "
+                f"{int(state[_k.ST_ERR_RECORD])} of {header.records_count}{where}")
+        j = g
+
     (n, key_bytes, val_bytes, key_nulls, val_nulls, n_headers, hk_bytes, hv_bytes,
-     hv_nulls, hdr_nulls) = counts.tolist()
+     hv_nulls, hdr_nulls) = state[:_k.ST_ERR_SEG].tolist()
     nbits = (n + 7) // 8
-    key_offs = np.empty(n + 1, np.int32)
-    key_data = np.empty(key_bytes, np.uint8)
-    key_bitmap = np.zeros(nbits if key_nulls else 0, np.uint8)
-    val_offs = np.empty(n + 1, np.int32)
-    val_data = np.empty(val_bytes, np.uint8)
-    val_bitmap = np.zeros(nbits if val_nulls else 0, np.uint8)
-    _k.fill_v2_records(src, n, key_pos, key_len, val_pos, val_len, key_offs, key_data,
-                       key_bitmap, val_offs, val_data, val_bitmap)
+    key_bitmap = np.packbits(key_valid[:n], bitorder="little") if key_nulls else _EMPTY_U8
+    val_bitmap = np.packbits(val_valid[:n], bitorder="little") if val_nulls else _EMPTY_U8
+    key_offs = key_offs[:n + 1]
+    val_offs = val_offs[:n + 1]
+    key_data = key_data[:key_bytes]
+    val_data = val_data[:val_bytes]
     offsets = offsets[:n]
     timestamps = timestamps[:n]
     ts_types = ts_types[:n]
@@ -462,7 +488,9 @@ def _decode_v2_run(main: np.ndarray, run: list[tuple[BatchHeader, np.ndarray | N
         pa.Array.from_buffers(pa.int64(), n, [None, _buffer(timestamps)]),
         pa.Array.from_buffers(pa.int32(), n, [None, _buffer(ts_types)]),
     ]
-    if include_headers:
+    if include_headers and n_headers == 0:
+        columns.append(pa.nulls(n, HEADERS_TYPE))
+    elif include_headers:
         hdr_offs = np.empty(n + 1, np.int32)
         hdr_bitmap = np.zeros(nbits if hdr_nulls else 0, np.uint8)
         hk_offs = np.empty(n_headers + 1, np.int32)
@@ -515,8 +543,8 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
 
     def flush() -> None:
         if run:
-            pieces.append(_decode_v2_run(main, run, start_offset, end_offset,
-                                         include_headers))
+            pieces.append(_decode_v2_run(main, view, run, start_offset, end_offset,
+                                         include_headers, verify_crc))
             run.clear()
         if legacy:
             pieces.append(legacy_records.decode_message_sets(
@@ -530,13 +558,14 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
         if header.magic == 2:
             if header.base_offset >= end_offset:
                 continue
-            if verify_crc:
+            codec = header.attributes & COMPRESSION_MASK
+            # an uncompressed batch's CRC is checked by _decode_v2_run, just in time
+            if verify_crc and (codec or header.is_control):
                 _verify_batch_crc(view, header)
             if header.is_control:
                 continue
             if legacy:
                 flush()
-            codec = header.attributes & COMPRESSION_MASK
             data = None
             if codec:
                 try:
