@@ -306,3 +306,25 @@ def test_base_sequence_continues_across_split_batches_and_wraps():
         seq = (seq + c) % 2**31
     assert [h.base_sequence for h in headers] == expected
     assert min(expected) < 10  # it did wrap
+
+
+@pytest.mark.parametrize("codec", [c for c in CompressionType if c != CompressionType.NONE])
+def test_random_corruption_of_compressed_batches_raises_only_corrupt_record_error(codec):
+    import random
+
+    rng = random.Random(int(codec))
+    good = bytes(encode_batches(pa.array(VALUES * 20), keys=pa.array(KEYS * 20),
+                                headers=_headers_array(HEADERS * 20), compression=codec))
+    for _ in range(200):
+        buf = bytearray(good)
+        for _ in range(rng.randint(1, 3)):
+            buf[rng.randrange(V2_HEADER_SIZE, len(buf))] = rng.randrange(256)
+        try:
+            batch = decode_batches(bytes(buf), verify_crc=False)
+        except CorruptRecordError:
+            continue
+        assert batch.num_rows <= 100
+    buf = bytearray(good)
+    buf[-1] ^= 0x01
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode_batches(bytes(buf))
