@@ -1,0 +1,162 @@
+"""``df.writeStream.format("seglog")``: exactly once across micro-batches, restarts, task
+retries and a commit killed mid-way; the sink's identity is visible in the data."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from _sink_checks import kafka_python_records, multiset, staging_files
+from seglog.logstore.batch_header import iter_batch_headers
+from seglog.streaming.sink_commit import SinkLedger
+from seglog.streaming.sink_staging import batch_id_of, producer_id_of
+
+pytestmark = pytest.mark.spark
+
+
+def _write_input(spark, path: str, start: int, end: int) -> None:
+    (spark.range(start, end, numPartitions=2)
+     .selectExpr("cast(id % 13 as string) AS key", "concat('e', id) AS value")
+     .write.format("seglog").option("path", path).option("topic", "in")
+     .option("numPartitions", "3").mode("append").save())
+
+
+def _expected(start: int, end: int) -> collections.Counter:
+    return collections.Counter((str(i % 13).encode(), f"E{i}!".encode())
+                               for i in range(start, end))
+
+
+def _batch_ids(log_dir: Path, topic: str) -> dict[int, set[int]]:
+    """producerId -> the sink batch ids found in the topic's batch headers."""
+    out: dict[int, set[int]] = collections.defaultdict(set)
+    for seg in log_dir.glob(f"{topic}-*/*.log"):
+        for h in iter_batch_headers(seg.read_bytes()):
+            out[h.producer_id].add(batch_id_of(h.producer_epoch, h.base_sequence))
+    return out
+
+
+def test_stream_exactly_once_and_across_a_restart(spark, tmp_path: Path) -> None:
+    logs, chk = tmp_path / "logs", str(tmp_path / "chk")
+    path = str(logs)
+    _write_input(spark, path, 0, 4000)
+
+    def run():
+        q = (spark.readStream.format("seglog").option("path", path).option("subscribe", "in")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1500")
+             .load()
+             .selectExpr("key", "concat(upper(cast(value AS string)), '!') AS value")
+             .writeStream.format("seglog").option("path", path).option("topic", "out")
+             .option("numPartitions", "2").option("checkpointLocation", chk)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(240)
+        assert q.exception() is None
+        return q
+
+    q = run()
+    assert multiset(kafka_python_records(logs, "out"), (2, 3)) == _expected(0, 4000)
+    # The query id and the micro-batch id reach the Python worker (task properties) and
+    # are written into every batch: producerId = the sink, batch id = the micro-batch.
+    ids = _batch_ids(logs, "out")
+    assert set(ids) == {producer_id_of(q.id)}
+    assert ids[producer_id_of(q.id)] == {0, 1, 2}
+    ledger = SinkLedger(logs, q.id).read()
+    assert {e.batch_id for e in ledger.entries.values()} == {2}
+
+    _write_input(spark, path, 4000, 5000)
+    q2 = run()
+    assert q2.id == q.id
+    assert multiset(kafka_python_records(logs, "out"), (2, 3)) == _expected(0, 5000)
+    assert staging_files(logs) == []
+
+
+def test_stream_bad_columns_fail_the_query(spark, tmp_path: Path) -> None:
+    q = (spark.readStream.format("rate").option("rowsPerSecond", "5").load()
+         .writeStream.format("seglog").option("path", str(tmp_path / "logs"))
+         .option("topic", "t").option("checkpointLocation", str(tmp_path / "chk")).start())
+    try:
+        with pytest.raises(Exception, match="column 'value' has type int64"):
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    assert not (tmp_path / "logs" / "t-0").exists()
+
+
+_FLAKY_JOB = textwrap.dedent('''
+    import json, os, sys
+    from pyspark import TaskContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import expr, udf
+    from seglog.datasource import SeglogDataSource
+
+    path, chk = sys.argv[1], sys.argv[2]
+    spark = (SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false")
+             .config("spark.speculation", "true").config("spark.speculation.quantile", "0.1")
+             .config("spark.speculation.multiplier", "1.0")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SeglogDataSource)
+
+    @udf("string")
+    def flaky(v):
+        ctx = TaskContext.get()
+        if ctx.attemptNumber() == 0 and ctx.partitionId() == 1:
+            raise RuntimeError("injected failure of a first attempt")
+        return v
+
+    (spark.range(0, 3000, numPartitions=3)
+     .selectExpr("cast(id % 11 as string) AS key", "concat('e', id) AS value")
+     .select("key", flaky("value").alias("value"))
+     .write.format("seglog").option("path", path).option("topic", "in")
+     .option("numPartitions", "3").mode("append").save())
+
+    def run():
+        q = (spark.readStream.format("seglog").option("path", path).option("subscribe", "in")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1000")
+             .option("minPartitions", "3").load()
+             .select("key", flaky(expr("cast(value AS string)")).alias("value"))
+             .writeStream.format("seglog").option("path", path).option("topic", "out")
+             .option("numPartitions", "2").option("checkpointLocation", chk)
+             .trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(240)
+        except Exception as e:  # the run whose commit is killed fails
+            return e
+        return q.exception()
+
+    first = run()
+    second = run()
+    print("RESULT " + json.dumps({"first": str(first)[:500] if first else None,
+                                  "second": str(second)[:500] if second else None}))
+    spark.stop()
+''')
+
+
+@pytest.mark.slow
+def test_task_retries_speculation_and_a_killed_commit(tmp_path: Path) -> None:
+    """Own session (local[2,3]: 3 attempts per task, speculation on): every first attempt
+    of task 1 fails, and the commit of micro-batch 1 is SIGKILLed after its
+    high-watermark checkpoint (before Spark records it). Exactly once all the same."""
+    logs = tmp_path / "logs"
+    script = tmp_path / "job.py"
+    script.write_text(_FLAKY_JOB)
+    env = dict(os.environ, SEGLOG_CRASH_AT="after-checkpoint@1",
+               SEGLOG_CRASH_ONCE=str(tmp_path / "crashed"),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(script), str(logs), str(tmp_path / "chk")],
+                          env=env, capture_output=True, text=True, timeout=420)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert (tmp_path / "crashed").exists(), "the commit was never killed"
+    assert result["first"] is not None  # the run whose commit died
+    assert result["second"] is None, result["second"]
+    inputs = collections.Counter((str(i % 11).encode(), f"e{i}".encode()) for i in range(3000))
+    assert multiset(kafka_python_records(logs, "in"), (2, 3)) == inputs
+    assert multiset(kafka_python_records(logs, "out"), (2, 3)) == inputs
+    assert staging_files(logs) == []
