@@ -472,18 +472,44 @@ class Log:
             return empty
         for attempt in range(2):
             try:
-                bases, get = self._view()
-                for i in range(self._floor_index(bases, start_offset), len(bases)):
-                    sl = get(i).read(start_offset, max_bytes, max_offset=limit)
-                    if sl is not None:
-                        return FetchData(sl.records, sl.first_offset, sl.next_offset, hw, lso)
-                if not self.read_only or attempt:
-                    return empty
+                fetched = self._read_segments(start_offset, limit, max_bytes, hw, lso)
+                if fetched is not None or not self.read_only or attempt:
+                    return fetched or empty
             except (FileNotFoundError, KafkaStorageError):
                 if not self.read_only or attempt:
                     raise
             self._relist()  # read-only: a roll or retention changed the directory
         return empty
+
+    def _read_segments(self, start_offset: int, limit: int, max_bytes: int, hw: int,
+                       lso: int) -> FetchData | None:
+        """Batches from the segment holding ``start_offset`` on, continuing into the
+        next segments while one is exhausted and ``max_bytes`` is not reached."""
+        bases, get = self._view()
+        parts: list[bytes] = []
+        total = 0
+        first_offset = next_offset = start_offset
+        for i in range(self._floor_index(bases, start_offset), len(bases)):
+            if parts and (total >= max_bytes or next_offset >= limit):
+                break
+            seg = get(i)
+            sl = seg.read(next_offset, max_bytes - total, max_offset=limit,
+                          min_one_batch=not parts)
+            if sl is None:
+                if parts:
+                    break
+                continue
+            if not parts:
+                first_offset = sl.first_offset
+            parts.append(sl.records)
+            total += len(sl.records)
+            next_offset = sl.next_offset
+            if sl.position + len(sl.records) < seg.size:
+                break  # stopped inside this segment (size or upper bound)
+        if not parts:
+            return None
+        records = parts[0] if len(parts) == 1 else b"".join(parts)
+        return FetchData(records, first_offset, next_offset, hw, lso)
 
     def read_chunks(self, start_offset: int, end_offset: int,
                     chunk_bytes: int = 8 << 20) -> Iterator[memoryview]:

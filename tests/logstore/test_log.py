@@ -237,6 +237,18 @@ def test_read_bounds_and_high_watermark(tmp_path):
     log.close()
 
 
+def test_read_continues_into_the_next_segment_only_when_one_is_exhausted(tmp_path):
+    log = _open(tmp_path, **{"segment.bytes": str(2 * ONE)})
+    for _ in range(6):
+        log.append(batch(3))  # segments [0,6) [6,12) [12,18)
+    fetched = log.read(3, max_bytes=3 * ONE)
+    assert (fetched.first_offset, fetched.next_offset) == (3, 12)
+    assert len(fetched.records) == 3 * ONE
+    fetched = log.read(0, max_bytes=ONE + 1)
+    assert fetched.next_offset == 3  # the second batch of the segment did not fit
+    log.close()
+
+
 def test_read_chunks_are_whole_batches_and_cover_the_range(tmp_path):
     log = _open(tmp_path, **{"segment.bytes": str(4 * ONE)})
     log.append(batch(3))
@@ -424,8 +436,7 @@ def test_read_only_log_never_writes(tmp_path):
     log.flush()
     before = sorted(os.listdir(log.dir))
     ro = Log.open(log.dir, log.config, clock=MockClock(), read_only=True, high_watermark=9)
-    assert ro.read(0, max_bytes=10**6).next_offset == 6  # one segment per read
-    assert ro.read(6, max_bytes=10**6).next_offset == 9
+    assert ro.read(0, max_bytes=10**6).next_offset == 9  # stops at the high watermark
     with pytest.raises(ReadOnlyError):
         ro.append(batch(1))
     log.append(batch(3))  # a roll the reader did not list yet
