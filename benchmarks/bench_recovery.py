@@ -132,20 +132,23 @@ def main() -> None:
               f"{time.perf_counter() - t:.1f} s; writer killed unflushed")
 
         read_all(files)  # warm the page cache for both contenders
-        t_read = min(_timed(lambda: read_all(files)) for _ in range(args.repeat))
-        ends = set()
-        times = []
-        recover(dir_, args.threads)  # JIT-compiles the recovery kernels, if not cached
+        _, t_first = recover(dir_, args.threads)  # includes any JIT compile not cached
+        # interleaved, best of each: both see the same machine load
+        reads, times, ends = [], [], set()
         for _ in range(args.repeat):
+            reads.append(_timed(lambda: read_all(files)))
             end, took = recover(dir_, args.threads)
             ends.add(end)
             times.append(took)
+        t_read = min(reads)
         t_rec = min(times)
         assert len(ends) == 1, f"recovery is not deterministic: {ends}"
         print(f"peer: plain sequential read      {mib / t_read:8.0f} MB/s ({t_read:.2f} s)")
         print(f"seglog: LogManager open+recovery {mib / t_rec:8.0f} MB/s ({t_rec:.2f} s, "
               f"{args.threads} threads, runs {', '.join(f'{x:.2f}' for x in times)} s)")
-        print(f"ratio recovery/read: {t_read / t_rec:.2f} (goal >= 0.50)")
+        print(f"ratio recovery/read: {t_read / t_rec:.2f} (goal >= 0.50); the very first "
+              f"recovery (data never flushed, kernels maybe compiling) took {t_first:.2f} s, "
+              f"ratio {t_read / t_first:.2f}")
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()

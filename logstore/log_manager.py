@@ -358,7 +358,9 @@ class LogManager:
                 p.dir, config, clock=self.clock,
                 recovery_point=ld.recovery_points.get(p.tp, 0),
                 log_start_offset=ld.log_start_offsets.get(p.tp, 0),
-                high_watermark=ld.high_watermarks.get(p.tp),
+                # Recovering, an unpublished partition keeps HW 0 rather than the Log's
+                # default (its end): exposing that would need a flush of all of it first.
+                high_watermark=ld.high_watermarks.get(p.tp, 0 if recovering else None),
                 had_clean_shutdown=not recovering, read_only=self.read_only,
                 deleter=self.deleter)
             p.log = log
