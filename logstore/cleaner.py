@@ -1,0 +1,662 @@
+"""Log compaction (``cleanup.policy=compact``): Kafka's ``LogCleaner``, one thread's worth.
+
+A pass over one log, as Kafka's ``Cleaner.doClean``:
+
+1. **Cleanable range.** ``first_dirty`` is the log's entry in the log dir's
+   ``cleaner-offset-checkpoint`` (clamped to the log start; reset when beyond the end).
+   The uncleanable bound is the lowest of: the active segment's base (never touched),
+   the first segment not wholly below the high watermark, and the first dirty segment
+   whose largest timestamp is younger than ``min.compaction.lag.ms``.
+   ``dirty_ratio = dirty bytes / (clean + dirty bytes)``.
+2. **Offset map.** The dirty records ``[first_dirty, bound)`` go into an ``OffsetMap``
+   (key hash → latest offset) of ``log.cleaner.dedupe.buffer.size`` bytes. When it is
+   full the pass ends at the first record it could not take (``end_offset``); the rest
+   waits for the next pass, so a log larger than the budget is cleaned in several passes.
+3. **Rewrite.** Every segment below ``end_offset`` (the clean ones and the dirty ones) is
+   rewritten, in groups that fit ``segment.bytes``, ``segment.index.bytes`` and a 32-bit
+   relative offset, into one new ``.cleaned`` segment per group, whose base offset is the
+   group's first. Per record: kept when at or past ``end_offset``, or when it is the
+   latest for its key and either has a value or is a tombstone whose batch's delete
+   horizon has not passed; null keys are dropped. Per batch (Kafka's ``filterTo``):
+   a batch with every record kept and nothing to stamp is copied byte for byte; a batch
+   with none kept disappears; otherwise the survivors' record bytes are copied into a
+   new batch with the same base offset, last offset delta (offsets keep their gaps, the
+   batch keeps its range), codec, timestamp type, producer fields and leader epoch.
+   A batch keeping tombstones without a delete horizon gets one: attribute bit 6 set
+   and ``baseTimestamp = now + delete.retention.ms`` (records' timestamp deltas are
+   re-based so their timestamps do not change); the tombstones go in the first pass
+   after it. When a group's last batch disappears, an empty batch (no records, same
+   offsets) takes its place, so the swapped-in segment covers the whole offset range of
+   the segments it replaces (the loader's swap completion relies on it).
+   Control batches and legacy (magic 0/1) batches are copied unchanged.
+4. **Swap.** ``Log.replace_segments`` renames ``.cleaned`` → ``.swap``, swaps the list,
+   renames the old files ``.deleted`` and drops the ``.swap`` suffix; a crash at any
+   step is repaired by ``LogLoader`` (``.cleaned`` dropped, ``.swap`` completed): each
+   group is either wholly before or wholly after, and a key's latest value is in both.
+5. **Checkpoint.** ``end_offset`` is written to ``cleaner-offset-checkpoint``.
+
+Tombstone delete horizons are also a reason to clean: when no log is dirty enough, a
+log holding tombstones whose horizon passed is cleaned (Kafka 3's ``latestDeleteHorizon``).
+
+Not done: aborted transactional records are not removed (control batches are kept),
+producer state is not consulted.
+
+Thread-safety: a ``LogCleaner`` is used by one thread (the LogManager's maintenance
+thread). It reads only inactive segments without locks; the swap takes the Log's lock,
+so appends go on meanwhile. Retention must not run concurrently on the same log.
+
+>>> cleaner = LogCleaner(ManagerConfig.from_properties({}), SYSTEM_CLOCK)  # doctest: +SKIP
+>>> stats = cleaner.clean_dirtiest(logs)      # None when no log needs cleaning  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from .batch_header import (
+    COMPRESSION_MASK,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    V2_ATTRIBUTES_OFFSET,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    crc32c,
+    iter_batch_headers,
+    read_batch_header,
+)
+from .checkpoint_file import OffsetCheckpointFile
+from .clock import SYSTEM_CLOCK, Clock
+from .codec_kernels import _read_varint, _varint_size, _write_varint
+from .compression import compress, decompress
+from .config import LONG_MAX, ManagerConfig
+from .errors import CorruptRecordError, SeglogError
+from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
+from .log_segment import INT32_MAX, LogSegment
+from .offset_map import OffsetMap, hash_keys, valid_mask
+from .record_codec import decode_batches
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CleanableRange", "CleanerStats", "LogCleaner", "group_segments"]
+
+MIN_CHUNK_BYTES = 4 << 20
+"""Segments are read in chunks of at least this much (``log.cleaner.io.buffer.size`` is
+Kafka's per-buffer size; Python pays per chunk, so chunks are larger)."""
+
+_COPY, _DROP, _REWRITE = 0, 1, 2
+_HEADER_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount (offset 21)
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+
+# --------------------------------------------------------------------------- values
+
+@dataclass(frozen=True, slots=True)
+class CleanableRange:
+    """Where a log's dirty section lies and how dirty it is (Kafka's ``LogToClean``)."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    dirty_bytes: int
+    needs_compaction_now: bool  # max.compaction.lag.ms passed for the first dirty record
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """What one cleaning pass did."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    end_offset: int  # the new cleaner checkpoint: the map covered [first_dirty, end)
+    first_uncleanable_offset: int
+    segments_cleaned: int = 0
+    groups: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    tombstones_removed: int = 0
+    batches_copied: int = 0
+    batches_rewritten: int = 0
+    batches_dropped: int = 0
+    map_records: int = 0
+    map_entries: int = 0
+    map_capacity: int = 0
+    map_memory_bytes: int = 0
+    elapsed_s: float = 0.0
+    pending_delete_horizon: int | None = None  # earliest horizon of tombstones kept
+
+    @property
+    def more_dirty(self) -> bool:
+        """The map filled before the uncleanable bound: another pass has work."""
+        return self.end_offset < self.first_uncleanable_offset
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _SegInfo:
+    base_offset: int
+    next_offset: int  # the next segment's base: an upper bound of this one's last + 1
+    size: int
+    index_bytes: int
+    time_index_bytes: int
+
+
+def group_segments(segments: Sequence[_SegInfo], max_size: int,
+                   max_index_size: int) -> list[list[int]]:
+    """Kafka's ``groupSegmentsBySize``: consecutive runs (as index lists) whose summed
+    log size fits ``max_size``, summed index sizes fit ``max_index_size`` and whose
+    offsets fit 32 bits relative to the run's first base offset. A run has at least one
+    segment; an empty segment never breaks the offset check."""
+    groups: list[list[int]] = []
+    i = 0
+    while i < len(segments):
+        first = segments[i]
+        group = [i]
+        size, idx, tidx = first.size, first.index_bytes, first.time_index_bytes
+        i += 1
+        while i < len(segments):
+            s = segments[i]
+            if (size + s.size > max_size or idx + s.index_bytes > max_index_size
+                    or tidx + s.time_index_bytes > max_index_size):
+                break
+            if s.size > 0 and s.next_offset - 1 - first.base_offset > INT32_MAX:
+                break
+            group.append(i)
+            size, idx, tidx = size + s.size, idx + s.index_bytes, tidx + s.time_index_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# --------------------------------------------------------------------------- kernel
+
+@numba.njit(cache=True, nogil=True)
+def _rewrite_records(src, n, keep, old_base_ts, new_base_ts, out):
+    """Copy the kept records of one batch's (uncompressed) records section into ``out``,
+    re-basing each timestamp delta from ``old_base_ts`` to ``new_base_ts`` (offset deltas
+    and everything after them are copied as they are). Returns (bytes written, records
+    kept, max timestamp of the kept records), or (-1, i, 0) if record ``i`` is malformed
+    or bytes remain after the ``n``-th."""
+    p = 0
+    end = src.shape[0]
+    o = 0
+    kept = 0
+    max_ts = np.int64(-1)
+    for i in range(n):
+        length, q = _read_varint(src, p, end, 5)
+        if q < 0 or length < 3 or q + length > end:
+            return -1, i, np.int64(0)
+        rec_end = q + length
+        attrs = src[q]
+        ts_delta, r = _read_varint(src, q + 1, rec_end, 10)
+        if r < 0:
+            return -1, i, np.int64(0)
+        off_delta, r = _read_varint(src, r, rec_end, 5)
+        if r < 0:
+            return -1, i, np.int64(0)
+        if keep[i]:
+            ts = old_base_ts + ts_delta
+            nd = ts - new_base_ts
+            rest = rec_end - r
+            o = _write_varint(out, o, 1 + _varint_size(nd) + _varint_size(off_delta) + rest)
+            out[o] = attrs
+            o = _write_varint(out, o + 1, nd)
+            o = _write_varint(out, o, off_delta)
+            out[o:o + rest] = src[r:rec_end]
+            o += rest
+            kept += 1
+            if ts > max_ts:
+                max_ts = ts
+        p = rec_end
+    if p != end:
+        return -1, n, np.int64(0)
+    return o, kept, max_ts
+
+
+def _readonly_u8(buf) -> np.ndarray:
+    a = np.frombuffer(buf, np.uint8)
+    if a.flags.writeable:  # one kernel signature: always read-only input
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _rebuilt_batch(chunk: memoryview, h: BatchHeader, keep: np.ndarray,
+                   horizon: int | None) -> bytes:
+    """The batch ``h`` with only the ``keep`` records (see the module docstring)."""
+    body = chunk[h.position + V2_HEADER_SIZE:h.end_position]
+    codec = h.attributes & COMPRESSION_MASK
+    raw = decompress(codec, body) if codec else body
+    src = _readonly_u8(raw)
+    new_base_ts = horizon if horizon is not None else h.base_timestamp
+    out = np.empty(len(src) + 16 * len(keep) + 16, np.uint8)
+    size, kept, max_ts = _rewrite_records(src, len(keep), keep.view(np.uint8), h.base_timestamp,
+                                          new_base_ts, out)
+    if size < 0:
+        raise CorruptRecordError(
+            f"record {kept} of the batch at offsets {h.base_offset}..{h.last_offset} is "
+            f"malformed (or the batch has trailing bytes)")
+    records = memoryview(out)[:size]
+    if codec:
+        records = compress(codec, records)
+    attributes = h.attributes | (DELETE_HORIZON_MASK if horizon is not None else 0)
+    if h.attributes & TIMESTAMP_TYPE_MASK:
+        max_ts = h.max_timestamp  # LogAppendTime: the append time stays the batch's
+    batch = bytearray(V2_HEADER_SIZE + len(records))
+    batch[:V2_HEADER_SIZE] = chunk[h.position:h.position + V2_HEADER_SIZE]
+    batch[V2_HEADER_SIZE:] = records
+    _INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
+    _HEADER_TAIL.pack_into(batch, V2_ATTRIBUTES_OFFSET, _signed16(attributes),
+                           h.last_offset - h.base_offset, new_base_ts, max_ts, h.producer_id,
+                           h.producer_epoch, h.base_sequence, kept)
+    _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def _empty_batch(chunk: memoryview, h: BatchHeader) -> bytes:
+    """Kafka's ``writeEmptyHeader``: no records, the batch's offsets and producer fields."""
+    batch = bytearray(chunk[h.position:h.position + V2_HEADER_SIZE])
+    attributes = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK)
+    _INT32.pack_into(batch, 8, V2_HEADER_SIZE - LOG_OVERHEAD)
+    _HEADER_TAIL.pack_into(batch, V2_ATTRIBUTES_OFFSET, attributes,
+                           h.last_offset - h.base_offset, h.base_timestamp, h.max_timestamp,
+                           h.producer_id, h.producer_epoch, h.base_sequence, 0)
+    _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def _signed16(v: int) -> int:
+    return v - 0x10000 if v >= 0x8000 else v
+
+
+def _segment_chunks(seg: LogSegment, chunk_bytes: int
+                    ) -> Iterator[tuple[memoryview, list[BatchHeader]]]:
+    """Whole batches of an inactive segment, ``chunk_bytes`` at a time (a larger batch
+    alone), with their headers (positions relative to the chunk)."""
+    pos, end = 0, seg.size
+    while pos < end:
+        buf = bytearray(min(chunk_bytes, end - pos))
+        n = seg.readinto(buf, pos)
+        headers = list(iter_batch_headers(buf, 0, n))
+        if not headers:
+            head = read_batch_header(buf, 0, 1 << 62) if n > 16 else None
+            if head is None or head.size <= n:
+                raise CorruptRecordError(
+                    f"{seg.log_path}: no whole batch at position {pos} ({end - pos} bytes "
+                    f"left)")
+            buf = bytearray(seg.pread(pos, head.size))
+            headers = list(iter_batch_headers(buf))
+            if not headers:
+                raise CorruptRecordError(
+                    f"{seg.log_path}: the batch at position {pos} is cut short")
+        view = memoryview(buf)[:headers[-1].end_position]
+        yield view, headers
+        pos += len(view)
+
+
+# --------------------------------------------------------------------------- cleaner
+
+@dataclass(slots=True)
+class _LogState:
+    """What the cleaner remembers of one log between passes (in memory)."""
+
+    pending_horizon: int | None = None  # earliest delete horizon of kept tombstones
+    horizon_known: bool = False
+    failed: str | None = None  # set after an error: the log is not cleaned again
+
+
+class LogCleaner:
+    """Compacts logs with ``cleanup.policy`` containing ``compact``; see the module
+    docstring. ``manager_config`` gives ``log.cleaner.dedupe.buffer.size`` (the offset
+    map's memory) and ``log.cleaner.io.buffer.size``; ``clock`` the time for lags and
+    delete horizons. Used by one thread."""
+
+    def __init__(self, manager_config: ManagerConfig | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = manager_config or ManagerConfig.from_properties({})
+        self.clock = clock
+        self._map: OffsetMap | None = None  # allocated on first use: it is large
+        self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._states: dict[tuple[Path, str, int], _LogState] = {}
+        self.chunk_bytes = max(self.config.log_cleaner_io_buffer_size, MIN_CHUNK_BYTES)
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def _checkpoint_file(self, log_dir: Path) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
+
+    def checkpoints(self, log_dir: Path) -> dict[tuple[str, int], int]:
+        """The ``cleaner-offset-checkpoint`` of ``log_dir`` (cached after the first read)."""
+        log_dir = Path(log_dir)
+        cp = self._checkpoints.get(log_dir)
+        if cp is None:
+            cp = self._checkpoint_file(log_dir).read()
+            self._checkpoints[log_dir] = cp
+        return cp
+
+    def _write_checkpoint(self, log_dir: Path, tp: tuple[str, int], offset: int | None) -> None:
+        cp = dict(self.checkpoints(log_dir))
+        if offset is None:
+            if cp.pop(tp, None) is None:
+                return
+        else:
+            cp[tp] = offset
+        self._checkpoint_file(log_dir).write(cp)
+        self._checkpoints[log_dir] = cp
+
+    def forget(self, log_dir: Path | str, topic: str, partition: int) -> None:
+        """Drop a partition's checkpoint entry and state (its log was deleted or fully
+        truncated): the next log of that name starts dirty from its start."""
+        log_dir = Path(log_dir)
+        self._states.pop((log_dir, topic, partition), None)
+        self._write_checkpoint(log_dir, (topic, partition), None)
+
+    def _state(self, log) -> _LogState:
+        key = (log.dir.parent, log.topic, log.partition)
+        st = self._states.get(key)
+        if st is None:
+            st = self._states[key] = _LogState()
+        return st
+
+    # -- what to clean --------------------------------------------------------------------
+
+    def cleanable_range(self, log) -> CleanableRange:
+        """The log's clean and dirty sections now (see the module docstring, step 1)."""
+        cfg = log.config
+        segs = log.segments
+        now = self.clock.milliseconds()
+        lso, leo = log.log_start_offset, log.log_end_offset
+        checkpoint = self.checkpoints(log.dir.parent).get((log.topic, log.partition), lso)
+        if checkpoint > leo:
+            logger.warning("cleaner checkpoint %d of %s-%d is past its log end %d; cleaning "
+                           "from the log start %d", checkpoint, log.topic, log.partition,
+                           leo, lso)
+            checkpoint = lso
+        first_dirty = max(checkpoint, lso)
+        inactive = segs[:-1]
+
+        def next_base(i: int) -> int:
+            return segs[i + 1].base_offset
+
+        bound = segs[-1].base_offset  # the active segment is never cleaned
+        for i, seg in enumerate(inactive):
+            if next_base(i) > log.high_watermark:  # readers cannot see all of it yet
+                bound = min(bound, seg.base_offset)
+                break
+        lag = cfg.min_compaction_lag_ms
+        if lag > 0:
+            for i, seg in enumerate(inactive):
+                if next_base(i) <= first_dirty:
+                    continue
+                if seg.base_offset >= bound:
+                    break
+                if seg.largest_timestamp > now - lag:
+                    bound = min(bound, seg.base_offset)
+                    break
+        bound = max(bound, first_dirty)
+        clean = dirty = 0
+        needs_now = False
+        for i, seg in enumerate(inactive):
+            if next_base(i) <= first_dirty:
+                clean += seg.size
+            elif seg.base_offset < bound:
+                if dirty == 0 and cfg.max_compaction_lag_ms < LONG_MAX:
+                    first_ts = seg.rolling_based_timestamp()
+                    if first_ts is not None and 0 <= first_ts < now - cfg.max_compaction_lag_ms:
+                        needs_now = True
+                dirty += seg.size
+        return CleanableRange(log.topic, log.partition, first_dirty, bound, clean, dirty,
+                              needs_now)
+
+    def _horizon_due(self, log, now: int) -> bool:
+        st = self._state(log)
+        if not st.horizon_known:
+            # A fresh process does not know where kept tombstones wait: look at the
+            # batch headers once (the cache is exact after the first pass).
+            pending = None
+            for seg in log.segments[:-1]:
+                for h in seg.iter_batches():
+                    if h.has_delete_horizon and (pending is None or h.base_timestamp < pending):
+                        pending = h.base_timestamp
+            st.pending_horizon, st.horizon_known = pending, True
+        return st.pending_horizon is not None and st.pending_horizon <= now
+
+    def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
+        """The compacted log to clean next: the highest dirty ratio at or above its
+        ``min.cleanable.dirty.ratio`` (or any past ``max.compaction.lag.ms``); else one
+        whose tombstones' delete horizon passed; else None."""
+        best = None
+        horizon_due = None
+        now = self.clock.milliseconds()
+        for log in logs:
+            if getattr(log, "read_only", False) or not log.config.compact:
+                continue
+            if self._state(log).failed:
+                continue
+            r = self.cleanable_range(log)
+            if r.dirty_bytes > 0 and (r.needs_compaction_now or r.dirty_ratio
+                                      >= log.config.min_cleanable_dirty_ratio):
+                if best is None or r.dirty_ratio > best[1].dirty_ratio:
+                    best = (log, r)
+            elif best is None and horizon_due is None and self._horizon_due(log, now):
+                horizon_due = (log, r)
+        return best or horizon_due
+
+    def clean_dirtiest(self, logs: Iterable) -> CleanerStats | None:
+        """One pass over the filthiest log of ``logs`` (see ``grab_filthiest``); None when
+        none needs cleaning. The LogManager's maintenance entry point: an error is logged
+        and the log is left alone until this cleaner is recreated (Kafka marks it
+        uncleanable) instead of being raised."""
+        picked = self.grab_filthiest(list(logs))
+        if picked is None:
+            return None
+        log, _ = picked
+        try:
+            return self.clean_log(log)
+        except (SeglogError, OSError) as e:
+            logger.error("cleaning %s-%d failed; it will not be cleaned again by this "
+                         "cleaner: %s", log.topic, log.partition, e)
+            self._state(log).failed = str(e)
+            return None
+
+    # -- cleaning -------------------------------------------------------------------------
+
+    def _offset_map(self) -> OffsetMap:
+        if self._map is None:
+            self._map = OffsetMap(self.config.log_cleaner_dedupe_buffer_size)
+        else:
+            self._map.clear()
+        return self._map
+
+    def clean_log(self, log) -> CleanerStats:
+        """One cleaning pass over ``log`` (a writer ``Log`` with a compact policy),
+        whatever its dirty ratio; returns what it did. Raises on I/O or corruption
+        errors (the log is then unchanged, or changed by whole swap groups)."""
+        if not log.config.compact:
+            policy = ",".join(sorted(log.config.cleanup_policy))
+            raise SeglogError(f"{log.dir}: cleanup.policy={policy} has no compact")
+        started = time.perf_counter()
+        now = self.clock.milliseconds()
+        r = self.cleanable_range(log)
+        omap = self._offset_map()
+        stats = CleanerStats(log.topic, log.partition, r.first_dirty_offset,
+                             r.first_dirty_offset, r.first_uncleanable_offset,
+                             map_capacity=omap.capacity, map_memory_bytes=omap.memory_bytes)
+        stats.end_offset = self._build_offset_map(log, r, omap, stats)
+        stats.map_entries = omap.size
+        segs = log.segments[:-1]
+        infos = []
+        for i, seg in enumerate(segs):
+            if seg.base_offset >= stats.end_offset:
+                break
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else log.segments[-1].base_offset
+            infos.append(_SegInfo(seg.base_offset, nxt, seg.size,
+                                  seg.offset_index.size_in_bytes, seg.time_index.size_in_bytes))
+        cfg = log.config
+        pending: list[int] = []
+        for group in group_segments(infos, cfg.segment_bytes, cfg.segment_index_bytes):
+            old = [segs[i] for i in group]
+            self._clean_group(log, old, omap, stats.end_offset, now, stats, pending)
+            stats.groups += 1
+            stats.segments_cleaned += len(old)
+        self._write_checkpoint(log.dir.parent, (log.topic, log.partition), stats.end_offset)
+        st = self._state(log)
+        st.pending_horizon = min(pending) if pending else None
+        st.horizon_known = True
+        stats.pending_delete_horizon = st.pending_horizon
+        stats.elapsed_s = time.perf_counter() - started
+        logger.info("cleaned %s-%d: offsets [%d, %d) mapped, %d segments in %d groups, "
+                    "%d -> %d bytes, %d of %d records kept, %.1f MB/s", log.topic,
+                    log.partition, stats.first_dirty_offset, stats.end_offset,
+                    stats.segments_cleaned, stats.groups, stats.bytes_read,
+                    stats.bytes_written, stats.records_retained, stats.records_read,
+                    stats.mb_per_s)
+        return stats
+
+    def _build_offset_map(self, log, r: CleanableRange, omap: OffsetMap,
+                          stats: CleanerStats) -> int:
+        """Put the dirty records into the map; returns the offset it stopped at."""
+        start, bound = r.first_dirty_offset, r.first_uncleanable_offset
+        for seg in log.segments[:-1]:
+            if seg.base_offset >= bound:
+                break
+            for chunk, headers in _segment_chunks(seg, self.chunk_bytes):
+                if headers[-1].last_offset < start:
+                    continue
+                rec = decode_batches(chunk, start_offset=start, end_offset=bound,
+                                     include_headers=False)
+                if rec.num_rows == 0:
+                    continue
+                offsets = rec.column("offset").to_numpy()
+                hashes, valid = hash_keys(rec.column("key"))
+                consumed = omap.put_hashes(hashes, valid, offsets)
+                stats.map_records += consumed
+                if consumed < rec.num_rows:
+                    return int(offsets[consumed])
+        return bound
+
+    def _clean_group(self, log, old: list[LogSegment], omap: OffsetMap, end_offset: int,
+                     now: int, stats: CleanerStats, pending: list[int]) -> None:
+        base = old[0].base_offset
+        for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
+            path.unlink(missing_ok=True)  # left by a failed pass of this process
+        cleaned = log.new_segment(base)
+        try:
+            last: tuple[memoryview, BatchHeader] | None = None
+            written_next = base
+            for seg in old:
+                for chunk, headers in _segment_chunks(seg, self.chunk_bytes):
+                    out, nxt = self._filter_chunk(chunk, headers, omap, end_offset, now,
+                                                  log.config.delete_retention_ms, stats,
+                                                  pending)
+                    if out:
+                        cleaned.append(out)
+                        stats.bytes_written += len(out)
+                        written_next = nxt
+                    stats.bytes_read += len(chunk)
+                    last = (chunk, headers[-1])
+            if last is not None and last[1].magic == 2 and written_next <= last[1].last_offset:
+                empty = _empty_batch(*last)
+                cleaned.append(empty)
+                stats.bytes_written += len(empty)
+            log.replace_segments([cleaned], old)
+        except BaseException:
+            if cleaned.file_suffix == CLEANED_SUFFIX:
+                cleaned.delete()
+            raise
+
+    def _filter_chunk(self, chunk: memoryview, headers: list[BatchHeader], omap: OffsetMap,
+                      end_offset: int, now: int, delete_retention_ms: int,
+                      stats: CleanerStats, pending: list[int]) -> tuple[bytes, int]:
+        """The chunk's batches after the retain/discard decision; and the offset after
+        the last batch written."""
+        rec = decode_batches(chunk, include_headers=False)
+        n = rec.num_rows
+        nb = len(headers)
+        lasts = np.fromiter((h.last_offset for h in headers), np.int64, nb)
+        has_h = np.fromiter((h.has_delete_horizon for h in headers), np.bool_, nb)
+        horizons = np.fromiter((h.base_timestamp for h in headers), np.int64, nb)
+        offsets = rec.column("offset").to_numpy()
+        batch_of = np.searchsorted(lasts, offsets, side="left")
+        hashes, kvalid = hash_keys(rec.column("key"))
+        found = omap.get_hashes(hashes, kvalid)
+        tomb = ~valid_mask(rec.column("value"))
+        retain_deletes = ~has_h[batch_of] | (now < horizons[batch_of])
+        keep = (offsets >= end_offset) | (kvalid & (offsets >= found)
+                                          & (~tomb | retain_deletes))
+        totals = np.bincount(batch_of, minlength=nb)
+        kept = np.bincount(batch_of, weights=keep, minlength=nb).astype(np.int64)
+        tombs_kept = np.bincount(batch_of, weights=keep & tomb, minlength=nb).astype(np.int64)
+        firsts = np.concatenate(([0], np.cumsum(totals)[:-1]))
+        stats.records_read += n
+        stats.records_retained += int(keep.sum())
+        stats.tombstones_removed += int((tomb & ~keep).sum())
+
+        pieces: list[bytes | memoryview] = []
+        run_start = run_end = -1  # a run of batches copied as they are
+        next_offset = -1
+        for b, h in enumerate(headers):
+            action = _COPY
+            horizon = None
+            if h.magic == 2 and not h.is_control:
+                if totals[b] != h.records_count:
+                    raise CorruptRecordError(
+                        f"batch at offsets {h.base_offset}..{h.last_offset} declares "
+                        f"{h.records_count} records, {totals[b]} decoded")
+                if tombs_kept[b]:
+                    if h.has_delete_horizon:
+                        pending.append(h.base_timestamp)
+                    else:
+                        horizon = now + delete_retention_ms
+                        pending.append(horizon)
+                if kept[b] == 0 and totals[b] > 0:
+                    action = _DROP
+                elif kept[b] < totals[b] or horizon is not None:
+                    action = _REWRITE
+            if action == _COPY:
+                stats.batches_copied += 1
+                if run_start < 0:
+                    run_start = h.position
+                run_end = h.end_position
+                next_offset = h.next_offset
+                continue
+            if run_start >= 0:
+                pieces.append(chunk[run_start:run_end])
+                run_start = -1
+            if action == _DROP:
+                stats.batches_dropped += 1
+                continue
+            stats.batches_rewritten += 1
+            f = firsts[b]
+            pieces.append(_rebuilt_batch(chunk, h, keep[f:f + totals[b]], horizon))
+            next_offset = h.next_offset
+        if run_start >= 0:
+            pieces.append(chunk[run_start:run_end])
+        if not pieces:
+            return b"", next_offset
+        if len(pieces) == 1 and isinstance(pieces[0], memoryview):
+            return pieces[0], next_offset
+        return b"".join(pieces), next_offset
