@@ -190,3 +190,46 @@ def test_iter_batches_skips_bodies_of_large_batches(tmp_path):
     assert got == [(0, len(big)), (2, len(batch(1)))]
     assert [h.size for h in iter_batch_headers(big)] == [len(big)]
     seg.close()
+
+
+def test_recovery_without_the_hardware_crc_kernel_agrees(tmp_path, monkeypatch):
+    from seglog.logstore import segment_scan
+
+    seg = _segment(tmp_path)
+    batches = _fill(seg, 30)
+    seg.close()
+    with open(seg.log_path, "r+b") as f:
+        f.seek(20 * len(batches[0][2]) + 80)
+        f.write(b"\x00\x01")
+    corrupted = seg.log_path.read_bytes()
+    results = []
+    for hardware in (True, False):
+        seg.log_path.write_bytes(corrupted)
+        monkeypatch.setattr(segment_scan, "_HARDWARE_CRC", hardware if hardware else False)
+        if hardware and not segment_scan._probe_hardware_crc():
+            pytest.skip("no SSE4.2 here")
+        s = _segment(tmp_path)
+        cut = s.recover(1 << 20)
+        results.append((cut, s.read_next_offset(), s.offset_index.all_entries(),
+                        s.time_index.all_entries()))
+        s.close()
+    assert results[0][:2] == (10 * len(batches[0][2]), 60)
+    assert results[0] == results[1]
+
+
+def test_recovery_of_legacy_message_sets(tmp_path):
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    raw = b""
+    for offset in range(5):
+        b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+        b.append(offset, timestamp=BASE_TS + offset, key=b"k", value=b"v" * 300)
+        raw += bytes(b.build())
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(raw + raw[:20])  # plus a partial message
+    seg = _segment(tmp_path)
+    assert seg.recover(1 << 20) == 20
+    assert seg.read_next_offset() == 5
+    assert [e.offset for e in seg.offset_index.all_entries()] == [1, 2, 3, 4]
+    assert seg.max_timestamp_so_far == BASE_TS + 4
+    seg.close()
