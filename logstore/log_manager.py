@@ -148,8 +148,9 @@ class _Partition:
     dir: Path
     log_dir: _LogDir
     log: Any = None  # a Log once loaded
-    # serializes writes to `log` and its lazy loading
+    # serializes writes to `log`, its lazy loading and `deleted`
     lock: threading.RLock = field(default_factory=threading.RLock)
+    deleted: bool = False  # renamed for deletion: never load it again
 
     @property
     def tp(self) -> TopicPartition:
@@ -279,7 +280,7 @@ class LogManager:
                 log_dir.had_clean_shutdown = False
                 log_dir.recovery_points = {}
 
-    def _scan(self, log_dir: _LogDir) -> list[_Partition]:
+    def _scan(self, log_dir: _LogDir, *, warn: bool = True) -> list[_Partition]:
         found = []
         try:
             entries = list(os.scandir(log_dir.path))
@@ -288,7 +289,7 @@ class LogManager:
         for entry in entries:
             name = entry.name
             if not entry.is_dir(follow_symlinks=False):
-                if name not in _KNOWN_FILES and not name.endswith(".tmp"):
+                if warn and name not in _KNOWN_FILES and not name.endswith(".tmp"):
                     logger.warning("skipping unknown file %s in log dir", entry.path)
                 continue
             if name.endswith(DELETE_DIR_SUFFIX) and is_delete_dir_name(name):
@@ -302,7 +303,8 @@ class LogManager:
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None:
-                logger.warning("skipping unknown entry %s in log dir", entry.path)
+                if warn:
+                    logger.warning("skipping unknown entry %s in log dir", entry.path)
                 continue
             found.append(_Partition(parsed[0], parsed[1], Path(entry.path), log_dir))
         return found
@@ -352,6 +354,9 @@ class LogManager:
         with p.lock:
             if p.log is not None:
                 return p.log
+            if p.deleted:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {p.topic}-{p.partition} was deleted")
             ld = p.log_dir
             recovering = not ld.had_clean_shutdown and not self.read_only
             log = _log_class().open(
@@ -487,6 +492,7 @@ class LogManager:
                 p = self._partitions.pop((name, n))
                 touched[id(p.log_dir)] = p.log_dir
                 with p.lock:
+                    p.deleted = True
                     try:
                         if p.log is not None:
                             target = p.log.rename_for_deletion()
@@ -592,7 +598,7 @@ class LogManager:
         with self._lock:
             seen = set()
             for ld in self.log_dirs:
-                for p in self._scan(ld):
+                for p in self._scan(ld, warn=False):
                     seen.add(p.tp)
                     self._partitions.setdefault(p.tp, p)
             for tp in [tp for tp in self._partitions if tp not in seen]:
@@ -712,7 +718,8 @@ class LogManager:
         total = 0
         for p in parts:
             with p.lock:
-                total += self._load(p).delete_old_segments()
+                if not p.deleted:  # a concurrent delete_topic
+                    total += self._load(p).delete_old_segments()
         return total
 
     def _flush_dirty(self, now_ms: int) -> int:

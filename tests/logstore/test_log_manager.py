@@ -491,3 +491,16 @@ def test_short_lived_writers_share_the_maintenance_schedule(tmp_path, clock):
     (tmp_path / lm.MAINTENANCE_CHECKPOINT).write_text("0\n1\nbroken\n")
     with LogManager([tmp_path], clock=clock, config=config) as mgr:  # corrupt: all due
         assert "log-retention" in {r.name for r in mgr.run_maintenance()}
+
+
+def test_deleting_topics_while_the_background_retention_runs(tmp_path):
+    with LogManager([tmp_path], background=True,
+                    config={"log.retention.check.interval.ms": 1}) as mgr:
+        for i in range(15):
+            mgr.create_topic(f"t{i}", 2, {"file.delete.delay.ms": 0})
+            mgr.append(f"t{i}", 0, batch())
+            mgr.delete_topic(f"t{i}")
+        mgr.scheduler.stop()
+        live = [p.name for p in tmp_path.iterdir()
+                if p.is_dir() and not p.name.endswith("-delete")]
+        assert live == [] and mgr.topics() == []
