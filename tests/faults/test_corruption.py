@@ -132,7 +132,9 @@ def test_corruption_never_yields_corrupt_data(pristine, tmp_path, target, kind, 
     shutil.copytree(pristine, d)
     path = TARGETS[target](d)
     what = _mutate(path, kind, random.Random(f"{target}/{kind}/{mode}"))
-    if mode != "clean":
+    if mode == "clean":
+        _read_only_reader_survives(d, path, what)
+    else:
         (d / CLEAN_SHUTDOWN_FILE).unlink()
     if mode == "recover-all" and path.name != RECOVERY_POINT_CHECKPOINT:
         (d / RECOVERY_POINT_CHECKPOINT).unlink()
@@ -156,6 +158,27 @@ def test_corruption_never_yields_corrupt_data(pristine, tmp_path, target, kind, 
             if recovered_all:
                 # every batch was validated, the indexes rebuilt, the junk cut off
                 check_partition_files(d / f"{TOPIC}-{p}")
+
+
+def _read_only_reader_survives(d: Path, path: Path, what: str) -> None:
+    """A reader in another process never recovers: it must still refuse cleanly or
+    read only right data, up to the published high watermark."""
+    try:
+        reader = LogManager([d], read_only=True)
+    except SeglogError as e:
+        assert path.name in str(e), f"{what} in {path.name}: error names no file: {e}"
+        return
+    with reader:
+        try:
+            reader.high_watermarks()
+            reader.log_start_offsets()
+            logs = [reader.get_log(TOPIC, p) for p in (0, 1)]
+        except SeglogError as e:
+            assert path.name in str(e) or str(path.parent) in str(e), (
+                f"{what} in {path.name}: error names no file: {e}")
+            return
+        for log in logs:
+            _read_what_is_there(log, contiguous=False)
 
 
 def test_recovery_cuts_at_the_first_bad_batch_and_drops_later_segments(pristine, tmp_path):
