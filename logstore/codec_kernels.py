@@ -466,22 +466,21 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
 
 
 @njit(cache=True, nogil=True)
-def fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_data,
-                    hv_offs, hv_data, hv_bitmap):
-    """Pass 2 of decoding, headers: re-read the (already validated) headers of the
-    ``n`` records into list offsets, struct children and validity bitmaps (size 0 =
-    no nulls). A record without headers gets a null list, as Spark's Kafka source
-    gives."""
-    hdr_offs[0] = 0
-    hk_offs[0] = 0
-    hv_offs[0] = 0
-    h = 0
-    hkp = 0
-    hvp = 0
+def fill_v2_headers(src, first, last, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs,
+                    hk_data, hv_offs, hv_data, hv_bitmap, hstate):
+    """Headers of decoded records ``first..last-1`` (whose ``hdr_pos`` point into
+    ``src``): re-read them (``decode_v2`` validated them) into list offsets, struct
+    children and validity bitmaps (size 0 = no nulls). ``hstate`` = [headers so far,
+    key bytes so far, value bytes so far] carries over between calls, one per source
+    buffer. A record without headers gets a null list, as Spark's Kafka source gives.
+    """
+    h = hstate[0]
+    hkp = hstate[1]
+    hvp = hstate[2]
     end = src.shape[0]
     list_has_nulls = hdr_bitmap.shape[0] > 0
     hv_has_nulls = hv_bitmap.shape[0] > 0
-    for i in range(n):
+    for i in range(first, last):
         c = hdr_cnt[i]
         if list_has_nulls and c > 0:
             hdr_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
@@ -502,3 +501,6 @@ def fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_
             hv_offs[h + 1] = hvp
             h += 1
         hdr_offs[i + 1] = h
+    hstate[0] = h
+    hstate[1] = hkp
+    hstate[2] = hvp

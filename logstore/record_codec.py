@@ -393,40 +393,26 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
                    ) -> pa.RecordBatch:
     """Decode consecutive v2 batches. ``run`` holds each batch's header and its
     decompressed records section (None when uncompressed: then its CRC is checked
-    here, just before its records are parsed, while its bytes are in cache)."""
+    here, just before its records are parsed, while its bytes are in cache).
+
+    Uncompressed batches are parsed straight from ``main`` a cache-sized group at a
+    time; a compressed batch is parsed from its own decompressed buffer."""
     segs = np.empty((len(run), _k.SEG_COLUMNS), np.int64)
-    if all(data is None for _, data in run):
-        src = main
-        for j, (h, _) in enumerate(run):
-            segs[j, _k.SEG_START] = h.position + V2_HEADER_SIZE
-            segs[j, _k.SEG_END] = h.end_position
-    else:
-        pieces = []
-        pos = 0
-        for j, (h, data) in enumerate(run):
-            piece = main[h.position + V2_HEADER_SIZE:h.end_position] if data is None \
-                else data
-            pieces.append(piece)
-            segs[j, _k.SEG_START] = pos
-            pos += len(piece)
-            segs[j, _k.SEG_END] = pos
-        src = _readonly(np.concatenate(pieces) if len(pieces) > 1 else pieces[0])
     for j, (h, data) in enumerate(run):
+        start, end = (h.position + V2_HEADER_SIZE, h.end_position) if data is None \
+            else (0, len(data))
         # A record takes at least 7 bytes; checking first keeps a corrupt count from
         # making us allocate gigabytes.
-        if h.records_count > (segs[j, _k.SEG_END] - segs[j, _k.SEG_START]) // _MIN_RECORD_SIZE:
+        if h.records_count > (end - start) // _MIN_RECORD_SIZE:
             where = " (after decompression)" if data is not None else ""
             raise CorruptRecordError(
                 f"{_describe(h)}: record count {h.records_count} does not fit in "
-                f"{segs[j, _k.SEG_END] - segs[j, _k.SEG_START]} bytes of records{where}")
-        segs[j, _k.SEG_COUNT] = h.records_count
-        segs[j, _k.SEG_BASE_OFFSET] = h.base_offset
-        segs[j, _k.SEG_BASE_TS] = h.base_timestamp
-        segs[j, _k.SEG_MAX_TS] = h.max_timestamp
-        segs[j, _k.SEG_TS_TYPE] = 1 if h.is_log_append_time else 0
+                f"{end - start} bytes of records{where}")
+        segs[j] = (start, end, h.records_count, h.base_offset, h.base_timestamp,
+                   h.max_timestamp, 1 if h.is_log_append_time else 0)
     capacity = int(segs[:, _k.SEG_COUNT].sum())
-    sizes = segs[:, _k.SEG_END] - segs[:, _k.SEG_START]
-    total = int(sizes.sum())
+    sizes = (segs[:, _k.SEG_END] - segs[:, _k.SEG_START]).tolist()
+    total = sum(sizes)
     if total > _INT32_MAX:
         raise ValueError(f"cannot decode {total} bytes of records at once (Arrow binary "
                          "columns hold at most 2 GiB): decode in smaller chunks")
@@ -447,16 +433,23 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
     state = np.zeros(_k.STATE_SIZE, np.int64)
     segs = _readonly(segs)
 
+    groups = []  # (source, first record, end record) for the headers pass
     j = 0
     while j < len(run):
-        # a group of about _GROUP_BYTES: CRCs first, then its records while still cached
-        g = j
-        group_bytes = 0
-        while g < len(run) and (g == j or group_bytes + sizes[g] <= _GROUP_BYTES):
-            group_bytes += sizes[g]
-            if verify_crc and run[g][1] is None:
-                _verify_batch_crc(view, run[g][0])
-            g += 1
+        if run[j][1] is not None:
+            src = run[j][1]
+            g = j + 1
+        else:  # about _GROUP_BYTES of uncompressed batches: CRCs, then their records
+            src = main
+            g = j
+            group_bytes = 0
+            while g < len(run) and run[g][1] is None and (
+                    g == j or group_bytes + sizes[g] <= _GROUP_BYTES):
+                group_bytes += sizes[g]
+                if verify_crc:
+                    _verify_batch_crc(view, run[g][0])
+                g += 1
+        first = int(state[_k.ST_N])
         err = _k.decode_v2(src, segs[j:g], int(start_offset), int(end_offset),
                            bool(include_headers), offsets, timestamps, ts_types, key_offs,
                            key_data, key_valid, val_offs, val_data, val_valid, hdr_pos,
@@ -467,6 +460,7 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
             raise CorruptRecordError(
                 f"{_describe(header)}: {_k.ERROR_NAMES[err]} at record "
                 f"{int(state[_k.ST_ERR_RECORD])} of {header.records_count}{where}")
+        groups.append((src, first, int(state[_k.ST_N])))
         j = g
 
     (n, key_bytes, val_bytes, key_nulls, val_nulls, n_headers, hk_bytes, hv_bytes,
@@ -498,8 +492,12 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
         hv_offs = np.empty(n_headers + 1, np.int32)
         hv_data = np.empty(hv_bytes, np.uint8)
         hv_bitmap = np.zeros((n_headers + 7) // 8 if hv_nulls else 0, np.uint8)
-        _k.fill_v2_headers(src, n, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk_offs, hk_data,
-                           hv_offs, hv_data, hv_bitmap)
+        hdr_offs[0] = hk_offs[0] = hv_offs[0] = 0
+        hstate = np.zeros(3, np.int64)
+        for src, first, last in groups:
+            if last > first:
+                _k.fill_v2_headers(src, first, last, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap,
+                                   hk_offs, hk_data, hv_offs, hv_data, hv_bitmap, hstate)
         hkeys = pa.Array.from_buffers(pa.string(), n_headers,
                                       [None, _buffer(hk_offs), _buffer(hk_data)])
         if n_headers:

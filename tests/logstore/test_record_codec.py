@@ -328,3 +328,21 @@ def test_random_corruption_of_compressed_batches_raises_only_corrupt_record_erro
     buf[-1] ^= 0x01
     with pytest.raises(CorruptRecordError, match="CRC"):
         decode_batches(bytes(buf))
+
+
+def test_mixed_codecs_in_one_buffer_with_headers():
+    buf = bytearray()
+    expected = []
+    base = 0
+    for codec in [*CompressionType, CompressionType.NONE, CompressionType.ZSTD]:
+        part = encode_batches(pa.array(VALUES), keys=pa.array(KEYS),
+                              timestamps=pa.array(TIMESTAMPS), headers=_headers_array(HEADERS),
+                              compression=codec, base_offset=base, max_batch_bytes=300)
+        expected.extend(decode_batches(part).to_pylist())
+        buf += part
+        base += len(VALUES)
+    batch = decode_batches(buf)
+    assert batch.to_pylist() == expected
+    assert batch.column("offset").to_pylist() == list(range(base))
+    middle = decode_batches(buf, start_offset=7, end_offset=base - 3)
+    assert middle.to_pylist() == expected[7:base - 3]
