@@ -657,7 +657,8 @@ class Log:
             if offset <= self._log_start_offset:
                 return False
             self._log_start_offset = offset
-            self._recovery_point = max(self._recovery_point, min(offset, self._recovery_point))
+            # Kafka does the same: offsets below the log start need no recovery.
+            self._recovery_point = max(self._recovery_point, offset)
             return True
 
     def delete_old_segments(self) -> int:
@@ -831,8 +832,11 @@ class Log:
                 return
             if flush:
                 self.flush()
-            for seg in self._segments:
-                seg.close()
+            segments = self._segments.snapshot()
+            for seg in segments:
+                # The active segment's final time-index entry is written at close: fsync
+                # it with the trimmed indexes, so a clean shutdown leaves them durable.
+                seg.close(flush=flush and seg is segments[-1])
 
     def __enter__(self) -> Log:
         return self

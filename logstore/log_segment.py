@@ -537,14 +537,19 @@ class LogSegment:
     def paths(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
 
-    def close(self) -> None:
-        """Writer: final time-index entry and trimmed indexes; then release the files."""
+    def close(self, *, flush: bool = False) -> None:
+        """Writer: final time-index entry and trimmed indexes (fsynced with ``flush``);
+        then release the files."""
         if self.closed:
             return
         if not self.read_only:
             self.time_index.maybe_append(self.max_timestamp_so_far,
                                          self.offset_of_max_timestamp_so_far,
                                          skip_full_check=True)
+            if flush:
+                self.offset_index.trim_to_valid_size()
+                self.time_index.trim_to_valid_size()
+                self.flush()
         self.offset_index.close()
         self.time_index.close()
         self._file.close()

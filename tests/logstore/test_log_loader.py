@@ -231,7 +231,7 @@ def test_read_only_reader_in_another_process(tmp_path):
     writer.flush()
     script = textwrap.dedent(f"""
         import sys, time
-        from seglog.logstore.batch_header import iter_batch_headers
+        from seglog.logstore.batch_header import iter_batch_headers, verify_crc
         from seglog.logstore.clock import MockClock
         from seglog.logstore.config import LogConfig
         from seglog.logstore.errors import OffsetOutOfRangeError
@@ -250,9 +250,13 @@ def test_read_only_reader_in_another_process(tmp_path):
                 except OffsetOutOfRangeError:
                     nxt = log.log_start_offset  # retention overtook us
                     continue
+                expect = nxt
                 for h in iter_batch_headers(data.records):
-                    assert h.base_offset >= nxt - 2, (h.base_offset, nxt)
+                    assert h.base_offset == expect, (h.base_offset, expect)
+                    verify_crc(data.records, h)
+                    expect = h.last_offset + 1
                     seen += h.last_offset - h.base_offset + 1
+                assert expect == data.next_offset
                 nxt = data.next_offset
             print(nxt, flush=True)
         print("done", seen, flush=True)
