@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -504,3 +505,38 @@ def test_deleting_topics_while_the_background_retention_runs(tmp_path):
         live = [p.name for p in tmp_path.iterdir()
                 if p.is_dir() and not p.name.endswith("-delete")]
         assert live == [] and mgr.topics() == []
+
+
+def test_unclean_dirs_recover_in_a_pool_per_dir(tmp_path, monkeypatch):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    code_dirs = ", ".join(repr(str(d)) for d in dirs)
+    subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import os
+        from seglog.logstore.log_manager import LogManager
+        mgr = LogManager([{code_dirs}])
+        mgr.create_topic("t", 6)
+        os._exit(0)
+    """)], check=True, timeout=120)
+    active, peak, threads = {}, {}, set()
+    guard = threading.Lock()
+    real_open = lm._log_class().open
+
+    def spy(dir_, *args, **kwargs):
+        key = os.path.dirname(dir_)
+        with guard:
+            threads.add(threading.current_thread().name)
+            active[key] = active.get(key, 0) + 1
+            peak[key] = max(peak.get(key, 0), active[key])
+        try:
+            time.sleep(0.05)
+            return real_open(dir_, *args, **kwargs)
+        finally:
+            with guard:
+                active[key] -= 1
+
+    monkeypatch.setattr(lm._log_class(), "open", spy)
+    with LogManager(dirs, config={"num.recovery.threads.per.data.dir": 2}) as mgr:
+        assert len(mgr.partitions("t")) == 6
+    assert all(name.startswith("seglog-recovery") for name in threads)
+    assert sorted(peak) == sorted(str(d) for d in dirs)
+    assert all(1 <= n <= 2 for n in peak.values()) and max(peak.values()) == 2
