@@ -201,7 +201,8 @@ def _timestamps(timestamps: Any, n: int, now_ms: int) -> np.ndarray:
     if len(arr) != n:
         raise ValueError(f"timestamps has {len(arr)} entries, values has {n}")
     if pa.types.is_timestamp(arr.type):
-        arr = arr.cast(pa.timestamp("ms")).cast(pa.int64())
+        # sub-millisecond precision is dropped, as Kafka timestamps are milliseconds
+        arr = pc.cast(arr, pa.timestamp("ms", arr.type.tz), safe=False).cast(pa.int64())
     elif not pa.types.is_int64(arr.type):
         if not pa.types.is_integer(arr.type) and not pa.types.is_null(arr.type):
             raise TypeError(f"timestamps must be int64 milliseconds, not {arr.type}")

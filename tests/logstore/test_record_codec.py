@@ -346,3 +346,24 @@ def test_mixed_codecs_in_one_buffer_with_headers():
     assert batch.column("offset").to_pylist() == list(range(base))
     middle = decode_batches(buf, start_offset=7, end_offset=base - 3)
     assert middle.to_pylist() == expected[7:base - 3]
+
+
+def test_other_input_forms_python_lists_numpy_timestamps_views_large_list_headers():
+    import numpy as np
+
+    large_headers = pa.array([[("k", b"v")], None],
+                             type=pa.large_list(HEADERS_TYPE.value_type))
+    batch = decode_batches(encode_batches(
+        [b"a", None], keys=pa.array(["x", "y"]).cast(pa.string_view()),
+        timestamps=np.array([5, 6]), headers=large_headers))
+    assert batch.column("value").to_pylist() == [b"a", None]
+    assert batch.column("key").to_pylist() == [b"x", b"y"]
+    assert batch.column("timestamp").to_pylist() == [5, 6]
+    assert batch.column("headers").to_pylist() == [[{"key": "k", "value": b"v"}], None]
+    # Arrow/Spark timestamps (microseconds, with a zone) become Kafka's milliseconds
+    ts = pa.array([1_700_000_000_123_999, None], pa.timestamp("us", "UTC"))
+    batch = decode_batches(encode_batches(pa.array([b"a", b"b"]), timestamps=ts, now_ms=9))
+    assert batch.column("timestamp").to_pylist() == [1_700_000_000_123, 9]
+    all_null = decode_batches(encode_batches(pa.nulls(2), keys=pa.nulls(2)))
+    assert all_null.column("value").to_pylist() == [None, None]
+    assert all_null.column("key").to_pylist() == [None, None]
