@@ -193,3 +193,20 @@ def test_legacy_v1_log_append_time_wrapper(codec):
     assert [r[5] for r in rows] == [1] * 20
     assert [r[0] for r in rows] == list(range(20))
     assert rows == _read_with(KpMemoryRecords, wrapper)
+
+
+@pytest.mark.parametrize("reader", [KpMemoryRecords, AioMemoryRecords],
+                         ids=["kafka-python", "aiokafka"])
+def test_control_batches_are_seen_as_transaction_markers(reader):
+    from seglog.logstore.record_codec import ControlType, encode_control_batch
+
+    buf = bytes(encode_control_batch(ControlType.ABORT, producer_id=42, producer_epoch=3,
+                                     base_offset=77, timestamp_ms=1_000, coordinator_epoch=9))
+    batch = reader(buf).next_batch()
+    assert batch.is_control_batch and batch.is_transactional
+    assert batch.producer_id == 42 and batch.producer_epoch == 3
+    (record,) = list(batch)
+    assert record.offset == 77 and record.timestamp == 1_000
+    assert struct.unpack(">hh", record.key) == (0, int(ControlType.ABORT))
+    assert struct.unpack(">hi", record.value) == (0, 9)
+    assert decode_batches(buf).num_rows == 0
