@@ -201,11 +201,13 @@ class LogLoader:
         bases = sorted(logs)
         for i, base in enumerate(bases):
             missing_index = not index_file(self.dir, base).exists()
-            if not time_index_file(self.dir, base).exists():
-                logger.info("creating a missing time index for segment %d of %s",
-                            base, self.dir)
+            missing_time_index = not time_index_file(self.dir, base).exists()
             seg = self._open_segment(base)
             segments.append(seg)
+            if missing_time_index:
+                logger.info("creating a missing time index for segment %d of %s",
+                            base, self.dir)
+                seg.time_index.trim_to_valid_size()  # opening creates it; empty
             if missing_index:
                 logger.warning("segment %d of %s has no offset index", base, self.dir)
                 needs_recovery.append(seg)
@@ -220,11 +222,11 @@ class LogLoader:
     @staticmethod
     def _cheap_check(seg: LogSegment) -> None:
         """Index file lengths only (no reads), for the segments before the last one."""
-        for idx in (seg.offset_index, seg.time_index):
-            length = os.fstat(idx._file.fileno()).st_size
-            if length % idx.ENTRY.size:
+        for path, entry_size in ((seg.paths()[1], 8), (seg.paths()[2], 12)):
+            length = os.stat(path).st_size
+            if length % entry_size:
                 raise CorruptIndexError(
-                    f"index {idx.path} has length {length}, not a multiple of {idx.ENTRY.size}")
+                    f"index {path} has length {length}, not a multiple of {entry_size}")
 
     # -- pass 4: recovery -----------------------------------------------------------------
 

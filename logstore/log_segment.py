@@ -26,9 +26,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import crc32c as _crc32c
 import numpy as np
@@ -66,6 +68,60 @@ class SegmentSlice:
     batch_count: int
 
 
+IndexT = TypeVar("IndexT", OffsetIndex, TimeIndex)
+
+
+class _LazyIndex(Generic[IndexT]):
+    """An index opened on first use (Kafka's ``LazyIndex``): a loaded log holds one open
+    file per untouched segment instead of three. Thread-safe: ``_lock`` guards
+    ``_index`` and ``path``."""
+
+    def __init__(self, factory: Callable[[Path], IndexT], path: Path) -> None:
+        self._factory = factory
+        self.path = path
+        self._index: IndexT | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._index is not None
+
+    def get(self) -> IndexT:
+        index = self._index
+        if index is None:
+            with self._lock:
+                if self._index is None:
+                    self._index = self._factory(self.path)
+                index = self._index
+        return index
+
+    def rename_to(self, path: Path) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.rename_to(path)
+            elif os.path.exists(self.path):
+                os.replace(self.path, path)
+            self.path = path
+
+    def update_path(self, path: Path) -> None:
+        with self._lock:
+            self.path = path
+            if self._index is not None:
+                self._index.path = path
+
+    def flush(self) -> None:
+        if self._index is not None:
+            self._index.flush()
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+
+    def close_handler(self) -> None:
+        if self._index is not None:
+            self._index.close_handler()
+
+
 class LogSegment:
     """A ``.log`` with its offset and time indexes. See the module docstring.
 
@@ -93,19 +149,37 @@ class LogSegment:
         except OSError as e:
             raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
         self._size = os.fstat(self._file.fileno()).st_size
-        try:
-            self.offset_index = OffsetIndex(
-                index_file(self.dir, base_offset, file_suffix), base_offset, max_index_size,
-                writable=not read_only, count_leading_nonzero=read_only)
-            self.time_index = TimeIndex(
-                time_index_file(self.dir, base_offset, file_suffix), base_offset,
-                max_index_size, writable=not read_only, count_leading_nonzero=read_only)
-        except OSError as e:
-            self._file.close()
-            raise KafkaStorageError(f"cannot open the indexes of {self.log_path}: {e}") from e
+        count_nonzero = read_only
+        self._offset_index = _LazyIndex(
+            lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
+                                     count_leading_nonzero=count_nonzero),
+            index_file(self.dir, base_offset, file_suffix))
+        self._time_index = _LazyIndex(
+            lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
+                                   count_leading_nonzero=count_nonzero),
+            time_index_file(self.dir, base_offset, file_suffix))
+        if not read_only and self._size == 0:
+            # A new segment gets its index files now, preallocated, as Kafka's do.
+            try:
+                self._offset_index.get()
+                self._time_index.get()
+            except OSError as e:
+                self._file.close()
+                raise KafkaStorageError(f"cannot create the indexes of {self.log_path}: {e}") \
+                    from e
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        """The offset index, opened on first use."""
+        return self._offset_index.get()
+
+    @property
+    def time_index(self) -> TimeIndex:
+        """The time index, opened on first use."""
+        return self._time_index.get()
 
     @classmethod
     def open(cls, dir_: Path, base_offset: int, **kwargs) -> LogSegment:
@@ -260,8 +334,9 @@ class LogSegment:
         """The partition directory was renamed: point the paths at the new one."""
         self.dir = Path(dir_)
         self.log_path = log_file(self.dir, self.base_offset, self.file_suffix)
-        self.offset_index.path = index_file(self.dir, self.base_offset, self.file_suffix)
-        self.time_index.path = time_index_file(self.dir, self.base_offset, self.file_suffix)
+        self._offset_index.update_path(index_file(self.dir, self.base_offset, self.file_suffix))
+        self._time_index.update_path(time_index_file(self.dir, self.base_offset,
+                                                     self.file_suffix))
 
     def iter_batches(self, start_position: int = 0,
                      end_position: int | None = None) -> Iterator[BatchHeader]:
@@ -516,8 +591,8 @@ class LogSegment:
             return
         try:
             os.fsync(self._file.fileno())
-            self.offset_index.flush()
-            self.time_index.flush()
+            self._offset_index.flush()
+            self._time_index.flush()
         except OSError as e:
             raise KafkaStorageError(f"failed to fsync {self.log_path}: {e}") from e
 
@@ -530,19 +605,19 @@ class LogSegment:
         new_log = log_file(self.dir, self.base_offset, new_suffix)
         os.replace(self.log_path, new_log)
         self.log_path = new_log
-        self.offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
-        self.time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
+        self._offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
+        self._time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
         self.file_suffix = new_suffix
 
     def paths(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self._offset_index.path, self._time_index.path]
 
     def close(self, *, flush: bool = False) -> None:
         """Writer: final time-index entry and trimmed indexes (fsynced with ``flush``);
-        then release the files."""
+        then release the files. Indexes never opened are left as they are."""
         if self.closed:
             return
-        if not self.read_only:
+        if not self.read_only and self._time_index.is_loaded:
             self.time_index.maybe_append(self.max_timestamp_so_far,
                                          self.offset_of_max_timestamp_so_far,
                                          skip_full_check=True)
@@ -550,14 +625,16 @@ class LogSegment:
                 self.offset_index.trim_to_valid_size()
                 self.time_index.trim_to_valid_size()
                 self.flush()
-        self.offset_index.close()
-        self.time_index.close()
+        elif flush:
+            self.flush()
+        self._offset_index.close()
+        self._time_index.close()
         self._file.close()
 
     def close_handlers(self) -> None:
         """Release the files without touching them (before deletion)."""
-        self.offset_index.close_handler()
-        self.time_index.close_handler()
+        self._offset_index.close_handler()
+        self._time_index.close_handler()
         if not self._file.closed:
             self._file.close()
 

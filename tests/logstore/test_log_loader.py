@@ -282,3 +282,15 @@ def test_read_only_reader_in_another_process(tmp_path):
         proc.kill()
         writer.close()
     assert writer.num_segments < 10  # retention did run under the reader
+
+
+def test_loaded_segments_open_their_indexes_lazily(tmp_path):
+    d = tmp_path / "t-0"
+    _write(d, 9).close()
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS))
+    fds = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")}
+    old_indexes = {str(d / f"{b:020d}{ext}") for b in (0, 9) for ext in (".index", ".timeindex")}
+    assert not fds & old_indexes  # only the active segment's indexes are open
+    assert log.read(4).first_offset == 3  # a lookup opens them on demand
+    log.close()
