@@ -64,12 +64,12 @@ _LOW63 = 0x7FFFFFFFFFFFFFFF
 _LOW57 = 0x01FFFFFFFFFFFFFF
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _zigzag(v):
     return (v << 1) ^ (v >> 63)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _varint_size(v):
     """Bytes taken by the zigzag varint of int64 ``v``."""
     z = (v << 1) ^ (v >> 63)
@@ -80,7 +80,7 @@ def _varint_size(v):
     return n
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _write_varint(out, pos, v):
     z = (v << 1) ^ (v >> 63)
     while z < 0 or z >= 128:
@@ -91,7 +91,7 @@ def _write_varint(out, pos, v):
     return pos + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _read_varint(buf, pos, end, max_bytes):
     """(value, next position); next position -1 past ``end``, -2 if too long."""
     if pos < end:
@@ -112,13 +112,13 @@ def _read_varint(buf, pos, end, max_bytes):
     return np.int64(0), -2
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _put_be(out, pos, v, nbytes):
     for i in range(nbytes):
         out[pos + i] = np.uint8((v >> (8 * (nbytes - 1 - i))) & 0xFF)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _copy(dst, dpos, src, spos, n):
     # Unsigned indices: numba then skips its negative-index wraparound, which would
     # otherwise stop LLVM from vectorising the copy (3x slower).
