@@ -609,23 +609,37 @@ class LogManager:
 
     # -- flushing, checkpoints, maintenance -----------------------------------------
 
+    def _each(self, parts: Iterable[_Partition], action, what: str) -> list[Any]:
+        """``action(p)`` under each partition's lock. One partition's failure is logged
+        and does not stop the others; the first one is raised at the end."""
+        results, errors = [], []
+        for p in parts:
+            try:
+                with p.lock:
+                    results.append(action(p))
+            except (SeglogError, OSError) as e:
+                logger.error("%s of %s failed: %s", what, p.dir, e)
+                errors.append(e)
+        if errors:
+            raise errors[0]
+        return results
+
     def flush_all(self) -> None:
         """fsync every loaded log (unloaded ones have nothing unflushed)."""
-        for p in self._loaded():
-            with p.lock:
-                if p.log is not None:
-                    p.log.flush()
+        self._each(self._loaded(), lambda p: p.log and p.log.flush(), "flush")
 
     def checkpoint_high_watermarks(self) -> None:
         """Flush each log up to its high watermark, then write every dir's
-        ``replication-offset-checkpoint``: what other processes can see is fsynced."""
+        ``replication-offset-checkpoint``: what other processes can see is fsynced.
+        A log whose flush fails keeps its old published value (the file says
+        ``min(HW, recovery point)``), and its error is raised after the write."""
         self._check_writable()
-        for p in self._loaded():
-            with p.lock:
-                if p.log is not None:
-                    p.log.flush(p.log.high_watermark)
-        for ld in self.log_dirs:
-            self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
+        try:
+            self._each(self._loaded(), lambda p: p.log and p.log.flush(p.log.high_watermark),
+                       "flush to the high watermark")
+        finally:
+            for ld in self.log_dirs:
+                self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
 
     def checkpoint_recovery_points(self) -> None:
         self._check_writable()
@@ -715,22 +729,16 @@ class LogManager:
         self._check_writable()
         with self._lock:
             parts = list(self._partitions.values())
-        total = 0
-        for p in parts:
-            with p.lock:
-                if not p.deleted:  # a concurrent delete_topic
-                    total += self._load(p).delete_old_segments()
-        return total
+        # `deleted`: a concurrent delete_topic
+        return sum(self._each(parts, lambda p: 0 if p.deleted
+                              else self._load(p).delete_old_segments(), "retention"))
 
     def _flush_dirty(self, now_ms: int) -> int:
         """Kafka's flusher: each log whose ``flush.ms`` has elapsed since its last flush
         (unloaded logs have nothing unflushed)."""
-        flushed = 0
-        for p in self._loaded():
-            with p.lock:
-                if p.log is not None and p.log.flush_if_due():
-                    flushed += 1
-        return flushed
+        return sum(self._each(self._loaded(),
+                              lambda p: bool(p.log is not None and p.log.flush_if_due()),
+                              "scheduled flush"))
 
     def delete_logs(self, now_ms: int) -> int:
         """Unlink the due ``.deleted`` segment files and remove the ``-delete`` directories

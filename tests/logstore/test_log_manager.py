@@ -540,3 +540,32 @@ def test_unclean_dirs_recover_in_a_pool_per_dir(tmp_path, monkeypatch):
     assert all(name.startswith("seglog-recovery") for name in threads)
     assert sorted(peak) == sorted(str(d) for d in dirs)
     assert all(1 <= n <= 2 for n in peak.values()) and max(peak.values()) == 2
+
+
+def test_one_failing_partition_does_not_stop_the_others(tmp_path, clock):
+    from seglog.logstore.errors import KafkaStorageError
+
+    config = {"segment.bytes": 3000, "retention.ms": 60_000}
+    with LogManager([tmp_path], clock=clock) as mgr:
+        mgr.create_topic("t", 2, config)
+        for p in (0, 1):
+            for _ in range(4):
+                mgr.append("t", p, batch(10, 200, ts=clock.milliseconds()))
+        mgr.checkpoint_high_watermarks()
+        clock.advance(120_000)
+        broken, healthy = mgr.get_log("t", 0), mgr.get_log("t", 1)
+
+        def fail(*args, **kwargs):
+            raise KafkaStorageError(f"disk error under {broken.dir}")
+
+        mgr.append("t", 0, batch())
+        mgr.append("t", 1, batch())
+        broken.delete_old_segments = fail
+        broken.flush = fail
+        runs = {r.name: r for r in mgr.run_maintenance()}
+        assert not runs["log-retention"].ok and "disk error" in str(runs["log-retention"].error)
+        assert healthy.log_start_offset > 0  # retention still ran for the healthy partition
+        assert not runs["high-watermark-checkpoint"].ok
+        published = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read()
+        assert published == {("t", 0): 40, ("t", 1): 50}
+        del broken.delete_old_segments, broken.flush  # let close() work
