@@ -478,7 +478,12 @@ class Log:
             except (FileNotFoundError, KafkaStorageError):
                 if not self.read_only or attempt:
                     raise
-            self._relist()  # read-only: a roll or retention changed the directory
+            # Read-only: a roll or retention changed the directory. If retention took the
+            # segment we wanted, the start offset is now below the log start: say so
+            # rather than silently skipping to the next segment.
+            self._relist()
+            self._check_start(start_offset)
+            lso = self._log_start_offset
         return empty
 
     def _read_segments(self, start_offset: int, limit: int, max_bytes: int, hw: int,

@@ -500,3 +500,21 @@ def test_reader_threads_never_block_on_the_writer(tmp_path):
     assert errors == []
     assert log.num_segments <= 3
     log.close()
+
+
+def test_read_only_reader_gets_out_of_range_when_retention_took_its_segment(tmp_path):
+    clock = MockClock(BASE_TS)
+    log = _open(tmp_path, clock, **{"segment.bytes": str(ONE), "retention.ms": "10",
+                                    "file.delete.delay.ms": "0"})
+    for i in range(4):
+        log.append(batch(3, ts=BASE_TS + 100 * i))
+    log.flush()
+    ro = Log.open(log.dir, log.config, clock=MockClock(), read_only=True, high_watermark=12)
+    clock.advance(215)  # the first three segments age out
+    assert log.delete_old_segments() == 3
+    with pytest.raises(OffsetOutOfRangeError, match="events-0"):
+        ro.read(1)  # its segment is gone: an error, not a silent jump to offset 9
+    assert ro.log_start_offset == 9
+    assert ro.read(9).first_offset == 9
+    ro.close()
+    log.close()
