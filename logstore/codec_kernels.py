@@ -91,7 +91,7 @@ def _write_varint(out, pos, v):
     return pos + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # the hot path of decoding: measurably faster inlined
 def _read_varint(buf, pos, end, max_bytes):
     """(value, next position); next position -1 past ``end``, -2 if too long."""
     if pos < end:
