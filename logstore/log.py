@@ -532,7 +532,14 @@ class Log:
         for i in range(self._floor_index(bases, start_offset), len(bases)):
             if bases[i] >= end_offset:
                 return
-            seg = get(i)
+            try:
+                seg = get(i)
+            except KafkaStorageError:
+                if not self.read_only:
+                    raise
+                self._relist()  # retention took it: out of range if we needed it
+                self._check_start(offset)
+                raise
             first = seg.translate_offset(offset)
             if first is None:
                 continue
