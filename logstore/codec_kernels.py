@@ -65,11 +65,6 @@ _LOW57 = 0x01FFFFFFFFFFFFFF
 
 
 @njit(cache=True)
-def _zigzag(v):
-    return (v << 1) ^ (v >> 63)
-
-
-@njit(cache=True)
 def _varint_size(v):
     """Bytes taken by the zigzag varint of int64 ``v``."""
     z = (v << 1) ^ (v >> 63)
