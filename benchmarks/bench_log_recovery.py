@@ -37,8 +37,10 @@ def _write_segment(dir_: Path, total: int, batch_bytes: int) -> Path:
     one = encode_batches(pa.array([os.urandom(100) for _ in range(n)]),
                          keys=pa.array([b"key-%06d" % i for i in range(n)]),
                          timestamps=pa.array(range(1_700_000_000_000,
-                                                   1_700_000_000_000 + n), pa.int64()))
+                                                   1_700_000_000_000 + n), pa.int64()),
+                         max_batch_bytes=2 * batch_bytes + (1 << 20))
     h = read_batch_header(one)
+    assert h.size == len(one), "one batch expected"
     per = len(one)
     copies = max(1, total // per)
     buf = bytearray(one * copies)
