@@ -39,6 +39,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -117,6 +118,23 @@ _KNOWN_FILES = frozenset({".lock", CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOIN
                           "meta.properties"})
 
 
+# A directory's mtime moves when an entry is added, removed or renamed. A listing taken
+# within this long of the mtime may have missed a change made in the same timestamp tick
+# (coarse filesystem clocks), so it is not trusted (git's "racy" rule).
+_RACY_NS = 2_000_000_000
+
+
+def _unchanged_since(path: Path, listed_mtime_ns: int | None) -> tuple[bool, int]:
+    """(whether ``path`` is surely unchanged since a listing at ``listed_mtime_ns``, its
+    mtime now). Filesystem timestamps come from the OS clock, not the engine's."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        return False, -1
+    fresh = time.time_ns() - mtime < _RACY_NS
+    return (listed_mtime_ns == mtime and not fresh), mtime
+
+
 def _log_class():
     # Imported late: the Log is the other half of the storage engine and imports nothing
     # from here, but keeping the import out of module load lets the manager's
@@ -136,6 +154,7 @@ class _LogDir:
     log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
 
     def checkpoint(self, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.path / name)
@@ -151,6 +170,8 @@ class _Partition:
     # serializes writes to `log`, its lazy loading and `deleted`
     lock: threading.RLock = field(default_factory=threading.RLock)
     deleted: bool = False  # renamed for deletion: never load it again
+    # readers: the first segment's base offset and the dir mtime it was listed at
+    first_base: tuple[int, int] | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -214,6 +235,8 @@ class LogManager:
             self._read_checkpoints(log_dir)
         recover: list[_Partition] = []
         for log_dir in self.log_dirs:
+            if self.read_only:  # taken before listing: a change during it shows next time
+                log_dir.listed_mtime_ns = _unchanged_since(log_dir.path, None)[1]
             for p in self._scan(log_dir):
                 other = self._partitions.get(p.tp)
                 if other is not None:
@@ -567,7 +590,7 @@ class LogManager:
         for p in parts:
             value = cached[id(p.log_dir)].get(p.tp)
             if checkpoint == LOG_START_OFFSET_CHECKPOINT:
-                value = max(value or 0, self._first_segment_base(p.dir))
+                value = max(value or 0, self._cached_first_segment_base(p))
             elif p.log is not None:
                 # a read-only Log reads up to the high watermark it was last told
                 p.log.update_high_watermark(value or 0)
@@ -576,6 +599,17 @@ class LogManager:
 
     def _stored_start_offset(self, p: _Partition) -> int:
         return max(p.log_dir.log_start_offsets.get(p.tp, 0), self._first_segment_base(p.dir))
+
+    def _cached_first_segment_base(self, p: _Partition) -> int:
+        """Readers: re-list a partition only when its directory changed, so a trigger's
+        cost does not grow with the number of segments."""
+        cached = p.first_base
+        unchanged, mtime = _unchanged_since(p.dir, cached[1] if cached else None)
+        if unchanged and cached is not None:
+            return cached[0]
+        base = self._first_segment_base(p.dir)
+        p.first_base = (base, mtime)
+        return base
 
     @staticmethod
     def _first_segment_base(dir_: Path) -> int:
@@ -597,10 +631,19 @@ class LogManager:
             return
         with self._lock:
             seen = set()
+            changed = False
             for ld in self.log_dirs:
+                unchanged, mtime = _unchanged_since(ld.path, ld.listed_mtime_ns)
+                if unchanged:
+                    seen.update(p.tp for p in self._partitions.values() if p.log_dir is ld)
+                    continue
+                changed = True
+                ld.listed_mtime_ns = mtime
                 for p in self._scan(ld, warn=False):
                     seen.add(p.tp)
                     self._partitions.setdefault(p.tp, p)
+            if not changed:
+                return
             for tp in [tp for tp in self._partitions if tp not in seen]:
                 gone = self._partitions.pop(tp)
                 if gone.log is not None:

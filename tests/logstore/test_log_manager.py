@@ -569,3 +569,30 @@ def test_one_failing_partition_does_not_stop_the_others(tmp_path, clock):
         published = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read()
         assert published == {("t", 0): 40, ("t", 1): 50}
         del broken.delete_old_segments, broken.flush  # let close() work
+
+
+def test_readers_relist_only_directories_that_changed(tmp_path, monkeypatch):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 3, {"segment.bytes": 3000})
+        for p in range(3):
+            for _ in range(3):
+                mgr.append("t", p, batch(10, 200))  # one segment each
+        mgr.checkpoint_high_watermarks()
+    old = time.time() - 60  # older than the "racy" window: listings can be trusted
+    for path in [tmp_path, *tmp_path.iterdir()]:
+        os.utime(path, (old, old))
+    listed = []
+    real_listdir, real_scandir = os.listdir, os.scandir
+    monkeypatch.setattr(lm.os, "listdir", lambda d: listed.append(str(d)) or real_listdir(d))
+    monkeypatch.setattr(lm.os, "scandir", lambda d: listed.append(str(d)) or real_scandir(d))
+    with LogManager([tmp_path], read_only=True) as reader:
+        assert reader.log_start_offsets() == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+        listed.clear()
+        for _ in range(3):
+            assert reader.log_start_offsets() == {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+            assert reader.topics() == ["t"]
+        assert listed == []  # nothing changed: no directory was listed again
+        (tmp_path / "t-1" / "00000000000000000000.log").rename(
+            tmp_path / "t-1" / "00000000000000000000.log.deleted")  # retention-like
+        assert reader.log_start_offsets()[("t", 1)] == 10
+        assert listed == [str(tmp_path / "t-1")]
