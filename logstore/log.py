@@ -95,6 +95,12 @@ class FetchData:
         return not self.records
 
 
+def random_segment_jitter(config: LogConfig) -> int:
+    """Kafka's per-segment roll jitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
+    bound = min(config.segment_jitter_ms, config.segment_ms)
+    return random.randrange(bound) if bound > 0 else 0
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -389,7 +395,7 @@ class Log:
 
     def _new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
         cfg = self.config
-        jitter = random.randrange(cfg.segment_jitter_ms) if cfg.segment_jitter_ms > 0 else 0
+        jitter = random_segment_jitter(cfg)
         for path in LogSegment.file_paths(self.dir, base_offset, file_suffix):
             if path.exists() and path.stat().st_size > 0 and path.suffix == ".log":
                 raise KafkaStorageError(f"cannot create segment {path}: it already exists")
