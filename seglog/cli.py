@@ -5,6 +5,10 @@ Subcommands (``seglog <command> --help`` for each):
 * ``dump-log FILE...`` — like Kafka's ``kafka-dump-log.sh``: the batches of ``.log`` files
   (``--print-data-log`` adds the records), the entries of ``.index`` / ``.timeindex``
   files with a sanity check against the ``.log`` beside them.
+* ``check DIR...`` — check partition directories (or log dirs holding them) without
+  changing anything: every batch's CRC and size, offsets increasing across segments, each
+  segment's first batch at or above its base offset, and both indexes against the log.
+  Prints only problems and a summary line per partition.
 
 Exit status: 0 when everything read is valid, 1 when a batch is invalid or an index
 disagrees with its log, 2 on bad usage. New subcommands register in ``_COMMANDS``.
@@ -211,6 +215,75 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if problems else 0
 
 
+def check_partition_dir(dir_: Path, out: TextIO) -> int:
+    """Check one partition directory (read-only); returns the number of problems."""
+    import io
+
+    bases = sorted(p[0] for p in (parse_segment_file_name(n) for n in os.listdir(dir_))
+                   if p is not None and p[1] == LOG_SUFFIX and not p[2])
+    problems = 0
+    next_offset = -1
+    batches = 0
+    for base in bases:
+        path = log_file(dir_, base)
+        buf = _map(path)
+        try:
+            for h, reason in _batches(buf):
+                if h is None:
+                    out.write(f"{path}: {reason}\n")
+                    problems += 1
+                    break
+                batches += 1
+                if compute_crc(buf, h) != h.crc:
+                    out.write(f"{path}: batch at position {h.position} (offsets "
+                              f"{h.base_offset}..{h.last_offset}) has a bad CRC\n")
+                    problems += 1
+                if h.base_offset < max(next_offset, base):
+                    out.write(f"{path}: batch at position {h.position} starts at offset "
+                              f"{h.base_offset}, below {max(next_offset, base)}\n")
+                    problems += 1
+                next_offset = h.next_offset
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+        for checker, suffix in ((dump_index_file, INDEX_SUFFIX),
+                                (dump_time_index_file, TIME_INDEX_SUFFIX)):
+            idx = path.with_suffix(suffix)
+            if not idx.exists():
+                out.write(f"{idx}: missing (recovery rebuilds it)\n")
+                problems += 1
+                continue
+            sink = io.StringIO()
+            found = checker(idx, sink)
+            if found:
+                problems += found
+                out.writelines(ln + "\n" for ln in sink.getvalue().splitlines()
+                               if "mismatch" in ln)
+    status = "OK" if not problems else f"{problems} problem(s)"
+    out.write(f"{dir_}: {len(bases)} segment(s), {batches} batch(es), log end offset "
+              f"{max(next_offset, bases[-1] if bases else 0)}: {status}\n")
+    return problems
+
+
+def _check(args: argparse.Namespace, out: TextIO) -> int:
+    problems = 0
+    for name in args.dirs:
+        path = Path(name)
+        if not path.is_dir():
+            out.write(f"{path}: no such directory\n")
+            problems += 1
+            continue
+        has_segments = any(n.endswith(LOG_SUFFIX) for n in os.listdir(path))
+        dirs = [path] if has_segments else sorted(
+            p for p in path.iterdir()
+            if p.is_dir() and any(n.endswith(LOG_SUFFIX) for n in os.listdir(p)))
+        if not dirs:
+            out.write(f"{path}: no segments here or in its subdirectories\n")
+        for d in dirs:
+            problems += check_partition_dir(d, out)
+    return 1 if problems else 0
+
+
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
                            Callable[[argparse.Namespace, TextIO], int]]] = {}
 
@@ -223,6 +296,14 @@ def _dump_log_args(p: argparse.ArgumentParser) -> None:
 
 _COMMANDS["dump-log"] = ("print the batches and index entries of segment files "
                          "(like kafka-dump-log.sh)", _dump_log_args, _dump_log)
+
+
+def _check_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dirs", nargs="+", help="partition directories, or log dirs holding them")
+
+
+_COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) without "
+                      "changing them", _check_args, _check)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -83,3 +83,18 @@ def test_console_script_entry_point(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "seglog.cli", "dump-log", str(tmp_path / "x.txt")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
+
+
+def test_check_reports_ok_then_each_problem(tmp_path):
+    d = _log(tmp_path)
+    code, text = _run("check", str(tmp_path))  # a log dir: finds t-0 inside
+    assert code == 0 and text.strip().endswith("log end offset 40: OK")
+    log = d / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    raw[-5] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    (d / "00000000000000000000.timeindex").unlink()
+    code, text = _run("check", str(d))
+    assert code == 1
+    assert "bad CRC" in text and "00000000000000000000.timeindex: missing" in text
+    assert "2 problem(s)" in text
