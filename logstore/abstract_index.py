@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
-from .errors import CorruptIndexError, InvalidOffsetError
+from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,10 @@ class AbstractIndex(Generic[E]):
         size = self.ENTRY.size
         if self._mmap is not None:
             return self._mmap[n * size:(n + 1) * size]
-        return os.pread(self._file.fileno(), size, n * size)
+        try:
+            return os.pread(self._file.fileno(), size, n * size)
+        except (OSError, ValueError) as e:  # ValueError: closed (the segment was deleted)
+            raise KafkaStorageError(f"cannot read index {self.path}: {e}") from e
 
     def _unpack(self, n: int) -> tuple:
         raw = self._raw(n)
