@@ -70,6 +70,7 @@ from .errors import (
 )
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
     DELETE_DIR_SUFFIX,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -114,8 +115,9 @@ _MAINTENANCE_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
     lambda e: f"{e[0]} {e[1]}", _parse_last_run)
 _KNOWN_FILES = frozenset({".lock", CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
                           LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
-                          MAINTENANCE_CHECKPOINT, "cleaner-offset-checkpoint",
+                          MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
                           "meta.properties"})
+CLEANER_TASK = "log-cleaner"
 
 
 # A directory's mtime moves when an entry is added, removed or renamed. A listing taken
@@ -204,6 +206,10 @@ class LogManager:
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
         self._closed = False
         self.scheduler = Scheduler(clock)
+        # retention and compaction of one log must not overlap (the cleaner reads
+        # inactive segments without the Log's lock)
+        self._maintenance_lock = threading.RLock()
+        self._cleaner: Any = None  # cleaner.LogCleaner, created on first use (large map)
         # `.deleted` segment files of every log, unlinked after file.delete.delay.ms
         self.deleter = DelayedDeleter(clock)
         if isinstance(log_dirs, (str, os.PathLike)):
@@ -529,6 +535,10 @@ class LogManager:
                 for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
                           p.log_dir.high_watermarks):
                     m.pop(p.tp, None)
+                if (p.log_dir.path / CLEANER_OFFSET_CHECKPOINT).exists():
+                    # a later topic of this name must not inherit the cleaner's progress
+                    with self._maintenance_lock:
+                        self._log_cleaner().forget(p.log_dir.path, name, n)
                 self._pending_deletes.append((target, self.clock.milliseconds() + delay))
             self._topic_configs.pop(name, None)
             for log_dir in touched.values():
@@ -753,9 +763,8 @@ class LogManager:
                 logger.warning("%s", e)
 
     def _maintenance_tasks(self) -> list[MaintenanceTask]:
-        """Every periodic task of this manager: THE place to add one (the compaction
-        cleaner registers here, or later through ``self.scheduler.add``)."""
-        return standard_tasks(
+        """Every periodic task of this manager: THE place to add one."""
+        tasks = standard_tasks(
             self.config,
             retention=lambda now: self.delete_old_segments(),
             flush=self._flush_dirty,
@@ -764,6 +773,32 @@ class LogManager:
             checkpoint_high_watermarks=lambda now: self.checkpoint_high_watermarks(),
             delete_logs=self.delete_logs,
             now_ms=self.clock.monotonic_ms())
+        if self.config.log_cleaner_enable:
+            tasks.append(MaintenanceTask(CLEANER_TASK, self.config.log_cleaner_backoff_ms or 1,
+                                         self.clean, self.clock.monotonic_ms()))
+        return tasks
+
+    def clean(self, now_ms: int | None = None) -> Any:
+        """One compaction pass over the dirtiest log with ``cleanup.policy`` compact
+        (Kafka's cleaner thread, one pass per run); returns its ``CleanerStats`` or None.
+        Loads the compacted partitions."""
+        self._check_writable()
+        with self._lock:
+            parts = [p for p in self._partitions.values()
+                     if not p.deleted and self._config_of(p).compact]
+        if not parts:
+            return None
+        logs = [log for log in self._each(parts, lambda p: None if p.deleted else self._load(p),
+                                          "loading for compaction") if log is not None]
+        with self._maintenance_lock:
+            return self._log_cleaner().clean_dirtiest(logs)
+
+    def _log_cleaner(self) -> Any:
+        if self._cleaner is None:
+            from .cleaner import LogCleaner
+
+            self._cleaner = LogCleaner(self.config, self.clock)
+        return self._cleaner
 
     def delete_old_segments(self) -> int:
         """Retention over every partition: by log start offset always, by time and size
@@ -773,8 +808,9 @@ class LogManager:
         with self._lock:
             parts = list(self._partitions.values())
         # `deleted`: a concurrent delete_topic
-        return sum(self._each(parts, lambda p: 0 if p.deleted
-                              else self._load(p).delete_old_segments(), "retention"))
+        with self._maintenance_lock:
+            return sum(self._each(parts, lambda p: 0 if p.deleted
+                                  else self._load(p).delete_old_segments(), "retention"))
 
     def _flush_dirty(self, now_ms: int) -> int:
         """Kafka's flusher: each log whose ``flush.ms`` has elapsed since its last flush

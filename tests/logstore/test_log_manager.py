@@ -596,3 +596,34 @@ def test_readers_relist_only_directories_that_changed(tmp_path, monkeypatch):
             tmp_path / "t-1" / "00000000000000000000.log.deleted")  # retention-like
         assert reader.log_start_offsets()[("t", 1)] == 10
         assert listed == [str(tmp_path / "t-1")]
+
+
+def keyed_batch(keys: list[bytes], ts: int = NOW) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    for i, k in enumerate(keys):
+        b.append(i, ts + i, k, b"value-of-" + k + b"-" + b"x" * 300, [])
+    return bytes(b.build())
+
+
+def test_compaction_runs_as_a_maintenance_task(tmp_path, clock):
+    config = {"cleanup.policy": "compact", "segment.bytes": 4096,
+              "min.cleanable.dirty.ratio": 0.01}
+    with LogManager([tmp_path], clock=clock,
+                    config={"log.cleaner.backoff.ms": 1000}) as mgr:
+        mgr.create_topic("c", 1, config)
+        mgr.create_topic("d")  # delete policy: not the cleaner's business
+        for _ in range(8):
+            mgr.append("c", 0, keyed_batch([b"a", b"b", b"c"]))
+        mgr.append("d", 0, batch())
+        mgr.checkpoint_high_watermarks()
+        log = mgr.get_log("c", 0)
+        before = log.size_in_bytes
+        runs = {r.name: r for r in mgr.run_maintenance()}
+        stats = runs["log-cleaner"].result
+        assert runs["log-cleaner"].ok and stats is not None and stats.topic == "c"
+        clock.advance(1000)
+        mgr.run_maintenance()
+        assert log.size_in_bytes < before
+        mgr.delete_topic("c")  # forgets the cleaner's checkpoint entry
+    from seglog.logstore.file_names import CLEANER_OFFSET_CHECKPOINT
+    assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {}
