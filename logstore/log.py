@@ -29,6 +29,7 @@ import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,8 @@ from .log_segment import LogSegment
 from .log_segments import LogSegments
 
 logger = logging.getLogger(__name__)
+
+_RACY_NS = 2_000_000_000  # directory mtimes younger than this are not trusted
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class Log:
         self._ro_lock = threading.Lock()  # guards _ro_bases and _ro_open
         self._ro_bases: tuple[int, ...] = ()
         self._ro_open: dict[int, LogSegment] = {}
+        self._ro_listed_mtime = -2  # the directory mtime of the last listing
         if read_only:
             self._ro_open = {s.base_offset: s for s in segments}
             self._relist()
@@ -487,7 +491,7 @@ class Log:
             # Read-only: a roll or retention changed the directory. If retention took the
             # segment we wanted, the start offset is now below the log start: say so
             # rather than silently skipping to the next segment.
-            self._relist()
+            self._relist(force=True)
             self._check_start(start_offset)
             lso = self._log_start_offset
         return empty
@@ -543,7 +547,7 @@ class Log:
             except KafkaStorageError:
                 if not self.read_only:
                     raise
-                self._relist()  # retention took it: out of range if we needed it
+                self._relist(force=True)  # retention took it: out of range if needed
                 self._check_start(offset)
                 raise
             first = seg.translate_offset(offset)
@@ -796,12 +800,27 @@ class Log:
 
     # -- read-only listing ----------------------------------------------------------------
 
-    def _relist(self) -> None:
-        """Read-only: list the directory again (a roll or retention happened)."""
+    def _relist(self, *, force: bool = False) -> None:
+        """Read-only: list the directory again if it changed (a roll or retention).
+
+        A listing costs one ``listdir`` (O(segments)), so it is skipped while the
+        directory's mtime is the one already listed, unless that mtime was too recent to
+        trust (a change within the file system's timestamp granularity would not move
+        it). File mtimes are wall-clock times, hence ``time.time_ns`` here and not the
+        injected clock.
+        """
         from .log_loader import list_segment_bases
 
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            mtime = -1
+        now = time.time_ns()
+        if not force and mtime == self._ro_listed_mtime and now - mtime > _RACY_NS:
+            return
         bases = tuple(list_segment_bases(self.dir))
         with self._ro_lock:
+            self._ro_listed_mtime = mtime
             if bases == self._ro_bases:
                 return
             gone = [b for b in self._ro_open if b not in bases]

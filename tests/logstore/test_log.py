@@ -518,3 +518,26 @@ def test_read_only_reader_gets_out_of_range_when_retention_took_its_segment(tmp_
     assert ro.read(9).first_offset == 9
     ro.close()
     log.close()
+
+
+def test_read_only_log_lists_the_directory_only_when_it_changed(tmp_path, monkeypatch):
+    from seglog.logstore import log_loader
+
+    log = _open(tmp_path, **{"segment.bytes": str(ONE)})
+    log.append(batch(3))
+    log.append(batch(3))
+    log.flush()
+    old = 1_000_000_000
+    os.utime(log.dir, (old, old))  # long settled
+    ro = Log.open(log.dir, log.config, clock=MockClock(), read_only=True)
+    listings = []
+    real = log_loader.list_segment_bases
+    monkeypatch.setattr(log_loader, "list_segment_bases",
+                        lambda d: listings.append(d) or real(d))
+    assert ro.log_end_offset == 6 and ro.log_end_offset == 6
+    assert listings == []
+    log.append(batch(3))  # a roll creates files: the directory mtime moves
+    assert ro.log_end_offset == 9 and ro.num_segments == 3
+    assert len(listings) == 1
+    ro.close()
+    log.close()
