@@ -28,7 +28,7 @@ def _wanted_stamp() -> str:
 
 
 def ensure_env() -> None:
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036 (run.py may be started by an older python3)
         sys.exit("seglog needs Python 3.10 or newer")
     wanted = _wanted_stamp()
     if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == wanted:

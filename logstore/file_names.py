@@ -53,7 +53,7 @@ def time_index_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
 
 
 def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
-    """``"00000000000000000042.log.swap"`` → ``(42, ".log", ".swap")``; None if not a segment file."""
+    """``"00000000000000000042.log.swap"`` → ``(42, ".log", ".swap")``; None otherwise."""
     m = _SEGMENT_RE.match(name)
     if m is None:
         return None
