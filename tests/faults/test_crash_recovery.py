@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 from _log_checks import check_partition_files, read_whole_log
+
+from seglog.logstore.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.errors import SeglogError
+from seglog.logstore.file_names import HIGH_WATERMARK_CHECKPOINT
 from seglog.logstore.log_manager import LogManager
 
 TOPIC = "crash.test-topic"
@@ -110,6 +114,10 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
             continue  # killed before it created anything
         clean_close = rnd.random() < 0.5
         try:
+            published = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read()
+        except SeglogError as e:  # written atomically: never torn by a kill
+            pytest.fail(f"kill {kills}: unreadable high watermark checkpoint: {e}")
+        try:
             with LogManager([log_dir]) as mgr:
                 if TOPIC not in mgr.topics() or len(mgr.partitions(TOPIC)) < PARTITIONS:
                     continue  # killed inside create_topic: the next writer finishes it
@@ -121,6 +129,10 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
                     end = check_partition_files(log_dir / f"{TOPIC}-{p}")
                     assert end == log.log_end_offset
                     assert log.high_watermark <= log.log_end_offset
+                    # what readers could see before the kill is still there, still visible
+                    seen = published.get((TOPIC, p), 0)
+                    assert log.log_end_offset >= seen and log.high_watermark >= seen, (
+                        f"kill {kills}: partition {p} took back published offsets")
                 if not clean_close:
                     raise _LeaveUnclean
         except _LeaveUnclean:
