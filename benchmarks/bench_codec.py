@@ -32,6 +32,7 @@ from kafka.record.default_records import (  # noqa: E402
     DefaultRecordBatchBuilder as KpBuilder,
 )
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords  # noqa: E402
+
 from seglog.logstore.record_codec import (  # noqa: E402
     CompressionType,
     decode_batches,

@@ -10,170 +10,349 @@ hold them. Byte layout of one message (big-endian)::
 A compressed wrapper has a null key and, as value, a compressed inner message set:
 v0 inner offsets are absolute; v1 inner offsets are relative and the wrapper's offset
 is the absolute offset of the LAST inner message. A LogAppendTime wrapper gives its
-timestamp to every inner message.
+timestamp to every inner message. Magic-0 messages have no timestamp: null, type -1.
 
-Legacy data is rare and bounded (what an old producer wrote), so this module parses
-message by message in Python; the hot v2 path is in ``codec_kernels``.
+numba kernels walk the top-level messages (sizes, magics, CRCs) and parse each
+message set, bounds-checking every field, so corrupt input raises CorruptRecordError
+and never reads out of bounds; Python only decompresses, once per wrapper.
 
-Thread-safe: pure functions.
+Thread-safe: pure functions; the kernel releases the GIL.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
-import zlib
-from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
+from numba import njit
 
-from .batch_header import COMPRESSION_MASK, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader
+from .batch_header import COMPRESSION_MASK, LOG_OVERHEAD, BatchHeader
 from .compression import decompress
 from .errors import CorruptRecordError
 
 logger = logging.getLogger(__name__)
 
-_HEAD_V0 = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-_HEAD_V1 = struct.Struct(">qiIbbq")  # ... + timestamp
-_INT32 = struct.Struct(">i")
-_KEY_OFFSET = {0: _HEAD_V0.size, 1: _HEAD_V1.size}  # 18, 26
 _TIMESTAMP_TYPE_BIT = 0x08
+_MIN_MESSAGE = LOG_OVERHEAD + 14  # a v0 message with null key and value
+_WRAPPER_VALUE = struct.Struct(">i")
+
+# Error codes of _parse_message_set.
+_OK, _ERR_TRUNCATED, _ERR_MAGIC, _ERR_SIZE, _ERR_LENGTH, _ERR_NESTED, _ERR_CRC = range(7)
+_ERRORS = {
+    _ERR_TRUNCATED: "truncated message",
+    _ERR_MAGIC: "unknown magic",
+    _ERR_SIZE: "message size does not match its key and value",
+    _ERR_LENGTH: "invalid key or value length",
+    _ERR_NESTED: "inner message is itself compressed (double compression)",
+    _ERR_CRC: "inner message CRC mismatch",
+}
+# Slots of the `state` array carried across kernel calls.
+_ST_N, _ST_KEY_BYTES, _ST_VALUE_BYTES, _ST_KEY_NULLS, _ST_VALUE_NULLS, _ST_TS_NULLS, \
+    _ST_ERR_POS = range(7)
 
 
-class _Columns:
-    """Column builders for the decoded records."""
-
-    def __init__(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int | None] = []
-        self.ts_types: list[int] = []
-
-    def add(self, offset: int, timestamp: int | None, ts_type: int,
-            key: bytes | None, value: bytes | None) -> None:
-        self.offsets.append(offset)
-        self.timestamps.append(timestamp)
-        self.ts_types.append(ts_type)
-        self.keys.append(key)
-        self.values.append(value)
+def _crc32_table() -> np.ndarray:
+    table = np.zeros(256, np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table[i] = c
+    table.flags.writeable = False
+    return table
 
 
-def _read_message(buf, pos: int, end: int, where: str):
-    """Parse the message at ``pos``; returns (offset, magic, attrs, timestamp, key,
-    value, next position)."""
-    if end - pos < LOG_OVERHEAD + 2:
-        raise CorruptRecordError(f"{where}: truncated message at byte {pos}")
-    offset, size = struct.unpack_from(">qi", buf, pos)
-    msg_end = pos + LOG_OVERHEAD + size
-    magic = buf[pos + MAGIC_OFFSET]
-    if magic not in (0, 1):
-        raise CorruptRecordError(f"{where}: message at byte {pos} has magic {magic}")
-    key_pos = pos + _KEY_OFFSET[magic]
-    if size < 0 or msg_end > end or key_pos + 4 > msg_end:
-        raise CorruptRecordError(f"{where}: message at byte {pos} has invalid size {size}")
-    if magic == 0:
-        _o, _s, _crc, _m, attrs = _HEAD_V0.unpack_from(buf, pos)
-        timestamp = None
-    else:
-        _o, _s, _crc, _m, attrs, timestamp = _HEAD_V1.unpack_from(buf, pos)
-    p = key_pos
-    (klen,) = _INT32.unpack_from(buf, p)
-    p += 4
-    key = None
-    if klen >= 0:
-        if p + klen + 4 > msg_end:
-            raise CorruptRecordError(f"{where}: key of message at byte {pos} overruns it")
-        key = bytes(buf[p:p + klen])
-        p += klen
-    elif klen != -1:
-        raise CorruptRecordError(f"{where}: message at byte {pos} has key length {klen}")
-    if p + 4 > msg_end:
-        raise CorruptRecordError(f"{where}: message at byte {pos} is truncated")
-    (vlen,) = _INT32.unpack_from(buf, p)
-    p += 4
-    value = None
-    if vlen >= 0:
-        if p + vlen > msg_end:
-            raise CorruptRecordError(f"{where}: value of message at byte {pos} overruns it")
-        value = bytes(buf[p:p + vlen])
-        p += vlen
-    elif vlen != -1:
-        raise CorruptRecordError(f"{where}: message at byte {pos} has value length {vlen}")
-    if p != msg_end:
-        raise CorruptRecordError(
-            f"{where}: message at byte {pos} has {msg_end - p} bytes after its value")
-    return offset, magic, attrs & 0xFF, timestamp, key, value, msg_end
+_CRC32_TABLE = _crc32_table()
 
 
-def _add_wrapper(cols: _Columns, buf, header: BatchHeader, start_offset: int,
-                 end_offset: int, verify_crc: bool) -> None:
-    where = (f"message set at position {header.position} (offset {header.last_offset}, "
-             f"magic {header.magic})")
-    offset, magic, attrs, timestamp, key, value, _ = _read_message(
-        buf, header.position, header.end_position, where)
-    codec = attrs & COMPRESSION_MASK
-    log_append = magic == 1 and bool(attrs & _TIMESTAMP_TYPE_BIT)
-    if codec == 0:
-        if start_offset <= offset < end_offset:
-            ts_type = -1 if magic == 0 else (1 if log_append else 0)
-            cols.add(offset, timestamp, ts_type, key, value)
-        return
-    if value is None:
-        raise CorruptRecordError(f"{where}: compressed wrapper has a null value")
-    inner = decompress(codec, value, magic=magic)
-    where += " after decompression"
-    messages = []
-    pos = 0
-    while pos < len(inner):
-        msg = _read_message(inner, pos, len(inner), where)
-        if msg[2] & COMPRESSION_MASK:
-            raise CorruptRecordError(f"{where}: inner message at byte {pos} is itself "
-                                     "compressed (double compression)")
+@njit(cache=True)
+def _be(buf, pos, nbytes):
+    v = np.int64(0)
+    for i in range(nbytes):
+        v = (v << 8) | np.int64(buf[pos + i])
+    if nbytes < 8 and v >= (np.int64(1) << (8 * nbytes - 1)):  # sign-extend
+        v -= np.int64(1) << (8 * nbytes)
+    return v
+
+
+@njit(cache=True)
+def _crc32(table, buf, start, end):
+    c = np.uint32(0xFFFFFFFF)
+    for i in range(start, end):
+        c = table[(c ^ np.uint32(buf[i])) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+    return c ^ np.uint32(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True)
+def _walk_top_level(src, pos, verify_crc, crc_table, wrappers):
+    """Walk top-level legacy messages from ``pos``: check sizes and magics (and CRCs
+    when ``verify_crc``), note compressed wrappers' positions in ``wrappers``. Stops at
+    the end, at a partial message, or at a batch of magic 2. Returns (error code,
+    stop position, wrapper count, position of the error)."""
+    end = src.shape[0]
+    nw = 0
+    while True:
+        if end - pos < 17:  # not even a magic byte: a partial tail
+            return _OK, pos, nw, pos
+        magic = np.int64(src[pos + 16])
+        if magic == 2:
+            return _OK, pos, nw, pos
+        if magic != 0 and magic != 1:
+            return _ERR_MAGIC, pos, nw, pos
+        size = _be(src, pos + 8, 4)
+        if size < (14 if magic == 0 else 22):
+            return _ERR_TRUNCATED, pos, nw, pos
+        msg_end = pos + LOG_OVERHEAD + size
+        if msg_end > end:
+            return _OK, pos, nw, pos
         if verify_crc:
-            (crc,) = struct.unpack_from(">I", inner, pos + LOG_OVERHEAD)
-            actual = zlib.crc32(memoryview(inner)[pos + MAGIC_OFFSET:msg[6]])
-            if actual != crc:
-                raise CorruptRecordError(
-                    f"{where}: inner message at byte {pos} has CRC {actual:#010x}, "
-                    f"header says {crc:#010x}")
-        messages.append(msg)
-        pos = msg[6]
-    if not messages:
-        return
-    # v1 inner offsets are relative to the first, and the wrapper holds the last one.
-    shift = offset - messages[-1][0] if magic > 0 else 0
-    for inner_offset, inner_magic, _attrs, inner_ts, k, v, _ in messages:
-        absolute = inner_offset + shift
-        if not start_offset <= absolute < end_offset:
+            crc = np.uint32(_be(src, pos + 12, 4) & 0xFFFFFFFF)
+            if _crc32(crc_table, src, pos + 16, msg_end) != crc:
+                return _ERR_CRC, pos, nw, pos
+        if src[pos + 17] & COMPRESSION_MASK:
+            wrappers[nw] = pos
+            nw += 1
+        pos = msg_end
+
+
+@njit(cache=True, nogil=True)
+def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wrapper_ts,
+                       log_append, start_offset, end_offset, verify_crc, crc_table, scratch,
+                       offsets, timestamps, ts_valid, ts_types, key_offs, key_data, key_valid,
+                       val_offs, val_data, val_valid, state):
+    """Parse the messages in ``src[start:end]`` and append those with
+    ``start_offset <= offset < end_offset`` at ``state[_ST_N]``.
+
+    ``inner``: the region is the decompressed value of a wrapper (offsets relative to
+    its last one for a v1 wrapper, timestamps from a LogAppendTime wrapper, no nested
+    compression, CRCs checked when ``verify_crc``); otherwise it is a run of
+    uncompressed top-level messages (CRCs already checked by the caller).
+    ``scratch`` (int64, rows >= messages) holds fields between the parse and the copy.
+    Returns an error code; ``state[_ST_ERR_POS]`` is then the message position.
+    """
+    m = 0
+    pos = start
+    while pos < end:
+        state[_ST_ERR_POS] = pos
+        if end - pos < _MIN_MESSAGE:
+            return _ERR_TRUNCATED
+        size = _be(src, pos + 8, 4)
+        magic = np.int64(src[pos + 16])
+        if magic != 0 and magic != 1:
+            return _ERR_MAGIC
+        msg_end = pos + LOG_OVERHEAD + size
+        key_at = pos + (18 if magic == 0 else 26)
+        if size < 0 or msg_end > end or key_at + 4 > msg_end:
+            return _ERR_TRUNCATED
+        attrs = np.int64(src[pos + 17])
+        if inner and attrs & COMPRESSION_MASK:
+            return _ERR_NESTED
+        if inner and verify_crc:
+            crc = np.uint32(_be(src, pos + 12, 4) & 0xFFFFFFFF)
+            if _crc32(crc_table, src, pos + 16, msg_end) != crc:
+                return _ERR_CRC
+        klen = _be(src, key_at, 4)
+        p = key_at + 4
+        if klen < -1:
+            return _ERR_LENGTH
+        kpos = p
+        if klen > 0:
+            p += klen
+        if p + 4 > msg_end:
+            return _ERR_TRUNCATED
+        vlen = _be(src, p, 4)
+        p += 4
+        if vlen < -1:
+            return _ERR_LENGTH
+        vpos = p
+        if vlen > 0:
+            p += vlen
+        if p != msg_end:
+            return _ERR_SIZE
+        scratch[m, 0] = _be(src, pos, 8)
+        scratch[m, 1] = magic
+        scratch[m, 2] = _be(src, pos + 18, 8) if magic == 1 else 0
+        scratch[m, 3] = attrs
+        scratch[m, 4] = kpos
+        scratch[m, 5] = klen
+        scratch[m, 6] = vpos
+        scratch[m, 7] = vlen
+        m += 1
+        pos = msg_end
+
+    shift = 0
+    if inner and wrapper_magic > 0 and m > 0:
+        shift = wrapper_offset - scratch[m - 1, 0]
+    n = state[_ST_N]
+    kp = state[_ST_KEY_BYTES]
+    vp = state[_ST_VALUE_BYTES]
+    for i in range(m):
+        offset = scratch[i, 0] + shift
+        if offset < start_offset or offset >= end_offset:
             continue
-        if magic == 0 or inner_magic == 0:
-            cols.add(absolute, None, -1, k, v)
-        elif log_append:
-            cols.add(absolute, timestamp, 1, k, v)
+        magic = scratch[i, 1]
+        offsets[n] = offset
+        if magic == 0 or (inner and wrapper_magic == 0):
+            timestamps[n] = 0
+            ts_valid[n] = 0
+            ts_types[n] = -1
+            state[_ST_TS_NULLS] += 1
+        elif inner:
+            ts_valid[n] = 1
+            timestamps[n] = wrapper_ts if log_append else scratch[i, 2]
+            ts_types[n] = 1 if log_append else 0
         else:
-            cols.add(absolute, inner_ts, 0, k, v)
+            ts_valid[n] = 1
+            timestamps[n] = scratch[i, 2]
+            ts_types[n] = 1 if scratch[i, 3] & _TIMESTAMP_TYPE_BIT else 0
+        klen = scratch[i, 5]
+        if klen < 0:
+            key_valid[n] = 0
+            state[_ST_KEY_NULLS] += 1
+        else:
+            key_valid[n] = 1
+            a = scratch[i, 4]
+            for b in range(klen):
+                key_data[kp + b] = src[a + b]
+            kp += klen
+        key_offs[n + 1] = kp
+        vlen = scratch[i, 7]
+        if vlen < 0:
+            val_valid[n] = 0
+            state[_ST_VALUE_NULLS] += 1
+        else:
+            val_valid[n] = 1
+            a = scratch[i, 6]
+            for b in range(vlen):
+                val_data[vp + b] = src[a + b]
+            vp += vlen
+        val_offs[n + 1] = vp
+        n += 1
+    state[_ST_N] = n
+    state[_ST_KEY_BYTES] = kp
+    state[_ST_VALUE_BYTES] = vp
+    return _OK
 
 
-def decode_message_sets(buf, headers: Sequence[BatchHeader], *, start_offset: int = 0,
-                        end_offset: int = 2**63 - 1, include_headers: bool = True,
-                        verify_crc: bool = True) -> pa.RecordBatch:
-    """Decode the legacy messages whose shallow headers are ``headers`` (already
-    CRC-checked by the caller) into ``record_codec.RECORD_SCHEMA`` columns. Inner
-    messages of compressed wrappers are CRC-checked here when ``verify_crc``."""
+def _readonly(a: np.ndarray) -> np.ndarray:
+    # one numba signature: every source array is passed read-only
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _column(typ: pa.DataType, n: int, valid: np.ndarray, nulls: int,
+            buffers: list[np.ndarray]) -> pa.Array:
+    bitmap = pa.py_buffer(np.packbits(valid[:n], bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(typ, n, [bitmap, *(pa.py_buffer(b) for b in buffers)],
+                                 null_count=nulls)
+
+
+def decode_legacy(buf, position: int, *, start_offset: int = 0,
+                  end_offset: int = 2**63 - 1, include_headers: bool = True,
+                  verify_crc: bool = True) -> tuple[pa.RecordBatch, int]:
+    """Decode the legacy messages starting at ``position`` in ``buf`` up to the first
+    batch of magic 2, a partial tail, or the end, into ``record_codec.RECORD_SCHEMA``
+    columns (records with ``start_offset <= offset < end_offset``). Returns the batch
+    and the position where the legacy messages end. CRCs of messages, and of the inner
+    messages of compressed wrappers, are checked when ``verify_crc``."""
+    from .batch_header import read_batch_header
     from .record_codec import record_schema  # the schema lives with the codec
 
-    cols = _Columns()
-    for header in headers:
-        _add_wrapper(cols, buf, header, start_offset, end_offset, verify_crc)
+    main = _readonly(np.frombuffer(buf, np.uint8))
+    wrappers = np.empty((len(main) - position) // _MIN_MESSAGE + 1, np.int64)
+    err, stop, n_wrappers, err_pos = _walk_top_level(main, position, verify_crc,
+                                                     _CRC32_TABLE, wrappers)
+    if err != _OK:
+        raise CorruptRecordError(f"message at position {err_pos}: {_ERRORS[err]}")
+    # Regions to parse: runs of uncompressed messages straight from `buf`, and the
+    # decompressed value of each compressed wrapper (skipped when wholly below
+    # start_offset: a wrapper's offset is its last inner offset).
+    regions = []  # (src, start, end, header of the wrapper or None)
+    run_start = position
+    for wpos in wrappers[:n_wrappers].tolist():
+        if wpos > run_start:
+            regions.append((main, run_start, wpos, None))
+        wrapper = read_batch_header(buf, wpos)
+        run_start = wrapper.end_position
+        if wrapper.last_offset < start_offset:
+            continue
+        inner = _decompress_wrapper(buf, wrapper)
+        regions.append((_readonly(np.frombuffer(inner, np.uint8)), 0, len(inner), wrapper))
+    if stop > run_start:
+        regions.append((main, run_start, stop, None))
+
+    total = sum(end - start for _, start, end, _ in regions)
+    if total > 2**31 - 1:
+        raise ValueError(f"cannot decode {total} bytes of legacy messages at once (Arrow "
+                         "binary columns hold at most 2 GiB): decode in smaller chunks")
+    capacity = total // _MIN_MESSAGE + 1
+    offsets = np.empty(capacity, np.int64)
+    timestamps = np.empty(capacity, np.int64)
+    ts_valid = np.empty(capacity, np.uint8)
+    ts_types = np.empty(capacity, np.int32)
+    key_offs = np.zeros(capacity + 1, np.int32)
+    val_offs = np.zeros(capacity + 1, np.int32)
+    key_data = np.empty(total, np.uint8)
+    val_data = np.empty(total, np.uint8)
+    key_valid = np.empty(capacity, np.uint8)
+    val_valid = np.empty(capacity, np.uint8)
+    scratch = np.empty((capacity, 8), np.int64)
+    state = np.zeros(7, np.int64)
+    for src, start, end, wrapper in regions:
+        inner = wrapper is not None
+        if inner:
+            magic = wrapper.magic
+            wrapper_ts = wrapper.max_timestamp if magic == 1 else -1
+            log_append = wrapper.is_log_append_time
+            wrapper_offset = wrapper.last_offset
+        else:
+            magic, wrapper_ts, log_append, wrapper_offset = 0, -1, False, 0
+        err = _parse_message_set(src, start, end, inner, wrapper_offset, magic, wrapper_ts,
+                                 log_append, start_offset, end_offset, verify_crc,
+                                 _CRC32_TABLE, scratch, offsets, timestamps, ts_valid,
+                                 ts_types, key_offs, key_data, key_valid, val_offs,
+                                 val_data, val_valid, state)
+        if err != _OK:
+            pos = int(state[_ST_ERR_POS])
+            where = (f"message set at position {wrapper.position} (offset "
+                     f"{wrapper.last_offset}, magic {magic}) after decompression: inner "
+                     f"message at byte {pos - start}") if inner else f"message at position {pos}"
+            raise CorruptRecordError(f"{where}: {_ERRORS[err]}")
+
+    n, key_bytes, val_bytes, key_nulls, val_nulls, ts_nulls, _ = state.tolist()
     arrays = [
-        pa.array(cols.keys, pa.binary()),
-        pa.array(cols.values, pa.binary()),
-        pa.array(cols.offsets, pa.int64()),
-        pa.array(cols.timestamps, pa.int64()),
-        pa.array(cols.ts_types, pa.int32()),
+        _column(pa.binary(), n, key_valid, key_nulls, [key_offs[:n + 1], key_data[:key_bytes]]),
+        _column(pa.binary(), n, val_valid, val_nulls, [val_offs[:n + 1], val_data[:val_bytes]]),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets[:n])]),
+        _column(pa.int64(), n, ts_valid, ts_nulls, [timestamps[:n]]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_types[:n])]),
     ]
     schema = record_schema(include_headers)
     if include_headers:
-        arrays.append(pa.nulls(len(cols.offsets), schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        arrays.append(pa.nulls(n, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema), stop
+
+
+def _decompress_wrapper(buf, h: BatchHeader) -> bytes:
+    """The inner message set of the compressed wrapper ``h``."""
+    where = f"message set at position {h.position} (offset {h.last_offset}, magic {h.magic})"
+    p = h.position + (18 if h.magic == 0 else 26)
+    end = h.end_position
+    (klen,) = _WRAPPER_VALUE.unpack_from(buf, p)
+    p += 4 + max(klen, 0)
+    if klen < -1 or p + 4 > end:
+        raise CorruptRecordError(f"{where}: invalid key length {klen}")
+    (vlen,) = _WRAPPER_VALUE.unpack_from(buf, p)
+    p += 4
+    if vlen < 0:
+        raise CorruptRecordError(f"{where}: compressed wrapper has a null value")
+    if p + vlen != end:
+        raise CorruptRecordError(f"{where}: value length {vlen} does not match the size")
+    try:
+        return decompress(h.compression, memoryview(buf)[p:end], magic=h.magic)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"{where}: {exc}") from exc

@@ -43,7 +43,7 @@ from .batch_header import (
     V2_HEADER_SIZE,
     BatchHeader,
     crc32c,
-    iter_batch_headers,
+    read_batch_header,
 )
 from .batch_header import verify_crc as _verify_batch_crc
 from .compression import compress, decompress
@@ -538,48 +538,44 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
     main = _u8(view)
     pieces: list[pa.RecordBatch] = []
     run: list[tuple[BatchHeader, np.ndarray | None]] = []
-    legacy: list[BatchHeader] = []
 
     def flush() -> None:
         if run:
             pieces.append(_decode_v2_run(main, view, run, start_offset, end_offset,
                                          include_headers, verify_crc))
             run.clear()
-        if legacy:
-            pieces.append(legacy_records.decode_message_sets(
-                view, legacy, start_offset=start_offset, end_offset=end_offset,
-                include_headers=include_headers, verify_crc=verify_crc))
-            legacy.clear()
 
-    for header in iter_batch_headers(view):
-        if header.last_offset < start_offset:
+    position = 0
+    while (header := read_batch_header(view, position)) is not None:
+        if header.magic != 2:
+            # a legacy message set runs until the next v2 batch: decoded in one go
+            flush()
+            batch, stop = legacy_records.decode_legacy(
+                view, position, start_offset=start_offset, end_offset=end_offset,
+                include_headers=include_headers, verify_crc=verify_crc)
+            pieces.append(batch)
+            if stop <= position:  # cannot happen: the header above saw a whole message
+                raise CorruptRecordError(f"message at position {position} cannot be read")
+            position = stop
             continue
-        if header.magic == 2:
-            if header.base_offset >= end_offset:
-                continue
-            codec = header.attributes & COMPRESSION_MASK
-            # an uncompressed batch's CRC is checked by _decode_v2_run, just in time
-            if verify_crc and (codec or header.is_control):
-                _verify_batch_crc(view, header)
-            if header.is_control:
-                continue
-            if legacy:
-                flush()
-            data = None
-            if codec:
-                try:
-                    raw = decompress(codec, view[header.position + V2_HEADER_SIZE:
-                                                 header.end_position])
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"{_describe(header)}: {exc}") from exc
-                data = _u8(raw)
-            run.append((header, data))
-        else:
-            if verify_crc:
-                _verify_batch_crc(view, header)
-            if run:
-                flush()
-            legacy.append(header)
+        position = header.end_position
+        if header.last_offset < start_offset or header.base_offset >= end_offset:
+            continue
+        codec = header.attributes & COMPRESSION_MASK
+        # an uncompressed batch's CRC is checked by _decode_v2_run, just in time
+        if verify_crc and (codec or header.is_control):
+            _verify_batch_crc(view, header)
+        if header.is_control:
+            continue
+        data = None
+        if codec:
+            try:
+                raw = decompress(codec, view[header.position + V2_HEADER_SIZE:
+                                             header.end_position])
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"{_describe(header)}: {exc}") from exc
+            data = _u8(raw)
+        run.append((header, data))
     flush()
     schema = RECORD_SCHEMA if include_headers else _SCHEMA_NO_HEADERS
     if not pieces:

@@ -28,6 +28,7 @@ from kafka.record.default_records import (
 )
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
 from seglog.logstore.batch_header import iter_batch_headers, set_base_offset
 from seglog.logstore.record_codec import (
     HEADERS_TYPE,

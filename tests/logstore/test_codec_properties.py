@@ -7,6 +7,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
+
 from seglog.logstore.batch_header import iter_batch_headers, verify_crc
 from seglog.logstore.errors import CorruptRecordError
 from seglog.logstore.record_codec import (

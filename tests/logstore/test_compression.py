@@ -9,6 +9,7 @@ import lz4.frame
 import pytest
 import snappy
 from kafka import codec as kafka_codec
+
 from seglog.logstore.compression import (
     CODEC_GZIP,
     CODEC_LZ4,

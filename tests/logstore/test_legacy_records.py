@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
+
 from seglog.logstore.batch_header import read_batch_header
 from seglog.logstore.compression import compress
 from seglog.logstore.errors import CorruptRecordError
@@ -165,3 +166,33 @@ def test_truncated_inner_message_is_corrupt():
     buf = struct.pack(">qiI", 3, len(body) + 4, zlib.crc32(body)) + body
     with pytest.raises(CorruptRecordError, match="position 0"):
         decode_batches(buf)
+
+
+@pytest.mark.parametrize("magic,codec", [(0, 0), (1, 0), (0, 1), (1, 1), (1, 2), (1, 3)])
+def test_random_corruption_never_crashes(magic, codec):
+    import random
+
+    rng = random.Random(magic * 10 + codec)
+    good = bytes(_set_wrapper(_messages(magic, [0, 1, 2, 3], codec), offset=3)
+                 if codec else _messages(magic, [0, 1, 2, 3]))
+    for _ in range(300):
+        buf = bytearray(good)
+        for _ in range(rng.randint(1, 3)):
+            buf[rng.randrange(len(buf))] = rng.randrange(256)
+        try:
+            batch = decode_batches(bytes(buf), verify_crc=False)
+        except CorruptRecordError:
+            continue
+        batch.validate(full=True)
+        assert batch.num_rows <= 4 * 8  # never more than the bytes could hold
+
+
+def test_many_uncompressed_messages_decode_in_one_pass():
+    n = 20_000
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 30)
+    for i in range(n):
+        builder.append(i, timestamp=i, key=None if i % 3 else b"k%d" % i, value=b"v%d" % i)
+    batch = decode_batches(bytes(builder.build()), start_offset=5, end_offset=n - 5)
+    assert batch.column("offset").to_pylist() == list(range(5, n - 5))
+    assert batch.column("value").to_pylist()[-1] == b"v%d" % (n - 6)
+    assert batch.column("key").null_count == sum(1 for i in range(5, n - 5) if i % 3)

@@ -7,6 +7,7 @@ import struct
 import pyarrow as pa
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
 from seglog.logstore.batch_header import (
     V2_HEADER_SIZE,
     iter_batch_headers,
