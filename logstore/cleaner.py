@@ -52,6 +52,7 @@ so appends go on meanwhile. Retention must not run concurrently on the same log.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -63,6 +64,7 @@ import numpy as np
 
 from .batch_header import (
     COMPRESSION_MASK,
+    CONTROL_MASK,
     DELETE_HORIZON_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -76,13 +78,13 @@ from .batch_header import (
 )
 from .checkpoint_file import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, Clock
-from .codec_kernels import _read_varint, _varint_size, _write_varint
+from .codec_kernels import _put_be, _read_varint, _varint_size, _write_varint
 from .compression import compress, decompress
 from .config import LONG_MAX, ManagerConfig
-from .errors import CorruptRecordError, SeglogError
+from .errors import CorruptRecordError, KafkaStorageError, SeglogError
 from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from .log_segment import INT32_MAX, LogSegment
-from .offset_map import OffsetMap, hash_keys, valid_mask
+from .offset_map import OffsetMap, hash_keys, murmur3_128, valid_mask
 from .record_codec import decode_batches
 
 logger = logging.getLogger(__name__)
@@ -236,6 +238,201 @@ def _rewrite_records(src, n, keep, old_base_ts, new_base_ts, out):
     return o, kept, max_ts
 
 
+# Fast path: a chunk of uncompressed v2 batches is scanned, decided and rewritten in three
+# kernel calls, with no per-batch Python except one CRC per rewritten batch.
+# Columns of the batch table: position, size, base offset, last offset, attributes,
+# base timestamp, max timestamp, records count.
+_B_POS, _B_SIZE, _B_BASE, _B_LAST, _B_ATTRS, _B_BASE_TS, _B_MAX_TS, _B_COUNT = range(8)
+
+
+@numba.njit(inline="always")
+def _be_u(buf, p, nbytes):
+    v = np.uint64(0)
+    for i in range(nbytes):
+        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
+    return v
+
+
+@numba.njit(inline="always")
+def _be_i64(buf, p):
+    return np.int64(_be_u(buf, p, 8))
+
+
+@numba.njit(inline="always")
+def _be_i32(buf, p):
+    v = np.int64(_be_u(buf, p, 4))
+    return v - 4294967296 if v >= 2147483648 else v
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_batches(buf, n, table):
+    """The whole v2 batches at the start of ``buf[:n]`` into ``table``; stops at a partial
+    batch or a magic other than 2. Returns (batches, end position)."""
+    p = 0
+    count = 0
+    while count < table.shape[0] and n - p >= 61:
+        if buf[p + 16] != 2:
+            break
+        size = _be_i32(buf, p + 8) + 12
+        if size < 61 or size > n - p:
+            break
+        base = _be_i64(buf, p)
+        table[count, 0] = p
+        table[count, 1] = size
+        table[count, 2] = base
+        table[count, 3] = base + _be_i32(buf, p + 23)
+        table[count, 4] = np.int64(_be_u(buf, p + 21, 2))
+        table[count, 5] = _be_i64(buf, p + 27)
+        table[count, 6] = _be_i64(buf, p + 35)
+        table[count, 7] = _be_i32(buf, p + 57)
+        count += 1
+        p += size
+    return count, p
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_records(buf, table, nb, offsets, hashes, key_valid, tombstone, batch_of):
+    """Walk the records of the uncompressed, non-control batches: offset, key hash, key
+    present, null value, batch index. Returns the record count, or -(b + 1) when batch
+    ``b`` is malformed."""
+    r = 0
+    for b in range(nb):
+        if table[b, 4] & 0x20:  # control batch: no data records
+            continue
+        p = table[b, 0] + 61
+        end = table[b, 0] + table[b, 1]
+        base = table[b, 2]
+        for _ in range(table[b, 7]):
+            length, q = _read_varint(buf, p, end, 5)
+            if q < 0 or length < 3 or q + length > end:
+                return -(b + 1)
+            rec_end = q + length
+            _, t = _read_varint(buf, q + 1, rec_end, 10)
+            if t < 0:
+                return -(b + 1)
+            od, t = _read_varint(buf, t, rec_end, 5)
+            if t < 0:
+                return -(b + 1)
+            kl, t = _read_varint(buf, t, rec_end, 5)
+            if t < 0 or t + max(kl, 0) > rec_end:
+                return -(b + 1)
+            if kl >= 0:
+                h1, h2 = murmur3_128(buf, t, kl)
+                hashes[r, 0] = h1
+                hashes[r, 1] = h2
+                key_valid[r] = True
+                t += kl
+            else:
+                hashes[r, 0] = 0
+                hashes[r, 1] = 0
+                key_valid[r] = False
+            vl, t = _read_varint(buf, t, rec_end, 5)
+            if t < 0:
+                return -(b + 1)
+            tombstone[r] = vl < 0
+            offsets[r] = base + od
+            batch_of[r] = b
+            r += 1
+            p = rec_end
+        if p != end:
+            return -(b + 1)
+    return r
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_batches(buf, table, nb, action, new_base_ts, horizon_bit, keep, first_record,
+                   out, out_pos, out_end):
+    """Copy, drop or rewrite (kept records only, timestamps re-based, header patched, CRC
+    left to the caller) every batch of a scanned chunk into ``out``. Returns its length."""
+    o = 0
+    for b in range(nb):
+        a = action[b]
+        pos = table[b, 0]
+        size = table[b, 1]
+        if a == 1:
+            out_pos[b] = -1
+            out_end[b] = -1
+            continue
+        out_pos[b] = o
+        if a == 0:
+            out[o:o + size] = buf[pos:pos + size]
+            o += size
+            out_end[b] = o
+            continue
+        out[o:o + 61] = buf[pos:pos + 61]
+        w = o + 61
+        p = pos + 61
+        end = pos + size
+        old_base = table[b, 5]
+        nbts = new_base_ts[b]
+        kept = 0
+        max_ts = np.int64(-1)
+        f = first_record[b]
+        for i in range(table[b, 7]):
+            length, q = _read_varint(buf, p, end, 5)
+            rec_end = q + length
+            ts_delta, r = _read_varint(buf, q + 1, rec_end, 10)
+            od, r = _read_varint(buf, r, rec_end, 5)
+            if keep[f + i]:
+                ts = old_base + ts_delta
+                nd = ts - nbts
+                rest = rec_end - r
+                w = _write_varint(out, w, 1 + _varint_size(nd) + _varint_size(od) + rest)
+                out[w] = buf[q]
+                w = _write_varint(out, w + 1, nd)
+                w = _write_varint(out, w, od)
+                out[w:w + rest] = buf[r:rec_end]
+                w += rest
+                kept += 1
+                if ts > max_ts:
+                    max_ts = ts
+            p = rec_end
+        attrs = table[b, 4] | (0x40 if horizon_bit[b] else 0)
+        if table[b, 4] & 0x08:
+            max_ts = table[b, 6]  # LogAppendTime: the append time stays the batch's
+        _put_be(out, o + 8, w - o - 12, 4)
+        _put_be(out, o + 21, attrs, 2)
+        _put_be(out, o + 27, nbts, 8)
+        _put_be(out, o + 35, max_ts, 8)
+        _put_be(out, o + 57, kept, 4)
+        out_end[b] = w
+        o = w
+    return o
+
+
+@dataclass(slots=True)
+class _ScannedChunk:
+    """A chunk of uncompressed v2 batches, scanned by the kernels."""
+
+    table: np.ndarray  # (batches, 8), see _B_*
+    offsets: np.ndarray
+    hashes: np.ndarray
+    key_valid: np.ndarray
+    tombstone: np.ndarray
+    batch_of: np.ndarray
+
+
+def _scan_chunk(u8: np.ndarray, table: np.ndarray) -> _ScannedChunk | None:
+    """The records of a chunk of whole v2 batches (``table`` from ``_scan_batches``), or
+    None when a batch is compressed (the general path handles those)."""
+    if np.any(table[:, _B_ATTRS] & COMPRESSION_MASK):
+        return None
+    data = (table[:, _B_ATTRS] & CONTROL_MASK) == 0
+    n = int(table[data, _B_COUNT].sum())
+    offsets = np.empty(n, np.int64)
+    hashes = np.empty((n, 2), np.int64)
+    key_valid = np.empty(n, np.bool_)
+    tombstone = np.empty(n, np.bool_)
+    batch_of = np.empty(n, np.int64)
+    got = _scan_records(u8, table, len(table), offsets, hashes, key_valid, tombstone, batch_of)
+    if got < 0:
+        b = -got - 1
+        raise CorruptRecordError(
+            f"the batch at offsets {table[b, _B_BASE]}..{table[b, _B_LAST]} has a malformed "
+            "record or a wrong record count")
+    return _ScannedChunk(table, offsets, hashes, key_valid, tombstone, batch_of)
+
+
 def _readonly_u8(buf) -> np.ndarray:
     a = np.frombuffer(buf, np.uint8)
     if a.flags.writeable:  # one kernel signature: always read-only input
@@ -288,19 +485,63 @@ def _empty_batch(chunk: memoryview, h: BatchHeader) -> bytes:
     return bytes(batch)
 
 
+def _write_fully(fd: int, data, path: Path) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as e:
+        raise KafkaStorageError(f"cannot write {path}: {e}") from e
+
+
 def _signed16(v: int) -> int:
     return v - 0x10000 if v >= 0x8000 else v
 
 
-def _segment_chunks(seg: LogSegment, chunk_bytes: int
-                    ) -> Iterator[tuple[memoryview, list[BatchHeader]]]:
+@dataclass(slots=True)
+class _Chunk:
+    """Whole batches read from a segment. ``table`` is set when they are all v2 (the
+    kernels scanned them); ``headers`` is parsed in Python only when needed."""
+
+    view: memoryview
+    table: np.ndarray | None
+    _headers: list[BatchHeader] | None = None
+
+    @property
+    def headers(self) -> list[BatchHeader]:
+        if self._headers is None:
+            self._headers = list(iter_batch_headers(self.view))
+        return self._headers
+
+    def last_header(self) -> BatchHeader:
+        if self._headers is None and self.table is not None:
+            h = read_batch_header(self.view, int(self.table[-1, _B_POS]))
+            assert h is not None
+            return h
+        return self.headers[-1]
+
+    @property
+    def last_offset(self) -> int:
+        if self.table is not None:
+            return int(self.table[-1, _B_LAST])
+        return self.headers[-1].last_offset
+
+
+def _segment_chunks(seg: LogSegment, chunk_bytes: int) -> Iterator[_Chunk]:
     """Whole batches of an inactive segment, ``chunk_bytes`` at a time (a larger batch
-    alone), with their headers (positions relative to the chunk)."""
+    alone)."""
     pos, end = 0, seg.size
     while pos < end:
         buf = bytearray(min(chunk_bytes, end - pos))
         n = seg.readinto(buf, pos)
-        headers = list(iter_batch_headers(buf, 0, n))
+        u8 = np.frombuffer(buf, np.uint8)
+        table = np.empty((n // V2_HEADER_SIZE + 1, 8), np.int64)
+        nb, used = _scan_batches(u8, n, table)
+        if nb:
+            yield _Chunk(memoryview(buf)[:used], table[:nb])
+            pos += used
+            continue
+        headers = list(iter_batch_headers(buf, 0, n))  # legacy messages: Python
         if not headers:
             head = read_batch_header(buf, 0, 1 << 62) if n > 16 else None
             if head is None or head.size <= n:
@@ -313,7 +554,7 @@ def _segment_chunks(seg: LogSegment, chunk_bytes: int
                 raise CorruptRecordError(
                     f"{seg.log_path}: the batch at position {pos} is cut short")
         view = memoryview(buf)[:headers[-1].end_position]
-        yield view, headers
+        yield _Chunk(view, None, headers)
         pos += len(view)
 
 
@@ -543,18 +784,29 @@ class LogCleaner:
         for seg in log.segments[:-1]:
             if seg.base_offset >= bound:
                 break
-            for chunk, headers in _segment_chunks(seg, self.chunk_bytes):
-                if headers[-1].last_offset < start:
+            for chunk in _segment_chunks(seg, self.chunk_bytes):
+                if chunk.last_offset < start:
                     continue
-                rec = decode_batches(chunk, start_offset=start, end_offset=bound,
-                                     include_headers=False)
-                if rec.num_rows == 0:
+                scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
+                           if chunk.table is not None else None)
+                if scanned is not None:
+                    offsets = scanned.offsets
+                    wanted = (offsets >= start) & (offsets < bound)
+                    if not wanted.all():
+                        offsets = offsets[wanted]
+                        hashes, valid = scanned.hashes[wanted], scanned.key_valid[wanted]
+                    else:
+                        hashes, valid = scanned.hashes, scanned.key_valid
+                else:
+                    rec = decode_batches(chunk.view, start_offset=start, end_offset=bound,
+                                         include_headers=False)
+                    offsets = rec.column("offset").to_numpy()
+                    hashes, valid = hash_keys(rec.column("key"))
+                if len(offsets) == 0:
                     continue
-                offsets = rec.column("offset").to_numpy()
-                hashes, valid = hash_keys(rec.column("key"))
                 consumed = omap.put_hashes(hashes, valid, offsets)
                 stats.map_records += consumed
-                if consumed < rec.num_rows:
+                if consumed < len(offsets):
                     return int(offsets[consumed])
         return bound
 
@@ -564,29 +816,101 @@ class LogCleaner:
         for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
             path.unlink(missing_ok=True)  # left by a failed pass of this process
         cleaned = log.new_segment(base)
+        # The filtered batches go straight into the .cleaned file; the segment then
+        # rebuilds its indexes with its recovery kernels, which also check every batch
+        # written (sizes, increasing offsets, CRCs) before anything is swapped in.
+        fd = os.open(cleaned.log_path, os.O_WRONLY | os.O_APPEND)
         try:
-            last: tuple[memoryview, BatchHeader] | None = None
+            last: _Chunk | None = None
             written_next = base
+            drm = log.config.delete_retention_ms
             for seg in old:
-                for chunk, headers in _segment_chunks(seg, self.chunk_bytes):
-                    out, nxt = self._filter_chunk(chunk, headers, omap, end_offset, now,
-                                                  log.config.delete_retention_ms, stats,
-                                                  pending)
+                for chunk in _segment_chunks(seg, self.chunk_bytes):
+                    scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
+                               if chunk.table is not None else None)
+                    if scanned is not None:
+                        out, nxt = self._filter_scanned(chunk.view, scanned, omap, end_offset,
+                                                        now, drm, stats, pending)
+                    else:
+                        out, nxt = self._filter_chunk(chunk.view, chunk.headers, omap,
+                                                      end_offset, now, drm, stats, pending)
                     if out:
-                        cleaned.append(out)
+                        _write_fully(fd, out, cleaned.log_path)
                         stats.bytes_written += len(out)
                         written_next = nxt
-                    stats.bytes_read += len(chunk)
-                    last = (chunk, headers[-1])
-            if last is not None and last[1].magic == 2 and written_next <= last[1].last_offset:
-                empty = _empty_batch(*last)
-                cleaned.append(empty)
+                    stats.bytes_read += len(chunk.view)
+                    last = chunk
+            last_header = last.last_header() if last is not None else None
+            if (last_header is not None and last_header.magic == 2
+                    and written_next <= last_header.last_offset):
+                empty = _empty_batch(last.view, last_header)
+                _write_fully(fd, empty, cleaned.log_path)
                 stats.bytes_written += len(empty)
+            os.close(fd)
+            fd = -1
+            cut = cleaned.recover(INT32_MAX)
+            if cut:
+                raise CorruptRecordError(
+                    f"the cleaned segment {cleaned.log_path} failed its check ({cut} bytes "
+                    "cut); nothing was swapped in")
             log.replace_segments([cleaned], old)
         except BaseException:
+            if fd >= 0:
+                os.close(fd)
             if cleaned.file_suffix == CLEANED_SUFFIX:
                 cleaned.delete()
             raise
+
+    def _filter_scanned(self, chunk: memoryview, sc: _ScannedChunk, omap: OffsetMap,
+                        end_offset: int, now: int, delete_retention_ms: int,
+                        stats: CleanerStats, pending: list[int]) -> tuple[bytes, int]:
+        """``_filter_chunk`` for a chunk of uncompressed v2 batches, in kernels."""
+        table = sc.table
+        nb = len(table)
+        offsets, batch_of, tomb = sc.offsets, sc.batch_of, sc.tombstone
+        attrs = table[:, _B_ATTRS]
+        has_h = (attrs & DELETE_HORIZON_MASK) != 0
+        horizons = table[:, _B_BASE_TS]
+        found = omap.get_hashes(sc.hashes, sc.key_valid)
+        retain_deletes = ~has_h[batch_of] | (now < horizons[batch_of])
+        keep = (offsets >= end_offset) | (sc.key_valid & (offsets >= found)
+                                          & (~tomb | retain_deletes))
+        totals = np.bincount(batch_of, minlength=nb)
+        kept = np.bincount(batch_of, weights=keep, minlength=nb).astype(np.int64)
+        tombs_kept = np.bincount(batch_of, weights=keep & tomb, minlength=nb).astype(np.int64)
+        data = (attrs & CONTROL_MASK) == 0
+        if np.any(data & (totals != table[:, _B_COUNT])):
+            b = int(np.flatnonzero(data & (totals != table[:, _B_COUNT]))[0])
+            raise CorruptRecordError(
+                f"batch at offsets {table[b, _B_BASE]}..{table[b, _B_LAST]} declares "
+                f"{table[b, _B_COUNT]} records, {totals[b]} decoded")
+        stamp = data & (tombs_kept > 0) & ~has_h
+        new_base_ts = np.where(stamp, now + delete_retention_ms, horizons)
+        waiting = data & (tombs_kept > 0)
+        if waiting.any():
+            pending.append(int(new_base_ts[waiting].min()))
+        action = np.zeros(nb, np.int64)
+        action[data & (kept == 0) & (totals > 0)] = _DROP
+        action[data & (kept > 0) & ((kept < totals) | stamp)] = _REWRITE
+        first_record = np.concatenate(([0], np.cumsum(totals)[:-1])).astype(np.int64)
+        out = np.empty(len(chunk) + 16 * len(offsets) + 16, np.uint8)
+        out_pos = np.empty(nb, np.int64)
+        out_end = np.empty(nb, np.int64)
+        size = _write_batches(np.frombuffer(chunk, np.uint8), table, nb, action, new_base_ts,
+                              stamp, keep, first_record, out, out_pos, out_end)
+        view = memoryview(out)
+        for b in np.flatnonzero(action == _REWRITE).tolist():
+            p, e = int(out_pos[b]), int(out_end[b])
+            _UINT32.pack_into(view, p + 17, crc32c(view[p + V2_ATTRIBUTES_OFFSET:e]))
+        stats.records_read += len(offsets)
+        stats.records_retained += int(keep.sum())
+        stats.tombstones_removed += int((tomb & ~keep).sum())
+        stats.batches_copied += int((action == _COPY).sum())
+        stats.batches_rewritten += int((action == _REWRITE).sum())
+        stats.batches_dropped += int((action == _DROP).sum())
+        written = np.flatnonzero(action != _DROP)
+        next_offset = int(table[written[-1], _B_LAST]) + 1 if len(written) else -1
+        return view[:size], next_offset
 
     def _filter_chunk(self, chunk: memoryview, headers: list[BatchHeader], omap: OffsetMap,
                       end_offset: int, now: int, delete_retention_ms: int,

@@ -72,65 +72,72 @@ def _load64(data, p):
     return k
 
 
+@numba.njit(inline="always")
+def murmur3_128(data, start, length):
+    """MurmurHash3 x64-128 (seed 0) of ``data[start:start + length]`` as two int64.
+    A numba function, for other kernels that hash keys in place."""
+    h1 = np.uint64(0)
+    h2 = np.uint64(0)
+    nblocks = length // 16
+    for blk in range(nblocks):
+        p = start + blk * 16
+        k1 = _load64(data, p)
+        k2 = _load64(data, p + 8)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * _M5 + _N1
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * _M5 + _N2
+    tail = start + nblocks * 16
+    rem = length & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if rem > 8:
+        for j in range(rem - 1, 7, -1):
+            k2 ^= np.uint64(data[tail + j]) << np.uint64(8 * (j - 8))
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+    if rem > 0:
+        for j in range(min(rem, 8) - 1, -1, -1):
+            k1 ^= np.uint64(data[tail + j]) << np.uint64(8 * j)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+    h1 ^= np.uint64(length)
+    h2 ^= np.uint64(length)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return np.int64(h1), np.int64(h2)
+
+
 @numba.njit(cache=True, nogil=True)
 def _murmur3_128(value_offsets, data, valid, out):
-    """MurmurHash3 x64-128 (seed 0) of each value; ``out[i] = (h1, h2)`` as int64."""
+    """``out[i] = murmur3_128(value i)`` for every valid value, zeros for nulls."""
     for i in range(len(out)):
         if not valid[i]:
             out[i, 0] = 0
             out[i, 1] = 0
             continue
         start = np.int64(value_offsets[i])
-        length = np.int64(value_offsets[i + 1]) - start
-        h1 = np.uint64(0)
-        h2 = np.uint64(0)
-        nblocks = length // 16
-        for blk in range(nblocks):
-            p = start + blk * 16
-            k1 = _load64(data, p)
-            k2 = _load64(data, p + 8)
-            k1 *= _C1
-            k1 = _rotl(k1, 31)
-            k1 *= _C2
-            h1 ^= k1
-            h1 = _rotl(h1, 27)
-            h1 += h2
-            h1 = h1 * _M5 + _N1
-            k2 *= _C2
-            k2 = _rotl(k2, 33)
-            k2 *= _C1
-            h2 ^= k2
-            h2 = _rotl(h2, 31)
-            h2 += h1
-            h2 = h2 * _M5 + _N2
-        tail = start + nblocks * 16
-        rem = length & 15
-        k1 = np.uint64(0)
-        k2 = np.uint64(0)
-        if rem > 8:
-            for j in range(rem - 1, 7, -1):
-                k2 ^= np.uint64(data[tail + j]) << np.uint64(8 * (j - 8))
-            k2 *= _C2
-            k2 = _rotl(k2, 33)
-            k2 *= _C1
-            h2 ^= k2
-        if rem > 0:
-            for j in range(min(rem, 8) - 1, -1, -1):
-                k1 ^= np.uint64(data[tail + j]) << np.uint64(8 * j)
-            k1 *= _C1
-            k1 = _rotl(k1, 31)
-            k1 *= _C2
-            h1 ^= k1
-        h1 ^= np.uint64(length)
-        h2 ^= np.uint64(length)
-        h1 += h2
-        h2 += h1
-        h1 = _fmix(h1)
-        h2 = _fmix(h2)
-        h1 += h2
-        h2 += h1
-        out[i, 0] = np.int64(h1)
-        out[i, 1] = np.int64(h2)
+        a, b = murmur3_128(data, start, np.int64(value_offsets[i + 1]) - start)
+        out[i, 0] = a
+        out[i, 1] = b
 
 
 @numba.njit(cache=True, nogil=True)

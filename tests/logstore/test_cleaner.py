@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from seglog.logstore.batch_header import DELETE_HORIZON_MASK, iter_batch_headers
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.cleaner import LogCleaner, _SegInfo, group_segments
@@ -416,4 +417,58 @@ def test_a_log_without_compact_is_refused(tmp_path):
     with pytest.raises(Exception, match="cleanup.policy=delete"):
         c.clean_log(log)
     assert c.clean_dirtiest([log]) is None
+    log.close()
+
+
+def test_log_append_time_and_control_batches_survive(tmp_path):
+    from seglog.logstore.record_codec import ControlType, encode_control_batch
+
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock, **{"message.timestamp.type": "LogAppendTime"})
+    for i in range(12):
+        append(log, clock, [(b"a", b"%d" % i), (b"b%d" % i, b"x"), (b"a", b"%d" % (i + 1))],
+               codec="none" if i % 2 else "lz4")
+        if i == 5:
+            log.append(encode_control_batch(ControlType.COMMIT, producer_id=7,
+                                            producer_epoch=0, timestamp_ms=clock.milliseconds()))
+        clock.advance(100)
+    log.roll()
+    before = {r["offset"]: r for r in read_all(log).to_pylist()}
+    control_before = [h for seg in log.segments[:-1]
+                      for h in iter_batch_headers(seg.pread(0, seg.size)) if h.is_control]
+    assert len(control_before) == 1
+    cleaner(clock).clean_log(log)
+    rows = read_all(log).to_pylist()
+    assert [(r["key"], r["value"]) for r in rows] == \
+        [(b"b%d" % i, b"x") for i in range(12)] + [(b"a", b"12")]
+    for r in rows:
+        assert r == before[r["offset"]]  # LogAppendTime timestamps unchanged
+        assert r["timestampType"] == 1
+    control_after = [h for seg in log.segments[:-1]
+                     for h in iter_batch_headers(seg.pread(0, seg.size)) if h.is_control]
+    assert [(h.base_offset, h.crc) for h in control_after] == \
+        [(h.base_offset, h.crc) for h in control_before]
+    check_indexes(log)
+    log.close()
+
+
+def test_kafka_python_reads_cleaned_segments(tmp_path):
+    """Rewritten batches (gaps, delete horizons, empty batches) are valid Kafka batches
+    for another Kafka library: CRCs check and the records are the ones seglog reads."""
+    from kafka.record.memory_records import MemoryRecords
+
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 800})
+    fill(log, clock, random.Random(3), 40, 8, tombstone_rate=0.2)
+    log.roll()
+    cleaner(clock).clean_log(log)
+    theirs, horizons = [], 0
+    for seg in log.segments:
+        records = MemoryRecords(seg.pread(0, seg.size))
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc()
+            horizons += bool(batch.attributes & DELETE_HORIZON_MASK)
+            theirs += [(r.offset, r.key, r.value) for r in batch]
+    assert horizons > 0
+    assert theirs == triples(read_all(log))
     log.close()
