@@ -1,0 +1,188 @@
+"""Spark sink throughput: seglog vs the Python Arrow writer API's own ceiling vs parquet.
+
+    python benchmarks/bench_spark_sink.py [--rows 1200000] [--per-batch 200000]
+
+One Spark session, one input (a seglog topic read by the seglog source, identical for all
+three sinks), three streaming queries with ``Trigger.AvailableNow``:
+
+- ``seglog``: the exactly-once sink (route, encode, stage, fsync; the driver publishes);
+- ``noop``: a Python ``DataSourceStreamArrowWriter`` that only counts the Arrow batches it
+  is handed: the ceiling of any Python Arrow sink, source and API cost included;
+- ``parquet``: Spark's built-in file stream sink.
+
+Steady state excludes start-up: rows/s is computed from the query progress of every
+micro-batch but the first. Then, without Spark, the driver's commit time per micro-batch
+is measured early and late in a long log (it must not grow with the data already there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import pyarrow as pa  # noqa: E402
+
+VALUE_BYTES = 100
+
+
+def fill_input(logs: Path, rows: int) -> None:
+    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.record_codec import encode_batches
+
+    per_part = rows // 3
+    chunk = 50_000
+    with LogManager([logs]) as mgr:
+        mgr.create_topic("in", 3)
+        for p in range(3):
+            for lo in range(0, per_part, chunk):
+                n = min(chunk, per_part - lo)
+                ids = range(p * per_part + lo, p * per_part + lo + n)
+                values = pa.array([(b"%012d" % i).ljust(VALUE_BYTES, b"x") for i in ids])
+                keys = pa.array([b"user-%d" % (i % 1000) for i in ids])
+                mgr.append("in", p, encode_batches(values, keys))
+        mgr.checkpoint_high_watermarks()
+
+
+def noop_source():
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+
+    class Count(WriterCommitMessage):
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+    class NoopWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator):
+            return Count(sum(b.num_rows for b in iterator))
+
+        def commit(self, messages, batchId):  # noqa: N803
+            pass
+
+        def abort(self, messages, batchId):  # noqa: N803
+            pass
+
+    class Noop(DataSource):
+        @classmethod
+        def name(cls):
+            return "noop_arrow"
+
+        def streamWriter(self, schema, overwrite):  # noqa: N802
+            return NoopWriter()
+
+    return Noop
+
+
+def run_query(spark, logs: str, sink: str, out: Path, per_batch: int) -> tuple[float, int]:
+    """(steady-state rows/s, batches) of one AvailableNow query into ``sink``."""
+    df = (spark.readStream.format("seglog").option("path", logs).option("subscribe", "in")
+          .option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(per_batch)).load()
+          .select("key", "value"))
+    w = df.writeStream.option("checkpointLocation", str(out / f"chk-{sink}"))
+    if sink == "seglog":
+        w = w.format("seglog").option("path", str(out / "sink-logs")).option("topic", "out") \
+            .option("numPartitions", "3")
+    elif sink == "noop":
+        w = w.format("noop_arrow")
+    else:
+        w = w.format("parquet").option("path", str(out / "parquet"))
+    q = w.trigger(availableNow=True).start()
+    q.awaitTermination()
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    steady = progress[1:] or progress
+    rows = sum(p["numInputRows"] for p in steady)
+    secs = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
+    return rows / secs, len(progress)
+
+
+def commit_times(work: Path, batches: int, rows_per_batch: int,
+                 prefill_mb: int) -> tuple[list[float], list[float]]:
+    """Driver commit seconds of the first and last 10 of ``batches`` micro-batches, with
+    ``prefill_mb`` of data appended between them (many small segments)."""
+    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.record_codec import encode_batches
+    from seglog.streaming.sink_commit import commit
+    from seglog.streaming.sink_options import SinkColumns, SinkOptions
+    from seglog.streaming.sink_staging import stage_rows
+
+    logs = work / "commit-logs"
+    opts = SinkOptions.parse({"path": str(logs), "topic": "t", "numPartitions": "3",
+                              "topic.segment.bytes": str(1 << 20)})
+    data = pa.record_batch({
+        "key": pa.array([b"user-%d" % (i % 1000) for i in range(rows_per_batch)]),
+        "value": pa.array([b"v" * VALUE_BYTES] * rows_per_batch)})
+    cols = SinkColumns.resolve(data.schema, default_topic="t")
+
+    def one(batch_id: int) -> float:
+        staged = [stage_rows(opts, cols, [data], "bench", batch_id, t, 0) for t in range(2)]
+        t0 = time.perf_counter()
+        commit(staged, batch_id, opts)
+        return time.perf_counter() - t0
+
+    early = [one(b) for b in range(10)]
+    filler = encode_batches(pa.array([b"f" * 1000] * 1000))
+    with LogManager([logs]) as mgr:
+        for i in range(prefill_mb):
+            mgr.append("t", i % 3, filler)
+    late = [one(b) for b in range(10, 10 + batches)][-10:]
+    return early, late
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="seglog Spark sink benchmark")
+    parser.add_argument("--rows", type=int, default=1_200_000)
+    parser.add_argument("--per-batch", type=int, default=200_000)
+    parser.add_argument("--prefill-mb", type=int, default=500)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    from seglog.datasource import SeglogDataSource
+
+    work = Path(tempfile.mkdtemp(prefix="seglog-bench-sink-"))
+    try:
+        logs = work / "in-logs"
+        fill_input(logs, args.rows)
+        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(SeglogDataSource)
+        spark.dataSource.register(noop_source())
+        results = {}
+        # warm-up: Python workers, numba caches, JIT of the JVM side
+        run_query(spark, str(logs), "noop", work / "warm", args.per_batch)
+        for sink in ("noop", "seglog", "parquet"):
+            results[sink] = run_query(spark, str(logs), sink, work, args.per_batch)
+            print(f"{sink:>8}: {results[sink][0]:>12,.0f} rows/s steady state "
+                  f"({results[sink][1]} micro-batches of <= {args.per_batch:,} rows, "
+                  f"{VALUE_BYTES}-byte values)", flush=True)
+        spark.stop()
+        seg, noop, parquet = (results[s][0] for s in ("seglog", "noop", "parquet"))
+        print(f"seglog / no-op Python Arrow writer (API ceiling): {seg / noop:.2f} "
+              f"(goal >= 0.80)")
+        print(f"seglog / Spark parquet file sink:                 {seg / parquet:.2f}")
+
+        early, late = commit_times(work, 30, 20_000, args.prefill_mb)
+        e, la = statistics.median(early), statistics.median(late)
+        print(f"driver commit per micro-batch (40k rows, Spark-free): early {e * 1000:.1f} ms, "
+              f"late {la * 1000:.1f} ms after +{args.prefill_mb} MB in the log "
+              f"(late / early = {la / e:.2f}; must not grow)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
