@@ -472,3 +472,34 @@ def test_kafka_python_reads_cleaned_segments(tmp_path):
     assert horizons > 0
     assert theirs == triples(read_all(log))
     log.close()
+
+
+def test_the_log_manager_maintenance_runs_the_cleaner(tmp_path):
+    from seglog.logstore.log_manager import CLEANER_TASK, LogManager
+
+    clock = MockClock()
+    with LogManager([tmp_path / "logs"], clock=clock,
+                    config={"log.cleaner.dedupe.buffer.size": 1 << 20}) as mgr:
+        mgr.create_topic("compacted", 1, config={"cleanup.policy": "compact",
+                                                 "segment.bytes": "1024"})
+        mgr.create_topic("plain", 1, config={"segment.bytes": "1024"})
+        for t in ("compacted", "plain"):
+            for i in range(30):
+                mgr.append(t, 0, encode_batches(pa.array([b"v%d" % i] * 3),
+                                                pa.array([b"k%d" % (i % 4)] * 3),
+                                                now_ms=clock.milliseconds()))
+        mgr.checkpoint_high_watermarks()  # the cleaner stays below the high watermark
+        runs = {r.name: r for r in mgr.run_maintenance()}
+        assert runs[CLEANER_TASK].ok, runs[CLEANER_TASK].error
+        stats = runs[CLEANER_TASK].result
+        assert stats.topic == "compacted" and stats.records_retained < stats.records_read
+        clock.advance(mgr.config.log_cleaner_backoff_ms)
+        again = {r.name: r for r in mgr.run_maintenance()}
+        assert again[CLEANER_TASK].result is None  # nothing dirty any more
+        assert read_all(mgr.get_log("plain", 0)).num_rows == 90
+        keys = read_all(mgr.get_log("compacted", 0)).column("key").to_pylist()
+        assert len(keys) < 90 and set(keys) == {b"k0", b"k1", b"k2", b"k3"}
+        cp = OffsetCheckpointFile(tmp_path / "logs" / "cleaner-offset-checkpoint").read()
+        assert cp == {("compacted", 0): stats.end_offset}
+        mgr.delete_topic("compacted")  # its cleaner progress goes with it
+        assert OffsetCheckpointFile(tmp_path / "logs" / "cleaner-offset-checkpoint").read() == {}
