@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 from _log_checks import check_partition_files, read_whole_log
 
+from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.file_names import HIGH_WATERMARK_CHECKPOINT
+from seglog.logstore.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
 from seglog.logstore.log_manager import LogManager
 
 TOPIC = "crash.test-topic"
@@ -103,7 +108,9 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
     rnd = random.Random(int(os.environ.get("SEGLOG_CRASH_SEED", "20261123")))
     log_dir = tmp_path / "logs"
     flushed_ever: dict[int, int] = {}
+    durable: dict[int, int] = {}  # offsets below are fsynced: a power cut keeps them
     kills = 0
+    tails_lost = 0
     deadline = time.monotonic() + 25
     while kills < 20 or (kills < 40 and time.monotonic() < deadline):
         flushed = _run_and_kill(log_dir, rnd.randrange(2**31), rnd)
@@ -117,6 +124,16 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
             published = OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read()
         except SeglogError as e:  # written atomically: never torn by a kill
             pytest.fail(f"kill {kills}: unreadable high watermark checkpoint: {e}")
+        # recovery trusts everything below the checkpointed recovery point: fsynced
+        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        for p in range(PARTITIONS):
+            durable[p] = max(durable.get(p, 0), flushed_ever.get(p, 0),
+                             published.get((TOPIC, p), 0),
+                             recovery_points.get((TOPIC, p), 0))
+        if not (log_dir / CLEAN_SHUTDOWN_FILE).exists() and rnd.random() < 0.5:
+            # a power cut rather than a kill: the unflushed tail is lost or garbled
+            for p in range(PARTITIONS):
+                tails_lost += _lose_unflushed_tail(log_dir / f"{TOPIC}-{p}", durable[p], rnd)
         try:
             with LogManager([log_dir]) as mgr:
                 if TOPIC not in mgr.topics() or len(mgr.partitions(TOPIC)) < PARTITIONS:
@@ -133,11 +150,12 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
                     seen = published.get((TOPIC, p), 0)
                     assert log.log_end_offset >= seen and log.high_watermark >= seen, (
                         f"kill {kills}: partition {p} took back published offsets")
+                    durable[p] = max(durable[p], log.log_end_offset)  # closing flushes
                 if not clean_close:
                     raise _LeaveUnclean
         except _LeaveUnclean:
             pass  # the next writer starts from an unclean dir too
-    assert kills >= 20
+    assert kills >= 20 and tails_lost > 0
     with LogManager([log_dir], read_only=True) as reader:
         total = sum(reader.get_log(TOPIC, p).log_end_offset for p in range(PARTITIONS))
     assert total > 0, "no kill happened after any append: the test proved nothing"
@@ -145,3 +163,29 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
 
 class _LeaveUnclean(Exception):
     pass
+
+
+def _lose_unflushed_tail(dir_: Path, durable_offset: int, rnd: random.Random) -> int:
+    """Cut the segment holding ``durable_offset`` at a random point after it, maybe add
+    junk there, and drop every later segment's files; returns 1 if anything was lost."""
+    segments = sorted(dir_.glob("*.log"))
+    for i, seg in enumerate(segments):
+        nxt = int(segments[i + 1].name[:20]) if i + 1 < len(segments) else None
+        if nxt is not None and nxt <= durable_offset:
+            continue
+        buf = seg.read_bytes()
+        keep = 0
+        for h in iter_batch_headers(buf):
+            if h.base_offset >= durable_offset:
+                break
+            keep = h.end_position
+        if keep >= len(buf) and nxt is None:
+            return 0
+        cut = rnd.randint(keep, len(buf))
+        junk = os.urandom(rnd.choice((0, 0, 7, 100, 5000)))
+        seg.write_bytes(buf[:cut] + junk)
+        for later in segments[i + 1:]:
+            for suffix in (".log", ".index", ".timeindex"):
+                later.with_suffix(suffix).unlink(missing_ok=True)
+        return 1
+    return 0
