@@ -503,3 +503,29 @@ def test_the_log_manager_maintenance_runs_the_cleaner(tmp_path):
         assert cp == {("compacted", 0): stats.end_offset}
         mgr.delete_topic("compacted")  # its cleaner progress goes with it
         assert OffsetCheckpointFile(tmp_path / "logs" / "cleaner-offset-checkpoint").read() == {}
+
+
+@pytest.mark.xfail(reason="a read-only Log keeps its open segment for a base offset that a "
+                          "merging swap reused (Log._relist/_ro_segment compare base offsets, "
+                          "not files), so it skips the rest of the merged group; fix in log.py",
+                   strict=False)
+def test_a_reader_in_another_process_after_a_merging_swap(tmp_path):
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 300})
+    for i in range(30):
+        append(log, clock, [(b"x%d" % i, b"v"), (b"same", b"v%d" % i)])
+    log.roll()
+    log.close()
+    big = {"segment.bytes": 100_000}
+    log = open_log(tmp_path / "t-0", clock, **big)
+    reader = Log.open(tmp_path / "t-0", log.config, clock=clock, read_only=True)
+    reader.update_high_watermark(log.log_end_offset)
+    assert read_all(reader).num_rows == 60  # the reader has every segment open
+    stats = cleaner(clock).clean_log(log)
+    assert stats.groups == 1 and stats.segments_cleaned > 1  # one merged group
+    try:
+        for start in (0, 10, 30):
+            assert triples(read_all(reader, start)) == triples(read_all(log, start))
+    finally:
+        reader.close()
+        log.close()
