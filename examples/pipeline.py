@@ -33,6 +33,7 @@ USERS = 500
 
 def spark_session():
     from pyspark.sql import SparkSession
+
     from seglog.datasource import SeglogDataSource
 
     spark = (SparkSession.builder.master("local[2]").appName("seglog-example")
