@@ -37,6 +37,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 from pyspark.sql.types import StructType
+
 from seglog.logstore.errors import OffsetOutOfRangeError
 from seglog.streaming.read_planning import plan_ranges
 from seglog.streaming.source_offsets import (

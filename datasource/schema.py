@@ -27,6 +27,7 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
 from seglog.streaming.source_options import include_headers as _include_headers
 
 HEADERS_TYPE = ArrayType(

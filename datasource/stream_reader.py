@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+
 from seglog.logstore.errors import UnknownTopicOrPartitionError
 from seglog.streaming.admission import AdmissionLimits, admit, segment_layout
 from seglog.streaming.read_planning import ReadRange, plan_ranges
@@ -84,15 +85,18 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        snap = snapshot_log_dirs(self._options.log_dirs)
+        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False)
         self._target = {tp: snap.latest(tp) for tp in snap.subscribed(self._options)}
         logger.info("Trigger.AvailableNow target: %s", offsets_to_json(self._target))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next batch: high watermarks (checkpoint files), then limits."""
         o = self._options
-        snap = snapshot_log_dirs(o.log_dirs)
-        current = reconcile_start(offsets_from_json(start), o, snap)
+        previous = offsets_from_json(start)
+        # Start offsets only for new partitions: retention below a known partition's
+        # offset is caught by read(), where it matters, keeping a trigger cheap.
+        snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous)
+        current = reconcile_start(previous, o, snap)
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
         if available_now:
@@ -118,7 +122,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(end, stamp)
 
     def reportLatestOffset(self) -> dict | None:
-        snap = snapshot_log_dirs(self._options.log_dirs)
+        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False)
         return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(self._options)})
 
     # ------------------------------------------------------------------ planning
@@ -128,7 +132,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = offsets_from_json(end)
         new = [tp for tp in until if tp not in begin]
         if new:  # partitions that appeared in this batch start at earliest, as Kafka's
-            snap = snapshot_log_dirs(o.log_dirs)
+            snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in begin)
             for tp in new:
                 begin[tp] = min(snap.earliest(tp), until[tp])
         ranges = plan_ranges(

@@ -97,8 +97,17 @@ class LogSnapshot:
         default=lambda tp, ts: None, repr=False, compare=False
     )
 
+    _existing: frozenset[TopicPartition] = field(
+        init=False, default=frozenset(), repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        # A set, so a 1,000-partition trigger stays linear.
+        existing = frozenset((t, p) for t, ps in self.partitions.items() for p in ps)
+        object.__setattr__(self, "_existing", existing)
+
     def exists(self, tp: TopicPartition) -> bool:
-        return tp[1] in self.partitions.get(tp[0], ())
+        return tp in self._existing
 
     def earliest(self, tp: TopicPartition) -> int:
         return self.log_start_offsets.get(tp, 0)
@@ -112,15 +121,33 @@ class LogSnapshot:
         return [tp for tp in options.subscription.select(self.partitions) if self.exists(tp)]
 
 
-def snapshot_log_dirs(log_dirs: Iterable[str]) -> LogSnapshot:
-    """Take a ``LogSnapshot`` through a read-only ``LogManager`` (checkpoint files only)."""
+def snapshot_log_dirs(
+    log_dirs: Iterable[str],
+    *,
+    start_offsets_for: Callable[[TopicPartition], bool] | None = None,
+) -> LogSnapshot:
+    """Take a ``LogSnapshot`` through a read-only ``LogManager`` (checkpoint files only).
+
+    Log start offsets cost a directory listing per partition, so a streaming trigger
+    asks only for the partitions it needs them for (``start_offsets_for``, e.g. new
+    ones); the others read as 0 and retention below a start offset is then caught where
+    the data is read. None fetches them all.
+    """
     from seglog.logstore.log_manager import LogManager
 
     mgr = LogManager(list(log_dirs), read_only=True)
     try:
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
-        lsos = dict(mgr.log_start_offsets())
+        if start_offsets_for is None:
+            lsos = dict(mgr.log_start_offsets())
+        else:
+            lsos = {
+                (t, p): mgr.get_log(t, p).log_start_offset
+                for t, ps in parts.items()
+                for p in ps
+                if start_offsets_for((t, p))
+            }
     finally:
         mgr.close()
     dirs = tuple(log_dirs)

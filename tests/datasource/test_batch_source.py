@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
+
 from seglog.datasource.batch_reader import SeglogBatchReader, SeglogFilteringBatchReader
 from seglog.datasource.schema import arrow_schema, source_schema
 from seglog.logstore.log_manager import LogManager

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
 
 import pyspark_seglog
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import encode_batches
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.spark]
 

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pytest
+
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 

@@ -6,6 +6,7 @@ import os
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from seglog.streaming.admission import (
     AdmissionLimits,
     SegmentLayout,

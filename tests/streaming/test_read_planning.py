@@ -6,6 +6,7 @@ import pickle
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from seglog.streaming.read_planning import ReadRange, plan_ranges, split_range
 
 

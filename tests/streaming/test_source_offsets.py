@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+
 from seglog.logstore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from seglog.streaming.source_offsets import (
     TRIGGER_KEY,

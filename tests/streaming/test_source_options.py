@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from seglog.logstore.errors import ConfigError
 from seglog.streaming.source_options import (
     Earliest,
