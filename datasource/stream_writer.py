@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
+
 from seglog.logstore.errors import ConfigError, SinkCommitError
 from seglog.streaming import sink_commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions

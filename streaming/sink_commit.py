@@ -37,6 +37,13 @@ becomes visible atomically (per log dir) instead of partition by partition, and 
 ledger only points at the data, which confirms it (a deleted and re-created topic, or a
 lost ledger, cannot make the sink skip a partition wrongly; at worst it republishes).
 
+The sketch's "move large fragments in as whole segments" is not done: a fragment is one
+task's rows for one partition, so renaming fragments into segments would make a segment
+per task and micro-batch (tiny segments, many files, index churn), and the Log offers no
+way to adopt a foreign segment. Fragments are appended in 8 MiB chunks of whole batches
+instead: the copy is sequential I/O in the page cache, and the benchmark shows the sink
+at the Python writer API's ceiling all the same (``benchmarks/bench_spark_sink.py``).
+
 A test hook kills the process at a named step: ``SEGLOG_CRASH_AT=<step>`` or
 ``<step>@<batch id>`` with a step from ``CRASH_STEPS`` (``SEGLOG_CRASH_ONCE=<file>``
 makes it fire once only, for Spark workers that keep the variable for their whole life).

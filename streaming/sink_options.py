@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
 from seglog.logstore.errors import ConfigError, InvalidTopicError
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import fsync_dir
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock

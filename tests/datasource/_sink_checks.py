@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record import MemoryRecords
+
 from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.file_names import parse_partition_dir_name, parse_segment_file_name
 from seglog.logstore.log_manager import LogManager

@@ -14,6 +14,7 @@ from _sink_checks import (
     multiset,
     staging_files,
 )
+
 from seglog.logstore.log_manager import LogManager
 from seglog.streaming.sink_staging import producer_id_of
 

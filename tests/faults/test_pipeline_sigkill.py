@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import decode_batches, encode_batches
 

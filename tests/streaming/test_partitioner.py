@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
 from seglog.streaming.partitioner import (
     assign_partitions,
     murmur2,

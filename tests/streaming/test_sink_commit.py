@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from seglog.logstore.errors import (
     CorruptRecordError,
     InvalidTopicError,

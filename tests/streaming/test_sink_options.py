@@ -7,6 +7,7 @@ import pickle
 
 import pyarrow as pa
 import pytest
+
 from seglog.logstore.errors import ConfigError, InvalidTopicError
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
