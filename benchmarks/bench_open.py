@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
+
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile  # noqa: E402
 from seglog.logstore.file_names import (  # noqa: E402
     HIGH_WATERMARK_CHECKPOINT,

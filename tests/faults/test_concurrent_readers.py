@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _log_checks import make_batch
+
 from seglog.logstore.log_manager import LogManager
 
 TOPIC = "shared"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from _log_checks import check_partition_files, fetch_bytes, make_batch, value_for
 from kafka.record.default_records import DefaultRecordBatch
+
 from seglog.logstore.batch_header import read_batch_header
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import (

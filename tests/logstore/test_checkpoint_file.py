@@ -5,6 +5,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from seglog.logstore import checkpoint_file
 from seglog.logstore.checkpoint_file import (
     CheckpointFile,

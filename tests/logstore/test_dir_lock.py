@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+
 from seglog.logstore.dir_lock import DirLock
 from seglog.logstore.errors import LogDirError, LogDirLockedError
 

@@ -4,6 +4,7 @@ import struct
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import ReadOnlyError
 from seglog.logstore.file_names import (

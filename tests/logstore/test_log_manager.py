@@ -10,6 +10,7 @@ import time
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+
 from seglog.logstore import log_manager as lm
 from seglog.logstore.batch_header import iter_batch_headers, verify_crc
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile

@@ -4,6 +4,7 @@ import logging
 import threading
 
 import pytest
+
 from seglog.logstore import scheduler as sched
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import ManagerConfig

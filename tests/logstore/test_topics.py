@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import ConfigError, InvalidTopicError
 from seglog.logstore.file_names import TOPIC_CONFIG_FILE
