@@ -527,16 +527,31 @@ class _Chunk:
         return self.headers[-1].last_offset
 
 
-def _segment_chunks(seg: LogSegment, chunk_bytes: int) -> Iterator[_Chunk]:
-    """Whole batches of an inactive segment, ``chunk_bytes`` at a time (a larger batch
+class _Buffers:
+    """Scratch memory reused from chunk to chunk (fresh multi-MiB allocations cost page
+    faults every time). A chunk's buffers are valid until the next chunk is read."""
+
+    def __init__(self, chunk_bytes: int) -> None:
+        self.read = bytearray(chunk_bytes)
+        self.table = np.empty((chunk_bytes // V2_HEADER_SIZE + 1, 8), np.int64)
+        self.out = np.empty(0, np.uint8)
+
+    def out_buffer(self, size: int) -> np.ndarray:
+        if len(self.out) < size:
+            self.out = np.empty(size, np.uint8)
+        return self.out
+
+
+def _segment_chunks(seg: LogSegment, bufs: _Buffers) -> Iterator[_Chunk]:
+    """Whole batches of an inactive segment, a read buffer at a time (a larger batch
     alone)."""
     pos, end = 0, seg.size
     while pos < end:
-        buf = bytearray(min(chunk_bytes, end - pos))
-        n = seg.readinto(buf, pos)
+        buf = bufs.read
+        n = seg.readinto(memoryview(buf)[:min(len(buf), end - pos)], pos)
         u8 = np.frombuffer(buf, np.uint8)
-        table = np.empty((n // V2_HEADER_SIZE + 1, 8), np.int64)
-        nb, used = _scan_batches(u8, n, table)
+        nb, used = _scan_batches(u8, n, bufs.table)
+        table = bufs.table
         if nb:
             yield _Chunk(memoryview(buf)[:used], table[:nb])
             pos += used
@@ -580,6 +595,7 @@ class LogCleaner:
         self.config = manager_config or ManagerConfig.from_properties({})
         self.clock = clock
         self._map: OffsetMap | None = None  # allocated on first use: it is large
+        self._bufs: _Buffers | None = None  # read and write scratch, reused
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._states: dict[tuple[Path, str, int], _LogState] = {}
         self.chunk_bytes = max(self.config.log_cleaner_io_buffer_size, MIN_CHUNK_BYTES)
@@ -725,6 +741,11 @@ class LogCleaner:
 
     # -- cleaning -------------------------------------------------------------------------
 
+    def _buffers(self) -> _Buffers:
+        if self._bufs is None:
+            self._bufs = _Buffers(self.chunk_bytes)
+        return self._bufs
+
     def _offset_map(self) -> OffsetMap:
         if self._map is None:
             self._map = OffsetMap(self.config.log_cleaner_dedupe_buffer_size)
@@ -784,7 +805,7 @@ class LogCleaner:
         for seg in log.segments[:-1]:
             if seg.base_offset >= bound:
                 break
-            for chunk in _segment_chunks(seg, self.chunk_bytes):
+            for chunk in _segment_chunks(seg, self._buffers()):
                 if chunk.last_offset < start:
                     continue
                 scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
@@ -825,7 +846,7 @@ class LogCleaner:
             written_next = base
             drm = log.config.delete_retention_ms
             for seg in old:
-                for chunk in _segment_chunks(seg, self.chunk_bytes):
+                for chunk in _segment_chunks(seg, self._buffers()):
                     scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
                                if chunk.table is not None else None)
                     if scanned is not None:
@@ -893,7 +914,7 @@ class LogCleaner:
         action[data & (kept == 0) & (totals > 0)] = _DROP
         action[data & (kept > 0) & ((kept < totals) | stamp)] = _REWRITE
         first_record = np.concatenate(([0], np.cumsum(totals)[:-1])).astype(np.int64)
-        out = np.empty(len(chunk) + 16 * len(offsets) + 16, np.uint8)
+        out = self._buffers().out_buffer(len(chunk) + 16 * len(offsets) + 16)
         out_pos = np.empty(nb, np.int64)
         out_end = np.empty(nb, np.int64)
         size = _write_batches(np.frombuffer(chunk, np.uint8), table, nb, action, new_base_ts,
