@@ -157,6 +157,7 @@ class _LogDir:
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
+    recovered: bool = False  # an unclean dir whose partitions were all recovered at open
 
     def checkpoint(self, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.path / name)
@@ -328,7 +329,10 @@ class LogManager:
             if name.startswith(_STAGING_PREFIX):
                 if not self.read_only:  # a create_topic that crashed before its rename
                     logger.info("removing unfinished partition directory %s", entry.path)
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    try:
+                        shutil.rmtree(entry.path)
+                    except OSError as e:  # harmless: skipped again by the next open
+                        logger.warning("cannot remove %s: %s", entry.path, e)
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None:
@@ -373,6 +377,7 @@ class LogManager:
             logger.info("recovered %d partitions of %s",
                         sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
             self._write_checkpoints(log_dir)
+            log_dir.recovered = True
 
     def _load(self, p: _Partition) -> Any:
         """Open ``p``'s Log if not yet open (thread-safe, idempotent)."""
@@ -387,7 +392,7 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(
                     f"partition {p.topic}-{p.partition} was deleted")
             ld = p.log_dir
-            recovering = not ld.had_clean_shutdown and not self.read_only
+            recovering = not (ld.had_clean_shutdown or ld.recovered or self.read_only)
             log = _log_class().open(
                 p.dir, config, clock=self.clock,
                 recovery_point=ld.recovery_points.get(p.tp, 0),
@@ -475,7 +480,8 @@ class LogManager:
                 write_topic_config(staging, topic, overrides)
                 os.rename(staging, final)
                 fsync_dir(log_dir.path)
-            except OSError as e:
+            except (OSError, KafkaStorageError) as e:
+                # best effort: the next writer's open removes staging leftovers anyway
                 shutil.rmtree(staging, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
             p = _Partition(topic, n, final, log_dir)

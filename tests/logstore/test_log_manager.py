@@ -628,3 +628,16 @@ def test_compaction_runs_as_a_maintenance_task(tmp_path, clock):
         mgr.delete_topic("c")  # forgets the cleaner's checkpoint entry
     from seglog.logstore.file_names import CLEANER_OFFSET_CHECKPOINT
     assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {}
+
+
+def test_an_interrupted_create_topic_leaves_nothing_visible(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+    staging = tmp_path / (lm._STAGING_PREFIX + "0123")  # killed before its rename
+    staging.mkdir()
+    (staging / TOPIC_CONFIG_FILE).write_text("retention.ms=1\n")
+    with LogManager([tmp_path], read_only=True) as reader:
+        assert reader.topics() == ["t"]
+        assert staging.exists()  # a reader writes nothing
+    with LogManager([tmp_path]) as mgr:
+        assert mgr.topics() == ["t"] and not staging.exists()
