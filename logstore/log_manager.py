@@ -206,6 +206,7 @@ class LogManager:
         self._topic_configs: dict[str, LogConfig] = {}
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
         self._closed = False
+        self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
         self.scheduler = Scheduler(clock)
         # retention and compaction of one log must not overlap (the cleaner reads
         # inactive segments without the Log's lock)
@@ -862,6 +863,8 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: the logs, files and locks are the parent's business
         self.scheduler.stop()
         if self.read_only:
             self._close_logs()
@@ -906,7 +909,8 @@ class LogManager:
         else:
             # The process failed mid-way: do not claim a clean shutdown.
             self._closed = True
-            self._abandon()
+            if os.getpid() == self._pid:
+                self._abandon()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -929,6 +933,10 @@ class LogManager:
     def _check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyError(f"this LogManager of {self._dirs_text()} is read-only")
+        if os.getpid() != self._pid:
+            raise LogDirError(
+                f"this writer LogManager of {self._dirs_text()} was opened by process "
+                f"{self._pid}; a forked child does not hold its .lock: open a new one")
         if self._closed:
             raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is closed")
 

@@ -641,3 +641,32 @@ def test_an_interrupted_create_topic_leaves_nothing_visible(tmp_path):
         assert staging.exists()  # a reader writes nothing
     with LogManager([tmp_path]) as mgr:
         assert mgr.topics() == ["t"] and not staging.exists()
+
+
+def test_a_forked_child_cannot_write_through_its_parents_manager(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                mgr.append("t", 0, batch())
+                answer = b"appended"
+            except LogDirError as e:
+                answer = b"refused" if "forked child" in str(e) else b"other"
+            mgr.close()  # a no-op in the child: no flush, no marker, no unlock
+            os.write(w, answer)
+            os._exit(0)
+        os.close(w)
+        answer = os.read(r, 100)
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert answer == b"refused"
+        assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+        other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+            from seglog.logstore.log_manager import LogManager
+            LogManager([{str(tmp_path)!r}])
+        """)], capture_output=True, text=True)
+        assert other.returncode != 0 and "LogDirLockedError" in other.stderr  # still ours
+        mgr.append("t", 0, batch())
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
