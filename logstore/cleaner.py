@@ -412,11 +412,44 @@ class _ScannedChunk:
     batch_of: np.ndarray
 
 
-def _scan_chunk(u8: np.ndarray, table: np.ndarray) -> _ScannedChunk | None:
-    """The records of a chunk of whole v2 batches (``table`` from ``_scan_batches``), or
-    None when a batch is compressed (the general path handles those)."""
-    if np.any(table[:, _B_ATTRS] & COMPRESSION_MASK):
+def _decompressed(chunk: memoryview, table: np.ndarray, bufs: _Buffers
+                  ) -> tuple[memoryview, np.ndarray] | None:
+    """The chunk with every compressed batch's records section decompressed and its codec
+    bits cleared (CRCs are then stale: nothing written comes from here unchanged), and
+    the matching batch table; None when no batch is compressed."""
+    codecs = table[:, _B_ATTRS] & COMPRESSION_MASK
+    if not codecs.any():
         return None
+    pieces: list = []
+    shadow = table.copy()
+    pos = 0
+    for b in range(len(table)):
+        start, size = int(table[b, _B_POS]), int(table[b, _B_SIZE])
+        codec = int(codecs[b])
+        if codec:
+            raw = decompress(codec, chunk[start + V2_HEADER_SIZE:start + size])
+            header = bytearray(chunk[start:start + V2_HEADER_SIZE])
+            size = V2_HEADER_SIZE + len(raw)
+            _INT32.pack_into(header, 8, size - LOG_OVERHEAD)
+            header[V2_ATTRIBUTES_OFFSET + 1] &= ~COMPRESSION_MASK & 0xFF
+            pieces += (header, raw)
+        else:
+            pieces.append(chunk[start:start + size])
+        shadow[b, _B_POS] = pos
+        shadow[b, _B_SIZE] = size
+        pos += size
+    shadow[:, _B_ATTRS] &= ~COMPRESSION_MASK
+    out = bufs.shadow_buffer(pos)
+    at = 0
+    for piece in pieces:
+        out[at:at + len(piece)] = piece
+        at += len(piece)
+    return memoryview(out)[:pos], shadow
+
+
+def _scan_chunk(u8: np.ndarray, table: np.ndarray) -> _ScannedChunk:
+    """The records of a chunk of whole, uncompressed v2 batches (``table`` from
+    ``_scan_batches``)."""
     data = (table[:, _B_ATTRS] & CONTROL_MASK) == 0
     n = int(table[data, _B_COUNT].sum())
     offsets = np.empty(n, np.int64)
@@ -535,6 +568,13 @@ class _Buffers:
         self.read = bytearray(chunk_bytes)
         self.table = np.empty((chunk_bytes // V2_HEADER_SIZE + 1, 8), np.int64)
         self.out = np.empty(0, np.uint8)
+        self.shadow = bytearray()
+
+    def shadow_buffer(self, size: int) -> bytearray:
+        """The decompressed copy of a chunk (see ``_decompressed``)."""
+        if len(self.shadow) < size:
+            self.shadow = bytearray(size + (size >> 2))
+        return self.shadow
 
     def out_buffer(self, size: int) -> np.ndarray:
         if len(self.out) < size:
@@ -808,8 +848,11 @@ class LogCleaner:
             for chunk in _segment_chunks(seg, self._buffers()):
                 if chunk.last_offset < start:
                     continue
-                scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
-                           if chunk.table is not None else None)
+                scanned = None
+                if chunk.table is not None:
+                    plain = _decompressed(chunk.view, chunk.table, self._buffers())
+                    view, table = plain if plain else (chunk.view, chunk.table)
+                    scanned = _scan_chunk(np.frombuffer(view, np.uint8), table)
                 if scanned is not None:
                     offsets = scanned.offsets
                     wanted = (offsets >= start) & (offsets < bound)
@@ -847,11 +890,9 @@ class LogCleaner:
             drm = log.config.delete_retention_ms
             for seg in old:
                 for chunk in _segment_chunks(seg, self._buffers()):
-                    scanned = (_scan_chunk(np.frombuffer(chunk.view, np.uint8), chunk.table)
-                               if chunk.table is not None else None)
-                    if scanned is not None:
-                        out, nxt = self._filter_scanned(chunk.view, scanned, omap, end_offset,
-                                                        now, drm, stats, pending)
+                    if chunk.table is not None:
+                        out, nxt = self._filter_scanned(chunk.view, chunk.table, omap,
+                                                        end_offset, now, drm, stats, pending)
                     else:
                         out, nxt = self._filter_chunk(chunk.view, chunk.headers, omap,
                                                       end_offset, now, drm, stats, pending)
@@ -882,11 +923,14 @@ class LogCleaner:
                 cleaned.delete()
             raise
 
-    def _filter_scanned(self, chunk: memoryview, sc: _ScannedChunk, omap: OffsetMap,
-                        end_offset: int, now: int, delete_retention_ms: int,
+    def _filter_scanned(self, original: memoryview, original_table: np.ndarray,
+                        omap: OffsetMap, end_offset: int, now: int, delete_retention_ms: int,
                         stats: CleanerStats, pending: list[int]) -> tuple[bytes, int]:
-        """``_filter_chunk`` for a chunk of uncompressed v2 batches, in kernels."""
-        table = sc.table
+        """``_filter_chunk`` for a chunk of v2 batches, in kernels. Compressed batches are
+        decompressed first; the rewritten ones are compressed again with their codec."""
+        plain = _decompressed(original, original_table, self._buffers())
+        chunk, table = plain if plain else (original, original_table)
+        sc = _scan_chunk(np.frombuffer(chunk, np.uint8), table)
         nb = len(table)
         offsets, batch_of, tomb = sc.offsets, sc.batch_of, sc.tombstone
         attrs = table[:, _B_ATTRS]
@@ -920,9 +964,14 @@ class LogCleaner:
         size = _write_batches(np.frombuffer(chunk, np.uint8), table, nb, action, new_base_ts,
                               stamp, keep, first_record, out, out_pos, out_end)
         view = memoryview(out)
-        for b in np.flatnonzero(action == _REWRITE).tolist():
-            p, e = int(out_pos[b]), int(out_end[b])
-            _UINT32.pack_into(view, p + 17, crc32c(view[p + V2_ATTRIBUTES_OFFSET:e]))
+        if plain is None:
+            for b in np.flatnonzero(action == _REWRITE).tolist():
+                p, e = int(out_pos[b]), int(out_end[b])
+                _UINT32.pack_into(view, p + 17, crc32c(view[p + V2_ATTRIBUTES_OFFSET:e]))
+            result: bytes | memoryview = view[:size]
+        else:
+            result = self._recompressed(original, original_table, view, action, out_pos,
+                                        out_end)
         stats.records_read += len(offsets)
         stats.records_retained += int(keep.sum())
         stats.tombstones_removed += int((tomb & ~keep).sum())
@@ -931,7 +980,33 @@ class LogCleaner:
         stats.batches_dropped += int((action == _DROP).sum())
         written = np.flatnonzero(action != _DROP)
         next_offset = int(table[written[-1], _B_LAST]) + 1 if len(written) else -1
-        return view[:size], next_offset
+        return result, next_offset
+
+    @staticmethod
+    def _recompressed(original: memoryview, table: np.ndarray, out: memoryview,
+                      action: np.ndarray, out_pos: np.ndarray, out_end: np.ndarray) -> bytes:
+        """The output of a chunk that had compressed batches: batches copied as they were
+        come from the original bytes, rewritten ones get their codec back, then a CRC."""
+        pieces: list = []
+        for b, a in enumerate(action.tolist()):
+            if a == _DROP:
+                continue
+            pos, size = int(table[b, _B_POS]), int(table[b, _B_SIZE])
+            if a == _COPY:
+                pieces.append(original[pos:pos + size])
+                continue
+            p, e = int(out_pos[b]), int(out_end[b])
+            codec = int(table[b, _B_ATTRS]) & COMPRESSION_MASK
+            batch = bytearray(out[p:p + V2_HEADER_SIZE])
+            records = out[p + V2_HEADER_SIZE:e]
+            if codec:
+                records = compress(codec, records)
+                batch[V2_ATTRIBUTES_OFFSET + 1] |= codec
+            batch += records
+            _INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
+            _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+            pieces.append(batch)
+        return b"".join(pieces)
 
     def _filter_chunk(self, chunk: memoryview, headers: list[BatchHeader], omap: OffsetMap,
                       end_offset: int, now: int, delete_retention_ms: int,
