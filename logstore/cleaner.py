@@ -1025,8 +1025,10 @@ class LogCleaner:
         found = omap.get_hashes(hashes, kvalid)
         tomb = ~valid_mask(rec.column("value"))
         retain_deletes = ~has_h[batch_of] | (now < horizons[batch_of])
+        legacy = np.fromiter((h.magic < 2 for h in headers), np.bool_, nb)
         keep = (offsets >= end_offset) | (kvalid & (offsets >= found)
                                           & (~tomb | retain_deletes))
+        keep |= legacy[batch_of]  # legacy messages are copied as they are
         totals = np.bincount(batch_of, minlength=nb)
         kept = np.bincount(batch_of, weights=keep, minlength=nb).astype(np.int64)
         tombs_kept = np.bincount(batch_of, weights=keep & tomb, minlength=nb).astype(np.int64)
