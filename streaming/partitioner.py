@@ -79,6 +79,9 @@ def murmur2(data: bytes) -> int:
 
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(int64 offsets of length n+1 relative to ``data``, uint8 data) of a binary-like array."""
+    if (pa.types.is_binary_view(arr.type) or pa.types.is_string_view(arr.type)
+            or pa.types.is_fixed_size_binary(arr.type)):
+        arr = arr.cast(pa.large_binary())
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         arr = arr.cast(pa.large_binary() if pa.types.is_large_string(arr.type) else pa.binary())
     if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):

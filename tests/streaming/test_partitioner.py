@@ -58,6 +58,7 @@ def test_string_large_binary_and_sliced_arrays_hash_their_bytes() -> None:
     large = pa.array([w.encode() for w in words], pa.large_binary())
     assert murmur2_array(large).tolist() == expected
     assert murmur2_array(pa.array(words).slice(2, 2)).tolist() == expected[2:4]
+    assert murmur2_array(pa.array(words, pa.string_view())).tolist() == expected
     chunked = pa.chunked_array([words[:2], words[2:]])
     assert murmur2_array(chunked).tolist() == expected
 
