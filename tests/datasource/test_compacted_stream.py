@@ -11,6 +11,7 @@ import time
 
 import pyarrow as pa
 import pytest
+
 from seglog.logstore.cleaner import LogCleaner
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches

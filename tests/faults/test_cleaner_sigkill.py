@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from seglog.logstore.clock import SystemClock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.file_names import CLEANED_SUFFIX, SWAP_SUFFIX
