@@ -210,8 +210,17 @@ class AbstractIndex(Generic[E]):
             self._entries = n
 
     def reset(self) -> None:
-        """Forget every entry and preallocate again (recovery rebuilds from here)."""
-        self.truncate_to_entries(0)
+        """Forget every entry and preallocate again (recovery rebuilds from here).
+
+        The file is cut to zero first: a crash or corruption can leave bytes that are not
+        a whole entry (the file length is no multiple of the entry size), and a reader in
+        another process counting leading non-zero entries must not see them.
+        """
+        with self._lock:
+            self._map(0)
+            os.ftruncate(self._file.fileno(), 0)
+            self._length = 0
+            self._entries = 0
         self.resize(self._max_index_size)
 
     def flush(self) -> None:

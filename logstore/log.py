@@ -69,6 +69,11 @@ logger = logging.getLogger(__name__)
 _RACY_NS = 2_000_000_000  # directory mtimes younger than this are not trusted
 
 
+_READ_ONLY_ATTEMPTS = 5
+"""How often a read-only reader lists the directory again when files vanish under
+it (each retry follows a real change: a roll, retention or a compaction swap)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendInfo:
     """What an append wrote: offsets ``first_offset..last_offset``, ``size`` bytes."""
@@ -480,17 +485,19 @@ class Log:
         empty = FetchData(b"", start_offset, start_offset, hw, lso)
         if start_offset >= limit:
             return empty
-        for attempt in range(2):
+        for attempt in range(_READ_ONLY_ATTEMPTS):
             try:
                 fetched = self._read_segments(start_offset, limit, max_bytes, hw, lso)
+            except (FileNotFoundError, KafkaStorageError):
+                if not self.read_only or attempt == _READ_ONLY_ATTEMPTS - 1:
+                    raise
+            else:
                 if fetched is not None or not self.read_only or attempt:
                     return fetched or empty
-            except (FileNotFoundError, KafkaStorageError):
-                if not self.read_only or attempt:
-                    raise
-            # Read-only: a roll or retention changed the directory. If retention took the
-            # segment we wanted, the start offset is now below the log start: say so
-            # rather than silently skipping to the next segment.
+            # Read-only: a roll, retention or a compaction swap changed the directory
+            # (possibly more than once while we read). If retention took the segment we
+            # wanted, the start offset is now below the log start: say so rather than
+            # silently skipping to the next segment.
             self._relist(force=True)
             self._check_start(start_offset)
             lso = self._log_start_offset
@@ -527,7 +534,8 @@ class Log:
         return FetchData(records, first_offset, next_offset, hw, lso)
 
     def read_chunks(self, start_offset: int, end_offset: int,
-                    chunk_bytes: int = 8 << 20) -> Iterator[memoryview]:
+                    chunk_bytes: int = 8 << 20, *,
+                    _attempts_left: int = _READ_ONLY_ATTEMPTS) -> Iterator[memoryview]:
         """Whole batches covering [``start_offset``, ``end_offset``) (capped at the high
         watermark), as memoryviews of at most ``chunk_bytes`` each (a larger batch comes
         alone). Only one chunk is in memory at a time; each chunk is a fresh buffer."""
@@ -545,11 +553,15 @@ class Log:
             try:
                 seg = get(i)
             except KafkaStorageError:
-                if not self.read_only:
+                if not self.read_only or _attempts_left <= 1:
                     raise
-                self._relist(force=True)  # retention took it: out of range if needed
+                # Retention took the segment (out of range below) or a compaction swap
+                # replaced it (same base offset, new file): list again and go on from here.
+                self._relist(force=True)
                 self._check_start(offset)
-                raise
+                yield from self.read_chunks(offset, end_offset, chunk_bytes,
+                                            _attempts_left=_attempts_left - 1)
+                return
             first = seg.translate_offset(offset)
             if first is None:
                 continue
@@ -821,6 +833,11 @@ class Log:
         bases = tuple(list_segment_bases(self.dir))
         with self._ro_lock:
             self._ro_listed_mtime = mtime
+            # A compaction swap keeps the base offset of a group's first segment but
+            # puts a new file there: an open segment whose file is no longer the one at
+            # its path is stale and must be opened again.
+            for b in [b for b, seg in self._ro_open.items() if not seg.is_file_at_path()]:
+                self._ro_open.pop(b).close_handlers()
             if bases == self._ro_bases:
                 return
             gone = [b for b in self._ro_open if b not in bases]

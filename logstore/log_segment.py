@@ -203,6 +203,16 @@ class LogSegment:
             return os.fstat(self._file.fileno()).st_size
         return self._size
 
+    def is_file_at_path(self) -> bool:
+        """True while the open ``.log`` file is still the one named by ``log_path`` (a
+        compaction swap or retention may have put another file there, or none)."""
+        try:
+            opened = os.fstat(self._file.fileno())
+            named = os.stat(self.log_path)
+        except (OSError, ValueError):  # ValueError: our file is closed
+            return False
+        return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
+
     @property
     def closed(self) -> bool:
         return self._file.closed

@@ -116,14 +116,7 @@ def _read_what_is_there(log, *, contiguous: bool) -> None:
 
 MODES = ["clean", "unclean", "recover-all"]
 # Known engine bugs, reported to the Log/index owner; each case flips to XPASS once fixed.
-KNOWN = {
-    ("active.timeindex", "truncate", "recover-all"): (
-        "AbstractIndex.reset keeps a partial trailing entry (file length not a multiple of "
-        "the entry size) at position 0: a reader counting leading non-zero entries sees a "
-        "garbage entry until the writer's first index append overwrites it"),
-}
-CASES = [pytest.param(target, kind, mode, marks=pytest.mark.xfail(reason=KNOWN[key]))
-         if (key := (target, kind, mode)) in KNOWN else (target, kind, mode)
+CASES = [(target, kind, mode)
          for target in TARGETS for kind in ("flip", "truncate", "zero") for mode in MODES]
 
 

@@ -505,10 +505,6 @@ def test_the_log_manager_maintenance_runs_the_cleaner(tmp_path):
         assert OffsetCheckpointFile(tmp_path / "logs" / "cleaner-offset-checkpoint").read() == {}
 
 
-@pytest.mark.xfail(reason="a read-only Log keeps its open segment for a base offset that a "
-                          "merging swap reused (Log._relist/_ro_segment compare base offsets, "
-                          "not files), so it skips the rest of the merged group; fix in log.py",
-                   strict=False)
 def test_a_reader_in_another_process_after_a_merging_swap(tmp_path):
     clock = MockClock()
     log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 300})
