@@ -341,3 +341,31 @@ def test_due_maintenance_runs_after_a_commit_and_applies_retention(tmp_path: Pat
     commit([stage_rows(due, cols, [fresh], SINK, 1, 0, 0)], 1, due)
     # the old records' segment was rolled and deleted by time retention; the new stays
     assert {v for (_, _, v) in visible(tmp_path)} == {b"new"}
+
+
+def test_several_log_dirs_publish_and_replay_per_dir(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    opts = SinkOptions.parse({"logDirs": f"{a},{b}", "topic": TOPIC, "numPartitions": "4"})
+    first = commit(stage_batch(opts, 0), 0, opts)
+    dirs = {p.name for d in (a, b) for p in d.iterdir() if p.name.startswith(f"{TOPIC}-")}
+    # each dir's ledger names only that dir's partitions
+    in_a = {(TOPIC, int(p.name.rsplit("-", 1)[1])) for p in a.glob(f"{TOPIC}-*")}
+    assert len(dirs) == 4 and 0 < len(in_a) < 4
+    assert set(SinkLedger(a, SINK).read().entries) == in_a
+    assert set(SinkLedger(b, SINK).read().entries) == {(TOPIC, p) for p in range(4)} - in_a
+    replay = commit(stage_batch(opts, 0, attempt=1), 0, opts)
+    assert replay.published == () and len(replay.skipped) == len(first.published)
+    total = sum(1 for d in (a, b) for _ in _records_in(d))
+    assert total == 120
+    assert staging_files(a) == [] and staging_files(b) == []
+
+
+def _records_in(log_dir: Path):
+    with LogManager([log_dir.parent / "a", log_dir.parent / "b"], read_only=True) as mgr:
+        hws = mgr.high_watermarks()
+        for p in mgr.partitions(TOPIC):
+            log = mgr.get_log(TOPIC, p)
+            if log.dir.parent != log_dir:
+                continue
+            for chunk in log.read_chunks(log.log_start_offset, hws[(TOPIC, p)]):
+                yield from decode_batches(chunk).column("value").to_pylist()
