@@ -50,7 +50,7 @@ from .schema import arrow_schema
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 8 << 20
 """Bytes of whole batches decoded at a time by ``read``: bounds a task's memory."""
 
 
