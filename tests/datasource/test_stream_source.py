@@ -227,3 +227,50 @@ def test_retention_under_a_running_query(spark, tmp_path):
     assert c["lenient"].offsets() == {
         ("lenient", 0): list(range(30)) + list(range(lso["lenient"], 70))}
     assert c["strict"].offsets() == {("strict", 0): list(range(30))}
+
+
+@pytest.mark.parametrize("with_min", [False, True])
+def test_reader_methods_without_a_jvm(tmp_path, with_min):
+    """The reader's protocol, called directly as the engine's runner would."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    from seglog.datasource.schema import source_schema
+    from seglog.datasource.stream_reader import SeglogStreamReader
+
+    log_dir = str(tmp_path / "logs")
+    with LogManager([log_dir]) as mgr:
+        mgr.create_topic("r", 2)
+        append(mgr, "r", 0, 40)
+        append(mgr, "r", 1, 10)
+        opts = {"path": log_dir, "subscribe": "r", "startingOffsets": "earliest",
+                "maxOffsetsPerTrigger": "20"}
+        if with_min:
+            opts.update(minOffsetsPerTrigger="5", maxTriggerDelay="1h")
+        reader = SeglogStreamReader(opts, source_schema(opts))
+        start = reader.initialOffset()
+        assert start == {"r": {"0": 0, "1": 0}}
+        assert reader.getDefaultReadLimit() == ReadMaxRows(20)
+        assert reader.reportLatestOffset() == {"r": {"0": 40, "1": 10}}
+        assert reader.latestOffset(start, ReadAllAvailable()) == (
+            {"r": {"0": 40, "1": 10}} | ({"$lastTriggerMs": reader.latestOffset(
+                start, ReadAllAvailable())["$lastTriggerMs"]} if with_min else {}))
+        end = reader.latestOffset(start, ReadMaxRows(20))
+        assert {k: v for k, v in end.items() if k != "$lastTriggerMs"} == {
+            "r": {"0": 16, "1": 4}}
+        assert ("$lastTriggerMs" in end) == with_min
+        ranges = [p.value for p in reader.partitions(start, end)]
+        assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 0, 16), (1, 0, 4)]
+        assert sum(b.num_rows for r in ranges for b in reader.read(type("P", (), {
+            "value": r})())) == 20
+        # AvailableNow: the target is fixed now; later appends are not admitted.
+        reader.prepareForTriggerAvailableNow()
+        append(mgr, "r", 0, 100)
+        end2 = reader.latestOffset(end, ReadMaxRows(20))
+        assert end2["r"] == {"0": 32, "1": 8}
+        end3 = reader.latestOffset(end2, ReadAllAvailable())
+        assert end3["r"] == {"0": 40, "1": 10}
+        assert reader.latestOffset(end3, ReadMaxRows(20)) == end3  # done: start returned
+        if with_min:
+            assert SeglogStreamReader(
+                {k: v for k, v in opts.items() if k != "maxOffsetsPerTrigger"},
+                source_schema(opts)).getDefaultReadLimit() == ReadMinRows(5)
