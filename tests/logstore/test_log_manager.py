@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -670,3 +671,122 @@ def test_a_forked_child_cannot_write_through_its_parents_manager(tmp_path):
         assert other.returncode != 0 and "LogDirLockedError" in other.stderr  # still ours
         mgr.append("t", 0, batch())
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+# -- a model-based test: LogManager operations, crashes and reopenings vs plain lists ---
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import (  # noqa: E402
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+)
+
+
+def _lose_tail(dir_, durable_offset: int, cut_fraction: float) -> None:
+    """A power cut: the segment holding ``durable_offset`` is cut somewhere after it and
+    every later segment is gone (nothing past the durable point was fsynced)."""
+    segments = sorted(dir_.glob("*.log"))
+    for i, seg in enumerate(segments):
+        nxt = int(segments[i + 1].name[:20]) if i + 1 < len(segments) else None
+        if nxt is not None and nxt <= durable_offset:
+            continue
+        buf = seg.read_bytes()
+        keep = 0
+        for h in iter_batch_headers(buf):
+            if h.base_offset >= durable_offset:
+                break
+            keep = h.end_position
+        seg.write_bytes(buf[:keep + int((len(buf) - keep) * cut_fraction)])
+        for later in segments[i + 1:]:
+            for suffix in (".log", ".index", ".timeindex"):
+                later.with_suffix(suffix).unlink(missing_ok=True)
+        return
+
+
+class LogManagerModel(RuleBasedStateMachine):
+    """Appends (batch sizes per partition), flushes, HW checkpoints, clean reopenings and
+    crashes that lose the unflushed tail, against a model: the list of batch sizes
+    appended, and per partition the durable prefix length (in records)."""
+
+    @initialize()
+    def open(self):
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="seglog-model-"))
+        self.mgr = LogManager([self.dir])
+        self.mgr.create_topic("m", 2, {"segment.bytes": 5000, "index.interval.bytes": 300})
+        self.batches = {0: [], 1: []}  # record counts of the batches appended, in order
+        self.durable = {0: 0, 1: 0}
+        self.published = {0: 0, 1: 0}
+        # The writer's HW follows its end on append; after a crash it is the published
+        # one until the next append (the unpublished tail stays invisible till then).
+        self.hw = {0: 0, 1: 0}
+
+    def _end(self, p):
+        return sum(self.batches[p])
+
+    @rule(p=st.sampled_from([0, 1]), n=st.integers(1, 12))
+    def append(self, p, n):
+        info = self.mgr.append("m", p, batch(n, 60))
+        assert info.first_offset == self._end(p)
+        self.batches[p].append(n)
+        self.hw[p] = self._end(p)
+
+    @rule(p=st.sampled_from([0, 1]))
+    def flush(self, p):
+        self.mgr.get_log("m", p).flush()
+        self.durable[p] = self._end(p)
+
+    @rule()
+    def publish(self):
+        self.mgr.checkpoint_high_watermarks()
+        for p in (0, 1):
+            self.published[p] = self.hw[p]
+            self.durable[p] = max(self.durable[p], self.hw[p])  # flushed up to the HW
+
+    @rule()
+    def clean_reopen(self):
+        self.mgr.close()
+        self.durable = {p: self._end(p) for p in (0, 1)}
+        self.published = dict(self.hw)  # close checkpoints the (flushed) HWs
+        self.mgr = LogManager([self.dir])
+
+    @rule(cut=st.floats(0, 1))
+    def crash(self, cut):
+        self.mgr.__exit__(RuntimeError, None, None)  # no flush claims, no marker
+        for p in (0, 1):
+            _lose_tail(self.dir / f"m-{p}", self.durable[p], cut)
+        self.mgr = LogManager([self.dir])
+        for p in (0, 1):  # the survivors: whole batches, at least the durable prefix
+            end, kept = self.mgr.get_log("m", p).log_end_offset, []
+            for n in self.batches[p]:
+                if sum(kept) + n > end:
+                    break
+                kept.append(n)
+            assert sum(kept) == end >= self.durable[p]
+            self.batches[p] = kept  # what was durable stays durable: durable[p] holds
+            self.hw[p] = self.published[p]
+
+    @invariant()
+    def logs_match_the_model(self):
+        for p in (0, 1):
+            log = self.mgr.get_log("m", p)
+            assert log.log_end_offset == self._end(p)
+            assert log.high_watermark == self.hw[p] >= self.published[p]
+            bases = [h.base_offset for h in read_all(log)]
+            assert bases == [sum(self.batches[p][:i]) for i in range(len(bases))]
+
+    def teardown(self):
+        import shutil
+
+        if hasattr(self, "mgr"):
+            self.mgr.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+LogManagerModel.TestCase.settings = settings(max_examples=10, stateful_step_count=12,
+                                             deadline=None)
+test_log_manager_model = LogManagerModel.TestCase
