@@ -36,7 +36,9 @@ A pass over one log, as Kafka's ``Cleaner.doClean``:
 5. **Checkpoint.** ``end_offset`` is written to ``cleaner-offset-checkpoint``.
 
 Tombstone delete horizons are also a reason to clean: when no log is dirty enough, a
-log holding tombstones whose horizon passed is cleaned (Kafka 3's ``latestDeleteHorizon``).
+log holding tombstones whose horizon passed is cleaned (Kafka 3's ``latestDeleteHorizon``;
+like Kafka, only horizons this cleaner stamped or kept are known: after a restart such
+tombstones go at the next pass the dirty ratio or ``max.compaction.lag.ms`` triggers).
 
 Not done: aborted transactional records are not removed (control batches are kept),
 producer state is not consulted.
@@ -220,7 +222,6 @@ class _LogState:
     """What the cleaner remembers of one log between passes (in memory)."""
 
     pending_horizon: int | None = None  # earliest delete horizon of kept tombstones
-    horizon_known: bool = False
     failed: str | None = None  # set after an error: the log is not cleaned again
 
 
@@ -329,17 +330,11 @@ class LogCleaner:
                               needs_now)
 
     def _horizon_due(self, log, now: int) -> bool:
-        st = self._state(log)
-        if not st.horizon_known:
-            # A fresh process does not know where kept tombstones wait: look at the
-            # batch headers once (the cache is exact after the first pass).
-            pending = None
-            for seg in log.segments[:-1]:
-                for h in seg.iter_batches():
-                    if h.has_delete_horizon and (pending is None or h.base_timestamp < pending):
-                        pending = h.base_timestamp
-            st.pending_horizon, st.horizon_known = pending, True
-        return st.pending_horizon is not None and st.pending_horizon <= now
+        # Known only from this cleaner's own passes, as Kafka's latestDeleteHorizon: a
+        # fresh process does not scan logs for it (that would read every segment at each
+        # start); their tombstones go at the next pass the dirty ratio or lag triggers.
+        pending = self._state(log).pending_horizon
+        return pending is not None and pending <= now
 
     def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
         """The compacted log to clean next: the highest dirty ratio at or above its
@@ -427,7 +422,6 @@ class LogCleaner:
         self._write_checkpoint(log.dir.parent, (log.topic, log.partition), stats.end_offset)
         st = self._state(log)
         st.pending_horizon = min(pending) if pending else None
-        st.horizon_known = True
         stats.pending_delete_horizon = st.pending_horizon
         stats.elapsed_s = time.perf_counter() - started
         logger.info("cleaned %s-%d: offsets [%d, %d) mapped, %d segments in %d groups, "

@@ -563,3 +563,20 @@ def test_legacy_messages_are_kept_and_v2_batches_after_them_still_compacted(tmp_
     assert stats.records_retained == len(got)
     check_indexes(log)
     log.close()
+
+
+def test_a_fresh_cleaner_knows_no_delete_horizon_until_a_pass(tmp_path):
+    """As Kafka's latestDeleteHorizon: a restarted cleaner does not scan logs for passed
+    horizons; the next pass (forced here, or triggered by the ratio) drops the tombstones."""
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock)
+    orig = fill(log, clock, random.Random(11), 40, 10, tombstone_rate=0.3)
+    bound = cleaner(clock).clean_log(log).end_offset
+    clock.advance(5000)  # past delete.retention.ms
+    fresh = cleaner(clock)
+    assert fresh.clean_dirtiest([log]) is None
+    check_against_model(log, orig, bound, drop_tombstones=False)
+    stats = fresh.clean_log(log)
+    assert stats.tombstones_removed > 0
+    check_against_model(log, orig, bound, drop_tombstones=True)
+    log.close()
