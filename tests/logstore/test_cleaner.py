@@ -571,7 +571,12 @@ def test_a_fresh_cleaner_knows_no_delete_horizon_until_a_pass(tmp_path):
     clock = MockClock()
     log = open_log(tmp_path / "t-0", clock)
     orig = fill(log, clock, random.Random(11), 40, 10, tombstone_rate=0.3)
-    bound = cleaner(clock).clean_log(log).end_offset
+    first = append(log, clock, [(b"key-1", None), (b"key-2", None)])
+    orig.update({first: (b"key-1", None), first + 1: (b"key-2", None)})
+    log.roll()
+    stats = cleaner(clock).clean_log(log)
+    assert stats.pending_delete_horizon is not None
+    bound = stats.end_offset
     clock.advance(5000)  # past delete.retention.ms
     fresh = cleaner(clock)
     assert fresh.clean_dirtiest([log]) is None
