@@ -11,8 +11,10 @@ three sinks), three streaming queries with ``Trigger.AvailableNow``:
 - ``parquet``: Spark's built-in file stream sink.
 
 Steady state excludes start-up: rows/s is computed from the query progress of every
-micro-batch but the first. Then, without Spark, the driver's commit time per micro-batch
-is measured early and late in a long log (it must not grow with the data already there).
+micro-batch but the first; the sinks run interleaved ``--repeats`` times and the best run
+of each counts (the machine is shared, interference only ever slows a run down). Then,
+without Spark, the driver's commit time per micro-batch is measured early and late in a
+long log (it must not grow with the data already there).
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def noop_source():
 
 
 def run_query(spark, logs: str, sink: str, out: Path, per_batch: int) -> tuple[float, int]:
+    out.mkdir(parents=True, exist_ok=True)
     """(steady-state rows/s, batches) of one AvailableNow query into ``sink``."""
     df = (spark.readStream.format("seglog").option("path", logs).option("subscribe", "in")
           .option("startingOffsets", "earliest")
@@ -108,7 +111,7 @@ def run_query(spark, logs: str, sink: str, out: Path, per_batch: int) -> tuple[f
 
 
 def commit_times(work: Path, batches: int, rows_per_batch: int,
-                 prefill_mb: int) -> tuple[list[float], list[float]]:
+                 prefill_mb: int) -> tuple[list[float], list[float], int]:
     """Driver commit seconds of the first and last 10 of ``batches`` micro-batches, with
     ``prefill_mb`` of data appended between them (many small segments)."""
     from seglog.logstore.log_manager import LogManager
@@ -137,7 +140,8 @@ def commit_times(work: Path, batches: int, rows_per_batch: int,
         for i in range(prefill_mb):
             mgr.append("t", i % 3, filler)
     late = [one(b) for b in range(10, 10 + batches)][-10:]
-    return early, late
+    segments = len(list(logs.glob("t-*/*.log")))
+    return early, late, segments
 
 
 def main() -> None:
@@ -145,6 +149,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_200_000)
     parser.add_argument("--per-batch", type=int, default=200_000)
     parser.add_argument("--prefill-mb", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="interleaved runs per sink; the best counts (noisy machines)")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -161,25 +167,31 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(SeglogDataSource)
         spark.dataSource.register(noop_source())
-        results = {}
+        results: dict[str, tuple[float, int]] = {}
         # warm-up: Python workers, numba caches, JIT of the JVM side
         run_query(spark, str(logs), "noop", work / "warm", args.per_batch)
-        for sink in ("noop", "seglog", "parquet"):
-            results[sink] = run_query(spark, str(logs), sink, work, args.per_batch)
-            print(f"{sink:>8}: {results[sink][0]:>12,.0f} rows/s steady state "
-                  f"({results[sink][1]} micro-batches of <= {args.per_batch:,} rows, "
-                  f"{VALUE_BYTES}-byte values)", flush=True)
+        for r in range(args.repeats):
+            for sink in ("noop", "seglog", "parquet"):
+                rate, batches = run_query(spark, str(logs), sink, work / f"run{r}",
+                                          args.per_batch)
+                print(f"  run {r} {sink:>8}: {rate:>12,.0f} rows/s", flush=True)
+                if rate > results.get(sink, (0.0, 0))[0]:
+                    results[sink] = (rate, batches)
         spark.stop()
+        for sink in ("noop", "seglog", "parquet"):
+            print(f"{sink:>8}: {results[sink][0]:>12,.0f} rows/s steady state, best of "
+                  f"{args.repeats} ({results[sink][1]} micro-batches of <= "
+                  f"{args.per_batch:,} rows, {VALUE_BYTES}-byte values)")
         seg, noop, parquet = (results[s][0] for s in ("seglog", "noop", "parquet"))
         print(f"seglog / no-op Python Arrow writer (API ceiling): {seg / noop:.2f} "
               f"(goal >= 0.80)")
         print(f"seglog / Spark parquet file sink:                 {seg / parquet:.2f}")
 
-        early, late = commit_times(work, 30, 20_000, args.prefill_mb)
+        early, late, segments = commit_times(work, 30, 20_000, args.prefill_mb)
         e, la = statistics.median(early), statistics.median(late)
-        print(f"driver commit per micro-batch (40k rows, Spark-free): early {e * 1000:.1f} ms, "
-              f"late {la * 1000:.1f} ms after +{args.prefill_mb} MB in the log "
-              f"(late / early = {la / e:.2f}; must not grow)")
+        print(f"driver commit per micro-batch (40k rows, Spark-free, 1 MiB segments): early "
+              f"{e * 1000:.1f} ms, late {la * 1000:.1f} ms after +{args.prefill_mb} MB "
+              f"({segments} segments) in the log (late / early = {la / e:.2f}; must not grow)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
