@@ -113,7 +113,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 limits = AdmissionLimits(limits.max_offsets, None, 0, limits.max_bytes)
             end = admit(
                 current, latest, limits, now_ms=now, last_trigger_ms=stamp,
-                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp]),
+                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp], current[tp]),
             ).end
         if o.min_offsets_per_trigger is None:
             stamp = None  # keep Kafka's plain offsets when no delay is configured
