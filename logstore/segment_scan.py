@@ -115,10 +115,14 @@ def scan_headers(buf, n, seg_base, next_offset, max_bytes, out):
     count = 0
     cap = out.shape[0]
     while True:
-        if count == cap or n - p < 61:
+        # The magic decides the format before any size rule: a legacy message can be
+        # shorter than a v2 header, and is not a partial batch for being so.
+        if count == cap or n - p < 17:
             return count, p, NEED_MORE, 0
         if buf[p + 16] != 2:
             return count, p, LEGACY, 0
+        if n - p < 61:
+            return count, p, NEED_MORE, 0
         size = np.int64(_be32(buf, p + 8)) + 12
         last_delta = np.int64(_be32(buf, p + 23))
         if size < 61 or last_delta < 0:

@@ -294,3 +294,26 @@ def test_loaded_segments_open_their_indexes_lazily(tmp_path):
     assert not fds & old_indexes  # only the active segment's indexes are open
     assert log.read(4).first_offset == 3  # a lookup opens them on demand
     log.close()
+
+
+def test_recovery_keeps_legacy_messages_shorter_than_a_v2_header(tmp_path):
+    """A magic-1 message of 37 bytes at the end of a segment is whole, not a partial v2
+    batch: recovery must keep all of them."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    part = tmp_path / "t-0"
+    part.mkdir()
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(4):
+        b.append(i, timestamp=BASE_TS + i, key=None, value=b"v%d" % i)
+    data = bytes(b.build())
+    sizes = [h.size for h in iter_batch_headers(data)]
+    assert len(sizes) == 4 and max(sizes) < 61  # the case under test
+    (part / "00000000000000000000.log").write_bytes(data)
+    log = Log.open(part, LogConfig.from_properties(), clock=MockClock(),
+                   had_clean_shutdown=False)
+    try:
+        assert log.log_end_offset == 4
+        assert (part / "00000000000000000000.log").stat().st_size == len(data)
+    finally:
+        log.close()
