@@ -95,7 +95,7 @@ __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult"
 CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
 """If set, a path: the crash happens only if this file does not exist yet (it is created)."""
-CRASH_STEPS = ("after-lock", "after-truncate", "mid-publish", "after-append",
+CRASH_STEPS = ("after-lock", "after-truncate", "mid-partition", "mid-publish", "after-append",
                "after-ledger", "after-checkpoint", "after-cleanup", "after-commit")
 STAGING_TTL_MS = 24 * 3600 * 1000
 """Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
@@ -289,8 +289,10 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         published = []
         for i, (tp, log, ledger) in enumerate(todo):
             start = log.log_end_offset
-            for frag in plan[tp]:
+            for j, frag in enumerate(plan[tp]):
                 _append_fragment(mgr, frag)
+                if i == 0 and j == 0:
+                    crash_point("mid-partition", batch_id)  # some fragments in, not all
             end = log.log_end_offset
             records = sum(f.records for f in plan[tp])
             published.append(PublishedPartition(tp[0], tp[1], start, end, records))
