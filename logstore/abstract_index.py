@@ -81,7 +81,14 @@ class AbstractIndex(Generic[E]):
             self._max_entries = length // size
             self._max_index_size = max_index_size if max_index_size >= size else length
         else:
-            self._file = open(self.path, "rb")  # noqa: SIM115 - lives as long as the index
+            try:
+                self._file = open(self.path, "rb")  # noqa: SIM115 - lives as long as the index
+            except FileNotFoundError:
+                # A reader may not rebuild anything: a missing index (a hand-made or
+                # half-copied Kafka dir) reads as an empty one, so lookups start at the
+                # segment's first batch and scan forward, which is slower but exact.
+                logger.debug("index %s is missing: reading it as empty", self.path)
+                self._file = open(os.devnull, "rb")  # noqa: SIM115
             self._length = os.fstat(self._file.fileno()).st_size
             self._max_entries = self._length // size
             self._max_index_size = self._length

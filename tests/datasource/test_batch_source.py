@@ -177,9 +177,7 @@ def test_a_log_dir_written_by_kafka_python_reads_identically(spark, tmp_path):
         struct.pack_into(">q", batch, 0, offset - 7)  # the broker's job: the base offset
         log += batch
     (part / f"{0:020d}.log").write_bytes(bytes(log))
-    # Kafka always has both indexes; empty ones are valid (a reader seeks from the start).
-    (part / f"{0:020d}.index").write_bytes(b"")
-    (part / f"{0:020d}.timeindex").write_bytes(b"")
+    # No index files at all: a reader treats them as empty and scans from the start.
     for name in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint"):
         _write_checkpoint(tmp_path, name, {("foreign", 0): offset})
     _write_checkpoint(tmp_path, "log-start-offset-checkpoint", {("foreign", 0): 0})

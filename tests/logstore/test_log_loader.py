@@ -317,3 +317,20 @@ def test_recovery_keeps_legacy_messages_shorter_than_a_v2_header(tmp_path):
         assert (part / "00000000000000000000.log").stat().st_size == len(data)
     finally:
         log.close()
+
+
+def test_read_only_reader_without_index_files_reads_everything(tmp_path):
+    """A reader may not rebuild indexes: missing ones read as empty (scan from the start)."""
+    part = tmp_path / "t-0"
+    part.mkdir()
+    data = batch(5, base_offset=0) + batch(5, base_offset=5)
+    (part / "00000000000000000000.log").write_bytes(data)
+    reader = Log.open(part, LogConfig.from_properties(), clock=MockClock(), read_only=True)
+    try:
+        reader.update_high_watermark(10)
+        chunks = b"".join(bytes(c) for c in reader.read_chunks(5, 10))
+        assert [h.base_offset for h in iter_batch_headers(chunks)] == [5]
+        assert reader.offset_for_timestamp(0) == 0
+        assert not (part / "00000000000000000000.index").exists()  # nothing written
+    finally:
+        reader.close()
