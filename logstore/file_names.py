@@ -26,6 +26,9 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 TOPIC_CONFIG_FILE = "seglog-topic.properties"
+SINK_STATE_DIR = ".seglog-sink"
+"""The exactly-once sink's staging files and ledgers (same filesystem as the logs, so a
+publish is a rename away; no reader looks inside)."""
 """Per-partition copy of the topic's config overrides (Kafka keeps them in the controller)."""
 
 DELETE_DIR_SUFFIX = "-delete"

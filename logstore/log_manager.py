@@ -76,6 +76,7 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
+    SINK_STATE_DIR,
     delete_dir_name,
     is_delete_dir_name,
     parse_partition_dir_name,
@@ -326,6 +327,8 @@ class LogManager:
             if name.endswith(DELETE_DIR_SUFFIX) and is_delete_dir_name(name):
                 with self._lock:
                     self._pending_deletes.append((Path(entry.path), 0))
+                continue
+            if name == SINK_STATE_DIR:  # the exactly-once sink's own state
                 continue
             if name.startswith(_STAGING_PREFIX):
                 if not self.read_only:  # a create_topic that crashed before its rename

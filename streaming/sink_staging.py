@@ -52,7 +52,7 @@ from seglog.logstore.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.file_names import partition_dir_name
+from seglog.logstore.file_names import SINK_STATE_DIR, partition_dir_name
 from seglog.logstore.topics import validate_topic_name
 
 from .partitioner import assign_partitions
@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["StagedFragment", "StagedTask", "PartitionStager", "producer_fields",
            "producer_id_of", "staging_root", "sink_state_dir", "SINK_DIR"]
 
-SINK_DIR = ".seglog-sink"
+SINK_DIR = SINK_STATE_DIR
 """The sink's private directory inside each log dir (staging files and ledgers)."""
 STAGING_SUFFIX = ".stage"
 MAX_BATCH_ID = (1 << 46) - 1

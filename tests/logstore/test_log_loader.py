@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_batches import BASE_TS, batch
+
 from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig

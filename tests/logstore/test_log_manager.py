@@ -790,3 +790,15 @@ class LogManagerModel(RuleBasedStateMachine):
 LogManagerModel.TestCase.settings = settings(max_examples=10, stateful_step_count=12,
                                              deadline=None)
 test_log_manager_model = LogManagerModel.TestCase
+
+
+def test_the_sink_state_dir_is_known_and_not_warned_about(tmp_path, caplog):
+    from seglog.logstore.file_names import SINK_STATE_DIR
+
+    (tmp_path / SINK_STATE_DIR / "staging").mkdir(parents=True)
+    (tmp_path / "stray-dir").mkdir()
+    with caplog.at_level("WARNING", logger="seglog.logstore.log_manager"), \
+            LogManager([tmp_path]) as mgr:
+        assert mgr.topics() == []
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "stray-dir" in warned and SINK_STATE_DIR not in warned
