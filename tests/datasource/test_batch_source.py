@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import struct
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pyarrow as pa
@@ -193,19 +196,23 @@ def test_a_log_dir_written_by_kafka_python_reads_identically(spark, tmp_path):
     assert [r.ms for r in ms] == [e[3] for e in expected]
 
 
-def test_auto_registration_lookup_finds_seglog():
-    """PySpark's lookup (``lookup_data_sources``) registers top-level ``pyspark_*`` modules."""
-    from importlib import import_module
-    from pkgutil import iter_modules
-
-    from pyspark.sql.datasource import DataSource
-
-    found = {}
-    for info in iter_modules():
-        if info.name.startswith("pyspark_"):
-            mod = import_module(info.name)
-            if hasattr(mod, "DefaultSource") and issubclass(mod.DefaultSource, DataSource):
-                found[mod.DefaultSource.name()] = mod.DefaultSource
-    from seglog.datasource import SeglogDataSource
-
-    assert found.get("seglog") is SeglogDataSource
+def test_auto_registration_lookup_finds_seglog(tmp_path):
+    """PySpark's lookup (``lookup_data_sources``) registers top-level ``pyspark_*`` modules
+    found by ``pkgutil.iter_modules()``; run it outside the checkout, so only the install
+    (not the current directory) can provide ``pyspark_seglog``."""
+    code = textwrap.dedent("""
+        from importlib import import_module
+        from pkgutil import iter_modules
+        from pyspark.sql.datasource import DataSource
+        found = {}
+        for info in iter_modules():
+            if info.name.startswith("pyspark_"):
+                mod = import_module(info.name)
+                if hasattr(mod, "DefaultSource") and issubclass(mod.DefaultSource, DataSource):
+                    found[mod.DefaultSource.name()] = mod.DefaultSource
+        print(found["seglog"].__module__, found["seglog"].__qualname__)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["seglog.datasource.data_source", "SeglogDataSource"]

@@ -6,9 +6,9 @@ cluster runs in its own Python process. That fresh session also never calls
 ``pyspark_seglog`` auto-registration, with filter pushdown left at Spark's default (off).
 
 PySpark finds ``pyspark_*`` modules with ``pkgutil.iter_modules()``, which scans
-``sys.path`` directories only. This checkout is installed in editable mode through an
-import hook, which ``iter_modules`` cannot see, so the subprocess gets a ``PYTHONPATH``
-directory holding a link to ``pyspark_seglog`` — what a regular (wheel) install provides.
+``sys.path`` directories only: ``run.py`` installs seglog in strict editable mode (a link
+tree on ``sys.path``) so that this works as it does for a wheel install. The subprocess
+runs outside the checkout, so the current directory cannot stand in for the install.
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-import pyspark_seglog
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 
@@ -77,12 +75,8 @@ def test_reads_run_in_separate_executor_processes(tmp_path):
             mgr.append("c", p, encode_batches(
                 pa.array([f"c-{p}-{i}".encode() for i in range(5000)], pa.binary()),
                 max_batch_bytes=4096))
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "pyspark_seglog").symlink_to(Path(pyspark_seglog.__file__).parent)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+           "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(log_dir), str(tmp_path / "out")],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
