@@ -44,6 +44,13 @@ import pyarrow as pa
 from seglog.logstore.errors import ConfigError, InvalidTopicError
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
+from .option_values import (
+    option_bool,
+    option_non_negative_int,
+    option_positive_int,
+    parse_log_dirs,
+)
+
 __all__ = ["SinkOptions", "SinkColumns", "COMPRESSION_TYPES", "TOPIC_CONFIG_PREFIX"]
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -110,15 +117,17 @@ class SinkOptions:
             raise ConfigError(f"invalid topic config option "
                               f"({TOPIC_CONFIG_PREFIX}<name>): {e}") from None
         return cls(
-            log_dirs=_log_dirs(opts),
+            log_dirs=parse_log_dirs(opts),
             topic=topic,
             compression=compression,
-            create_topics=_bool(opts, "createTopics", True),
-            num_partitions=_positive_int(opts, "numPartitions", 1),
+            create_topics=option_bool(opts, "createTopics", True),
+            num_partitions=option_positive_int(opts, "numPartitions", 1),
             topic_config=topic_config,
-            max_batch_bytes=_positive_int(opts, "maxBatchBytes", DEFAULT_MAX_BATCH_BYTES),
-            lock_timeout_ms=_non_negative_int(opts, "lockTimeoutMs", DEFAULT_LOCK_TIMEOUT_MS),
-            maintenance_interval_ms=_non_negative_int(
+            max_batch_bytes=option_positive_int(opts, "maxBatchBytes",
+                                                DEFAULT_MAX_BATCH_BYTES),
+            lock_timeout_ms=option_non_negative_int(opts, "lockTimeoutMs",
+                                                    DEFAULT_LOCK_TIMEOUT_MS),
+            maintenance_interval_ms=option_non_negative_int(
                 opts, "maintenanceIntervalMs", DEFAULT_MAINTENANCE_INTERVAL_MS),
             checkpoint_location=opts.get("checkpointLocation"),
         )
@@ -204,51 +213,3 @@ class SinkColumns:
         if "topic" not in found and default_topic is None:
             raise ConfigError("no topic: give the option 'topic' or a 'topic' column")
         return cls(**found)
-
-
-# ---------------------------------------------------------------------------- helpers
-def _log_dirs(opts: Mapping[str, str]) -> tuple[str, ...]:
-    if "path" in opts and "logDirs" in opts:
-        raise ConfigError("options 'path' and 'logDirs' conflict: give the log dirs once")
-    name = "logDirs" if "logDirs" in opts else "path"
-    dirs = tuple(d.strip() for d in opts.get(name, "").split(",") if d.strip())
-    if not dirs:
-        raise ConfigError("option 'path' (or 'logDirs') is required: the seglog log dir(s)")
-    if len(set(dirs)) != len(dirs):
-        raise ConfigError(f"option {name!r} lists a log dir twice: {opts[name]!r}")
-    return dirs
-
-
-def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    if name not in opts:
-        return default
-    text = opts[name].strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: "
-                          "expected true or false")
-    return text == "true"
-
-
-def _int(opts: Mapping[str, str], name: str, default: int) -> int:
-    if name not in opts:
-        return default
-    try:
-        return int(opts[name].strip())
-    except ValueError:
-        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: "
-                          "expected an integer") from None
-
-
-def _positive_int(opts: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(opts, name, default)
-    if value <= 0:
-        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: must be positive")
-    return value
-
-
-def _non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(opts, name, default)
-    if value < 0:
-        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: "
-                          "must not be negative")
-    return value

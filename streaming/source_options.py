@@ -20,6 +20,12 @@ from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
 
+from .option_values import (
+    option_bool,
+    option_positive_int,
+    parse_log_dirs,
+)
+
 EARLIEST = -2
 """In JSON offsets, ``-2`` means the earliest offset of the partition (as in Kafka)."""
 LATEST = -1
@@ -180,8 +186,8 @@ class SourceOptions:
 
         starting = _parse_start(opts, streaming)
         ending = _parse_end(opts) if not streaming else Latest()
-        min_rows = _positive_int(opts, "minOffsetsPerTrigger")
-        max_rows = _positive_int(opts, "maxOffsetsPerTrigger")
+        min_rows = option_positive_int(opts, "minOffsetsPerTrigger")
+        max_rows = option_positive_int(opts, "maxOffsetsPerTrigger")
         if min_rows is not None and max_rows is not None and min_rows > max_rows:
             raise ConfigError(
                 f"option 'minOffsetsPerTrigger' ({min_rows}) must not exceed "
@@ -194,7 +200,7 @@ class SourceOptions:
                 "expected error or latest"
             )
         return cls(
-            log_dirs=_parse_log_dirs(opts),
+            log_dirs=parse_log_dirs(opts),
             subscription=_parse_subscription(opts),
             starting=starting,
             ending=ending,
@@ -206,11 +212,11 @@ class SourceOptions:
                 if "maxTriggerDelay" in opts
                 else 15 * 60 * 1000
             ),
-            max_bytes_per_trigger=_positive_int(opts, "maxBytesPerTrigger"),
-            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-            include_headers=_bool(opts, "includeHeaders", False),
-            min_partitions=_positive_int(opts, "minPartitions"),
-            max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
+            max_bytes_per_trigger=option_positive_int(opts, "maxBytesPerTrigger"),
+            fail_on_data_loss=option_bool(opts, "failOnDataLoss", True),
+            include_headers=option_bool(opts, "includeHeaders", False),
+            min_partitions=option_positive_int(opts, "minPartitions"),
+            max_records_per_partition=option_positive_int(opts, "maxRecordsPerPartition"),
             streaming=streaming,
         )
 
@@ -219,7 +225,7 @@ def include_headers(options: Mapping[str, Any]) -> bool:
     """Only ``includeHeaders`` (any case), for the schema, which needs nothing else."""
     for k, v in options.items():
         if str(k).lower() == "includeheaders" and v is not None:
-            return _bool({"includeHeaders": str(v)}, "includeHeaders", False)
+            return option_bool({"includeHeaders": str(v)}, "includeHeaders", False)
     return False
 
 
@@ -249,45 +255,12 @@ def parse_duration_ms(text: str, option: str) -> int:
     return ms
 
 
-def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    if name not in opts:
-        return default
-    text = opts[name].strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(
-            f"invalid value {opts[name]!r} for option {name!r}: expected true or false"
-        )
-    return text == "true"
 
 
-def _int(opts: Mapping[str, str], name: str) -> int | None:
-    if name not in opts:
-        return None
-    try:
-        return int(opts[name].strip())
-    except ValueError:
-        raise ConfigError(
-            f"invalid value {opts[name]!r} for option {name!r}: expected an integer"
-        ) from None
 
 
-def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
-    value = _int(opts, name)
-    if value is not None and value <= 0:
-        raise ConfigError(f"invalid value {opts[name]!r} for option {name!r}: must be positive")
-    return value
 
 
-def _parse_log_dirs(opts: Mapping[str, str]) -> tuple[str, ...]:
-    if "path" in opts and "logDirs" in opts:
-        raise ConfigError("options 'path' and 'logDirs' conflict: give the log dirs once")
-    name = "logDirs" if "logDirs" in opts else "path"
-    dirs = tuple(d.strip() for d in opts.get(name, "").split(",") if d.strip())
-    if not dirs:
-        raise ConfigError("option 'path' (or 'logDirs') is required: the seglog log dir(s)")
-    if len(set(dirs)) != len(dirs):
-        raise ConfigError(f"option {name!r} lists a log dir twice: {opts[name]!r}")
-    return dirs
 
 
 def _parse_subscription(opts: Mapping[str, str]) -> Subscription:
