@@ -42,9 +42,8 @@ from .file_names import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    index_file,
+    offset_file_name,
     parse_segment_file_name,
-    time_index_file,
 )
 from .log_segment import LogSegment
 
@@ -154,6 +153,8 @@ class LogLoader:
             if parsed is None:
                 continue
             base, _ext, tmp = parsed
+            if not tmp:
+                continue
             path = self.dir / name
             if tmp == DELETED_SUFFIX:
                 self._unlink(path, "deleted before a restart")
@@ -191,20 +192,27 @@ class LogLoader:
     # -- pass 3: segment files ------------------------------------------------------------
 
     def _load_segment_files(self) -> tuple[list[LogSegment], list[LogSegment]]:
+        # One listing answers every "does this file exist" question, and the length
+        # checks use plain string paths: a clean open costs a few microseconds per
+        # segment, so a commit that loads a long partition stays cheap.
         names = os.listdir(self.dir)
-        logs = set(list_segment_bases(self.dir))
-        for name in names:
-            parsed = parse_segment_file_name(name)
-            if (parsed is not None and not parsed[2]
-                    and parsed[1] in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-                    and parsed[0] not in logs):
+        parsed = [(name, parse_segment_file_name(name)) for name in names]
+        logs = {p[0] for _n, p in parsed if p is not None and p[1] == LOG_SUFFIX and not p[2]}
+        indexes: set[tuple[int, str]] = set()
+        for name, p in parsed:
+            if p is None or p[2] or p[1] not in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                continue
+            if p[0] in logs:
+                indexes.add((p[0], p[1]))
+            else:
                 self._unlink(self.dir / name, "an index without its .log")
         segments: list[LogSegment] = []
         needs_recovery: list[LogSegment] = []
         bases = sorted(logs)
+        dir_str = str(self.dir)
         for i, base in enumerate(bases):
-            missing_index = not index_file(self.dir, base).exists()
-            missing_time_index = not time_index_file(self.dir, base).exists()
+            missing_index = (base, INDEX_SUFFIX) not in indexes
+            missing_time_index = (base, TIME_INDEX_SUFFIX) not in indexes
             seg = self._open_segment(base)
             segments.append(seg)
             if missing_time_index:
@@ -216,16 +224,20 @@ class LogLoader:
                 needs_recovery.append(seg)
                 continue
             try:
-                seg.sanity_check() if i == len(bases) - 1 else self._cheap_check(seg)
+                if i == len(bases) - 1:
+                    seg.sanity_check()
+                else:
+                    self._cheap_check(dir_str, base)
             except CorruptIndexError as e:
                 logger.warning("%s", e)
                 needs_recovery.append(seg)
         return segments, needs_recovery
 
     @staticmethod
-    def _cheap_check(seg: LogSegment) -> None:
+    def _cheap_check(dir_str: str, base: int) -> None:
         """Index file lengths only (no reads), for the segments before the last one."""
-        for path, entry_size in ((seg.paths()[1], 8), (seg.paths()[2], 12)):
+        for suffix, entry_size in ((INDEX_SUFFIX, 8), (TIME_INDEX_SUFFIX, 12)):
+            path = os.path.join(dir_str, offset_file_name(base, suffix))
             length = os.stat(path).st_size
             if length % entry_size:
                 raise CorruptIndexError(

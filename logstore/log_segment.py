@@ -133,7 +133,7 @@ class LogSegment:
     def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
                  created_ms: int = 0, file_suffix: str = "", read_only: bool = False) -> None:
-        self.dir = Path(dir_)
+        self.dir = dir_ if isinstance(dir_, Path) else Path(dir_)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
