@@ -42,7 +42,6 @@ from .file_names import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    offset_file_name,
     parse_segment_file_name,
 )
 from .log_segment import LogSegment
@@ -89,12 +88,12 @@ class LogLoader:
         self.read_only = read_only
         self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
 
-    def _open_segment(self, base: int, suffix: str = "") -> LogSegment:
+    def _open_segment(self, base: int, suffix: str = "", *, lazy: bool = False) -> LogSegment:
         cfg = self.config
         return LogSegment.open(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
                                max_index_size=cfg.segment_index_bytes,
                                created_ms=self.clock.milliseconds(), file_suffix=suffix,
-                               read_only=self.read_only)
+                               read_only=self.read_only, lazy=lazy)
 
     def load(self) -> LoadedLog:
         if not self.dir.is_dir():
@@ -209,11 +208,10 @@ class LogLoader:
         segments: list[LogSegment] = []
         needs_recovery: list[LogSegment] = []
         bases = sorted(logs)
-        dir_str = str(self.dir)
         for i, base in enumerate(bases):
             missing_index = (base, INDEX_SUFFIX) not in indexes
             missing_time_index = (base, TIME_INDEX_SUFFIX) not in indexes
-            seg = self._open_segment(base)
+            seg = self._open_segment(base, lazy=i < len(bases) - 1)
             segments.append(seg)
             if missing_time_index:
                 logger.info("creating a missing time index for segment %d of %s",
@@ -223,25 +221,17 @@ class LogLoader:
                 logger.warning("segment %d of %s has no offset index", base, self.dir)
                 needs_recovery.append(seg)
                 continue
+            # Only the active segment's indexes are checked now (Kafka's LazyIndex does
+            # the same): an inactive segment's index is opened on first use, and a
+            # truncated one then holds only its whole entries, a valid prefix.
+            if i < len(bases) - 1:
+                continue
             try:
-                if i == len(bases) - 1:
-                    seg.sanity_check()
-                else:
-                    self._cheap_check(dir_str, base)
+                seg.sanity_check()
             except CorruptIndexError as e:
                 logger.warning("%s", e)
                 needs_recovery.append(seg)
         return segments, needs_recovery
-
-    @staticmethod
-    def _cheap_check(dir_str: str, base: int) -> None:
-        """Index file lengths only (no reads), for the segments before the last one."""
-        for suffix, entry_size in ((INDEX_SUFFIX, 8), (TIME_INDEX_SUFFIX, 12)):
-            path = os.path.join(dir_str, offset_file_name(base, suffix))
-            length = os.stat(path).st_size
-            if length % entry_size:
-                raise CorruptIndexError(
-                    f"index {path} has length {length}, not a multiple of {entry_size}")
 
     # -- pass 4: recovery -----------------------------------------------------------------
 

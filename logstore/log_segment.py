@@ -76,11 +76,24 @@ class _LazyIndex(Generic[IndexT]):
     file per untouched segment instead of three. Thread-safe: ``_lock`` guards
     ``_index`` and ``path``."""
 
-    def __init__(self, factory: Callable[[Path], IndexT], path: Path) -> None:
+    def __init__(self, factory: Callable[[Path], IndexT],
+                 path: Path | Callable[[], Path]) -> None:
         self._factory = factory
-        self.path = path
+        # A function defers building the Path until the index is used (loading a long
+        # partition then builds none for its untouched segments).
+        self._path = path
         self._index: IndexT | None = None
         self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        if callable(self._path):
+            self._path = self._path()
+        return self._path
+
+    @path.setter
+    def path(self, value: Path) -> None:
+        self._path = value
 
     @property
     def is_loaded(self) -> bool:
@@ -132,7 +145,8 @@ class LogSegment:
 
     def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
-                 created_ms: int = 0, file_suffix: str = "", read_only: bool = False) -> None:
+                 created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
+                 lazy: bool = False) -> None:
         self.dir = dir_ if isinstance(dir_, Path) else Path(dir_)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -141,35 +155,71 @@ class LogSegment:
         self.read_only = read_only
         self.file_suffix = file_suffix
         self.log_path = log_file(self.dir, base_offset, file_suffix)
-        try:
-            if read_only:
-                self._file = open(self.log_path, "rb", buffering=0)  # noqa: SIM115
-            else:
-                self._file = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
-        except OSError as e:
-            raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
-        self._size = os.fstat(self._file.fileno()).st_size
+        # ``lazy``: an existing inactive segment opens its ``.log`` (and learns its size)
+        # on first use, so loading a long partition costs no file opens; a sink commit
+        # that loads a partition only to append stays as cheap late in a log as early.
+        # ``_open_lock`` guards ``_handle`` while it is opened.
+        self._open_lock = threading.Lock()
+        self._handle = None
+        self._closed = False
+        self._known_size: int | None = None
+        if not lazy:
+            self._handle = self._open_file()
+            self._known_size = os.fstat(self._handle.fileno()).st_size
         count_nonzero = read_only
         self._offset_index = _LazyIndex(
             lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
                                      count_leading_nonzero=count_nonzero),
-            index_file(self.dir, base_offset, file_suffix))
+            lambda: index_file(self.dir, base_offset, file_suffix))
         self._time_index = _LazyIndex(
             lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
                                    count_leading_nonzero=count_nonzero),
-            time_index_file(self.dir, base_offset, file_suffix))
-        if not read_only and self._size == 0:
+            lambda: time_index_file(self.dir, base_offset, file_suffix))
+        if not lazy and not read_only and self._size == 0:
             # A new segment gets its index files now, preallocated, as Kafka's do.
             try:
                 self._offset_index.get()
                 self._time_index.get()
             except OSError as e:
-                self._file.close()
+                self._handle.close()
                 raise KafkaStorageError(f"cannot create the indexes of {self.log_path}: {e}") \
                     from e
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
+
+    def _open_file(self):
+        try:
+            return open(self.log_path, "rb" if self.read_only else "a+b",  # noqa: SIM115
+                        buffering=0)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
+
+    @property
+    def _file(self):
+        """The open ``.log`` file (opened now if the segment was loaded lazily)."""
+        handle = self._handle
+        if handle is None:
+            with self._open_lock:
+                if self._handle is None:
+                    if self._closed:
+                        raise KafkaStorageError(f"segment {self.log_path} is closed")
+                    self._handle = self._open_file()
+                handle = self._handle
+        return handle
+
+    @property
+    def _size(self) -> int:
+        if self._known_size is None:
+            try:
+                self._known_size = os.stat(self.log_path).st_size
+            except OSError as e:
+                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") from e
+        return self._known_size
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self._known_size = value
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -215,7 +265,7 @@ class LogSegment:
 
     @property
     def closed(self) -> bool:
-        return self._file.closed
+        return self._closed or (self._handle is not None and self._handle.closed)
 
     def _max_timestamp_and_offset(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
@@ -596,8 +646,9 @@ class LogSegment:
                 f"the end of {self.log_path} ({self.size} bytes)")
 
     def flush(self) -> None:
-        """fsync the ``.log`` and both indexes."""
-        if self.read_only or self.closed:
+        """fsync the ``.log`` and both indexes (a lazily loaded segment never opened
+        has written nothing through this process: nothing to flush)."""
+        if self.read_only or self.closed or self._handle is None:
             return
         try:
             os.fsync(self._file.fileno())
@@ -639,14 +690,19 @@ class LogSegment:
             self.flush()
         self._offset_index.close()
         self._time_index.close()
-        self._file.close()
+        self._close_handle()
+
+    def _close_handle(self) -> None:
+        with self._open_lock:
+            self._closed = True
+            if self._handle is not None and not self._handle.closed:
+                self._handle.close()
 
     def close_handlers(self) -> None:
         """Release the files without touching them (before deletion)."""
         self._offset_index.close_handler()
         self._time_index.close_handler()
-        if not self._file.closed:
-            self._file.close()
+        self._close_handle()
 
     def delete(self) -> None:
         """Close and unlink the three files now."""
@@ -664,4 +720,5 @@ class LogSegment:
         self.close()
 
     def __repr__(self) -> str:
-        return f"LogSegment({self.log_path.name}, size={self._size})"
+        size = "?" if self._known_size is None else self._known_size
+        return f"LogSegment({self.log_path.name}, size={size})"
