@@ -178,9 +178,17 @@ class AbstractIndex(Generic[E]):
                     f"index {self.path} cannot take {count} more entries ({self._entries} of "
                     f"{self._max_entries})")
             size = self.ENTRY.size
-            assert self._mmap is not None or count == 0
             if count:
-                self._mmap[self._entries * size:(self._entries + count) * size] = packed
+                # One pwrite, not stores through the mapping: each first store to a page
+                # of a freshly extended file is a write fault that allocates blocks, and
+                # a rebuild touches every page. The mapping is shared, so it sees them.
+                # A descriptor of its own: ours is O_APPEND, where Linux's pwrite
+                # ignores the offset and appends.
+                fd = os.open(self.path, os.O_WRONLY)
+                try:
+                    os.pwrite(fd, packed, self._entries * size)
+                finally:
+                    os.close(fd)
                 self._entries += count
 
     def resize(self, new_size: int) -> bool:
