@@ -39,7 +39,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import OffsetOutOfRangeError
-from seglog.streaming.read_planning import plan_ranges
 from seglog.streaming.source_offsets import (
     ending_offsets,
     initial_offsets,
@@ -48,7 +47,7 @@ from seglog.streaming.source_offsets import (
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
 
-from .stream_reader import read_range
+from .stream_reader import input_partitions, read_input_partition
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +113,10 @@ class SeglogBatchReader(DataSourceReader):
                 )
                 start[tp] = snap.earliest(tp)
         start, end = _prune(start, end, prune, snap.offset_for_timestamp)
-        ranges = plan_ranges(
-            start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
-            fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
-            max_records_per_partition=o.max_records_per_partition,
-        )
-        return [InputPartition(r) for r in ranges]
+        return input_partitions(start, end, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # PySpark plans one InputPartition(None) when partitions() returns none.
-        return read_range(partition.value) if partition.value is not None else iter(())
+        return read_input_partition(partition)
 
 
 class SeglogFilteringBatchReader(SeglogBatchReader):

@@ -135,16 +135,10 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in begin)
             for tp in new:
                 begin[tp] = min(snap.earliest(tp), until[tp])
-        ranges = plan_ranges(
-            begin, until, log_dirs=o.log_dirs, include_headers=o.include_headers,
-            fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
-            max_records_per_partition=o.max_records_per_partition,
-        )
-        return [InputPartition(r) for r in ranges]
+        return input_partitions(begin, until, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        # PySpark plans one InputPartition(None) when there is nothing to read.
-        return read_range(partition.value) if partition.value is not None else iter(())
+        return read_input_partition(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the log is not the query's to trim."""
@@ -154,6 +148,22 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 # ---------------------------------------------------------------------- executors
+def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+                     o: SourceOptions) -> list[InputPartition]:
+    """Offset ranges → Spark input partitions, split as the options say (batch and stream)."""
+    ranges = plan_ranges(
+        start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
+        fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
+        max_records_per_partition=o.max_records_per_partition,
+    )
+    return [InputPartition(r) for r in ranges]
+
+
+def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    # PySpark plans one InputPartition(None) when there is nothing to read.
+    return read_range(partition.value) if partition.value is not None else iter(())
+
+
 def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as Arrow batches in the source's exact Arrow schema.
 

@@ -149,9 +149,9 @@ def test_kafka_client_batches_are_read_by_seglog(codec, builder):
                                          AioLegacyRecordBatchBuilder],
                          ids=["kafka-python", "aiokafka"])
 def test_legacy_message_sets_are_read_by_seglog(magic, codec, builder_cls):
-    if magic == 0 and codec == 3:
-        pytest.skip("0.8-era lz4 needs xxhash in kafka-python/aiokafka; covered by "
-                    "test_legacy_records with a hand-built wrapper")
+    if magic == 0 and codec == 3 and builder_cls is AioLegacyRecordBatchBuilder:
+        pytest.skip("aiokafka refuses to build magic-0 lz4 ('LZ4 is not supported for broker "
+                    "version 0.8/0.9'); kafka-python's builder covers that case")
     keys, values, timestamps, _ = _records(60, seed=3)
     first = 2000
     buf = bytearray()
