@@ -142,7 +142,7 @@ def segment_layout(
                     n = e.name
                     if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
                         entries[int(n[:20])] = e
-        except FileNotFoundError:
+        except FileNotFoundError:  # the partition was deleted since the listing
             continue
         bases = sorted(entries)
         sizes = []

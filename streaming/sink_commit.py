@@ -493,7 +493,7 @@ def sweep_staging(log_dirs: Iterable[str], sink_id: str, up_to_batch: int, *,
             for child in _children(other):
                 try:
                     age_s = now_s - child.stat().st_mtime
-                except FileNotFoundError:
+                except FileNotFoundError:  # swept by its own sink meanwhile
                     continue
                 if age_s * 1000 > ttl_ms:
                     removed += _count_files(child)

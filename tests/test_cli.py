@@ -5,12 +5,12 @@ import subprocess
 import sys
 
 import pyarrow as pa
+
+from seglog.cli import main
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.log import Log
 from seglog.logstore.record_codec import encode_batches
-
-from seglog.cli import main
 
 BASE_TS = 1_700_000_000_000
 

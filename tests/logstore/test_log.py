@@ -5,6 +5,7 @@ import struct
 
 import pytest
 from kafka_batches import BASE_TS, batch
+
 from seglog.logstore.batch_header import iter_batch_headers, read_batch_header
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig

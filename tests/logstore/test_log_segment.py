@@ -4,6 +4,7 @@ import os
 
 import pytest
 from kafka_batches import BASE_TS, batch
+
 from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.file_names import DELETED_SUFFIX
 from seglog.logstore.log_segment import LogSegment

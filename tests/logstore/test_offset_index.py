@@ -5,6 +5,7 @@ import os
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from seglog.logstore.errors import CorruptIndexError, InvalidOffsetError
 from seglog.logstore.offset_index import OffsetIndex, OffsetPosition
 

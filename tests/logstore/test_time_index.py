@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from seglog.logstore.errors import InvalidOffsetError
 from seglog.logstore.time_index import TimeIndex, TimestampOffset
 
