@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from _log_checks import check_partition_files, read_whole_log
+from power_cut import lose_unflushed_tail
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import (
@@ -133,7 +133,9 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
         if not (log_dir / CLEAN_SHUTDOWN_FILE).exists() and rnd.random() < 0.5:
             # a power cut rather than a kill: the unflushed tail is lost or garbled
             for p in range(PARTITIONS):
-                tails_lost += _lose_unflushed_tail(log_dir / f"{TOPIC}-{p}", durable[p], rnd)
+                tails_lost += lose_unflushed_tail(
+                    log_dir / f"{TOPIC}-{p}", durable[p], rnd.random(),
+                    os.urandom(rnd.choice((0, 0, 7, 100, 5000))))
         try:
             with LogManager([log_dir]) as mgr:
                 if TOPIC not in mgr.topics() or len(mgr.partitions(TOPIC)) < PARTITIONS:
@@ -164,28 +166,3 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
 class _LeaveUnclean(Exception):
     pass
 
-
-def _lose_unflushed_tail(dir_: Path, durable_offset: int, rnd: random.Random) -> int:
-    """Cut the segment holding ``durable_offset`` at a random point after it, maybe add
-    junk there, and drop every later segment's files; returns 1 if anything was lost."""
-    segments = sorted(dir_.glob("*.log"))
-    for i, seg in enumerate(segments):
-        nxt = int(segments[i + 1].name[:20]) if i + 1 < len(segments) else None
-        if nxt is not None and nxt <= durable_offset:
-            continue
-        buf = seg.read_bytes()
-        keep = 0
-        for h in iter_batch_headers(buf):
-            if h.base_offset >= durable_offset:
-                break
-            keep = h.end_position
-        if keep >= len(buf) and nxt is None:
-            return 0
-        cut = rnd.randint(keep, len(buf))
-        junk = os.urandom(rnd.choice((0, 0, 7, 100, 5000)))
-        seg.write_bytes(buf[:cut] + junk)
-        for later in segments[i + 1:]:
-            for suffix in (".log", ".index", ".timeindex"):
-                later.with_suffix(suffix).unlink(missing_ok=True)
-        return 1
-    return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from power_cut import lose_unflushed_tail
 
 from seglog.logstore import log_manager as lm
 from seglog.logstore.batch_header import iter_batch_headers, verify_crc
@@ -685,27 +686,6 @@ from hypothesis.stateful import (  # noqa: E402
 )
 
 
-def _lose_tail(dir_, durable_offset: int, cut_fraction: float) -> None:
-    """A power cut: the segment holding ``durable_offset`` is cut somewhere after it and
-    every later segment is gone (nothing past the durable point was fsynced)."""
-    segments = sorted(dir_.glob("*.log"))
-    for i, seg in enumerate(segments):
-        nxt = int(segments[i + 1].name[:20]) if i + 1 < len(segments) else None
-        if nxt is not None and nxt <= durable_offset:
-            continue
-        buf = seg.read_bytes()
-        keep = 0
-        for h in iter_batch_headers(buf):
-            if h.base_offset >= durable_offset:
-                break
-            keep = h.end_position
-        seg.write_bytes(buf[:keep + int((len(buf) - keep) * cut_fraction)])
-        for later in segments[i + 1:]:
-            for suffix in (".log", ".index", ".timeindex"):
-                later.with_suffix(suffix).unlink(missing_ok=True)
-        return
-
-
 class LogManagerModel(RuleBasedStateMachine):
     """Appends (batch sizes per partition), flushes, HW checkpoints, clean reopenings and
     crashes that lose the unflushed tail, against a model: the list of batch sizes
@@ -758,7 +738,7 @@ class LogManagerModel(RuleBasedStateMachine):
     def crash(self, cut):
         self.mgr.__exit__(RuntimeError, None, None)  # no flush claims, no marker
         for p in (0, 1):
-            _lose_tail(self.dir / f"m-{p}", self.durable[p], cut)
+            lose_unflushed_tail(self.dir / f"m-{p}", self.durable[p], cut)
         self.mgr = LogManager([self.dir])
         for p in (0, 1):  # the survivors: whole batches, at least the durable prefix
             end, kept = self.mgr.get_log("m", p).log_end_offset, []
