@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-import crc32c as _crc32c
 import numpy as np
 
 from . import segment_scan
@@ -47,14 +46,14 @@ from .batch_header import (
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
 from .file_names import index_file, log_file, time_index_file
 from .offset_index import OffsetIndex
-from .time_index import NO_TIMESTAMP, TimeIndex
+from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
+from .time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 16 * 1024 * 1024
-_SCAN_CAPACITY = 65_536  # batches per kernel call
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,51 +507,27 @@ class LogSegment:
         number of bytes cut.
 
         Reads 16 MiB chunks; the header walk, the CRCs and the index rule run in numba
-        kernels over a whole chunk (``segment_scan``), Python only per chunk (and per
+        kernels over a whole chunk (``SegmentIndexer``), Python only per chunk (and per
         legacy magic 0/1 message).
         """
         self.offset_index.reset()
         self.time_index.reset()
         fd = self._file.fileno()
         file_size = os.fstat(fd).st_size
-        base = self.base_offset
+        ix = self.indexer(max_message_bytes)
         chunk = np.empty(min(_RECOVERY_CHUNK, max(file_size, 1)), np.uint8)
-        batches = np.empty((_SCAN_CAPACITY, 6), np.int64)
-        oidx = np.empty((self.offset_index.max_entries, 2), np.int64)
-        tidx = np.empty((max(self.time_index.max_entries - 1, 0), 2), np.int64)
-        # since last entry, max ts, its offset, offset entries, time entries, last entry ts
-        state = np.array([0, NO_TIMESTAMP, base, 0, 0, NO_TIMESTAMP], np.int64)
-        hardware = segment_scan.hardware_crc()
-        next_offset = base
-        valid_end = 0  # file position after the last valid batch
-        first_ts: int | None = None
         reason = ""
         chunk_pos = 0
         while chunk_pos < file_size:
             n = os.preadv(fd, [chunk], chunk_pos)
-            count, p, status, code = segment_scan.scan_headers(
-                chunk, n, base, next_offset, max_message_bytes, batches)
-            if count:
-                good = (segment_scan.batch_crcs(chunk, batches, count) if hardware
-                        else self._python_crcs(chunk, batches, count))
-                if good < count:
-                    reason, status = "a CRC mismatch", segment_scan.INVALID
-                    p = int(batches[good, 0])
-                if good:
-                    segment_scan.index_entries(batches, good, chunk_pos, base,
-                                               self.index_interval_bytes, state, oidx, tidx)
-                    if first_ts is None:
-                        first_ts = int(batches[0, 4])
-                    next_offset = int(batches[good - 1, 3]) + 1
-                    valid_end = chunk_pos + int(batches[good - 1, 0] + batches[good - 1, 1])
+            p, status, reason = ix.scan(chunk, n, chunk_pos)
             if status == segment_scan.INVALID:
-                reason = reason or segment_scan.REASONS[code]
                 break
             if status == segment_scan.LEGACY:
                 h, reason = self._legacy_batch(memoryview(chunk)[:n], p, n, chunk_pos, file_size,
                                                max_message_bytes)
-                if h is not None and (h.base_offset < next_offset
-                                      or h.last_offset - base > INT32_MAX):
+                if h is not None and (h.base_offset < ix.next_offset
+                                      or h.last_offset - self.base_offset > INT32_MAX):
                     h, reason = None, segment_scan.REASONS[segment_scan.REASON_OFFSETS]
                 if h is None:
                     if reason:
@@ -560,17 +535,11 @@ class LogSegment:
                     chunk = np.empty(len(chunk) * 2, np.uint8)  # larger than a chunk
                     chunk_pos += p
                     continue
-                one = np.array([[p, h.size, h.base_offset, h.last_offset, h.max_timestamp,
-                                 h.crc]], np.int64)
-                segment_scan.index_entries(one, 1, chunk_pos, base, self.index_interval_bytes,
-                                           state, oidx, tidx)
-                if first_ts is None:
-                    first_ts = h.max_timestamp
-                next_offset = h.last_offset + 1
+                ix.add_batch(chunk_pos + p, h.size, h.base_offset, h.last_offset,
+                             h.max_timestamp, h.crc)
                 chunk_pos += p + h.size
-                valid_end = chunk_pos
                 continue
-            if p == 0 and count == 0:
+            if p == 0:
                 if chunk_pos + n >= file_size:
                     reason = "a partial batch at the end of the file"
                     break
@@ -578,29 +547,32 @@ class LogSegment:
                 chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)  # one huge batch
                 continue
             chunk_pos += p
-        self.offset_index.load_entries(oidx[:state[3]])
-        self.time_index.load_entries(tidx[:state[4]])
-        self._bytes_since_last_index_entry = int(state[0])
-        self._max_ts_and_offset = (int(state[1]), int(state[2]))
-        self._rolling_based_timestamp = first_ts
-        truncated = file_size - valid_end
+        truncated = file_size - ix.valid_end
         if truncated:
             logger.warning("recovery of %s: %s at position %d (offset %d); cutting %d bytes",
-                           self.log_path, reason or "trailing bytes", valid_end, next_offset,
-                           truncated)
-            os.ftruncate(fd, valid_end)
-        self._size = valid_end
+                           self.log_path, reason or "trailing bytes", ix.valid_end,
+                           ix.next_offset, truncated)
+            os.ftruncate(fd, ix.valid_end)
+        self.adopt_indexes(ix)
         return truncated
 
-    @staticmethod
-    def _python_crcs(chunk: np.ndarray, batches: np.ndarray, count: int) -> int:
-        """``segment_scan.batch_crcs`` without SSE4.2: the crc32c package per batch."""
-        view = memoryview(chunk)
-        for k in range(count):
-            start, size = int(batches[k, 0]), int(batches[k, 1])
-            if _crc32c.crc32c(view[start + 21:start + size]) != batches[k, 5]:
-                return k
-        return count
+    def indexer(self, max_message_bytes: int,
+                scan_capacity: int = SCAN_CAPACITY) -> SegmentIndexer:
+        """A ``SegmentIndexer`` for this segment's batches (its indexes must be empty)."""
+        return SegmentIndexer(self.base_offset, self.index_interval_bytes, max_message_bytes,
+                              (self.offset_index.max_entries,
+                               max(self.time_index.max_entries - 1, 0)), scan_capacity)
+
+    def adopt_indexes(self, ix: SegmentIndexer) -> None:
+        """Take the index entries and state ``ix`` gathered over this segment's whole
+        ``.log`` (its indexes reset): what appending its batches would have left. The
+        cleaner writes a ``.cleaned`` segment's file itself and ends with this."""
+        self.offset_index.load_entries(ix.offset_entries)
+        self.time_index.load_entries(ix.time_entries)
+        self._bytes_since_last_index_entry = ix.bytes_since_last_entry
+        self._max_ts_and_offset = ix.max_timestamp
+        self._rolling_based_timestamp = ix.first_timestamp
+        self._size = ix.valid_end
 
     def _legacy_batch(self, view, p: int, n: int, chunk_pos: int, file_size: int,
                       max_message_bytes: int) -> tuple[BatchHeader | None, str]:
