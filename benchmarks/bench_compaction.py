@@ -16,9 +16,8 @@ values, ~16 KiB batches, ``segment.bytes`` 16 MiB, one codec). Each repeat then:
 Both rates are MB/s of input segments (page cache warm for both). Prints the best of
 ``--repeat`` for each and the ratio cleaner/copy (goal >= 0.5). A last, untimed pass runs
 under ``tracemalloc`` with a new cleaner and prints the peak of traced allocations (numpy
-and Python: the map, chunk buffers, and the segment's index-rebuild scratch arrays, which
-are allocated for a full ``segment.index.bytes`` index but mostly never touched) next to
-the configured ``log.cleaner.dedupe.buffer.size``.
+and Python: the map, the read buffer, the output buffer, batch tables and per-record
+scratch) next to the configured ``log.cleaner.dedupe.buffer.size``.
 """
 
 from __future__ import annotations

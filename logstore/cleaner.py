@@ -62,10 +62,9 @@ from pathlib import Path
 
 import numpy as np
 
+from . import segment_scan
 from .batch_header import (
     COMPRESSION_MASK,
-    CONTROL_MASK,
-    DELETE_HORIZON_MASK,
     LOG_OVERHEAD,
     V2_ATTRIBUTES_OFFSET,
     V2_HEADER_SIZE,
@@ -78,22 +77,32 @@ from .cleaner_batches import (
     _UINT32,
     B_ATTRS,
     B_BASE,
-    B_BASE_TS,
     B_COUNT,
+    B_CRC,
     B_LAST,
     B_POS,
     B_SIZE,
+    C_COPIED,
+    C_DROPPED,
+    C_NEXT_OFFSET,
+    C_PENDING_HORIZON,
+    C_RECORDS,
+    C_RETAINED,
+    C_REWRITTEN,
+    C_TOMBSTONES_REMOVED,
     COPY,
     DROP,
+    MAX_CHUNK_BATCHES,
+    NO_HORIZON,
     REWRITE,
     Chunk,
     ChunkBuffers,
     decompressed,
     empty_batch,
+    filter_batches,
+    map_batches,
     rebuilt_batch,
-    scan_chunk,
     segment_chunks,
-    write_batches,
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .compression import compress
@@ -103,6 +112,7 @@ from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from .log_segment import INT32_MAX, LogSegment
 from .offset_map import OffsetMap, hash_keys, valid_mask
 from .record_codec import decode_batches
+from .segment_indexer import first_crc_mismatch
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +216,32 @@ def group_segments(segments: Sequence[_SegInfo], max_size: int,
     return groups
 
 
+def _malformed(seg: LogSegment, table: np.ndarray, b: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"{seg.log_path}: the batch at offsets {table[b, B_BASE]}..{table[b, B_LAST]} has "
+        "a malformed record or a record count that does not match its bytes")
+
+
+def _check_rewritten_crcs(seg: LogSegment, chunk: memoryview, table: np.ndarray,
+                          action: np.ndarray) -> None:
+    """A rewritten batch gets a new CRC: its old one is checked first, so that corrupt
+    bytes are never given a valid CRC. (Batches copied as they are are checked in the
+    output by ``_CleanedFile``; a dropped batch leaves nothing behind.)"""
+    rewritten = np.flatnonzero(action == REWRITE)
+    if not len(rewritten):
+        return
+    rows = np.zeros((len(rewritten), 6), np.int64)
+    rows[:, 0] = table[rewritten, B_POS]
+    rows[:, 1] = table[rewritten, B_SIZE]
+    rows[:, 5] = table[rewritten, B_CRC]
+    bad = first_crc_mismatch(np.frombuffer(chunk, np.uint8), rows, len(rows))
+    if bad < len(rows):
+        b = int(rewritten[bad])
+        raise CorruptRecordError(
+            f"{seg.log_path}: CRC mismatch in the batch at offsets {table[b, B_BASE]}.."
+            f"{table[b, B_LAST]}; nothing was swapped in")
+
+
 def _write_fully(fd: int, data, path: Path) -> None:
     view = memoryview(data)
     try:
@@ -213,6 +249,53 @@ def _write_fully(fd: int, data, path: Path) -> None:
             view = view[os.write(fd, view):]
     except OSError as e:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
+
+
+class _CleanedFile:
+    """A ``.cleaned`` segment's file as the cleaner writes it. Every piece is checked and
+    indexed in memory before it is written (``SegmentIndexer``: sizes, increasing offsets,
+    CRCs), so nothing is swapped in unchecked and the file is never read back. Legacy
+    messages, which the indexer leaves to its caller, make the segment recover from its
+    file instead."""
+
+    def __init__(self, segment: LogSegment) -> None:
+        self.segment = segment
+        self.size = 0
+        self._legacy = False
+        # A piece holds at most one chunk's batches: a smaller header table will do.
+        self._indexer = segment.indexer(INT32_MAX, scan_capacity=MAX_CHUNK_BATCHES + 1)
+        self._fd = os.open(segment.log_path, os.O_WRONLY | os.O_APPEND)
+
+    def write(self, data) -> None:
+        if not self._legacy:
+            u8 = np.frombuffer(data, np.uint8)
+            end, status, reason = self._indexer.scan(u8, len(u8), self.size)
+            if status == segment_scan.LEGACY:
+                self._legacy = True
+            elif status == segment_scan.INVALID or end != len(u8):
+                raise CorruptRecordError(
+                    f"the cleaned segment {self.segment.log_path} failed its check at "
+                    f"position {self.size + end}: {reason or 'a partial batch'}; nothing "
+                    "was swapped in")
+        _write_fully(self._fd, data, self.segment.log_path)
+        self.size += len(data)
+
+    def finish(self) -> None:
+        """Close the file and give the segment its indexes and size."""
+        self.close()
+        if not self._legacy:
+            self.segment.adopt_indexes(self._indexer)
+            return
+        cut = self.segment.recover(INT32_MAX)
+        if cut:
+            raise CorruptRecordError(
+                f"the cleaned segment {self.segment.log_path} failed its check ({cut} bytes "
+                "cut); nothing was swapped in")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 # --------------------------------------------------------------------------- cleaner
@@ -436,36 +519,34 @@ class LogCleaner:
                           stats: CleanerStats) -> int:
         """Put the dirty records into the map; returns the offset it stopped at."""
         start, bound = r.first_dirty_offset, r.first_uncleanable_offset
+        bufs = self._buffers()
         for seg in log.segments[:-1]:
             if seg.base_offset >= bound:
                 break
-            for chunk in segment_chunks(seg, self._buffers()):
+            for chunk in segment_chunks(seg, bufs):
                 if chunk.last_offset < start:
                     continue
-                scanned = None
-                if chunk.table is not None:
-                    plain = decompressed(chunk.view, chunk.table, self._buffers())
-                    view, table = plain if plain else (chunk.view, chunk.table)
-                    scanned = scan_chunk(np.frombuffer(view, np.uint8), table)
-                if scanned is not None:
-                    offsets = scanned.offsets
-                    wanted = (offsets >= start) & (offsets < bound)
-                    if not wanted.all():
-                        offsets = offsets[wanted]
-                        hashes, valid = scanned.hashes[wanted], scanned.key_valid[wanted]
-                    else:
-                        hashes, valid = scanned.hashes, scanned.key_valid
-                else:
+                if chunk.table is None:  # legacy messages
                     rec = decode_batches(chunk.view, start_offset=start, end_offset=bound,
                                          include_headers=False)
                     offsets = rec.column("offset").to_numpy()
                     hashes, valid = hash_keys(rec.column("key"))
-                if len(offsets) == 0:
+                    consumed = omap.put_hashes(hashes, valid, offsets)
+                    stats.map_records += consumed
+                    if consumed < len(offsets):
+                        return int(offsets[consumed])
                     continue
-                consumed = omap.put_hashes(hashes, valid, offsets)
+                plain = decompressed(chunk.view, chunk.table, bufs)
+                view, table = plain if plain else (chunk.view, chunk.table)
+                status, size, consumed, stop, last = map_batches(
+                    np.frombuffer(view, np.uint8), table, len(table), start, bound,
+                    omap.table, omap.size, omap.capacity, bufs.records(table))
+                omap.note_put(size, last)
                 stats.map_records += consumed
-                if consumed < len(offsets):
-                    return int(offsets[consumed])
+                if status < 0:
+                    raise _malformed(seg, table, -status - 1)
+                if status == 1:
+                    return stop
         return bound
 
     def _clean_group(self, log, old: list[LogSegment], omap: OffsetMap, end_offset: int,
@@ -474,10 +555,7 @@ class LogCleaner:
         for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
             path.unlink(missing_ok=True)  # left by a failed pass of this process
         cleaned = log.new_segment(base)
-        # The filtered batches go straight into the .cleaned file; the segment then
-        # rebuilds its indexes with its recovery kernels, which also check every batch
-        # written (sizes, increasing offsets, CRCs) before anything is swapped in.
-        fd = os.open(cleaned.log_path, os.O_WRONLY | os.O_APPEND)
+        out_file = _CleanedFile(cleaned)
         try:
             last: Chunk | None = None
             written_next = base
@@ -485,78 +563,52 @@ class LogCleaner:
             for seg in old:
                 for chunk in segment_chunks(seg, self._buffers()):
                     if chunk.table is not None:
-                        out, nxt = self._filter_scanned(chunk.view, chunk.table, omap,
+                        out, nxt = self._filter_scanned(seg, chunk.view, chunk.table, omap,
                                                         end_offset, now, drm, stats, pending)
                     else:
                         out, nxt = self._filter_chunk(chunk.view, chunk.headers, omap,
                                                       end_offset, now, drm, stats, pending)
                     if out:
-                        _write_fully(fd, out, cleaned.log_path)
-                        stats.bytes_written += len(out)
+                        out_file.write(out)
                         written_next = nxt
                     stats.bytes_read += len(chunk.view)
                     last = chunk
             last_header = last.last_header() if last is not None else None
             if (last_header is not None and last_header.magic == 2
                     and written_next <= last_header.last_offset):
-                empty = empty_batch(last.view, last_header)
-                _write_fully(fd, empty, cleaned.log_path)
-                stats.bytes_written += len(empty)
-            os.close(fd)
-            fd = -1
-            cut = cleaned.recover(INT32_MAX)
-            if cut:
-                raise CorruptRecordError(
-                    f"the cleaned segment {cleaned.log_path} failed its check ({cut} bytes "
-                    "cut); nothing was swapped in")
+                out_file.write(empty_batch(last.view, last_header))
+            stats.bytes_written += out_file.size
+            out_file.finish()
             log.replace_segments([cleaned], old)
         except BaseException:
-            if fd >= 0:
-                os.close(fd)
+            out_file.close()
             if cleaned.file_suffix == CLEANED_SUFFIX:
                 cleaned.delete()
             raise
 
-    def _filter_scanned(self, original: memoryview, original_table: np.ndarray,
-                        omap: OffsetMap, end_offset: int, now: int, delete_retention_ms: int,
-                        stats: CleanerStats, pending: list[int]) -> tuple[bytes, int]:
-        """``_filter_chunk`` for a chunk of v2 batches, in kernels. Compressed batches are
-        decompressed first; the rewritten ones are compressed again with their codec."""
-        plain = decompressed(original, original_table, self._buffers())
+    def _filter_scanned(self, seg: LogSegment, original: memoryview,
+                        original_table: np.ndarray, omap: OffsetMap, end_offset: int,
+                        now: int, delete_retention_ms: int, stats: CleanerStats,
+                        pending: list[int]) -> tuple[bytes | memoryview, int]:
+        """``_filter_chunk`` for a chunk of v2 batches, in one kernel call. Compressed
+        batches are decompressed first; the rewritten ones get their codec back."""
+        bufs = self._buffers()
+        plain = decompressed(original, original_table, bufs)
         chunk, table = plain if plain else (original, original_table)
-        sc = scan_chunk(np.frombuffer(chunk, np.uint8), table)
         nb = len(table)
-        offsets, batch_of, tomb = sc.offsets, sc.batch_of, sc.tombstone
-        attrs = table[:, B_ATTRS]
-        has_h = (attrs & DELETE_HORIZON_MASK) != 0
-        horizons = table[:, B_BASE_TS]
-        found = omap.get_hashes(sc.hashes, sc.key_valid)
-        retain_deletes = ~has_h[batch_of] | (now < horizons[batch_of])
-        keep = (offsets >= end_offset) | (sc.key_valid & (offsets >= found)
-                                          & (~tomb | retain_deletes))
-        totals = np.bincount(batch_of, minlength=nb)
-        kept = np.bincount(batch_of, weights=keep, minlength=nb).astype(np.int64)
-        tombs_kept = np.bincount(batch_of, weights=keep & tomb, minlength=nb).astype(np.int64)
-        data = (attrs & CONTROL_MASK) == 0
-        if np.any(data & (totals != table[:, B_COUNT])):
-            b = int(np.flatnonzero(data & (totals != table[:, B_COUNT]))[0])
-            raise CorruptRecordError(
-                f"batch at offsets {table[b, B_BASE]}..{table[b, B_LAST]} declares "
-                f"{table[b, B_COUNT]} records, {totals[b]} decoded")
-        stamp = data & (tombs_kept > 0) & ~has_h
-        new_base_ts = np.where(stamp, now + delete_retention_ms, horizons)
-        waiting = data & (tombs_kept > 0)
-        if waiting.any():
-            pending.append(int(new_base_ts[waiting].min()))
-        action = np.zeros(nb, np.int64)
-        action[data & (kept == 0) & (totals > 0)] = DROP
-        action[data & (kept > 0) & ((kept < totals) | stamp)] = REWRITE
-        first_record = np.concatenate(([0], np.cumsum(totals)[:-1])).astype(np.int64)
-        out = self._buffers().out_buffer(len(chunk) + 16 * len(offsets) + 16)
-        out_pos = np.empty(nb, np.int64)
-        out_end = np.empty(nb, np.int64)
-        size = write_batches(np.frombuffer(chunk, np.uint8), table, nb, action, new_base_ts,
-                              stamp, keep, first_record, out, out_pos, out_end)
+        counts = table[:, B_COUNT]
+        records = int(counts.sum())
+        # A rewritten record grows by at most 10 bytes (its re-based timestamp delta and
+        # length varints); counts are checked against the bytes by the kernel.
+        out = bufs.out_buffer(len(chunk) + 16 * max(records, 0) + 16)
+        action, out_pos, out_end = bufs.action[:nb], bufs.out_pos[:nb], bufs.out_end[:nb]
+        c = bufs.counters
+        size = filter_batches(np.frombuffer(chunk, np.uint8), table, nb, omap.table,
+                              end_offset, now, delete_retention_ms, bufs.records(table),
+                              out, action, out_pos, out_end, c)
+        if size < 0:
+            raise _malformed(seg, table, -size - 1)
+        _check_rewritten_crcs(seg, original, original_table, action)
         view = memoryview(out)
         if plain is None:
             for b in np.flatnonzero(action == REWRITE).tolist():
@@ -566,15 +618,15 @@ class LogCleaner:
         else:
             result = self._recompressed(original, original_table, view, action, out_pos,
                                         out_end)
-        stats.records_read += len(offsets)
-        stats.records_retained += int(keep.sum())
-        stats.tombstones_removed += int((tomb & ~keep).sum())
-        stats.batches_copied += int((action == COPY).sum())
-        stats.batches_rewritten += int((action == REWRITE).sum())
-        stats.batches_dropped += int((action == DROP).sum())
-        written = np.flatnonzero(action != DROP)
-        next_offset = int(table[written[-1], B_LAST]) + 1 if len(written) else -1
-        return result, next_offset
+        if c[C_PENDING_HORIZON] != NO_HORIZON:
+            pending.append(int(c[C_PENDING_HORIZON]))
+        stats.records_read += int(c[C_RECORDS])
+        stats.records_retained += int(c[C_RETAINED])
+        stats.tombstones_removed += int(c[C_TOMBSTONES_REMOVED])
+        stats.batches_copied += int(c[C_COPIED])
+        stats.batches_rewritten += int(c[C_REWRITTEN])
+        stats.batches_dropped += int(c[C_DROPPED])
+        return result, int(c[C_NEXT_OFFSET])
 
     @staticmethod
     def _recompressed(original: memoryview, table: np.ndarray, out: memoryview,

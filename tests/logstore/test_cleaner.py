@@ -16,7 +16,7 @@ from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.cleaner import LogCleaner, _SegInfo, group_segments
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig, ManagerConfig
-from seglog.logstore.errors import InvalidRecordError
+from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
 from seglog.logstore.log import Log
 from seglog.logstore.record_codec import decode_batches, encode_batches
 
@@ -584,4 +584,67 @@ def test_a_fresh_cleaner_knows_no_delete_horizon_until_a_pass(tmp_path):
     stats = fresh.clean_log(log)
     assert stats.tombstones_removed > 0
     check_against_model(log, orig, bound, drop_tombstones=True)
+    log.close()
+
+
+def _flip_byte_of(path: Path, needle: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.index(needle)
+    data[at + len(needle) - 1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _files(dir_: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(dir_.iterdir())}
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+@pytest.mark.parametrize("fate", ["rewritten", "copied"])
+def test_a_corrupt_batch_stops_the_pass_and_changes_nothing(tmp_path, codec, fate):
+    """A bit flip in a record value must not be given a fresh CRC by a rewrite, nor be
+    copied into a cleaned segment: the pass fails naming the file, and the log's files
+    are as they were (no .cleaned left, checkpoint not moved)."""
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 1 << 20})
+    append(log, clock, [(b"k%d" % i, b"first-value-%d" % i) for i in range(5)], "none")
+    append(log, clock, [(b"k0", b"second-value-0")], "none")  # batch 1 is rewritten
+    append(log, clock, [(b"u%d" % i, b"only-value-%d" % i) for i in range(5)], codec)
+    log.roll()
+    log.flush()
+    log.close()
+    seg_log = tmp_path / "t-0" / "00000000000000000000.log"
+    # (a literal in the lz4 frame too: its first occurrence cannot be a back-reference)
+    _flip_byte_of(seg_log, b"first-value-3" if fate == "rewritten" else b"only-value")
+    before = _files(tmp_path / "t-0")
+    log = open_log(tmp_path / "t-0", clock)
+    with pytest.raises(CorruptRecordError, match="CRC mismatch") as err:
+        cleaner(clock).clean_log(log)
+    assert "00000000000000000000" in str(err.value)
+    log.close()
+    assert _files(tmp_path / "t-0") == before
+
+
+def test_a_batch_whose_record_count_lies_is_refused_with_its_offsets(tmp_path):
+    """A CRC-valid batch declaring one record more than its bytes hold: the map pass
+    stops with an error naming the segment and the batch's offsets."""
+    import struct
+
+    from seglog.logstore.batch_header import crc32c
+
+    clock = MockClock()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 1 << 20})
+    append(log, clock, [(b"k%d" % i, b"v%d" % i) for i in range(3)])
+    append(log, clock, [(b"k%d" % i, b"w%d" % i) for i in range(3)])
+    log.roll()
+    log.close()
+    seg_log = tmp_path / "t-0" / "00000000000000000000.log"
+    data = bytearray(seg_log.read_bytes())
+    struct.pack_into(">i", data, 57, 4)  # the first batch's records count: 3 -> 4
+    struct.pack_into(">I", data, 17, crc32c(memoryview(data)[21:struct.unpack_from(
+        ">i", data, 8)[0] + 12]))
+    seg_log.write_bytes(bytes(data))
+    log = open_log(tmp_path / "t-0", clock)
+    with pytest.raises(CorruptRecordError, match=r"offsets 0\.\.2 .*record count") as err:
+        cleaner(clock).clean_log(log)
+    assert str(seg_log) in str(err.value)
     log.close()
