@@ -213,16 +213,17 @@ F_KEY, F_TOMBSTONE, F_KEEP = 1, 2, 4
 @numba.njit(inline="always")
 def _parse_batch(buf, table, b, map_table, recs):
     """Step one for batch ``b``: its records' rows in ``recs``; ``recs[count, R_AT]`` is
-    the batch end. Returns the records parsed (fewer than the batch declares, or -1, when
-    it is malformed)."""
+    the batch end. Returns the batch's record count, or -1 when it is malformed (a bad
+    record, or a count its bytes do not match)."""
     pos = table[b, 0]
     end = pos + table[b, 1]
     base = table[b, 2]
     count = table[b, 7]
     slots = map_table.shape[0]
+    rows = recs.shape[0] - 1  # the last row is for the batch end
     p = pos + 61
     i = 0
-    while i < count:
+    while i < count and i < rows:
         rec_end, ts_delta, od, k, kl, vl = _record_fields(buf, p, end)
         if rec_end < 0:
             break
@@ -572,7 +573,8 @@ class ChunkBuffers:
     def records(self, table: np.ndarray) -> np.ndarray:
         """Scratch rows for the records of the chunk's largest batch (``R_*`` columns,
         one extra row for the batch end). A corrupt count is bounded by what the batch's
-        bytes can hold (a record takes at least 7)."""
+        bytes can hold (a record takes at least 7); ``_parse_batch`` never writes past the
+        rows in any case."""
         fits = (table[:, B_SIZE] - V2_HEADER_SIZE) // 7
         n = int(np.minimum(table[:, B_COUNT], fits).max()) + 1 if len(table) else 1
         if len(self.recs) < n:

@@ -648,3 +648,30 @@ def test_a_batch_whose_record_count_lies_is_refused_with_its_offsets(tmp_path):
         cleaner(clock).clean_log(log)
     assert str(seg_log) in str(err.value)
     log.close()
+
+
+def test_records_too_short_for_a_headers_count_are_refused_not_overrun(tmp_path):
+    """2,000 six-byte records (no headers count): more than a batch of well-formed
+    records that size could hold, so more than the cleaner's scratch rows. The pass must
+    refuse the batch as malformed, never write past its scratch."""
+    import struct
+
+    from seglog.logstore.batch_header import crc32c
+
+    clock = MockClock()
+    n = 2000
+    # length 5, attributes, timestamp delta 0, offset delta 0, null key, null value
+    records = bytes([0x0A, 0, 0, 0, 0x01, 0x01]) * n
+    ts = clock.milliseconds()
+    body = struct.pack(">hiqqqhii", 0, n - 1, ts, ts, -1, -1, -1, n) + records
+    batch = (struct.pack(">qiib", 0, 9 + len(body), 0, 2) + struct.pack(">I", crc32c(body))
+             + body)
+    log = open_log(tmp_path / "t-0", clock, **{"cleanup.policy": "delete",
+                                                "segment.bytes": 1 << 20})
+    log.append(bytearray(batch))  # a delete-policy topic does not look inside records
+    log.roll()
+    log.close()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 1 << 20})
+    with pytest.raises(CorruptRecordError, match=r"offsets 0\.\.1999 .*malformed"):
+        cleaner(clock).clean_log(log)
+    log.close()
