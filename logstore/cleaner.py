@@ -596,11 +596,11 @@ class LogCleaner:
         plain = decompressed(original, original_table, bufs)
         chunk, table = plain if plain else (original, original_table)
         nb = len(table)
-        counts = table[:, B_COUNT]
-        records = int(counts.sum())
-        # A rewritten record grows by at most 10 bytes (its re-based timestamp delta and
-        # length varints); counts are checked against the bytes by the kernel.
-        out = bufs.out_buffer(len(chunk) + 16 * max(records, 0) + 16)
+        # A rewritten record grows by at most 13 bytes (its re-based timestamp delta and
+        # length varints), and no batch yields more records than it declares (a negative
+        # count yields none): the kernel stops at a batch whose count its bytes deny.
+        records = int(np.maximum(table[:, B_COUNT], 0).sum())
+        out = bufs.out_buffer(len(chunk) + 16 * records + 16)
         action, out_pos, out_end = bufs.action[:nb], bufs.out_pos[:nb], bufs.out_end[:nb]
         c = bufs.counters
         size = filter_batches(np.frombuffer(chunk, np.uint8), table, nb, omap.table,
