@@ -158,12 +158,15 @@ def _record_fields(buf, p, end):
     vl = np.int64(0)
     ok = True
     pos = np.uintp(p)
-    # length, [attributes byte], timestamp delta, offset delta, key length, value length
+    # length, [attributes byte], timestamp delta, offset delta, key length, value length:
+    # a varlong (up to 10 bytes) for the timestamp delta, int32 varints (up to 5 bytes, in
+    # int32 range) for the others, as Kafka reads them. The caps also keep every position
+    # computed here from overflowing, and ``_rebased_record`` re-reads with the same caps.
     for field in range(5):
         z = np.uint64(0)
         shift = np.uint64(0)
         done = False
-        for _ in range(10):
+        for _ in range(10 if field == 1 else 5):
             if pos >= np.uintp(rec_end):
                 break
             c = buf[pos]
@@ -173,10 +176,10 @@ def _record_fields(buf, p, end):
                 done = True
                 break
             shift += np.uint64(7)
-        if not done:
+        v = np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1))
+        if not done or (field != 1 and (v > 2147483647 or v < -2147483648)):
             ok = False
             break
-        v = np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1))
         if field == 0:
             if v < 3 or np.int64(pos) + v > end:
                 ok = False
@@ -576,7 +579,7 @@ class ChunkBuffers:
         bytes can hold (a record takes at least 7); ``_parse_batch`` never writes past the
         rows in any case."""
         fits = (table[:, B_SIZE] - V2_HEADER_SIZE) // 7
-        n = int(np.minimum(table[:, B_COUNT], fits).max()) + 1 if len(table) else 1
+        n = max(int(np.minimum(table[:, B_COUNT], fits).max()) + 1 if len(table) else 1, 1)
         if len(self.recs) < n:
             self.recs = np.empty((max(n, 1024), 6), np.int64)
         return self.recs

@@ -675,3 +675,35 @@ def test_records_too_short_for_a_headers_count_are_refused_not_overrun(tmp_path)
     with pytest.raises(CorruptRecordError, match=r"offsets 0\.\.1999 .*malformed"):
         cleaner(clock).clean_log(log)
     log.close()
+
+
+@pytest.mark.parametrize("field", ["offset delta", "length"])
+def test_an_overlong_varint_is_malformed_not_copied_past_the_buffer(tmp_path, field):
+    """Kafka's record varints other than the timestamp delta take at most 5 bytes. A
+    tombstone (its batch is stamped with a delete horizon, so rewritten) whose offset
+    delta or length is a 6-byte encoding must fail the pass as malformed; read past 5
+    bytes it once sent the rewrite copying the whole chunk past its output buffer."""
+    import struct
+
+    from seglog.logstore.batch_header import crc32c
+
+    clock = MockClock()
+    overlong_zero = bytes([0x80] * 5 + [0x00])
+    if field == "offset delta":
+        record = bytes([0x18, 0, 0]) + overlong_zero + bytes([0x02, ord("k"), 0x01, 0])
+    else:  # the length, 12, as 0x98 0x80 0x80 0x80 0x80 0x00, then 12 bytes
+        record = bytes([0x98] + [0x80] * 4 + [0x00]) + bytes([0, 0, 0, 0x02, ord("k"),
+                                                               0x01, 0]) + bytes(5)
+    ts = clock.milliseconds()
+    body = struct.pack(">hiqqqhii", 0, 0, ts, ts, -1, -1, -1, 1) + record
+    batch = (struct.pack(">qiib", 0, 9 + len(body), 0, 2) + struct.pack(">I", crc32c(body))
+             + body)
+    log = open_log(tmp_path / "t-0", clock, **{"cleanup.policy": "delete",
+                                                "segment.bytes": 1 << 20})
+    log.append(bytearray(batch))
+    log.roll()
+    log.close()
+    log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 1 << 20})
+    with pytest.raises(CorruptRecordError, match="malformed"):
+        cleaner(clock).clean_log(log)
+    log.close()
