@@ -25,11 +25,14 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+MAINTENANCE_CHECKPOINT = "seglog-maintenance-checkpoint"
+"""When each maintenance task last ran (``name wall-clock-ms`` lines), so that
+short-lived processes run a task only when its interval has passed since any process did."""
 TOPIC_CONFIG_FILE = "seglog-topic.properties"
+"""Per-partition copy of the topic's config overrides (Kafka keeps them in the controller)."""
 SINK_STATE_DIR = ".seglog-sink"
 """The exactly-once sink's staging files and ledgers (same filesystem as the logs, so a
 publish is a rename away; no reader looks inside)."""
-"""Per-partition copy of the topic's config overrides (Kafka keeps them in the controller)."""
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"

@@ -39,21 +39,13 @@ import logging
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_file import (
-    CheckpointFile,
-    CheckpointFormat,
-    OffsetCheckpointFile,
-    fsync_dir,
-    write_atomically,
-)
+from .checkpoint_file import fsync_dir, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
@@ -71,18 +63,31 @@ from .errors import (
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
-    DELETE_DIR_SUFFIX,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
-    SINK_STATE_DIR,
     delete_dir_name,
-    is_delete_dir_name,
-    parse_partition_dir_name,
     partition_dir_name,
 )
-from .scheduler import MaintenanceTask, Scheduler, TaskRun, standard_tasks
+from .log_dirs import (
+    STAGING_PREFIX,
+    LogDir,
+    Partition,
+    TopicPartition,
+    canonical_dirs,
+    first_segment_base,
+    list_log_dir,
+    unchanged_since,
+)
+from .scheduler import (
+    MaintenanceTask,
+    Scheduler,
+    TaskRun,
+    read_shared_last_runs,
+    standard_tasks,
+    write_shared_last_runs,
+)
 from .topics import (
     load_topic_config,
     parse_overrides,
@@ -94,48 +99,8 @@ from .topics import (
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-
-# A new partition directory is prepared under this hidden name (config file included),
-# then renamed into place, so no process ever sees a partition without its config.
-_STAGING_PREFIX = ".seglog-new-"
 _CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
-MAINTENANCE_CHECKPOINT = "seglog-maintenance-checkpoint"
-"""When each maintenance task last ran (``name wall-clock-ms`` lines), so that
-short-lived processes run a task only when its interval has passed since any process did."""
-
-
-def _parse_last_run(line: str) -> tuple[str, int]:
-    name, sep, ms = line.partition(" ")
-    if not sep or not name:
-        raise ValueError("expected 'task milliseconds'")
-    return name, int(ms)
-
-
-_MAINTENANCE_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
-    lambda e: f"{e[0]} {e[1]}", _parse_last_run)
-_KNOWN_FILES = frozenset({".lock", CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
-                          LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
-                          MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
-                          "meta.properties"})
 CLEANER_TASK = "log-cleaner"
-
-
-# A directory's mtime moves when an entry is added, removed or renamed. A listing taken
-# within this long of the mtime may have missed a change made in the same timestamp tick
-# (coarse filesystem clocks), so it is not trusted (git's "racy" rule).
-_RACY_NS = 2_000_000_000
-
-
-def _unchanged_since(path: Path, listed_mtime_ns: int | None) -> tuple[bool, int]:
-    """(whether ``path`` is surely unchanged since a listing at ``listed_mtime_ns``, its
-    mtime now). Filesystem timestamps come from the OS clock, not the engine's."""
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
-        return False, -1
-    fresh = time.time_ns() - mtime < _RACY_NS
-    return (listed_mtime_ns == mtime and not fresh), mtime
 
 
 def _log_class():
@@ -145,41 +110,6 @@ def _log_class():
     from .log import Log
 
     return Log
-
-
-@dataclass(eq=False)
-class _LogDir:
-    path: Path
-    lock: DirLock | None
-    had_clean_shutdown: bool
-    # Checkpoint values read at open; kept for partitions that were never loaded.
-    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
-    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
-    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
-    recovered: bool = False  # an unclean dir whose partitions were all recovered at open
-
-    def checkpoint(self, name: str) -> OffsetCheckpointFile:
-        return OffsetCheckpointFile(self.path / name)
-
-
-@dataclass(eq=False)
-class _Partition:
-    topic: str
-    partition: int
-    dir: Path
-    log_dir: _LogDir
-    log: Any = None  # a Log once loaded
-    # serializes writes to `log`, its lazy loading and `deleted`
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    deleted: bool = False  # renamed for deletion: never load it again
-    # readers: the first segment's base offset and the dir mtime it was listed at
-    first_base: tuple[int, int] | None = None
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
 
 
 class LogManager:
@@ -203,7 +133,7 @@ class LogManager:
             default_topic_config if isinstance(default_topic_config, LogConfig)
             else LogConfig.from_properties(default_topic_config))
         self._lock = threading.RLock()  # guards _partitions, _topic_configs, _pending_deletes
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._partitions: dict[TopicPartition, Partition] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
         self._closed = False
@@ -217,7 +147,7 @@ class LogManager:
         self.deleter = DelayedDeleter(clock)
         if isinstance(log_dirs, (str, os.PathLike)):
             log_dirs = [log_dirs]
-        self.log_dirs: list[_LogDir] = []
+        self.log_dirs: list[LogDir] = []
         try:
             self._open(list(log_dirs))
         except BaseException:
@@ -226,7 +156,7 @@ class LogManager:
         if not read_only:
             for task in self._maintenance_tasks():
                 self.scheduler.add_task(task)
-            self.scheduler.restore(self._read_last_runs())
+            self.scheduler.restore(read_shared_last_runs(d.path for d in self.log_dirs))
             if background:
                 self.scheduler.start()
 
@@ -235,17 +165,17 @@ class LogManager:
     def _open(self, raw_dirs: list[str | os.PathLike]) -> None:
         if not raw_dirs:
             raise LogDirError("no log dir given")
-        paths = self._canonical_dirs(raw_dirs)
+        paths = canonical_dirs(raw_dirs, self.read_only)
         for path in paths:
             lock = None if self.read_only else DirLock(path).acquire()
             marker = path / CLEAN_SHUTDOWN_FILE
-            log_dir = _LogDir(path, lock, marker.exists())
+            log_dir = LogDir(path, lock, marker.exists())
             self.log_dirs.append(log_dir)
             self._read_checkpoints(log_dir)
-        recover: list[_Partition] = []
+        recover: list[Partition] = []
         for log_dir in self.log_dirs:
             if self.read_only:  # taken before listing: a change during it shows next time
-                log_dir.listed_mtime_ns = _unchanged_since(log_dir.path, None)[1]
+                log_dir.listed_mtime_ns = unchanged_since(log_dir.path, None)[1]
             for p in self._scan(log_dir):
                 other = self._partitions.get(p.tp)
                 if other is not None:
@@ -267,35 +197,7 @@ class LogManager:
                     fsync_dir(ld.path)
             self.delete_logs(self.clock.milliseconds())
 
-    def _canonical_dirs(self, raw_dirs: list[str | os.PathLike]) -> list[Path]:
-        seen: dict[Any, Path] = {}
-        out = []
-        for raw in raw_dirs:
-            path = Path(raw).expanduser()
-            if not path.exists():
-                if self.read_only:
-                    raise LogDirError(f"log dir {path} does not exist")
-                try:
-                    path.mkdir(parents=True, exist_ok=True)
-                except OSError as e:
-                    raise LogDirError(f"cannot create log dir {path}: {e}") from e
-            path = path.resolve()
-            if not path.is_dir():
-                raise LogDirError(f"log dir {path} is not a directory")
-            mode = os.R_OK | os.X_OK | (0 if self.read_only else os.W_OK)
-            if not os.access(path, mode):
-                need = "readable" if self.read_only else "readable and writable"
-                raise LogDirError(f"log dir {path} is not {need} by this process")
-            st = path.stat()
-            key = (st.st_dev, st.st_ino)  # also catches bind mounts of one directory
-            if key in seen:
-                raise LogDirError(f"log dir {raw} is given twice (same directory as "
-                                  f"{seen[key]})")
-            seen[key] = path
-            out.append(path)
-        return out
-
-    def _read_checkpoints(self, log_dir: _LogDir) -> None:
+    def _read_checkpoints(self, log_dir: LogDir) -> None:
         for name, attr in ((RECOVERY_POINT_CHECKPOINT, "recovery_points"),
                            (LOG_START_OFFSET_CHECKPOINT, "log_start_offsets"),
                            (HIGH_WATERMARK_CHECKPOINT, "high_watermarks")):
@@ -312,44 +214,16 @@ class LogManager:
                 log_dir.had_clean_shutdown = False
                 log_dir.recovery_points = {}
 
-    def _scan(self, log_dir: _LogDir, *, warn: bool = True) -> list[_Partition]:
-        found = []
-        try:
-            entries = list(os.scandir(log_dir.path))
-        except OSError as e:
-            raise LogDirError(f"cannot list log dir {log_dir.path}: {e}") from e
-        for entry in entries:
-            name = entry.name
-            if not entry.is_dir(follow_symlinks=False):
-                if warn and name not in _KNOWN_FILES and not name.endswith(".tmp"):
-                    logger.warning("skipping unknown file %s in log dir", entry.path)
-                continue
-            if name.endswith(DELETE_DIR_SUFFIX) and is_delete_dir_name(name):
-                with self._lock:
-                    self._pending_deletes.append((Path(entry.path), 0))
-                continue
-            if name == SINK_STATE_DIR:  # the exactly-once sink's own state
-                continue
-            if name.startswith(_STAGING_PREFIX):
-                if not self.read_only:  # a create_topic that crashed before its rename
-                    logger.info("removing unfinished partition directory %s", entry.path)
-                    try:
-                        shutil.rmtree(entry.path)
-                    except OSError as e:  # harmless: skipped again by the next open
-                        logger.warning("cannot remove %s: %s", entry.path, e)
-                continue
-            parsed = parse_partition_dir_name(name)
-            if parsed is None:
-                if warn:
-                    logger.warning("skipping unknown entry %s in log dir", entry.path)
-                continue
-            found.append(_Partition(parsed[0], parsed[1], Path(entry.path), log_dir))
+    def _scan(self, log_dir: LogDir, *, warn: bool = True) -> list[Partition]:
+        found, to_delete = list_log_dir(log_dir, read_only=self.read_only, warn=warn)
+        with self._lock:
+            self._pending_deletes.extend((d, 0) for d in to_delete)
         return found
 
-    def _recover(self, partitions: list[_Partition]) -> None:
+    def _recover(self, partitions: list[Partition]) -> None:
         """Recover every partition of the unclean dirs: one pool per dir, all at once."""
         threads = self.config.num_recovery_threads_per_data_dir
-        by_dir: dict[int, list[_Partition]] = {}
+        by_dir: dict[int, list[Partition]] = {}
         for p in partitions:
             by_dir.setdefault(id(p.log_dir), []).append(p)
         pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
@@ -383,7 +257,7 @@ class LogManager:
             self._write_checkpoints(log_dir)
             log_dir.recovered = True
 
-    def _load(self, p: _Partition) -> Any:
+    def _load(self, p: Partition) -> Any:
         """Open ``p``'s Log if not yet open (thread-safe, idempotent)."""
         log = p.log
         if log is not None:
@@ -409,7 +283,7 @@ class LogManager:
             p.log = log
             return log
 
-    def _config_of(self, p: _Partition) -> LogConfig:
+    def _config_of(self, p: Partition) -> LogConfig:
         with self._lock:
             config = self._topic_configs.get(p.topic)
         if config is None:
@@ -478,7 +352,7 @@ class LogManager:
             log_dir = self._place(placed)
             placed[log_dir.path] = placed.get(log_dir.path, 0) + 1
             final = log_dir.path / partition_dir_name(topic, n)
-            staging = log_dir.path / f"{_STAGING_PREFIX}{uuid.uuid4().hex}"
+            staging = log_dir.path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
             try:
                 staging.mkdir()
                 write_topic_config(staging, topic, overrides)
@@ -488,12 +362,12 @@ class LogManager:
                 # best effort: the next writer's open removes staging leftovers anyway
                 shutil.rmtree(staging, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
-            p = _Partition(topic, n, final, log_dir)
+            p = Partition(topic, n, final, log_dir)
             self._partitions[p.tp] = p
             self._load(p)
             logger.info("created partition %s", final)
 
-    def _place(self, placed: Mapping[Path, int]) -> _LogDir:
+    def _place(self, placed: Mapping[Path, int]) -> LogDir:
         """The log dir holding the fewest bytes; ties: fewest partitions (Kafka picks by
         partition count alone, which piles data on one dir when partitions differ)."""
         if len(self.log_dirs) == 1:
@@ -506,7 +380,7 @@ class LogManager:
         return min(self.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
 
     @staticmethod
-    def _size_of(p: _Partition) -> int:
+    def _size_of(p: Partition) -> int:
         if p.log is not None:
             return p.log.size_in_bytes
         total = 0
@@ -617,33 +491,19 @@ class LogManager:
             out[p.tp] = value or 0
         return out
 
-    def _stored_start_offset(self, p: _Partition) -> int:
-        return max(p.log_dir.log_start_offsets.get(p.tp, 0), self._first_segment_base(p.dir))
+    def _stored_start_offset(self, p: Partition) -> int:
+        return max(p.log_dir.log_start_offsets.get(p.tp, 0), first_segment_base(p.dir))
 
-    def _cached_first_segment_base(self, p: _Partition) -> int:
+    def _cached_first_segment_base(self, p: Partition) -> int:
         """Readers: re-list a partition only when its directory changed, so a trigger's
         cost does not grow with the number of segments."""
         cached = p.first_base
-        unchanged, mtime = _unchanged_since(p.dir, cached[1] if cached else None)
+        unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
         if unchanged and cached is not None:
             return cached[0]
-        base = self._first_segment_base(p.dir)
+        base = first_segment_base(p.dir)
         p.first_base = (base, mtime)
         return base
-
-    @staticmethod
-    def _first_segment_base(dir_: Path) -> int:
-        try:
-            names = os.listdir(dir_)
-        except OSError as e:
-            logger.warning("cannot list %s: %s", dir_, e)
-            return 0
-        # Zero-padded names sort like their offsets: the first "<20 digits>.log" in
-        # name order is the first segment (".log.deleted" and the like do not end so).
-        for name in sorted(n for n in names if n.endswith(LOG_SUFFIX)):
-            if len(name) == 24 and name[:20].isdigit():
-                return int(name[:20])
-        return 0
 
     def _refresh(self) -> None:
         """Read-only: pick up partitions created or deleted by the writer since open."""
@@ -653,7 +513,7 @@ class LogManager:
             seen = set()
             changed = False
             for ld in self.log_dirs:
-                unchanged, mtime = _unchanged_since(ld.path, ld.listed_mtime_ns)
+                unchanged, mtime = unchanged_since(ld.path, ld.listed_mtime_ns)
                 if unchanged:
                     seen.update(p.tp for p in self._partitions.values() if p.log_dir is ld)
                     continue
@@ -672,7 +532,7 @@ class LogManager:
 
     # -- flushing, checkpoints, maintenance -----------------------------------------
 
-    def _each(self, parts: Iterable[_Partition], action, what: str) -> list[Any]:
+    def _each(self, parts: Iterable[Partition], action, what: str) -> list[Any]:
         """``action(p)`` under each partition's lock. One partition's failure is logged
         and does not stop the others; the first one is raised at the end."""
         results, errors = [], []
@@ -714,12 +574,12 @@ class LogManager:
         for ld in self.log_dirs:
             self._write_checkpoint(ld, LOG_START_OFFSET_CHECKPOINT)
 
-    def _write_checkpoints(self, log_dir: _LogDir) -> None:
+    def _write_checkpoints(self, log_dir: LogDir) -> None:
         for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                      HIGH_WATERMARK_CHECKPOINT):
             self._write_checkpoint(log_dir, name)
 
-    def _write_checkpoint(self, log_dir: _LogDir, name: str) -> None:
+    def _write_checkpoint(self, log_dir: LogDir, name: str) -> None:
         with self._lock:
             parts = [p for p in self._partitions.values() if p.log_dir is log_dir]
             offsets: dict[TopicPartition, int] = {}
@@ -748,29 +608,11 @@ class LogManager:
         self._check_writable()
         runs = self.scheduler.run_due()
         if runs:
-            self._write_last_runs()
+            self._save_last_runs()
         return runs
 
-    def _read_last_runs(self) -> dict[str, int]:
-        """Per task, the oldest last run over the dirs (a task unknown to one dir is due)."""
-        per_dir = []
-        for ld in self.log_dirs:
-            try:
-                per_dir.append(dict(CheckpointFile(ld.path / MAINTENANCE_CHECKPOINT,
-                                                   _MAINTENANCE_FORMAT).read()))
-            except (CorruptCheckpointError, KafkaStorageError) as e:
-                logger.warning("%s; every maintenance task is due", e)
-                return {}
-        names = set.intersection(*(set(d) for d in per_dir)) if per_dir else set()
-        return {n: min(d[n] for d in per_dir) for n in names}
-
-    def _write_last_runs(self) -> None:
-        runs = sorted(self.scheduler.last_runs().items())
-        for ld in self.log_dirs:
-            try:
-                CheckpointFile(ld.path / MAINTENANCE_CHECKPOINT, _MAINTENANCE_FORMAT).write(runs)
-            except KafkaStorageError as e:  # only costs an early rerun of some task
-                logger.warning("%s", e)
+    def _save_last_runs(self) -> None:
+        write_shared_last_runs([d.path for d in self.log_dirs], self.scheduler.last_runs())
 
     def _maintenance_tasks(self) -> list[MaintenanceTask]:
         """Every periodic task of this manager: THE place to add one."""
@@ -874,7 +716,7 @@ class LogManager:
             return
         try:
             self.flush_all()
-            self._write_last_runs()
+            self._save_last_runs()
             for ld in self.log_dirs:
                 self._write_checkpoints(ld)
             self._close_logs()
@@ -917,11 +759,11 @@ class LogManager:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _loaded(self) -> list[_Partition]:
+    def _loaded(self) -> list[Partition]:
         with self._lock:
             return [p for p in self._partitions.values() if p.log is not None]
 
-    def _partition(self, topic: str, partition: int) -> _Partition:
+    def _partition(self, topic: str, partition: int) -> Partition:
         with self._lock:
             p = self._partitions.get((topic, partition))
         if p is None and self.read_only:

@@ -13,7 +13,9 @@ seglog runs the same tasks in two ways:
 
 A task's failure is logged and reported; it neither stops the other tasks nor the thread,
 and the task is tried again after its interval. Time comes from the injected clock
-(``monotonic_ms`` for intervals).
+(``monotonic_ms`` for intervals). The last runs are shared by every process using the
+same log dirs through each dir's ``seglog-maintenance-checkpoint``
+(``read_shared_last_runs`` / ``write_shared_last_runs``).
 
 >>> s = Scheduler(MockClock()); _ = s.add("hello", 1000, lambda now: None)
 >>> [r.name for r in s.run_due()]
@@ -28,9 +30,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from .checkpoint_file import CheckpointFile, CheckpointFormat
 from .clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
 from .config import ManagerConfig
+from .errors import CorruptCheckpointError, KafkaStorageError
+from .file_names import MAINTENANCE_CHECKPOINT
 
 logger = logging.getLogger(__name__)
 
@@ -239,3 +245,39 @@ def standard_tasks(config: ManagerConfig, *, retention: Callable[[int], object],
                         checkpoint_log_start_offsets, due),
         MaintenanceTask(DELETE_LOGS, DELETE_CHECK_INTERVAL_MS, delete_logs, due),
     ]
+
+
+def _parse_last_run(line: str) -> tuple[str, int]:
+    name, sep, ms = line.partition(" ")
+    if not sep or not name:
+        raise ValueError("expected 'task milliseconds'")
+    return name, int(ms)
+
+
+_LAST_RUNS_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
+    lambda e: f"{e[0]} {e[1]}", _parse_last_run)
+
+
+def read_shared_last_runs(dirs: Iterable[Path]) -> dict[str, int]:
+    """Per task, its oldest last run over ``dirs`` (wall-clock ms; a task unknown to one
+    dir is due, and so is every task when one dir's file is unreadable)."""
+    per_dir = []
+    for d in dirs:
+        try:
+            per_dir.append(dict(CheckpointFile(d / MAINTENANCE_CHECKPOINT,
+                                               _LAST_RUNS_FORMAT).read()))
+        except (CorruptCheckpointError, KafkaStorageError) as e:
+            logger.warning("%s; every maintenance task is due", e)
+            return {}
+    names = set.intersection(*(set(d) for d in per_dir)) if per_dir else set()
+    return {n: min(d[n] for d in per_dir) for n in names}
+
+
+def write_shared_last_runs(dirs: Iterable[Path], runs: Mapping[str, int]) -> None:
+    """Record ``runs`` in every dir; a failure is logged (it only costs an early rerun)."""
+    entries = sorted(runs.items())
+    for d in dirs:
+        try:
+            CheckpointFile(d / MAINTENANCE_CHECKPOINT, _LAST_RUNS_FORMAT).write(entries)
+        except KafkaStorageError as e:
+            logger.warning("%s", e)

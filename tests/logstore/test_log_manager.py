@@ -30,10 +30,12 @@ from seglog.logstore.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    MAINTENANCE_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
     delete_dir_name,
 )
+from seglog.logstore.log_dirs import STAGING_PREFIX
 from seglog.logstore.log_manager import LogManager
 
 NOW = 1_700_000_000_000
@@ -492,7 +494,7 @@ def test_short_lived_writers_share_the_maintenance_schedule(tmp_path, clock):
     clock.advance(60_000)
     with LogManager([tmp_path], clock=clock, config=config) as mgr:
         assert "log-retention" in {r.name for r in mgr.run_maintenance()}
-    (tmp_path / lm.MAINTENANCE_CHECKPOINT).write_text("0\n1\nbroken\n")
+    (tmp_path / MAINTENANCE_CHECKPOINT).write_text("0\n1\nbroken\n")
     with LogManager([tmp_path], clock=clock, config=config) as mgr:  # corrupt: all due
         assert "log-retention" in {r.name for r in mgr.run_maintenance()}
 
@@ -635,7 +637,7 @@ def test_compaction_runs_as_a_maintenance_task(tmp_path, clock):
 def test_an_interrupted_create_topic_leaves_nothing_visible(tmp_path):
     with LogManager([tmp_path]) as mgr:
         mgr.create_topic("t")
-    staging = tmp_path / (lm._STAGING_PREFIX + "0123")  # killed before its rename
+    staging = tmp_path / (STAGING_PREFIX + "0123")  # killed before its rename
     staging.mkdir()
     (staging / TOPIC_CONFIG_FILE).write_text("retention.ms=1\n")
     with LogManager([tmp_path], read_only=True) as reader:

@@ -1,0 +1,188 @@
+"""A ``LogManager``'s log dirs on disk: their canonical paths, their listing into
+partitions, and the rule that lets readers skip re-listing an unchanged directory.
+
+A log dir holds ``<topic>-<partition>`` directories (the partition follows the last
+``-``), ``-delete`` directories waiting for removal, the manager's checkpoint files, the
+sink's state dir and, after a crashed ``create_topic``, a hidden staging directory.
+Anything else is skipped with a warning.
+
+Thread-safety: the functions are pure or touch only the filesystem; ``LogDir`` and
+``Partition`` are guarded by the manager (see ``log_manager``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .checkpoint_file import OffsetCheckpointFile
+from .dir_lock import DirLock
+from .errors import LogDirError
+from .file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
+    DELETE_DIR_SUFFIX,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    MAINTENANCE_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    SINK_STATE_DIR,
+    is_delete_dir_name,
+    parse_partition_dir_name,
+)
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+STAGING_PREFIX = ".seglog-new-"
+"""A new partition directory is prepared under this hidden name (config file included),
+then renamed into place, so no process ever sees a partition without its config."""
+
+_KNOWN_FILES = frozenset({LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
+                          LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
+                          MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
+                          "meta.properties"})
+
+# A directory's mtime moves when an entry is added, removed or renamed. A listing taken
+# within this long of the mtime may have missed a change made in the same timestamp tick
+# (coarse filesystem clocks), so it is not trusted (git's "racy" rule).
+_RACY_NS = 2_000_000_000
+
+
+@dataclass(eq=False)
+class LogDir:
+    path: Path
+    lock: DirLock | None
+    had_clean_shutdown: bool
+    # Checkpoint values read at open; kept for partitions that were never loaded.
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
+    log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
+    recovered: bool = False  # an unclean dir whose partitions were all recovered at open
+
+    def checkpoint(self, name: str) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.path / name)
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    partition: int
+    dir: Path
+    log_dir: LogDir
+    log: Any = None  # a Log once loaded
+    # serializes writes to `log`, its lazy loading and `deleted`
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    deleted: bool = False  # renamed for deletion: never load it again
+    # readers: the first segment's base offset and the dir mtime it was listed at
+    first_base: tuple[int, int] | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+def canonical_dirs(raw_dirs: list[str | os.PathLike], read_only: bool) -> list[Path]:
+    """Resolved log dir paths, created if missing (writer only), checked for access;
+    the same directory given twice (bind mounts included) is a ``LogDirError``."""
+    seen: dict[Any, Path] = {}
+    out = []
+    for raw in raw_dirs:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            if read_only:
+                raise LogDirError(f"log dir {path} does not exist")
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise LogDirError(f"cannot create log dir {path}: {e}") from e
+        path = path.resolve()
+        if not path.is_dir():
+            raise LogDirError(f"log dir {path} is not a directory")
+        mode = os.R_OK | os.X_OK | (0 if read_only else os.W_OK)
+        if not os.access(path, mode):
+            need = "readable" if read_only else "readable and writable"
+            raise LogDirError(f"log dir {path} is not {need} by this process")
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise LogDirError(f"log dir {raw} is given twice (same directory as "
+                              f"{seen[key]})")
+        seen[key] = path
+        out.append(path)
+    return out
+
+
+def list_log_dir(log_dir: LogDir, *, read_only: bool,
+                 warn: bool = True) -> tuple[list[Partition], list[Path]]:
+    """The partitions of ``log_dir`` and its ``-delete`` directories. A writer also
+    removes the staging directory of a ``create_topic`` that crashed before its rename."""
+    found, to_delete = [], []
+    try:
+        entries = list(os.scandir(log_dir.path))
+    except OSError as e:
+        raise LogDirError(f"cannot list log dir {log_dir.path}: {e}") from e
+    for entry in entries:
+        name = entry.name
+        if not entry.is_dir(follow_symlinks=False):
+            if warn and name not in _KNOWN_FILES and not name.endswith(".tmp"):
+                logger.warning("skipping unknown file %s in log dir", entry.path)
+            continue
+        if name.endswith(DELETE_DIR_SUFFIX) and is_delete_dir_name(name):
+            to_delete.append(Path(entry.path))
+            continue
+        if name == SINK_STATE_DIR:  # the exactly-once sink's own state
+            continue
+        if name.startswith(STAGING_PREFIX):
+            if not read_only:
+                logger.info("removing unfinished partition directory %s", entry.path)
+                try:
+                    shutil.rmtree(entry.path)
+                except OSError as e:  # harmless: skipped again by the next open
+                    logger.warning("cannot remove %s: %s", entry.path, e)
+            continue
+        parsed = parse_partition_dir_name(name)
+        if parsed is None:
+            if warn:
+                logger.warning("skipping unknown entry %s in log dir", entry.path)
+            continue
+        found.append(Partition(parsed[0], parsed[1], Path(entry.path), log_dir))
+    return found, to_delete
+
+
+def unchanged_since(path: Path, listed_mtime_ns: int | None) -> tuple[bool, int]:
+    """(whether ``path`` is surely unchanged since a listing at ``listed_mtime_ns``, its
+    mtime now). Filesystem timestamps come from the OS clock, not the engine's."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        return False, -1
+    fresh = time.time_ns() - mtime < _RACY_NS
+    return (listed_mtime_ns == mtime and not fresh), mtime
+
+
+def first_segment_base(dir_: Path) -> int:
+    """The base offset of a partition directory's first segment, from its listing (0
+    when it has none or cannot be listed)."""
+    try:
+        names = os.listdir(dir_)
+    except OSError as e:
+        logger.warning("cannot list %s: %s", dir_, e)
+        return 0
+    # Zero-padded names sort like their offsets: the first "<20 digits>.log" in name
+    # order is the first segment (".log.deleted" and the like do not end so).
+    for name in sorted(n for n in names if n.endswith(LOG_SUFFIX)):
+        if len(name) == 24 and name[:20].isdigit():
+            return int(name[:20])
+    return 0
