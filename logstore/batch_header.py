@@ -128,6 +128,8 @@ def read_batch_header(buf, position: int = 0, limit: int | None = None) -> Batch
         return BatchHeader(position, base, base + last_delta, size, 2, attrs & 0xFFFF, crc,
                            base_ts, max_ts, pid, pepoch, seq, count, epoch)
     if magic in (0, 1):
+        if end - position < _LEGACY_HEAD.size:
+            return None
         offset, length, crc, _m, attrs = _LEGACY_HEAD.unpack_from(buf, position)
         if length < _LEGACY_MIN_SIZE[magic]:
             raise CorruptRecordError(

@@ -242,6 +242,24 @@ def _check_rewritten_crcs(seg: LogSegment, chunk: memoryview, table: np.ndarray,
             f"{table[b, B_LAST]}; nothing was swapped in")
 
 
+def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np.ndarray,
+                            lasts: np.ndarray) -> None:
+    """Each decoded record's offset must lie after the previous batch's last offset and
+    at or below its own batch's (a legacy wrapper's inner messages come before its
+    offset); a record claiming an offset outside its batch is corruption."""
+    if not len(offsets):
+        return
+    nb = len(lasts)
+    b = np.minimum(batch_of, nb - 1)
+    previous = np.concatenate(([np.iinfo(np.int64).min], lasts[:-1]))
+    inside = (batch_of < nb) & (offsets <= lasts[b]) & (offsets > previous[b])
+    if not inside.all():
+        i = int(np.flatnonzero(~inside)[0])
+        raise CorruptRecordError(
+            f"a record at offset {offsets[i]} lies outside the offsets of its batch "
+            f"(batches end at {lasts.tolist()[:8]}...); nothing was swapped in")
+
+
 def _write_fully(fd: int, data, path: Path) -> None:
     view = memoryview(data)
     try:
@@ -598,8 +616,10 @@ class LogCleaner:
         nb = len(table)
         # A rewritten record grows by at most 13 bytes (its re-based timestamp delta and
         # length varints), and no batch yields more records than it declares (a negative
-        # count yields none): the kernel stops at a batch whose count its bytes deny.
-        records = int(np.maximum(table[:, B_COUNT], 0).sum())
+        # count yields none) or than its bytes hold (a record the kernel accepts takes at
+        # least 6): the kernel stops at a batch whose count its bytes deny.
+        records = int(np.minimum(np.maximum(table[:, B_COUNT], 0),
+                                 (table[:, B_SIZE] - V2_HEADER_SIZE) // 6).sum())
         out = bufs.out_buffer(len(chunk) + 16 * records + 16)
         action, out_pos, out_end = bufs.action[:nb], bufs.out_pos[:nb], bufs.out_end[:nb]
         c = bufs.counters
@@ -667,6 +687,7 @@ class LogCleaner:
         horizons = np.fromiter((h.base_timestamp for h in headers), np.int64, nb)
         offsets = rec.column("offset").to_numpy()
         batch_of = np.searchsorted(lasts, offsets, side="left")
+        _check_batch_membership(chunk, offsets, batch_of, lasts)
         hashes, kvalid = hash_keys(rec.column("key"))
         found = omap.get_hashes(hashes, kvalid)
         tomb = ~valid_mask(rec.column("value"))

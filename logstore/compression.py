@@ -97,7 +97,7 @@ def decompress(codec: int, data, *, magic: int = 2) -> bytes:
             return _zstd_decompress(data)
     except CorruptRecordError:
         raise
-    except (OSError, EOFError, RuntimeError, ValueError, zlib.error,
+    except (OSError, EOFError, RuntimeError, ValueError, zlib.error, lz4.block.LZ4BlockError,
             zstandard.ZstdError, snappy.UncompressError) as exc:
         raise CorruptRecordError(
             f"cannot decompress {CODEC_NAMES.get(codec, codec)} data "

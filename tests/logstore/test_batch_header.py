@@ -39,6 +39,14 @@ def test_iteration_stops_at_a_partial_tail():
     assert [h.position for h in iter_batch_headers(buf)] == [0, len(one)]
 
 
+@pytest.mark.parametrize("magic", [0, 1])
+def test_a_tail_holding_a_legacy_magic_but_not_its_header_is_partial(magic):
+    one = _kafka_python_batch(2)
+    tail = bytes(16) + bytes([magic])  # 17 bytes: the magic, one byte short of a header
+    assert read_batch_header(tail) is None
+    assert [h.position for h in iter_batch_headers(one + tail)] == [0]
+
+
 def test_base_offset_rewrite_keeps_crc_valid():
     buf = bytearray(_kafka_python_batch(4))
     set_base_offset(buf, 0, 1000)

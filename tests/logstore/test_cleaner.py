@@ -707,3 +707,67 @@ def test_an_overlong_varint_is_malformed_not_copied_past_the_buffer(tmp_path, fi
     with pytest.raises(CorruptRecordError, match="malformed"):
         cleaner(clock).clean_log(log)
     log.close()
+
+
+def _raw_v2_batch(base: int, records: bytes, count: int, last_delta: int, ts: int) -> bytes:
+    import struct
+
+    from seglog.logstore.batch_header import crc32c
+
+    body = struct.pack(">hiqqqhii", 0, last_delta, ts, ts, -1, -1, -1, count) + records
+    return (struct.pack(">qiib", base, 9 + len(body), 0, 2) + struct.pack(">I", crc32c(body))
+            + body)
+
+
+def _compacted_log_with(tmp_path: Path, clock: MockClock, raw: bytes, prefix: bytes = b""):
+    """A compacted log whose first segment holds ``prefix`` (written as a file) then the
+    batch ``raw`` (appended through a delete-policy Log, which does not look inside)."""
+    part = tmp_path / "t-0"
+    part.mkdir()
+    if prefix:
+        (part / "00000000000000000000.log").write_bytes(prefix)
+    log = open_log(part, clock, **{"cleanup.policy": "delete", "segment.bytes": 1 << 20})
+    log.append(bytearray(raw))
+    log.roll()
+    log.close()
+    return open_log(part, clock, **{"segment.bytes": 1 << 20})
+
+
+def test_a_record_offset_outside_its_batch_is_refused_on_the_legacy_path(tmp_path):
+    """After a legacy message the chunk is decoded in Python; a v2 record whose offset
+    delta runs past its batch's last offset must be a CorruptRecordError, not a numpy
+    IndexError."""
+    import struct
+    import zlib
+
+    clock = MockClock()
+    ts = clock.milliseconds()
+    body = (bytes([1, 0]) + struct.pack(">q", ts) + struct.pack(">i", 1) + b"k"
+            + struct.pack(">i", 70) + b"x" * 70)
+    legacy = struct.pack(">qiI", 0, len(body) + 4, zlib.crc32(body)) + body
+    rec = bytes([0, 0, 10, 2]) + b"k" + bytes([2]) + b"v" + bytes([0])  # offset delta 5
+    log = _compacted_log_with(tmp_path, clock, _raw_v2_batch(
+        1, bytes([2 * len(rec)]) + rec, 1, 0, ts), prefix=legacy)
+    with pytest.raises(CorruptRecordError, match="outside the offsets of its batch"):
+        cleaner(clock).clean_log(log)
+    log.close()
+
+
+def test_a_huge_declared_record_count_is_malformed_without_a_huge_allocation(tmp_path):
+    """A CRC-valid batch declaring 2**31 - 1 records in the clean section (below the
+    cleaner's checkpoint, so only the rewrite pass reads it): the output buffer is sized
+    by what the batch's bytes can hold, not by its count (once 32 GiB)."""
+    clock = MockClock()
+    ts = clock.milliseconds()
+    rec = bytes([14, 0, 0, 0, 2]) + b"k" + bytes([2]) + b"v" + bytes([0])
+    log = _compacted_log_with(tmp_path, clock, _raw_v2_batch(0, rec, 2**31 - 1, 2**31 - 2, ts))
+    dirty = log.log_end_offset
+    append(log, clock, [(b"k", b"later")])
+    log.roll()
+    OffsetCheckpointFile(tmp_path / "cleaner-offset-checkpoint").write({("t", 0): dirty})
+    c = cleaner(clock)
+    assert c.cleanable_range(log).first_dirty_offset == dirty
+    with pytest.raises(CorruptRecordError, match="malformed"):
+        c.clean_log(log)
+    assert c._buffers().out.nbytes < 16 << 20  # the chunk's size, give or take
+    log.close()

@@ -94,6 +94,14 @@ def test_lz4_magic0_reader_handles_content_size_and_checksums():
     assert decompress(CODEC_LZ4, packed, magic=0) == data
 
 
+def test_lz4_magic0_garbage_block_is_a_corrupt_record_error():
+    block = b"\xff" * 8
+    frame = (b"\x04\x22\x4d\x18" + bytes([0x40, 0x40, 0x00]) + struct.pack("<I", len(block))
+             + block + struct.pack("<I", 0))
+    with pytest.raises(CorruptRecordError, match="lz4"):
+        decompress(CODEC_LZ4, frame, magic=0)
+
+
 def test_zstd_without_content_size_decodes_as_a_stream():
     import zstandard
 
