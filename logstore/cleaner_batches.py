@@ -190,16 +190,16 @@ def _record_fields(buf, p, end):
             ts_delta = v
         elif field == 2:
             od = v
-        elif field == 3:
-            kl = v
-            key_at = np.int64(pos)
-            if v > 0:
-                if np.int64(pos) + v > rec_end:
-                    ok = False
-                    break
-                pos += np.uintp(v)
-        elif field == 4:
-            vl = v
+        elif field >= 3:  # key length, then value length: -1 (null) or the bytes
+            if v < -1 or np.int64(pos) + v > rec_end:
+                ok = False
+                break
+            if field == 3:
+                kl = v
+                key_at = np.int64(pos)
+                pos += np.uintp(max(v, 0))
+            else:
+                vl = v
     return (rec_end if ok else -1), ts_delta, od, key_at, kl, vl
 
 

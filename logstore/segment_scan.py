@@ -33,6 +33,7 @@ from numba.extending import intrinsic
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 # Status codes returned by scan_headers.
 NEED_MORE = 0  # the chunk ended (a partial batch or header may continue in the file)
@@ -132,8 +133,12 @@ def scan_headers(buf, n, seg_base, next_offset, max_bytes, out):
         if size > n - p:
             return count, p, NEED_MORE, 0
         base = _be64(buf, p)
+        # base + last_delta must not pass int64 (checked without computing it: LLVM may
+        # assume a signed add never wraps and drop a "last < base" test)
+        if base < next_offset or base > INT64_MAX - last_delta:
+            return count, p, INVALID, REASON_OFFSETS
         last = base + last_delta
-        if base < next_offset or last - seg_base > INT32_MAX:
+        if last - seg_base > INT32_MAX:
             return count, p, INVALID, REASON_OFFSETS
         out[count, 0] = p
         out[count, 1] = size

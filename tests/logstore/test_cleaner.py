@@ -771,3 +771,16 @@ def test_a_huge_declared_record_count_is_malformed_without_a_huge_allocation(tmp
         c.clean_log(log)
     assert c._buffers().out.nbytes < 16 << 20  # the chunk's size, give or take
     log.close()
+
+
+@pytest.mark.parametrize("record", [
+    bytes([0, 0, 0, 0x03, 0x02, ord("v"), 0]),       # key length -2
+    bytes([0, 0, 0, 0x02, ord("k"), 0x14, ord("v"), 0]),  # value length 10, 1 byte there
+], ids=["key length -2", "value past the record"])
+def test_records_decode_batches_would_refuse_are_refused_by_the_cleaner(tmp_path, record):
+    clock = MockClock()
+    log = _compacted_log_with(tmp_path, clock, _raw_v2_batch(
+        0, bytes([2 * len(record)]) + record, 1, 0, clock.milliseconds()))
+    with pytest.raises(CorruptRecordError, match="malformed"):
+        cleaner(clock).clean_log(log)
+    log.close()

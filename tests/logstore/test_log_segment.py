@@ -119,6 +119,32 @@ def test_recover_cuts_a_zeroed_tail_of_any_length(tmp_path, zeros):
     seg.close()
 
 
+def test_recover_cuts_a_batch_whose_last_offset_passes_int64(tmp_path):
+    """baseOffset 2**63 - 1 with lastOffsetDelta 1: computed, the last offset wraps
+    negative and passed every offset check (then any later batch did too)."""
+    import struct
+
+    from seglog.logstore.batch_header import crc32c
+
+    def with_last_delta(b: bytes, delta: int) -> bytes:
+        out = bytearray(b)
+        struct.pack_into(">i", out, 23, delta)
+        struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+        return bytes(out)
+
+    good = batch(1, base_offset=0)
+    bad = with_last_delta(batch(1, base_offset=2**63 - 1), 1) + batch(1, base_offset=1)
+    seg = _segment(tmp_path)
+    seg.close()
+    with open(seg.log_path, "wb") as f:
+        f.write(good + bad)
+    seg = _segment(tmp_path)
+    assert seg.recover(1 << 20) == len(bad)
+    assert seg.size == len(good)
+    assert [h.last_offset for h in seg.iter_batches()] == [0]
+    seg.close()
+
+
 def test_recover_stops_at_a_bad_crc(tmp_path):
     seg = _segment(tmp_path)
     batches = _fill(seg, 6)
