@@ -40,7 +40,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,7 @@ from .scheduler import (
     write_shared_last_runs,
 )
 from .topics import (
+    altered_overrides,
     load_topic_config,
     parse_overrides,
     read_topic_config,
@@ -332,6 +333,36 @@ class LogManager:
             warn_on_collision(name, existing)
             self._topic_configs.pop(name, None)
             self._create_partitions(name, range(partitions), overrides)
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """The config overrides persisted for ``name`` (its lowest partition's file, the
+        one ``check`` holds the others to); ``{}`` when it has none."""
+        return read_topic_config(self._partition(name, self.partitions(name)[0]).dir) or {}
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> dict[str, str]:
+        """Set and delete persisted config overrides of ``name`` (``kafka-configs.sh
+        --alter --add-config/--delete-config``); returns the new overrides.
+
+        The change takes effect for logs opened afterwards (the next writer or reader
+        that opens the log dir); logs this manager has loaded keep their config. Every
+        partition directory's file is replaced atomically, the lowest partition last:
+        readers and ``check --fix`` take the lowest partition's file as the topic's, so a
+        crash part-way leaves the old config in force (``check`` reports the partitions
+        that disagree; running the alter again completes it).
+
+        Raises ConfigError naming the key, UnknownTopicOrPartitionError, ReadOnlyError.
+        """
+        self._check_writable()
+        with self._lock:
+            numbers = self.partitions(name)
+            current = self.topic_overrides(name)
+            new = altered_overrides(current, set_configs, delete, base=self.default_topic_config)
+            for n in sorted(numbers, reverse=True):
+                write_topic_config(self._partition(name, n).dir, name, new)
+            self._topic_configs.pop(name, None)
+        logger.info("altered the config of topic %s: %s", name, new)
+        return new
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
@@ -602,11 +633,16 @@ class LogManager:
                         offsets[p.tp] = log.log_start_offset
             log_dir.checkpoint(name).write(offsets)
 
-    def run_maintenance(self) -> list[TaskRun]:
+    def run_maintenance(self, *, force: bool = False,
+                        before_task: Callable[[str, int, int], None] | None = None
+                        ) -> list[TaskRun]:
         """Run the maintenance tasks that are due now (for short-lived processes): due
-        means the task's interval has passed since any writer of these dirs ran it."""
+        means the task's interval has passed since any writer of these dirs ran it.
+        ``force``: run every task now, due or not (``seglog maintain``).
+        ``before_task(name, index, count)`` is called before each task (progress)."""
         self._check_writable()
-        runs = self.scheduler.run_due()
+        runs = (self.scheduler.run_all(before_task=before_task) if force
+                else self.scheduler.run_due(before_task=before_task))
         if runs:
             self._save_last_runs()
         return runs

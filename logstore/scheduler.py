@@ -119,19 +119,31 @@ class Scheduler:
         with self._run_lock:
             self._tasks.pop(name, None)
 
-    def run_due(self, now_ms: int | None = None) -> list[TaskRun]:
+    def run_due(self, now_ms: int | None = None, *,
+                before_task: Callable[[str, int, int], None] | None = None) -> list[TaskRun]:
         """Run every task due at ``now_ms`` (monotonic; default: the clock's now), in the
-        order they were added. Returns what each did; failures are logged, not raised."""
+        order they were added. Returns what each did; failures are logged, not raised.
+        ``before_task(name, index, count)`` is called before each (progress display)."""
         with self._run_lock:
             now = self.clock.monotonic_ms() if now_ms is None else now_ms
             due = [t for t in self._tasks.values() if t.next_due_ms <= now]
-            return [self._run(t, now) for t in due]
+            return self._run_each(due, now, before_task)
 
-    def run_all(self) -> list[TaskRun]:
+    def run_all(self, *, before_task: Callable[[str, int, int], None] | None = None
+                ) -> list[TaskRun]:
         """Run every task now, due or not (e.g. before a clean shutdown)."""
         with self._run_lock:
             now = self.clock.monotonic_ms()
-            return [self._run(t, now) for t in list(self._tasks.values())]
+            return self._run_each(list(self._tasks.values()), now, before_task)
+
+    def _run_each(self, tasks: list[MaintenanceTask], now: int,
+                  before_task: Callable[[str, int, int], None] | None) -> list[TaskRun]:
+        runs = []
+        for i, t in enumerate(tasks):
+            if before_task is not None:
+                before_task(t.name, i, len(tasks))
+            runs.append(self._run(t, now))
+        return runs
 
     def next_due_ms(self) -> int | None:
         with self._run_lock:

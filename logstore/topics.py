@@ -99,6 +99,28 @@ def parse_overrides(overrides: Mapping[str, Any] | None,
             for name in sorted(overrides)}
 
 
+def altered_overrides(current: Mapping[str, str], set_configs: Mapping[str, Any] | None,
+                      delete: Iterable[str], base: LogConfig | None = None) -> dict[str, str]:
+    """``current`` overrides with ``set_configs`` set and ``delete`` removed (Kafka's
+    incremental alter: SET and DELETE), validated and normalized.
+
+    Raises ConfigError naming the key for an unknown key, a bad value, or a key both set
+    and deleted. Deleting a known key that is not overridden changes nothing.
+    """
+    set_configs = dict(set_configs or {})
+    delete = list(delete)
+    known = {k.name for k in LogConfig.KEYS}
+    for key in delete:
+        if key not in known:
+            raise ConfigError(f"cannot delete unknown config {key!r} "
+                              f"(known: {', '.join(sorted(known))})")
+        if key in set_configs:
+            raise ConfigError(f"config {key!r} is both set and deleted")
+    merged = {k: v for k, v in current.items() if k not in delete}
+    merged.update(set_configs)
+    return parse_overrides(merged, base=base)
+
+
 def topic_config_path(partition_dir: Path) -> Path:
     return Path(partition_dir) / TOPIC_CONFIG_FILE
 

@@ -36,6 +36,8 @@ from seglog.logstore.file_names import (
 from seglog.logstore.offset_index import OffsetIndex
 from seglog.logstore.time_index import TimeIndex
 
+from .cli_commands import register as _register_operations
+
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
@@ -304,6 +306,9 @@ def _check_args(p: argparse.ArgumentParser) -> None:
 
 _COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) without "
                       "changing them", _check_args, _check)
+
+
+_register_operations(_COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,175 @@
+"""What every ``seglog`` operations command shares: naming the log dirs, opening a
+LogManager (readers without a lock, writers waiting for the ``.lock``), ``key=value``
+arguments, and turning expected errors into one line and exit status 2.
+
+Log dirs are named as the Spark source and sink name them (``path`` / ``logDirs``):
+``--path DIR``, repeatable and/or comma-separated, defaulting to the ``SEGLOG_PATH``
+environment variable (comma-separated too). Writers wait up to ``--lock-timeout`` ms for
+another writer (a Spark sink commit, another ``seglog`` command) to release a log dir's
+``.lock``, as the sink waits ``lockTimeoutMs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TextIO
+
+from seglog.logstore.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.errors import (
+    ConfigError,
+    InvalidTopicError,
+    LogDirLockedError,
+    SeglogError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.logstore.log_manager import LogManager
+
+PATH_ENV = "SEGLOG_PATH"
+DEFAULT_LOCK_TIMEOUT_MS = 30_000
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+# The clock handed to every LogManager a command opens; tests replace it (in-process
+# runs) to make retention due without sleeping.
+CLOCK: Clock = SYSTEM_CLOCK
+
+Run = Callable[[argparse.Namespace, TextIO], int]
+
+
+def add_path_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", action="append", default=[], metavar="DIR",
+                   help=f"a log dir (repeatable, or comma-separated; default: ${PATH_ENV})")
+
+
+def add_writer_args(p: argparse.ArgumentParser) -> None:
+    add_path_args(p)
+    p.add_argument("--lock-timeout", type=int, default=DEFAULT_LOCK_TIMEOUT_MS, metavar="MS",
+                   help="how long to wait for another writer to release a log dir's .lock "
+                        f"(default {DEFAULT_LOCK_TIMEOUT_MS})")
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="print JSON for scripts (keys documented in docs/cli.md)")
+
+
+def log_dirs(args: argparse.Namespace, extra: Iterable[str] = ()) -> list[str]:
+    """The log dirs of ``--path`` (plus ``extra``, e.g. positional dirs), else
+    ``$SEGLOG_PATH``; a dir named twice or none at all is a usage error."""
+    raw = [*args.path, *extra]
+    source = "--path"
+    if not raw:
+        raw = [os.environ.get(PATH_ENV, "")]
+        source = PATH_ENV
+    dirs = [d.strip() for item in raw for d in item.split(",") if d.strip()]
+    if not dirs:
+        raise ConfigError(f"no log dir given: pass --path DIR or set {PATH_ENV}")
+    canonical = [os.path.realpath(d) for d in dirs]
+    if len(set(canonical)) != len(canonical):
+        raise ConfigError(f"{source} names a log dir twice: {', '.join(dirs)}")
+    return dirs
+
+
+def open_reader(args: argparse.Namespace) -> LogManager:
+    """A read-only LogManager: takes no lock and writes nothing. The dirs must exist (a
+    reader never creates one)."""
+    dirs = log_dirs(args)
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"log dir {d} does not exist (--path)")
+    return LogManager(dirs, read_only=True, clock=CLOCK)
+
+
+def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
+                config: dict[str, str] | None = None) -> LogManager:
+    """A writer LogManager, waiting up to ``--lock-timeout`` ms for each ``.lock``; the
+    error after the wait names the dir and the holder (from the lock file)."""
+    timeout_ms = args.lock_timeout
+    if timeout_ms < 0:
+        raise ConfigError(f"--lock-timeout must not be negative, got {timeout_ms}")
+    dirs = dirs if dirs is not None else log_dirs(args)
+    deadline = time.monotonic() + timeout_ms / 1000
+    pause = 0.02
+    told = False
+    while True:
+        try:
+            return LogManager(dirs, clock=CLOCK, config=config)
+        except LogDirLockedError as e:
+            if time.monotonic() + pause > deadline:
+                raise LogDirLockedError(
+                    f"{e}; waited {timeout_ms} ms for it (--lock-timeout)") from None
+            if not told:
+                sys.stderr.write(f"seglog: waiting up to {timeout_ms} ms: {e}\n")
+                told = True
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
+# Refusals raised before anything is written: the manager still closes cleanly, so the
+# next open need not recover the dirs.
+_REFUSALS = (ConfigError, InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError)
+
+
+@contextlib.contextmanager
+def writing(args: argparse.Namespace, dirs: list[str] | None = None,
+            config: dict[str, str] | None = None) -> Iterator[LogManager]:
+    """``open_writer`` as a context: closed cleanly on success and on a refusal (bad
+    input, nothing written); any other error leaves the dirs to be recovered, as
+    ``with LogManager(...)`` does."""
+    mgr = open_writer(args, dirs, config)
+    with mgr:
+        try:
+            yield mgr
+        except _REFUSALS:
+            mgr.close()
+            raise
+
+
+def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
+    """``key=value`` strings (the value kept verbatim, commas included) → a dict; a
+    malformed or repeated item is a usage error naming ``option``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"{option} expects key=value, got {item!r}")
+        if key in out:
+            raise ConfigError(f"{option} sets {key!r} twice")
+        out[key] = value.strip()
+    return out
+
+
+def guarded(name: str, run: Run) -> Run:
+    """``run`` with seglog's exit statuses: an expected error (``SeglogError``,
+    ``OSError``) becomes one line on stderr and status 2, never a traceback."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace, out: TextIO) -> int:
+        try:
+            return run(args, out)
+        except BrokenPipeError:
+            # the reader of our output went away (`seglog consume ... | head`): not an
+            # error; point stdout at /dev/null so the interpreter's final flush is quiet
+            if out is sys.stdout:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            return EXIT_OK
+        except (SeglogError, OSError) as e:
+            sys.stderr.write(f"seglog {name}: {e}\n")
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            sys.stderr.write(f"seglog {name}: interrupted\n")
+            return EXIT_INTERRUPTED
+
+    return wrapper
