@@ -84,20 +84,29 @@ def open_reader(args: argparse.Namespace) -> LogManager:
     """A read-only LogManager: takes no lock and writes nothing. The dirs must exist (a
     reader never creates one)."""
     dirs = log_dirs(args)
-    for d in dirs:
-        if not os.path.isdir(d):
-            raise ConfigError(f"log dir {d} does not exist (--path)")
+    _require_dirs(dirs)
     return LogManager(dirs, read_only=True, clock=CLOCK)
 
 
+def _require_dirs(dirs: list[str]) -> None:
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"log dir {d} does not exist (--path)")
+
+
 def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
-                config: dict[str, str] | None = None) -> LogManager:
+                config: dict[str, str] | None = None, *,
+                create_dirs: bool = False) -> LogManager:
     """A writer LogManager, waiting up to ``--lock-timeout`` ms for each ``.lock``; the
-    error after the wait names the dir and the holder (from the lock file)."""
+    error after the wait names the dir and the holder (from the lock file). Only
+    ``create_dirs`` (``seglog create``) makes missing log dirs: elsewhere a mistyped path
+    is an error, not a new empty log dir."""
     timeout_ms = args.lock_timeout
     if timeout_ms < 0:
         raise ConfigError(f"--lock-timeout must not be negative, got {timeout_ms}")
     dirs = dirs if dirs is not None else log_dirs(args)
+    if not create_dirs:
+        _require_dirs(dirs)
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.02
     told = False
@@ -122,11 +131,12 @@ _REFUSALS = (ConfigError, InvalidTopicError, TopicExistsError, UnknownTopicOrPar
 
 @contextlib.contextmanager
 def writing(args: argparse.Namespace, dirs: list[str] | None = None,
-            config: dict[str, str] | None = None) -> Iterator[LogManager]:
+            config: dict[str, str] | None = None, *,
+            create_dirs: bool = False) -> Iterator[LogManager]:
     """``open_writer`` as a context: closed cleanly on success and on a refusal (bad
     input, nothing written); any other error leaves the dirs to be recovered, as
     ``with LogManager(...)`` does."""
-    mgr = open_writer(args, dirs, config)
+    mgr = open_writer(args, dirs, config, create_dirs=create_dirs)
     with mgr:
         try:
             yield mgr

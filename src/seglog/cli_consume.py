@@ -1,1 +1,269 @@
-COMMANDS: dict = {}
+"""``seglog consume TOPIC``: print records, as ``kafka-console-consumer.sh`` does.
+
+Read-only: no lock, nothing written, and only what is published (below the high
+watermark) is read. Without ``--follow`` it stops at the high watermark it saw when it
+reached the end; with ``--follow`` it polls for more until ``--max`` records,
+``--timeout-ms`` without a new record, or an interrupt.
+
+Where it starts, per partition, like the Kafka tool: the end (``latest``, the default),
+``--from-beginning``, ``--offset N|earliest|latest`` (a number needs ``--partition``), or
+``--timestamp T`` (the first record at or after ``T``: milliseconds since the epoch or
+an ISO-8601 time, UTC unless it names a zone).
+
+Text output is Kafka's ``DefaultMessageFormatter`` (``--property print.key=true`` and
+friends); ``--format json`` prints one JSON object per record: bytes as UTF-8 text when
+valid, else base64, with ``keyEncoding``/``valueEncoding`` saying which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from seglog.logstore.errors import ConfigError, OffsetOutOfRangeError
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import decode_batches
+
+from .cli_common import EXIT_OK, add_path_args, open_reader, parse_key_values
+from .cli_output import write_json
+
+READ_CHUNK_BYTES = 1 << 20
+_TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+_FORMATTER = {"print.timestamp": "false", "print.partition": "false", "print.offset": "false",
+              "print.headers": "false", "print.key": "false", "print.value": "true",
+              "key.separator": "\t", "line.separator": "\n", "headers.separator": ",",
+              "null.literal": "null"}
+
+
+@dataclass(frozen=True, slots=True)
+class TextFormat:
+    """Kafka's DefaultMessageFormatter properties."""
+
+    timestamp: bool
+    partition: bool
+    offset: bool
+    headers: bool
+    key: bool
+    value: bool
+    key_separator: str
+    line_separator: str
+    headers_separator: str
+    null_literal: str
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> TextFormat:
+        unknown = sorted(set(props) - set(_FORMATTER))
+        if unknown:
+            raise ConfigError(f"unknown --property {unknown[0]!r} (known: "
+                              f"{', '.join(sorted(_FORMATTER))})")
+        merged = {**_FORMATTER, **props}
+
+        def flag(name: str) -> bool:
+            text = merged[name].strip().lower()
+            if text not in ("true", "false"):
+                raise ConfigError(f"--property {name} must be true or false, got {text!r}")
+            return text == "true"
+
+        def text(name: str) -> str:
+            return merged[name].replace("\\t", "\t").replace("\\n", "\n")
+
+        return cls(flag("print.timestamp"), flag("print.partition"), flag("print.offset"),
+                   flag("print.headers"), flag("print.key"), flag("print.value"),
+                   text("key.separator"), text("line.separator"), text("headers.separator"),
+                   text("null.literal"))
+
+    def render(self, topic: str, partition: int, r: dict[str, Any]) -> str:
+        def show(b: bytes | None) -> str:
+            return self.null_literal if b is None else b.decode("utf-8", "backslashreplace")
+
+        fields = []
+        if self.timestamp:
+            ts_type = _TS_TYPES.get(r["timestampType"])
+            fields.append(f"{ts_type}:{r['timestamp']}" if ts_type else "NO_TIMESTAMP")
+        if self.partition:
+            fields.append(f"Partition:{partition}")
+        if self.offset:
+            fields.append(f"Offset:{r['offset']}")
+        if self.headers:
+            hs = r.get("headers") or []
+            fields.append(self.headers_separator.join(f"{h['key']}:{show(h['value'])}"
+                                                      for h in hs) or "NO_HEADERS")
+        if self.key:
+            fields.append(show(r["key"]))
+        if self.value:
+            fields.append(show(r["value"]))
+        return self.key_separator.join(fields) + self.line_separator
+
+
+def encode_bytes(b: bytes | None) -> tuple[str | None, str | None]:
+    """(text, encoding): UTF-8 text when valid, else base64; (None, None) for null."""
+    if b is None:
+        return None, None
+    try:
+        return b.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        return base64.b64encode(b).decode("ascii"), "base64"
+
+
+def record_json(topic: str, partition: int, r: dict[str, Any]) -> dict[str, Any]:
+    key, key_enc = encode_bytes(r["key"])
+    value, value_enc = encode_bytes(r["value"])
+    headers = []
+    for h in r.get("headers") or []:
+        hv, hv_enc = encode_bytes(h["value"])
+        headers.append({"key": h["key"], "value": hv, "valueEncoding": hv_enc})
+    return {"topic": topic, "partition": partition, "offset": r["offset"],
+            "timestamp": r["timestamp"],
+            "timestampType": _TS_TYPES.get(r["timestampType"], "NoTimestampType"),
+            "key": key, "keyEncoding": key_enc, "value": value, "valueEncoding": value_enc,
+            "headers": headers}
+
+
+def parse_timestamp(text: str) -> int:
+    """Milliseconds since the epoch, or an ISO-8601 time (UTC unless it says)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        t = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--timestamp {text!r}: expected milliseconds since the epoch or "
+                          "an ISO-8601 time such as 2024-05-01T12:00:00Z") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def start_offsets(mgr: LogManager, topic: str, partitions: list[int],
+                  args: argparse.Namespace) -> dict[int, int]:
+    """Per partition, the first offset to print (see the module docstring)."""
+    hws = mgr.high_watermarks()
+    starts = mgr.log_start_offsets()
+    out = {}
+    for p in partitions:
+        lso = starts.get((topic, p), 0)
+        end = max(hws.get((topic, p), 0), lso)
+        if args.timestamp is not None:
+            found = mgr.get_log(topic, p).offset_for_timestamp(parse_timestamp(args.timestamp))
+            out[p] = end if found is None else max(found, lso)
+        elif args.from_beginning or args.offset == "earliest":
+            out[p] = lso
+        elif args.offset in (None, "latest"):
+            out[p] = end
+        else:
+            n = int(args.offset)
+            if not lso <= n <= end:
+                raise OffsetOutOfRangeError(
+                    f"--offset {n} is outside partition {topic}-{p}: its offsets run from "
+                    f"{lso} to {end}")
+            out[p] = n
+    return out
+
+
+def records(mgr: LogManager, topic: str, positions: dict[int, int],
+            hws: dict[int, int]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every record from ``positions`` up to ``hws``, partition by partition; advances
+    ``positions`` as it goes (so a follow-up call continues where this one stopped)."""
+    for p in sorted(positions):
+        end = hws[p]
+        if positions[p] >= end:
+            continue
+        log = mgr.get_log(topic, p)
+        for chunk in log.read_chunks(positions[p], end, READ_CHUNK_BYTES):
+            batch = decode_batches(chunk, start_offset=positions[p], end_offset=end)
+            for r in batch.to_pylist():
+                positions[p] = r["offset"] + 1
+                yield p, r
+        positions[p] = max(positions[p], min(end, log.high_watermark))
+
+
+def _validate(args: argparse.Namespace) -> None:
+    chosen = [n for n, v in (("--from-beginning", args.from_beginning),
+                             ("--offset", args.offset is not None),
+                             ("--timestamp", args.timestamp is not None)) if v]
+    if len(chosen) > 1:
+        raise ConfigError(f"{' and '.join(chosen)} conflict: give one starting point")
+    if args.offset not in (None, "earliest", "latest"):
+        try:
+            int(args.offset)
+        except ValueError:
+            raise ConfigError(f"--offset {args.offset!r}: expected a number, earliest or "
+                              "latest") from None
+        if args.partition is None or len(args.partition) != 1:
+            raise ConfigError("--offset N needs exactly one --partition")
+    if args.max is not None and args.max < 1:
+        raise ConfigError(f"--max must be at least 1, got {args.max}")
+
+
+def _consume(args: argparse.Namespace, out: TextIO) -> int:
+    _validate(args)
+    fmt = TextFormat.from_properties(parse_key_values(args.property, "--property"))
+    count = 0
+    with open_reader(args) as mgr:
+        existing = mgr.partitions(args.topic)
+        partitions = args.partition or existing
+        for p in partitions:
+            if p not in existing:
+                raise ConfigError(f"--partition {p}: topic {args.topic!r} has partitions "
+                                  f"{existing[0]}..{existing[-1]}")
+        positions = start_offsets(mgr, args.topic, partitions, args)
+        idle_since = time.monotonic()
+        while True:
+            hw = mgr.high_watermarks()
+            ends = {p: hw.get((args.topic, p), 0) for p in partitions}
+            for p, r in records(mgr, args.topic, positions, ends):
+                if args.format == "json":
+                    write_json(out, record_json(args.topic, p, r))
+                else:
+                    out.write(fmt.render(args.topic, p, r))
+                count += 1
+                idle_since = time.monotonic()
+                if args.max is not None and count >= args.max:
+                    break
+            else:
+                if args.follow and (args.timeout_ms is None or
+                                    time.monotonic() - idle_since < args.timeout_ms / 1000):
+                    out.flush()
+                    time.sleep(args.poll_ms / 1000)
+                    continue
+            break
+    sys.stderr.write(f"Processed a total of {count} messages\n")
+    return EXIT_OK
+
+
+def _consume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", metavar="TOPIC")
+    p.add_argument("--partition", type=int, action="append", metavar="P",
+                   help="read only partition P (repeatable; default: all)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at each partition's log start offset")
+    p.add_argument("--offset", metavar="N|earliest|latest",
+                   help="start offset (a number needs one --partition; default latest)")
+    p.add_argument("--timestamp", metavar="T",
+                   help="start at the first record at or after T (epoch ms or ISO-8601)")
+    p.add_argument("--max", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+                   help="text format (kafka-console-consumer): print.key, print.offset, "
+                        "print.partition, print.timestamp, print.headers, print.value, "
+                        "key.separator, line.separator, headers.separator, null.literal")
+    p.add_argument("--follow", action="store_true",
+                   help="at the end, keep polling for new records")
+    p.add_argument("--poll-ms", type=int, default=500, metavar="MS",
+                   help="with --follow: pause between polls (default 500)")
+    p.add_argument("--timeout-ms", type=int, metavar="MS",
+                   help="with --follow: stop after MS without a new record")
+    add_path_args(p)
+
+
+COMMANDS = {
+    "consume": ("print a topic's records (like kafka-console-consumer.sh)", _consume_args,
+                _consume),
+}

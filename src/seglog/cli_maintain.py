@@ -1,1 +1,139 @@
-COMMANDS: dict = {}
+"""``seglog maintain [DIR...]``: the LogManager's maintenance, now or on its schedule.
+
+Retention, compaction, flushing, the offset checkpoints and delayed deletions otherwise
+run only inside a sink commit (or a process that runs a scheduler), so an idle topic is
+never cleaned. One pass runs every task now; ``--loop`` then keeps running each task when
+its interval (``log.retention.check.interval.ms``, ``log.cleaner.backoff.ms``, ...; set
+with ``--manager-config``) is due, until SIGINT or SIGTERM, which end the current task
+and close the manager cleanly (the dirs keep ``.kafka_cleanshutdown``).
+
+Segments removed by retention or compaction are renamed ``.deleted`` and unlinked after
+``file.delete.delay.ms`` (readers may still have them open): by a running ``--loop``, or
+else by the next writer that loads the partition (the next ``maintain``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import threading
+from typing import Any, TextIO
+
+from seglog.logstore.log_manager import CLEANER_TASK, LogManager
+from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
+
+from . import cli_common
+from .cli_common import (
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    add_json_arg,
+    add_writer_args,
+    log_dirs,
+    parse_key_values,
+    writing,
+)
+from .cli_output import Progress, write_json
+
+_COUNTS = {RETENTION: "segment(s) deleted by retention", FLUSH: "log(s) flushed",
+           DELETE_LOGS: "file(s) and directories removed"}
+
+
+def task_json(run: TaskRun) -> dict[str, Any]:
+    result = run.result
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        result = dataclasses.asdict(result)
+    elif not isinstance(result, (int, float, str)) or isinstance(result, bool):
+        result = None
+    return {"task": run.name, "ok": run.ok, "result": result,
+            "error": None if run.error is None else str(run.error)}
+
+
+def task_text(run: TaskRun) -> str | None:
+    """One line for a task that did something or failed; None for a quiet one."""
+    if run.error is not None:
+        return f"{run.name}: FAILED: {run.error}"
+    r = run.result
+    if run.name == CLEANER_TASK and r is not None:
+        return (f"{run.name}: cleaned {r.topic}-{r.partition} offsets "
+                f"{r.first_dirty_offset}..{r.end_offset}: {r.segments_cleaned} segment(s), "
+                f"{r.records_read} record(s) read, {r.records_retained} kept, "
+                f"{r.bytes_read} -> {r.bytes_written} bytes")
+    if run.name in _COUNTS and isinstance(r, int) and r:
+        return f"{run.name}: {r} {_COUNTS[run.name]}"
+    return None
+
+
+def one_pass(mgr: LogManager, *, force: bool) -> list[TaskRun]:
+    """Run the tasks (all with ``force``, else the due ones), with a progress bar on a
+    terminal."""
+    with Progress("maintain") as bar:
+        def before(name: str, index: int, count: int) -> None:
+            bar.total = count
+            bar.advance(0 if index == 0 else 1, label=f"maintain: {name}")
+
+        return mgr.run_maintenance(force=force, before_task=before)
+
+
+def report(out: TextIO, mgr: LogManager, runs: list[TaskRun], number: int,
+           as_json: bool, *, quiet_if_idle: bool) -> None:
+    pending = mgr.deleter.pending
+    lines = [t for t in (task_text(r) for r in runs) if t]
+    if quiet_if_idle and not lines:
+        return
+    if as_json:
+        write_json(out, {"pass": number, "tasks": [task_json(r) for r in runs],
+                         "pendingFileDeletions": pending})
+    else:
+        out.writelines(f"{line}\n" for line in lines)
+        out.write(f"pass {number}: {len(runs)} task(s) run, {sum(not r.ok for r in runs)} "
+                  f"failed, {pending} file(s) waiting for file.delete.delay.ms\n")
+    out.flush()
+
+
+def _maintain(args: argparse.Namespace, out: TextIO) -> int:
+    config = parse_key_values(args.manager_config, "--manager-config")
+    dirs = log_dirs(args, extra=args.dirs)
+    stop = threading.Event()
+    failed = False
+    previous = {}
+    if args.loop:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        with writing(args, dirs, config) as mgr:
+            number = 1
+            runs = one_pass(mgr, force=True)
+            failed |= not all(r.ok for r in runs)
+            report(out, mgr, runs, number, args.json, quiet_if_idle=False)
+            while args.loop and not stop.is_set():
+                next_due = mgr.scheduler.next_due_ms()
+                clock = cli_common.CLOCK
+                wait_ms = 1000 if next_due is None else next_due - clock.monotonic_ms()
+                if wait_ms > 0 and stop.wait(wait_ms / 1000):
+                    break
+                number += 1
+                runs = one_pass(mgr, force=False)
+                failed |= not all(r.ok for r in runs)
+                report(out, mgr, runs, number, args.json, quiet_if_idle=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return EXIT_PROBLEMS if failed else EXIT_OK
+
+
+def _maintain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dirs", nargs="*", metavar="DIR", help="log dirs (or use --path)")
+    p.add_argument("--loop", action="store_true",
+                   help="keep running each task on its schedule until SIGINT/SIGTERM")
+    p.add_argument("--manager-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker-level setting, e.g. log.retention.check.interval.ms=60000 "
+                        "or log.cleaner.enable=false (repeatable)")
+    add_writer_args(p)
+    add_json_arg(p)
+
+
+COMMANDS = {
+    "maintain": ("run retention, compaction, flushes, checkpoints and delayed deletions "
+                 "now, or on their schedule with --loop", _maintain_args, _maintain),
+}

@@ -92,7 +92,7 @@ def _create(args: argparse.Namespace, out: TextIO) -> int:
     config = parse_key_values(args.config, "--config")
     if args.partitions < 1:
         raise ConfigError(f"--partitions must be at least 1, got {args.partitions}")
-    with writing(args) as mgr:
+    with writing(args, create_dirs=True) as mgr:
         try:
             mgr.create_topic(args.topic, args.partitions, config)
         except TopicExistsError:
