@@ -1,0 +1,107 @@
+"""``seglog topics / describe / create / delete / alter-config`` on real log dirs."""
+
+from __future__ import annotations
+
+import os
+
+from _cli import Result, one_line_error, run, run_process
+
+from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
+from seglog.logstore.log_manager import LogManager
+
+
+def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
+    d = tmp_path / "logs"
+    r = run(capsys, "create", "events", "--path", d, "--partitions", "3",
+            "--config", "retention.ms=86400000", "--config", "cleanup.policy=compact,delete")
+    assert r.code == 0 and "Created topic events with 3 partition(s)" in r.out
+    assert (d / CLEAN_SHUTDOWN_FILE).exists()  # the writer closed cleanly
+    assert run(capsys, "create", "other", "--path", d).code == 0
+
+    r = run(capsys, "topics", "--path", d)
+    assert r.code == 0 and r.out.splitlines() == ["events", "other"]
+    assert run(capsys, "topics", "--path", d, "--json").json() == {
+        "topics": [{"topic": "events", "partitions": 3}, {"topic": "other", "partitions": 1}]}
+
+    doc = run(capsys, "describe", "events", "--path", d, "--json").json()["topics"][0]
+    assert [p["partition"] for p in doc["partitions"]] == [0, 1, 2]
+    assert doc["partitions"][0] == {"partition": 0, "logDir": str(d.resolve()),
+                                    "startOffset": 0, "endOffset": 0, "sizeBytes": 0,
+                                    "segments": 1}
+    assert doc["configs"]["retention.ms"] == {"value": "86400000", "override": True}
+    assert doc["configs"]["cleanup.policy"] == {"value": "compact,delete", "override": True}
+    assert doc["configs"]["segment.bytes"] == {"value": str(1 << 30), "override": False}
+
+    r = run(capsys, "alter-config", "events", "--path", d,
+            "--add-config", "segment.bytes=1048576,cleanup.policy=[compact]",
+            "--delete-config", "retention.ms")
+    assert r.code == 0, r
+    # persisted for the next writer (and reader) of the dir, in every partition
+    with LogManager([d]) as mgr:
+        cfg = mgr.topic_config("events")
+        assert (cfg.segment_bytes, cfg.cleanup_policy) == (1048576, frozenset({"compact"}))
+        assert cfg.retention_ms == 7 * 24 * 3600 * 1000
+        assert mgr.check() == []  # every partition's config file agrees
+    text = run(capsys, "describe", "events", "--path", d).out
+    assert "Configs: segment.bytes=1048576,cleanup.policy=compact" in text
+    assert "  * segment.bytes=1048576" in text and "    retention.ms=604800000" in text
+
+    r = run(capsys, "delete", "events", "--path", d, "--json")
+    assert r.json() == {"topic": "events", "deleted": True, "partitions": 3}
+    assert run(capsys, "topics", "--path", d).out.splitlines() == ["other"]
+    assert run(capsys, "maintain", d).code == 0  # the next writer removes the -delete dirs
+    assert sorted(n for n in os.listdir(d) if n.startswith("events")) == []
+
+
+def test_errors_are_one_line_naming_what_is_wrong(tmp_path, capsys):
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "t", "--path", d).code == 0
+    one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.mss=1"),
+                   "retention.mss")
+    one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.ms=soon"),
+                   "retention.ms", "soon")
+    one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.ms"),
+                   "--config")
+    one_line_error(run(capsys, "create", "bad/name", "--path", d), "bad/name")
+    one_line_error(run(capsys, "create", "t", "--path", d), "'t'", "already exists")
+    assert run(capsys, "create", "t", "--path", d, "--if-not-exists").code == 0
+    one_line_error(run(capsys, "describe", "nope", "--path", d), "nope")
+    one_line_error(run(capsys, "delete", "nope", "--path", d), "nope")
+    assert run(capsys, "delete", "nope", "--path", d, "--if-exists").code == 0
+    one_line_error(run(capsys, "alter-config", "t", "--path", d, "--add-config",
+                       "max.message.bytes=-5"), "max.message.bytes")
+    one_line_error(run(capsys, "alter-config", "t", "--path", d, "--delete-config",
+                       "nonsense.key"), "nonsense.key")
+    one_line_error(run(capsys, "topics", "--path", tmp_path / "missing"), "missing", "--path")
+    one_line_error(run(capsys, "maintain", "--path", tmp_path / "missing"), "missing")
+    assert not (tmp_path / "missing").exists()  # a mistyped dir is not created
+    # refusals leave the dir cleanly closed (no recovery on the next open)
+    assert (d / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_log_dirs_from_the_environment_and_comma_lists(tmp_path, capsys, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("SEGLOG_PATH", f"{a},{b}")
+    assert run(capsys, "create", "t", "--partitions", "4").code == 0
+    assert {n for n in os.listdir(a) if n.startswith("t-")} | \
+        {n for n in os.listdir(b) if n.startswith("t-")} == {"t-0", "t-1", "t-2", "t-3"}
+    monkeypatch.delenv("SEGLOG_PATH")
+    assert run(capsys, "topics", "--path", f"{a},{b}").out == "t\n"
+    assert run(capsys, "topics", "--path", a, "--path", b).out == "t\n"
+    one_line_error(run(capsys, "topics"), "--path", "SEGLOG_PATH")
+    one_line_error(run(capsys, "topics", "--path", f"{a},{a}"), "twice")
+
+
+def test_a_writer_waits_for_the_lock_then_names_the_holder(tmp_path, capsys):
+    d = tmp_path / "logs"
+    with LogManager([d]) as holder:
+        holder.create_topic("t")
+        r = run_process("create", "u", "--path", d, "--lock-timeout", "300")
+        waiting, failure = r.err.splitlines()  # "waiting up to 300 ms", then the error
+        assert "waiting up to 300 ms" in waiting
+        one_line_error(Result(r.code, r.out, failure),
+                       str(d), f"pid={os.getpid()}", "--lock-timeout")
+        # readers take no lock
+        assert run_process("topics", "--path", d).out == "t\n"
+    assert run_process("create", "u", "--path", d, "--lock-timeout", "300").code == 0
+
