@@ -37,6 +37,7 @@ from seglog.logstore.offset_index import OffsetIndex
 from seglog.logstore.time_index import TimeIndex
 
 from .cli_commands import register as _register_operations
+from .cli_output import Progress
 
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
@@ -92,8 +93,10 @@ def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
         out.write(f"Log starting offset: {parsed[0]}\n")
     buf = _map(path)
     problems = 0
+    bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes", hide_if_tty=out)
     try:
         for h, reason in _batches(buf):
+            bar.advance(h.size if h is not None else 0)
             if h is None:
                 out.write(f"Found invalid data: {reason}\n")
                 problems += 1
@@ -118,6 +121,7 @@ def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
                     out.write(f"Found invalid records: {e}\n")
                     problems += 1
     finally:
+        bar.close()
         if isinstance(buf, mmap.mmap):
             buf.close()
     return problems
@@ -281,8 +285,11 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
             if p.is_dir() and any(n.endswith(LOG_SUFFIX) for n in os.listdir(p)))
         if not dirs:
             out.write(f"{path}: no segments here or in its subdirectories\n")
-        for d in dirs:
-            problems += check_partition_dir(d, out)
+        with Progress(f"check {path}", len(dirs)) as bar:
+            for d in dirs:
+                bar.clear()
+                problems += check_partition_dir(d, out)
+                bar.advance()
     return 1 if problems else 0
 
 

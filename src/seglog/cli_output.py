@@ -50,14 +50,16 @@ class Progress:
     _INTERVAL_S = 0.1
 
     def __init__(self, label: str, total: int | None = None, *, unit: str = "",
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, hide_if_tty: TextIO | None = None) -> None:
         self.label = label
         self.total = total
         self.unit = unit
         self.done = 0
         self.stream = stream if stream is not None else sys.stderr
-        isatty = getattr(self.stream, "isatty", None)
-        self.active = bool(isatty and isatty())
+        # hide_if_tty: the command's own output; when it streams to the same terminal
+        # line by line, a bar would be torn apart by it
+        self.active = _isatty(self.stream) and not (hide_if_tty is not None
+                                                    and _isatty(hide_if_tty))
         self._last_draw = 0.0
         self._drawn = False
 
@@ -86,6 +88,11 @@ class Progress:
         self.stream.flush()
         self._drawn = True
 
+    def clear(self) -> None:
+        """Erase the bar (before the command prints a line); the next advance redraws."""
+        self.close()
+        self._last_draw = 0.0
+
     def close(self) -> None:
         if self._drawn:
             self.stream.write("\r\x1b[K")
@@ -97,6 +104,11 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _isatty(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def with_progress(items: Sequence[T], label: str, *, stream: TextIO | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -12,7 +11,6 @@ import pyarrow as pa
 from _cli import SEGLOG, run
 
 from seglog import cli_common
-from seglog.cli_output import Progress
 from seglog.logstore.clock import MockClock
 from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
 from seglog.logstore.log_manager import LogManager
@@ -75,19 +73,3 @@ def test_loop_runs_until_sigterm_and_leaves_the_dir_clean(tmp_path):
     assert (d / CLEAN_SHUTDOWN_FILE).exists()
     with LogManager([d]) as mgr:  # the lock was released
         assert mgr.get_log("idle", 0).num_segments == 1
-
-
-class _Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_draws_on_a_terminal_only():
-    tty, pipe = _Terminal(), io.StringIO()
-    for stream in (tty, pipe):
-        with Progress("check", 4, stream=stream) as bar:
-            for _ in range(4):
-                bar.advance()
-    assert pipe.getvalue() == ""
-    assert "check [" in tty.getvalue() and "4/4" in tty.getvalue()
-    assert tty.getvalue().endswith("\r\x1b[K")  # the line is cleared at the end
