@@ -7,6 +7,8 @@ typed values once, at the edge, and every error names the option and its value.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
 
 from seglog.logstore.errors import ConfigError
 
@@ -59,3 +61,17 @@ def option_non_negative_int(opts: Mapping[str, str], name: str,
         raise ConfigError(
             f"invalid value {opts[name]!r} for option {name!r}: must not be negative")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """One option as users see it: its name, its default as documented, what it does.
+
+    The parsers match names against these declarations, and ``docs/options.md`` is
+    generated from them (``seglog.streaming.option_docs``), so the two cannot drift.
+    """
+
+    name: str
+    default: str
+    doc: str
+    mode: Literal["both", "streaming", "batch"] = "both"

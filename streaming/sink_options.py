@@ -5,28 +5,16 @@ the query before any task runs. Spark hands options over case-insensitively (key
 lowercased); names are matched without regard to case, except the part after
 ``topic.`` (Kafka config names are lowercase anyway). Errors name the option.
 
-Options:
-
-- ``path`` or ``logDirs`` (comma-separated): the log dir(s).
-- ``topic``: the topic of rows without a ``topic`` column (or with a null one).
-- ``compression.type``: ``none`` (default), ``gzip``, ``snappy``, ``lz4``, ``zstd``.
-- ``createTopics`` (default ``true``): create a missing topic with ``numPartitions``
-  (default 1) partitions and the ``topic.<kafka config>`` overrides
-  (``topic.retention.ms``, ``topic.segment.bytes``...), validated by ``LogConfig``.
-- ``maxBatchBytes`` (default 1 MiB): uncompressed size of the record batches written,
-  capped by the topic's ``max.message.bytes``.
-- ``lockTimeoutMs`` (default 30000): how long a commit waits for another writer to
-  release a log dir's ``.lock`` before failing with ``LogDirLockedError``.
-- ``maintenanceIntervalMs`` (default 300000, Kafka's ``log.retention.check.interval.ms``):
-  how often a commit also runs the LogManager's maintenance (retention, checkpoints,
-  deletions); the time of the last run is kept in the log dir, so it holds across the
-  short-lived processes that commit micro-batches.
-- ``checkpointLocation`` is accepted (Spark passes it along) and otherwise unused.
+The options, their defaults and meanings are declared once, in ``SINK_OPTIONS`` (the
+options reference, ``docs/options.md``, is generated from it). Kafka connector options
+follow ``kafka_compat``: broker-only ones are listed in ``ignored``,
+``kafka.compression.type`` and ``kafka.batch.size`` are honoured, the rest refused.
 
 Input columns follow Spark's Kafka sink: ``value`` (required; binary or string),
 ``key`` (binary or string), ``topic`` (string), ``partition`` (integer), ``headers``
-(``array<struct<key: string, value: binary>>``), ``timestamp`` (timestamp, or long
-epoch milliseconds). Any other column is an error naming it.
+(``array<struct<key: string, value: binary>>``), and seglog's ``timestamp`` (timestamp,
+or long epoch milliseconds). As in Kafka's sink, the ``topic`` option overrides the
+``topic`` column, and other columns are ignored (a source DataFrame can be written back).
 
 >>> o = SinkOptions.parse({"path": "/data", "topic": "out", "topic.retention.ms": "1000"})
 >>> o.log_dirs, o.topic, o.topic_config
@@ -44,14 +32,17 @@ import pyarrow as pa
 from seglog.logstore.errors import ConfigError, InvalidTopicError
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
+from .kafka_compat import SINK_RULES, refusal, rule_for
 from .option_values import (
+    OptionSpec,
     option_bool,
     option_non_negative_int,
     option_positive_int,
     parse_log_dirs,
 )
 
-__all__ = ["SinkOptions", "SinkColumns", "COMPRESSION_TYPES", "TOPIC_CONFIG_PREFIX"]
+__all__ = ["SinkOptions", "SinkColumns", "SINK_OPTIONS", "COMPRESSION_TYPES",
+           "TOPIC_CONFIG_PREFIX"]
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC_CONFIG_PREFIX = "topic."
@@ -59,8 +50,34 @@ DEFAULT_MAX_BATCH_BYTES = 1 << 20
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
 DEFAULT_MAINTENANCE_INTERVAL_MS = 300_000
 
-_NAMES = ("path", "logDirs", "topic", "compression.type", "createTopics", "numPartitions",
-          "maxBatchBytes", "lockTimeoutMs", "maintenanceIntervalMs", "checkpointLocation")
+SINK_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("path", "(required)", "The log dir, or several separated by commas."),
+    OptionSpec("logDirs", "", "Same as `path` (give one of them)."),
+    OptionSpec("topic", "", "The topic of every row; overrides the `topic` column (Kafka's "
+               "rule). Without it, each row's `topic` column says where it goes."),
+    OptionSpec("compression.type", "none", "Codec of the batches written: none, gzip, "
+               "snappy, lz4, zstd (`kafka.compression.type` is the same option)."),
+    OptionSpec("createTopics", "true", "Create a missing topic (with `numPartitions` and "
+               "the `topic.<config>` options); `false` fails on a missing topic."),
+    OptionSpec("numPartitions", "1", "Partitions of a topic the sink creates. Given for "
+               "an existing topic with another partition count, the write fails."),
+    OptionSpec("topic.<config>", "", "A Kafka topic config for topics the sink creates, "
+               "e.g. `topic.retention.ms`, `topic.cleanup.policy` (see Topic configs)."),
+    OptionSpec("allowExpiredTimestamps", "false", "Write rows whose `timestamp` is already "
+               "older than the topic's `retention.ms` (the next maintenance deletes them). "
+               "By default such a write fails before anything is visible."),
+    OptionSpec("maxBatchBytes", str(DEFAULT_MAX_BATCH_BYTES), "Uncompressed size of the "
+               "record batches written, capped by the topic's `max.message.bytes` "
+               "(`kafka.batch.size` is the same option)."),
+    OptionSpec("lockTimeoutMs", str(DEFAULT_LOCK_TIMEOUT_MS), "How long a commit waits for "
+               "another writer to release a log dir's `.lock`."),
+    OptionSpec("maintenanceIntervalMs", str(DEFAULT_MAINTENANCE_INTERVAL_MS), "How often a "
+               "commit also runs maintenance (retention, checkpoints, deletions, "
+               "compaction); Kafka's `log.retention.check.interval.ms`."),
+    OptionSpec("checkpointLocation", "", "Spark's own option; the sink uses it only to name "
+               "itself when Spark gives no query id."),
+)
+_NAMES = tuple(o.name for o in SINK_OPTIONS if o.name != "topic.<config>")
 _CANONICAL = {n.lower(): n for n in _NAMES}
 
 
@@ -78,11 +95,19 @@ class SinkOptions:
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
     maintenance_interval_ms: int = DEFAULT_MAINTENANCE_INTERVAL_MS
     checkpoint_location: str | None = None
+    num_partitions_given: bool = False
+    """Whether ``numPartitions`` was given (then an existing topic must have that many)."""
+    allow_expired_timestamps: bool = False
+    ignored: tuple[str, ...] = ()
+    """Kafka connector options accepted without effect, as the user spelled them."""
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
         """Validate ``options`` (any case). Raises ConfigError naming the option."""
         opts: dict[str, str] = {}
+        mapped: dict[str, tuple[str, str]] = {}  # seglog option → (Kafka option, value)
+        spelled: dict[str, str] = {n: n for n in _NAMES}  # the name given, for errors
+        ignored: list[str] = []
         topic_props: dict[str, str] = {}
         for raw_key, value in options.items():
             if value is None:
@@ -93,10 +118,25 @@ class SinkOptions:
                 continue
             name = _CANONICAL.get(key.lower())
             if name is None:
-                raise ConfigError(
-                    f"unknown option {raw_key!r} for the seglog sink (known: "
-                    f"{', '.join(_NAMES)}, and {TOPIC_CONFIG_PREFIX}<kafka topic config>)")
+                rule = rule_for(key, SINK_RULES)
+                if rule is None:
+                    raise ConfigError(
+                        f"unknown option {raw_key!r} for the seglog sink (known: "
+                        f"{', '.join(_NAMES)}, and {TOPIC_CONFIG_PREFIX}<kafka topic config>)")
+                if rule.action == "refuse":
+                    raise ConfigError(refusal(key, rule, "sink"))
+                if rule.action == "ignore":
+                    ignored.append(key)
+                    continue
+                mapped[str(rule.target)] = (key, str(value))
+                continue
             opts[name] = str(value)
+        for name, (key, value) in mapped.items():
+            if name in opts and opts[name].strip().lower() != value.strip().lower():
+                raise ConfigError(f"options {name!r} ({opts[name]!r}) and {key!r} ({value!r}) "
+                                  "conflict: give one of them")
+            opts[name] = value
+            spelled[name] = key
 
         topic = opts.get("topic")
         if topic is not None:
@@ -109,8 +149,8 @@ class SinkOptions:
             compression = "none"
         if compression not in COMPRESSION_TYPES:
             raise ConfigError(
-                f"invalid value {opts['compression.type']!r} for option 'compression.type': "
-                f"expected one of {', '.join(COMPRESSION_TYPES)}")
+                f"invalid value {opts['compression.type']!r} for option "
+                f"{spelled['compression.type']!r}: expected one of {', '.join(COMPRESSION_TYPES)}")
         try:
             topic_config = parse_overrides(topic_props)
         except ConfigError as e:
@@ -123,14 +163,24 @@ class SinkOptions:
             create_topics=option_bool(opts, "createTopics", True),
             num_partitions=option_positive_int(opts, "numPartitions", 1),
             topic_config=topic_config,
-            max_batch_bytes=option_positive_int(opts, "maxBatchBytes",
-                                                DEFAULT_MAX_BATCH_BYTES),
+            max_batch_bytes=option_positive_int(
+                _as_spelled(opts, spelled, "maxBatchBytes"), spelled["maxBatchBytes"],
+                DEFAULT_MAX_BATCH_BYTES),
             lock_timeout_ms=option_non_negative_int(opts, "lockTimeoutMs",
                                                     DEFAULT_LOCK_TIMEOUT_MS),
             maintenance_interval_ms=option_non_negative_int(
                 opts, "maintenanceIntervalMs", DEFAULT_MAINTENANCE_INTERVAL_MS),
             checkpoint_location=opts.get("checkpointLocation"),
+            num_partitions_given="numPartitions" in opts,
+            allow_expired_timestamps=option_bool(opts, "allowExpiredTimestamps", False),
+            ignored=tuple(ignored),
         )
+
+
+def _as_spelled(opts: Mapping[str, str], spelled: Mapping[str, str], name: str
+                ) -> dict[str, str]:
+    """``name``'s value under the name the user gave it, so a parse error names that."""
+    return {spelled[name]: opts[name]} if name in opts else {}
 
 
 # ---------------------------------------------------------------------------- columns
@@ -182,18 +232,25 @@ class SinkColumns:
     headers: str | None = None
     timestamp: str | None = None
 
+    ignored: tuple[str, ...] = ()
+    """Input columns the sink does not use (Kafka's sink ignores them too)."""
+
     @classmethod
     def resolve(cls, schema: pa.Schema, *, default_topic: str | None) -> SinkColumns:
         """Check an input schema (Arrow) against the Kafka sink's columns.
 
-        Raises ConfigError naming the missing, unknown or mistyped columns, or a missing
-        topic (neither a ``topic`` column nor the ``topic`` option)."""
+        As in Spark's Kafka sink, the ``topic`` option (``default_topic``) overrides a
+        ``topic`` column, and columns the sink does not use are ignored (listed in
+        ``ignored``), so a DataFrame read from a topic can be written back as it is.
+        Raises ConfigError naming the missing or mistyped columns, or a missing topic
+        (neither a ``topic`` column nor the ``topic`` option)."""
         found: dict[str, str] = {}
-        unknown = []
+        unused = []
         for field in schema:
             canonical = field.name.lower()
-            if canonical not in _COLUMN_NAMES:
-                unknown.append(field.name)
+            if canonical not in _COLUMN_NAMES or (canonical == "topic"
+                                                  and default_topic is not None):
+                unused.append(field.name)
                 continue
             if canonical in found:
                 raise ConfigError(f"columns {found[canonical]!r} and {field.name!r} both "
@@ -203,13 +260,9 @@ class SinkColumns:
                 raise ConfigError(f"column {field.name!r} has type {field.type}; the seglog "
                                   f"sink expects {expected}")
             found[canonical] = field.name
-        if unknown:
-            raise ConfigError(
-                f"unknown column(s) {', '.join(repr(u) for u in unknown)} for the seglog sink "
-                f"(allowed: {', '.join(_COLUMN_NAMES)})")
         if "value" not in found:
             raise ConfigError("required column 'value' (binary or string) is missing from the "
                               "input of the seglog sink")
         if "topic" not in found and default_topic is None:
             raise ConfigError("no topic: give the option 'topic' or a 'topic' column")
-        return cls(**found)
+        return cls(**found, ignored=tuple(unused))

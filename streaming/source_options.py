@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
 
+from .kafka_compat import SOURCE_RULES, refusal, rule_for
 from .option_values import (
+    OptionSpec,
     option_bool,
     option_positive_int,
     parse_log_dirs,
@@ -31,32 +33,50 @@ EARLIEST = -2
 LATEST = -1
 """In JSON offsets, ``-1`` means the latest offset (the high watermark)."""
 
-_NAMES = (
-    "path",
-    "logDirs",
-    "subscribe",
-    "subscribePattern",
-    "assign",
-    "startingOffsets",
-    "endingOffsets",
-    "startingTimestamp",
-    "startingOffsetsByTimestamp",
-    "endingTimestamp",
-    "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy",
-    "maxOffsetsPerTrigger",
-    "minOffsetsPerTrigger",
-    "maxTriggerDelay",
-    "maxBytesPerTrigger",
-    "failOnDataLoss",
-    "includeHeaders",
-    "minPartitions",
-    "maxRecordsPerPartition",
+SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("path", "(required)", "The log dir, or several separated by commas."),
+    OptionSpec("logDirs", "", "Same as `path` (give one of them)."),
+    OptionSpec("subscribe", "", "Topics to read, separated by commas. Exactly one of "
+               "`subscribe`, `subscribePattern`, `assign` is required."),
+    OptionSpec("subscribePattern", "", "A regex matched against whole topic names; topics "
+               "created later are picked up."),
+    OptionSpec("assign", "", 'Partitions as JSON: `{"events": [0, 1]}`.'),
+    OptionSpec("startingOffsets", "latest (streaming), earliest (batch)",
+               '`earliest`, `latest` or JSON `{"events": {"0": 23, "1": -2}}` (-2 earliest, '
+               "-1 latest). A streaming query uses it only on its first start; then the "
+               "checkpoint decides."),
+    OptionSpec("endingOffsets", "latest", "`latest` or JSON offsets (exclusive).", "batch"),
+    OptionSpec("startingTimestamp", "", "Start at the first offset whose timestamp is at or "
+               "after this (ms since the epoch), in every partition; wins over "
+               "`startingOffsetsByTimestamp` and `startingOffsets`."),
+    OptionSpec("startingOffsetsByTimestamp", "", 'A timestamp per partition as JSON: '
+               '`{"events": {"0": 1700000000000}}`.'),
+    OptionSpec("endingTimestamp", "", "End at the first offset whose timestamp is at or after "
+               "this (ms).", "batch"),
+    OptionSpec("endingOffsetsByTimestamp", "", "An ending timestamp per partition as JSON.",
+               "batch"),
+    OptionSpec("startingOffsetsByTimestampStrategy", "error", "When no record is that recent: "
+               "`error`, or `latest` (start at the end)."),
+    OptionSpec("maxOffsetsPerTrigger", "", "At most this many records per micro-batch, split "
+               "across partitions by their backlog.", "streaming"),
+    OptionSpec("minOffsetsPerTrigger", "", "Wait for at least this many new records (or "
+               "`maxTriggerDelay`) before a micro-batch.", "streaming"),
+    OptionSpec("maxTriggerDelay", "15m", "The longest wait for `minOffsetsPerTrigger` "
+               "(`500ms`, `10s`, `15m`, `1h`...).", "streaming"),
+    OptionSpec("maxBytesPerTrigger", "", "At most about this many bytes of records per "
+               "micro-batch (whole record batches).", "streaming"),
+    OptionSpec("failOnDataLoss", "true", "Fail when offsets the query should read were "
+               "removed (retention, a deleted topic); `false` logs a warning and goes on."),
+    OptionSpec("includeHeaders", "false", "Add the `headers` column."),
+    OptionSpec("minPartitions", "", "Split offset ranges so a batch has at least this many "
+               "Spark tasks."),
+    OptionSpec("maxRecordsPerPartition", "", "Split offset ranges so no task reads more "
+               "records than this."),
 )
+_NAMES = tuple(o.name for o in SOURCE_OPTIONS)
 _CANONICAL = {n.lower(): n for n in _NAMES}
-_STREAMING_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                   "maxBytesPerTrigger")
-_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+_STREAMING_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "streaming")
+_BATCH_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "batch")
 
 TopicPartition = tuple[str, int]
 
@@ -151,6 +171,8 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     streaming: bool = True
+    ignored: tuple[str, ...] = ()
+    """Kafka connector options accepted without effect, as the user spelled them."""
 
     @property
     def has_limits(self) -> bool:
@@ -162,29 +184,44 @@ class SourceOptions:
         )
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], *, streaming: bool) -> SourceOptions:
+    def parse(cls, options: Mapping[str, Any], *, streaming: bool | None) -> SourceOptions:
         """Validate ``options`` (any case) for a streaming or a batch read.
 
         Defaults follow Kafka: ``startingOffsets`` is ``latest`` for streaming and
         ``earliest`` for batch; ``endingOffsets`` (batch only) is ``latest``.
+        ``streaming=None`` checks what does not depend on the kind of query (Spark asks
+        for the schema before it says which kind it is). Kafka connector options that only
+        configure a broker connection are listed in ``ignored`` (warn about them once);
+        those that would change what is read are refused.
         """
         opts: dict[str, str] = {}
+        ignored: list[str] = []
         for raw_key, value in options.items():
             name = _CANONICAL.get(str(raw_key).lower())
             if name is None:
-                raise ConfigError(
-                    f"unknown option {raw_key!r} for the seglog source "
-                    f"(known: {', '.join(_NAMES)})"
-                )
+                rule = rule_for(str(raw_key), SOURCE_RULES)
+                if rule is None:
+                    raise ConfigError(
+                        f"unknown option {raw_key!r} for the seglog source "
+                        f"(known: {', '.join(_NAMES)})"
+                    )
+                if rule.action == "refuse":
+                    raise ConfigError(refusal(str(raw_key), rule, "source"))
+                ignored.append(str(raw_key))
+                continue
             if value is None:
                 continue
             opts[name] = str(value)
-        for name in _STREAMING_ONLY if not streaming else _BATCH_ONLY:
-            if name in opts:
-                kind = "batch" if not streaming else "streaming"
-                raise ConfigError(f"option {name!r} is not applicable to {kind} queries")
+        if streaming is False:
+            # Kafka's rule: trigger limits mean nothing to a batch read; warn, not fail.
+            ignored.extend(n for n in _STREAMING_ONLY if opts.pop(n, None) is not None)
+        elif streaming:
+            for name in _BATCH_ONLY:
+                if name in opts:
+                    raise ConfigError(f"option {name!r} is not applicable to streaming queries "
+                                      "(a stream has no end; read it in batch instead)")
 
-        starting = _parse_start(opts, streaming)
+        starting = _parse_start(opts, streaming is not False)
         ending = _parse_end(opts) if not streaming else Latest()
         min_rows = option_positive_int(opts, "minOffsetsPerTrigger")
         max_rows = option_positive_int(opts, "maxOffsetsPerTrigger")
@@ -217,7 +254,8 @@ class SourceOptions:
             include_headers=option_bool(opts, "includeHeaders", False),
             min_partitions=option_positive_int(opts, "minPartitions"),
             max_records_per_partition=option_positive_int(opts, "maxRecordsPerPartition"),
-            streaming=streaming,
+            streaming=streaming is not False,
+            ignored=tuple(ignored),
         )
 
 

@@ -81,11 +81,8 @@ def test_columns_resolved_case_insensitively() -> None:
     ([("value", pa.int64())], "column 'value' has type int64"),
     ([("value", pa.binary()), ("key", pa.float64())], "column 'key' has type double"),
     ([("value", pa.binary()), ("partition", pa.string())], "column 'partition'"),
-    ([("value", pa.binary()), ("topic", pa.binary())], "column 'topic'"),
     ([("value", pa.binary()), ("timestamp", pa.string())], "column 'timestamp'"),
     ([("value", pa.binary()), ("headers", pa.list_(pa.binary()))], "column 'headers'"),
-    ([("value", pa.binary()), ("extra", pa.int32()), ("more", pa.int32())],
-     "unknown column\\(s\\) 'extra', 'more'"),
     ([("value", pa.binary()), ("VALUE", pa.binary())], "both map"),
 ])
 def test_bad_columns_are_named(fields: list, message: str) -> None:
@@ -96,3 +93,54 @@ def test_bad_columns_are_named(fields: list, message: str) -> None:
 def test_a_topic_is_required_from_option_or_column() -> None:
     with pytest.raises(ConfigError, match="option 'topic' or a 'topic' column"):
         SinkColumns.resolve(pa.schema([("value", pa.binary())]), default_topic=None)
+
+
+def test_the_topic_option_overrides_the_topic_column_as_in_kafka() -> None:
+    schema = pa.schema([("value", pa.binary()), ("topic", pa.binary())])
+    cols = SinkColumns.resolve(schema, default_topic="t")
+    assert cols.topic is None and cols.ignored == ("topic",)
+    with pytest.raises(ConfigError, match="column 'topic' has type binary"):
+        SinkColumns.resolve(schema, default_topic=None)
+
+
+def test_columns_the_sink_does_not_use_are_ignored_so_a_source_frame_writes_back() -> None:
+    source = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")),
+                        ("timestampType", pa.int32()), ("extra", pa.float64())])
+    cols = SinkColumns.resolve(source, default_topic=None)
+    assert (cols.key, cols.value, cols.topic, cols.partition, cols.timestamp) == \
+        ("key", "value", "topic", "partition", "timestamp")
+    assert cols.ignored == ("offset", "timestampType", "extra")
+
+
+def test_kafka_producer_options_are_mapped_ignored_or_refused() -> None:
+    o = SinkOptions.parse({"path": "/a", "kafka.bootstrap.servers": "b:9092",
+                           "kafka.acks": "all", "kafka.compression.type": "LZ4",
+                           "kafka.batch.size": "16384"})
+    assert o.ignored == ("kafka.bootstrap.servers", "kafka.acks")
+    assert (o.compression, o.max_batch_bytes) == ("lz4", 16384)
+    same = SinkOptions.parse({"path": "/a", "kafka.compression.type": "gzip",
+                              "compression.type": "GZIP"})
+    assert same.compression == "gzip"
+    with pytest.raises(ConfigError, match="'compression.type' .*'kafka.compression.type'"):
+        SinkOptions.parse({"path": "/a", "kafka.compression.type": "gzip",
+                           "compression.type": "zstd"})
+    with pytest.raises(ConfigError, match="option 'kafka.compression.type'"):
+        SinkOptions.parse({"path": "/a", "kafka.compression.type": "brotli"})
+    with pytest.raises(ConfigError, match="option 'kafka.batch.size'"):
+        SinkOptions.parse({"path": "/a", "kafka.batch.size": "0"})
+    for refused in ("kafka.key.serializer", "kafka.value.serializer",
+                    "kafka.partitioner.class", "kafka.interceptor.classes"):
+        with pytest.raises(ConfigError, match=f"option '{refused}' .*not supported"):
+            SinkOptions.parse({"path": "/a", refused: "x"})
+
+
+def test_expired_timestamps_opt_in_and_explicit_partition_count() -> None:
+    o = SinkOptions.parse({"path": "/a"})
+    assert not o.allow_expired_timestamps and not o.num_partitions_given
+    o = SinkOptions.parse({"path": "/a", "allowexpiredtimestamps": "true",
+                           "numpartitions": "1"})
+    assert o.allow_expired_timestamps and o.num_partitions_given
+    with pytest.raises(ConfigError, match="'allowExpiredTimestamps'"):
+        SinkOptions.parse({"path": "/a", "allowExpiredTimestamps": "yes"})

@@ -79,7 +79,6 @@ def test_durations_use_kafkas_syntax():
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"kafka.bootstrap.servers": "x"}, "kafka.bootstrap.servers"),
         ({"subscribePattern": "e.*"}, "subscribePattern"),
         ({"assign": '{"t": [0]}'}, "assign"),
         ({"startingOffsets": '{"t": {"0": 1}'}, "startingOffsets"),
@@ -112,7 +111,6 @@ def test_bad_streaming_options_name_the_option(extra, named):
         ({"startingOffsets": '{"events": {"0": -1}}'}, "startingOffsets"),
         ({"endingOffsets": "earliest"}, "endingOffsets"),
         ({"endingOffsets": '{"events": {"0": -2}}'}, "endingOffsets"),
-        ({"maxOffsetsPerTrigger": "5"}, "maxOffsetsPerTrigger"),
     ],
 )
 def test_bad_batch_options_name_the_option(extra, named):
@@ -141,3 +139,43 @@ def test_options_pickle():
 
     s = parse(startingOffsetsByTimestamp='{"events": {"0": 5}}')
     assert pickle.loads(pickle.dumps(s)) == s
+
+
+def test_broker_only_kafka_options_are_accepted_and_listed_for_one_warning():
+    kafka = {"kafka.bootstrap.servers": "b:9092", "kafka.group.id": "g",
+             "groupIdPrefix": "p", "kafka.security.protocol": "SSL",
+             "fetchOffset.numRetries": "3", "fetchoffset.retryintervalms": "10",
+             "kafkaConsumer.pollTimeoutMs": "512"}
+    s = parse(**kafka)
+    assert s.ignored == tuple(kafka)
+    assert s == parse(**kafka) and parse().ignored == ()
+
+
+@pytest.mark.parametrize(("option", "hint"), [
+    ("kafka.auto.offset.reset", "'startingOffsets'"),
+    ("kafka.key.deserializer", "binary"),
+    ("KAFKA.VALUE.DESERIALIZER", "binary"),
+    ("kafka.enable.auto.commit", "checkpoint"),
+    ("kafka.interceptor.classes", "interceptors"),
+])
+def test_kafka_options_that_would_change_what_is_read_are_refused(option, hint):
+    for streaming in (True, False, None):
+        with pytest.raises(ConfigError, match=f"option '{option}' .*not supported.*{hint}"):
+            parse(streaming=streaming, **{option: "x"})
+
+
+def test_trigger_limits_in_a_batch_read_are_ignored_as_kafka_does():
+    b = parse(streaming=False, maxOffsetsPerTrigger="5", maxTriggerDelay="1m")
+    assert b.ignored == ("maxOffsetsPerTrigger", "maxTriggerDelay")
+    assert b.max_offsets_per_trigger is None and not b.has_limits
+
+
+def test_unknown_kind_of_query_checks_what_does_not_depend_on_it():
+    o = parse(streaming=None, endingOffsets="latest", maxOffsetsPerTrigger="5")
+    assert o.max_offsets_per_trigger == 5
+    with pytest.raises(ConfigError, match="'startingOffsets'"):
+        parse(streaming=None, startingOffsets="{oops")
+    with pytest.raises(ConfigError, match="'endingOffsets'"):
+        parse(streaming=None, endingOffsets="{oops")
+    with pytest.raises(ConfigError, match="'maxOffsetsPerTrigger'"):
+        parse(streaming=None, maxOffsetsPerTrigger="0")
