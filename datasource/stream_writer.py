@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 from seglog.logstore.errors import ConfigError, SinkCommitError
 from seglog.streaming import sink_commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import StagedTask, stage_rows
+from seglog.streaming.sink_staging import StagedTask, check_partition_count, stage_rows
 
 from .schema import to_arrow_schema
 
@@ -54,24 +54,29 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
     """Parse the options and check the input columns (driver side, before any task)."""
     opts = SinkOptions.parse(options)
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
-    if not opts.create_topics and opts.topic is not None:
-        _require_topic(opts, opts.topic)
+    if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
+        _check_existing_topic(opts, opts.topic)
     return opts, columns
 
 
-def _require_topic(opts: SinkOptions, topic: str) -> None:
+def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
+    """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it."""
     from pathlib import Path
 
     from seglog.logstore.errors import UnknownTopicOrPartitionError
     from seglog.logstore.log_manager import LogManager
 
+    partitions = None
     if all(Path(d).is_dir() for d in opts.log_dirs):
         with LogManager(list(opts.log_dirs), read_only=True) as mgr:
             if topic in mgr.topics():
-                return
-    raise UnknownTopicOrPartitionError(
-        f"option 'topic': topic {topic!r} does not exist in {', '.join(opts.log_dirs)} and "
-        "the option 'createTopics' is false")
+                partitions = len(mgr.partitions(topic))
+    if partitions is not None:
+        check_partition_count(opts, topic, partitions)
+    elif not opts.create_topics:
+        raise UnknownTopicOrPartitionError(
+            f"option 'topic': topic {topic!r} does not exist in {', '.join(opts.log_dirs)} "
+            "and the option 'createTopics' is false")
 
 
 def unwrap(messages) -> list[StagedTask | None]:

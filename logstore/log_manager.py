@@ -333,6 +333,13 @@ class LogManager:
             warn_on_collision(name, existing)
             self._topic_configs.pop(name, None)
             self._create_partitions(name, range(partitions), overrides)
+        config = LogConfig.from_properties(overrides, base=self.default_topic_config)
+        # Said at creation because retention deletes silently later (Kafka's 7-day default).
+        logger.info("created topic %s with %d partition(s) in %s; retention.ms=%d%s, "
+                    "cleanup.policy=%s", name, partitions, self._dirs_text(),
+                    config.retention_ms, "" if config.retention_ms < 0 else
+                    f" ({config.retention_ms / 86_400_000:.3g} days: older records are deleted)",
+                    ",".join(sorted(config.cleanup_policy)))
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """The config overrides persisted for ``name`` (its lowest partition's file, the

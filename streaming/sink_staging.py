@@ -27,6 +27,7 @@ Not thread-safe: one ``PartitionStager`` per task.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -296,6 +297,7 @@ class PartitionStager:
             config = mgr.topic_config(name)
         finally:
             mgr.close()
+        check_partition_count(self.options, name, len(numbers))
         placement = {}
         for n in numbers:
             for d in dirs:
@@ -308,6 +310,9 @@ class PartitionStager:
 
     def _stage(self, rows, topic: _Topic, partition: int) -> None:
         c = self.columns
+        if c.timestamp is not None and not self.options.allow_expired_timestamps:
+            check_retention(topic.name, topic.config, rows.column(c.timestamp),
+                            self.clock.milliseconds())
         pid, epoch, seq = self._producer
         config = topic.config
         limit = config.max_message_bytes
@@ -389,6 +394,62 @@ class PartitionStager:
                 logger.warning("cannot close staging file %s: %s", f.path, e)
             remove_files([f.path])
         self._files.clear()
+
+
+def check_partition_count(options: SinkOptions, topic: str, actual: int) -> None:
+    """An explicit ``numPartitions`` must match an existing topic: never ignore it silently."""
+    if options.num_partitions_given and actual != options.num_partitions:
+        raise ConfigError(
+            f"option 'numPartitions' is {options.num_partitions} but topic {topic!r} already "
+            f"exists with {actual} partition(s) in {', '.join(options.log_dirs)}; the sink "
+            "does not change a topic's partition count: drop the option or make it match")
+
+
+def check_retention(topic: str, config: LogConfig, timestamps: pa.Array | pa.ChunkedArray,
+                    now_ms: int) -> None:
+    """Refuse rows that retention would delete at once: a backfill of events older than
+    the topic's ``retention.ms`` would otherwise vanish at the next maintenance, unseen.
+
+    Exempt: ``retention.ms=-1``, topics without ``delete`` in ``cleanup.policy``, and
+    ``LogAppendTime`` topics (the append time replaces the row's timestamp)."""
+    if (config.retention_ms < 0 or not config.delete
+            or config.message_timestamp_type == "LogAppendTime"):
+        return
+    oldest = min_timestamp_ms(timestamps)
+    if oldest is None or oldest >= now_ms - config.retention_ms:
+        return
+    raise InvalidRecordError(
+        f"rows for topic {topic!r} have timestamps older than its retention.ms "
+        f"({config.retention_ms} ms, {_duration(config.retention_ms)}): the oldest is "
+        f"{_iso(oldest)} ({oldest} ms), so the next maintenance would delete them. Nothing "
+        "was written. Set the sink option 'allowExpiredTimestamps' to true to write them "
+        "anyway, or raise the topic's retention.ms (option 'topic.retention.ms' for a new "
+        "topic; -1 keeps records forever)")
+
+
+def min_timestamp_ms(timestamps: pa.Array | pa.ChunkedArray) -> int | None:
+    """The smallest timestamp of a sink ``timestamp`` column (Arrow timestamp of any unit,
+    or int64 ms), in ms rounded down; None when every value is null."""
+    low = pc.min(timestamps)
+    if not low.is_valid:
+        return None
+    if pa.types.is_timestamp(timestamps.type):
+        per_ms = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[timestamps.type.unit]
+        value = low.cast(pa.int64()).as_py()
+        return value * 1000 if per_ms < 1 else value // int(per_ms)
+    return int(low.as_py())
+
+
+def _duration(ms: int) -> str:
+    for unit, size in (("days", 86_400_000), ("hours", 3_600_000), ("minutes", 60_000)):
+        if ms >= size:
+            return f"{ms / size:.3g} {unit}"
+    return f"{ms / 1000:.3g} s"
+
+
+def _iso(ms: int) -> str:
+    stamp = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=ms)
+    return stamp.isoformat(timespec="milliseconds")
 
 
 def encode_batches_for(values, keys, timestamps, headers, **kwargs) -> bytes:

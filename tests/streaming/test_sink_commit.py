@@ -250,15 +250,15 @@ def test_bad_rows_fail_the_task_and_leave_no_staging(tmp_path: Path) -> None:
 
 
 def test_topic_column_explicit_partitions_and_timestamps(tmp_path: Path) -> None:
-    opts = options(tmp_path)
-    ts_ms = int(time.time() * 1000) // 1000 * 1000 + 123  # recent: retention keeps it
+    opts = SinkOptions.parse({"path": str(tmp_path), "numPartitions": "3"})  # no 'topic':
+    ts_ms = int(time.time() * 1000) // 1000 * 1000 + 123  # it would override the column
     data = pa.record_batch({
-        "topic": pa.array(["a", "b", None, "a"]),
+        "topic": pa.array(["a", "b", TOPIC, "a"]),
         "value": pa.array(["1", "2", "3", "4"]),
         "partition": pa.array([2, None, 1, 0], pa.int32()),
         "timestamp": pa.array([ts_ms * 1000] * 4, pa.timestamp("us", tz="UTC")),
     })
-    cols = SinkColumns.resolve(data.schema, default_topic=TOPIC)
+    cols = SinkColumns.resolve(data.schema, default_topic=None)
     commit([stage_rows(opts, cols, [data], SINK, 0, 0, 0)], 0, opts)
     with LogManager([tmp_path], read_only=True) as mgr:
         assert mgr.topics() == ["a", "b", TOPIC]
@@ -329,7 +329,8 @@ def test_due_maintenance_runs_after_a_commit_and_applies_retention(tmp_path: Pat
     old = pa.record_batch({"value": pa.array([b"old"] * 3),
                            "timestamp": pa.array([1_000_000] * 3, pa.int64())})
     cols = SinkColumns.resolve(old.schema, default_topic=TOPIC)
-    opts = options(tmp_path, maintenanceIntervalMs="3600000", **{"topic.retention.ms": "60000"})
+    opts = options(tmp_path, maintenanceIntervalMs="3600000", allowExpiredTimestamps="true",
+                   **{"topic.retention.ms": "60000"})
     state = tmp_path / ".seglog-sink" / "maintenance.json"
     state.parent.mkdir(parents=True)
     state.write_text(json.dumps({"last_run_ms": int(time.time() * 1000)}))  # ran just now
