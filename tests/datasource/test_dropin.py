@@ -109,3 +109,19 @@ def test_old_rows_fail_the_write_unless_allowed(spark, tmp_path):
     assert [r.value for r in _read(spark, tmp_path, "backfill").collect()] == [b"v2"]
     _write(df, tmp_path, topic="kept", **{"topic.retention.ms": "-1"})
     assert _read(spark, tmp_path, "kept").count() == 2
+
+
+def test_a_stream_only_refusal_reaches_the_user_not_pysparks_masking_error(spark, tmp_path):
+    # streamReader() raising would be masked by PySpark's own UnboundLocalError
+    q = (spark.readStream.format("seglog").option("path", str(tmp_path))
+         .option("subscribe", "t").option("endingOffsets", "latest").load()
+         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk"))
+         .start())
+    try:
+        with pytest.raises(Exception) as e:
+            q.awaitTermination(120)
+    finally:
+        q.stop()
+    text = str(e.value)
+    assert "ConfigError: option 'endingOffsets' is not applicable to streaming queries" in text
+    assert "UnboundLocalError" not in text and "Traceback" not in text
