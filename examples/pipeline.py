@@ -34,8 +34,6 @@ USERS = 500
 def spark_session():
     from pyspark.sql import SparkSession
 
-    from seglog.datasource import SeglogDataSource
-
     spark = (SparkSession.builder.master("local[2]").appName("seglog-example")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
@@ -44,7 +42,6 @@ def spark_session():
              .config("spark.ui.showConsoleProgress", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SeglogDataSource)
     return spark
 
 
@@ -87,6 +84,8 @@ def run_transform(spark, logs: str, checkpoint: str):
                      .alias("size"))).alias("value")))
     query = (purchases.writeStream.format("seglog").option("path", logs)
              .option("topic", "purchases").option("numPartitions", "2")
+             # events of January 2026 keep their time: keep them past the 7-day default
+             .option("topic.retention.ms", "-1")
              .option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()

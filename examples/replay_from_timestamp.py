@@ -34,13 +34,10 @@ DEMO_EVENTS = 12_000
 def spark_session():
     from pyspark.sql import SparkSession
 
-    from seglog.datasource import SeglogDataSource
-
     spark = (SparkSession.builder.master("local[2]").appName("seglog-replay")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SeglogDataSource)
     return spark
 
 
@@ -92,6 +89,7 @@ def replay(spark, logs: str, topic: str, from_ms: int, checkpoint: str) -> tuple
          .select("key", "value", "timestamp", "partition")
          .writeStream.format("seglog").option("path", logs).option("topic", target)
          .option("numPartitions", str(partitions)).option("checkpointLocation", checkpoint)
+         .option("topic.retention.ms", "-1")  # replayed events keep their old timestamps
          .trigger(availableNow=True).start())
     q.awaitTermination()
     copied = (spark.read.format("seglog").option("path", logs).option("subscribe", target)
