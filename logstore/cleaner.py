@@ -3,7 +3,8 @@
 A pass over one log, as Kafka's ``Cleaner.doClean``:
 
 1. **Cleanable range.** ``first_dirty`` is the log's entry in the log dir's
-   ``cleaner-offset-checkpoint`` (clamped to the log start; reset when beyond the end).
+   ``cleaner-offset-checkpoint`` (clamped to the log start; reset when beyond the end; a
+   damaged file is read as empty, with a warning: cleaning restarts from the log start).
    The uncleanable bound is the lowest of: the active segment's base (never touched),
    the first segment not wholly below the high watermark, and the first dirty segment
    whose largest timestamp is younger than ``min.compaction.lag.ms``.
@@ -107,7 +108,7 @@ from .cleaner_batches import (
 from .clock import SYSTEM_CLOCK, Clock
 from .compression import compress
 from .config import LONG_MAX, ManagerConfig
-from .errors import CorruptRecordError, KafkaStorageError, SeglogError
+from .errors import CorruptCheckpointError, CorruptRecordError, KafkaStorageError, SeglogError
 from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from .log_segment import INT32_MAX, LogSegment
 from .offset_map import OffsetMap, hash_keys, valid_mask
@@ -348,13 +349,26 @@ class LogCleaner:
         return OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
 
     def checkpoints(self, log_dir: Path) -> dict[tuple[str, int], int]:
-        """The ``cleaner-offset-checkpoint`` of ``log_dir`` (cached after the first read)."""
+        """The ``cleaner-offset-checkpoint`` of ``log_dir`` (cached after the first read).
+        A damaged file reads as empty, with a warning naming it: every partition is then
+        cleaned from its log start, which is safe (cleaning is idempotent) and only costs
+        time; the next pass rewrites the file."""
         log_dir = Path(log_dir)
         cp = self._checkpoints.get(log_dir)
         if cp is None:
-            cp = self._checkpoint_file(log_dir).read()
+            f = self._checkpoint_file(log_dir)
+            try:
+                cp = f.read()
+            except (CorruptCheckpointError, KafkaStorageError) as e:
+                logger.warning("%s; cleaning every compacted partition of %s from its log "
+                               "start offset (re-cleaning is safe)", e, log_dir)
+                cp = {}
             self._checkpoints[log_dir] = cp
         return cp
+
+    def reload_checkpoints(self, log_dir: Path | str) -> None:
+        """Forget the cached checkpoint of ``log_dir`` (it was rewritten by someone else)."""
+        self._checkpoints.pop(Path(log_dir), None)
 
     def _write_checkpoint(self, log_dir: Path, tp: tuple[str, int], offset: int | None) -> None:
         cp = dict(self.checkpoints(log_dir))

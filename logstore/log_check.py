@@ -1,17 +1,24 @@
 """``check``: what the checkpoints and topic configs of a LogManager's dirs say vs what is
 on disk, reported and optionally repaired (python-diskcache's ``Cache.check``).
 
-Checked per log dir: every checkpoint file parses; no checkpoint entry names a partition
-that does not exist; no entry is beyond its partition's log end; no temporary leftovers
-(``*.tmp``, unfinished partition directories). Per partition: the topic config file
-exists and agrees with the topic's other partitions. With ``deep=True`` every segment is
-read: batch sizes, CRCs, increasing offsets, and every offset index entry pointing at the
-start of a batch with the right last offset.
+Checked per log dir: every state file parses (the three offset checkpoints, which must
+exist once the dir holds partitions, ``cleaner-offset-checkpoint`` and
+``seglog-maintenance-checkpoint``); no checkpoint entry names a partition that does not
+exist; no entry is beyond its partition's log end; no temporary leftovers (``*.tmp``,
+unfinished partition directories). A partition with records that
+``replication-offset-checkpoint`` does not list is a note (``Problem.note``): it has
+published nothing, which is what every reader then sees. Per partition: the topic config
+file exists, parses, and agrees with the topic's other partitions. With ``deep=True``
+every segment is read: batch sizes, CRCs, increasing offsets, and every offset index entry
+pointing at the start of a batch with the right last offset.
 
 ``fix=True`` (writer only) rewrites checkpoints from the logs' own state, removes
 leftovers, rewrites missing or disagreeing topic configs from the lowest partition, and
 for a deep problem truncates the log before the first bad batch (what crash recovery
-would do; the data after it is lost).
+would do; the data after it is lost). A damaged high-watermark or log-start-offset
+checkpoint keeps a LogManager from opening at all: ``check_log_dirs(dirs, fix=True)``
+(``seglog check --fix``) opens a writer with ``repair=True``, which rebuilds them from the
+recovered logs (see ``log_manager``), then runs this check with ``fix``.
 """
 
 from __future__ import annotations
@@ -27,23 +34,30 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .batch_header import iter_batch_headers, verify_crc
-from .errors import ConfigError, CorruptCheckpointError, CorruptRecordError, SeglogError
+from .checkpoint_file import OffsetCheckpointFile
+from .errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptRecordError,
+    KafkaStorageError,
+    SeglogError,
+)
 from .file_names import (
+    CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,
     INDEX_SUFFIX,
-    LOG_START_OFFSET_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
+    MAINTENANCE_CHECKPOINT,
     parse_segment_file_name,
 )
+from .log_manager import LogManager
+from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint
+from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
 if TYPE_CHECKING:
-    from .log_manager import LogManager
+    from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
-
-OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
-                      HIGH_WATERMARK_CHECKPOINT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +69,31 @@ class Problem:
     path: Path
     message: str
     fixed: bool = False
+    note: bool = False  # worth knowing, not wrong (e.g. a partition not yet published)
+
+
+class _CheckingManager(LogManager):
+    """A read-only manager that opens despite damaged checkpoints, for ``check`` to
+    report them (their offsets are unknown to it; nothing else should use it)."""
+
+    _tolerate_damaged_checkpoints = True
+
+
+def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
+                   deep: bool = False) -> list[Problem]:
+    """``seglog check``: every problem of ``log_dirs``, even a checkpoint so damaged that
+    a LogManager refuses to open. With ``fix`` (no other writer may run): a writer opened
+    with ``repair=True`` rebuilds damaged checkpoints from the recovered logs, then the
+    rest is fixed as ``check(fix=True)`` does.
+
+    >>> for p in check_log_dirs(["/data/logs"]): print(p.message)   # doctest: +SKIP
+    """
+    dirs = list(log_dirs)
+    if fix:
+        with LogManager(dirs, repair=True) as mgr:
+            return check(mgr, fix=True, deep=deep)
+    with _CheckingManager(dirs, read_only=True) as mgr:
+        return check(mgr, deep=deep)
 
 
 def check(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Problem]:
@@ -64,6 +103,7 @@ def check(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Pro
     problems: list[Problem] = []
     for ld in mgr.log_dirs:
         problems += _check_dir(mgr, ld, fix)
+        problems += _check_state_files(mgr, ld, fix)
     for topic in mgr.topics():
         problems += _check_topic_configs(mgr, topic, fix)
     if deep:
@@ -71,7 +111,8 @@ def check(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Pro
             for n in mgr.partitions(topic):
                 problems += _check_partition_data(mgr, topic, n, fix)
     for p in problems:
-        logger.warning("check: %s%s: %s", p.kind, " (fixed)" if p.fixed else "", p.message)
+        log = logger.info if p.note else logger.warning
+        log("check: %s%s: %s", p.kind, " (fixed)" if p.fixed else "", p.message)
     return problems
 
 
@@ -81,12 +122,17 @@ def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
     rewrite = False
     for name in OFFSET_CHECKPOINTS:
         path = ld.path / name
+        at_open = ld.damaged.pop(name, None)  # report it once
         try:
-            entries = ld.checkpoint(name).read()
-        except (CorruptCheckpointError, SeglogError) as e:
+            entries = read_offset_checkpoint(ld.path, name, has_partitions=bool(parts))
+        except CorruptCheckpointError as e:
             out.append(Problem("corrupt-checkpoint", path, str(e), fix))
             rewrite = True
             continue
+        if at_open is not None:  # damaged at open; the open's recovery or repair rewrote it
+            out.append(Problem("corrupt-checkpoint", path, at_open, True))
+        if name == HIGH_WATERMARK_CHECKPOINT:
+            out += _unpublished(mgr, path, parts, entries)
         for tp, offset in sorted(entries.items()):
             if tp not in parts:
                 out.append(Problem("stale-checkpoint-entry", path,
@@ -117,6 +163,51 @@ def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
     return out
 
 
+def _unpublished(mgr: LogManager, path: Path, parts: dict, entries: dict) -> list[Problem]:
+    """Notes for the partitions holding records that ``path`` does not list."""
+    out = []
+    for tp in sorted(set(parts) - set(entries)):
+        end = _log_end(mgr, parts[tp])
+        start = mgr._load(parts[tp]).log_start_offset if end is not None else None
+        if end is not None and start is not None and end > start:
+            out.append(Problem(
+                "unpublished-partition", path,
+                f"{path} does not list {tp[0]}-{tp[1]}: it has published nothing, so "
+                f"readers see none of its offsets [{start}, {end}) until a writer "
+                "appends to it", note=True))
+    return out
+
+
+def _check_state_files(mgr: LogManager, ld, fix: bool) -> list[Problem]:
+    """The cleaner's and the scheduler's checkpoints of ``ld``: both are safe to rebuild
+    (the cleaner re-cleans from the log start; every maintenance task becomes due)."""
+    out = []
+    for name, read, consequence in (
+            (CLEANER_OFFSET_CHECKPOINT, lambda p: OffsetCheckpointFile(p).read(),
+             "the cleaner re-cleans every compacted partition of the dir from its log start"),
+            (MAINTENANCE_CHECKPOINT, lambda p: last_runs_file(p.parent).read(),
+             "every maintenance task is due")):
+        path = ld.path / name
+        if not os.path.lexists(path):
+            continue  # both are optional: written after the first cleaning or task run
+        try:
+            read(path)
+            continue
+        except (CorruptCheckpointError, KafkaStorageError) as e:
+            out.append(Problem("corrupt-checkpoint", path, f"{e}; {consequence}", fix))
+        if not fix:
+            continue
+        if name == MAINTENANCE_CHECKPOINT:
+            write_shared_last_runs([ld.path], mgr.scheduler.last_runs())
+        else:
+            with mgr._maintenance_lock:
+                OffsetCheckpointFile(path).write({})
+                if mgr._cleaner is not None:
+                    mgr._cleaner.reload_checkpoints(ld.path)
+        logger.warning("check: rewrote %s", path)
+    return out
+
+
 def _log_end(mgr: LogManager, p) -> int | None:
     try:
         return mgr._load(p).log_end_offset
@@ -129,11 +220,12 @@ def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem
     out = []
     parts = [mgr._partition(topic, n) for n in mgr.partitions(topic)]
     configs = {}
+    errors = {}
     for p in parts:
         try:
             configs[p.partition] = read_topic_config(p.dir)
-        except ConfigError as e:
-            out.append(Problem("corrupt-topic-config", p.dir, str(e), False))
+        except (ConfigError, KafkaStorageError) as e:
+            errors[p.partition] = str(e)
             configs[p.partition] = "corrupt"
     reference = next((c for c in configs.values() if isinstance(c, dict)), None)
     for p in parts:
@@ -141,13 +233,16 @@ def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem
         if c == reference:
             continue
         what = ("has no topic config file" if c is None else
-                "has an unreadable topic config" if c == "corrupt" else
-                "has a topic config that differs from the topic's other partitions")
-        problem = Problem("topic-config", p.dir, f"{p.dir} {what}", fix)
-        out = [x for x in out if x.path != p.dir]  # one problem per partition
-        out.append(problem)
-        if fix:
-            write_topic_config(p.dir, topic, reference or {})
+                f"has an unreadable topic config ({errors[p.partition]})" if c == "corrupt"
+                else "has a topic config that differs from the topic's other partitions")
+        # Never a default in place of a damaged config: a compacted topic rewritten with
+        # the default cleanup.policy=delete would lose data to retention.
+        fixable = fix and reference is not None
+        if c == "corrupt" and reference is None:
+            what += "; no partition of the topic has a readable config to copy: restore it"
+        out.append(Problem("topic-config", p.dir, f"{p.dir} {what}", fixable))
+        if fixable:
+            write_topic_config(p.dir, topic, reference)
     if fix:
         with mgr._lock:
             mgr._topic_configs.pop(topic, None)

@@ -67,7 +67,11 @@ class LogDir:
     recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
     log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    # Offset checkpoints found damaged at open: file name -> what is wrong (``check``
+    # reports them once).
+    damaged: dict[str, str] = field(default_factory=dict)
+    # Offset checkpoints a repairing writer rebuilds from the recovered logs.
+    repairing: set[str] = field(default_factory=set)
     listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
     recovered: bool = False  # an unclean dir whose partitions were all recovered at open
 

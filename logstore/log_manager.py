@@ -6,11 +6,16 @@ Kafka's LogManager without a broker. Opening, in order:
    and checked for access; a writer takes its ``.lock``.
 2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; a writer
    removes it once the open succeeded (anything it writes may be unflushed until close).
-3. The three offset checkpoints are read. A corrupt one is reported and treated as
-   missing, and its dir is then recovered like an unclean one, from offset 0.
-4. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
+3. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
    ``-``), ``-delete`` directories (finished: removed by a writer during open), anything
    else is skipped with a warning; one partition in two dirs is a ``LogDirError``.
+4. The three offset checkpoints are read under the rules of ``offset_checkpoints``: a
+   damaged recovery-point checkpoint makes the dir recover from offset 0; a damaged
+   log-start-offset or high-watermark checkpoint (including one missing from a dir that
+   holds partitions) raises ``CorruptCheckpointError``, unless the writer was opened with
+   ``repair=True`` (``seglog check --fix``): its partitions are then all recovered from
+   offset 0 and the lost values rebuilt from them (high watermark = recovered log end,
+   log start = first segment). A writer writes the files into a dir with no partition.
 5. A clean dir's partitions load lazily, on first use, reading no segment data. An
    unclean dir's partitions are all recovered now (``Log.open(had_clean_shutdown=False)``
    from their recovery points), ``num.recovery.threads.per.data.dir`` at a time per dir,
@@ -80,6 +85,15 @@ from .log_dirs import (
     list_log_dir,
     unchanged_since,
 )
+from .offset_checkpoints import (
+    HW_CHECK,
+    OFFSET_CHECKPOINTS,
+    PUBLISHING_CHECKPOINTS,
+    fix_hint,
+    probe_log_end_offset,
+    read_offset_checkpoint,
+    warn_beyond_log_end,
+)
 from .scheduler import (
     MaintenanceTask,
     Scheduler,
@@ -118,15 +132,25 @@ class LogManager:
 
     ``config``: a ``ManagerConfig`` or a mapping of broker-level keys;
     ``default_topic_config``: a mapping of topic-level keys that topics override;
-    ``background``: run the maintenance tasks on a daemon thread (writer only).
+    ``background``: run the maintenance tasks on a daemon thread (writer only);
+    ``repair``: a damaged high-watermark or log-start-offset checkpoint is rebuilt from
+    the recovered logs instead of refusing to open (writer only; ``seglog check --fix``).
     """
+
+    # ``log_check`` sets it on a read-only subclass: damaged checkpoints are recorded for
+    # the report instead of raised (their offsets are then unknown).
+    _tolerate_damaged_checkpoints = False
 
     def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
                  read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
-                 clock: Clock = SYSTEM_CLOCK, background: bool = False) -> None:
+                 clock: Clock = SYSTEM_CLOCK, background: bool = False,
+                 repair: bool = False) -> None:
+        if repair and read_only:
+            raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
         self.read_only = read_only
+        self.repair = repair
         self.clock = clock
         self.config = (config if isinstance(config, ManagerConfig)
                        else ManagerConfig.from_properties(config))
@@ -170,25 +194,35 @@ class LogManager:
         for path in paths:
             lock = None if self.read_only else DirLock(path).acquire()
             marker = path / CLEAN_SHUTDOWN_FILE
-            log_dir = LogDir(path, lock, marker.exists())
-            self.log_dirs.append(log_dir)
-            self._read_checkpoints(log_dir)
+            self.log_dirs.append(LogDir(path, lock, marker.exists()))
         recover: list[Partition] = []
+        empty_dirs = []
         for log_dir in self.log_dirs:
             if self.read_only:  # taken before listing: a change during it shows next time
                 log_dir.listed_mtime_ns = unchanged_since(log_dir.path, None)[1]
-            for p in self._scan(log_dir):
+            found = self._scan(log_dir)
+            for p in found:
                 other = self._partitions.get(p.tp)
                 if other is not None:
                     raise LogDirError(
                         f"partition {p.topic}-{p.partition} is in two log dirs: {other.dir} "
                         f"and {p.dir}; remove one of them")
                 self._partitions[p.tp] = p
-                if not log_dir.had_clean_shutdown and not self.read_only:
-                    recover.append(p)
+            # After the listing: whether a missing file is damage depends on it.
+            self._read_checkpoints(log_dir, has_partitions=bool(found))
+            if not log_dir.had_clean_shutdown and not self.read_only:
+                recover.extend(found)
+            if not found:
+                empty_dirs.append(log_dir)
         if recover:
             self._recover(recover)
         if not self.read_only:
+            for ld in empty_dirs:
+                # From now on a dir with partitions always has its checkpoints, so a
+                # missing one is known to be lost (see offset_checkpoints).
+                if ld.repairing or not all(os.path.lexists(ld.path / n)
+                                           for n in OFFSET_CHECKPOINTS):
+                    self._write_checkpoints(ld)
             # Only now: an open that failed above leaves a clean dir clean. From here on
             # this writer may leave unflushed data behind.
             for ld in self.log_dirs:
@@ -198,22 +232,36 @@ class LogManager:
                     fsync_dir(ld.path)
             self.delete_logs(self.clock.milliseconds())
 
-    def _read_checkpoints(self, log_dir: LogDir) -> None:
+    def _read_checkpoints(self, log_dir: LogDir, *, has_partitions: bool) -> None:
+        """Load the offset checkpoints of ``log_dir`` (rules: ``offset_checkpoints``)."""
         for name, attr in ((RECOVERY_POINT_CHECKPOINT, "recovery_points"),
                            (LOG_START_OFFSET_CHECKPOINT, "log_start_offsets"),
                            (HIGH_WATERMARK_CHECKPOINT, "high_watermarks")):
             try:
-                setattr(log_dir, attr, log_dir.checkpoint(name).read())
-            except (CorruptCheckpointError, KafkaStorageError) as e:
-                log_dir.problems.append(str(e))
+                values = read_offset_checkpoint(log_dir.path, name,
+                                                has_partitions=has_partitions)
+            except CorruptCheckpointError as e:
+                log_dir.damaged[name] = str(e)
                 if self.read_only:
-                    logger.error("%s; its offsets are treated as unknown", e)
+                    if name in PUBLISHING_CHECKPOINTS and not self._tolerate_damaged_checkpoints:
+                        raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
+                    logger.warning("%s; a reader does not need it", e)
                     continue
-                # Nothing recorded in this dir can be trusted any more: recover it all.
-                logger.error("%s; recovering every partition of %s from offset 0", e,
-                             log_dir.path)
+                if name in PUBLISHING_CHECKPOINTS:
+                    if not self.repair:
+                        raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
+                    logger.error("%s; repairing: recovering every partition of %s from "
+                                 "offset 0 and rebuilding it from the logs", e, log_dir.path)
+                    log_dir.repairing.add(name)
+                else:
+                    # Recovering everything from offset 0 needs no recovery point.
+                    logger.error("%s; recovering every partition of %s from offset 0", e,
+                                 log_dir.path)
                 log_dir.had_clean_shutdown = False
-                log_dir.recovery_points = {}
+                continue
+            setattr(log_dir, attr, values)
+        if not log_dir.had_clean_shutdown and log_dir.damaged and not self.read_only:
+            log_dir.recovery_points = {}
 
     def _scan(self, log_dir: LogDir, *, warn: bool = True) -> list[Partition]:
         found, to_delete = list_log_dir(log_dir, read_only=self.read_only, warn=warn)
@@ -252,6 +300,11 @@ class LogManager:
             # run at different intervals); data below the HW was fsynced before the
             # crash, so this is cheap, and the HW checkpoint below cannot go backwards.
             p.log.flush(p.log.high_watermark)
+            if p.log_dir.repairing:
+                logger.warning("repair of %s: %s-%d gets high watermark %d and log start "
+                               "offset %d (recovered log end %d)", p.log_dir.path, p.topic,
+                               p.partition, p.log.high_watermark, p.log.log_start_offset,
+                               p.log.log_end_offset)
         for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
             logger.info("recovered %d partitions of %s",
                         sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
@@ -272,15 +325,24 @@ class LogManager:
                     f"partition {p.topic}-{p.partition} was deleted")
             ld = p.log_dir
             recovering = not (ld.had_clean_shutdown or ld.recovered or self.read_only)
+            stored_hw = ld.high_watermarks.get(p.tp)
+            if HIGH_WATERMARK_CHECKPOINT in ld.repairing and not ld.recovered:
+                hw = None  # the Log's default: its recovered end (what --fix publishes)
+            else:
+                # Not listed: nothing published, so the log start offset (Log.open
+                # clamps 0 up to it), whichever reader asks and in whatever order.
+                hw = stored_hw if stored_hw is not None else 0
             log = _log_class().open(
                 p.dir, config, clock=self.clock,
                 recovery_point=ld.recovery_points.get(p.tp, 0),
                 log_start_offset=ld.log_start_offsets.get(p.tp, 0),
-                # Recovering, an unpublished partition keeps HW 0 rather than the Log's
-                # default (its end): exposing that would need a flush of all of it first.
-                high_watermark=ld.high_watermarks.get(p.tp, 0 if recovering else None),
-                had_clean_shutdown=not recovering, read_only=self.read_only,
-                deleter=self.deleter)
+                high_watermark=hw, had_clean_shutdown=not recovering,
+                read_only=self.read_only, deleter=self.deleter)
+            if hw is not None and log.high_watermark < hw:
+                # Log.open clamped it to the log end; a writer's next high-watermark
+                # checkpoint writes the clamped value back.
+                warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
+                                    log.high_watermark)
             p.log = log
             return log
 
@@ -488,8 +550,16 @@ class LogManager:
             return self._read_only_offsets(HIGH_WATERMARK_CHECKPOINT)
         with self._lock:
             parts = list(self._partitions.values())
-        return {p.tp: (p.log.high_watermark if p.log is not None
-                       else p.log_dir.high_watermarks.get(p.tp, 0)) for p in parts}
+        out = {}
+        for p in parts:
+            log = p.log
+            if log is not None:
+                out[p.tp] = log.high_watermark
+                continue
+            stored = p.log_dir.high_watermarks.get(p.tp)
+            out[p.tp] = (self._stored_start_offset(p) if stored is None else
+                         self._clamped_high_watermark(p, stored))
+        return out
 
     def log_start_offsets(self) -> dict[TopicPartition, int]:
         """Per partition, the first offset still in the log (read-only: checkpoint, else
@@ -509,12 +579,12 @@ class LogManager:
         cached: dict[int, dict[TopicPartition, int]] = {}
         for ld in self.log_dirs:
             try:
-                cached[id(ld)] = ld.checkpoint(checkpoint).read()
-            except (CorruptCheckpointError, KafkaStorageError) as e:
-                logger.error("%s; using the values read before", e)
-                cached[id(ld)] = (ld.high_watermarks if checkpoint == HIGH_WATERMARK_CHECKPOINT
-                                  else ld.log_start_offsets)
-                continue
+                cached[id(ld)] = read_offset_checkpoint(
+                    ld.path, checkpoint, has_partitions=any(p.log_dir is ld for p in parts))
+            except CorruptCheckpointError as e:
+                # Never the values read before: they may hide what the writer published
+                # or removed since.
+                raise CorruptCheckpointError(f"{e}; {fix_hint(ld.path)}") from e
             if checkpoint == HIGH_WATERMARK_CHECKPOINT:
                 ld.high_watermarks = cached[id(ld)]
             else:
@@ -523,11 +593,27 @@ class LogManager:
             value = cached[id(p.log_dir)].get(p.tp)
             if checkpoint == LOG_START_OFFSET_CHECKPOINT:
                 value = max(value or 0, self._cached_first_segment_base(p))
-            elif p.log is not None:
-                # a read-only Log reads up to the high watermark it was last told
-                p.log.update_high_watermark(value or 0)
-            out[p.tp] = value or 0
+            else:
+                value = (max(p.log_dir.log_start_offsets.get(p.tp, 0),
+                             self._cached_first_segment_base(p)) if value is None
+                         else self._clamped_high_watermark(p, value))
+                if p.log is not None:
+                    # a read-only Log reads up to the high watermark it was last told
+                    p.log.update_high_watermark(value)
+            out[p.tp] = value
         return out
+
+    def _clamped_high_watermark(self, p: Partition, stored: int) -> int:
+        """``stored`` (a checkpointed high watermark), clamped to the partition's log end
+        with a warning; the log end is read only when ``stored`` changed since verified."""
+        log = p.log
+
+        def log_end() -> int:
+            return log.log_end_offset if log is not None else probe_log_end_offset(
+                p.dir, self.clock)
+
+        return HW_CHECK.clamp(p.log_dir.path / HIGH_WATERMARK_CHECKPOINT, p.tp, p.dir,
+                              stored, log_end)
 
     def _stored_start_offset(self, p: Partition) -> int:
         return max(p.log_dir.log_start_offsets.get(p.tp, 0), first_segment_base(p.dir))

@@ -270,14 +270,18 @@ _LAST_RUNS_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
     lambda e: f"{e[0]} {e[1]}", _parse_last_run)
 
 
+def last_runs_file(log_dir: Path) -> CheckpointFile[tuple[str, int]]:
+    """The ``seglog-maintenance-checkpoint`` of ``log_dir`` (``task milliseconds`` lines)."""
+    return CheckpointFile(log_dir / MAINTENANCE_CHECKPOINT, _LAST_RUNS_FORMAT)
+
+
 def read_shared_last_runs(dirs: Iterable[Path]) -> dict[str, int]:
     """Per task, its oldest last run over ``dirs`` (wall-clock ms; a task unknown to one
     dir is due, and so is every task when one dir's file is unreadable)."""
     per_dir = []
     for d in dirs:
         try:
-            per_dir.append(dict(CheckpointFile(d / MAINTENANCE_CHECKPOINT,
-                                               _LAST_RUNS_FORMAT).read()))
+            per_dir.append(dict(last_runs_file(d).read()))
         except (CorruptCheckpointError, KafkaStorageError) as e:
             logger.warning("%s; every maintenance task is due", e)
             return {}
@@ -290,6 +294,6 @@ def write_shared_last_runs(dirs: Iterable[Path], runs: Mapping[str, int]) -> Non
     entries = sorted(runs.items())
     for d in dirs:
         try:
-            CheckpointFile(d / MAINTENANCE_CHECKPOINT, _LAST_RUNS_FORMAT).write(entries)
+            last_runs_file(d).write(entries)
         except KafkaStorageError as e:
             logger.warning("%s", e)

@@ -5,13 +5,18 @@ Subcommands (``seglog <command> --help`` for each):
 * ``dump-log FILE...`` — like Kafka's ``kafka-dump-log.sh``: the batches of ``.log`` files
   (``--print-data-log`` adds the records), the entries of ``.index`` / ``.timeindex``
   files with a sanity check against the ``.log`` beside them.
-* ``check DIR...`` — check partition directories (or log dirs holding them) without
-  changing anything: every batch's CRC and size, offsets increasing across segments, each
-  segment's first batch at or above its base offset, and both indexes against the log.
-  Prints only problems and a summary line per partition.
+* ``check [--fix] DIR...`` — check partition directories (or log dirs holding them)
+  without changing anything: every batch's CRC and size, offsets increasing across
+  segments, each segment's first batch at or above its base offset, and both indexes
+  against the log. In a log dir (one holding seglog or Kafka state files) also every
+  checkpoint and state file (``logstore.log_check``). Prints only problems, notes and a
+  summary line per partition. ``--fix`` (log dirs only, no writer running) repairs them:
+  damaged high-watermark / log-start-offset checkpoints are rebuilt from the recovered
+  logs (``docs/checkpoints.md``).
 
-Exit status: 0 when everything read is valid, 1 when a batch is invalid or an index
-disagrees with its log, 2 on bad usage. New subcommands register in ``_COMMANDS``.
+Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
+an index disagrees with its log or a state file is damaged, 2 on bad usage. New
+subcommands register in ``_COMMANDS``.
 """
 
 from __future__ import annotations
@@ -27,8 +32,13 @@ from typing import TextIO
 from seglog.logstore.batch_header import BatchHeader, compute_crc, read_batch_header
 from seglog.logstore.errors import CorruptRecordError, SeglogError
 from seglog.logstore.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
     INDEX_SUFFIX,
+    LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
+    RECOVERY_POINT_CHECKPOINT,
     TIME_INDEX_SUFFIX,
     log_file,
     parse_segment_file_name,
@@ -271,6 +281,26 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
     return problems
 
 
+_STATE_FILES = (HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+                LOG_START_OFFSET_CHECKPOINT, CLEAN_SHUTDOWN_FILE, LOCK_FILE, "meta.properties")
+
+
+def check_state_files(path: Path, out: TextIO, *, fix: bool) -> int:
+    """Check (``fix``: repair) the checkpoints and state files of the log dir ``path``;
+    returns the number of problems left. A directory that holds none of a log dir's
+    state files is only a directory of partitions: nothing to check."""
+    from seglog.logstore.log_check import check_log_dirs
+
+    if not fix and not any(os.path.lexists(path / n) for n in _STATE_FILES):
+        return 0
+    left = 0
+    for p in check_log_dirs([path], fix=fix):
+        status = "note" if p.note else "fixed" if p.fixed else "problem"
+        out.write(f"{status}: {p.message}\n")
+        left += not (p.note or p.fixed)
+    return left
+
+
 def _check(args: argparse.Namespace, out: TextIO) -> int:
     problems = 0
     for name in args.dirs:
@@ -280,6 +310,13 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
             problems += 1
             continue
         has_segments = any(n.endswith(LOG_SUFFIX) for n in os.listdir(path))
+        if args.fix and has_segments:
+            out.write(f"{path}: --fix needs the log dir holding this partition\n")
+            problems += 1
+            continue
+        if not has_segments:
+            # First: after --fix, the scan below sees the repaired files.
+            problems += check_state_files(path, out, fix=args.fix)
         dirs = [path] if has_segments else sorted(
             p for p in path.iterdir()
             if p.is_dir() and any(n.endswith(LOG_SUFFIX) for n in os.listdir(p)))
@@ -309,10 +346,13 @@ _COMMANDS["dump-log"] = ("print the batches and index entries of segment files "
 
 def _check_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", help="partition directories, or log dirs holding them")
+    p.add_argument("--fix", action="store_true",
+                   help="repair the log dirs (no writer may run): rebuild damaged checkpoints "
+                        "from the recovered logs, rewrite bad state files")
 
 
-_COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) without "
-                      "changing them", _check_args, _check)
+_COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) and log dirs "
+                      "(checkpoints, state files); --fix repairs", _check_args, _check)
 
 
 _register_operations(_COMMANDS)

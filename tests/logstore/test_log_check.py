@@ -6,13 +6,14 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.errors import ReadOnlyError
+from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.file_names import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
+from seglog.logstore.log_check import check_log_dirs
 from seglog.logstore.log_manager import LogManager
 
 
@@ -52,14 +53,16 @@ def test_checkpoint_problems_are_reported_then_fixed(log_dir):
         {("t", 0): 120, ("t", 1): 999, ("gone", 0): 5})
     (log_dir / LOG_START_OFFSET_CHECKPOINT).write_text("0\n3\nt 0 1\n")
     (log_dir / "recovery-point-offset-checkpoint.tmp").write_text("half")
-    with LogManager([log_dir], read_only=True) as reader:
-        found = reader.check()
+    with pytest.raises(CorruptCheckpointError, match="check --fix"):
+        LogManager([log_dir], read_only=True)
+    found = check_log_dirs([log_dir])
     assert kinds(found) == ["checkpoint-beyond-log-end", "corrupt-checkpoint", "leftover",
                             "stale-checkpoint-entry"]
     assert all(not p.fixed for p in found)
     assert any(str(log_dir / LOG_START_OFFSET_CHECKPOINT) in p.message for p in found)
+    fixed = check_log_dirs([log_dir], fix=True)
+    assert "corrupt-checkpoint" in kinds(fixed) and all(p.fixed for p in fixed)
     with LogManager([log_dir]) as mgr:
-        assert all(p.fixed for p in mgr.check(fix=True))
         assert mgr.check() == []
     assert OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read() == {
         ("t", 0): 120, ("t", 1): 10}

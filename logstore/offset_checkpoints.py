@@ -1,0 +1,134 @@
+"""The offset checkpoints of a log dir, read under seglog's damage rules.
+
+``docs/checkpoints.md`` explains the rules for users; in short:
+
+* ``recovery-point-offset-checkpoint``: damaged or missing means "recover every
+  partition from offset 0", which is always safe (recovery only re-checks data).
+* ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` publish what
+  readers may see and what is gone. A damaged one (fails to parse, cannot be read, or is
+  missing while the dir holds partitions) is never read as "empty": that would hide every
+  committed record, and a writer trusting it would truncate them as an unpublished tail.
+  Opening the dir raises ``CorruptCheckpointError`` naming the file, the line and the
+  cause, and pointing at ``seglog check --fix DIR``, which rebuilds the values from the
+  recovered (CRC-checked) logs (Kafka takes such a log dir offline instead of guessing).
+* A partition not listed in a valid ``replication-offset-checkpoint`` has published
+  nothing: its high watermark is its log start offset (the sink's commit point is that
+  file's rename; Kafka loads a missing entry as 0 and clamps it to the log).
+* A high watermark above the log end offset is clamped to the log end offset, with a
+  warning naming the file, the partition and both values. Readers check a partition only
+  when its high watermark differs from the last value they verified (``HighWatermarkCheck``),
+  so a trigger's cost does not grow with the number of segments.
+
+A writer writes all three files when it opens a dir that holds no partition yet, so a
+dir that holds partitions always has them: a missing one was lost, not never written.
+
+Thread-safety: the functions touch only files; ``HighWatermarkCheck`` has its own lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from .checkpoint_file import OffsetCheckpointFile
+from .clock import Clock
+from .errors import CorruptCheckpointError, KafkaStorageError
+from .file_names import (
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                      HIGH_WATERMARK_CHECKPOINT)
+PUBLISHING_CHECKPOINTS = (LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT)
+"""Checkpoints whose damage stops the dir from opening (never read as empty)."""
+
+
+def fix_hint(log_dir: Path) -> str:
+    return (f"nothing has been changed; stop every writer of {log_dir} and run "
+            f"`seglog check --fix {log_dir}` to rebuild it from the logs")
+
+
+def read_offset_checkpoint(log_dir: Path, name: str, *, has_partitions: bool
+                           ) -> dict[TopicPartition, int]:
+    """The entries of ``log_dir/name``; ``{}`` when it is missing from a dir without
+    partitions. Raises ``CorruptCheckpointError`` when the file fails to parse, cannot be
+    read, or is missing while the dir holds partitions (the message names the file, the
+    line where known, and the cause; callers add ``fix_hint`` where it applies)."""
+    path = log_dir / name
+    if not os.path.lexists(path):
+        if has_partitions:
+            raise CorruptCheckpointError(
+                f"checkpoint file {path} is missing, but {log_dir} holds partitions (a "
+                "seglog writer always writes it)")
+        return {}
+    if not path.exists():
+        raise CorruptCheckpointError(f"checkpoint file {path} is a dangling link")
+    try:
+        return OffsetCheckpointFile(path).read()
+    except KafkaStorageError as e:  # unreadable: as unusable as unparsable
+        raise CorruptCheckpointError(str(e)) from e
+
+
+def probe_log_end_offset(partition_dir: Path, clock: Clock) -> int:
+    """A partition's log end offset, reading only its last segment's tail (past the last
+    offset index entry), without loading the Log. Raises SeglogError."""
+    from .config import LogConfig
+    from .log_loader import LogLoader
+
+    loaded = LogLoader(partition_dir, LogConfig.from_properties(None), clock=clock,
+                       read_only=True).load()
+    try:
+        return loaded.log_end_offset
+    finally:
+        for seg in loaded.segments:
+            seg.close()
+
+
+class HighWatermarkCheck:
+    """Clamps checkpointed high watermarks to the log end, probing a partition only when
+    its high watermark changed since the last value verified for its directory.
+
+    One instance per process (``HW_CHECK``): a reader process makes a new read-only
+    LogManager per trigger, and the verified values must outlive it. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards _verified
+        self._verified: dict[Path, int] = {}  # partition dir -> last HW seen <= log end
+
+    def clamp(self, checkpoint: Path, tp: TopicPartition, partition_dir: Path,
+              high_watermark: int, log_end: Callable[[], int]) -> int:
+        """``high_watermark``, or the log end offset when it is beyond it (warned)."""
+        with self._lock:
+            if self._verified.get(partition_dir) == high_watermark:
+                return high_watermark
+        leo = log_end()
+        if high_watermark > leo:
+            warn_beyond_log_end(checkpoint, tp, high_watermark, leo)
+            return leo
+        with self._lock:
+            self._verified[partition_dir] = high_watermark
+        return high_watermark
+
+    def forget(self) -> None:
+        with self._lock:
+            self._verified.clear()
+
+
+HW_CHECK = HighWatermarkCheck()
+
+
+def warn_beyond_log_end(checkpoint: Path, tp: TopicPartition, high_watermark: int,
+                        log_end: int) -> None:
+    logger.warning("%s says high watermark %d for %s-%d, beyond its log end offset %d: "
+                   "reading up to %d (run `seglog check %s` for details)", checkpoint,
+                   high_watermark, tp[0], tp[1], log_end, log_end, checkpoint.parent)
