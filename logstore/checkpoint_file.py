@@ -13,7 +13,8 @@ their own.
 Crash policy: a write goes to ``<file>.tmp``, which is fsynced, renamed over the file with
 ``os.replace`` and followed by an fsync of the directory, so after a crash the file holds
 either the old or the new content, never a mix. A reader checks the version, the entry
-count and every line, and raises ``CorruptCheckpointError`` naming the file and the line.
+count, every line and the final line end, and raises ``CorruptCheckpointError`` naming
+the file and the line.
 
 >>> f = OffsetCheckpointFile(Path(tmp) / "recovery-point-offset-checkpoint")  # doctest: +SKIP
 >>> f.write({("t", 0): 42}); f.read()                                       # doctest: +SKIP
@@ -95,6 +96,12 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as e:
+        try:  # a failed replace (e.g. a directory in the way) must not leave the .tmp
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass  # never created, or already renamed
+        except OSError as cleanup:
+            logger.warning("cannot remove %s: %s", tmp, cleanup)
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
 
 
@@ -131,6 +138,11 @@ class CheckpointFile(Generic[T]):
             lines.pop()  # the last line's terminator
         if not lines:
             raise self._corrupt(1, "empty file, expected the version line")
+        if not text.endswith("\n"):
+            # Every line is written with its "\n": a file cut inside its last line could
+            # otherwise parse ("t 0 1234" cut to "t 0 12") and move an offset back.
+            raise self._corrupt(len(lines), f"truncated: the last line {lines[-1]!r} has "
+                                "no line end")
         if lines[0].strip() != str(self.version):
             raise self._corrupt(1, f"unrecognized version {lines[0]!r}, expected {self.version}")
         if len(lines) < 2:

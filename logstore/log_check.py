@@ -50,7 +50,7 @@ from .file_names import (
     parse_segment_file_name,
 )
 from .log_manager import LogManager
-from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint
+from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
@@ -164,17 +164,23 @@ def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
 
 
 def _unpublished(mgr: LogManager, path: Path, parts: dict, entries: dict) -> list[Problem]:
-    """Notes for the partitions holding records that ``path`` does not list."""
+    """Notes for the partitions holding records above what ``path`` publishes (a crash's
+    unpublished tail, or a partition not listed at all): what readers see."""
     out = []
-    for tp in sorted(set(parts) - set(entries)):
+    for tp in sorted(parts):
         end = _log_end(mgr, parts[tp])
-        start = mgr._load(parts[tp]).log_start_offset if end is not None else None
-        if end is not None and start is not None and end > start:
-            out.append(Problem(
-                "unpublished-partition", path,
-                f"{path} does not list {tp[0]}-{tp[1]}: it has published nothing, so "
-                f"readers see none of its offsets [{start}, {end}) until a writer "
-                "appends to it", note=True))
+        if end is None:
+            continue
+        start = mgr._load(parts[tp]).log_start_offset
+        published = max(entries.get(tp, start), start)
+        if published >= end:
+            continue
+        what = ("does not list" if tp not in entries
+                else f"publishes offsets up to {published} of")
+        out.append(Problem(
+            "unpublished-records", path,
+            f"{path} {what} {tp[0]}-{tp[1]}: readers see none of its offsets "
+            f"[{published}, {end}) until a writer appends to it", note=True))
     return out
 
 
@@ -197,6 +203,7 @@ def _check_state_files(mgr: LogManager, ld, fix: bool) -> list[Problem]:
             out.append(Problem("corrupt-checkpoint", path, f"{e}; {consequence}", fix))
         if not fix:
             continue
+        set_aside(path, mgr.clock.milliseconds())
         if name == MAINTENANCE_CHECKPOINT:
             write_shared_last_runs([ld.path], mgr.scheduler.last_runs())
         else:

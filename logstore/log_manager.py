@@ -92,6 +92,7 @@ from .offset_checkpoints import (
     fix_hint,
     probe_log_end_offset,
     read_offset_checkpoint,
+    set_aside,
     warn_beyond_log_end,
 )
 from .scheduler import (
@@ -253,10 +254,13 @@ class LogManager:
                     logger.error("%s; repairing: recovering every partition of %s from "
                                  "offset 0 and rebuilding it from the logs", e, log_dir.path)
                     log_dir.repairing.add(name)
+                    set_aside(log_dir.path / name, self.clock.milliseconds())
                 else:
                     # Recovering everything from offset 0 needs no recovery point.
                     logger.error("%s; recovering every partition of %s from offset 0", e,
                                  log_dir.path)
+                    if self.repair:
+                        set_aside(log_dir.path / name, self.clock.milliseconds())
                 log_dir.had_clean_shutdown = False
                 continue
             setattr(log_dir, attr, values)
@@ -332,12 +336,26 @@ class LogManager:
                 # Not listed: nothing published, so the log start offset (Log.open
                 # clamps 0 up to it), whichever reader asks and in whatever order.
                 hw = stored_hw if stored_hw is not None else 0
-            log = _log_class().open(
-                p.dir, config, clock=self.clock,
-                recovery_point=ld.recovery_points.get(p.tp, 0),
-                log_start_offset=ld.log_start_offsets.get(p.tp, 0),
-                high_watermark=hw, had_clean_shutdown=not recovering,
-                read_only=self.read_only, deleter=self.deleter)
+            stored_lso = ld.log_start_offsets.get(p.tp, 0)
+
+            def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Any:
+                return _log_class().open(
+                    p.dir, config, clock=self.clock,
+                    recovery_point=ld.recovery_points.get(p.tp, 0),
+                    log_start_offset=log_start_offset, high_watermark=hw,
+                    had_clean_shutdown=had_clean_shutdown, read_only=self.read_only,
+                    deleter=self.deleter)
+
+            log = open_log(stored_lso, not recovering)
+            if stored_lso > log.log_end_offset:
+                # A start offset past the end would hide every record, and retention
+                # would then delete them: damage, so the first segment's base instead.
+                logger.warning("%s says log start offset %d for %s-%d, beyond its log end "
+                               "offset %d: using its first segment's base offset",
+                               ld.path / LOG_START_OFFSET_CHECKPOINT, stored_lso, p.topic,
+                               p.partition, log.log_end_offset)
+                log.close()
+                log = open_log(0, True)  # the first open recovered it if needed
             if hw is not None and log.high_watermark < hw:
                 # Log.open clamped it to the log end; a writer's next high-watermark
                 # checkpoint writes the clamped value back.
@@ -592,7 +610,10 @@ class LogManager:
         for p in parts:
             value = cached[id(p.log_dir)].get(p.tp)
             if checkpoint == LOG_START_OFFSET_CHECKPOINT:
-                value = max(value or 0, self._cached_first_segment_base(p))
+                first = self._cached_first_segment_base(p)
+                value = max(value or 0, first)
+                if value > first:  # DeleteRecords only: rare, so checked every time
+                    value = self._checked_start_offset(p, value, first)
             else:
                 value = (max(p.log_dir.log_start_offsets.get(p.tp, 0),
                              self._cached_first_segment_base(p)) if value is None
@@ -616,7 +637,23 @@ class LogManager:
                               stored, log_end)
 
     def _stored_start_offset(self, p: Partition) -> int:
-        return max(p.log_dir.log_start_offsets.get(p.tp, 0), first_segment_base(p.dir))
+        first = first_segment_base(p.dir)
+        stored = p.log_dir.log_start_offsets.get(p.tp, 0)
+        return self._checked_start_offset(p, stored, first) if stored > first else first
+
+    def _checked_start_offset(self, p: Partition, stored: int, first: int) -> int:
+        """A checkpointed log start offset above the first segment's base, or that base
+        when it is beyond the log end (warned; see ``_load``)."""
+        log = p.log
+        end = log.log_end_offset if log is not None else probe_log_end_offset(p.dir,
+                                                                               self.clock)
+        if stored <= end:
+            return stored
+        logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
+                       "%d: using its first segment's base offset %d",
+                       p.log_dir.path / LOG_START_OFFSET_CHECKPOINT, stored, p.topic,
+                       p.partition, end, first)
+        return first
 
     def _cached_first_segment_base(self, p: Partition) -> int:
         """Readers: re-list a partition only when its directory changed, so a trigger's

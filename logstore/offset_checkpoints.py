@@ -71,11 +71,24 @@ def read_offset_checkpoint(log_dir: Path, name: str, *, has_partitions: bool
                 "seglog writer always writes it)")
         return {}
     if not path.exists():
-        raise CorruptCheckpointError(f"checkpoint file {path} is a dangling link")
+        raise CorruptCheckpointError(f"checkpoint file {path} is a link to nothing readable")
     try:
         return OffsetCheckpointFile(path).read()
     except KafkaStorageError as e:  # unreadable: as unusable as unparsable
         raise CorruptCheckpointError(str(e)) from e
+
+
+def set_aside(path: Path, now_ms: int) -> None:
+    """Move a directory found in place of a state file out of the way (renamed, kept as
+    evidence), so the file can be written again; a regular file is left to be replaced."""
+    if path.is_dir() and not path.is_symlink():
+        # never "<x>-<digits>": that would list as a partition
+        aside = path.with_name(f"{path.name}.damaged.{now_ms}")
+        try:
+            os.rename(path, aside)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot move {path} aside: {e}") from e
+        logger.warning("moved the directory found in place of %s to %s", path, aside)
 
 
 def probe_log_end_offset(partition_dir: Path, clock: Clock) -> int:
