@@ -75,6 +75,11 @@ class LogDir:
     listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
     recovered: bool = False  # an unclean dir whose partitions were all recovered at open
 
+    @property
+    def key(self) -> str:
+        """The dir's path as a string: a cheap, stable dictionary key across managers."""
+        return str(self.path)
+
     def checkpoint(self, name: str) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.path / name)
 

@@ -569,14 +569,18 @@ class LogManager:
         with self._lock:
             parts = list(self._partitions.values())
         out = {}
+        listed = []
         for p in parts:
             log = p.log
+            stored = p.log_dir.high_watermarks.get(p.tp)
             if log is not None:
                 out[p.tp] = log.high_watermark
-                continue
-            stored = p.log_dir.high_watermarks.get(p.tp)
-            out[p.tp] = (self._stored_start_offset(p) if stored is None else
-                         self._clamped_high_watermark(p, stored))
+            elif stored is None:
+                out[p.tp] = self._stored_start_offset(p)
+            else:
+                listed.append((p, stored))
+        for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
+            out[p.tp] = value
         return out
 
     def log_start_offsets(self) -> dict[TopicPartition, int]:
@@ -607,34 +611,48 @@ class LogManager:
                 ld.high_watermarks = cached[id(ld)]
             else:
                 ld.log_start_offsets = cached[id(ld)]
-        for p in parts:
-            value = cached[id(p.log_dir)].get(p.tp)
-            if checkpoint == LOG_START_OFFSET_CHECKPOINT:
+        if checkpoint == LOG_START_OFFSET_CHECKPOINT:
+            for p in parts:
                 first = self._cached_first_segment_base(p)
-                value = max(value or 0, first)
+                value = max(cached[id(p.log_dir)].get(p.tp) or 0, first)
                 if value > first:  # DeleteRecords only: rare, so checked every time
                     value = self._checked_start_offset(p, value, first)
+                out[p.tp] = value
+            return out
+        listed = []
+        for p in parts:
+            value = cached[id(p.log_dir)].get(p.tp)
+            if value is None:  # nothing published: the log start offset
+                out[p.tp] = max(p.log_dir.log_start_offsets.get(p.tp, 0),
+                                self._cached_first_segment_base(p))
             else:
-                value = (max(p.log_dir.log_start_offsets.get(p.tp, 0),
-                             self._cached_first_segment_base(p)) if value is None
-                         else self._clamped_high_watermark(p, value))
-                if p.log is not None:
-                    # a read-only Log reads up to the high watermark it was last told
-                    p.log.update_high_watermark(value)
+                listed.append((p, value))
+        for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
             out[p.tp] = value
+        for p in parts:
+            if p.log is not None:
+                # a read-only Log reads up to the high watermark it was last told
+                p.log.update_high_watermark(out[p.tp])
         return out
 
-    def _clamped_high_watermark(self, p: Partition, stored: int) -> int:
-        """``stored`` (a checkpointed high watermark), clamped to the partition's log end
-        with a warning; the log end is read only when ``stored`` changed since verified."""
-        log = p.log
+    def _clamped_high_watermarks(self, listed: list[tuple[Partition, int]]) -> list[int]:
+        """Checkpointed high watermarks, each clamped to its partition's log end with a
+        warning; a log end is read only when its value changed since last verified."""
+        def log_end(i: int) -> int:
+            p = listed[i][0]
+            log = p.log
+            return (log.log_end_offset if log is not None
+                    else probe_log_end_offset(p.dir, self.clock))
 
-        def log_end() -> int:
-            return log.log_end_offset if log is not None else probe_log_end_offset(
-                p.dir, self.clock)
-
-        return HW_CHECK.clamp(p.log_dir.path / HIGH_WATERMARK_CHECKPOINT, p.tp, p.dir,
-                              stored, log_end)
+        hws = [hw for _, hw in listed]
+        ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
+        out = []
+        for (p, hw), end in zip(listed, ends, strict=True):
+            if end is not None and hw > end:
+                warn_beyond_log_end(p.log_dir.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw, end)
+                hw = end
+            out.append(hw)
+        return out
 
     def _stored_start_offset(self, p: Partition) -> int:
         first = first_segment_base(p.dir)

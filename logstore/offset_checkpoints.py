@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .checkpoint_file import OffsetCheckpointFile
 from .clock import Clock
@@ -41,6 +42,9 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
+
+if TYPE_CHECKING:
+    from .config import LogConfig
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +98,22 @@ def set_aside(path: Path, now_ms: int) -> None:
 def probe_log_end_offset(partition_dir: Path, clock: Clock) -> int:
     """A partition's log end offset, reading only its last segment's tail (past the last
     offset index entry), without loading the Log. Raises SeglogError."""
-    from .config import LogConfig
     from .log_loader import LogLoader
 
-    loaded = LogLoader(partition_dir, LogConfig.from_properties(None), clock=clock,
-                       read_only=True).load()
+    global _PROBE_CONFIG
+    if _PROBE_CONFIG is None:
+        from .config import LogConfig
+
+        _PROBE_CONFIG = LogConfig.from_properties(None)  # a read-only load reads no key
+    loaded = LogLoader(partition_dir, _PROBE_CONFIG, clock=clock, read_only=True).load()
     try:
         return loaded.log_end_offset
     finally:
         for seg in loaded.segments:
             seg.close()
+
+
+_PROBE_CONFIG: LogConfig | None = None
 
 
 class HighWatermarkCheck:
@@ -116,25 +126,27 @@ class HighWatermarkCheck:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _verified
-        self._verified: dict[Path, int] = {}  # partition dir -> last HW seen <= log end
+        self._verified: dict[Hashable, int] = {}  # partition -> last HW seen <= log end
 
-    def clamp(self, checkpoint: Path, tp: TopicPartition, partition_dir: Path,
-              high_watermark: int, log_end: Callable[[], int]) -> int:
-        """``high_watermark``, or the log end offset when it is beyond it (warned)."""
+    def clamp_all(self, keys: list[Hashable], high_watermarks: list[int],
+                  log_end: Callable[[int], int]) -> list[int | None]:
+        """Per item ``i``: None when ``high_watermarks[i]`` is known not to pass its log
+        end (``keys[i]`` names the partition), else the log end ``log_end(i)`` read now.
+        One lock round trip when nothing changed: the cost of a steady trigger."""
         with self._lock:
-            if self._verified.get(partition_dir) == high_watermark:
-                return high_watermark
-        leo = log_end()
-        if high_watermark > leo:
-            warn_beyond_log_end(checkpoint, tp, high_watermark, leo)
-            return leo
-        with self._lock:
-            self._verified[partition_dir] = high_watermark
-        return high_watermark
-
-    def forget(self) -> None:
-        with self._lock:
-            self._verified.clear()
+            get = self._verified.get
+            changed = [i for i, (k, hw) in enumerate(zip(keys, high_watermarks, strict=True))
+                       if get(k) != hw]
+        out: list[int | None] = [None] * len(keys)
+        ok = []
+        for i in changed:
+            out[i] = log_end(i)
+            if high_watermarks[i] <= out[i]:  # type: ignore[operator]
+                ok.append((keys[i], high_watermarks[i]))
+        if ok:
+            with self._lock:
+                self._verified.update(ok)
+        return out
 
 
 HW_CHECK = HighWatermarkCheck()
