@@ -11,31 +11,40 @@ Executors stage encoded batches (``sink_staging``); every batch carries the sink
    and orders each partition's fragments by task;
 2. creates missing topics (``createTopics``) and checks that each topic still has the
    partition count the tasks routed with (key placement depends on it);
-3. decides, per partition, whether it already holds this batch: the sink's *ledger*
-   (one small JSON file per sink and log dir) names the batch it published last and its
-   offsets ``[start, end)``; the partition holds it iff ``end <= high watermark`` (the
-   high watermark other processes see, read from ``replication-offset-checkpoint``) and
-   the batch at ``start`` carries this sink's producerId and this batch id. That check
-   reads one batch header, never old data: commit time does not grow with the log;
-4. for every partition that does not hold it: truncates the uncommitted tail left by a
-   crashed publish (anything above the checkpointed high watermark: readers never saw
-   it), appends the fragments (the Log assigns offsets by rewriting each batch's
-   baseOffset; the CRC does not cover it), and notes ``[start, end)``;
+3. decides, per log dir, whether the dir already holds this batch, from the data
+   (``sink_replay``): a partition holds the sink's micro-batch ``B`` iff its newest batch
+   carrying the sink's producerId, below the high watermark other processes see (read
+   from ``replication-offset-checkpoint``), has a micro-batch id ``>= B``; the dir holds
+   ``B`` iff one of the partitions the batch publishes to there does. The sink's *ledger*
+   (``sink_ledger``: one small JSON file per sink and log dir naming the last batch
+   published to each partition and its offsets) only says where to look: an entry the
+   data confirms costs one header read; without one (no ledger, a damaged one, a crash
+   before the checkpoint) the headers are walked from the newest segment back to the
+   first batch of the sink. A damaged or missing ledger is rebuilt from what was found;
+4. for every partition of a dir that does not hold it: checks that everything above the
+   checkpointed high watermark is this sink's own attempt at a micro-batch ``>= B`` (what
+   a crashed publish leaves) and stops with ``SinkCommitError``, changing nothing, if any
+   batch there is not (another writer's data, an older micro-batch of the sink: possibly
+   published data under a high watermark that went backwards); then truncates that tail,
+   appends the fragments (the Log assigns offsets by rewriting each batch's baseOffset;
+   the CRC does not cover it), and notes ``[start, end)``;
 5. fsyncs the logs, writes the ledgers atomically, then writes the high-watermark
    checkpoint: THE commit point. Before it, no reader sees a row of the batch; after it,
-   every row is visible and a replay of the batch skips the partition;
+   every row is visible and a replay of the batch skips the dir;
 6. deletes the batch's staging (and what dead attempts and older batches left), runs the
    LogManager's maintenance when due, closes (clean-shutdown marker).
 
 Why this is exactly-once for a batch replayed after a crash at ANY step: the only
 durable effects before step 5 are invisible (staging files, a tail above the high
-watermark, a ledger naming offsets above it), and step 3/4 discard them on replay; the
-checkpoint rename is atomic per log dir, and each partition's "done" test looks only at
-its own dir's checkpoint, ledger and data, so a crash between two dirs' checkpoints is
-also replayed partition by partition. Compared with the sketch, a whole micro-batch
-becomes visible atomically (per log dir) instead of partition by partition, and the
-ledger only points at the data, which confirms it (a deleted and re-created topic, or a
-lost ledger, cannot make the sink skip a partition wrongly; at worst it republishes).
+watermark, a ledger naming offsets above it), and steps 3/4 discard them on replay; the
+checkpoint rename is atomic per log dir, and each dir's "done" test looks only at its own
+checkpoint and data, so a crash between two dirs' checkpoints is also replayed dir by
+dir. The decision never depends on the ledger alone: a ledger that is lost, garbled,
+truncated or stale is contradicted or replaced by the batch headers, which carry the
+sink's identity; it only bounds how many headers are read. Compared with the sketch, a
+whole micro-batch becomes visible atomically (per log dir) instead of partition by
+partition. One-shot batch jobs (``use_ledger=False``) have a fresh sink id and nothing to
+replay: they skip step 3 but not the tail check.
 
 The sketch's "move large fragments in as whole segments" is not done: a fragment is one
 task's rows for one partition, so renaming fragments into segments would make a segment
@@ -61,13 +70,13 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from seglog.logstore.batch_header import iter_batch_headers, read_batch_header
+from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import (
     CorruptRecordError,
-    KafkaStorageError,
     LogDirLockedError,
     SeglogError,
     SinkCommitError,
@@ -75,11 +84,15 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.log_manager import LogManager
 
+if TYPE_CHECKING:
+    from seglog.logstore.log import Log
+
+from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
 from .sink_options import SinkOptions
+from .sink_replay import check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
     StagedFragment,
     StagedTask,
-    batch_id_of,
     producer_id_of,
     remove_files,
     remove_tree,
@@ -90,7 +103,7 @@ from .sink_staging import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult",
-           "SinkLedger", "CRASH_ENV", "CRASH_STEPS"]
+           "SinkLedger", "LedgerEntry", "CRASH_ENV", "CRASH_STEPS"]
 
 CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
@@ -121,63 +134,6 @@ def crash_point(step: str, batch_id: int | None = None) -> None:
             return
     logger.warning("%s=%s: killing process %d at step %s", CRASH_ENV, wanted, os.getpid(), step)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-# ---------------------------------------------------------------------------- ledger
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    batch_id: int
-    start: int
-    end: int
-
-
-class SinkLedger:
-    """Per sink and log dir: the last batch published to each partition and its offsets.
-
-    File ``<log dir>/.seglog-sink/ledger/<sink id>.json``, written atomically (temp file,
-    fsync, rename, dir fsync)::
-
-        {"version": 1, "sink": "<id>", "producerId": 123,
-         "partitions": [["topic", 0, <batch id>, <start>, <end>], ...]}
-
-    A hint confirmed by the data (see the module docstring): losing it only costs a
-    republish of the batch in flight. Not thread-safe."""
-
-    VERSION = 1
-
-    def __init__(self, log_dir: Path, sink_id: str) -> None:
-        self.path = sink_state_dir(log_dir) / "ledger" / (staging_root(log_dir, sink_id).name
-                                                          + ".json")
-        self.sink_id = sink_id
-        self.entries: dict[TopicPartition, LedgerEntry] = {}
-
-    def read(self) -> SinkLedger:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return self
-        except OSError as e:
-            raise KafkaStorageError(f"cannot read sink ledger {self.path}: {e}") from e
-        try:
-            doc = json.loads(raw)
-            if doc.get("version") != self.VERSION:
-                raise ValueError(f"unknown version {doc.get('version')!r}")
-            for topic, partition, batch, start, end in doc["partitions"]:
-                self.entries[(str(topic), int(partition))] = LedgerEntry(
-                    int(batch), int(start), int(end))
-        except (ValueError, KeyError, TypeError) as e:
-            # A hint only: without it the batch in flight is republished, never skipped.
-            logger.error("sink ledger %s is unreadable (%s); ignoring it", self.path, e)
-            self.entries = {}
-        return self
-
-    def write(self) -> None:
-        doc = {"version": self.VERSION, "sink": self.sink_id,
-               "producerId": producer_id_of(self.sink_id),
-               "partitions": [[t, p, e.batch_id, e.start, e.end]
-                              for (t, p), e in sorted(self.entries.items())]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, json.dumps(doc).encode())
 
 
 # ---------------------------------------------------------------------------- selection
@@ -259,29 +215,33 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     try:
         crash_point("after-lock", batch_id)
         _ensure_topics(mgr, options, assumed)
-        ledgers: dict[Path, SinkLedger] = {}
-        todo, skipped = [], []
+        by_dir: dict[Path, list[tuple[TopicPartition, Log]]] = {}
         for tp in sorted(plan):
             log = mgr.get_log(*tp)
-            log_dir = log.dir.parent
-            ledger = ledgers.get(log_dir)
-            if ledger is None:
-                ledger = ledgers[log_dir] = (SinkLedger(log_dir, sink_id).read() if use_ledger
-                                             else SinkLedger(log_dir, sink_id))
-            if _holds(log, ledger.entries.get(tp), pid, batch_id):
-                skipped.append(tp)
+            by_dir.setdefault(log.dir.parent, []).append((tp, log))
+        ledgers: dict[Path, SinkLedger] = {}
+        todo: list[tuple[TopicPartition, Log, SinkLedger]] = []
+        skipped: list[TopicPartition] = []
+        for log_dir, parts in by_dir.items():
+            ledger = ledgers[log_dir] = SinkLedger(log_dir, sink_id)
+            if use_ledger and _dir_holds(mgr, log_dir, ledger.read(), parts, pid,
+                                         batch_id):
+                skipped.extend(tp for tp, _ in parts)
             else:
-                todo.append((tp, log, ledger))
+                todo.extend((tp, log, ledger) for tp, log in parts)
         if skipped:
             logger.info("batch %d of sink %s: %d partition(s) already hold it (replay): %s",
                         batch_id, sink_id, len(skipped), skipped[:10])
 
+        # Every tail is checked before any is removed: a refusal changes nothing.
+        for _, log, _ in todo:
+            check_unpublished_tail(log, pid, batch_id, sink_id)
         for tp, log, _ in todo:
             hw = log.high_watermark
             if log.log_end_offset > hw:
                 logger.warning("%s-%d: dropping offsets %d..%d above the high watermark "
-                               "(an unpublished tail left by a crash)", tp[0], tp[1], hw,
-                               log.log_end_offset - 1)
+                               "(this sink's unpublished attempt at batch %d)", tp[0], tp[1],
+                               hw, log.log_end_offset - 1, batch_id)
                 log.truncate_to(hw)
             touched[tp] = log.log_end_offset
         crash_point("after-truncate", batch_id)
@@ -304,8 +264,10 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         for _, log, _ in todo:
             log.flush()
         if use_ledger:
-            for ledger in {id(lg): lg for _, _, lg in todo}.values():
-                ledger.write()
+            published_dirs = {id(lg) for _, _, lg in todo}
+            for ledger in ledgers.values():
+                if id(ledger) in published_dirs or ledger.dirty:
+                    ledger.write()
         crash_point("after-ledger", batch_id)
 
         checkpointing = True  # from here on, never roll back: data may be visible
@@ -387,27 +349,53 @@ def _ensure_topics(mgr: LogManager, options: SinkOptions, assumed: dict[str, int
                 f"{n}: it changed during the batch; the batch is not published")
 
 
-def _holds(log, entry: LedgerEntry | None, pid: int, batch_id: int) -> bool:
-    """Whether ``log`` already holds (visibly) the sink's batch ``batch_id``."""
-    if entry is None or entry.batch_id < batch_id:
+def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,
+               parts: list[tuple[TopicPartition, Log]], pid: int, batch_id: int) -> bool:
+    """Whether ``log_dir`` already holds (visibly) micro-batch ``batch_id`` of the sink,
+    from the headers of the partitions it would publish to (and of those the ledger says
+    got this batch or a later one: a replay may route rows elsewhere), with the ledger as
+    a hint (``sink_replay``). Brings the ledger's entries for the partitions it looked at
+    up to date with the data (``ledger.dirty`` when that changed anything)."""
+    planned = {tp for tp, _ in parts}
+    candidates = list(parts)
+    for tp, e in sorted(ledger.entries.items()):
+        if tp not in planned and e.batch_id >= batch_id:
+            try:
+                candidates.append((tp, mgr.get_log(*tp)))
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since: it proves nothing
+    witnesses = []
+    for tp, log in candidates:
+        w = newest_sink_batch(log, pid, ledger.entries.get(tp))
+        witnesses.append(w)
+        entry = w.entry()
+        if ledger.entries.get(tp) != entry:
+            ledger.dirty = True
+            if entry is None:
+                del ledger.entries[tp]
+            else:
+                ledger.entries[tp] = entry
+        if entry is not None and entry.batch_id >= batch_id:
+            break  # one partition settles the whole dir (one checkpoint per dir)
+    if ledger.state is LedgerState.MISSING and any(w.batch_id is not None for w in witnesses):
+        logger.warning("sink ledger %s is missing, but %s holds batches of this sink: "
+                       "rebuilding it from the data", ledger.path, log_dir)
+    proof = dir_holds(witnesses, batch_id)
+    if proof is None:
+        if ledger.state is LedgerState.DAMAGED:
+            for w in witnesses:
+                if w.unknown_past:
+                    logger.warning(
+                        "%s-%d in %s: no batch of this sink below the high watermark, and "
+                        "offsets below %d were removed; with the ledger %s damaged, the "
+                        "data cannot show whether they held batch %d: publishing it",
+                        w.topic, w.partition, log_dir, w.start, ledger.path, batch_id)
         return False
-    if entry.end > log.high_watermark:
-        return False  # published but not checkpointed: invisible, to be redone
-    if entry.batch_id > batch_id:
-        logger.warning("%s-%d already holds batch %d of this sink, later than %d: "
-                       "skipping", log.topic, log.partition, entry.batch_id, batch_id)
-        return True
-    if entry.start < log.log_start_offset:
-        return True  # retention removed it; only committed data is ever removed
-    fetch = log.read(entry.start, max_offset=entry.end, max_bytes=1)
-    h = read_batch_header(fetch.records) if fetch.records else None
-    if (h is not None and h.base_offset == entry.start and h.producer_id == pid
-            and batch_id_of(h.producer_epoch, h.base_sequence) == batch_id):
-        return True
-    logger.warning("%s-%d: the sink ledger says batch %d is at offset %d, but the data "
-                   "there is not this sink's: republishing", log.topic, log.partition,
-                   batch_id, entry.start)
-    return False
+    if proof.batch_id > batch_id:
+        logger.warning("%s-%d in %s already holds batch %d of this sink, later than %d: "
+                       "skipping the dir", proof.topic, proof.partition, log_dir,
+                       proof.batch_id, batch_id)
+    return True
 
 
 def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
