@@ -31,6 +31,7 @@ from enum import Enum
 from pathlib import Path
 
 from seglog.logstore.checkpoint_file import write_atomically
+from seglog.logstore.errors import SeglogError
 
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
@@ -58,7 +59,7 @@ class LedgerEntry:
     end: int
 
 
-class LedgerDamagedError(ValueError):
+class LedgerDamagedError(SeglogError, ValueError):
     """A ledger file that does not parse into a valid ledger (the message says why)."""
 
 

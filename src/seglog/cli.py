@@ -9,14 +9,15 @@ Subcommands (``seglog <command> --help`` for each):
   without changing anything: every batch's CRC and size, offsets increasing across
   segments, each segment's first batch at or above its base offset, and both indexes
   against the log. In a log dir (one holding seglog or Kafka state files) also every
-  checkpoint and state file (``logstore.log_check``). Prints only problems, notes and a
-  summary line per partition. ``--fix`` (log dirs only, no writer running) repairs them:
-  damaged high-watermark / log-start-offset checkpoints are rebuilt from the recovered
-  logs (``docs/checkpoints.md``).
+  checkpoint and state file (``logstore.log_check``) and the state of the exactly-once
+  sink in ``.seglog-sink/`` (each ledger against the data it names). Prints only
+  problems, notes and a summary line per partition. ``--fix`` (log dirs only, no writer
+  running) repairs them: damaged high-watermark / log-start-offset checkpoints are rebuilt
+  from the recovered logs (``docs/checkpoints.md``).
 
 Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
-an index disagrees with its log or a state file is damaged, 2 on bad usage. New
-subcommands register in ``_COMMANDS``.
+an index disagrees with its log, a state file is damaged, or a sink ledger is damaged or
+contradicts the data, 2 on bad usage. New subcommands register in ``_COMMANDS``.
 """
 
 from __future__ import annotations
@@ -327,7 +328,18 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
                 bar.clear()
                 problems += check_partition_dir(d, out)
                 bar.advance()
+        problems += _check_sink_state(path, out)
     return 1 if problems else 0
+
+
+def _check_sink_state(log_dir: Path, out: TextIO) -> int:
+    """The exactly-once sink's ledgers and state files in a log dir (docs/sink-state.md)."""
+    from seglog.streaming.sink_check import check_sink_state
+
+    findings = check_sink_state(log_dir)
+    for f in findings:
+        out.write(f"{f.path}: {f.text}\n")
+    return sum(f.problem for f in findings)
 
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],

@@ -3,10 +3,10 @@ damaged: the micro-batch was published (Spark did not record it), published in o
 dir of two, or not published. Every input row must be in the output exactly once.
 
 Spark replays a micro-batch whose offsets it logged but whose commit it did not record:
-removing ``<checkpoint>/commits/<id>`` (and its ``.crc``) puts the query in the state a crash between the
-sink's commit and Spark's commit log leaves; lowering a log dir's high-watermark
-checkpoint back to where the micro-batch starts there puts that dir in the state a crash
-before the sink's checkpoint leaves (its rows are then an unpublished tail)."""
+removing ``<checkpoint>/commits/<id>`` (and its ``.crc``) puts the query in the state a
+crash between the sink's commit and Spark's commit log leaves; lowering a log dir's
+high-watermark checkpoint back to where the micro-batch starts there puts that dir in the
+state a crash before the sink's checkpoint leaves (its rows are then an unpublished tail)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,109 @@
+"""``seglog check`` for the exactly-once sink's state in a log dir (``.seglog-sink/``).
+
+Read-only. Reports, per log dir: each sink ledger (does it parse, does each entry match
+the batch headers it points at), the maintenance state file, and leftover staging. What
+is a problem and what is only worth knowing is documented in ``docs/sink-state.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from seglog.logstore.errors import SeglogError
+
+from .sink_ledger import LedgerDamagedError, ledger_dir, read_ledger_file
+from .sink_replay import newest_sink_batch
+from .sink_staging import producer_id_of, sink_state_dir
+
+__all__ = ["SinkFinding", "check_sink_state"]
+
+_MAINTENANCE_FILE = "maintenance.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SinkFinding:
+    """One line of the report; ``problem`` findings make ``seglog check`` fail."""
+
+    path: Path
+    problem: bool
+    text: str
+
+
+def check_sink_state(log_dir: Path) -> list[SinkFinding]:
+    """Findings about ``log_dir``'s sink state (none if the dir has no ``.seglog-sink``)."""
+    state = sink_state_dir(log_dir)
+    if not state.is_dir():
+        return []
+    out: list[SinkFinding] = []
+    ledgers = ledger_dir(log_dir)
+    files = sorted(ledgers.iterdir()) if ledgers.is_dir() else []
+    for path in files:
+        if path.name.endswith(".tmp"):
+            out.append(SinkFinding(path, False, "left by an interrupted ledger write: "
+                                                "safe to delete"))
+            continue
+        try:
+            sink, entries = read_ledger_file(path)
+        except (OSError, LedgerDamagedError) as e:
+            out.append(SinkFinding(path, True, f"damaged sink ledger ({e}): the sink's "
+                                               "next commit to this dir rebuilds it from "
+                                               "the data"))
+            continue
+        out.extend(_check_entries(log_dir, path, sink, entries))
+    out.extend(_check_maintenance(state / _MAINTENANCE_FILE))
+    staging = state / "staging"
+    for sink_dir in sorted(staging.iterdir()) if staging.is_dir() else []:
+        n = sum(1 for p in sink_dir.rglob("*") if p.is_file())
+        if n:
+            out.append(SinkFinding(sink_dir, False, f"{n} staging file(s) of micro-batches "
+                                                    "in flight or of failed attempts (swept "
+                                                    "by later commits)"))
+    return out
+
+
+def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFinding]:
+    from seglog.logstore.log_manager import LogManager
+
+    pid = producer_id_of(sink)
+    out = []
+    try:
+        mgr = LogManager([log_dir], read_only=True)
+    except SeglogError as e:
+        return [SinkFinding(path, True, f"cannot open {log_dir} to check the ledger: {e}")]
+    with mgr:
+        hws = mgr.high_watermarks()
+        for (topic, partition), e in sorted(entries.items()):
+            tp = f"{topic}-{partition}"
+            if (topic, partition) not in hws:
+                out.append(SinkFinding(path, False, f"{tp}: no such partition here any more"))
+                continue
+            if e.end > hws[(topic, partition)]:
+                out.append(SinkFinding(path, False, f"{tp}: micro-batch {e.batch_id} ends "
+                                       f"at {e.end}, above the high watermark: a commit "
+                                       "that stopped before its checkpoint (its next commit "
+                                       "settles it)"))
+                continue
+            w = newest_sink_batch(mgr.get_log(topic, partition), pid, e)
+            if w.source not in ("ledger", "removed"):
+                out.append(SinkFinding(path, True, f"{tp}: the ledger says micro-batch "
+                                       f"{e.batch_id} is at offsets {e.start}..{e.end - 1}, "
+                                       "but the data there is not that batch of this sink "
+                                       "(the next commit rebuilds the entry)"))
+    if not any(f.problem for f in out):
+        out.append(SinkFinding(path, False, f"sink ledger of {sink!r}: {len(entries)} "
+                                            "partition(s), OK"))
+    return out
+
+
+def _check_maintenance(path: Path) -> list[SinkFinding]:
+    try:
+        doc = json.loads(path.read_bytes())
+        int(doc["last_run_ms"])
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [SinkFinding(path, True, f"damaged ({e!r}): the next commit runs maintenance "
+                                        "and rewrites it")]
+    return []
