@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from power_cut import lose_unflushed_tail
 
 from seglog.logstore.checkpoint_file import OFFSETS, CheckpointFile
 from seglog.logstore.errors import SinkCommitError
@@ -120,21 +121,28 @@ def segment_bytes(dirs: list[Path]) -> dict[Path, bytes]:
        first=st.sets(st.integers(0, PARTITIONS - 1), min_size=1).map(lambda s: tuple(sorted(s))),
        replayed=st.sets(st.integers(0, PARTITIONS - 1), min_size=1).map(
            lambda s: tuple(sorted(s))),
-       two_dirs=st.booleans())
+       two_dirs=st.booleans(), power_cut=st.sampled_from((None, 0.0, 0.5)))
 def test_crash_then_damaged_ledger_then_replay_is_exactly_once(
         step: str, damage: str, first: tuple[int, ...], replayed: tuple[int, ...],
-        two_dirs: bool) -> None:
-    """Every crash step x a few (ledger damage, partitions touched, log dirs) drawn each:
-    batch 0 goes to ``first``; the commit of batch 1 (to ``replayed``) is killed at
-    ``step``: batch 1 is then published fully, in one dir of two, or not at all; the
-    ledger is damaged; Spark replays batch 1 (another task split). Readers see every row
-    of batches 0, 1 and 2 exactly once, and the ledger is whole again."""
+        two_dirs: bool, power_cut: float | None) -> None:
+    """Every crash step x a few (ledger damage, partitions touched, log dirs, power cut)
+    drawn each: batch 0 goes to ``first``; the commit of batch 1 (to ``replayed``) is
+    killed at ``step``: batch 1 is then published fully, in one dir of two, or not at all;
+    a power cut may take what lies above the high watermarks (``power_cut``: where between
+    the high watermark and the log end the cut falls; junk follows); the ledger is damaged;
+    Spark replays batch 1 (another task split). Readers see every row of batches 0, 1 and
+    2 exactly once, and the ledger is whole again."""
     root = Path(tempfile.mkdtemp(prefix="seglog-replay-"))
     try:
         dirs = [root / "a", root / "b"] if two_dirs else [root / "a"]
         opts = options(dirs)
         commit(stage(opts, 0, first), 0, opts)
         crash_commit(stage(opts, 1, replayed), 1, opts, step)
+        if power_cut is not None:
+            for d in dirs:
+                hws = dict(CheckpointFile(d / HW_FILE, OFFSETS).read())
+                for (_, p), hw in hws.items():
+                    lose_unflushed_tail(d / f"{TOPIC}-{p}", hw, power_cut, junk=b"\x07" * 9)
         for d in dirs:
             damage_ledger(d, damage)
         commit(stage(opts, 1, replayed, tasks=3, attempt=1), 1, opts)
