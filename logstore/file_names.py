@@ -58,6 +58,10 @@ def time_index_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
     return dir_ / (offset_file_name(base_offset, TIME_INDEX_SUFFIX) + tmp_suffix)
 
 
+def txn_index_file(dir_: Path, base_offset: int, tmp_suffix: str = "") -> Path:
+    return dir_ / (offset_file_name(base_offset, TXN_INDEX_SUFFIX) + tmp_suffix)
+
+
 def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
     """``"00000000000000000042.log.swap"`` → ``(42, ".log", ".swap")``; None otherwise."""
     m = _SEGMENT_RE.match(name)

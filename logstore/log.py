@@ -63,6 +63,16 @@ from .file_names import (
 )
 from .log_segment import LogSegment
 from .log_segments import LogSegments
+from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .transactions import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Transactions,
+    append_completions,
+    check_isolation_level,
+    committed_chunks,
+)
+from .txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +107,10 @@ class FetchData:
     next_offset: int  # offset after the last batch (where the next read starts)
     high_watermark: int
     log_start_offset: int
+    # read_committed: the aborted transactions overlapping the batches (the reader drops
+    # their data batches, as Kafka's consumer does: ``transactions.drop_aborted_batches``)
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+    last_stable_offset: int | None = None
 
     @property
     def empty(self) -> bool:
@@ -122,7 +136,8 @@ class Log:
 
     def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, segments: list[LogSegment],
                  log_start_offset: int, recovery_point: int, log_end_offset: int,
-                 high_watermark: int, deleter: DelayedDeleter, read_only: bool) -> None:
+                 high_watermark: int, deleter: DelayedDeleter, read_only: bool,
+                 producer_state: ProducerStateManager | None = None) -> None:
         self.dir = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
@@ -147,6 +162,13 @@ class Log:
         self._ro_bases: tuple[int, ...] = ()
         self._ro_open: dict[int, LogSegment] = {}
         self._ro_listed_mtime = -2  # the directory mtime of the last listing
+        # Writer: producers and ongoing transactions up to the log end (changed under
+        # _lock), and completed transactions whose markers are not yet below the high
+        # watermark (they keep the LSO down, as Kafka's unreplicated transactions).
+        self._producer_state = producer_state or ProducerStateManager(log_end_offset)
+        self._unstable_completed: list[tuple[int, int]] = []  # (first, marker offset)
+        self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
+                                  read_only=read_only)
         if read_only:
             self._ro_open = {s.base_offset: s for s in segments}
             self._relist()
@@ -172,7 +194,8 @@ class Log:
         return cls(dir_, config, clock=clock, segments=loaded.segments,
                    log_start_offset=loaded.log_start_offset,
                    recovery_point=loaded.recovery_point, log_end_offset=leo,
-                   high_watermark=hw, deleter=deleter, read_only=read_only)
+                   high_watermark=hw, deleter=deleter, read_only=read_only,
+                   producer_state=loaded.producer_state)
 
     # -- offsets and sizes ----------------------------------------------------------------
 
@@ -262,6 +285,7 @@ class Log:
             first, last = headers[0].base_offset, headers[-1].last_offset
             segment = self._maybe_roll(len(buf), max_ts, first, last)
             segment.append(buf, headers)
+            self._update_producer_state(buf, headers, segment)
             self._log_end_offset = last + 1
             self._high_watermark = self._log_end_offset
             if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
@@ -271,6 +295,62 @@ class Log:
 
     def _tp(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+    def _update_producer_state(self, buf: bytearray, headers: list[BatchHeader],
+                               segment: LogSegment) -> None:
+        """Kafka's step after a log append: batches with a producer id update the
+        producer state; an abort marker appends its entry to ``segment``'s
+        ``.txnindex``. Batch by batch, as Kafka's recovery replays them, so a rebuilt
+        index equals the appended one."""
+        state = self._producer_state
+        if all(h.producer_id < 0 for h in headers):
+            state.map_end_offset = headers[-1].last_offset + 1
+            return
+        before = dict(state.ongoing_txns())
+        append_completions(state, headers, buf, segment)
+        after = {f for f, _p in state.ongoing_txns()}
+        ends = {h.producer_id: h.base_offset for h in headers if h.is_control}
+        for first, pid in before.items():
+            if first not in after and pid in ends:
+                self._unstable_completed.append((first, ends[pid]))
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the high watermark, or the first offset of the earliest
+        transaction not yet decided below it, if lower. Read-only: computed from the
+        producer snapshots and the batches after the newest one (see ``transactions``)."""
+        hw = self._high_watermark
+        if self.read_only:
+            self._relist()
+            first = self._txns.first_unstable_offset(hw)
+        else:
+            with self._lock:
+                first = self._producer_state.first_unstable_offset()
+                self._unstable_completed = [(f, m) for f, m in self._unstable_completed
+                                            if m >= hw]
+                for f, _m in self._unstable_completed:
+                    first = f if first is None else min(first, f)
+        if first is None:
+            return hw
+        return max(min(hw, first), self._log_start_offset)
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start_offset, upper_offset)``, from the
+        ``.txnindex`` files (computed from the log where one is missing or damaged)."""
+        if self.read_only:
+            self._relist()
+        return self._txns.aborted_txns(start_offset, upper_offset)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer state at the log end (``<offset>.snapshot``), if newer
+        than the newest snapshot (Kafka's ``takeSnapshot``)."""
+        self._check_writable()
+        with self._lock:
+            state = self._producer_state
+            state.map_end_offset = self._log_end_offset
+            snaps = list_snapshot_offsets(self.dir)
+            if not snaps or snaps[-1] < state.map_end_offset:
+                state.take_snapshot(self.dir)
 
     def _validate(self, buf: bytearray, assign_offsets: bool) -> list[BatchHeader]:
         cfg = self.config
@@ -397,6 +477,9 @@ class Log:
             segment = self._new_segment(new_base)
             self._segments.add(segment)
             self._log_end_offset = max(self._log_end_offset, new_base)
+            # Kafka's roll: the producer state at the new base, so that loaders and
+            # readers start from here instead of scanning older segments.
+            self.take_producer_snapshot()
             # Kafka flushes a rolled segment right away (asynchronously there): recovery
             # then only ever has to check the active segment.
             self.flush(new_base)
@@ -472,12 +555,19 @@ class Log:
         return max(bisect.bisect_right(bases, offset) - 1, 0)
 
     def read(self, start_offset: int, *, max_offset: int | None = None,
-             max_bytes: int = 1 << 20) -> FetchData:
+             max_bytes: int = 1 << 20, isolation_level: str = READ_UNCOMMITTED) -> FetchData:
         """Whole batches from the one holding ``start_offset``, at most ``max_bytes``
         (at least one batch), below ``min(max_offset, high watermark)``.
 
+        ``isolation_level="read_committed"`` (Kafka's fetch isolation): below the last
+        stable offset instead of the high watermark, and ``aborted_transactions`` lists
+        the aborted transactions overlapping the batches (their data batches are to be
+        dropped by the reader: ``transactions.drop_aborted_batches``).
+
         Raises OffsetOutOfRangeError below the log start or past the end.
         """
+        if check_isolation_level(isolation_level) == READ_COMMITTED:
+            return self._read_committed(start_offset, max_offset, max_bytes)
         hw = self._high_watermark
         self._check_start(start_offset)
         limit = hw if max_offset is None else min(max_offset, hw)
@@ -502,6 +592,17 @@ class Log:
             self._check_start(start_offset)
             lso = self._log_start_offset
         return empty
+
+    def _read_committed(self, start_offset: int, max_offset: int | None,
+                        max_bytes: int) -> FetchData:
+        lso = self.last_stable_offset
+        limit = lso if max_offset is None else min(max_offset, lso)
+        fetched = self.read(start_offset, max_offset=limit, max_bytes=max_bytes)
+        aborted: tuple[AbortedTxn, ...] = ()
+        if not fetched.empty:
+            aborted = tuple(self.aborted_transactions(start_offset, fetched.next_offset))
+        return dataclasses.replace(fetched, aborted_transactions=aborted,
+                                   last_stable_offset=lso)
 
     def _read_segments(self, start_offset: int, limit: int, max_bytes: int, hw: int,
                        lso: int) -> FetchData | None:
@@ -534,11 +635,23 @@ class Log:
         return FetchData(records, first_offset, next_offset, hw, lso)
 
     def read_chunks(self, start_offset: int, end_offset: int,
-                    chunk_bytes: int = 8 << 20, *,
+                    chunk_bytes: int = 8 << 20, *, isolation_level: str = READ_UNCOMMITTED,
                     _attempts_left: int = _READ_ONLY_ATTEMPTS) -> Iterator[memoryview]:
         """Whole batches covering [``start_offset``, ``end_offset``) (capped at the high
         watermark), as memoryviews of at most ``chunk_bytes`` each (a larger batch comes
-        alone). Only one chunk is in memory at a time; each chunk is a fresh buffer."""
+        alone). Only one chunk is in memory at a time; each chunk is a fresh buffer.
+
+        ``isolation_level="read_committed"``: capped at the last stable offset, and
+        without the data batches of aborted transactions (control batches stay)."""
+        if check_isolation_level(isolation_level) == READ_COMMITTED:
+            end_offset = min(end_offset, self.last_stable_offset)
+            if start_offset < end_offset:
+                aborted = self.aborted_transactions(start_offset, end_offset)
+                yield from committed_chunks(self.read_chunks(start_offset, end_offset,
+                                                             chunk_bytes), aborted)
+            else:
+                self._check_start(start_offset)
+            return
         self._check_start(start_offset)
         end_offset = min(end_offset, self._high_watermark)
         if start_offset >= end_offset:
@@ -664,17 +777,37 @@ class Log:
             active.truncate_to(offset)
             active.resize_indexes(self.config.segment_index_bytes)
             self._log_end_offset = active.read_next_offset()
+            self._reload_producer_state()
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             return True
+
+    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        for snap in list_snapshot_offsets(self.dir):
+            if doomed(snap):
+                try:
+                    os.unlink(snapshot_file(self.dir, snap))
+                except FileNotFoundError:
+                    logger.debug("snapshot %d of %s was already gone", snap, self._tp())
+
+    def _reload_producer_state(self) -> None:
+        """After a truncation: drop snapshots past the log end, rebuild the state from
+        the newest remaining one (Kafka's ``truncateAndReload``)."""
+        leo = self._log_end_offset
+        self._delete_snapshots(lambda o: o > leo)
+        self._producer_state = self._txns.state_at(leo)
+        self._unstable_completed = [(f, m) for f, m in self._unstable_completed if m < leo]
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
         self._check_writable()
         with self._lock:
             self._delete_segments(list(self._segments), "full truncation")
+            self._delete_snapshots(lambda o: True)
             self._segments.add(self._new_segment(offset))
+            self._producer_state = ProducerStateManager(offset)
+            self._unstable_completed = []
             self._log_end_offset = self._log_start_offset = offset
             self._recovery_point = self._high_watermark = offset
             self.flush()
@@ -771,6 +904,11 @@ class Log:
                 logger.warning("segment %s vanished before deletion", seg.log_path)
             self._deleter.schedule(seg.paths(), self.config.file_delete_delay_ms,
                                    before_delete=seg.close_handlers)
+        first = self._segments.first
+        if first is not None:
+            # Snapshots below the first segment describe nothing left (Kafka deletes a
+            # segment's snapshot with it).
+            self._delete_snapshots(lambda o: o < first.base_offset)
 
     # -- compaction support ---------------------------------------------------------------
 
@@ -886,6 +1024,7 @@ class Log:
                 return
             if flush:
                 self.flush()
+                self.take_producer_snapshot()
             segments = self._segments.snapshot()
             for seg in segments:
                 # The active segment's final time-index entry is written at close: fsync

@@ -19,9 +19,21 @@
 5. **Offsets.** An empty directory gets a segment at the log start offset; the log end
    offset comes from the last segment's tail (past its last index entry); the active
    segment's indexes are preallocated again.
+6. **Producer state and transaction indexes.** Producer snapshots past the log end or
+   below the first segment are deleted (Kafka's ``truncateAndReload``). The state is
+   loaded from the newest valid snapshot and the batches after it are replayed
+   (``transactions``). The ``.txnindex`` of every segment replayed from its base is
+   compared with what the replay computed and rewritten when it differs or is missing;
+   the replay starts early enough to cover every recovered segment and every segment
+   whose existing ``.txnindex`` fails its checks (the files are few: one per segment
+   holding an aborted transaction), and, when the producer snapshots cannot rule out a
+   marker in it, the active segment when it has no ``.txnindex``. A missing ``.txnindex``
+   of an older segment is rebuilt on the first read_committed read that needs it.
 
 A clean open therefore reads no segment data except the few bytes past the last offset
-index entry of the last segment. Thread-safety: a loader is used once, by one thread.
+index entry of the last segment, the newest producer snapshot and the ``.txnindex``
+files (and the batches after the newest snapshot, none after a clean close).
+Thread-safety: a loader is used once, by one thread.
 """
 
 from __future__ import annotations
@@ -42,9 +54,13 @@ from .file_names import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_file_name,
 )
 from .log_segment import LogSegment
+from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .transactions import Transactions, may_hold_markers
+from .txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +87,7 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     log_end_offset: int
+    producer_state: ProducerStateManager | None = None  # writer only
 
 
 class LogLoader:
@@ -104,14 +121,16 @@ class LogLoader:
             return self._load_read_only()
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
-        segments, needs_recovery = self._load_segment_files()
+        segments, needs_recovery, txn_bases = self._load_segment_files()
+        recovered = {s.base_offset for s in needs_recovery}
         for seg in needs_recovery:
             logger.warning("rebuilding the indexes of %s", seg.log_path)
             seg.recover(self.config.max_message_bytes)
             if seg is not segments[-1]:
                 seg.on_become_inactive()
         if not self.had_clean_shutdown:
-            segments = self._recover(segments)
+            segments, replayed = self._recover(segments)
+            recovered |= replayed
         if not segments:
             base = max(self.log_start_offset, 0)
             segments = [self._open_segment(base)]
@@ -124,7 +143,58 @@ class LogLoader:
         lso = max(self.log_start_offset, segments[0].base_offset)
         lso = min(lso, leo)
         recovery_point = leo if self.had_clean_shutdown else min(self.recovery_point, leo)
-        return LoadedLog(segments, lso, max(recovery_point, 0), leo)
+        state = self._load_producer_state(segments, leo, recovered, txn_bases)
+        return LoadedLog(segments, lso, max(recovery_point, 0), leo, state)
+
+    # -- pass 6: producer state and transaction indexes -----------------------------------
+
+    def _load_producer_state(self, segments: list[LogSegment], leo: int,
+                             recovered: set[int], txn_bases: set[int]) -> ProducerStateManager:
+        first_base = segments[0].base_offset
+        snaps = list_snapshot_offsets(self.dir)
+        for snap in snaps:
+            if snap > leo or snap < first_base:
+                self._unlink(snapshot_file(self.dir, snap), "a producer snapshot outside "
+                             f"the log [{first_base}, {leo}]")
+        has_snapshots = any(first_base <= snap <= leo for snap in snaps)
+        bases = tuple(s.base_offset for s in segments)
+        txns = Transactions(lambda: self.dir, lambda: (bases, segments.__getitem__),
+                            lambda: first_base, read_only=False)
+        rebuild = set(recovered)
+        for seg in segments:
+            if seg.base_offset in txn_bases:
+                try:
+                    seg.txn_index.sanity_check()
+                except CorruptIndexError as e:
+                    logger.warning("%s; rebuilding it from the log", e)
+                    rebuild.add(seg.base_offset)
+        active = segments[-1]
+        if (has_snapshots and active.base_offset not in txn_bases and active.size
+                and may_hold_markers(self.dir, active.base_offset, leo)):
+            rebuild.add(active.base_offset)
+        if not rebuild and not has_snapshots and self.had_clean_shutdown:
+            # Kafka's rule for a cleanly closed log without snapshots (written before
+            # producer state was kept): no transaction is open, nothing to replay. The
+            # next roll or close writes a snapshot.
+            return ProducerStateManager(leo)
+
+        def verify(i: int, entries: list[AbortedTxn]) -> None:
+            seg = segments[i]
+            txn = seg.txn_index
+            try:
+                if txn.entries() == entries:
+                    return
+            except CorruptIndexError:
+                logger.debug("rewriting the damaged %s", txn.path)
+            if entries or txn.exists():
+                logger.warning("rebuilding the transaction index %s (%d entries)", txn.path,
+                               len(entries))
+                txn.write_all(entries)
+
+        if rebuild:
+            state = txns.state_at(min(rebuild), on_segment=verify)
+            return txns.advance(state, leo, on_segment=verify)
+        return txns.state_at(leo, on_segment=verify)
 
     def _load_read_only(self) -> LoadedLog:
         bases = list_segment_bases(self.dir)
@@ -190,7 +260,7 @@ class LogLoader:
 
     # -- pass 3: segment files ------------------------------------------------------------
 
-    def _load_segment_files(self) -> tuple[list[LogSegment], list[LogSegment]]:
+    def _load_segment_files(self) -> tuple[list[LogSegment], list[LogSegment], set[int]]:
         # One listing answers every "does this file exist" question, and the length
         # checks use plain string paths: a clean open costs a few microseconds per
         # segment, so a commit that loads a long partition stays cheap.
@@ -199,7 +269,8 @@ class LogLoader:
         logs = {p[0] for _n, p in parsed if p is not None and p[1] == LOG_SUFFIX and not p[2]}
         indexes: set[tuple[int, str]] = set()
         for name, p in parsed:
-            if p is None or p[2] or p[1] not in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if p is None or p[2] or p[1] not in (INDEX_SUFFIX, TIME_INDEX_SUFFIX,
+                                                 TXN_INDEX_SUFFIX):
                 continue
             if p[0] in logs:
                 indexes.add((p[0], p[1]))
@@ -231,17 +302,21 @@ class LogLoader:
             except CorruptIndexError as e:
                 logger.warning("%s", e)
                 needs_recovery.append(seg)
-        return segments, needs_recovery
+        txn_bases = {b for b, ext in indexes if ext == TXN_INDEX_SUFFIX}
+        return segments, needs_recovery, txn_bases
 
     # -- pass 4: recovery -----------------------------------------------------------------
 
-    def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
+    def _recover(self, segments: list[LogSegment]) -> tuple[list[LogSegment], set[int]]:
+        """Pass 4; returns the segments kept and the base offsets of those replayed."""
+        replayed: set[int] = set()
         start = 0
         for i, seg in enumerate(segments):
             if seg.base_offset <= self.recovery_point:
                 start = i
         for i in range(start, len(segments)):
             seg = segments[i]
+            replayed.add(seg.base_offset)
             truncated = seg.recover(self.config.max_message_bytes)
             if truncated:
                 later = segments[i + 1:]
@@ -255,4 +330,4 @@ class LogLoader:
                 break
             if i < len(segments) - 1:
                 seg.on_become_inactive()
-        return segments
+        return segments, replayed

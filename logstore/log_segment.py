@@ -1,5 +1,5 @@
 """One segment of a partition: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex``
-(Kafka's ``LogSegment``).
+(+ ``<base>.txnindex`` once it holds an aborted transaction) (Kafka's ``LogSegment``).
 
 The ``.log`` holds consecutive record batches exactly as Kafka writes them (see
 ``batch_header``); the two indexes are sparse caches of it. This class appends validated
@@ -13,7 +13,8 @@ memory-mapped, so a reader survives the writer truncating the file. Read-only se
 (readers in other processes) open every file read-only and count the entries of a
 preallocated index by its leading non-zero entries (see ``abstract_index``).
 
-Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover``. Bytes
+Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover`` (the
+transaction index by the loader, which knows the producer state at the segment's base). Bytes
 past the last complete valid batch are cut by recovery.
 
 Thread-safety: one writer thread calls the mutating methods (append, truncate_to,
@@ -44,10 +45,11 @@ from .batch_header import (
     verify_crc,
 )
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
-from .file_names import index_file, log_file, time_index_file
+from .file_names import index_file, log_file, time_index_file, txn_index_file
 from .offset_index import OffsetIndex
 from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
 from .time_index import TimeIndex
+from .txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +185,7 @@ class LogSegment:
                 self._handle.close()
                 raise KafkaStorageError(f"cannot create the indexes of {self.log_path}: {e}") \
                     from e
+        self._txn: TransactionIndex | None = None  # built on first use (no Path on open)
         self._bytes_since_last_index_entry = 0
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
@@ -229,6 +232,16 @@ class LogSegment:
     def time_index(self) -> TimeIndex:
         """The time index, opened on first use."""
         return self._time_index.get()
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The transaction index (its file exists only once it holds an entry)."""
+        txn = self._txn
+        if txn is None:
+            txn = self._txn = TransactionIndex(
+                txn_index_file(self.dir, self.base_offset, self.file_suffix), self.base_offset,
+                writable=not self.read_only)
+        return txn
 
     @classmethod
     def open(cls, dir_: Path, base_offset: int, **kwargs) -> LogSegment:
@@ -396,6 +409,8 @@ class LogSegment:
         self._offset_index.update_path(index_file(self.dir, self.base_offset, self.file_suffix))
         self._time_index.update_path(time_index_file(self.dir, self.base_offset,
                                                      self.file_suffix))
+        if self._txn is not None:
+            self._txn.path = txn_index_file(self.dir, self.base_offset, self.file_suffix)
 
     def iter_batches(self, start_position: int = 0,
                      end_position: int | None = None) -> Iterator[BatchHeader]:
@@ -487,6 +502,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self._max_ts_and_offset = None
         if mapping is None:
             return 0
@@ -626,6 +642,8 @@ class LogSegment:
             os.fsync(self._file.fileno())
             self._offset_index.flush()
             self._time_index.flush()
+            if self._txn is not None:
+                self._txn.flush()
         except OSError as e:
             raise KafkaStorageError(f"failed to fsync {self.log_path}: {e}") from e
 
@@ -640,10 +658,15 @@ class LogSegment:
         self.log_path = new_log
         self._offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
         self._time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
+        self.txn_index.rename_to(txn_index_file(self.dir, self.base_offset, new_suffix))
         self.file_suffix = new_suffix
 
     def paths(self) -> list[Path]:
-        return [self.log_path, self._offset_index.path, self._time_index.path]
+        """The segment's files (the ``.txnindex`` only when it exists)."""
+        paths = [self.log_path, self._offset_index.path, self._time_index.path]
+        if self.txn_index.exists():
+            paths.append(self.txn_index.path)
+        return paths
 
     def close(self, *, flush: bool = False) -> None:
         """Writer: final time-index entry and trimmed indexes (fsynced with ``flush``);
@@ -662,6 +685,8 @@ class LogSegment:
             self.flush()
         self._offset_index.close()
         self._time_index.close()
+        if self._txn is not None:
+            self._txn.close()
         self._close_handle()
 
     def _close_handle(self) -> None:
@@ -674,6 +699,8 @@ class LogSegment:
         """Release the files without touching them (before deletion)."""
         self._offset_index.close_handler()
         self._time_index.close_handler()
+        if self._txn is not None:
+            self._txn.close()
         self._close_handle()
 
     def delete(self) -> None:

@@ -68,7 +68,9 @@ def test_unclean_open_recovers_from_the_recovery_point(tmp_path):
     assert [s.base_offset for s in log.segments] == [0, 9]
     assert sorted(os.listdir(d)) == sorted(
         [f"{b:020d}{ext}" for b in (0, 9) for ext in (".index", ".log", ".timeindex")]
-        + [f"{18:020d}{ext}.deleted" for ext in (".index", ".log", ".timeindex")])
+        + [f"{18:020d}{ext}.deleted" for ext in (".index", ".log", ".timeindex")]
+        # the producer snapshot written when segment 9 was rolled; 18's is past the end
+        + [f"{9:020d}.snapshot"])
     assert log.append(batch(1)).first_offset == 12
     log.close()
 
