@@ -93,7 +93,7 @@ class SeglogBatchReader(DataSourceReader):
         prune = self._pruning
         if prune.empty:
             return []
-        snap = snapshot_log_dirs(o.log_dirs)
+        snap = snapshot_log_dirs(o.log_dirs, options=o)
         start = initial_offsets(o, snap)
         end = ending_offsets(o, snap)
         for tp in sorted(end):

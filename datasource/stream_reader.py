@@ -66,7 +66,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ offsets
     def initialOffset(self) -> dict:
-        snap = snapshot_log_dirs(self._options.log_dirs)
+        snap = snapshot_log_dirs(self._options.log_dirs, options=self._options)
         return offsets_to_json(initial_offsets(self._options, snap))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -85,7 +85,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False)
+        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
+                                 options=self._options)
         self._target = {tp: snap.latest(tp) for tp in snap.subscribed(self._options)}
         logger.info("Trigger.AvailableNow target: %s", offsets_to_json(self._target))
 
@@ -95,7 +96,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         previous = offsets_from_json(start)
         # Start offsets only for new partitions: retention below a known partition's
         # offset is caught by read(), where it matters, keeping a trigger cheap.
-        snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous)
+        snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous,
+                                 options=o)
         current = reconcile_start(previous, o, snap)
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
@@ -122,7 +124,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(end, stamp)
 
     def reportLatestOffset(self) -> dict | None:
-        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False)
+        snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
+                                 options=self._options)
         return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(self._options)})
 
     # ------------------------------------------------------------------ planning
@@ -155,6 +158,7 @@ def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPart
         start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
         fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
         max_records_per_partition=o.max_records_per_partition,
+        isolation_level=o.isolation_level,
     )
     return [InputPartition(r) for r in ranges]
 
@@ -170,10 +174,14 @@ def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.R
     Opens a read-only ``LogManager`` (no lock, nothing written), seeks through the
     segment list and offset index (``Log.read_chunks``) and decodes ``chunk_bytes`` of
     whole batches at a time, so memory stays bounded whatever the range. Offsets removed
-    by retention since planning are data loss (``failOnDataLoss``).
+    by retention since planning are data loss (``failOnDataLoss``). With
+    ``read_committed`` the range ends at the last stable offset at the latest, and the
+    data batches of aborted transactions are dropped before decoding (its own step,
+    ``committed_chunks``, over the chunks read).
     """
     from seglog.logstore.log_manager import LogManager
     from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
 
     schema = arrow_schema(r.include_headers)
     mgr = LogManager(list(r.log_dirs), read_only=True)
@@ -202,11 +210,17 @@ def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.R
                 "some data may have been lost",
             )
             start = lso
-        if start >= r.end:
+        end = r.end
+        if r.isolation_level == READ_COMMITTED:
+            end = min(end, log.last_stable_offset)
+        if start >= end:
             return
-        for chunk in log.read_chunks(start, r.end, chunk_bytes):
+        chunks = log.read_chunks(start, end, chunk_bytes)
+        if r.isolation_level == READ_COMMITTED:
+            chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
+        for chunk in chunks:
             records = decode_batches(
-                chunk, start_offset=start, end_offset=r.end, include_headers=r.include_headers
+                chunk, start_offset=start, end_offset=end, include_headers=r.include_headers
             )
             if records.num_rows:
                 yield to_source_batch(records, r.topic, r.partition, schema)

@@ -10,9 +10,9 @@ further in proportion to their size.
 >>> plan_ranges({("t", 0): 0}, {("t", 0): 10}, log_dirs=("/d",), min_partitions=2)
 ... # doctest: +NORMALIZE_WHITESPACE
 [ReadRange(log_dirs=('/d',), topic='t', partition=0, start=0, end=5, include_headers=False,
-           fail_on_data_loss=True, timestamp_range=None),
+           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted'),
  ReadRange(log_dirs=('/d',), topic='t', partition=0, start=5, end=10, include_headers=False,
-           fail_on_data_loss=True, timestamp_range=None)]
+           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted')]
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class ReadRange:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     timestamp_range: tuple[int, int] | None = None
+    isolation_level: str = "read_uncommitted"  # or read_committed (Kafka's isolation.level)
 
     @property
     def size(self) -> int:
@@ -56,11 +57,12 @@ def plan_ranges(
     min_partitions: int | None = None,
     max_records_per_partition: int | None = None,
     timestamp_range: tuple[int, int] | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> list[ReadRange]:
     """Non-empty ranges for every partition in ``end`` (missing starts read from 0)."""
     ranges = [
         ReadRange(tuple(log_dirs), t, p, start.get((t, p), 0), end[(t, p)], include_headers,
-                  fail_on_data_loss, timestamp_range)
+                  fail_on_data_loss, timestamp_range, isolation_level)
         for t, p in sorted(end)
         if end[(t, p)] > start.get((t, p), 0)
     ]

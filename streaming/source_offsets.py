@@ -125,6 +125,7 @@ def snapshot_log_dirs(
     log_dirs: Iterable[str],
     *,
     start_offsets_for: Callable[[TopicPartition], bool] | None = None,
+    options: SourceOptions | None = None,
 ) -> LogSnapshot:
     """Take a ``LogSnapshot`` through a read-only ``LogManager`` (checkpoint files only).
 
@@ -132,6 +133,11 @@ def snapshot_log_dirs(
     asks only for the partitions it needs them for (``start_offsets_for``, e.g. new
     ones); the others read as 0 and retention below a start offset is then caught where
     the data is read. None fetches them all.
+
+    With ``options`` reading ``read_committed``, the "latest" offset of each subscribed
+    partition is its last stable offset (``Log.last_stable_offset``: the newest producer
+    snapshot and the batches after it, at most the active segment when the writer left
+    snapshots), not its high watermark.
     """
     from seglog.logstore.log_manager import LogManager
 
@@ -139,6 +145,12 @@ def snapshot_log_dirs(
     try:
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
+        if options is not None and options.isolation_level == "read_committed":
+            for t, p in options.subscription.select(parts):
+                if p in parts.get(t, ()):
+                    log = mgr.get_log(t, p)
+                    log.update_high_watermark(hws.get((t, p), 0))
+                    hws[(t, p)] = log.last_stable_offset
         if start_offsets_for is None:
             lsos = dict(mgr.log_start_offsets())
         else:

@@ -72,6 +72,10 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Spark tasks."),
     OptionSpec("maxRecordsPerPartition", "", "Split offset ranges so no task reads more "
                "records than this."),
+    OptionSpec("kafka.isolation.level", "read_uncommitted", "`read_uncommitted`, or "
+               "`read_committed`: only committed transactions, and never past a partition's "
+               "last stable offset (the first offset of its earliest open transaction), as a "
+               "Kafka consumer with `isolation.level=read_committed` reads."),
 )
 _NAMES = tuple(o.name for o in SOURCE_OPTIONS)
 _CANONICAL = {n.lower(): n for n in _NAMES}
@@ -173,6 +177,9 @@ class SourceOptions:
     streaming: bool = True
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    """Kafka's ``isolation.level`` (option ``kafka.isolation.level``): ``read_committed``
+    reads only below each partition's last stable offset and drops aborted transactions."""
 
     @property
     def has_limits(self) -> bool:
@@ -256,6 +263,7 @@ class SourceOptions:
             max_records_per_partition=option_positive_int(opts, "maxRecordsPerPartition"),
             streaming=streaming is not False,
             ignored=tuple(ignored),
+            isolation_level=_isolation_level(opts),
         )
 
 
@@ -299,6 +307,18 @@ def parse_duration_ms(text: str, option: str) -> int:
 
 
 
+
+
+def _isolation_level(opts: Mapping[str, str]) -> Literal["read_uncommitted", "read_committed"]:
+    value = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if value == "read_committed":
+        return "read_committed"
+    if value != "read_uncommitted":
+        raise ConfigError(
+            f"invalid value {opts['kafka.isolation.level']!r} for option "
+            "'kafka.isolation.level': expected read_uncommitted or read_committed"
+        )
+    return "read_uncommitted"
 
 
 def _parse_subscription(opts: Mapping[str, str]) -> Subscription:

@@ -7,13 +7,14 @@ Subcommands (``seglog <command> --help`` for each):
   files with a sanity check against the ``.log`` beside them.
 * ``check [--fix] DIR...`` — check partition directories (or log dirs holding them)
   without changing anything: every batch's CRC and size, offsets increasing across
-  segments, each segment's first batch at or above its base offset, and both indexes
-  against the log. In a log dir (one holding seglog or Kafka state files) also every
-  checkpoint and state file (``logstore.log_check``) and the state of the exactly-once
-  sink in ``.seglog-sink/`` (each ledger against the data it names). Prints only
-  problems, notes and a summary line per partition. ``--fix`` (log dirs only, no writer
-  running) repairs them: damaged high-watermark / log-start-offset checkpoints are rebuilt
-  from the recovered logs (``docs/checkpoints.md``).
+  segments, each segment's first batch at or above its base offset, both indexes against
+  the log, and each ``.txnindex`` (layout, order, and every entry naming an abort marker
+  of its producer in the segment). In a log dir (one holding seglog or Kafka state files)
+  also every checkpoint and state file (``logstore.log_check``) and the state of the
+  exactly-once sink in ``.seglog-sink/`` (each ledger against the data it names). Prints
+  only problems, notes and a summary line per partition. ``--fix`` (log dirs only, no
+  writer running) repairs them: damaged high-watermark / log-start-offset checkpoints are
+  rebuilt from the recovered logs (``docs/checkpoints.md``).
 
 Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
 an index disagrees with its log, a state file is damaged, or a sink ledger is damaged or
@@ -244,6 +245,7 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
     for base in bases:
         path = log_file(dir_, base)
         buf = _map(path)
+        markers: set[tuple[int, int]] = set()  # (offset, producer id) of control batches
         try:
             for h, reason in _batches(buf):
                 if h is None:
@@ -251,6 +253,8 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
                     problems += 1
                     break
                 batches += 1
+                if h.is_control:
+                    markers.add((h.base_offset, h.producer_id))
                 if compute_crc(buf, h) != h.crc:
                     out.write(f"{path}: batch at position {h.position} (offsets "
                               f"{h.base_offset}..{h.last_offset}) has a bad CRC\n")
@@ -263,6 +267,7 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
+        problems += check_txn_index(dir_, base, markers, out)
         for checker, suffix in ((dump_index_file, INDEX_SUFFIX),
                                 (dump_time_index_file, TIME_INDEX_SUFFIX)):
             idx = path.with_suffix(suffix)
@@ -300,6 +305,29 @@ def check_state_files(path: Path, out: TextIO, *, fix: bool) -> int:
         out.write(f"{status}: {p.message}\n")
         left += not (p.note or p.fixed)
     return left
+
+
+def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]], out: TextIO) -> int:
+    """Check a segment's ``.txnindex`` (absent is fine: no aborted transaction, or lost,
+    which readers and the writer's loader handle); returns the number of problems."""
+    from seglog.logstore.errors import CorruptIndexError
+    from seglog.logstore.file_names import txn_index_file
+    from seglog.logstore.txn_index import TransactionIndex
+
+    path = txn_index_file(dir_, base)
+    if not path.exists():
+        return 0
+    try:
+        entries = TransactionIndex(path, base, writable=False).entries()
+    except CorruptIndexError as e:
+        out.write(f"{e} (the writer's recovery rebuilds it)\n")
+        return 1
+    for e in entries:
+        if (e.last_offset, e.producer_id) not in markers:
+            out.write(f"{path}: entry for producer {e.producer_id} names offset "
+                      f"{e.last_offset}, which holds no control batch of that producer\n")
+            return 1
+    return 0
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:

@@ -179,3 +179,14 @@ def test_unknown_kind_of_query_checks_what_does_not_depend_on_it():
         parse(streaming=None, endingOffsets="{oops")
     with pytest.raises(ConfigError, match="'maxOffsetsPerTrigger'"):
         parse(streaming=None, maxOffsetsPerTrigger="0")
+
+
+def test_isolation_level_option():
+    base = {"path": "/d", "subscribe": "t"}
+    assert SourceOptions.parse(base, streaming=True).isolation_level == "read_uncommitted"
+    for streaming in (True, False):
+        o = SourceOptions.parse({**base, "kafka.isolation.level": "READ_COMMITTED"},
+                                streaming=streaming)
+        assert o.isolation_level == "read_committed"
+    with pytest.raises(ConfigError, match="'kafka.isolation.level'.*read_uncommitted or"):
+        SourceOptions.parse({**base, "kafka.isolation.level": "committed"}, streaming=True)
