@@ -310,9 +310,12 @@ class Log:
         append_completions(state, headers, buf, segment)
         after = {f for f, _p in state.ongoing_txns()}
         ends = {h.producer_id: h.base_offset for h in headers if h.is_control}
-        for first, pid in before.items():
-            if first not in after and pid in ends:
-                self._unstable_completed.append((first, ends[pid]))
+        hw = self._high_watermark
+        # Completed transactions whose markers are not yet below the high watermark
+        # (a new list each time: readers iterate it without the lock).
+        self._unstable_completed = [(f, m) for f, m in self._unstable_completed if m >= hw] + [
+            (first, ends[pid]) for first, pid in before.items()
+            if first not in after and pid in ends]
 
     @property
     def last_stable_offset(self) -> int:
@@ -324,11 +327,11 @@ class Log:
             self._relist()
             first = self._txns.first_unstable_offset(hw)
         else:
-            with self._lock:
-                first = self._producer_state.first_unstable_offset()
-                self._unstable_completed = [(f, m) for f, m in self._unstable_completed
-                                            if m >= hw]
-                for f, _m in self._unstable_completed:
+            # No lock, as every read: a racing append can only make the answer one
+            # append old, never past what is stable.
+            first = self._producer_state.first_unstable_offset()
+            for f, m in self._unstable_completed:
+                if m >= hw:
                     first = f if first is None else min(first, f)
         if first is None:
             return hw

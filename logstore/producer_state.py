@@ -171,8 +171,9 @@ class ProducerStateManager:
         return [(f, self._ongoing[f]) for f in self._ongoing_firsts]
 
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the earliest ongoing transaction, or None."""
-        return self._ongoing_firsts[0] if self._ongoing_firsts else None
+        """The first offset of the earliest ongoing transaction, or None. Safe against
+        a concurrent update (it reads the list once through an iterator)."""
+        return next(iter(self._ongoing_firsts), None)
 
     def last_stable_offset(self, txn: CompletedTxn) -> int:
         """What Kafka stores in the ``.txnindex`` entry of ``txn`` (not yet completed)."""
