@@ -57,10 +57,17 @@ def test_dump_index_checks_entries_against_the_log(tmp_path):
     assert "mismatch" not in text
     idx = d / "00000000000000000000.index"
     raw = bytearray(idx.read_bytes())
-    raw[3] += 1  # the first entry now names an offset no batch ends at
+    good = bytes(raw)
+    raw[3] += 1  # names a later offset than its batch's: Kafka's tool objects, lookups do not
     idx.write_bytes(bytes(raw))
     code, text = _run("dump-log", str(idx))
-    assert code == 1 and "Index mismatch" in text
+    assert code == 0 and "Index problem" not in text
+    assert "kafka-dump-log would report" in text and "Index offset: " in text
+    raw = bytearray(good)
+    raw[3] -= 2  # now at or below the last offset of the batch before its position
+    idx.write_bytes(bytes(raw))
+    code, text = _run("dump-log", str(idx))
+    assert code == 1 and "Index problem" in text and "would start past their batch" in text
 
 
 def test_dump_log_reports_a_bad_crc_and_junk(tmp_path):
@@ -96,5 +103,5 @@ def test_check_reports_ok_then_each_problem(tmp_path):
     (d / "00000000000000000000.timeindex").unlink()
     code, text = _run("check", str(d))
     assert code == 1
-    assert "bad CRC" in text and "00000000000000000000.timeindex: missing" in text
-    assert "2 problem(s)" in text
+    assert "bad CRC" in text and "00000000000000000000.timeindex: note: no time index" in text
+    assert "1 problem(s) (1 note(s))" in text

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from seglog.logstore.batch_header import BatchHeader, compute_crc, read_batch_header
 from seglog.logstore.errors import CorruptRecordError, SeglogError
 from seglog.logstore.file_names import (
@@ -41,15 +43,36 @@ from seglog.logstore.file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
+    SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    index_file,
     log_file,
     parse_segment_file_name,
+    time_index_file,
 )
-from seglog.logstore.offset_index import OffsetIndex
-from seglog.logstore.time_index import TimeIndex
+from seglog.logstore.index_check import (
+    SegmentBatches,
+    kafka_dump_log_offset_mismatches,
+    kafka_dump_log_time_mismatches,
+    offset_index_violations,
+    read_offset_index,
+    read_time_index,
+    time_index_violations,
+)
 
 from .cli_commands import register as _register_operations
 from .cli_output import Progress
+from .kafka_files import (
+    BOOTSTRAP_SNAPSHOT,
+    KRAFT_SNAPSHOT_SUFFIX,
+    control_records,
+    format_control_record,
+    format_producer_snapshot_entry,
+    parse_kraft_snapshot_name,
+    read_producer_snapshot,
+    read_txn_index,
+)
 
 _CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
@@ -97,12 +120,42 @@ def _print_records(out: TextIO, raw: bytes) -> None:
                   f"payload: {_text(r['value'])}\n")
 
 
+def _print_control_records(out: TextIO, buf, h: BatchHeader) -> None:
+    ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
+    for r in control_records(buf, h):
+        out.write(f"| offset: {r.offset} {ts_type}: "
+                  f"{h.max_timestamp if h.is_log_append_time else r.timestamp} "
+                  f"keySize: {len(r.key)} valueSize: {-1 if r.value is None else len(r.value)} "
+                  f"{format_control_record(r)}\n")
+
+
+def _batch_line(h: BatchHeader, valid: bool) -> str:
+    ts_type = "LogAppendTime" if h.is_log_append_time else (
+        "CreateTime" if h.magic > 0 else "NoTimestampType")
+    tail = (f"position: {h.position} {ts_type}: {h.max_timestamp} size: {h.size} "
+            f"magic: {h.magic} compresscodec: {_CODECS.get(h.compression, h.compression)} "
+            f"crc: {h.crc} isvalid: {str(valid).lower()}\n")
+    if h.magic < 2:  # a legacy message: Kafka's tool prints only its offset
+        return f"offset: {h.last_offset} {tail}"
+    return (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
+            f"count: {h.records_count} baseSequence: {h.base_sequence} "
+            f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
+            f"partitionLeaderEpoch: {h.partition_leader_epoch} "
+            f"isTransactional: {str(h.is_transactional).lower()} "
+            f"isControl: {str(h.is_control).lower()} {tail}")
+
+
 def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
-    """Print a ``.log`` file's batches; returns the number of problems found."""
+    """Print the batches of a ``.log`` file or a KRaft ``.checkpoint`` snapshot (records
+    and control records too with ``print_data``); returns the number of problems."""
     parsed = parse_segment_file_name(path.name)
     out.write(f"Dumping {path}\n")
     if parsed is not None:
         out.write(f"Log starting offset: {parsed[0]}\n")
+    elif path.name == BOOTSTRAP_SNAPSHOT:
+        out.write("KRaft bootstrap snapshot\n")
+    elif (snap := parse_kraft_snapshot_name(path.name)) is not None:
+        out.write(f"Snapshot end offset: {snap[0]}, epoch: {snap[1]}\n")
     buf = _map(path)
     problems = 0
     bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes", hide_if_tty=out)
@@ -115,23 +168,17 @@ def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
                 break
             valid = compute_crc(buf, h) == h.crc
             problems += not valid
-            ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
-            out.write(
-                f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
-                f"count: {h.records_count} baseSequence: {h.base_sequence} "
-                f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
-                f"partitionLeaderEpoch: {h.partition_leader_epoch} "
-                f"isTransactional: {str(h.is_transactional).lower()} "
-                f"isControl: {str(h.is_control).lower()} position: {h.position} "
-                f"{ts_type}: {h.max_timestamp} size: {h.size} magic: {h.magic} "
-                f"compresscodec: {_CODECS.get(h.compression, h.compression)} "
-                f"crc: {h.crc} isvalid: {str(valid).lower()}\n")
-            if print_data and valid and not h.is_control:
-                try:
+            out.write(_batch_line(h, valid))
+            if not (print_data and valid):
+                continue
+            try:
+                if h.is_control:
+                    _print_control_records(out, buf, h)
+                else:
                     _print_records(out, bytes(buf[h.position:h.end_position]))
-                except SeglogError as e:
-                    out.write(f"Found invalid records: {e}\n")
-                    problems += 1
+            except SeglogError as e:
+                out.write(f"Found invalid records: {e}\n")
+                problems += 1
     finally:
         bar.close()
         if isinstance(buf, mmap.mmap):
@@ -139,76 +186,117 @@ def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
     return problems
 
 
-def _batch_at(buf, position: int) -> BatchHeader | None:
-    try:
-        return read_batch_header(buf, position)
-    except CorruptRecordError:
+def segment_batches(log_path: Path) -> SegmentBatches | None:
+    """The whole batches of a ``.log`` up to the first invalid header (None: no file)."""
+    if not log_path.exists():
         return None
+    buf = _map(log_path)
+    try:
+        return SegmentBatches.from_headers(h for h, _ in _batches(buf) if h is not None)
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _violation_lines(path: Path, found: list, total: int) -> list[str]:
+    lines = [f"{path}: {v.message}" for v in found]
+    if total > len(found):
+        lines.append(f"{path}: ... and {total - len(found)} more entries like these")
+    return lines
+
+
+def offset_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
+    """Why entries of an ``.index`` would mislead a lookup (``index_check``'s rule)."""
+    entries = read_offset_index(path, base)
+    lines = [f"{path}: {entries.torn_bytes} bytes after the last whole entry"] \
+        if entries.torn_bytes else []
+    return lines + _violation_lines(path, *offset_index_violations(entries, batches))
+
+
+def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
+    """Why entries of a ``.timeindex`` would mislead a lookup (``index_check``'s rule),
+    with lookups through the ``.index`` beside it."""
+    entries = read_time_index(path, base)
+    lines = [f"{path}: {entries.torn_bytes} bytes after the last whole entry"] \
+        if entries.torn_bytes else []
+    offsets = index_file(path.parent, base)
+    offset_entries = read_offset_index(offsets, base) if offsets.exists() else None
+    if offset_entries is not None and np.any(np.diff(offset_entries.keys) <= 0):
+        return lines + [f"{path}: not checked: {offsets.name} is not sorted by offset"]
+    return lines + _violation_lines(
+        path, *time_index_violations(entries, offset_entries, batches))
 
 
 def dump_index_file(path: Path, out: TextIO) -> int:
-    """Print an ``.index`` file and check each entry against the ``.log`` beside it
-    (the entry's offset must be the last offset of the batch at its position)."""
+    """Print an ``.index`` file; check it against the ``.log`` beside it with the lookup
+    rule (problems) and print what Kafka's stricter dump tool would report (no problem)."""
     base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
     out.write(f"Dumping {path}\n")
-    idx = OffsetIndex(path, base, writable=False, count_leading_nonzero=True)
-    log_path = log_file(path.parent, base)
-    buf = _map(log_path) if log_path.exists() else None
-    problems = 0
-    try:
-        for e in idx.all_entries():
-            out.write(f"offset: {e.offset} position: {e.position}\n")
-            if buf is None:
-                continue
-            h = _batch_at(buf, e.position)
-            if h is None or h.last_offset != e.offset:
-                problems += 1
-                found = "no batch" if h is None else f"a batch ending at offset {h.last_offset}"
-                out.write(f"Index mismatch in {path.name}: offset {e.offset} points at position "
-                          f"{e.position}, where the log has {found}\n")
-        if buf is None:
-            out.write(f"No {log_path.name} beside the index: entries not checked\n")
-    finally:
-        idx.close_handler()
-        if isinstance(buf, mmap.mmap):
-            buf.close()
-    return problems
+    entries = read_offset_index(path, base)
+    for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
+        out.write(f"offset: {e} position: {p}\n")
+    batches = segment_batches(log_file(path.parent, base))
+    if batches is None:
+        out.write(f"No {log_file(path.parent, base).name} beside the index: entries not "
+                  "checked\n")
+        return 0
+    problems = offset_index_problems(path, base, batches)
+    out.writelines(f"Index problem: {ln}\n" for ln in problems)
+    mismatches = kafka_dump_log_offset_mismatches(entries, batches)
+    if mismatches:
+        out.write(f"kafka-dump-log would report (a healthy index of brokers before Kafka "
+                  f"3.x differs so; lookups are not misled): Mismatches in :{path}\n")
+        out.writelines(f"  Index offset: {e}, log offset: {o}\n" for e, o in mismatches)
+    return len(problems)
 
 
 def dump_time_index_file(path: Path, out: TextIO) -> int:
-    """Print a ``.timeindex`` file and check it against the ``.log`` beside it (each
-    entry's offset must end a batch whose max timestamp is the entry's timestamp, and
-    timestamps must grow)."""
+    """Print a ``.timeindex`` file; check it against the ``.log`` and ``.index`` beside
+    it with the lookup rule (problems) and print what Kafka's stricter dump tool would
+    report (no problem)."""
     base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
     out.write(f"Dumping {path}\n")
-    idx = TimeIndex(path, base, writable=False, count_leading_nonzero=True)
-    log_path = log_file(path.parent, base)
-    ends: dict[int, int] = {}
-    if log_path.exists():
-        buf = _map(log_path)
-        try:
-            ends = {h.last_offset: h.max_timestamp for h, _ in _batches(buf) if h is not None}
-        finally:
-            if isinstance(buf, mmap.mmap):
-                buf.close()
-    problems = 0
-    previous = -1
+    entries = read_time_index(path, base)
+    for t, o in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
+        out.write(f"timestamp: {t} offset: {o}\n")
+    batches = segment_batches(log_file(path.parent, base))
+    if batches is None:
+        out.write(f"No {log_file(path.parent, base).name} beside the index: entries not "
+                  "checked\n")
+        return 0
+    problems = time_index_problems(path, base, batches)
+    out.writelines(f"Time index problem: {ln}\n" for ln in problems)
+    offsets = index_file(path.parent, base)
+    strict = kafka_dump_log_time_mismatches(
+        entries, read_offset_index(offsets, base) if offsets.exists() else None, batches)
+    if strict:
+        out.write(f"kafka-dump-log would report (entries naming a record inside a batch "
+                  f"are healthy; lookups are not misled) for {path}:\n")
+        out.writelines(f"  {ln}\n" for ln in strict)
+    return len(problems)
+
+
+def dump_producer_snapshot(path: Path, out: TextIO) -> int:
+    out.write(f"Dumping {path}\n")
     try:
-        for e in idx.all_entries():
-            out.write(f"timestamp: {e.timestamp} offset: {e.offset}\n")
-            if e.timestamp <= previous:
-                problems += 1
-                out.write(f"Time index mismatch in {path.name}: timestamp {e.timestamp} does not "
-                          f"grow (previous {previous})\n")
-            previous = e.timestamp
-            if log_path.exists() and ends.get(e.offset) != e.timestamp:
-                problems += 1
-                found = ends.get(e.offset, "no batch ending there")
-                out.write(f"Time index mismatch in {path.name}: offset {e.offset} timestamp "
-                          f"{e.timestamp}, the log has {found}\n")
-    finally:
-        idx.close_handler()
-    return problems
+        entries = read_producer_snapshot(path)
+    except CorruptRecordError as e:
+        out.write(f"{e}\n")
+        return 1
+    out.writelines(format_producer_snapshot_entry(e) + "\n" for e in entries)
+    return 0
+
+
+def dump_txn_index(path: Path, out: TextIO) -> int:
+    out.write(f"Dumping {path}\n")
+    try:
+        entries = read_txn_index(path)
+    except CorruptRecordError as e:
+        out.write(f"{e}\n")
+        return 1
+    out.writelines(f"version: {v} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+                   f"lastStableOffset: {lso}\n" for v, pid, first, last, lso in entries)
+    return 0
 
 
 def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
@@ -221,30 +309,35 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
             continue
         parsed = parse_segment_file_name(path.name)
         ext = parsed[1] if parsed else path.suffix
-        if ext == LOG_SUFFIX:
+        if ext in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
             problems += dump_log_file(path, out, print_data=args.print_data_log)
         elif ext == INDEX_SUFFIX and parsed:
             problems += dump_index_file(path, out)
         elif ext == TIME_INDEX_SUFFIX and parsed:
             problems += dump_time_index_file(path, out)
+        elif ext == SNAPSHOT_SUFFIX:
+            problems += dump_producer_snapshot(path, out)
+        elif ext == TXN_INDEX_SUFFIX:
+            problems += dump_txn_index(path, out)
         else:
-            out.write(f"{path}: not a .log, .index or .timeindex file named by its base offset\n")
-            problems += 1
+            # Kafka's tool skips every other file (checkpoints, partition.metadata,
+            # meta.properties, ...) the same way, without failing.
+            out.write(f"Dumping {path}\nIgnoring unknown file {path}\n")
     return 1 if problems else 0
 
 
 def check_partition_dir(dir_: Path, out: TextIO) -> int:
-    """Check one partition directory (read-only); returns the number of problems."""
-    import io
-
+    """Check one partition directory (read-only); returns the number of problems.
+    Notes (a missing index Kafka's loader rebuilds) are printed but are no problem."""
     bases = sorted(p[0] for p in (parse_segment_file_name(n) for n in os.listdir(dir_))
                    if p is not None and p[1] == LOG_SUFFIX and not p[2])
-    problems = 0
+    problems = notes = 0
     next_offset = -1
     batches = 0
     for base in bases:
         path = log_file(dir_, base)
         buf = _map(path)
+        headers = []
         markers: set[tuple[int, int]] = set()  # (offset, producer id) of control batches
         try:
             for h, reason in _batches(buf):
@@ -252,7 +345,7 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
                     out.write(f"{path}: {reason}\n")
                     problems += 1
                     break
-                batches += 1
+                headers.append(h)
                 if h.is_control:
                     markers.add((h.base_offset, h.producer_id))
                 if compute_crc(buf, h) != h.crc:
@@ -268,20 +361,22 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
             if isinstance(buf, mmap.mmap):
                 buf.close()
         problems += check_txn_index(dir_, base, markers, out)
-        for checker, suffix in ((dump_index_file, INDEX_SUFFIX),
-                                (dump_time_index_file, TIME_INDEX_SUFFIX)):
-            idx = path.with_suffix(suffix)
+        batches += len(headers)
+        seg = SegmentBatches.from_headers(headers)
+        for idx, name, rule in ((index_file(dir_, base), "offset index", offset_index_problems),
+                                (time_index_file(dir_, base), "time index",
+                                 time_index_problems)):
             if not idx.exists():
-                out.write(f"{idx}: missing (recovery rebuilds it)\n")
-                problems += 1
+                out.write(f"{idx}: note: no {name}; loading rebuilds it, as Kafka's loader "
+                          f"does (lookups meanwhile scan the segment)\n")
+                notes += 1
                 continue
-            sink = io.StringIO()
-            found = checker(idx, sink)
-            if found:
-                problems += found
-                out.writelines(ln + "\n" for ln in sink.getvalue().splitlines()
-                               if "mismatch" in ln)
+            found = rule(idx, base, seg)
+            problems += len(found)
+            out.writelines(ln + "\n" for ln in found)
     status = "OK" if not problems else f"{problems} problem(s)"
+    if notes:
+        status += f" ({notes} note(s))"
     out.write(f"{dir_}: {len(bases)} segment(s), {batches} batch(es), log end offset "
               f"{max(next_offset, bases[-1] if bases else 0)}: {status}\n")
     return problems
