@@ -9,8 +9,8 @@ unfinished partition directories). A partition with records that
 ``replication-offset-checkpoint`` does not list is a note (``Problem.note``): it has
 published nothing, which is what every reader then sees. Per partition: the topic config
 file exists, parses, and agrees with the topic's other partitions. With ``deep=True``
-every segment is read: batch sizes, CRCs, increasing offsets, and every offset index entry
-pointing at the start of a batch with the right last offset.
+every segment is read: batch sizes, CRCs, increasing offsets, and both indexes by Kafka's
+lookup rule (``index_check``: no entry may send a lookup past what it looks for).
 
 ``fix=True`` (writer only) rewrites checkpoints from the logs' own state, removes
 leftovers, rewrites missing or disagreeing topic configs from the lowest partition, and
@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .batch_header import iter_batch_headers, verify_crc
 from .checkpoint_file import OffsetCheckpointFile
 from .errors import (
@@ -47,7 +45,15 @@ from .file_names import (
     HIGH_WATERMARK_CHECKPOINT,
     INDEX_SUFFIX,
     MAINTENANCE_CHECKPOINT,
+    TIME_INDEX_SUFFIX,
     parse_segment_file_name,
+)
+from .index_check import (
+    SegmentBatches,
+    offset_index_violations,
+    read_offset_index,
+    read_time_index,
+    time_index_violations,
 )
 from .log_manager import LogManager
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
@@ -289,7 +295,7 @@ def _scan_segment(path: Path, base: int, expected_next: int | None
             return [], expected_next
         buf = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
     found: list[tuple[str, str, int | None]] = []
-    positions: dict[int, int] = {}  # batch position -> last offset
+    headers = []
     end = 0
     prev_last = (expected_next - 1) if expected_next is not None else base - 1
     try:
@@ -300,7 +306,7 @@ def _scan_segment(path: Path, base: int, expected_next: int | None
                               prev_last + 1))
                 break
             verify_crc(buf, h)
-            positions[h.position] = h.last_offset
+            headers.append(h)
             prev_last, end = h.last_offset, h.end_position
         else:
             if end != size:
@@ -310,15 +316,28 @@ def _scan_segment(path: Path, base: int, expected_next: int | None
         found.append(("bad-batch", f"{path}: {e}", prev_last + 1))
     finally:
         buf.close()
-    index = path.with_suffix(INDEX_SUFFIX)
-    if index.exists() and not found:
-        raw = np.fromfile(index, dtype=">i4")
-        entries = raw[: len(raw) // 2 * 2].reshape(-1, 2)
-        zero = np.flatnonzero((entries == 0).all(axis=1))  # an active index's free tail
-        entries = entries[: zero[0]] if len(zero) else entries
-        for i, (rel, pos) in enumerate(entries.tolist()):
-            if positions.get(pos) != base + rel:
-                found.append(("bad-index-entry", f"{index}: entry {i} ({rel}, {pos}) does "
-                              "not point at the batch ending at that offset", None))
-                break
+    if not found:
+        found += _index_problems(path, base, SegmentBatches.from_headers(headers))
     return found, prev_last + 1
+
+
+def _index_problems(path: Path, base: int, batches: SegmentBatches
+                    ) -> list[tuple[str, str, int | None]]:
+    """Entries of the segment's indexes that would mislead a lookup (``index_check``'s
+    rule, as ``seglog check`` applies it); a missing index is no problem (rebuilt)."""
+    found: list[tuple[str, str, int | None]] = []
+    index, time_index = path.with_suffix(INDEX_SUFFIX), path.with_suffix(TIME_INDEX_SUFFIX)
+    offsets = read_offset_index(index, base) if index.exists() else None
+    if offsets is not None:
+        bad, total = offset_index_violations(offsets, batches, limit=1)
+        if total:
+            found.append(("bad-index-entry", f"{index}: {bad[0].message} ({total} such "
+                          "entries)", None))
+            return found  # time lookups go through the offset index: not checked
+    if time_index.exists():
+        bad, total = time_index_violations(read_time_index(time_index, base), offsets,
+                                           batches, limit=1)
+        if total:
+            found.append(("bad-index-entry", f"{time_index}: {bad[0].message} ({total} "
+                          "such entries)", None))
+    return found

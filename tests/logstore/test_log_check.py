@@ -5,6 +5,7 @@ import struct
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.file_names import (
@@ -106,3 +107,33 @@ def test_deep_check_finds_a_bad_index_entry(log_dir):
     with LogManager([log_dir], read_only=True) as reader:
         found = reader.check(deep=True)
     assert kinds(found) == ["bad-index-entry"] and str(index) in found[0].message
+
+
+def test_deep_check_accepts_an_old_brokers_index(tmp_path):
+    """Brokers before Kafka 3.x index an append of several batches at its first batch
+    with its last offset, and the time index names the record with the max timestamp."""
+    log_dir = tmp_path / "logs"
+    with LogManager([log_dir]) as mgr:
+        mgr.create_topic("t", 1, {"index.interval.bytes": 1000})
+        for _ in range(4):
+            mgr.append("t", 0, batch())
+    index = sorted((log_dir / "t-0").glob("*.index"))[0]
+    log = index.with_suffix(".log")
+    headers = list(iter_batch_headers(log.read_bytes()))
+    assert len(headers) >= 3
+    # One entry: the append of batches 1 and 2, at batch 1's position, offset of batch 2.
+    index.write_bytes(struct.pack(">ii", headers[2].last_offset - headers[0].base_offset,
+                                  headers[1].position))
+    # A time entry naming a record inside batch 1 (not its last offset).
+    time_index = index.with_suffix(".timeindex")
+    time_index.write_bytes(struct.pack(">qi", headers[1].max_timestamp,
+                                       headers[1].last_offset - 1 - headers[0].base_offset))
+    with LogManager([log_dir], read_only=True) as reader:
+        found = reader.check(deep=True)
+    assert found == [], found
+    # The same entry one offset lower names batch 0's last offset, which lies before the
+    # entry's position: lookups for it would start past its batch.
+    index.write_bytes(struct.pack(">ii", headers[0].last_offset - headers[0].base_offset,
+                                  headers[1].position))
+    with LogManager([log_dir], read_only=True) as reader:
+        assert kinds(reader.check(deep=True)) == ["bad-index-entry"]
