@@ -34,6 +34,14 @@ SINK_STATE_DIR = ".seglog-sink"
 """The exactly-once sink's staging files and ledgers (same filesystem as the logs, so a
 publish is a rename away; no reader looks inside)."""
 
+META_PROPERTIES_FILE = "meta.properties"
+KRAFT_BOOTSTRAP_FILE = "bootstrap.checkpoint"
+"""KRaft's bootstrap metadata snapshot, written by ``kafka-storage format`` in the log dir."""
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+"""KRaft's metadata log: Kafka never lists it as a topic nor serves it to consumers."""
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Kafka's internal topics (``Topic.INTERNAL_TOPICS``): left out of pattern subscriptions."""
+
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"

@@ -4,6 +4,9 @@ partitions, and the rule that lets readers skip re-listing an unchanged director
 A log dir holds ``<topic>-<partition>`` directories (the partition follows the last
 ``-``), ``-delete`` directories waiting for removal, the manager's checkpoint files, the
 sink's state dir and, after a crashed ``create_topic``, a hidden staging directory.
+Files and directories a Kafka broker leaves (``meta.properties``, KRaft's
+``bootstrap.checkpoint`` and ``__cluster_metadata-0`` metadata log, ``-future`` and
+``-stray`` partition directories) are skipped quietly: the metadata log is no topic.
 Anything else is skipped with a warning.
 
 Thread-safety: the functions are pure or touch only the filesystem; ``LogDir`` and
@@ -27,14 +30,19 @@ from .errors import LogDirError
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,
+    CLUSTER_METADATA_TOPIC,
     DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
     HIGH_WATERMARK_CHECKPOINT,
+    KRAFT_BOOTSTRAP_FILE,
     LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
     MAINTENANCE_CHECKPOINT,
+    META_PROPERTIES_FILE,
     RECOVERY_POINT_CHECKPOINT,
     SINK_STATE_DIR,
+    STRAY_DIR_SUFFIX,
     is_delete_dir_name,
     parse_partition_dir_name,
 )
@@ -50,7 +58,7 @@ then renamed into place, so no process ever sees a partition without its config.
 _KNOWN_FILES = frozenset({LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
                           LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
                           MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
-                          "meta.properties"})
+                          META_PROPERTIES_FILE, KRAFT_BOOTSTRAP_FILE})
 
 # A directory's mtime moves when an entry is added, removed or renamed. A listing taken
 # within this long of the mtime may have missed a change made in the same timestamp tick
@@ -162,6 +170,11 @@ def list_log_dir(log_dir: LogDir, *, read_only: bool,
                     logger.warning("cannot remove %s: %s", entry.path, e)
             continue
         parsed = parse_partition_dir_name(name)
+        if parsed is not None and parsed[0] == CLUSTER_METADATA_TOPIC:
+            continue  # KRaft's metadata log: Kafka's own, never a topic
+        if parsed is None and name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+            logger.debug("skipping Kafka's %s (not a live partition)", entry.path)
+            continue
         if parsed is None:
             if warn:
                 logger.warning("skipping unknown entry %s in log dir", entry.path)

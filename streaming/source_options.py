@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
+from seglog.logstore.file_names import INTERNAL_TOPICS
 
 from .kafka_compat import SOURCE_RULES, refusal, rule_for
 from .option_values import (
@@ -132,7 +133,10 @@ class Subscription:
     """Which partitions the source reads: exactly one of Kafka's three ways.
 
     ``kind`` is ``"subscribe"`` (``topics``), ``"subscribePattern"`` (``pattern``, a
-    regex matched against whole topic names) or ``"assign"`` (``partitions``).
+    regex matched against whole topic names, never matching Kafka's internal topics
+    ``__consumer_offsets`` and ``__transaction_state``, as the Kafka consumer behind
+    Spark's Kafka source leaves them out: ``exclude.internal.topics``) or ``"assign"``
+    (``partitions``). ``subscribe`` and ``assign`` name internal topics explicitly.
     """
 
     kind: Literal["subscribe", "subscribePattern", "assign"]
@@ -152,7 +156,7 @@ class Subscription:
             names = [t for t in self.topics if t in available]
         else:
             rx = re.compile(self.pattern)
-            names = [t for t in available if rx.fullmatch(t)]
+            names = [t for t in available if rx.fullmatch(t) and t not in INTERNAL_TOPICS]
         return sorted((t, p) for t in names for p in available[t])
 
 

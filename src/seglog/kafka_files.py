@@ -27,8 +27,9 @@ from pathlib import Path
 from seglog.logstore.batch_header import V2_HEADER_SIZE, BatchHeader, crc32c
 from seglog.logstore.compression import decompress
 from seglog.logstore.errors import CorruptRecordError
+from seglog.logstore.file_names import KRAFT_BOOTSTRAP_FILE
 
-BOOTSTRAP_SNAPSHOT = "bootstrap.checkpoint"
+BOOTSTRAP_SNAPSHOT = KRAFT_BOOTSTRAP_FILE
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
 _KRAFT_SNAPSHOT_RE = re.compile(r"^(?P<offset>\d{20})-(?P<epoch>\d{10})\.checkpoint$")
 

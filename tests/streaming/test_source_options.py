@@ -190,3 +190,14 @@ def test_isolation_level_option():
         assert o.isolation_level == "read_committed"
     with pytest.raises(ConfigError, match="'kafka.isolation.level'.*read_uncommitted or"):
         SourceOptions.parse({**base, "kafka.isolation.level": "committed"}, streaming=True)
+
+
+def test_subscribe_pattern_leaves_out_kafkas_internal_topics():
+    avail = {"__consumer_offsets": [0, 1], "__transaction_state": [0], "__mine": [0],
+             "orders": [0]}
+    assert Subscription("subscribePattern", pattern=".*").select(avail) == [
+        ("__mine", 0), ("orders", 0)]
+    assert Subscription("subscribePattern", pattern="__.*").select(avail) == [("__mine", 0)]
+    # Named explicitly, they are read as any topic.
+    assert Subscription("subscribe", topics=("__consumer_offsets",)).select(avail) == [
+        ("__consumer_offsets", 0), ("__consumer_offsets", 1)]
