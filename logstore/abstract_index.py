@@ -12,6 +12,9 @@ Crash policy: an index is a cache of the ``.log``. Kafka counts the whole length
 index file as entries when it opens one, so a file left untrimmed by a crash is not
 trusted: recovery rebuilds it (``LogLoader``). A clean close trims it to its entries.
 
+Which entries a lookup can use (Kafka's index rules, for every broker version) is written
+down, and checked, in ``index_check``.
+
 Two ways to open an index:
 
 * writable (the writer's process): the file is memory-mapped read-write and preallocated;

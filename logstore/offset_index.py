@@ -5,6 +5,10 @@ by offset. The offset (``base_offset + relativeOffset``) is the LAST offset of t
 that starts at byte ``position`` of the ``.log``. An entry is added when more than
 ``index.interval.bytes`` were appended since the previous one, checked before the append,
 so the first batch of a segment never has one and no entry has relative offset 0.
+Brokers before Kafka 3.x wrote one entry per append instead: the append's LAST offset at
+its FIRST batch's position. Lookups read both; an entry is healthy when a batch starts at
+its position, every batch before it ends below its offset, and offsets grow (the rule
+lives in ``index_check``, used by ``check`` and ``dump-log``).
 
 Crash policy: rebuilt on recovery (see ``abstract_index``). Thread-safety: as
 ``AbstractIndex`` (one writer, any number of reader threads).

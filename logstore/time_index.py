@@ -5,7 +5,10 @@ where the offset is the last offset of the batch holding the largest timestamp s
 far. An entry is appended only when the timestamp grows (alongside offset-index entries),
 and a final one with the segment's max timestamp when the segment becomes inactive
 (roll, close). The last slot is kept free for that final entry: ``is_full`` is true one
-entry early.
+entry early. Leaders before Kafka 3.x name the record holding the max timestamp, inside
+its batch. An entry is healthy when every batch before the offset lookup's start
+position for its offset is older than its timestamp and timestamps never decrease
+(``index_check``).
 
 Crash policy: rebuilt on recovery; a missing time index is created empty. Thread-safety:
 as ``AbstractIndex``.

@@ -3,17 +3,21 @@
 Subcommands (``seglog <command> --help`` for each):
 
 * ``dump-log FILE...`` — like Kafka's ``kafka-dump-log.sh``: the batches of ``.log`` files
-  (``--print-data-log`` adds the records), the entries of ``.index`` / ``.timeindex``
-  files with a sanity check against the ``.log`` beside them.
+  and KRaft ``.checkpoint`` snapshots (``--print-data-log`` adds the records and control
+  records), the entries of ``.index`` / ``.timeindex`` files checked against the ``.log``
+  beside them by Kafka's lookup rule (``index_check``; Kafka's stricter report is printed,
+  labelled, without failing), producer ``.snapshot`` and ``.txnindex`` files; any other
+  file is ignored, as Kafka's tool does.
 * ``check [--fix] DIR...`` — check partition directories (or log dirs holding them)
   without changing anything: every batch's CRC and size, offsets increasing across
   segments, each segment's first batch at or above its base offset, both indexes against
-  the log, and each ``.txnindex`` (layout, order, and every entry naming an abort marker
-  of its producer in the segment). In a log dir (one holding seglog or Kafka state files)
-  also every checkpoint and state file (``logstore.log_check``) and the state of the
-  exactly-once sink in ``.seglog-sink/`` (each ledger against the data it names). Prints
-  only problems, notes and a summary line per partition. ``--fix`` (log dirs only, no
-  writer running) repairs them: damaged high-watermark / log-start-offset checkpoints are
+  the log by the lookup rule, and each ``.txnindex`` (layout, order, and every entry
+  naming an abort marker of its producer in the segment). In a log dir (one holding
+  seglog or Kafka state files) also every checkpoint and state file
+  (``logstore.log_check``) and the state of the exactly-once sink in ``.seglog-sink/``
+  (each ledger against the data it names). Prints problems, notes (a missing index,
+  rebuilt on load) and a summary line per partition. ``--fix`` (log dirs only, no writer
+  running) repairs them: damaged high-watermark / log-start-offset checkpoints are
   rebuilt from the recovered logs (``docs/checkpoints.md``).
 
 Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
