@@ -40,7 +40,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("subscribe", "", "Topics to read, separated by commas. Exactly one of "
                "`subscribe`, `subscribePattern`, `assign` is required."),
     OptionSpec("subscribePattern", "", "A regex matched against whole topic names; topics "
-               "created later are picked up."),
+               "created later are picked up. Never matches Kafka's internal topics "
+               "`__consumer_offsets` and `__transaction_state` (as Spark's Kafka source); "
+               "`subscribe` can name them."),
     OptionSpec("assign", "", 'Partitions as JSON: `{"events": [0, 1]}`.'),
     OptionSpec("startingOffsets", "latest (streaming), earliest (batch)",
                '`earliest`, `latest` or JSON `{"events": {"0": 23, "1": -2}}` (-2 earliest, '
