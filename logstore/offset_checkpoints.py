@@ -6,8 +6,12 @@
   partition from offset 0", which is always safe (recovery only re-checks data).
 * ``log-start-offset-checkpoint`` and ``replication-offset-checkpoint`` publish what
   readers may see and what is gone. A damaged one (fails to parse, cannot be read, or is
-  missing while the dir holds partitions) is never read as "empty": that would hide every
-  committed record, and a writer trusting it would truncate them as an unpublished tail.
+  for the high watermark, missing while the dir holds partitions) is never read as
+  "empty": that would hide every committed record, and a writer trusting it would
+  truncate them as an unpublished tail. A missing ``log-start-offset-checkpoint`` is read
+  as empty, as Kafka reads it: a broker writes it only once a minute and lists only
+  partitions whose start is above their first segment's base, so Kafka dirs often lack it;
+  the log start offsets are then the first segments' base offsets.
   Opening the dir raises ``CorruptCheckpointError`` naming the file, the line and the
   cause, and pointing at ``seglog check --fix DIR``, which rebuilds the values from the
   recovered (CRC-checked) logs (Kafka takes such a log dir offline instead of guessing).
@@ -20,7 +24,8 @@
   so a trigger's cost does not grow with the number of segments.
 
 A writer writes all three files when it opens a dir that holds no partition yet, so a
-dir that holds partitions always has them: a missing one was lost, not never written.
+seglog dir that holds partitions always has them: a missing high-watermark checkpoint was
+lost, not never written.
 
 Thread-safety: the functions touch only files; ``HighWatermarkCheck`` has its own lock.
 """
@@ -64,12 +69,13 @@ def fix_hint(log_dir: Path) -> str:
 def read_offset_checkpoint(log_dir: Path, name: str, *, has_partitions: bool
                            ) -> dict[TopicPartition, int]:
     """The entries of ``log_dir/name``; ``{}`` when it is missing from a dir without
-    partitions. Raises ``CorruptCheckpointError`` when the file fails to parse, cannot be
-    read, or is missing while the dir holds partitions (the message names the file, the
+    partitions (or, for the log start offsets, from any dir: Kafka's rule). Raises
+    ``CorruptCheckpointError`` when the file fails to parse, cannot be read, or is
+    another checkpoint missing while the dir holds partitions (the message names the file, the
     line where known, and the cause; callers add ``fix_hint`` where it applies)."""
     path = log_dir / name
     if not os.path.lexists(path):
-        if has_partitions:
+        if has_partitions and name != LOG_START_OFFSET_CHECKPOINT:
             raise CorruptCheckpointError(
                 f"checkpoint file {path} is missing, but {log_dir} holds partitions (a "
                 "seglog writer always writes it)")

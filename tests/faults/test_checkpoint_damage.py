@@ -145,8 +145,10 @@ def _cli(*argv: str) -> tuple[int, str]:
     return main(list(argv), out), out.getvalue()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", PUBLISHING)
+# A missing log-start-offset-checkpoint is read as Kafka reads it (its own test below).
+@pytest.mark.parametrize(("name", "kind"), [
+    (n, k) for n in PUBLISHING for k in KINDS
+    if not (n == LOG_START_OFFSET_CHECKPOINT and k == "deleted")])
 def test_damaged_published_offsets_refuse_then_fix_restores_everything(log_dir, name, kind,
                                                                       caplog):
     before = visible(log_dir)
@@ -194,6 +196,26 @@ def test_damaged_published_offsets_refuse_then_fix_restores_everything(log_dir, 
     after = visible(log_dir)
     assert collections.Counter(v for _, _, v in after) == committed_values((0, 1, 2))
     assert all(after[k] == 1 for k in before)  # nothing committed moved
+
+
+def test_a_missing_log_start_checkpoint_reads_as_kafka_does(log_dir):
+    """Brokers write log-start-offset-checkpoint once a minute and list only partitions
+    whose start is above their first segment: a Kafka dir may lack it. Missing, the start
+    offsets are the first segments' bases; nothing committed is hidden or lost."""
+    before = visible(log_dir)
+    digest = segment_digest(log_dir)
+    (log_dir / LOG_START_OFFSET_CHECKPOINT).unlink()
+    after = visible(log_dir)
+    assert after == before
+    with LogManager([log_dir], read_only=True) as mgr:
+        # the DeleteRecords advance inside the first segment is what comes back
+        assert mgr.log_start_offsets()[("trimmed", 0)] == 0
+    assert [p for p in check_log_dirs([log_dir]) if not p.note] == []
+    sink_commit(log_dir, 2)
+    assert segment_digest(log_dir) != digest  # the commit appended
+    assert (log_dir / LOG_START_OFFSET_CHECKPOINT).exists()  # the writer wrote it back
+    final = visible(log_dir)
+    assert all(final[k] == 1 for k in after)
 
 
 @pytest.mark.parametrize("kind", KINDS)

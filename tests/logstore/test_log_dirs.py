@@ -15,6 +15,9 @@ def test_kafka_files_are_known_and_the_metadata_log_is_no_topic(tmp_path, caplog
         (d / part).mkdir(parents=True)
         (d / part / "00000000000000000000.log").write_bytes(b"")
     (d / "meta.properties").write_text("version=1\nnode.id=1\n")
+    for name in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
+                 "log-start-offset-checkpoint"):
+        (d / name).write_text("0\n0\n")  # a broker writes them within seconds of start
     (d / "bootstrap.checkpoint").write_bytes(b"")
     (d / "__cluster_metadata-0" / "quorum-state").write_text("{}")
     with caplog.at_level(logging.INFO), LogManager([d], read_only=True) as reader:
