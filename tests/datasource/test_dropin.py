@@ -8,7 +8,6 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
-from _sink_checks import staging_files
 
 from seglog.logstore.log_manager import LogManager
 
@@ -99,7 +98,9 @@ def test_old_rows_fail_the_write_unless_allowed(spark, tmp_path):
                                         r"than its retention.ms \(604800000 ms, 7 days\): "
                                         "the oldest is 2020-01-01T00:00:00.000"):
         _write(df, tmp_path, topic="backfill")
-    assert staging_files(tmp_path) == []
+    # No staging assertion here: a task of the other partition can finish staging after
+    # Spark's abort ran (task cancellation is asynchronous); its files are invisible and
+    # swept after the staging TTL. What matters: nothing was created or published.
     with LogManager([tmp_path], read_only=True) as mgr:
         assert mgr.topics() == []  # nothing was created or published
     # opted in: both rows are written, and the maintenance after the commit deletes the
