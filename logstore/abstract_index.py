@@ -15,6 +15,19 @@ trusted: recovery rebuilds it (``LogLoader``). A clean close trims it to its ent
 Which entries a lookup can use (Kafka's index rules, for every broker version) is written
 down, and checked, in ``index_check``.
 
+Allocation (why a full filesystem never kills the writer with SIGBUS): the preallocated
+length is set with ``ftruncate``, which makes a sparse file, as Kafka's ``setLength`` does.
+A store through a shared mapping into a hole is a page fault that must allocate a block
+there and then; when the filesystem is full the kernel cannot return an error from a
+memory store, so it sends SIGBUS and the process dies. So the writer stores only below
+``_allocated``: bytes it reserved beforehand with ``posix_fallocate``, a system call that
+reports a full filesystem as ENOSPC, raised here as ``KafkaStorageError`` naming the file
+(nothing written, the log intact). It reserves ``ALLOCATION_CHUNK`` bytes ahead of the
+last entry, so the rest of the file stays sparse (a partition costs no 20 MiB of real
+blocks). Reads beyond ``_allocated`` (entries of an existing file, which may be holes
+left by Kafka or a crash) use ``pread``, which reads a hole as zeros without allocating;
+a read through the mapping could fault a page in and die the same way on tmpfs.
+
 Two ways to open an index:
 
 * writable (the writer's process): the file is memory-mapped read-write and preallocated;
@@ -35,6 +48,7 @@ them. One writer thread appends.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -49,6 +63,9 @@ logger = logging.getLogger(__name__)
 
 E = TypeVar("E")
 INT32_MAX = 2**31 - 1
+ALLOCATION_CHUNK = 64 * 1024
+"""Bytes of an index reserved at a time ahead of its last entry (8,192 offset-index
+entries, about 32 MiB of log at the default ``index.interval.bytes``)."""
 
 
 class AbstractIndex(Generic[E]):
@@ -69,18 +86,33 @@ class AbstractIndex(Generic[E]):
         self._lock = threading.RLock()
         self._mmap: mmap.mmap | None = None
         size = self.ENTRY.size
+        # Bytes from the start of the file known to have real blocks: the mapping is
+        # stored into (and read through) only below it (see the module docstring).
+        self._allocated = 0
         if writable:
             new = not self.path.exists()
-            self._file = open(self.path, "a+b")  # noqa: SIM115 - lives as long as the index
-            length = os.fstat(self._file.fileno()).st_size
-            if new:
-                if max_index_size < size:
-                    raise ValueError(f"max index size {max_index_size} holds no entry")
-                length = max_index_size - max_index_size % size
-                os.ftruncate(self._file.fileno(), length)
-            self._entries = 0 if new else length // size
-            self._length = length
-            self._map(length)
+            if new and max_index_size < size:
+                raise ValueError(f"max index size {max_index_size} holds no entry")
+            try:
+                # Not O_APPEND: pwrite and an emulated posix_fallocate need real offsets.
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise KafkaStorageError(
+                    f"cannot open index {self.path} for writing: {e.strerror}") from e
+            self._file = os.fdopen(fd, "r+b")
+            try:
+                length = os.fstat(fd).st_size
+                if new:
+                    length = max_index_size - max_index_size % size
+                    os.ftruncate(fd, length)
+                self._entries = 0 if new else length // size
+                self._length = length
+                self._allocated = self._data_prefix(fd, length)
+                self._map(length)
+            except OSError as e:
+                self._file.close()
+                raise KafkaStorageError(f"cannot prepare index {self.path}: {e.strerror}") \
+                    from e
             self._max_entries = length // size
             self._max_index_size = max_index_size if max_index_size >= size else length
         else:
@@ -107,10 +139,21 @@ class AbstractIndex(Generic[E]):
         if length > 0:
             self._mmap = mmap.mmap(self._file.fileno(), length, access=mmap.ACCESS_WRITE)
 
+    @staticmethod
+    def _data_prefix(fd: int, length: int) -> int:
+        """Bytes before the first hole of the file (its length when it has none)."""
+        if length == 0:
+            return 0
+        try:
+            return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
+        except OSError as e:  # ENXIO: nothing but a hole
+            logger.debug("SEEK_HOLE on an index: %s", e)
+            return 0
+
     def _raw(self, n: int) -> bytes:
         """Entry ``n`` as bytes (caller holds the lock)."""
         size = self.ENTRY.size
-        if self._mmap is not None:
+        if self._mmap is not None and (n + 1) * size <= self._allocated:
             return self._mmap[n * size:(n + 1) * size]
         try:
             return os.pread(self._file.fileno(), size, n * size)
@@ -168,8 +211,23 @@ class AbstractIndex(Generic[E]):
                     f"index {self.path} is full ({self._entries} entries); cannot append")
             size = self.ENTRY.size
             assert self._mmap is not None
+            self._allocate((self._entries + 1) * size)
             self.ENTRY.pack_into(self._mmap, self._entries * size, *fields)
             self._entries += 1
+
+    def _allocate(self, end: int) -> None:
+        """Reserve real blocks for bytes ``[0, end)`` (and a chunk ahead) before a store
+        through the mapping; raises KafkaStorageError on ENOSPC (caller holds the lock)."""
+        if end <= self._allocated:
+            return
+        target = min(self._length, end + ALLOCATION_CHUNK)
+        try:
+            os.posix_fallocate(self._file.fileno(), self._allocated, target - self._allocated)
+        except OSError as e:
+            raise KafkaStorageError(
+                f"cannot allocate {target - self._allocated} bytes of index {self.path}: "
+                f"{e.strerror}; nothing was written to it") from e
+        self._allocated = target
 
     def _load_packed(self, packed: bytes, count: int) -> None:
         """Append ``count`` entries already packed big-endian (bulk rebuild)."""
@@ -185,14 +243,20 @@ class AbstractIndex(Generic[E]):
                 # One pwrite, not stores through the mapping: each first store to a page
                 # of a freshly extended file is a write fault that allocates blocks, and
                 # a rebuild touches every page. The mapping is shared, so it sees them.
-                # A descriptor of its own: ours is O_APPEND, where Linux's pwrite
-                # ignores the offset and appends.
-                fd = os.open(self.path, os.O_WRONLY)
+                # A pwrite into holes allocates them and reports a full filesystem as
+                # ENOSPC; the entry count moves only once every byte is written.
+                start = self._entries * size
                 try:
-                    os.pwrite(fd, packed, self._entries * size)
-                finally:
-                    os.close(fd)
+                    written = os.pwrite(self._file.fileno(), packed, start)
+                    if written != len(packed):
+                        raise OSError(errno.ENOSPC, f"short write ({written} of "
+                                      f"{len(packed)} bytes)")
+                except OSError as e:
+                    raise KafkaStorageError(
+                        f"cannot write {count} entries to index {self.path}: "
+                        f"{e.strerror}") from e
                 self._entries += count
+                self._allocated = max(self._allocated, start + len(packed))
 
     def resize(self, new_size: int) -> bool:
         """Set the file length to ``new_size`` rounded down to a whole entry (never below
@@ -207,8 +271,14 @@ class AbstractIndex(Generic[E]):
             if self._mmap is not None:
                 self._mmap.flush()
             self._map(0)
-            os.ftruncate(self._file.fileno(), length)
+            try:
+                os.ftruncate(self._file.fileno(), length)
+            except OSError as e:
+                self._map(self._length)
+                raise KafkaStorageError(
+                    f"cannot resize index {self.path} to {length} bytes: {e.strerror}") from e
             self._length = length
+            self._allocated = min(self._allocated, length)
             self._map(length)
             self._max_entries = length // size
             return True
@@ -224,6 +294,7 @@ class AbstractIndex(Generic[E]):
                 return
             size = self.ENTRY.size
             if self._mmap is not None:
+                self._allocate(self._entries * size)
                 self._mmap[n * size:self._entries * size] = bytes((self._entries - n) * size)
             self._entries = n
 
@@ -236,9 +307,14 @@ class AbstractIndex(Generic[E]):
         """
         with self._lock:
             self._map(0)
-            os.ftruncate(self._file.fileno(), 0)
+            try:
+                os.ftruncate(self._file.fileno(), 0)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot reset index {self.path}: {e.strerror}") from e
             self._length = 0
             self._entries = 0
+            self._max_entries = 0
+            self._allocated = 0
         self.resize(self._max_index_size)
 
     def flush(self) -> None:

@@ -470,14 +470,20 @@ class Log:
         with self._lock:
             new_base = max(expected_next_offset or 0, self._log_end_offset)
             active = self._segments.last
-            if active is not None and active.size == 0:
-                if active.base_offset == new_base:
-                    return active
-                self._segments.remove(active.base_offset)
-                active.delete()
-            elif active is not None:
-                active.on_become_inactive()
+            if active is not None and active.size == 0 and active.base_offset == new_base:
+                return active
+            # The new segment first: if its files cannot be made (a full filesystem, no
+            # inodes), the active segment stays active with its indexes untrimmed.
             segment = self._new_segment(new_base)
+            try:
+                if active is not None and active.size == 0:
+                    self._segments.remove(active.base_offset)
+                    active.delete()
+                elif active is not None:
+                    active.on_become_inactive()  # its final time-index entry needs space
+            except KafkaStorageError:
+                segment.delete()
+                raise
             self._segments.add(segment)
             self._log_end_offset = max(self._log_end_offset, new_base)
             # Kafka's roll: the producer state at the new base, so that loaders and
@@ -491,9 +497,16 @@ class Log:
     def _new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
         cfg = self.config
         jitter = random_segment_jitter(cfg)
-        for path in LogSegment.file_paths(self.dir, base_offset, file_suffix):
+        paths = LogSegment.file_paths(self.dir, base_offset, file_suffix)
+        for path in paths:
             if path.exists() and path.stat().st_size > 0 and path.suffix == ".log":
                 raise KafkaStorageError(f"cannot create segment {path}: it already exists")
+        for path in paths:
+            # Left by an attempt that failed (a full filesystem): an index of an empty
+            # segment opened as existing would count its whole length as entries.
+            if path.exists():
+                logger.warning("new segment file %s already exists; deleting it first", path)
+                path.unlink()
         self._dir_dirty = True
         return LogSegment.open(self.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
                                max_index_size=cfg.segment_index_bytes, rolling_jitter_ms=jitter,

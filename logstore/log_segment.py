@@ -164,6 +164,7 @@ class LogSegment:
         self._handle = None
         self._closed = False
         self._known_size: int | None = None
+        creating = not lazy and not read_only and not self.log_path.exists()
         if not lazy:
             self._handle = self._open_file()
             self._known_size = os.fstat(self._handle.fileno()).st_size
@@ -181,8 +182,12 @@ class LogSegment:
             try:
                 self._offset_index.get()
                 self._time_index.get()
-            except OSError as e:
-                self._handle.close()
+            except (OSError, KafkaStorageError) as e:
+                self._closed = True
+                if creating:
+                    self.delete()  # a half-made segment must not be found at the next open
+                else:
+                    self.close_handlers()
                 raise KafkaStorageError(f"cannot create the indexes of {self.log_path}: {e}") \
                     from e
         self._txn: TransactionIndex | None = None  # built on first use (no Path on open)
@@ -352,25 +357,43 @@ class LogSegment:
         if not self.can_convert_to_relative_offset(last):
             raise InvalidOffsetError(
                 f"offset {last} does not fit segment {self.log_path} (base {self.base_offset})")
-        physical = self._size
+        start = physical = self._size
         view = memoryview(records)[:headers[-1].end_position]
-        self._write_all(view)
-        if physical == 0:
-            self._rolling_based_timestamp = headers[0].max_timestamp
         max_ts, max_ts_offset = self._max_timestamp_and_offset()
+        index_counts = (self.offset_index.entries, self.time_index.entries)
+        self._write_all(view)
         interval = self.index_interval_bytes
         since = self._bytes_since_last_index_entry
-        for h in headers:
-            if h.max_timestamp > max_ts:
-                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
-            if since > interval:
-                self.offset_index.append(h.last_offset, physical)
-                self.time_index.maybe_append(max_ts, max_ts_offset)
-                since = 0
-            physical += h.size
-            since += h.size
+        try:
+            for h in headers:
+                if h.max_timestamp > max_ts:
+                    max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+                if since > interval:
+                    self.offset_index.append(h.last_offset, physical)
+                    self.time_index.maybe_append(max_ts, max_ts_offset)
+                    since = 0
+                physical += h.size
+                since += h.size
+        except KafkaStorageError:
+            # An index could not get space (ENOSPC): take the batches back out of the
+            # .log, or the Log (which keeps its end offset) would give their offsets again.
+            self._undo_append(start, index_counts)
+            raise
+        if start == 0:
+            self._rolling_based_timestamp = headers[0].max_timestamp
         self._bytes_since_last_index_entry = since
         self._max_ts_and_offset = (max_ts, max_ts_offset)
+
+    def _undo_append(self, size: int, index_counts: tuple[int, int]) -> None:
+        self.offset_index.truncate_to_entries(index_counts[0])
+        self.time_index.truncate_to_entries(index_counts[1])
+        try:
+            os.ftruncate(self._file.fileno(), size)
+        except OSError as e:
+            raise KafkaStorageError(
+                f"cannot cut {self.log_path} back to {size} bytes after a failed append: "
+                f"{e.strerror}; recovery at the next open will") from e
+        self._size = size
 
     def _write_all(self, view: memoryview) -> None:
         try:
@@ -383,7 +406,13 @@ class LogSegment:
         except OSError as e:
             # Leave the file as long as what we know we wrote: a partial batch would
             # otherwise sit before the next append.
-            os.ftruncate(self._file.fileno(), self._size)
+            try:
+                os.ftruncate(self._file.fileno(), self._size)
+            except OSError as cut:
+                raise KafkaStorageError(
+                    f"failed to append to {self.log_path}: {e}; cutting it back to "
+                    f"{self._size} bytes failed too ({cut.strerror}): the next open recovers "
+                    "it") from e
             raise KafkaStorageError(f"failed to append to {self.log_path}: {e}") from e
         self._size += len(view)
 
