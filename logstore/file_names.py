@@ -2,13 +2,22 @@
 
 A segment's files are named by its base offset, zero-padded to 20 digits; temporary
 states add a suffix after the extension (``00000000000000000000.log.deleted``).
+
+Name length: a file name has at most ``MAX_FILE_NAME_BYTES`` (255) bytes on every common
+filesystem. Kafka allows topic names of up to 249 characters so that ``<topic>-<p>`` fits
+for partitions up to 99999; every other name seglog derives from a topic (the ``-delete``
+rename, the sink's staging files) is cut to fit, keeping a hash of what it cut
+(``fitted_name``) or, for the ``-delete`` rename, keeping the unique id as Kafka does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from pathlib import Path
+
+from .errors import InvalidTopicError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -41,6 +50,7 @@ CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 """KRaft's metadata log: Kafka never lists it as a topic nor serves it to consumers."""
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 """Kafka's internal topics (``Topic.INTERNAL_TOPICS``): left out of pattern subscriptions."""
+MAX_FILE_NAME_BYTES = 255
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
@@ -79,7 +89,33 @@ def parse_segment_file_name(name: str) -> tuple[int, str, str] | None:
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
+    """``<topic>-<partition>``; InvalidTopicError when that exceeds a file name's 255
+    bytes (a 249-character topic fits partitions up to 99999)."""
+    name = f"{topic}-{partition}"
+    if len(name.encode()) > MAX_FILE_NAME_BYTES:
+        raise InvalidTopicError(
+            f"partition {partition} of topic {topic[:40]!r}... (a {len(topic)}-character "
+            f"name) needs a directory name of {len(name.encode())} bytes, above the "
+            f"{MAX_FILE_NAME_BYTES} a file name may have: use fewer partitions or a "
+            "shorter topic name")
+    return name
+
+
+def fitted_name(name: str, suffix: str = "") -> str:
+    """``name + suffix`` when it fits in a file name; otherwise ``name`` is cut and a
+    hash of the whole of it keeps names of different topics apart.
+
+    >>> fitted_name("t-0", ".stage")
+    't-0.stage'
+    >>> len(fitted_name("x" * 300, ".stage"))
+    255
+    """
+    full = name + suffix
+    if len(full.encode()) <= MAX_FILE_NAME_BYTES:
+        return full
+    digest = "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
+    keep = MAX_FILE_NAME_BYTES - len(suffix.encode()) - len(digest)
+    return name.encode()[:keep].decode(errors="ignore") + digest + suffix
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
@@ -97,8 +133,11 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 
 
 def delete_dir_name(topic: str, partition: int) -> str:
-    """A unique name for a partition directory awaiting asynchronous deletion."""
-    return f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    """A unique name for a partition directory awaiting asynchronous deletion:
+    ``<topic>-<p>.<32 hex>-delete``, the topic cut as Kafka cuts it so that the name
+    fits in 255 bytes (only the unique id matters to whoever removes it)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_FILE_NAME_BYTES - len(suffix)] + suffix
 
 
 def is_delete_dir_name(name: str) -> bool:

@@ -1020,9 +1020,16 @@ class Log:
         the new path (the LogManager deletes it later)."""
         self._check_writable()
         with self._lock:
-            self.close(flush=False)
+            # Rename first, close after (open files follow a renamed directory): a rename
+            # that fails leaves the log open and whole, still the partition's.
             new_dir = self.dir.parent / delete_dir_name(self.topic, self.partition)
-            os.replace(self.dir, new_dir)
+            try:
+                os.rename(self.dir, new_dir)
+            except OSError as e:
+                raise KafkaStorageError(
+                    f"cannot rename {self.dir} to {new_dir.name} for deletion: "
+                    f"{e.strerror}; the partition is unchanged") from e
+            self.close(flush=False)
             _fsync_dir(self.dir.parent)
             self.dir = new_dir
             for seg in self._segments:

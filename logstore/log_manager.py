@@ -520,10 +520,10 @@ class LogManager:
             delay = self._config_of(self._partition(name, numbers[0])).file_delete_delay_ms
             touched = {}
             for n in numbers:
-                p = self._partitions.pop((name, n))
-                touched[id(p.log_dir)] = p.log_dir
+                p = self._partitions[(name, n)]
                 with p.lock:
-                    p.deleted = True
+                    # A partition leaves the manager only once its directory is renamed:
+                    # a failed rename keeps the topic (the error says so; retrying works).
                     try:
                         if p.log is not None:
                             target = p.log.rename_for_deletion()
@@ -533,7 +533,12 @@ class LogManager:
                             os.rename(p.dir, target)
                             fsync_dir(p.log_dir.path)
                     except OSError as e:
-                        raise KafkaStorageError(f"cannot rename {p.dir} for deletion: {e}") from e
+                        raise KafkaStorageError(
+                            f"cannot delete topic {name!r}: renaming {p.dir} for deletion "
+                            f"failed: {e}; the partition is unchanged") from e
+                    p.deleted = True
+                del self._partitions[(name, n)]
+                touched[id(p.log_dir)] = p.log_dir
                 for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
                           p.log_dir.high_watermarks):
                     m.pop(p.tp, None)

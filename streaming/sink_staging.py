@@ -53,7 +53,7 @@ from seglog.logstore.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.file_names import SINK_STATE_DIR, partition_dir_name
+from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
 from seglog.logstore.topics import validate_topic_name
 
 from .partitioner import assign_partitions
@@ -351,8 +351,11 @@ class PartitionStager:
                 raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
             if d not in self._dirs:
                 self._dirs.append(d)
-            name = (f"{topic.name}-{partition}.t{self.task}.a{self.attempt}."
-                    f"{self.attempt_uid}{STAGING_SUFFIX}")
+            # The name is for people; the commit message carries the path. A long
+            # topic's name is cut (with a hash) to fit a file name.
+            name = fitted_name(f"{topic.name}-{partition}",
+                               f".t{self.task}.a{self.attempt}.{self.attempt_uid}"
+                               f"{STAGING_SUFFIX}")
             path = d / name
             try:
                 handle = open(path, "xb")  # noqa: SIM115 (closed in finish/discard)
