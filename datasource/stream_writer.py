@@ -32,7 +32,12 @@ from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError, SinkCommitError
 from seglog.streaming import sink_commit
-from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.streaming.sink_options import (
+    SinkColumns,
+    SinkOptions,
+    check_log_dirs,
+    log_dirs_option,
+)
 from seglog.streaming.sink_staging import StagedTask, check_partition_count, stage_rows
 
 from .schema import to_arrow_schema
@@ -53,6 +58,7 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
                   ) -> tuple[SinkOptions, SinkColumns]:
     """Parse the options and check the input columns (driver side, before any task)."""
     opts = SinkOptions.parse(options)
+    check_log_dirs(opts.log_dirs, log_dirs_option(options))
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
     if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
         _check_existing_topic(opts, opts.topic)

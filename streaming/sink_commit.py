@@ -212,9 +212,10 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     mgr = open_writer(options, clock=clock)
     checkpointing = False
     touched: dict[TopicPartition, int] = {}  # partition -> where its publish started
+    created: list[str] = []
     try:
         crash_point("after-lock", batch_id)
-        _ensure_topics(mgr, options, assumed)
+        created = _ensure_topics(mgr, options, assumed)
         by_dir: dict[Path, list[tuple[TopicPartition, Log]]] = {}
         for tp in sorted(plan):
             log = mgr.get_log(*tp)
@@ -274,7 +275,7 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         mgr.checkpoint_high_watermarks()
         crash_point("after-checkpoint", batch_id)
     except BaseException:
-        _fail(mgr, touched, rollback=not checkpointing)
+        _fail(mgr, touched, rollback=not checkpointing, created=created)
         raise
 
     try:
@@ -331,7 +332,10 @@ def _assumed_partition_counts(chosen: list[StagedTask]) -> dict[str, int]:
     return counts
 
 
-def _ensure_topics(mgr: LogManager, options: SinkOptions, assumed: dict[str, int]) -> None:
+def _ensure_topics(mgr: LogManager, options: SinkOptions,
+                   assumed: dict[str, int]) -> list[str]:
+    """Create the missing topics (``createTopics``); returns the ones created."""
+    created = []
     for topic, n in sorted(assumed.items()):
         try:
             actual = len(mgr.partitions(topic))
@@ -341,12 +345,14 @@ def _ensure_topics(mgr: LogManager, options: SinkOptions, assumed: dict[str, int
                     f"topic {topic!r} does not exist and the option 'createTopics' is "
                     "false") from None
             mgr.create_topic(topic, n, dict(options.topic_config or {}))
+            created.append(topic)
             logger.info("created topic %s with %d partition(s)", topic, n)
             continue
         if actual != n:
             raise SinkCommitError(
                 f"topic {topic!r} has {actual} partition(s) but the tasks routed rows for "
                 f"{n}: it changed during the batch; the batch is not published")
+    return created
 
 
 def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,
@@ -427,15 +433,21 @@ def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
             f"wrote {frag.size}: it is truncated or corrupt")
 
 
-def _fail(mgr: LogManager, touched: dict[TopicPartition, int], *, rollback: bool) -> None:
+def _fail(mgr: LogManager, touched: dict[TopicPartition, int], *, rollback: bool,
+          created: Sequence[str] = ()) -> None:
     """Error path: undo what was appended (nothing of it is visible yet) and close; if the
-    checkpoint step had started, close without claiming a clean shutdown instead."""
+    checkpoint step had started, close without claiming a clean shutdown instead. Topics
+    this commit created are deleted again: nothing else wrote to them (the lock was held
+    throughout), and a failed write must not leave a topic behind."""
     if not rollback:
         mgr.__exit__(SeglogError, None, None)
         return
     try:
         for (topic, partition), start in touched.items():
             mgr.get_log(topic, partition).truncate_to(start)
+        for topic in created:
+            mgr.delete_topic(topic)
+            logger.info("deleted topic %s again: the write that created it failed", topic)
         mgr.close()
     except BaseException:
         logger.exception("cannot roll back a failed publish; the next commit will")

@@ -23,13 +23,15 @@ or long epoch milliseconds). As in Kafka's sink, the ``topic`` option overrides 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from seglog.logstore.errors import ConfigError, InvalidTopicError
+from seglog.logstore.errors import ConfigError, InvalidTopicError, LogDirError
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
 from .kafka_compat import SINK_RULES, refusal, rule_for
@@ -42,7 +44,7 @@ from .option_values import (
 )
 
 __all__ = ["SinkOptions", "SinkColumns", "SINK_OPTIONS", "COMPRESSION_TYPES",
-           "TOPIC_CONFIG_PREFIX"]
+           "TOPIC_CONFIG_PREFIX", "check_log_dirs", "log_dirs_option"]
 
 COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC_CONFIG_PREFIX = "topic."
@@ -181,6 +183,37 @@ def _as_spelled(opts: Mapping[str, str], spelled: Mapping[str, str], name: str
                 ) -> dict[str, str]:
     """``name``'s value under the name the user gave it, so a parse error names that."""
     return {spelled[name]: opts[name]} if name in opts else {}
+
+
+# ---------------------------------------------------------------------------- log dirs
+def check_log_dirs(log_dirs: tuple[str, ...], option: str) -> None:
+    """The driver's check, before any task runs, that every log dir is a directory this
+    process may write, or one it may create. Raises LogDirError naming ``option``, the
+    path and the cause. (Uses ``access``, which also refuses root on a read-only mount
+    or an immutable directory.)"""
+    for d in log_dirs:
+        path = Path(d)
+        if path.exists() and not path.is_dir():
+            raise LogDirError(f"option {option!r}: {d} is a file, not a log directory")
+        if path.is_dir():
+            if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+                raise LogDirError(f"option {option!r}: log dir {d} is not writable by this "
+                                  "process (permissions, a read-only mount, or immutable)")
+            continue
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise LogDirError(f"option {option!r}: cannot create log dir {d}: {parent} is a "
+                              "file, not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise LogDirError(f"option {option!r}: cannot create log dir {d}: {parent} is "
+                              "not writable by this process")
+
+
+def log_dirs_option(options: Mapping[str, Any]) -> str:
+    """Which option named the log dirs (for error messages)."""
+    return "logDirs" if any(str(k).lower() == "logdirs" for k in options) else "path"
 
 
 # ---------------------------------------------------------------------------- columns

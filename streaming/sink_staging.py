@@ -197,6 +197,7 @@ class PartitionStager:
             return
         topics, topic_index, counts = self._route_topics(batch)
         partitions = self._partitions(batch, topics, topic_index, counts)
+        self._check_timestamps(batch, topics, topic_index, partitions)
         if len(topics) == 1:
             target = partitions.astype(np.int64)
         else:
@@ -214,6 +215,26 @@ class PartitionStager:
             row = int(order[s])
             rows = batch.take(pa.array(order[s:e]))
             self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
+
+    def _check_timestamps(self, batch, topics, topic_index, partitions) -> None:
+        """Kafka's producer refuses negative timestamps (-1 is its "no timestamp"); so
+        does the sink, before anything of the task is staged."""
+        name = self.columns.timestamp
+        if name is None:
+            return
+        col = batch.column(name)
+        if pa.types.is_timestamp(col.type):
+            col = pc.cast(col, pa.timestamp("ms", col.type.tz), safe=False).cast(pa.int64())
+        values = pc.fill_null(col, 0).to_numpy(zero_copy_only=False)
+        negative = np.flatnonzero(values < 0)
+        if len(negative):
+            row = int(negative[0])
+            topic = topics[int(topic_index[row])].name
+            raise InvalidRecordError(
+                f"column {name!r}: row {row} (topic-partition {topic}-{int(partitions[row])}) "
+                f"has timestamp {int(values[row])} ms, before 1970; Kafka refuses negative "
+                "timestamps (-1 means none): give a timestamp at or after the epoch, or null "
+                "for the time of writing")
 
     def _route_topics(self, batch) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
@@ -281,10 +302,14 @@ class PartitionStager:
         from seglog.logstore.log_manager import LogManager
 
         dirs = [Path(d) for d in self.options.log_dirs]
-        if not all(d.is_dir() for d in dirs):
-            for d in dirs:
-                d.mkdir(parents=True, exist_ok=True)
-        mgr = LogManager(dirs, read_only=True)
+        try:
+            if not all(d.is_dir() for d in dirs):
+                for d in dirs:
+                    d.mkdir(parents=True, exist_ok=True)
+            mgr = LogManager(dirs, read_only=True)
+        except OSError as e:
+            raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
+                              f"{e.strerror}") from e
         try:
             try:
                 numbers = mgr.partitions(name)
@@ -315,6 +340,14 @@ class PartitionStager:
                             self.clock.milliseconds())
         pid, epoch, seq = self._producer
         config = topic.config
+        if config.compact and (c.key is None or rows.column(c.key).null_count):
+            # The Log would refuse them at commit (Kafka's broker does): refuse them in
+            # the task, before a topic is created or anything is staged.
+            raise InvalidRecordError(
+                f"topic-partition {topic.name}-{partition} is compacted "
+                "(cleanup.policy=compact): its records need a key, and "
+                + ("the input has no 'key' column" if c.key is None
+                   else f"{rows.column(c.key).null_count} row(s) have a null key"))
         limit = config.max_message_bytes
         max_batch = min(self.options.max_batch_bytes,
                         max(limit - _BATCH_SIZE_MARGIN, limit // 2, 64))
