@@ -209,15 +209,7 @@ def _timestamps(timestamps: Any, n: int, now_ms: int) -> np.ndarray:
         arr = arr.cast(pa.int64())
     if arr.null_count:
         arr = arr.fill_null(now_ms)
-    out = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    negative = np.flatnonzero(out < 0)
-    if len(negative):
-        # Kafka's producer refuses them too (ProducerRecord): -1 means "no timestamp"
-        row = int(negative[0])
-        raise InvalidRecordError(
-            f"timestamps: record {row} has timestamp {int(out[row])}; a timestamp must be "
-            "non-negative milliseconds since the epoch (or null for the current time)")
-    return out
+    return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def _header_parts(headers: Any, n: int):
