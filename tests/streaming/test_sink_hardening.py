@@ -92,7 +92,8 @@ def test_a_commit_that_fails_deletes_the_topic_it_created(tmp_path):
     """A failure the tasks cannot see (the Log refuses old CreateTime timestamps at
     append): the topic the commit created goes again; an existing one stays."""
     opts = SinkOptions.parse({"path": str(tmp_path), "topic": "new",
-                              "topic.message.timestamp.before.max.ms": "1000"})
+                              "topic.message.timestamp.before.max.ms": "1000",
+                              "allowExpiredTimestamps": "true"})
     old = pa.record_batch({"value": pa.array([b"1"]), "timestamp": pa.array([5], pa.int64())})
     staged = _stage(opts, old)
     with pytest.raises(InvalidRecordError):
