@@ -87,9 +87,16 @@ from seglog.logstore.log_manager import LogManager
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
 
+from .sink_intent import (
+    CommitIntent,
+    IntentRange,
+    remove_intent,
+    remove_obsolete_intents,
+    write_intent,
+)
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
 from .sink_options import SinkOptions
-from .sink_replay import check_unpublished_tail, dir_holds, newest_sink_batch
+from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
     StagedFragment,
     StagedTask,
@@ -108,8 +115,9 @@ __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult"
 CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
 """If set, a path: the crash happens only if this file does not exist yet (it is created)."""
-CRASH_STEPS = ("after-lock", "after-truncate", "mid-partition", "mid-publish", "after-append",
-               "after-ledger", "after-checkpoint", "after-cleanup", "after-commit")
+CRASH_STEPS = ("after-lock", "after-truncate", "after-intent", "mid-partition", "mid-publish",
+               "after-append", "after-ledger", "after-checkpoint", "after-cleanup",
+               "after-commit")
 STAGING_TTL_MS = 24 * 3600 * 1000
 """Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
 _APPEND_CHUNK = 8 << 20
@@ -213,6 +221,7 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     checkpointing = False
     touched: dict[TopicPartition, int] = {}  # partition -> where its publish started
     created: list[str] = []
+    intents: list[Path] = []  # this commit's intent files (sink_intent)
     try:
         crash_point("after-lock", batch_id)
         created = _ensure_topics(mgr, options, assumed)
@@ -235,17 +244,14 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
                         batch_id, sink_id, len(skipped), skipped[:10])
 
         # Every tail is checked before any is removed: a refusal changes nothing.
-        for _, log, _ in todo:
-            check_unpublished_tail(log, pid, batch_id, sink_id)
-        for tp, log, _ in todo:
-            hw = log.high_watermark
-            if log.log_end_offset > hw:
-                logger.warning("%s-%d: dropping offsets %d..%d above the high watermark "
-                               "(this sink's unpublished attempt at batch %d)", tp[0], tp[1],
-                               hw, log.log_end_offset - 1, batch_id)
-                log.truncate_to(hw)
+        tails = [check_unpublished_tail(log, pid, batch_id, sink_id) for _, log, _ in todo]
+        for (tp, log, _), tail in zip(todo, tails, strict=True):
+            if tail.batches:
+                _drop_tail(tp, log, tail, batch_id)
             touched[tp] = log.log_end_offset
         crash_point("after-truncate", batch_id)
+        intents.extend(_write_intents(todo, plan, sink_id, batch_id))
+        crash_point("after-intent", batch_id)
 
         published = []
         for i, (tp, log, ledger) in enumerate(todo):
@@ -275,10 +281,15 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         mgr.checkpoint_high_watermarks()
         crash_point("after-checkpoint", batch_id)
     except BaseException:
-        _fail(mgr, touched, rollback=not checkpointing, created=created)
+        _fail(mgr, touched, intents, rollback=not checkpointing, created=created)
         raise
 
     try:
+        # The intents go first: once the staging is gone nothing else names the batch.
+        for path in intents:
+            remove_intent(path)
+        for d in options.log_dirs:
+            remove_obsolete_intents(d, mgr)
         files = [f.path for m in chosen for f in m.fragments]
         removed += remove_files(files)
         removed += sweep_staging(options.log_dirs, sink_id, batch_id, clock=clock)
@@ -404,6 +415,36 @@ def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,
     return True
 
 
+def _drop_tail(tp: TopicPartition, log: Log, tail: UnpublishedTail, batch_id: int) -> None:
+    hw = log.high_watermark
+    if tail.abandoned:
+        whose = "; ".join(f"sink {s!r}'s micro-batch {b}" for s, b in tail.abandoned)
+        logger.warning("%s-%d in %s: dropping offsets %d..%d above the high watermark: the "
+                       "unfinished commit of %s (its commit intent is still there; that "
+                       "writer died before its checkpoint)", tp[0], tp[1], log.dir.parent,
+                       hw, log.log_end_offset - 1, whose)
+    else:
+        logger.warning("%s-%d: dropping offsets %d..%d above the high watermark (this "
+                       "sink's unpublished attempt at batch %d)", tp[0], tp[1], hw,
+                       log.log_end_offset - 1, batch_id)
+    log.truncate_to(hw)
+
+
+def _write_intents(todo: list[tuple[TopicPartition, Log, SinkLedger]],
+                   plan: dict[TopicPartition, list[StagedFragment]], sink_id: str,
+                   batch_id: int) -> list[Path]:
+    """Write each log dir's commit intent (``sink_intent``): the offsets this commit is
+    about to append there, durable before the first append."""
+    ranges: dict[Path, list[IntentRange]] = {}
+    for tp, log, _ in todo:
+        start = log.log_end_offset
+        records = sum(f.records for f in plan[tp])  # one offset per record
+        ranges.setdefault(log.dir.parent, []).append(
+            IntentRange(tp[0], tp[1], start, start + records))
+    return [write_intent(d, CommitIntent(sink_id, batch_id, tuple(rs)))
+            for d, rs in ranges.items()]
+
+
 def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
     """Append a staging file in chunks of whole batches (bounded memory)."""
     try:
@@ -433,18 +474,21 @@ def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
             f"wrote {frag.size}: it is truncated or corrupt")
 
 
-def _fail(mgr: LogManager, touched: dict[TopicPartition, int], *, rollback: bool,
-          created: Sequence[str] = ()) -> None:
+def _fail(mgr: LogManager, touched: dict[TopicPartition, int], intents: list[Path], *,
+          rollback: bool, created: Sequence[str] = ()) -> None:
     """Error path: undo what was appended (nothing of it is visible yet) and close; if the
     checkpoint step had started, close without claiming a clean shutdown instead. Topics
     this commit created are deleted again: nothing else wrote to them (the lock was held
-    throughout), and a failed write must not leave a topic behind."""
+    throughout), and a failed write must not leave a topic behind. The intents stay
+    unless the rollback succeeded: they are the proof the next writer needs."""
     if not rollback:
         mgr.__exit__(SeglogError, None, None)
         return
     try:
         for (topic, partition), start in touched.items():
             mgr.get_log(topic, partition).truncate_to(start)
+        for path in intents:
+            remove_intent(path)
         for topic in created:
             mgr.delete_topic(topic)
             logger.info("deleted topic %s again: the write that created it failed", topic)

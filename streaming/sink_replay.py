@@ -30,11 +30,15 @@ holding nothing of the sink whose start was removed, with no ledger entry: it co
 not holding the batch (logged when the ledger was damaged).
 
 Truncation (``check_unpublished_tail``): a commit removes what lies above the high
-watermark only if every batch there is the sink's own attempt at a micro-batch ``>= B``,
-the only thing a crashed commit of this sink can have left there. Anything else (another
-writer's batches, an older micro-batch of the sink, a batch straddling the high
-watermark) may be published data under a high watermark that went backwards: the
-commit stops with ``SinkCommitError`` before changing anything.
+watermark only if every batch there is either the sink's own attempt at a micro-batch
+``>= B`` (the only thing a crashed commit of this sink can have left there), or a batch of
+another sink ``P``, micro-batch ``B'``, that ``P``'s commit intent in the same log dir
+(``sink_intent``) shows to be part of ``P``'s unfinished commit of exactly ``B'``, at
+exactly those offsets (what a batch job or query whose commit died leaves for the next
+writer). Anything else (another writer's batches without such proof, an older
+micro-batch of the sink, a batch straddling the high watermark) may be published data
+under a high watermark that went backwards: the commit stops with ``SinkCommitError``
+before changing anything.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SinkCommitError
 
+from .sink_intent import DirIntents, intent_dir, read_intents
 from .sink_ledger import LedgerEntry
 from .sink_staging import batch_id_of
 
@@ -56,7 +61,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SinkWitness", "newest_sink_batch", "dir_holds", "check_unpublished_tail"]
+__all__ = ["SinkWitness", "UnpublishedTail", "newest_sink_batch", "dir_holds",
+           "check_unpublished_tail"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,23 +206,45 @@ def dir_holds(witnesses: list[SinkWitness], batch_id: int) -> SinkWitness | None
     return best
 
 
-def check_unpublished_tail(log: Log, pid: int, batch_id: int, sink_id: str) -> int:
-    """Check what lies above ``log``'s high watermark before the commit truncates it;
-    returns the number of batches there. Raises SinkCommitError, changing nothing,
-    unless every one is this sink's attempt at a micro-batch ``>= batch_id``."""
+@dataclass(frozen=True, slots=True)
+class UnpublishedTail:
+    """What lies above a partition's high watermark, found removable: ``batches`` record
+    batches, ``abandoned`` the other sinks' unfinished commits among them, as
+    (sink id, micro-batch id) in offset order (empty: only this sink's own attempt)."""
+
+    batches: int = 0
+    abandoned: tuple[tuple[str, int], ...] = ()
+
+
+def check_unpublished_tail(log: Log, pid: int, batch_id: int, sink_id: str,
+                           intents: DirIntents | None = None) -> UnpublishedTail:
+    """Check what lies above ``log``'s high watermark before the commit truncates it.
+    Raises SinkCommitError, changing nothing, unless every batch there is this sink's
+    attempt at a micro-batch ``>= batch_id``, or another sink's batch that a commit
+    intent in the log's dir (``intents``, read when None) shows to be that sink's
+    unfinished commit of exactly that micro-batch, at exactly those offsets."""
     hw, leo = log.high_watermark, log.log_end_offset
     if leo <= hw:
-        return 0
+        return UnpublishedTail()
     segments = log.segments
     i = _segment_index(segments, hw)
     first = segments[i].translate_offset(hw)
     position = first.position if first is not None else segments[i].size
     count = 0
+    abandoned: list[tuple[str, int]] = []
     for seg in segments[i:]:
         for h in seg.iter_batches(position):
             found = None
             if h.base_offset < hw:
                 found = "a batch that straddles the high watermark (published in part)"
+            elif h.magic == 2 and not h.is_control and h.producer_id not in (pid, -1):
+                if intents is None:
+                    intents = read_intents(log.dir.parent)
+                owner = _intent_covering(intents, log, h)
+                if owner is None:
+                    found = _unproven(intents, log, h, pid)
+                elif not abandoned or abandoned[-1] != owner:
+                    abandoned.append(owner)
             elif not _ours(h, pid):
                 found = (f"a batch of producerId {h.producer_id}, not this sink's ({pid})"
                          if h.producer_id >= 0 else "a batch without a producerId")
@@ -229,11 +257,37 @@ def check_unpublished_tail(log: Log, pid: int, batch_id: int, sink_id: str) -> i
                     f"offsets {hw}..{leo - 1} lie above the high watermark {hw} (from "
                     f"replication-offset-checkpoint), and offsets {h.base_offset}.."
                     f"{h.last_offset} hold {found}. The seglog sink (sink {sink_id!r}, "
-                    f"micro-batch {batch_id}) removes only its own unpublished attempt, so "
-                    "it changed nothing: if the high watermark went backwards, restore "
-                    "the checkpoint; if these offsets are an abandoned write that no "
-                    "reader saw, truncate the partition to the high watermark (see "
-                    "docs/sink-state.md)")
+                    f"micro-batch {batch_id}) removes only its own unpublished attempt or "
+                    "another sink's unfinished commit, so it changed nothing: if the high "
+                    "watermark went backwards, restore the checkpoint; if these offsets are "
+                    "an abandoned write that no reader saw, truncate the partition to the "
+                    "high watermark (see docs/sink-state.md)")
             count += 1
         position = 0
-    return count
+    return UnpublishedTail(count, tuple(abandoned))
+
+
+def _intent_covering(intents: DirIntents, log: Log, h: BatchHeader) -> tuple[str, int] | None:
+    for intent in intents.intents:
+        if intent.covers(log.topic, log.partition, h.producer_id, _batch_of(h),
+                         h.base_offset, h.next_offset):
+            return intent.sink_id, intent.batch_id
+    return None
+
+
+def _unproven(intents: DirIntents, log: Log, h: BatchHeader, pid: int) -> str:
+    """Why a batch of another producer is not provably an unfinished commit."""
+    text = (f"a batch of producerId {h.producer_id}, not this sink's ({pid}), micro-batch "
+            f"{_batch_of(h)} if it is a seglog sink's, and no commit intent in "
+            f"{intent_dir(log.dir.parent)} shows it to be an unfinished commit")
+    same = [i for i in intents.intents if i.producer_id == h.producer_id]
+    if same:
+        text += (f" (sink {same[0].sink_id!r}'s intent is for micro-batch "
+                 f"{same[0].batch_id}, offsets "
+                 + ", ".join(f"{r.start}..{r.end - 1}" for r in same[0].ranges
+                             if (r.topic, r.partition) == (log.topic, log.partition))
+                 + " of this partition)")
+    if intents.damaged:
+        text += " (damaged intent file(s), which prove nothing: " + ", ".join(
+            f"{p} ({why})" for p, why in intents.damaged) + ")"
+    return text
