@@ -282,7 +282,7 @@ def _unproven(intents: DirIntents, log: Log, h: BatchHeader, pid: int) -> str:
             f"{intent_dir(log.dir.parent)} shows it to be an unfinished commit")
     same = [i for i in intents.intents if i.producer_id == h.producer_id]
     if same:
-        text += (f" (sink {same[0].sink_id!r}'s intent is for micro-batch "
+        text += (f" (the intent of sink {same[0].sink_id!r} is for micro-batch "
                  f"{same[0].batch_id}, offsets "
                  + ", ".join(f"{r.start}..{r.end - 1}" for r in same[0].ranges
                              if (r.topic, r.partition) == (log.topic, log.partition))
