@@ -1,7 +1,8 @@
 """``seglog check`` for the exactly-once sink's state in a log dir (``.seglog-sink/``).
 
 Read-only. Reports, per log dir: each sink ledger (does it parse, does each entry match
-the batch headers it points at), the maintenance state file, and leftover staging. What
+the batch headers it points at), each commit intent (damaged, or what unfinished commit
+it still proves), the maintenance state file, and leftover staging. What
 is a problem and what is only worth knowing is documented in ``docs/sink-state.md``.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from seglog.logstore.errors import SeglogError
 
+from .sink_intent import read_intents, unexplained_tail
 from .sink_ledger import LedgerDamagedError, ledger_dir, read_ledger_file
 from .sink_replay import newest_sink_batch
 from .sink_staging import producer_id_of, sink_state_dir
@@ -52,6 +54,7 @@ def check_sink_state(log_dir: Path) -> list[SinkFinding]:
                                                "the data"))
             continue
         out.extend(_check_entries(log_dir, path, sink, entries))
+    out.extend(_check_intents(log_dir))
     out.extend(_check_maintenance(state / _MAINTENANCE_FILE))
     staging = state / "staging"
     for sink_dir in sorted(staging.iterdir()) if staging.is_dir() else []:
@@ -94,6 +97,38 @@ def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFi
     if not any(f.problem for f in out):
         out.append(SinkFinding(path, False, f"sink ledger of {sink!r}: {len(entries)} "
                                             "partition(s), OK"))
+    return out
+
+
+def _check_intents(log_dir: Path) -> list[SinkFinding]:
+    from seglog.logstore.log_manager import LogManager
+
+    found = read_intents(log_dir)
+    out = [SinkFinding(path, True, f"damaged commit intent ({why}): it proves nothing, so a "
+                                   "sink commit refuses the tail it may explain; delete it "
+                                   "once that tail is removed (docs/sink-state.md)")
+           for path, why in found.damaged]
+    if not found.intents:
+        return out
+    try:
+        mgr = LogManager([log_dir], read_only=True)
+    except SeglogError as e:
+        return [*out, SinkFinding(log_dir, True, f"cannot open {log_dir} to check the "
+                                                 f"commit intents: {e}")]
+    with mgr:
+        for intent in found.intents:
+            path = intent.path or log_dir
+            left = unexplained_tail(intent, mgr)
+            who = f"commit intent of sink {intent.sink_id!r}, micro-batch {intent.batch_id}"
+            if not left:
+                out.append(SinkFinding(path, False, f"{who}: its offsets are "
+                                       "published or gone (the next commit removes it)"))
+                continue
+            where = ", ".join(f"{r.topic}-{r.partition} offsets {first}..{end - 1}"
+                              for r, first, end in left)
+            out.append(SinkFinding(path, False, f"{who}: unfinished, above the high "
+                                   f"watermark: {where} (the next commit to each partition "
+                                   "removes them)"))
     return out
 
 

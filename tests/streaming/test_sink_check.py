@@ -43,3 +43,29 @@ def test_check_reports_the_sink_ledger_and_its_damage(tmp_path: Path) -> None:
     (tmp_path / ".seglog-sink" / "maintenance.json").write_bytes(b"{")
     code, text = _check(tmp_path)
     assert code == 1 and "maintenance.json: damaged" in text, text
+
+
+def test_check_reports_commit_intents(tmp_path: Path) -> None:
+    """An unfinished commit's intent is reported with the offsets it proves (no problem);
+    a damaged one is a problem; after the next commit, nothing is left to report."""
+    from test_sink_intent import crash_job, job_id, stage_job
+    from test_sink_intent import options as job_options
+
+    from seglog.streaming.sink_intent import intent_file
+
+    opts = job_options([tmp_path])
+    dead = job_id()
+    crash_job(opts, dead, 1, "after-append")
+    path = intent_file(tmp_path, dead)
+    code, text = _check(tmp_path)
+    assert code == 0, text
+    assert (f"{path}: commit intent of sink {dead!r}, micro-batch 0: unfinished, above the "
+            f"high watermark: {TOPIC}-0 offsets 0..14, {TOPIC}-1 offsets 0..14") in text, text
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-3])
+    code, text = _check(tmp_path)
+    assert code == 1 and f"{path}: damaged commit intent (not JSON" in text, text
+    path.write_bytes(raw)
+    commit(stage_job(opts, job_id(), 2), 0, opts, use_ledger=False)
+    code, text = _check(tmp_path)
+    assert code == 0 and "commit intent" not in text, text

@@ -25,7 +25,7 @@ from test_sink_replay import (
 )
 
 from seglog.logstore.batch_header import iter_batch_headers
-from seglog.logstore.errors import SinkCommitError
+from seglog.logstore.errors import CorruptRecordError, SinkCommitError
 from seglog.logstore.log_manager import LogManager
 from seglog.streaming.sink_commit import CRASH_STEPS, abort, commit, sweep_staging
 from seglog.streaming.sink_intent import intent_file, read_intents
@@ -244,3 +244,18 @@ def test_an_intent_does_not_cover_a_later_append(tmp_path: Path) -> None:
     with pytest.raises(SinkCommitError, match=f"offsets {end}..{last} hold a batch of "
                                               "producerId"):
         commit(stage_job(opts, job_id(), 2), 0, opts, use_ledger=False)
+
+
+def test_a_rolled_back_commit_leaves_no_intent(tmp_path: Path) -> None:
+    """A commit that fails (a truncated staging file) rolls its appends back and removes
+    its intent: nothing is left for another writer to prove or refuse."""
+    opts = options([tmp_path])
+    staged = stage_job(opts, job_id(), 1)
+    victim = max((f for m in staged for f in m.fragments), key=lambda f: f.partition)
+    with open(victim.path, "r+b") as f:
+        f.truncate(victim.size - 5)
+    with pytest.raises(CorruptRecordError, match="truncated or corrupt"):
+        commit(staged, 0, opts, use_ledger=False)
+    assert tails([tmp_path]) == {} and intents([tmp_path]) == []
+    commit(stage_job(opts, job_id(), 2), 0, opts, use_ledger=False)
+    assert visible([tmp_path]) == expected((2, ALL))
