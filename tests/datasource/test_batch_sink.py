@@ -109,3 +109,35 @@ def test_batch_write_producer_id_is_per_job(spark, tmp_path: Path) -> None:
     pids = {r[5] for r in records}
     assert len(pids) == 2 and all(0 <= p < 2**63 for p in pids)
     assert producer_id_of("job-x") not in pids
+
+
+def test_a_job_killed_in_its_commit_does_not_block_the_next_job(spark, tmp_path: Path
+                                                                ) -> None:
+    """The commit of a batch job is SIGKILLed after appending (Spark then runs its abort,
+    which removes the staging): the next job to the topic removes the dead job's tail,
+    proven by its commit intent, and publishes; the dead job's rows are never seen."""
+    from seglog.datasource import SeglogDataSource
+
+    def write(values: range) -> None:
+        spark.createDataFrame([(f"v{i}",) for i in values], "value string") \
+            .write.format("seglog").option("path", str(tmp_path)).option("topic", "k") \
+            .option("numPartitions", "2").mode("append").save()
+
+    write(range(0, 10))
+    env = spark.sparkContext.environment  # travels with the registered data source
+    env["SEGLOG_CRASH_AT"] = "after-append"
+    try:
+        spark.dataSource.register(SeglogDataSource)
+        with pytest.raises(Exception, match="(?i)python worker|crash|EOF|exit"):
+            write(range(10, 20))
+    finally:
+        del env["SEGLOG_CRASH_AT"]
+        spark.dataSource.register(SeglogDataSource)
+    with LogManager([tmp_path]) as mgr:  # the dead job's rows lie above the high watermark
+        assert any(mgr.get_log("k", p).log_end_offset > mgr.get_log("k", p).high_watermark
+                   for p in (0, 1))
+    assert staging_files(tmp_path) == []  # Spark's abort ran
+    write(range(20, 30))
+    values = sorted(r[3] for r in kafka_python_records(tmp_path, "k"))
+    assert values == sorted(f"v{i}".encode() for i in (*range(0, 10), *range(20, 30)))
+    assert list((tmp_path / ".seglog-sink" / "intent").glob("*.json")) == []
