@@ -23,23 +23,37 @@ Executors stage encoded batches (``sink_staging``); every batch carries the sink
    first batch of the sink. A damaged or missing ledger is rebuilt from what was found;
 4. for every partition of a dir that does not hold it: checks that everything above the
    checkpointed high watermark is this sink's own attempt at a micro-batch ``>= B`` (what
-   a crashed publish leaves) and stops with ``SinkCommitError``, changing nothing, if any
-   batch there is not (another writer's data, an older micro-batch of the sink: possibly
-   published data under a high watermark that went backwards); then truncates that tail,
+   a crashed publish leaves), or another sink's unfinished commit proven by that sink's
+   commit intent (below), and stops with ``SinkCommitError``, changing nothing, if any
+   batch there is neither (another writer's data, an older micro-batch of the sink:
+   possibly published data under a high watermark that went backwards); then truncates
+   that tail;
+5. writes, per log dir, its *commit intent* (``sink_intent``: the sink, ``B`` and the
+   offsets ``[start, end)`` it is about to append to each partition), fsynced; then
    appends the fragments (the Log assigns offsets by rewriting each batch's baseOffset;
    the CRC does not cover it), and notes ``[start, end)``;
-5. fsyncs the logs, writes the ledgers atomically, then writes the high-watermark
+6. fsyncs the logs, writes the ledgers atomically, then writes the high-watermark
    checkpoint: THE commit point. Before it, no reader sees a row of the batch; after it,
    every row is visible and a replay of the batch skips the dir;
-6. deletes the batch's staging (and what dead attempts and older batches left), runs the
+7. removes its intents and the intents of other commits that explain nothing any more,
+   deletes the batch's staging (and what dead attempts and older batches left), runs the
    LogManager's maintenance when due, closes (clean-shutdown marker).
+
+Why intents: a commit that dies after appending (a batch job, or a query that is never
+restarted) leaves a tail only its own replay would remove, and a one-shot job has no
+replay. The next writer to the partition - another job or query - may remove a batch of
+producer ``P``, micro-batch ``B'`` only while ``P``'s intent for exactly ``B'`` and
+those offsets is in the dir: the intent exists from before the first append until after
+the checkpoint, so it proves "this commit had not finished" (up to one stale window: see
+``sink_intent``). ``abort()`` and the staging sweep never touch intents (Spark calls
+``abort`` when a commit's worker dies: the tail is still there then).
 
 Why this is exactly-once for a batch replayed after a crash at ANY step: the only
 durable effects before step 5 are invisible (staging files, a tail above the high
 watermark, a ledger naming offsets above it), and steps 3/4 discard them on replay; the
 checkpoint rename is atomic per log dir, and each dir's "done" test looks only at its own
-checkpoint and data, so a crash between two dirs' checkpoints is also replayed dir by
-dir. The decision never depends on the ledger alone: a ledger that is lost, garbled,
+checkpoint, data and intent, so a crash between two dirs' checkpoints is also replayed
+dir by dir. The decision never depends on the ledger alone: a ledger that is lost, garbled,
 truncated or stale is contradicted or replaced by the batch headers, which carry the
 sink's identity; it only bounds how many headers are read. Compared with the sketch, a
 whole micro-batch becomes visible atomically (per log dir) instead of partition by
@@ -502,7 +516,10 @@ def _fail(mgr: LogManager, touched: dict[TopicPartition, int], intents: list[Pat
 def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions, *,
           sink_ids: Iterable[str] = ()) -> int:
     """Remove the staging of a failed batch (no lock needed: staging is private), for the
-    sinks named by the messages and ``sink_ids``. Returns the number of files removed."""
+    sinks named by the messages and ``sink_ids``. Returns the number of files removed.
+
+    Commit intents stay: Spark also aborts when the commit's own worker died after
+    appending, and the intent is what lets the next writer remove that tail."""
     removed = 0
     sinks = set(sink_ids)
     for m in messages:
@@ -522,7 +539,8 @@ def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOpt
 def sweep_staging(log_dirs: Iterable[str], sink_id: str, up_to_batch: int, *,
                   clock: Clock = SYSTEM_CLOCK, ttl_ms: int = STAGING_TTL_MS) -> int:
     """Remove the sink's staging of batches ``<= up_to_batch`` (dead attempts, crashed
-    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed."""
+    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed.
+    Commit intents are not staging: only a commit, under the lock, removes them."""
     removed = 0
     now_s = clock.milliseconds() / 1000
     for d in log_dirs:
