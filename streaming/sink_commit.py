@@ -299,11 +299,7 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         raise
 
     try:
-        # The intents go first: once the staging is gone nothing else names the batch.
-        for path in intents:
-            remove_intent(path)
-        for d in options.log_dirs:
-            remove_obsolete_intents(d, mgr)
+        _remove_intents(intents, options, mgr)
         files = [f.path for m in chosen for f in m.fragments]
         removed += remove_files(files)
         removed += sweep_staging(options.log_dirs, sink_id, batch_id, clock=clock)
@@ -427,6 +423,19 @@ def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,
                        "skipping the dir", proof.topic, proof.partition, log_dir,
                        proof.batch_id, batch_id)
     return True
+
+
+def _remove_intents(own: list[Path], options: SinkOptions, mgr: LogManager) -> None:
+    """After the commit point: remove this commit's intents and the ones that explain
+    nothing any more. A failure here must not fail a published batch: an intent left
+    behind is stale, and the next commit in the dir removes it."""
+    try:
+        for path in own:
+            remove_intent(path)
+        for d in options.log_dirs:
+            remove_obsolete_intents(d, mgr)
+    except (OSError, SeglogError) as e:
+        logger.warning("cannot remove a commit intent (%s): the next commit will", e)
 
 
 def _drop_tail(tp: TopicPartition, log: Log, tail: UnpublishedTail, batch_id: int) -> None:
