@@ -1,5 +1,9 @@
 """PySpark adapters: the ``seglog`` data source (stream and batch, read and write)."""
 
-from .data_source import SeglogDataSource
+from seglog import refuse_second_copy
+
+refuse_second_copy(__name__, "seglog.datasource")
+
+from .data_source import SeglogDataSource  # noqa: E402
 
 __all__ = ["SeglogDataSource"]

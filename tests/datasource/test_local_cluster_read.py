@@ -6,8 +6,8 @@ cluster runs in its own Python process. That fresh session also never calls
 ``pyspark_seglog`` auto-registration, with filter pushdown left at Spark's default (off).
 
 PySpark finds ``pyspark_*`` modules with ``pkgutil.iter_modules()``, which scans
-``sys.path`` directories only: ``run.py`` installs seglog in strict editable mode (a link
-tree on ``sys.path``) so that this works as it does for a wheel install. The subprocess
+``sys.path`` directories only: ``run.py``'s editable install puts ``src/`` (which holds
+``pyspark_seglog``) on ``sys.path``, so this works as it does for a wheel install. The subprocess
 runs outside the checkout, so the current directory cannot stand in for the install.
 """
 
