@@ -78,6 +78,25 @@ class DataLossError(SeglogError):
     """Data a source query should have read is gone (retention, deleted partition, truncation)."""
 
 
+class MissingDataError(DataLossError):
+    """Offsets ``[start, end)`` of a partition should be readable but are not in the log:
+    retention removed them under a reader, or a segment file was deleted or cut short
+    (see ``offset_continuity``). A reader may go on from ``end``."""
+
+    def __init__(self, message: str, start: int = -1, end: int = -1) -> None:
+        super().__init__(message)
+        self.start = start
+        self.end = end
+
+    def __reduce__(self):  # keeps start and end across pickling (Spark workers)
+        return (type(self), (str(self), self.start, self.end))
+
+
+class OffsetBelowLogStartError(MissingDataError, OffsetOutOfRangeError):
+    """A read asked for offsets below the log start offset: ``[start, end)`` were removed
+    (retention, DeleteRecords); ``end`` is the log start offset."""
+
+
 class SinkCommitError(SeglogError):
     """The sink cannot publish a batch as staged (a task left no commit message, the topic
     changed under the batch, a staging file is missing); nothing of the batch is visible."""

@@ -30,7 +30,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,12 +50,15 @@ from .errors import (
     InvalidRecordError,
     KafkaStorageError,
     LogDirError,
+    OffsetBelowLogStartError,
     OffsetOutOfRangeError,
     ReadOnlyError,
     RecordTooLargeError,
+    SeglogError,
 )
 from .file_names import (
     CLEANED_SUFFIX,
+    CLEANER_OFFSET_CHECKPOINT,
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     delete_dir_name,
@@ -63,6 +66,7 @@ from .file_names import (
 )
 from .log_segment import LogSegment
 from .log_segments import LogSegments
+from .offset_continuity import ContinuityCheck
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .transactions import (
     READ_COMMITTED,
@@ -157,6 +161,7 @@ class Log:
         self._high_watermark = high_watermark
         self._last_flush_ms = clock.monotonic_ms()
         self._dir_dirty = False  # a segment file was created since the last dir fsync
+        self._contiguous: bool | None = None  # offsets_contiguous, decided on first read
         # Read-only: base offsets from the last listing; segments opened on demand.
         self._ro_lock = threading.Lock()  # guards _ro_bases and _ro_open
         self._ro_bases: tuple[int, ...] = ()
@@ -551,10 +556,46 @@ class Log:
     def _check_start(self, start_offset: int) -> None:
         lso = self._log_start_offset
         end = self._high_watermark if self.read_only else self._log_end_offset
-        if start_offset < lso or start_offset > end:
+        if start_offset < lso:
+            # Checked first: a read-only Log learns a new log start from the listing,
+            # before a newer high watermark reaches it, so lso may exceed ``end``.
+            raise OffsetBelowLogStartError(
+                f"offsets [{start_offset}, {lso}) of {self._tp()} were removed (the log "
+                f"start offset is now {lso})", start_offset, lso)
+        if start_offset > end:
             raise OffsetOutOfRangeError(
-                f"offset {start_offset} is out of range for {self._tp()}: the log holds "
-                f"[{lso}, {end})")
+                f"offset {start_offset} is out of range for {self._tp()}: above the "
+                f"{'high watermark' if self.read_only else 'log end offset'} {end} "
+                f"(the log holds [{lso}, {end}))")
+
+    @property
+    def offsets_contiguous(self) -> bool:
+        """True when every offset has a batch (``offset_continuity`` rule 3): the topic
+        is not compacted and no cleaner pass is recorded for this partition in the log
+        dir's ``cleaner-offset-checkpoint`` (a topic compacted before its policy changed,
+        or a Kafka log dir, whose topic configs live in the cluster metadata)."""
+        known = self._contiguous
+        if known is None:
+            known = not self.config.compact and not self._ever_cleaned()
+            self._contiguous = known
+        return known
+
+    def _ever_cleaned(self) -> bool:
+        from .checkpoint_file import OffsetCheckpointFile
+
+        path = self.dir.parent / CLEANER_OFFSET_CHECKPOINT
+        try:
+            cleaned = OffsetCheckpointFile(path).read()
+        except SeglogError as e:
+            # Unreadable: assume compaction happened. Only the gap checks are weaker;
+            # nothing is read or skipped on the strength of this guess.
+            logger.warning("%s; reading %s as a possibly compacted log", e, self._tp())
+            return True
+        return (self.topic, self.partition) in cleaned
+
+    def _continuity(self, start_offset: int) -> ContinuityCheck:
+        return ContinuityCheck(self._tp(), contiguous=self.offsets_contiguous,
+                               expected=start_offset)
 
     def _view(self) -> tuple[tuple[int, ...], Callable[[int], LogSegment]]:
         """(base offsets, i -> segment) over a consistent snapshot."""
@@ -580,7 +621,10 @@ class Log:
         the aborted transactions overlapping the batches (their data batches are to be
         dropped by the reader: ``transactions.drop_aborted_batches``).
 
-        Raises OffsetOutOfRangeError below the log start or past the end.
+        Raises OffsetOutOfRangeError past the end, ``OffsetBelowLogStartError`` (an
+        OffsetOutOfRangeError and a MissingDataError) below the log start;
+        CorruptRecordError or MissingDataError when the batches break
+        ``offset_continuity``'s rules.
         """
         if check_isolation_level(isolation_level) == READ_COMMITTED:
             return self._read_committed(start_offset, max_offset, max_bytes)
@@ -592,14 +636,16 @@ class Log:
         if start_offset >= limit:
             return empty
         for attempt in range(_READ_ONLY_ATTEMPTS):
+            last_attempt = not self.read_only or attempt == _READ_ONLY_ATTEMPTS - 1
             try:
-                fetched = self._read_segments(start_offset, limit, max_bytes, hw, lso)
+                fetched = self._read_segments(start_offset, limit, max_bytes, hw, lso,
+                                              last_attempt)
             except (FileNotFoundError, KafkaStorageError):
-                if not self.read_only or attempt == _READ_ONLY_ATTEMPTS - 1:
+                if last_attempt:
                     raise
             else:
-                if fetched is not None or not self.read_only or attempt:
-                    return fetched or empty
+                if fetched is not None:
+                    return fetched
             # Read-only: a roll, retention or a compaction swap changed the directory
             # (possibly more than once while we read). If retention took the segment we
             # wanted, the start offset is now below the log start: say so rather than
@@ -621,21 +667,29 @@ class Log:
                                    last_stable_offset=lso)
 
     def _read_segments(self, start_offset: int, limit: int, max_bytes: int, hw: int,
-                       lso: int) -> FetchData | None:
+                       lso: int, last_attempt: bool) -> FetchData | None:
         """Batches from the segment holding ``start_offset`` on, continuing into the
-        next segments while one is exhausted and ``max_bytes`` is not reached."""
+        next segments while one is exhausted and ``max_bytes`` is not reached. None when
+        the segments listed end before ``limit`` and another listing may hold more."""
         bases, get = self._view()
+        check = self._continuity(start_offset)
+        self._check_first_base(bases, start_offset)
         parts: list[bytes] = []
         total = 0
         first_offset = next_offset = start_offset
-        for i in range(self._floor_index(bases, start_offset), len(bases)):
+        first_i = self._floor_index(bases, start_offset)
+        for i in range(first_i, len(bases)):
             if parts and (total >= max_bytes or next_offset >= limit):
                 break
+            if bases[i] >= limit:
+                check.enter(self._segment_path(bases[i]), bases[i], None)
+                break
             seg = get(i)
-            sl = seg.read(next_offset, max_bytes - total, max_offset=limit,
-                          min_one_batch=not parts)
+            check.enter(seg.log_path, bases[i], bases[i + 1] if i + 1 < len(bases) else None)
+            sl = seg.read(check.expected, max_bytes - total, max_offset=limit,
+                          min_one_batch=not parts, from_start=i > first_i, check=check)
             if sl is None:
-                if parts:
+                if parts or check.expected >= limit:
                     break
                 continue
             if not parts:
@@ -645,20 +699,42 @@ class Log:
             next_offset = sl.next_offset
             if sl.position + len(sl.records) < seg.size:
                 break  # stopped inside this segment (size or upper bound)
+        else:
+            if check.expected < limit:
+                if not last_attempt:
+                    return None  # the listing may be stale: list again first
+                check.finish(limit, hw)
         if not parts:
-            return None
+            return FetchData(b"", start_offset, start_offset, hw, lso)
         records = parts[0] if len(parts) == 1 else b"".join(parts)
         return FetchData(records, first_offset, next_offset, hw, lso)
 
+    def _check_first_base(self, bases: tuple[int, ...], offset: int) -> None:
+        """Retention moved the start past ``offset`` since it was checked (the segment
+        list changes before the log start offset does): data removed, not a gap."""
+        if bases and bases[0] > offset:
+            raise OffsetBelowLogStartError(
+                f"offsets [{offset}, {bases[0]}) of {self._tp()} were removed while it was "
+                f"read (its first segment now starts at {bases[0]})", offset, bases[0])
+
+    def _segment_path(self, base: int) -> Path:
+        return LogSegment.file_paths(self.dir, base)[0]
+
     def read_chunks(self, start_offset: int, end_offset: int,
-                    chunk_bytes: int = 8 << 20, *, isolation_level: str = READ_UNCOMMITTED,
-                    _attempts_left: int = _READ_ONLY_ATTEMPTS) -> Iterator[memoryview]:
+                    chunk_bytes: int = 8 << 20, *,
+                    isolation_level: str = READ_UNCOMMITTED) -> Iterator[memoryview]:
         """Whole batches covering [``start_offset``, ``end_offset``) (capped at the high
         watermark), as memoryviews of at most ``chunk_bytes`` each (a larger batch comes
         alone). Only one chunk is in memory at a time; each chunk is a fresh buffer.
 
         ``isolation_level="read_committed"``: capped at the last stable offset, and
-        without the data batches of aborted transactions (control batches stay)."""
+        without the data batches of aborted transactions (control batches stay).
+
+        Every batch header is checked against ``offset_continuity``'s rules as it is
+        walked: CorruptRecordError for a batch that breaks them, MissingDataError for
+        offsets missing from the range (a segment file deleted or cut short, retention
+        under the reader: ``OffsetBelowLogStartError``); the caller may go on from the
+        error's ``end``. Never a silent jump."""
         if check_isolation_level(isolation_level) == READ_COMMITTED:
             end_offset = min(end_offset, self.last_stable_offset)
             if start_offset < end_offset:
@@ -672,66 +748,91 @@ class Log:
         end_offset = min(end_offset, self._high_watermark)
         if start_offset >= end_offset:
             return
-        if self.read_only:
-            self._relist()
-        bases, get = self._view()
-        offset = start_offset
-        for i in range(self._floor_index(bases, start_offset), len(bases)):
-            if bases[i] >= end_offset:
-                return
+        check = self._continuity(start_offset)
+        for attempt in range(_READ_ONLY_ATTEMPTS):
+            last_attempt = not self.read_only or attempt == _READ_ONLY_ATTEMPTS - 1
+            if self.read_only:
+                self._relist(force=attempt > 0)
+                self._check_start(check.expected)
             try:
-                seg = get(i)
+                done = yield from self._walk_chunks(check, end_offset, chunk_bytes)
             except KafkaStorageError:
-                if not self.read_only or _attempts_left <= 1:
+                # Retention took a segment (out of range when listed again) or a
+                # compaction swap replaced it (same base offset, new file).
+                if last_attempt:
                     raise
-                # Retention took the segment (out of range below) or a compaction swap
-                # replaced it (same base offset, new file): list again and go on from here.
-                self._relist(force=True)
-                self._check_start(offset)
-                yield from self.read_chunks(offset, end_offset, chunk_bytes,
-                                            _attempts_left=_attempts_left - 1)
-                return
-            first = seg.translate_offset(offset)
-            if first is None:
                 continue
-            position = first.position
-            while offset < end_offset:
+            if done:
+                return
+            if last_attempt:
+                check.finish(end_offset, self._high_watermark)
+                return
+            # The segments listed end before ``end_offset``: a roll since the listing?
+
+    def _walk_chunks(self, check: ContinuityCheck, end_offset: int,
+                     chunk_bytes: int) -> Generator[memoryview, None, bool]:
+        """One pass over the listed segments from ``check.expected``; returns True when
+        the range is covered, False when the segments ran out first."""
+        bases, get = self._view()
+        self._check_first_base(bases, check.expected)
+        first_i = self._floor_index(bases, check.expected)
+        for i in range(first_i, len(bases)):
+            if bases[i] >= end_offset:
+                check.enter(self._segment_path(bases[i]), bases[i], None)
+                return True
+            seg = get(i)
+            last_segment = i == len(bases) - 1
+            check.enter(seg.log_path, bases[i], None if last_segment else bases[i + 1])
+            if check.expected >= end_offset:
+                return True
+            if i == first_i:
+                first = seg.translate_offset(check.expected)
+                if first is None:
+                    continue
+                position = first.position
+            else:
+                position = 0
+            while True:
                 buf = bytearray(chunk_bytes)
                 n = seg.readinto(buf, position)
                 p = 0
                 stop = False
                 while True:
-                    h = read_batch_header(buf, p, n)
+                    try:
+                        h = read_batch_header(buf, p, n)
+                    except CorruptRecordError as e:
+                        raise CorruptRecordError(f"{self._tp()}: {seg.log_path}: {e} (file "
+                                                 f"position {position + p})") from None
                     if h is None:
                         break
+                    check.batch(h, position)
                     if h.base_offset >= end_offset:
                         stop = True
                         break
                     p = h.end_position
-                    offset = h.next_offset
                 if p:
                     position += p
                     yield memoryview(buf)[:p]
-                    if stop:
-                        return
+                if stop or check.expected >= end_offset:
+                    return True
+                if p:
                     continue
-                if stop:
-                    return
                 # Nothing whole in the chunk: the end of the segment, or one batch larger
                 # than a chunk (read alone).
                 head = read_batch_header(buf, 0, 1 << 62) if n >= 61 else None
-                if head is None or head.size <= n:
+                big = seg.pread(position, head.size) if head is not None and head.size > n \
+                    else b""
+                if head is None or len(big) < head.size:
+                    check.segment_end(position, seg.size, last_segment=last_segment)
                     break
+                check.batch(head, position)
                 if head.base_offset >= end_offset:
-                    return
-                big = seg.pread(position, head.size)
-                if len(big) < head.size:
-                    break
+                    return True
                 position += head.size
-                offset = head.next_offset
                 yield memoryview(big)
-            if offset >= end_offset:
-                return
+                if check.expected >= end_offset:
+                    return True
+        return False
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp_ms`` (and at or

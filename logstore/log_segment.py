@@ -46,6 +46,7 @@ from .batch_header import (
 )
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
 from .file_names import index_file, log_file, time_index_file, txn_index_file
+from .offset_continuity import ContinuityCheck
 from .offset_index import OffsetIndex
 from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
 from .time_index import TimeIndex
@@ -192,6 +193,7 @@ class LogSegment:
                     from e
         self._txn: TransactionIndex | None = None  # built on first use (no Path on open)
         self._bytes_since_last_index_entry = 0
+        self._index_warned = False  # a corrupt offset index was reported once
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
 
@@ -458,7 +460,11 @@ class LogSegment:
                     break  # the next header straddles the chunk: refill from it
                 # The limit is the end of the file, so a batch whose body lies past the
                 # chunk still yields its header and is skipped without being read.
-                h = read_batch_header(buf, p, end - pos)
+                try:
+                    h = read_batch_header(buf, p, end - pos)
+                except CorruptRecordError as e:
+                    raise CorruptRecordError(f"{self.log_path}: {e} (file position "
+                                             f"{pos + p})") from None
                 if h is None:
                     return  # a partial batch at the end
                 yield dataclasses.replace(h, position=pos + p)
@@ -467,22 +473,56 @@ class LogSegment:
                 return
             pos += p
 
+    def index_position(self, offset: int) -> int:
+        """Where a scan for ``offset`` may start: the position of the offset index's
+        largest entry <= ``offset``, if the batch there ends at the entry's offset
+        (Kafka's ``kafka-dump-log`` rule), else 0. A garbled index (a reader's view of an
+        active index is never recovered) then costs a longer scan, never skipped rows."""
+        entry = self.offset_index.lookup(offset)
+        if entry.position == 0:
+            return 0  # no entry (a segment's first batch never gets one)
+        buf = self.pread(entry.position, V2_HEADER_SIZE)
+        try:
+            h = read_batch_header(buf, 0, len(buf) if len(buf) < V2_HEADER_SIZE else 1 << 62)
+        except CorruptRecordError:
+            h = None
+        if h is not None and h.last_offset == entry.offset:
+            return entry.position
+        if not self._index_warned:
+            self._index_warned = True
+            found = "no batch" if h is None else f"a batch ending at offset {h.last_offset}"
+            logger.warning("offset index %s is corrupt: its entry for offset %d points at "
+                           "position %d of %s, where there is %s; scanning the segment from "
+                           "its start instead (recovery or `seglog check --fix` rebuilds "
+                           "the index)", self.offset_index.path, entry.offset, entry.position,
+                           self.log_path, found)
+        return 0
+
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (index lookup, then a
         forward scan), or None when there is none in this segment."""
-        mapping = self.offset_index.lookup(offset)
-        for h in self.iter_batches(max(mapping.position, starting_position)):
+        for h in self.iter_batches(max(self.index_position(offset), starting_position)):
             if h.last_offset >= offset:
                 return h
         return None
 
     def read(self, start_offset: int, max_size: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> SegmentSlice | None:
-        """Whole batches from the one holding ``start_offset``: at most ``max_size``
-        bytes (but at least one batch when ``min_one_batch``), only batches whose last
-        offset is below ``max_offset``. None when there is nothing to read."""
-        first = self.translate_offset(start_offset)
-        if first is None or (max_offset is not None and first.last_offset >= max_offset):
+             min_one_batch: bool = True, from_start: bool = False,
+             check: ContinuityCheck | None = None) -> SegmentSlice | None:
+        """Whole batches from the one holding ``start_offset`` (``from_start``: from the
+        segment's first batch): at most ``max_size`` bytes (but at least one batch when
+        ``min_one_batch``), only batches whose last offset is below ``max_offset``. None
+        when there is nothing to read. ``check`` sees every batch read, and the one that
+        stopped the read."""
+        if from_start:
+            first = next(self.iter_batches(0), None)
+        else:
+            first = self.translate_offset(start_offset)
+        if first is None:
+            return None
+        if check is not None:
+            check.batch(first)
+        if max_offset is not None and first.last_offset >= max_offset:
             return None
         want = max(max_size, first.size) if min_one_batch else max_size
         buf = self.pread(first.position, want)
@@ -490,6 +530,8 @@ class LogSegment:
         count = 0
         next_offset = first.base_offset
         for h in iter_batch_headers(buf):
+            if count and check is not None:
+                check.batch(h, first.position)
             if max_offset is not None and h.last_offset >= max_offset:
                 break
             if count and h.end_position > max_size:
@@ -507,9 +549,8 @@ class LogSegment:
     def read_next_offset(self) -> int:
         """The offset after the last batch (reads only the tail past the last index
         entry, as Kafka does), or the base offset when the segment is empty."""
-        start = self.offset_index.lookup(2**62).position
         next_offset = self.base_offset
-        for h in self.iter_batches(start):
+        for h in self.iter_batches(self.index_position(2**62)):
             next_offset = h.next_offset
         return next_offset
 
@@ -518,7 +559,7 @@ class LogSegment:
         """The first batch with a max timestamp >= ``timestamp`` and a last offset >=
         ``starting_offset`` (time index, offset index, then a scan)."""
         ts_entry = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
+        position = self.index_position(max(ts_entry.offset, starting_offset))
         for h in self.iter_batches(position):
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
                 return h

@@ -1,0 +1,158 @@
+"""Offset continuity: the rules a partition's batch headers keep, in log order.
+
+Readers (``Log.read``, ``Log.read_chunks``), ``LogManager.check(deep=True)`` and
+``seglog check`` feed every batch header they walk to one ``ContinuityCheck``, so they
+all judge a log the same way. Recovery applies rules 1 and 2 in its own kernel
+(``segment_scan.scan_headers``: offsets above the previous batch, within 2^31 of the
+segment base); nothing else here parses bytes (headers come from ``batch_header``).
+
+1. **Increasing.** A batch's base offset is above the previous batch's last offset (a
+   legacy compressed wrapper knows only its last offset: that one must be).
+2. **Inside its segment.** Every offset of a batch lies in ``[segment base, next
+   segment's base)`` and within 2^31 of the base.
+3. **Contiguous** (only when the log is not compacted: ``cleanup.policy`` without
+   ``compact`` and no ``cleaner-offset-checkpoint`` entry): each batch starts right after
+   the previous one, a segment's first batch starts at the segment's base offset, and a
+   segment starts where the previous segment's batches end. Compacted logs (seglog's or
+   Kafka's) legitimately have gaps between batches and between segments.
+4. **Reaching the end.** The batches (or, in a compacted log, a later segment's base)
+   reach the end of the range asked for, which is never above the high watermark.
+5. **Whole.** Only the last segment may end in a partial batch (an append in progress),
+   and only above the range asked for.
+
+A broken rule 1, 2 or 5, or rule 3 inside one segment, is corruption
+(``CorruptRecordError``: the bytes are wrong, e.g. a bit flip in a base offset, which the
+CRC does not cover). A contiguous log whose segment ends before the next segment's base,
+or whose batches end below the high watermark, lacks data: ``MissingDataError`` (a
+``DataLossError``: a segment file deleted or cut short at a batch boundary); a reader
+with ``failOnDataLoss=false`` goes on from its ``end``.
+
+What a compacted log cannot show: a deleted segment, or a base offset flipped to a value
+between its neighbours' offsets. ``check(deep=True)`` still compares every offset index
+entry with the batch at its position, which catches the flip in an indexed batch.
+
+Thread-safety: none; one check belongs to one walk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .batch_header import BatchHeader
+from .errors import CorruptRecordError, MissingDataError
+
+INT32_MAX = 2**31 - 1
+
+
+class ContinuityCheck:
+    """Checks batch headers of one partition in log order; see the module docstring.
+
+    ``expected`` is the next offset the log must hold: before the first batch, the offset
+    the walk starts from (the first batch may begin below it and must reach it).
+
+    >>> check = ContinuityCheck("t-0", contiguous=True, expected=0)   # doctest: +SKIP
+    >>> check.enter(path, base=0, next_base=None); check.batch(header)  # doctest: +SKIP
+    >>> check.finish(end=hw)                                           # doctest: +SKIP
+    """
+
+    __slots__ = ("tp", "contiguous", "expected", "_first", "_path", "_base", "_next_base",
+                 "_prev_path", "_tail")
+
+    def __init__(self, tp: str, *, contiguous: bool, expected: int) -> None:
+        self.tp = tp
+        self.contiguous = contiguous
+        self.expected = expected
+        self._first = True  # no batch seen yet
+        self._path: Path | None = None
+        self._base = 0
+        self._next_base: int | None = None
+        self._prev_path: Path | None = None
+        self._tail: tuple[int, int] | None = None  # (position, bytes) of a partial batch
+
+    @property
+    def started(self) -> bool:
+        """True once a batch was checked."""
+        return not self._first
+
+    def enter(self, path: Path, base: int, next_base: int | None) -> None:
+        """Start on the segment ``path`` (base offset ``base``; ``next_base`` is the next
+        segment's base, None for the last segment)."""
+        if self._path is not None:
+            self._prev_path = self._path
+        if base > self.expected:
+            if self.contiguous:
+                before = (f"{self._prev_path.name} ends at offset {self.expected}"
+                          if self._prev_path is not None and not self._first else
+                          f"no segment holds offset {self.expected}")
+                raise MissingDataError(
+                    f"{self.tp}: offsets [{self.expected}, {base}) are missing: {before} "
+                    f"but the next segment {path} starts at {base} (a segment file was "
+                    f"deleted or cut short)", self.expected, base)
+            # Compacted: the offsets below this segment's base are gone by design.
+            self.expected = base
+            self._first = False
+        self._path, self._base, self._next_base = path, base, next_base
+        self._tail = None
+
+    def batch(self, h: BatchHeader, file_position: int = 0) -> None:
+        """Check one batch; ``h.position + file_position`` is its position in the
+        current segment's file (headers parsed from a buffer read at ``file_position``)."""
+        base, last = h.base_offset, h.last_offset
+        upper = self._next_base if self._next_base is not None else self._base + INT32_MAX + 1
+        known_base = h.magic == 2 or h.records_count >= 0  # a legacy wrapper: last only
+        expected = self.expected
+        problem = ""
+        if base < self._base or last >= upper:
+            problem = f"holds offsets {base}..{last}, outside its segment [{self._base}, {upper})"
+        elif self._first:
+            if last < expected:
+                problem = f"ends at offset {last}, below {expected}"
+            elif self.contiguous and known_base and base > expected:
+                problem = (f"starts at offset {base} but offset {expected} should come first "
+                           f"(offsets are contiguous in a log that is not compacted)")
+        elif (known_base and base < expected) or last < expected:
+            problem = (f"starts at offset {base}, not above the previous batch's last offset "
+                       f"{expected - 1}")
+        elif self.contiguous and known_base and base != expected:
+            problem = (f"starts at offset {base}, but the previous batch ends at {expected - 1} "
+                       f"(offsets are contiguous in a log that is not compacted)")
+        if problem:
+            raise self._corrupt(h, file_position, problem)
+        self._first = False
+        self.expected = last + 1
+
+    def segment_end(self, position: int, size: int, *, last_segment: bool) -> None:
+        """The walk found no whole batch at ``position`` of a ``size``-byte segment file.
+        A partial batch there is corruption unless it ends the last segment (an append in
+        progress: judged by ``finish``)."""
+        if position >= size:
+            return
+        if not last_segment:
+            raise CorruptRecordError(
+                f"{self.tp}: {self._path} holds {size - position} bytes after its last "
+                f"whole batch (position {position}, offset {self.expected}): a partial "
+                f"batch in a segment that is no longer written")
+        self._tail = (position, size - position)
+
+    def finish(self, end: int, high_watermark: int) -> None:
+        """The walk ran out of segments; the range asked for ends at ``end`` (at most
+        the high watermark): every offset below it must have been covered."""
+        if self.expected >= end:
+            return
+        where = self._path if self._path is not None else "the log"
+        if self._tail is not None:
+            position, n = self._tail
+            raise CorruptRecordError(
+                f"{self.tp}: {where} ends in a partial batch of {n} bytes at position "
+                f"{position} (offset {self.expected}), below the high watermark "
+                f"{high_watermark}: the file was cut short")
+        raise MissingDataError(
+            f"{self.tp}: offsets [{self.expected}, {end}) are missing: the batches of {where} "
+            f"end at offset {self.expected}, below the high watermark {high_watermark} "
+            f"(the segment file was cut short)", self.expected, end)
+
+    def _corrupt(self, h: BatchHeader, file_position: int, what: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"{self.tp}: batch at position {file_position + h.position} of {self._path} "
+            f"{what}; the log is "
+            f"corrupt (`seglog check` reports it; recovery or `check --fix` cuts it)")
