@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import UnknownTopicOrPartitionError
+from seglog.logstore.errors import MissingDataError, UnknownTopicOrPartitionError
 from seglog.streaming.admission import AdmissionLimits, admit, segment_layout
 from seglog.streaming.read_planning import ReadRange, plan_ranges
 from seglog.streaming.source_offsets import (
@@ -42,6 +42,7 @@ from seglog.streaming.source_offsets import (
     offsets_to_json,
     reconcile_start,
     report_data_loss,
+    skip_removed,
     snapshot_log_dirs,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
@@ -134,10 +135,14 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
         new = [tp for tp in until if tp not in begin]
-        if new:  # partitions that appeared in this batch start at earliest, as Kafka's
-            snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in begin)
-            for tp in new:
+        # Without failOnDataLoss, offsets removed since latestOffset are skipped, with a
+        # warning here on the driver (executors only log theirs).
+        known = () if o.fail_on_data_loss else tuple(tp for tp in until if tp in begin)
+        if new or known:
+            snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp in until)
+            for tp in new:  # partitions that appeared in this batch start at earliest
                 begin[tp] = min(snap.earliest(tp), until[tp])
+            begin = skip_removed(begin, until, snap, o.fail_on_data_loss)
         return input_partitions(begin, until, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -213,17 +218,27 @@ def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.R
         end = r.end
         if r.isolation_level == READ_COMMITTED:
             end = min(end, log.last_stable_offset)
-        if start >= end:
-            return
-        chunks = log.read_chunks(start, end, chunk_bytes)
-        if r.isolation_level == READ_COMMITTED:
-            chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
-        for chunk in chunks:
-            records = decode_batches(
-                chunk, start_offset=start, end_offset=end, include_headers=r.include_headers
-            )
-            if records.num_rows:
-                yield to_source_batch(records, r.topic, r.partition, schema)
+        while start < end:
+            try:
+                chunks = log.read_chunks(start, end, chunk_bytes)
+                if r.isolation_level == READ_COMMITTED:
+                    chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
+                for chunk in chunks:
+                    records = decode_batches(
+                        chunk, start_offset=start, end_offset=end,
+                        include_headers=r.include_headers,
+                    )
+                    if records.num_rows:
+                        yield to_source_batch(records, r.topic, r.partition, schema)
+                return
+            except MissingDataError as e:
+                # Corruption (CorruptRecordError) is never skipped: only data that is gone.
+                report_data_loss(
+                    r.fail_on_data_loss,
+                    f"topic {r.topic!r} partition {r.partition}: offsets [{e.start}, "
+                    f"{min(e.end, end)}) cannot be read: {e}",
+                )
+                start = max(e.end, start + 1)
     finally:
         mgr.close()
 

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from seglog.logstore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
+from seglog.logstore.errors import (
+    ConfigError,
+    DataLossError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 
 from .source_options import (
     EARLIEST,
@@ -252,7 +257,11 @@ def _fmt(tps: Iterable[TopicPartition]) -> str:
 
 
 def initial_offsets(options: SourceOptions, snap: LogSnapshot) -> dict[TopicPartition, int]:
-    """Where a new streaming query (or a batch read) starts, per subscribed partition."""
+    """Where a new streaming query (or a batch read) starts, per subscribed partition.
+
+    Raises UnknownTopicOrPartitionError when ``assign`` names a partition that does not
+    exist (Spark's Kafka connector fails too; reading nothing would hide a typo)."""
+    check_assigned_partitions(options, snap)
     return resolve_offsets(
         options.starting,
         snap.subscribed(options),
@@ -263,11 +272,37 @@ def initial_offsets(options: SourceOptions, snap: LogSnapshot) -> dict[TopicPart
 
 
 def ending_offsets(options: SourceOptions, snap: LogSnapshot) -> dict[TopicPartition, int]:
-    """Where a batch read ends, per subscribed partition (timestamps without match → latest)."""
-    return resolve_offsets(
+    """Where a batch read ends, per subscribed partition (timestamps without match → latest).
+
+    Raises OffsetOutOfRangeError for an offset given in ``endingOffsets`` above the
+    partition's latest offset (its high watermark): those offsets name nothing yet, and
+    Spark's Kafka connector refuses them too rather than return less than asked for."""
+    out = resolve_offsets(
         options.ending, snap.subscribed(options), snap, option="endingOffsets",
         timestamp_strategy="latest",
     )
+    if isinstance(options.ending, SpecificOffsets):
+        beyond = [tp for tp in sorted(out) if out[tp] > snap.latest(tp)]
+        if beyond:
+            raise OffsetOutOfRangeError(
+                "option 'endingOffsets' asks for offsets past the end of "
+                + ", ".join(f"{t}-{p} ({out[(t, p)]} > latest offset {snap.latest((t, p))})"
+                            for t, p in beyond)
+                + "; use -1 for the latest offset"
+            )
+    return out
+
+
+def check_assigned_partitions(options: SourceOptions, snap: LogSnapshot) -> None:
+    """Refuse ``assign`` of partitions that do not exist, naming them."""
+    if options.subscription.kind != "assign":
+        return
+    missing = [tp for tp in options.subscription.select(snap.partitions) if not snap.exists(tp)]
+    if missing:
+        raise UnknownTopicOrPartitionError(
+            f"option 'assign' names {_fmt(missing)}, which do not exist in "
+            f"{', '.join(options.log_dirs)}"
+        )
 
 
 def _start_option(options: SourceOptions) -> str:
@@ -322,6 +357,30 @@ def reconcile_start(
             f"topic {tp[0]!r} partition {tp[1]} disappeared (last offset read: "
             f"{start[tp]}); some data may have been lost",
         )
+    return out
+
+
+def skip_removed(
+    start: Mapping[TopicPartition, int],
+    end: Mapping[TopicPartition, int],
+    snap: LogSnapshot,
+    fail_on_data_loss: bool,
+) -> dict[TopicPartition, int]:
+    """Planned start offsets, moved up to the log start offsets of ``snap`` where
+    retention removed offsets since they were chosen; each move is data loss, reported
+    here (on the driver) naming the topic-partition and the offsets skipped."""
+    out = dict(start)
+    for tp in sorted(start):
+        lso = snap.log_start_offsets.get(tp)
+        if lso is None or start[tp] >= lso or tp not in end:
+            continue
+        until = min(lso, end[tp])
+        report_data_loss(
+            fail_on_data_loss,
+            f"topic {tp[0]!r} partition {tp[1]}: offsets [{start[tp]}, {until}) were removed "
+            f"before they were read (the log start offset is now {lso}); they are skipped",
+        )
+        out[tp] = until
     return out
 
 

@@ -7,7 +7,12 @@ import logging
 
 import pytest
 
-from seglog.logstore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
+from seglog.logstore.errors import (
+    ConfigError,
+    DataLossError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.streaming.source_offsets import (
     TRIGGER_KEY,
     LogSnapshot,
@@ -17,6 +22,7 @@ from seglog.streaming.source_offsets import (
     offsets_from_json,
     offsets_to_json,
     reconcile_start,
+    skip_removed,
 )
 from seglog.streaming.source_options import SourceOptions
 
@@ -108,3 +114,33 @@ def test_data_loss_without_fail_warns_and_continues(caplog):
     assert out == {("t", 0): 50, ("t", 1): 30, ("t", 2): 30}
     text = caplog.text
     assert "[20, 50)" in text and "partition 9 disappeared" in text
+
+
+def test_ending_offsets_past_the_high_watermark_are_refused():
+    o = opts(streaming=False, endingOffsets='{"t": {"0": 100, "1": 101, "2": -1}}')
+    with pytest.raises(OffsetOutOfRangeError,
+                       match=r"'endingOffsets'.*t-1 \(101 > latest offset 100\)"):
+        ending_offsets(o, snap())
+    fine = opts(streaming=False, endingOffsets='{"t": {"0": 100, "1": 50, "2": -1}}')
+    assert ending_offsets(fine, snap()) == {("t", 0): 100, ("t", 1): 50, ("t", 2): 100}
+
+
+def test_assign_of_a_partition_that_does_not_exist_is_refused():
+    for streaming in (True, False):
+        o = SourceOptions.parse({"path": "/x", "assign": '{"t": [0, 7], "v": [0]}'},
+                                streaming=streaming)
+        with pytest.raises(UnknownTopicOrPartitionError, match=r"'assign'.*\[t-7, v-0\]"):
+            initial_offsets(o, snap())
+    o = SourceOptions.parse({"path": "/x", "assign": '{"t": [0, 2]}'}, streaming=True)
+    assert set(initial_offsets(o, snap())) == {("t", 0), ("t", 2)}
+
+
+def test_skip_removed_warns_with_the_range_or_raises(caplog):
+    s = snap(lso={("t", 0): 40, ("t", 1): 10, ("t", 2): 10, ("u", 0): 10})
+    start = {("t", 0): 25, ("t", 1): 30}
+    end = {("t", 0): 60, ("t", 1): 60}
+    with caplog.at_level(logging.WARNING):
+        assert skip_removed(start, end, s, False) == {("t", 0): 40, ("t", 1): 30}
+    assert "topic 't' partition 0: offsets [25, 40) were removed" in caplog.text
+    with pytest.raises(DataLossError, match=r"partition 0: offsets \[25, 40\)"):
+        skip_removed(start, end, s, True)
