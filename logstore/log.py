@@ -54,11 +54,9 @@ from .errors import (
     OffsetOutOfRangeError,
     ReadOnlyError,
     RecordTooLargeError,
-    SeglogError,
 )
 from .file_names import (
     CLEANED_SUFFIX,
-    CLEANER_OFFSET_CHECKPOINT,
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     delete_dir_name,
@@ -66,7 +64,7 @@ from .file_names import (
 )
 from .log_segment import LogSegment
 from .log_segments import LogSegments
-from .offset_continuity import ContinuityCheck
+from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .transactions import (
     READ_COMMITTED,
@@ -194,6 +192,10 @@ class Log:
         leo = loaded.log_end_offset
         if high_watermark is None:
             hw = leo
+        elif read_only:
+            # Not clamped to the files' end: the published high watermark says what
+            # must be readable, and a read finding less reports it (MissingDataError).
+            hw = max(high_watermark, loaded.log_start_offset)
         else:
             hw = max(min(high_watermark, leo), loaded.log_start_offset)
         return cls(dir_, config, clock=clock, segments=loaded.segments,
@@ -570,28 +572,12 @@ class Log:
 
     @property
     def offsets_contiguous(self) -> bool:
-        """True when every offset has a batch (``offset_continuity`` rule 3): the topic
-        is not compacted and no cleaner pass is recorded for this partition in the log
-        dir's ``cleaner-offset-checkpoint`` (a topic compacted before its policy changed,
-        or a Kafka log dir, whose topic configs live in the cluster metadata)."""
+        """True when every offset has a batch (``offset_continuity`` rule 3)."""
         known = self._contiguous
         if known is None:
-            known = not self.config.compact and not self._ever_cleaned()
+            known = offsets_contiguous(self.dir, compact=self.config.compact)
             self._contiguous = known
         return known
-
-    def _ever_cleaned(self) -> bool:
-        from .checkpoint_file import OffsetCheckpointFile
-
-        path = self.dir.parent / CLEANER_OFFSET_CHECKPOINT
-        try:
-            cleaned = OffsetCheckpointFile(path).read()
-        except SeglogError as e:
-            # Unreadable: assume compaction happened. Only the gap checks are weaker;
-            # nothing is read or skipped on the strength of this guess.
-            logger.warning("%s; reading %s as a possibly compacted log", e, self._tp())
-            return True
-        return (self.topic, self.partition) in cleaned
 
     def _continuity(self, start_offset: int) -> ContinuityCheck:
         return ContinuityCheck(self._tp(), contiguous=self.offsets_contiguous,
@@ -786,10 +772,10 @@ class Log:
             if check.expected >= end_offset:
                 return True
             if i == first_i:
-                first = seg.translate_offset(check.expected)
+                first, position = seg.find_batch(check.expected)
                 if first is None:
+                    check.segment_end(position, seg.size)
                     continue
-                position = first.position
             else:
                 position = 0
             while True:
@@ -823,7 +809,7 @@ class Log:
                 big = seg.pread(position, head.size) if head is not None and head.size > n \
                     else b""
                 if head is None or len(big) < head.size:
-                    check.segment_end(position, seg.size, last_segment=last_segment)
+                    check.segment_end(position, seg.size)
                     break
                 check.batch(head, position)
                 if head.base_offset >= end_offset:

@@ -9,16 +9,19 @@ unfinished partition directories). A partition with records that
 ``replication-offset-checkpoint`` does not list is a note (``Problem.note``): it has
 published nothing, which is what every reader then sees. Per partition: the topic config
 file exists, parses, and agrees with the topic's other partitions. With ``deep=True``
-every segment is read: batch sizes, CRCs, increasing offsets, and both indexes by Kafka's
-lookup rule (``index_check``: no entry may send a lookup past what it looks for).
+every segment is read: batch sizes, CRCs, the offset rules readers apply
+(``offset_continuity``; kind ``bad-batch`` for wrong bytes, ``missing-data`` for a deleted
+or short segment, up to the high watermark), and both indexes by Kafka's lookup rule
+(``index_check``: no entry may send a lookup past what it looks for).
 
 ``fix=True`` (writer only) rewrites checkpoints from the logs' own state, removes
 leftovers, rewrites missing or disagreeing topic configs from the lowest partition, and
-for a deep problem truncates the log before the first bad batch (what crash recovery
-would do; the data after it is lost). A damaged high-watermark or log-start-offset
-checkpoint keeps a LogManager from opening at all: ``check_log_dirs(dirs, fix=True)``
-(``seglog check --fix``) opens a writer with ``repair=True``, which rebuilds them from the
-recovered logs (see ``log_manager``), then runs this check with ``fix``.
+for a bad batch truncates the log before it (what crash recovery would do; the data
+after it is lost); missing data has nothing to cut and stays reported. A damaged
+high-watermark or log-start-offset checkpoint keeps a LogManager from opening at all:
+``check_log_dirs(dirs, fix=True)`` (``seglog check --fix``) opens a writer with
+``repair=True``, which rebuilds them from the recovered logs (see ``log_manager``), then
+runs this check with ``fix``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from .errors import (
     CorruptCheckpointError,
     CorruptRecordError,
     KafkaStorageError,
+    MissingDataError,
     SeglogError,
 )
 from .file_names import (
@@ -46,7 +50,7 @@ from .file_names import (
     INDEX_SUFFIX,
     MAINTENANCE_CHECKPOINT,
     TIME_INDEX_SUFFIX,
-    parse_segment_file_name,
+    log_file,
 )
 from .index_check import (
     SegmentBatches,
@@ -55,8 +59,10 @@ from .index_check import (
     read_time_index,
     time_index_violations,
 )
+from .log_loader import list_segment_bases
 from .log_manager import LogManager
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
+from .offset_continuity import ContinuityCheck
 from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
@@ -263,21 +269,43 @@ def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem
 
 
 def _check_partition_data(mgr: LogManager, topic: str, n: int, fix: bool) -> list[Problem]:
+    """Every batch of the partition against ``offset_continuity``'s rules (as readers
+    apply them, up to the high watermark) and its CRC, then the segment's indexes."""
     p = mgr._partition(topic, n)
-    out = []
-    expected_next = None
-    bad_offset = None
-    for path in sorted(p.dir.iterdir()):
-        parsed = parse_segment_file_name(path.name)
-        if parsed is None or parsed[1:] != (".log", ""):
-            continue
-        found, expected_next = _scan_segment(path, parsed[0], expected_next)
-        for kind, msg, offset in found:
-            out.append(Problem(kind, path, msg, fix and offset is not None))
-            if offset is not None and bad_offset is None:
-                bad_offset = offset
-    if fix and bad_offset is not None:
+    try:
         log = mgr._load(p)
+        contiguous = log.offsets_contiguous
+    except SeglogError as e:
+        return [Problem("unloadable", p.dir, f"cannot load {p.dir}: {e}", False)]
+    hw = mgr.high_watermarks().get((topic, n), 0)
+    bases = list_segment_bases(p.dir)
+    out: list[Problem] = []
+    check = ContinuityCheck(f"{topic}-{n}", contiguous=contiguous,
+                            expected=bases[0] if bases else 0)
+    bad_offset = None
+    for i, base in enumerate(bases):
+        path = log_file(p.dir, base)
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        try:
+            check.enter(path, base, next_base)
+        except MissingDataError as e:
+            out.append(Problem("missing-data", path, str(e), False))
+            check.expected = e.end  # nothing to cut: check on from there
+            check.enter(path, base, next_base)
+        found, bad_offset = _scan_segment(path, base, check)
+        out += [Problem(kind, where, msg, fix and bad_offset is not None)
+                for kind, where, msg in found]
+        if bad_offset is not None:
+            break
+    else:
+        try:
+            check.finish(hw, hw)
+        except MissingDataError as e:
+            out.append(Problem("missing-data", p.dir, str(e), False))
+        except CorruptRecordError as e:
+            out.append(Problem("bad-batch", p.dir, str(e), fix))
+            bad_offset = check.expected
+    if fix and bad_offset is not None:
         with p.lock:
             log.truncate_to(bad_offset)
         logger.warning("check: truncated %s to offset %d", p.dir, bad_offset)
@@ -285,40 +313,30 @@ def _check_partition_data(mgr: LogManager, topic: str, n: int, fix: bool) -> lis
     return out
 
 
-def _scan_segment(path: Path, base: int, expected_next: int | None
-                  ) -> tuple[list[tuple[str, str, int | None]], int | None]:
-    """Problems of one segment as (kind, message, first untrustworthy offset or None),
-    and the offset the next segment should start at."""
+def _scan_segment(path: Path, base: int, check: ContinuityCheck
+                  ) -> tuple[list[tuple[str, Path, str]], int | None]:
+    """Problems of one segment as (kind, file, message), and the first untrustworthy
+    offset (None when the batches are good: the log needs no cut)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if not size:
-            return [], expected_next
+            return [], None
         buf = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-    found: list[tuple[str, str, int | None]] = []
     headers = []
     end = 0
-    prev_last = (expected_next - 1) if expected_next is not None else base - 1
     try:
         for h in iter_batch_headers(buf):
-            if h.base_offset <= prev_last:
-                found.append(("bad-batch", f"{path}: batch at position {h.position} has "
-                              f"base offset {h.base_offset}, not above {prev_last}",
-                              prev_last + 1))
-                break
             verify_crc(buf, h)
+            check.batch(h)  # moves check.expected past h: only once h is known good
             headers.append(h)
-            prev_last, end = h.last_offset, h.end_position
-        else:
-            if end != size:
-                found.append(("bad-batch", f"{path}: {size - end} bytes after the last whole "
-                              f"batch (position {end})", prev_last + 1))
+            end = h.end_position
+        check.segment_end(end, size)
     except CorruptRecordError as e:
-        found.append(("bad-batch", f"{path}: {e}", prev_last + 1))
+        return [("bad-batch", path, f"{path}: {e}")], check.expected
     finally:
         buf.close()
-    if not found:
-        found += _index_problems(path, base, SegmentBatches.from_headers(headers))
-    return found, prev_last + 1
+    index_problems = _index_problems(path, base, SegmentBatches.from_headers(headers))
+    return [(kind, path, msg) for kind, msg, _ in index_problems], None
 
 
 def _index_problems(path: Path, base: int, batches: SegmentBatches

@@ -501,10 +501,18 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
         """The first batch whose last offset is >= ``offset`` (index lookup, then a
         forward scan), or None when there is none in this segment."""
-        for h in self.iter_batches(max(self.index_position(offset), starting_position)):
+        return self.find_batch(offset, starting_position)[0]
+
+    def find_batch(self, offset: int, starting_position: int = 0
+                   ) -> tuple[BatchHeader | None, int]:
+        """``translate_offset``, and when it finds nothing, the position where the whole
+        batches end (a partial batch may follow)."""
+        position = max(self.index_position(offset), starting_position)
+        for h in self.iter_batches(position):
             if h.last_offset >= offset:
-                return h
-        return None
+                return h, h.position
+            position = h.end_position
+        return None, position
 
     def read(self, start_offset: int, max_size: int, *, max_offset: int | None = None,
              min_one_batch: bool = True, from_start: bool = False,
@@ -514,11 +522,10 @@ class LogSegment:
         ``min_one_batch``), only batches whose last offset is below ``max_offset``. None
         when there is nothing to read. ``check`` sees every batch read, and the one that
         stopped the read."""
-        if from_start:
-            first = next(self.iter_batches(0), None)
-        else:
-            first = self.translate_offset(start_offset)
+        first, end = self.find_batch(-1 if from_start else start_offset)
         if first is None:
+            if check is not None:
+                check.segment_end(end, self.size)
             return None
         if check is not None:
             check.batch(first)
@@ -532,15 +539,15 @@ class LogSegment:
         for h in iter_batch_headers(buf):
             if count and check is not None:
                 check.batch(h, first.position)
-            if max_offset is not None and h.last_offset >= max_offset:
-                break
-            if count and h.end_position > max_size:
-                break
-            if h.end_position > want:
+            if (max_offset is not None and h.last_offset >= max_offset) \
+                    or (count and h.end_position > max_size) or h.end_position > want:
                 break
             end = h.end_position
             next_offset = h.next_offset
             count += 1
+        else:
+            if check is not None and len(buf) < want:  # whole batches ran out before EOF
+                check.segment_end(first.position + end, self.size)
         if count == 0:
             return None
         return SegmentSlice(buf[:end] if end < len(buf) else buf, first.position,

@@ -36,12 +36,41 @@ Thread-safety: none; one check belongs to one walk.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from .batch_header import BatchHeader
-from .errors import CorruptRecordError, MissingDataError
+from .errors import CorruptRecordError, MissingDataError, SeglogError
+from .file_names import CLEANER_OFFSET_CHECKPOINT, parse_partition_dir_name
+
+logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+
+
+def offsets_contiguous(partition_dir: Path, *, compact: bool | None = None) -> bool:
+    """Whether rule 3 applies to the partition in ``partition_dir``: its topic is not
+    compacted (``compact``; None reads the topic config file there) and the log dir's
+    ``cleaner-offset-checkpoint`` has no entry for it (no cleaner pass ever ran: a topic
+    compacted before its policy changed, or a Kafka log dir, whose topic configs live in
+    the cluster's metadata, still has the cleaner's gaps). An unreadable file counts as
+    "maybe compacted": only the gap checks get weaker; nothing is skipped on it."""
+    from .checkpoint_file import OffsetCheckpointFile
+    from .config import LogConfig
+    from .topics import read_topic_config
+
+    partition_dir = Path(partition_dir)
+    tp = parse_partition_dir_name(partition_dir.name)
+    try:
+        if compact is None:
+            compact = LogConfig.from_properties(read_topic_config(partition_dir) or {}).compact
+        if compact or tp is None:
+            return False
+        return tp not in OffsetCheckpointFile(
+            partition_dir.parent / CLEANER_OFFSET_CHECKPOINT).read()
+    except SeglogError as e:
+        logger.warning("%s; checking %s as a possibly compacted log", e, partition_dir)
+        return False
 
 
 class ContinuityCheck:
@@ -121,18 +150,24 @@ class ContinuityCheck:
         self._first = False
         self.expected = last + 1
 
-    def segment_end(self, position: int, size: int, *, last_segment: bool) -> None:
-        """The walk found no whole batch at ``position`` of a ``size``-byte segment file.
-        A partial batch there is corruption unless it ends the last segment (an append in
-        progress: judged by ``finish``)."""
+    def segment_end(self, position: int, size: int) -> None:
+        """The walk found no whole batch at ``position`` of the current segment's
+        ``size``-byte file. A partial batch there is corruption unless it ends the last
+        segment (an append in progress: judged by ``finish``)."""
         if position >= size:
             return
-        if not last_segment:
+        if self._next_base is not None:
             raise CorruptRecordError(
                 f"{self.tp}: {self._path} holds {size - position} bytes after its last "
                 f"whole batch (position {position}, offset {self.expected}): a partial "
                 f"batch in a segment that is no longer written")
         self._tail = (position, size - position)
+
+    def resync(self, h: BatchHeader) -> None:
+        """Go on after ``h`` once a problem with it was reported (a checker that lists
+        every problem rather than stopping at the first)."""
+        self._first = False
+        self.expected = h.last_offset + 1
 
     def finish(self, end: int, high_watermark: int) -> None:
         """The walk ran out of segments; the range asked for ends at ``end`` (at most

@@ -9,9 +9,10 @@ Subcommands (``seglog <command> --help`` for each):
   labelled, without failing), producer ``.snapshot`` and ``.txnindex`` files; any other
   file is ignored, as Kafka's tool does.
 * ``check [--fix] DIR...`` — check partition directories (or log dirs holding them)
-  without changing anything: every batch's CRC and size, offsets increasing across
-  segments, each segment's first batch at or above its base offset, both indexes against
-  the log by the lookup rule, and each ``.txnindex`` (layout, order, and every entry
+  without changing anything: every batch's CRC and size, offsets by the rules readers
+  apply (``offset_continuity``: increasing, inside their segment, contiguous unless
+  compacted, reaching the high watermark), both indexes against the log by the lookup
+  rule, and each ``.txnindex`` (layout, order, and every entry
   naming an abort marker of its producer in the segment). In a log dir (one holding
   seglog or Kafka state files) also every checkpoint and state file
   (``logstore.log_check``) and the state of the exactly-once sink in ``.seglog-sink/``
@@ -38,7 +39,8 @@ from typing import TextIO
 import numpy as np
 
 from seglog.logstore.batch_header import BatchHeader, compute_crc, read_batch_header
-from seglog.logstore.errors import CorruptRecordError, SeglogError
+from seglog.logstore.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.errors import CorruptRecordError, MissingDataError, SeglogError
 from seglog.logstore.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -52,6 +54,7 @@ from seglog.logstore.file_names import (
     TXN_INDEX_SUFFIX,
     index_file,
     log_file,
+    parse_partition_dir_name,
     parse_segment_file_name,
     time_index_file,
 )
@@ -64,6 +67,7 @@ from seglog.logstore.index_check import (
     read_time_index,
     time_index_violations,
 )
+from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
 
 from .cli_commands import register as _register_operations
 from .cli_output import Progress
@@ -332,14 +336,25 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
 
 def check_partition_dir(dir_: Path, out: TextIO) -> int:
     """Check one partition directory (read-only); returns the number of problems.
-    Notes (a missing index Kafka's loader rebuilds) are printed but are no problem."""
+    Notes (a missing index Kafka's loader rebuilds) are printed but are no problem.
+    Offsets follow ``offset_continuity``'s rules, as readers apply them, up to the high
+    watermark of the log dir's ``replication-offset-checkpoint`` when there is one."""
     bases = sorted(p[0] for p in (parse_segment_file_name(n) for n in os.listdir(dir_))
                    if p is not None and p[1] == LOG_SUFFIX and not p[2])
     problems = notes = 0
-    next_offset = -1
     batches = 0
-    for base in bases:
+    check = ContinuityCheck(dir_.name, contiguous=offsets_contiguous(dir_),
+                            expected=bases[0] if bases else 0)
+    for i, base in enumerate(bases):
         path = log_file(dir_, base)
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        try:
+            check.enter(path, base, next_base)
+        except MissingDataError as e:
+            out.write(f"{e}\n")
+            problems += 1
+            check.expected = e.end
+            check.enter(path, base, next_base)
         buf = _map(path)
         headers = []
         markers: set[tuple[int, int]] = set()  # (offset, producer id) of control batches
@@ -356,11 +371,12 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
                     out.write(f"{path}: batch at position {h.position} (offsets "
                               f"{h.base_offset}..{h.last_offset}) has a bad CRC\n")
                     problems += 1
-                if h.base_offset < max(next_offset, base):
-                    out.write(f"{path}: batch at position {h.position} starts at offset "
-                              f"{h.base_offset}, below {max(next_offset, base)}\n")
+                try:
+                    check.batch(h)
+                except CorruptRecordError as e:
+                    out.write(f"{e}\n")
                     problems += 1
-                next_offset = h.next_offset
+                    check.resync(h)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
@@ -378,12 +394,32 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
             found = rule(idx, base, seg)
             problems += len(found)
             out.writelines(ln + "\n" for ln in found)
+    hw = _high_watermark(dir_)
+    if hw is not None and bases:
+        try:
+            check.finish(hw, hw)
+        except SeglogError as e:
+            out.write(f"{e}\n")
+            problems += 1
     status = "OK" if not problems else f"{problems} problem(s)"
     if notes:
         status += f" ({notes} note(s))"
     out.write(f"{dir_}: {len(bases)} segment(s), {batches} batch(es), log end offset "
-              f"{max(next_offset, bases[-1] if bases else 0)}: {status}\n")
+              f"{max(check.expected, bases[-1] if bases else 0)}: {status}\n")
     return problems
+
+
+def _high_watermark(dir_: Path) -> int | None:
+    """The partition's entry in its log dir's high-watermark checkpoint, if readable (a
+    damaged one is reported by the log dir's own check)."""
+    parsed = parse_partition_dir_name(dir_.name)
+    path = dir_.parent / HIGH_WATERMARK_CHECKPOINT
+    if parsed is None or not path.exists():
+        return None
+    try:
+        return OffsetCheckpointFile(path).read().get(parsed)
+    except SeglogError:
+        return None
 
 
 _STATE_FILES = (HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
