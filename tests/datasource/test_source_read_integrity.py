@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,9 +132,10 @@ def test_batch_read_with_a_garbled_active_index_reads_every_row(spark, tmp_path)
     data[4:8], data[12:16] = data[12:16], data[20:24]  # entries point at later batches
     idx.write_bytes(bytes(data))
     expect_rows(batch_read(spark, d))
-    last = int(segments(d)[-1].stem)
-    rows = batch_read(spark, d, startingOffsets=f'{{"{TOPIC}": {{"0": {last + 3}}}}}')
-    assert [o for o, _ in rows] == list(range(last + 3, ROWS))
+    # Starting just past the first entry's offset: a lookup trusting it would skip rows.
+    after_entry = int(segments(d)[-1].stem) + struct.unpack_from(">i", data, 0)[0] + 1
+    rows = batch_read(spark, d, startingOffsets=f'{{"{TOPIC}": {{"0": {after_entry}}}}}')
+    assert [o for o, _ in rows] == list(range(after_entry, ROWS))
 
 
 @pytest.mark.spark
