@@ -121,6 +121,16 @@ def offset_lookup_positions(offset_entries: IndexEntries | None,
     return np.where(slot >= 0, offset_entries.values[np.maximum(slot, 0)], 0)
 
 
+def entry_usable_for_lookup(entry_offset: int, batch: BatchHeader | None) -> bool:
+    """The offset-entry rule as one lookup can check it without reading the batches
+    before the entry's position: ``batch`` (the header parsed at the position, None when
+    nothing parses there) starts at or below the entry's offset. Offsets increase, so
+    every batch before it then ends below the entry's offset. Every entry a broker or
+    seglog writes passes (its offset is the last offset of the batch or append starting
+    there); a reader falls back to a scan from the segment start for one that does not."""
+    return batch is not None and batch.base_offset <= entry_offset
+
+
 def _first_at_or_above(values: np.ndarray, upto: np.ndarray, limits: np.ndarray) -> int:
     """Index of the first of ``values[:upto]`` that is >= ``limits`` (for a report)."""
     return int(np.argmax(values[:upto] >= limits))

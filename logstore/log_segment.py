@@ -46,6 +46,7 @@ from .batch_header import (
 )
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
 from .file_names import index_file, log_file, time_index_file, txn_index_file
+from .index_check import entry_usable_for_lookup
 from .offset_continuity import ContinuityCheck
 from .offset_index import OffsetIndex
 from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
@@ -475,9 +476,9 @@ class LogSegment:
 
     def index_position(self, offset: int) -> int:
         """Where a scan for ``offset`` may start: the position of the offset index's
-        largest entry <= ``offset``, if the batch there ends at the entry's offset
-        (Kafka's ``kafka-dump-log`` rule), else 0. A garbled index (a reader's view of an
-        active index is never recovered) then costs a longer scan, never skipped rows."""
+        largest entry <= ``offset`` when ``index_check.entry_usable_for_lookup`` accepts
+        it, else 0. A garbled index (a reader's view of an active index is never
+        recovered) then costs a longer scan, never skipped rows."""
         entry = self.offset_index.lookup(offset)
         if entry.position == 0:
             return 0  # no entry (a segment's first batch never gets one)
@@ -486,11 +487,11 @@ class LogSegment:
             h = read_batch_header(buf, 0, len(buf) if len(buf) < V2_HEADER_SIZE else 1 << 62)
         except CorruptRecordError:
             h = None
-        if h is not None and h.last_offset == entry.offset:
+        if entry_usable_for_lookup(entry.offset, h):
             return entry.position
         if not self._index_warned:
             self._index_warned = True
-            found = "no batch" if h is None else f"a batch ending at offset {h.last_offset}"
+            found = "no batch" if h is None else f"a batch starting at offset {h.base_offset}"
             logger.warning("offset index %s is corrupt: its entry for offset %d points at "
                            "position %d of %s, where there is %s; scanning the segment from "
                            "its start instead (recovery or `seglog check --fix` rebuilds "
