@@ -162,6 +162,8 @@ class LogManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
+        # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
+        self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
         self._closed = False
         self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
         self.scheduler = Scheduler(clock)
@@ -652,12 +654,24 @@ class LogManager:
         hws = [hw for _, hw in listed]
         ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
         out = []
+        beyond: dict[TopicPartition, tuple[Path, int, int]] = {}
         for (p, hw), end in zip(listed, ends, strict=True):
             if end is not None and hw > end:
-                warn_beyond_log_end(p.log_dir.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw, end)
+                checkpoint = p.log_dir.path / HIGH_WATERMARK_CHECKPOINT
+                warn_beyond_log_end(checkpoint, p.tp, hw, end)
+                beyond[p.tp] = (checkpoint, hw, end)
                 hw = end
             out.append(hw)
+        self._beyond_log_end = beyond
         return out
+
+    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Path, int, int]]:
+        """The partitions the last ``high_watermarks()`` clamped: ``(checkpoint file,
+        published high watermark, log end offset)``. Published records are missing there
+        (a truncated segment) or the checkpoint value is damaged; the two look the same, so
+        a caller that must not lose data silently (a source with failOnDataLoss) reports
+        it rather than reading short."""
+        return dict(self._beyond_log_end)
 
     def _stored_start_offset(self, p: Partition) -> int:
         first = first_segment_base(p.dir)

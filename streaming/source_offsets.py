@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from seglog.logstore.errors import (
@@ -150,6 +151,8 @@ def snapshot_log_dirs(
     try:
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
+        if options is not None:
+            _report_beyond_log_end(mgr.high_watermarks_beyond_log_end(), options)
         if options is not None and options.isolation_level == "read_committed":
             for t, p in options.subscription.select(parts):
                 if p in parts.get(t, ()):
@@ -173,6 +176,22 @@ def snapshot_log_dirs(
         return offset_for_timestamp(dirs, tp, ts_ms)
 
     return LogSnapshot(parts, lsos, hws, lookup)
+
+
+def _report_beyond_log_end(beyond: dict[TopicPartition, tuple[Path, int, int]],
+                           options: SourceOptions) -> None:
+    """A published high watermark above the log end: the records between are gone (a
+    truncated segment) unless the checkpoint value is damaged, and the two look the same
+    here, so it is reported as data loss and never read short in silence."""
+    subscribed = set(options.subscription.select(
+        {t: tuple(p for tt, p in beyond if tt == t) for t, _ in beyond}))
+    for tp, (checkpoint, hw, end) in sorted(beyond.items()):
+        if tp in subscribed:
+            report_data_loss(
+                options.fail_on_data_loss,
+                f"topic {tp[0]!r} partition {tp[1]}: offsets [{end}, {hw}) are published in "
+                f"{checkpoint} but the log ends at {end} (a truncated segment, or a damaged "
+                f"checkpoint value: `seglog check {checkpoint.parent}` tells which)")
 
 
 def offset_for_timestamp(log_dirs: Iterable[str], tp: TopicPartition, ts_ms: int) -> int | None:

@@ -114,10 +114,9 @@ def test_batch_read_of_a_corrupt_log_fails_naming_the_file(spark, pristine, tmp_
 @pytest.mark.spark
 @pytest.mark.parametrize("fault", [
     "deleted-segment",
-    pytest.param("truncated-active", marks=pytest.mark.xfail(strict=True, reason=(
-        "planning clamps a high watermark above the log end to the log end with a warning "
-        "(docs/checkpoints.md: a damaged checkpoint digit looks the same), so the read "
-        "stops short instead of reporting data loss; open: tell the two apart"))),
+    # A high watermark above the log end is reported as data loss at planning (a damaged
+    # checkpoint digit looks the same: docs/checkpoints.md), never read short in silence.
+    "truncated-active",
 ])
 def test_batch_read_of_missing_data_follows_fail_on_data_loss(spark, pristine, tmp_path, fault):
     d, gap = damaged(pristine, tmp_path, fault)

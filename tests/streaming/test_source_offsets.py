@@ -144,3 +144,37 @@ def test_skip_removed_warns_with_the_range_or_raises(caplog):
     assert "topic 't' partition 0: offsets [25, 40) were removed" in caplog.text
     with pytest.raises(DataLossError, match=r"partition 0: offsets \[25, 40\)"):
         skip_removed(start, end, s, True)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_high_watermark_above_the_log_end_is_data_loss_not_a_short_read(
+        tmp_path, caplog, fail_on_data_loss):
+    import pyarrow as pa
+
+    from seglog.logstore.errors import DataLossError
+    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.record_codec import encode_batches
+    from seglog.streaming.source_offsets import snapshot_log_dirs
+
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 2)
+        for p in (0, 1):
+            mgr.append("t", p, encode_batches(pa.array([b"x"] * 30)))
+    hw_file = tmp_path / "replication-offset-checkpoint"
+    hw_file.write_text(hw_file.read_text().replace("t 0 30", "t 0 90"))  # one digit
+    opts = SourceOptions.parse({"path": str(tmp_path), "subscribe": "t",
+                                "failOnDataLoss": str(fail_on_data_loss).lower()},
+                               streaming=True)
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=r"partition 0: offsets \[30, 90\) are "
+                                                 r"published in .*replication-offset-check"):
+            snapshot_log_dirs([str(tmp_path)], options=opts)
+    else:
+        with caplog.at_level(logging.WARNING):
+            snap_ = snapshot_log_dirs([str(tmp_path)], options=opts)
+        assert snap_.latest(("t", 0)) == 30 and snap_.latest(("t", 1)) == 30
+        assert "offsets [30, 90) are published" in caplog.text
+    # a query subscribed elsewhere is not stopped by it
+    other = SourceOptions.parse({"path": str(tmp_path), "assign": '{"t": [1]}'},
+                                streaming=True)
+    assert snapshot_log_dirs([str(tmp_path)], options=other).latest(("t", 1)) == 30
