@@ -93,7 +93,7 @@ def decode_with(memory_records_cls, buf: bytes) -> int:
 
 def _chunks(buf: bytes, chunk_bytes: int) -> list[memoryview]:
     """Whole batches, about ``chunk_bytes`` at a time (what Log.read_chunks yields)."""
-    from seglog.logstore.batch_header import iter_batch_headers
+    from seglog.logstore.record_format import iter_batch_headers
 
     view = memoryview(buf)
     out, start, end = [], 0, 0

@@ -63,26 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import segment_scan
-from .batch_header import (
-    COMPRESSION_MASK,
-    LOG_OVERHEAD,
-    V2_ATTRIBUTES_OFFSET,
-    V2_HEADER_SIZE,
-    BatchHeader,
-    crc32c,
-)
 from .checkpoint_file import OffsetCheckpointFile
 from .cleaner_batches import (
-    _INT32,
-    _UINT32,
-    B_ATTRS,
-    B_BASE,
-    B_COUNT,
-    B_CRC,
-    B_LAST,
-    B_POS,
-    B_SIZE,
     C_COPIED,
     C_DROPPED,
     C_NEXT_OFFSET,
@@ -110,9 +92,26 @@ from .compression import compress
 from .config import LONG_MAX, ManagerConfig
 from .errors import CorruptCheckpointError, CorruptRecordError, KafkaStorageError, SeglogError
 from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
-from .log_segment import INT32_MAX, LogSegment
+from .log_segment import LogSegment
 from .offset_map import OffsetMap, hash_keys, valid_mask
 from .record_codec import decode_batches
+from .record_format import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    H_ATTRIBUTES,
+    H_BASE_OFFSET,
+    H_LAST_OFFSET,
+    H_POSITION,
+    H_RECORDS_COUNT,
+    H_SIZE,
+    INT32_MAX,
+    V2_HEADER_SIZE,
+    WALK_INVALID,
+    WALK_LEGACY,
+    BatchHeader,
+    restamp_crc,
+    set_length,
+)
 from .segment_indexer import first_crc_mismatch
 
 logger = logging.getLogger(__name__)
@@ -219,8 +218,9 @@ def group_segments(segments: Sequence[_SegInfo], max_size: int,
 
 def _malformed(seg: LogSegment, table: np.ndarray, b: int) -> CorruptRecordError:
     return CorruptRecordError(
-        f"{seg.log_path}: the batch at offsets {table[b, B_BASE]}..{table[b, B_LAST]} has "
-        "a malformed record or a record count that does not match its bytes")
+        f"{seg.log_path}: the batch at offsets {table[b, H_BASE_OFFSET]}.."
+        f"{table[b, H_LAST_OFFSET]} has a malformed record or a record count that does "
+        "not match its bytes")
 
 
 def _check_rewritten_crcs(seg: LogSegment, chunk: memoryview, table: np.ndarray,
@@ -231,16 +231,13 @@ def _check_rewritten_crcs(seg: LogSegment, chunk: memoryview, table: np.ndarray,
     rewritten = np.flatnonzero(action == REWRITE)
     if not len(rewritten):
         return
-    rows = np.zeros((len(rewritten), 6), np.int64)
-    rows[:, 0] = table[rewritten, B_POS]
-    rows[:, 1] = table[rewritten, B_SIZE]
-    rows[:, 5] = table[rewritten, B_CRC]
+    rows = table[rewritten]
     bad = first_crc_mismatch(np.frombuffer(chunk, np.uint8), rows, len(rows))
     if bad < len(rows):
         b = int(rewritten[bad])
         raise CorruptRecordError(
-            f"{seg.log_path}: CRC mismatch in the batch at offsets {table[b, B_BASE]}.."
-            f"{table[b, B_LAST]}; nothing was swapped in")
+            f"{seg.log_path}: CRC mismatch in the batch at offsets {table[b, H_BASE_OFFSET]}.."
+            f"{table[b, H_LAST_OFFSET]}; nothing was swapped in")
 
 
 def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np.ndarray,
@@ -289,9 +286,9 @@ class _CleanedFile:
         if not self._legacy:
             u8 = np.frombuffer(data, np.uint8)
             end, status, reason = self._indexer.scan(u8, len(u8), self.size)
-            if status == segment_scan.LEGACY:
+            if status == WALK_LEGACY:
                 self._legacy = True
-            elif status == segment_scan.INVALID or end != len(u8):
+            elif status == WALK_INVALID or end != len(u8):
                 raise CorruptRecordError(
                     f"the cleaned segment {self.segment.log_path} failed its check at "
                     f"position {self.size + end}: {reason or 'a partial batch'}; nothing "
@@ -632,8 +629,8 @@ class LogCleaner:
         # length varints), and no batch yields more records than it declares (a negative
         # count yields none) or than its bytes hold (a record the kernel accepts takes at
         # least 6): the kernel stops at a batch whose count its bytes deny.
-        records = int(np.minimum(np.maximum(table[:, B_COUNT], 0),
-                                 (table[:, B_SIZE] - V2_HEADER_SIZE) // 6).sum())
+        records = int(np.minimum(np.maximum(table[:, H_RECORDS_COUNT], 0),
+                                 (table[:, H_SIZE] - V2_HEADER_SIZE) // 6).sum())
         out = bufs.out_buffer(len(chunk) + 16 * records + 16)
         action, out_pos, out_end = bufs.action[:nb], bufs.out_pos[:nb], bufs.out_end[:nb]
         c = bufs.counters
@@ -646,8 +643,7 @@ class LogCleaner:
         view = memoryview(out)
         if plain is None:
             for b in np.flatnonzero(action == REWRITE).tolist():
-                p, e = int(out_pos[b]), int(out_end[b])
-                _UINT32.pack_into(view, p + 17, crc32c(view[p + V2_ATTRIBUTES_OFFSET:e]))
+                restamp_crc(view, int(out_pos[b]), int(out_end[b]))
             result: bytes | memoryview = view[:size]
         else:
             result = self._recompressed(original, original_table, view, action, out_pos,
@@ -671,20 +667,20 @@ class LogCleaner:
         for b, a in enumerate(action.tolist()):
             if a == DROP:
                 continue
-            pos, size = int(table[b, B_POS]), int(table[b, B_SIZE])
+            pos, size = int(table[b, H_POSITION]), int(table[b, H_SIZE])
             if a == COPY:
                 pieces.append(original[pos:pos + size])
                 continue
             p, e = int(out_pos[b]), int(out_end[b])
-            codec = int(table[b, B_ATTRS]) & COMPRESSION_MASK
+            codec = int(table[b, H_ATTRIBUTES]) & COMPRESSION_MASK
             batch = bytearray(out[p:p + V2_HEADER_SIZE])
             records = out[p + V2_HEADER_SIZE:e]
             if codec:
                 records = compress(codec, records)
-                batch[V2_ATTRIBUTES_OFFSET + 1] |= codec
+                batch[ATTRIBUTES_OFFSET + 1] |= codec
             batch += records
-            _INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
-            _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+            set_length(batch, 0, len(batch))
+            restamp_crc(batch, 0, len(batch))
             pieces.append(batch)
         return b"".join(pieces)
 

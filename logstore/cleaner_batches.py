@@ -2,16 +2,16 @@
 the numba kernels that scan them (record offsets, key hashes, tombstones) and write the
 retained batches (copied, dropped, or rewritten with their kept records).
 
-A chunk of v2 batches takes one kernel call per pass after ``scan_batches`` (the batch
-table): ``map_batches`` puts its records' keys (128-bit hashes computed in place) into
-the offset map; ``filter_batches`` looks them up and copies, drops or rewrites each batch
-(kept records' bytes copied, timestamp deltas re-based when a delete horizon is stamped,
-the header patched; CRCs are left to the caller). Compressed batches are first
+A chunk of v2 batches takes one kernel call per pass after
+``record_format_kernels.header_table`` (the batch table): ``map_batches`` puts its
+records' keys (128-bit hashes computed in place) into the offset map;
+``filter_batches`` looks them up and copies, drops or rewrites each batch (kept
+records' bytes copied, timestamp deltas re-based when a delete horizon is stamped, the
+header patched; CRCs are left to the caller). Compressed batches are first
 decompressed into a reused "shadow" chunk (``decompressed``). Legacy magic 0/1 messages
 take a Python path (``cleaner.LogCleaner._filter_chunk`` with ``rebuilt_batch``).
 
-Columns of a batch table: position, size, base offset, last offset, attributes, base
-timestamp, max timestamp, records count, stored CRC (``B_*``).
+Columns of a batch table: ``record_format``'s ``H_*``.
 
 Thread-safety: the kernels are pure; ``ChunkBuffers`` belongs to one cleaner (one thread).
 """
@@ -25,29 +25,50 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .batch_header import (
-    COMPRESSION_MASK,
-    DELETE_HORIZON_MASK,
-    LOG_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
-    V2_ATTRIBUTES_OFFSET,
-    V2_HEADER_SIZE,
-    BatchHeader,
-    crc32c,
-    iter_batch_headers,
-    read_batch_header,
-)
-from .codec_kernels import _copy, _put_be, _read_varint, _varint_size, _write_varint
 from .compression import compress, decompress
 from .errors import CorruptRecordError
 from .log_segment import LogSegment
 from .offset_map import map_get, map_put, map_slot, murmur3_128, prefetch_row
+from .record_format import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    H_ATTRIBUTES,
+    H_BASE_OFFSET,
+    H_BASE_TIMESTAMP,
+    H_LAST_OFFSET,
+    H_MAX_TIMESTAMP,
+    H_POSITION,
+    H_RECORDS_COUNT,
+    H_SIZE,
+    HEADER_COLUMNS,
+    INT64_MAX,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    RECORDS_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    iter_batch_headers,
+    read_batch_header,
+    restamp_crc,
+    set_length,
+)
+from .record_format_kernels import copy_bytes as _copy
+from .record_format_kernels import header_table
+from .record_format_kernels import put_be as _put_be
+from .record_format_kernels import read_varint as _read_varint
+from .record_format_kernels import varint_size as _varint_size
+from .record_format_kernels import write_varint as _write_varint
 
 COPY, DROP, REWRITE = 0, 1, 2
-_HEADER_TAIL = struct.Struct(">hiqqqhii")  # attributes .. recordsCount (offset 21)
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
+# attributes (unsigned here) .. recordsCount: the fields from offset 21 a cleaner rewrites
+_HEADER_TAIL = struct.Struct(">Hiqqqhii")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -91,55 +112,6 @@ def rewrite_records(src, n, keep, old_base_ts, new_base_ts, out):
     if p != end:
         return -1, n, np.int64(0)
     return o, kept, max_ts
-
-
-B_POS, B_SIZE, B_BASE, B_LAST, B_ATTRS, B_BASE_TS, B_MAX_TS, B_COUNT, B_CRC = range(9)
-
-
-@numba.njit(inline="always")
-def _be_u(buf, p, nbytes):
-    v = np.uint64(0)
-    for i in range(nbytes):
-        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
-    return v
-
-
-@numba.njit(inline="always")
-def _be_i64(buf, p):
-    return np.int64(_be_u(buf, p, 8))
-
-
-@numba.njit(inline="always")
-def _be_i32(buf, p):
-    v = np.int64(_be_u(buf, p, 4))
-    return v - 4294967296 if v >= 2147483648 else v
-
-
-@numba.njit(cache=True, nogil=True)
-def scan_batches(buf, n, table):
-    """The whole v2 batches at the start of ``buf[:n]`` into ``table``; stops at a partial
-    batch or a magic other than 2. Returns (batches, end position)."""
-    p = 0
-    count = 0
-    while count < table.shape[0] and n - p >= 61:
-        if buf[p + 16] != 2:
-            break
-        size = _be_i32(buf, p + 8) + 12
-        if size < 61 or size > n - p:
-            break
-        base = _be_i64(buf, p)
-        table[count, 0] = p
-        table[count, 1] = size
-        table[count, 2] = base
-        table[count, 3] = base + _be_i32(buf, p + 23)
-        table[count, 4] = np.int64(_be_u(buf, p + 21, 2))
-        table[count, 5] = _be_i64(buf, p + 27)
-        table[count, 6] = _be_i64(buf, p + 35)
-        table[count, 7] = _be_i32(buf, p + 57)
-        table[count, 8] = np.int64(_be_u(buf, p + 17, 4))
-        count += 1
-        p += size
-    return count, p
 
 
 @numba.njit(inline="always")
@@ -218,13 +190,13 @@ def _parse_batch(buf, table, b, map_table, recs):
     """Step one for batch ``b``: its records' rows in ``recs``; ``recs[count, R_AT]`` is
     the batch end. Returns the batch's record count, or -1 when it is malformed (a bad
     record, or a count its bytes do not match)."""
-    pos = table[b, 0]
-    end = pos + table[b, 1]
-    base = table[b, 2]
-    count = table[b, 7]
+    pos = table[b, H_POSITION]
+    end = pos + table[b, H_SIZE]
+    base = table[b, H_BASE_OFFSET]
+    count = table[b, H_RECORDS_COUNT]
     slots = map_table.shape[0]
     rows = recs.shape[0] - 1  # the last row is for the batch end
-    p = pos + 61
+    p = pos + RECORDS_OFFSET
     i = 0
     while i < count and i < rows:
         rec_end, ts_delta, od, k, kl, vl = _record_fields(buf, p, end)
@@ -263,7 +235,7 @@ def map_batches(buf, table, nb, start, bound, map_table, size, max_size, recs):
     status = 0
     b = 0
     while b < nb and status == 0:
-        if table[b, 4] & 0x20:  # control batches hold no data records
+        if table[b, H_ATTRIBUTES] & CONTROL_MASK:  # control batches hold no data records
             b += 1
             continue
         n = _parse_batch(buf, table, b, map_table, recs)
@@ -312,20 +284,20 @@ def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_
     status = 0
     b = 0
     while b < nb and status == 0:
-        pos = table[b, 0]
-        size = table[b, 1]
-        attrs = table[b, 4]
-        count = table[b, 7]
-        old_base_ts = table[b, 5]
+        pos = table[b, H_POSITION]
+        size = table[b, H_SIZE]
+        attrs = table[b, H_ATTRIBUTES]
+        count = table[b, H_RECORDS_COUNT]
+        old_base_ts = table[b, H_BASE_TIMESTAMP]
         new_base_ts = old_base_ts
         a = COPY
         stamp = False
         kept = 0
-        if not attrs & 0x20:  # a data batch (control batches are copied)
+        if not attrs & CONTROL_MASK:  # a data batch (control batches are copied)
             if _parse_batch(buf, table, b, map_table, recs) < 0:
                 status = -(b + 1)
                 break
-            has_horizon = (attrs & 0x40) != 0
+            has_horizon = (attrs & DELETE_HORIZON_MASK) != 0
             retain_deletes = not has_horizon or now < old_base_ts
             tombs_kept = 0
             for i in range(count):
@@ -364,8 +336,8 @@ def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_
             o += size
         elif a == REWRITE:
             counters[C_REWRITTEN] += 1
-            _copy(out, o, buf, pos, 61)
-            w = o + 61
+            _copy(out, o, buf, pos, RECORDS_OFFSET)
+            w = o + RECORDS_OFFSET
             max_ts = np.int64(-1)
             i = 0
             while i < count:
@@ -385,19 +357,20 @@ def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_
                 _copy(out, w, buf, recs[i, R_AT], recs[j, R_AT] - recs[i, R_AT])
                 w += recs[j, R_AT] - recs[i, R_AT]
                 i = j
-            if attrs & 0x08:
-                max_ts = table[b, 6]  # LogAppendTime: the append time stays the batch's
-            _put_be(out, o + 8, w - o - 12, 4)
-            _put_be(out, o + 21, attrs | (0x40 if stamp else 0), 2)
-            _put_be(out, o + 27, new_base_ts, 8)
-            _put_be(out, o + 35, max_ts, 8)
-            _put_be(out, o + 57, kept, 4)
+            if attrs & TIMESTAMP_TYPE_MASK:
+                # LogAppendTime: the append time stays the batch's
+                max_ts = table[b, H_MAX_TIMESTAMP]
+            _put_be(out, o + LENGTH_OFFSET, w - o - LOG_OVERHEAD, 4)
+            _put_be(out, o + ATTRIBUTES_OFFSET, attrs | (DELETE_HORIZON_MASK if stamp else 0), 2)
+            _put_be(out, o + BASE_TIMESTAMP_OFFSET, new_base_ts, 8)
+            _put_be(out, o + MAX_TIMESTAMP_OFFSET, max_ts, 8)
+            _put_be(out, o + RECORDS_COUNT_OFFSET, kept, 4)
             o = w
         else:
             counters[C_DROPPED] += 1
         out_end[b] = -1 if a == DROP else o
         if a != DROP:
-            counters[C_NEXT_OFFSET] = table[b, 3] + 1
+            counters[C_NEXT_OFFSET] = table[b, H_LAST_OFFSET] + 1
         b += 1
     return o if status == 0 else status
 
@@ -425,12 +398,12 @@ def decompressed(chunk: memoryview, table: np.ndarray, bufs: ChunkBuffers
     compressed. Headers in the bytes are left as they were (stale sizes, codec bits and
     CRCs): the kernels take those fields from the table, and nothing written comes from
     here unchanged."""
-    codecs = table[:, B_ATTRS] & COMPRESSION_MASK
+    codecs = table[:, H_ATTRIBUTES] & COMPRESSION_MASK
     if not codecs.any():
         return None
     pieces: list = []
     sizes: list[int] = []
-    for start, size, codec in zip(table[:, B_POS].tolist(), table[:, B_SIZE].tolist(),
+    for start, size, codec in zip(table[:, H_POSITION].tolist(), table[:, H_SIZE].tolist(),
                                   codecs.tolist(), strict=True):
         if codec:
             raw = decompress(codec, chunk[start + V2_HEADER_SIZE:start + size])
@@ -440,11 +413,11 @@ def decompressed(chunk: memoryview, table: np.ndarray, bufs: ChunkBuffers
             pieces.append(chunk[start:start + size])
             sizes.append(size)
     shadow = table.copy()
-    shadow[:, B_SIZE] = sizes
-    shadow[0, B_POS] = 0
-    np.cumsum(shadow[:-1, B_SIZE], out=shadow[1:, B_POS])
-    shadow[:, B_ATTRS] &= ~COMPRESSION_MASK
-    total = int(shadow[-1, B_POS] + shadow[-1, B_SIZE])
+    shadow[:, H_SIZE] = sizes
+    shadow[0, H_POSITION] = 0
+    np.cumsum(shadow[:-1, H_SIZE], out=shadow[1:, H_POSITION])
+    shadow[:, H_ATTRIBUTES] &= ~COMPRESSION_MASK
+    total = int(shadow[-1, H_POSITION] + shadow[-1, H_SIZE])
     # Into a reused buffer, not b"".join: a fresh multi-MiB allocation per chunk costs
     # more in page faults than these copies.
     out = bufs.shadow_buffer(total)
@@ -488,11 +461,7 @@ def rebuilt_batch(chunk: memoryview, h: BatchHeader, keep: np.ndarray,
     batch = bytearray(V2_HEADER_SIZE + len(records))
     batch[:V2_HEADER_SIZE] = chunk[h.position:h.position + V2_HEADER_SIZE]
     batch[V2_HEADER_SIZE:] = records
-    _INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
-    _HEADER_TAIL.pack_into(batch, V2_ATTRIBUTES_OFFSET, _signed16(attributes),
-                           h.last_offset - h.base_offset, new_base_ts, max_ts, h.producer_id,
-                           h.producer_epoch, h.base_sequence, kept)
-    _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+    _rewrite_header(batch, h, attributes, new_base_ts, max_ts, kept)
     return bytes(batch)
 
 
@@ -500,16 +469,19 @@ def empty_batch(chunk: memoryview, h: BatchHeader) -> bytes:
     """Kafka's ``writeEmptyHeader``: no records, the batch's offsets and producer fields."""
     batch = bytearray(chunk[h.position:h.position + V2_HEADER_SIZE])
     attributes = h.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK)
-    _INT32.pack_into(batch, 8, V2_HEADER_SIZE - LOG_OVERHEAD)
-    _HEADER_TAIL.pack_into(batch, V2_ATTRIBUTES_OFFSET, attributes,
-                           h.last_offset - h.base_offset, h.base_timestamp, h.max_timestamp,
-                           h.producer_id, h.producer_epoch, h.base_sequence, 0)
-    _UINT32.pack_into(batch, 17, crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+    _rewrite_header(batch, h, attributes, h.base_timestamp, h.max_timestamp, 0)
     return bytes(batch)
 
 
-def _signed16(v: int) -> int:
-    return v - 0x10000 if v >= 0x8000 else v
+def _rewrite_header(batch: bytearray, h: BatchHeader, attributes: int, base_ts: int,
+                    max_ts: int, count: int) -> None:
+    """The header fields a cleaned batch changes (its offsets and producer fields stay
+    ``h``'s), its length, then its CRC."""
+    set_length(batch, 0, len(batch))
+    _HEADER_TAIL.pack_into(batch, ATTRIBUTES_OFFSET, attributes & 0xFFFF,
+                           h.last_offset - h.base_offset, base_ts, max_ts, h.producer_id,
+                           h.producer_epoch, h.base_sequence, count)
+    restamp_crc(batch, 0, len(batch))
 
 
 @dataclass(slots=True)
@@ -529,7 +501,7 @@ class Chunk:
 
     def last_header(self) -> BatchHeader:
         if self._headers is None and self.table is not None:
-            h = read_batch_header(self.view, int(self.table[-1, B_POS]))
+            h = read_batch_header(self.view, int(self.table[-1, H_POSITION]))
             assert h is not None
             return h
         return self.headers[-1]
@@ -537,13 +509,13 @@ class Chunk:
     @property
     def last_offset(self) -> int:
         if self.table is not None:
-            return int(self.table[-1, B_LAST])
+            return int(self.table[-1, H_LAST_OFFSET])
         return self.headers[-1].last_offset
 
 
 MAX_CHUNK_BATCHES = 8192
 """Rows of a chunk's batch table: a chunk of many small batches ends early instead
-(at 512 KiB of table rather than one row per 61 bytes of read buffer)."""
+(at under 1 MiB of table rather than one row per 61 bytes of read buffer)."""
 
 
 class ChunkBuffers:
@@ -553,7 +525,7 @@ class ChunkBuffers:
     def __init__(self, chunk_bytes: int) -> None:
         self.read = bytearray(chunk_bytes)
         rows = min(MAX_CHUNK_BATCHES, chunk_bytes // V2_HEADER_SIZE + 1)
-        self.table = np.empty((rows, 9), np.int64)
+        self.table = np.empty((rows, HEADER_COLUMNS), np.int64)
         self.action = np.empty(rows, np.int64)
         self.out_pos = np.empty(rows, np.int64)
         self.out_end = np.empty(rows, np.int64)
@@ -578,8 +550,9 @@ class ChunkBuffers:
         one extra row for the batch end). A corrupt count is bounded by what the batch's
         bytes can hold (a record takes at least 7); ``_parse_batch`` never writes past the
         rows in any case."""
-        fits = (table[:, B_SIZE] - V2_HEADER_SIZE) // 7
-        n = max(int(np.minimum(table[:, B_COUNT], fits).max()) + 1 if len(table) else 1, 1)
+        fits = (table[:, H_SIZE] - V2_HEADER_SIZE) // 7
+        n = max(int(np.minimum(table[:, H_RECORDS_COUNT], fits).max()) + 1
+                if len(table) else 1, 1)
         if len(self.recs) < n:
             self.recs = np.empty((max(n, 1024), 6), np.int64)
         return self.recs
@@ -593,7 +566,7 @@ def segment_chunks(seg: LogSegment, bufs: ChunkBuffers) -> Iterator[Chunk]:
         buf = bufs.read
         n = seg.readinto(memoryview(buf)[:min(len(buf), end - pos)], pos)
         u8 = np.frombuffer(buf, np.uint8)
-        nb, used = scan_batches(u8, n, bufs.table)
+        nb, used, _, _ = header_table(u8, 0, n, bufs.table, INT64_MAX, False, 0, 0, True)
         table = bufs.table
         if nb:
             yield Chunk(memoryview(buf)[:used], table[:nb])

@@ -16,10 +16,8 @@ numba's own allocator does not, and page faults then cost more than the work.
 
 No kernel raises: errors come back as codes so the caller can name the batch.
 
-Record layout (every integer a zigzag LEB128 varint; see KAFKA-FORMAT.md)::
-
-    length | attributes int8 | timestampDelta | offsetDelta | keyLen key | valueLen value
-    | headerCount | (headerKeyLen headerKey headerValueLen headerValue)*
+The record layout, the header layout and the varint primitives are
+``record_format``'s and ``record_format_kernels``'.
 
 Thread-safe: kernels touch only their arguments and release the GIL (``nogil``), so
 callers on different threads with different arrays run in parallel.
@@ -29,6 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from .record_format import INT32_MAX, V2_HEADER_SIZE, VARINT_MAX_BYTES, VARLONG_MAX_BYTES
+from .record_format_kernels import copy_bytes as _copy
+from .record_format_kernels import put_v2_header
+from .record_format_kernels import read_varint as _read_varint
+from .record_format_kernels import varint_size as _varint_size
+from .record_format_kernels import write_varint as _write_varint
 
 # Error codes returned by decode_v2 (the caller maps them to messages).
 OK = 0
@@ -58,69 +63,6 @@ TS_FROM_MAX = 1  # SEG_TS_TYPE value of a LogAppendTime batch: every record gets
  ST_ERR_SEG, ST_ERR_RECORD) = range(12)
 STATE_SIZE = 12
 
-_INT32_MAX = 2147483647
-_V2_HEADER_SIZE = 61
-_LOW63 = 0x7FFFFFFFFFFFFFFF
-_LOW57 = 0x01FFFFFFFFFFFFFF
-
-
-@njit(cache=True)
-def _varint_size(v):
-    """Bytes taken by the zigzag varint of int64 ``v``."""
-    z = (v << 1) ^ (v >> 63)
-    n = 1
-    while z < 0 or z >= 128:  # z < 0: the unsigned value has its top bit set
-        z = (z >> 7) & _LOW57
-        n += 1
-    return n
-
-
-@njit(cache=True)
-def _write_varint(out, pos, v):
-    z = (v << 1) ^ (v >> 63)
-    while z < 0 or z >= 128:
-        out[pos] = np.uint8((z & 0x7F) | 0x80)
-        pos += 1
-        z = (z >> 7) & _LOW57
-    out[pos] = np.uint8(z)
-    return pos + 1
-
-
-@njit(cache=True, inline="always")  # the hot path of decoding: measurably faster inlined
-def _read_varint(buf, pos, end, max_bytes):
-    """(value, next position); next position -1 past ``end``, -2 if too long."""
-    if pos < end:
-        b = np.int64(buf[pos])
-        if b < 128:  # the common one-byte case
-            return (b >> 1) ^ -(b & 1), pos + 1
-    result = np.int64(0)
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= end:
-            return np.int64(0), -1
-        b = np.int64(buf[pos])
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 128:
-            return ((result >> 1) & _LOW63) ^ -(result & 1), pos
-        shift += 7
-    return np.int64(0), -2
-
-
-@njit(cache=True)
-def _put_be(out, pos, v, nbytes):
-    for i in range(nbytes):
-        out[pos + i] = np.uint8((v >> (8 * (nbytes - 1 - i))) & 0xFF)
-
-
-@njit(cache=True)
-def _copy(dst, dpos, src, spos, n):
-    # Unsigned indices: numba then skips its negative-index wraparound, which would
-    # otherwise stop LLVM from vectorising the copy (3x slower).
-    d = np.uintp(dpos)
-    s = np.uintp(spos)
-    for i in range(np.uintp(n)):
-        dst[d + i] = src[s + i]
 
 
 @njit(cache=True, nogil=True)
@@ -167,7 +109,7 @@ def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_
                 s += 1
         if i == 0:
             base_ts = timestamps[0]
-            cur_bytes = _V2_HEADER_SIZE
+            cur_bytes = V2_HEADER_SIZE
         b = s + _varint_size(timestamps[i] - base_ts) + _varint_size(i - cur_start)
         size = b + _varint_size(b)
         if i > cur_start and cur_bytes + size > max_batch_bytes:
@@ -175,7 +117,7 @@ def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_
             batch_pos[nb + 1] = batch_pos[nb] + cur_bytes
             nb += 1
             cur_start = i
-            cur_bytes = _V2_HEADER_SIZE
+            cur_bytes = V2_HEADER_SIZE
             base_ts = timestamps[i]
             b = s + 2  # both deltas are 0: one byte each
             size = b + _varint_size(b)
@@ -197,7 +139,7 @@ def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid
     """Pass 2 of encoding: write the batches planned by ``plan_v2`` into ``out`` (of
     size ``batch_pos[-1]``), CRC fields left zero for the caller. ``log_append_time``
     >= 0 replaces maxTimestamp."""
-    header = _V2_HEADER_SIZE
+    header = V2_HEADER_SIZE
     for j in range(nb):
         first = batch_first[j]
         last = batch_first[j + 1]
@@ -252,24 +194,14 @@ def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid
                     p += 1
         if log_append_time >= 0:
             max_ts = log_append_time
-        _put_be(out, start, base_offset + first, 8)
-        _put_be(out, start + 8, batch_pos[j + 1] - start - 12, 4)
-        _put_be(out, start + 12, partition_leader_epoch, 4)
-        out[start + 16] = 2
-        _put_be(out, start + 17, 0, 4)  # CRC: the caller computes it
-        _put_be(out, start + 21, attributes, 2)
-        _put_be(out, start + 23, last - first - 1, 4)
-        _put_be(out, start + 27, base_ts, 8)
-        _put_be(out, start + 35, max_ts, 8)
-        _put_be(out, start + 43, producer_id, 8)
-        _put_be(out, start + 51, producer_epoch, 2)
         # Like Kafka's producer, each batch's sequence continues the previous one and
         # wraps to 0 after Int32.MAX.
         seq = base_sequence
         if base_sequence >= 0:
-            seq = (base_sequence + first) % 2147483648
-        _put_be(out, start + 53, seq, 4)
-        _put_be(out, start + 57, last - first, 4)
+            seq = (base_sequence + first) % (INT32_MAX + 1)
+        put_v2_header(out, start, base_offset + first, batch_pos[j + 1] - start,
+                      partition_leader_epoch, attributes, last - first - 1, base_ts, max_ts,
+                      producer_id, producer_epoch, seq, last - first)
 
 
 @njit(cache=True, nogil=True)
@@ -310,7 +242,7 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
         ts_type = segs[j, SEG_TS_TYPE]
         max_ts = segs[j, SEG_MAX_TS]
         for r in range(segs[j, SEG_COUNT]):  # noqa: B007 (r locates an error)
-            length, pos = _read_varint(src, pos, end, 5)
+            length, pos = _read_varint(src, pos, end, VARINT_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
@@ -322,15 +254,15 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
                 break
             rend = pos + length
             pos += 1  # attributes (unused in v2)
-            ts_delta, pos = _read_varint(src, pos, rend, 10)
+            ts_delta, pos = _read_varint(src, pos, rend, VARLONG_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
-            off_delta, pos = _read_varint(src, pos, rend, 5)
+            off_delta, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
-            klen, pos = _read_varint(src, pos, rend, 5)
+            klen, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
@@ -343,7 +275,7 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
                 if pos > rend:
                     err = ERR_TRUNCATED
                     break
-            vlen, pos = _read_varint(src, pos, rend, 5)
+            vlen, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
@@ -356,7 +288,7 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
                 if pos > rend:
                     err = ERR_TRUNCATED
                     break
-            hcount, pos = _read_varint(src, pos, rend, 5)
+            hcount, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
             if pos < 0:
                 err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                 break
@@ -368,7 +300,7 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
             rec_hv = 0
             rec_hv_nulls = 0
             for _ in range(hcount):
-                hk, pos = _read_varint(src, pos, rend, 5)
+                hk, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
                 if pos < 0:
                     err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                     break
@@ -379,7 +311,7 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
                 if pos > rend:
                     err = ERR_TRUNCATED
                     break
-                hv, pos = _read_varint(src, pos, rend, 5)
+                hv, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
                 if pos < 0:
                     err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
                     break
@@ -442,8 +374,8 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
             err = ERR_TRAILING
             r = segs[j, SEG_COUNT]
             break
-    if err == OK and (kp > _INT32_MAX or vp > _INT32_MAX or hk_bytes > _INT32_MAX
-                      or hv_bytes > _INT32_MAX):
+    if err == OK and (kp > INT32_MAX or vp > INT32_MAX or hk_bytes > INT32_MAX
+                      or hv_bytes > INT32_MAX):
         err = ERR_TOO_LARGE
     state[ST_N] = n
     state[ST_KEY_BYTES] = kp
@@ -481,12 +413,12 @@ def fill_v2_headers(src, first, last, hdr_pos, hdr_cnt, hdr_offs, hdr_bitmap, hk
             hdr_bitmap[i >> 3] |= np.uint8(1 << (i & 7))
         pos = hdr_pos[i]
         for _ in range(c):
-            hk, pos = _read_varint(src, pos, end, 5)
+            hk, pos = _read_varint(src, pos, end, VARINT_MAX_BYTES)
             _copy(hk_data, hkp, src, pos, hk)
             hkp += hk
             pos += hk
             hk_offs[h + 1] = hkp
-            hv, pos = _read_varint(src, pos, end, 5)
+            hv, pos = _read_varint(src, pos, end, VARINT_MAX_BYTES)
             if hv >= 0:
                 _copy(hv_data, hvp, src, pos, hv)
                 hvp += hv

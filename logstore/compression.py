@@ -37,16 +37,16 @@ import snappy
 import zstandard
 
 from .errors import CorruptRecordError
+from .record_format import (
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NAMES,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+)
 
 logger = logging.getLogger(__name__)
 
-CODEC_NONE = 0
-CODEC_GZIP = 1
-CODEC_SNAPPY = 2
-CODEC_LZ4 = 3
-CODEC_ZSTD = 4
-CODEC_NAMES = {CODEC_NONE: "none", CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy",
-               CODEC_LZ4: "lz4", CODEC_ZSTD: "zstd"}
 
 # Kafka's defaults (KIP-390): gzip uses Deflater's default level, zstd level 3. For
 # lz4 Kafka uses high-compression level 9; seglog keeps lz4's fast mode because the

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ConfigError
-
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
+from .record_format import INT32_MAX as INT_MAX
+from .record_format import LONG_MAX
 
 
 def _parse_int(raw: Any) -> int:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .batch_header import BatchHeader
+from .record_format import BatchHeader
 
 
 @dataclass(frozen=True, slots=True)

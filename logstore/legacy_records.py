@@ -28,14 +28,36 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from .batch_header import COMPRESSION_MASK, LOG_OVERHEAD, BatchHeader
 from .compression import decompress
 from .errors import CorruptRecordError
+from .record_format import (
+    COMPRESSION_MASK,
+    INT32_MAX,
+    INT64_MAX,
+    LEGACY_ATTRIBUTES_OFFSET,
+    LEGACY_CRC_OFFSET,
+    LEGACY_CRC_START,
+    LEGACY_KEY_LENGTH_OFFSET_V0,
+    LEGACY_KEY_LENGTH_OFFSET_V1,
+    LEGACY_MIN_MESSAGE,
+    LEGACY_MIN_SIZE_V0,
+    LEGACY_MIN_SIZE_V1,
+    LEGACY_TIMESTAMP_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V0,
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_MAGIC_BYTES,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    read_batch_header,
+)
 
 logger = logging.getLogger(__name__)
 
-_TIMESTAMP_TYPE_BIT = 0x08
-_MIN_MESSAGE = LOG_OVERHEAD + 14  # a v0 message with null key and value
+_MIN_MESSAGE = LEGACY_MIN_MESSAGE  # a v0 message with null key and value
 _WRAPPER_VALUE = struct.Struct(">i")
 
 # Error codes of _parse_message_set.
@@ -85,6 +107,28 @@ def _crc32(table, buf, start, end):
     return c ^ np.uint32(0xFFFFFFFF)
 
 
+@njit(cache=True)
+def _crc_ok(table, src, pos, msg_end):
+    """Whether the message at ``pos`` holds the CRC-32 of its bytes from the magic on."""
+    crc = np.uint32(_be(src, pos + LEGACY_CRC_OFFSET, 4) & 0xFFFFFFFF)
+    return _crc32(table, src, pos + LEGACY_CRC_START, msg_end) == crc
+
+
+@njit(cache=True)
+def _copy_field(length, at, src, data, valid, offs, n, written):
+    """Append a key or value (``length`` -1: null) to an Arrow column; returns the
+    bytes written after it, and whether it was null."""
+    if length < 0:
+        valid[n] = 0
+    else:
+        valid[n] = 1
+        for b in range(length):
+            data[written + b] = src[at + b]
+        written += length
+    offs[n + 1] = written
+    return written, length < 0
+
+
 @njit(cache=True, nogil=True)
 def _walk_top_level(src, pos, verify_crc, crc_table, wrappers):
     """Walk top-level legacy messages from ``pos``: check sizes and magics (and CRCs
@@ -94,24 +138,22 @@ def _walk_top_level(src, pos, verify_crc, crc_table, wrappers):
     end = src.shape[0]
     nw = 0
     while True:
-        if end - pos < 17:  # not even a magic byte: a partial tail
+        if end - pos < MIN_MAGIC_BYTES:  # not even a magic byte: a partial tail
             return _OK, pos, nw, pos
-        magic = np.int64(src[pos + 16])
-        if magic == 2:
+        magic = np.int64(src[pos + MAGIC_OFFSET])
+        if magic == MAGIC_V2:
             return _OK, pos, nw, pos
-        if magic != 0 and magic != 1:
+        if magic > MAGIC_V2:
             return _ERR_MAGIC, pos, nw, pos
-        size = _be(src, pos + 8, 4)
-        if size < (14 if magic == 0 else 22):
+        size = _be(src, pos + LENGTH_OFFSET, 4)
+        if size < (LEGACY_MIN_SIZE_V0 if magic == MAGIC_V0 else LEGACY_MIN_SIZE_V1):
             return _ERR_TRUNCATED, pos, nw, pos
         msg_end = pos + LOG_OVERHEAD + size
         if msg_end > end:
             return _OK, pos, nw, pos
-        if verify_crc:
-            crc = np.uint32(_be(src, pos + 12, 4) & 0xFFFFFFFF)
-            if _crc32(crc_table, src, pos + 16, msg_end) != crc:
-                return _ERR_CRC, pos, nw, pos
-        if src[pos + 17] & COMPRESSION_MASK:
+        if verify_crc and not _crc_ok(crc_table, src, pos, msg_end):
+            return _ERR_CRC, pos, nw, pos
+        if src[pos + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK:
             wrappers[nw] = pos
             nw += 1
         pos = msg_end
@@ -138,21 +180,20 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
         state[_ST_ERR_POS] = pos
         if end - pos < _MIN_MESSAGE:
             return _ERR_TRUNCATED
-        size = _be(src, pos + 8, 4)
-        magic = np.int64(src[pos + 16])
-        if magic != 0 and magic != 1:
+        size = _be(src, pos + LENGTH_OFFSET, 4)
+        magic = np.int64(src[pos + MAGIC_OFFSET])
+        if magic > MAGIC_V1:
             return _ERR_MAGIC
         msg_end = pos + LOG_OVERHEAD + size
-        key_at = pos + (18 if magic == 0 else 26)
+        key_at = pos + (LEGACY_KEY_LENGTH_OFFSET_V0 if magic == MAGIC_V0
+                        else LEGACY_KEY_LENGTH_OFFSET_V1)
         if size < 0 or msg_end > end or key_at + 4 > msg_end:
             return _ERR_TRUNCATED
-        attrs = np.int64(src[pos + 17])
+        attrs = np.int64(src[pos + LEGACY_ATTRIBUTES_OFFSET])
         if inner and attrs & COMPRESSION_MASK:
             return _ERR_NESTED
-        if inner and verify_crc:
-            crc = np.uint32(_be(src, pos + 12, 4) & 0xFFFFFFFF)
-            if _crc32(crc_table, src, pos + 16, msg_end) != crc:
-                return _ERR_CRC
+        if inner and verify_crc and not _crc_ok(crc_table, src, pos, msg_end):
+            return _ERR_CRC
         klen = _be(src, key_at, 4)
         p = key_at + 4
         if klen < -1:
@@ -173,7 +214,7 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
             return _ERR_SIZE
         scratch[m, 0] = _be(src, pos, 8)
         scratch[m, 1] = magic
-        scratch[m, 2] = _be(src, pos + 18, 8) if magic == 1 else 0
+        scratch[m, 2] = _be(src, pos + LEGACY_TIMESTAMP_OFFSET, 8) if magic == MAGIC_V1 else 0
         scratch[m, 3] = attrs
         scratch[m, 4] = kpos
         scratch[m, 5] = klen
@@ -206,29 +247,13 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
         else:
             ts_valid[n] = 1
             timestamps[n] = scratch[i, 2]
-            ts_types[n] = 1 if scratch[i, 3] & _TIMESTAMP_TYPE_BIT else 0
-        klen = scratch[i, 5]
-        if klen < 0:
-            key_valid[n] = 0
-            state[_ST_KEY_NULLS] += 1
-        else:
-            key_valid[n] = 1
-            a = scratch[i, 4]
-            for b in range(klen):
-                key_data[kp + b] = src[a + b]
-            kp += klen
-        key_offs[n + 1] = kp
-        vlen = scratch[i, 7]
-        if vlen < 0:
-            val_valid[n] = 0
-            state[_ST_VALUE_NULLS] += 1
-        else:
-            val_valid[n] = 1
-            a = scratch[i, 6]
-            for b in range(vlen):
-                val_data[vp + b] = src[a + b]
-            vp += vlen
-        val_offs[n + 1] = vp
+            ts_types[n] = 1 if scratch[i, 3] & TIMESTAMP_TYPE_MASK else 0
+        kp, null = _copy_field(scratch[i, 5], scratch[i, 4], src, key_data, key_valid,
+                               key_offs, n, kp)
+        state[_ST_KEY_NULLS] += null
+        vp, null = _copy_field(scratch[i, 7], scratch[i, 6], src, val_data, val_valid,
+                               val_offs, n, vp)
+        state[_ST_VALUE_NULLS] += null
         n += 1
     state[_ST_N] = n
     state[_ST_KEY_BYTES] = kp
@@ -252,14 +277,13 @@ def _column(typ: pa.DataType, n: int, valid: np.ndarray, nulls: int,
 
 
 def decode_legacy(buf, position: int, *, start_offset: int = 0,
-                  end_offset: int = 2**63 - 1, include_headers: bool = True,
+                  end_offset: int = INT64_MAX, include_headers: bool = True,
                   verify_crc: bool = True) -> tuple[pa.RecordBatch, int]:
     """Decode the legacy messages starting at ``position`` in ``buf`` up to the first
     batch of magic 2, a partial tail, or the end, into ``record_codec.RECORD_SCHEMA``
     columns (records with ``start_offset <= offset < end_offset``). Returns the batch
     and the position where the legacy messages end. CRCs of messages, and of the inner
     messages of compressed wrappers, are checked when ``verify_crc``."""
-    from .batch_header import read_batch_header
     from .record_codec import record_schema  # the schema lives with the codec
 
     main = _readonly(np.frombuffer(buf, np.uint8))
@@ -286,7 +310,7 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
         regions.append((main, run_start, stop, None))
 
     total = sum(end - start for _, start, end, _ in regions)
-    if total > 2**31 - 1:
+    if total > INT32_MAX:
         raise ValueError(f"cannot decode {total} bytes of legacy messages at once (Arrow "
                          "binary columns hold at most 2 GiB): decode in smaller chunks")
     capacity = total // _MIN_MESSAGE + 1
@@ -340,7 +364,8 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
 def _decompress_wrapper(buf, h: BatchHeader) -> bytes:
     """The inner message set of the compressed wrapper ``h``."""
     where = f"message set at position {h.position} (offset {h.last_offset}, magic {h.magic})"
-    p = h.position + (18 if h.magic == 0 else 26)
+    p = h.position + (LEGACY_KEY_LENGTH_OFFSET_V0 if h.magic == MAGIC_V0
+                      else LEGACY_KEY_LENGTH_OFFSET_V1)
     end = h.end_position
     (klen,) = _WRAPPER_VALUE.unpack_from(buf, p)
     p += 4 + max(klen, 0)

@@ -34,15 +34,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .batch_header import (
-    BatchHeader,
-    read_batch_header,
-    set_base_offset,
-    stamp_log_append_time,
-    verify_crc,
-)
 from .clock import SYSTEM_CLOCK, Clock
-from .config import LONG_MAX, LogConfig
+from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
 from .errors import (
     CorruptRecordError,
@@ -66,6 +59,17 @@ from .log_segment import LogSegment
 from .log_segments import LogSegments
 from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .record_format import (
+    LONG_MAX,
+    MAGIC_V2,
+    REASON_TOO_LARGE,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    read_batch_header,
+    set_base_offset,
+    stamp_log_append_time,
+    verify,
+)
 from .transactions import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -368,23 +372,17 @@ class Log:
         pos = 0
         now = self.clock.milliseconds()
         while pos < len(buf):
-            try:
-                h = read_batch_header(buf, pos)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(f"append to {self._tp()}: {e}") from None
-            if h is None:
-                raise CorruptRecordError(
-                    f"append to {self._tp()}: {len(buf) - pos} trailing bytes at position "
-                    f"{pos} are not a whole record batch")
-            if h.magic != 2:
+            check = verify(buf, pos, max_message_bytes=cfg.max_message_bytes)
+            h = check.header
+            if check.code == REASON_TOO_LARGE:
+                raise RecordTooLargeError(f"append to {self._tp()}: {check.reason}")
+            if h is None or not check.valid:
+                what = " is not a whole record batch" if check.partial else ""
+                raise CorruptRecordError(f"append to {self._tp()}: {check.reason}{what}")
+            if h.magic != MAGIC_V2:
                 raise CorruptRecordError(
                     f"append to {self._tp()}: batch at position {pos} has magic {h.magic}; "
                     f"only v2 record batches are written")
-            if h.size > cfg.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"append to {self._tp()}: batch at position {pos} is {h.size} bytes, "
-                    f"above max.message.bytes={cfg.max_message_bytes}")
-            verify_crc(buf, h)
             if h.records_count < 1 or (assign_offsets and
                                        h.records_count != h.last_offset - h.base_offset + 1):
                 raise CorruptRecordError(
@@ -805,7 +803,7 @@ class Log:
                     continue
                 # Nothing whole in the chunk: the end of the segment, or one batch larger
                 # than a chunk (read alone).
-                head = read_batch_header(buf, 0, 1 << 62) if n >= 61 else None
+                head = read_batch_header(buf, 0, 1 << 62) if n >= V2_HEADER_SIZE else None
                 big = seg.pread(position, head.size) if head is not None and head.size > n \
                     else b""
                 if head is None or len(big) < head.size:

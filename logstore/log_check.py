@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .batch_header import iter_batch_headers, verify_crc
 from .checkpoint_file import OffsetCheckpointFile
 from .errors import (
     ConfigError,
@@ -63,6 +62,7 @@ from .log_loader import list_segment_bases
 from .log_manager import LogManager
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
+from .record_format import iter_batch_headers, verify_crc
 from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 

@@ -46,10 +46,10 @@ from .file_names import (
     is_delete_dir_name,
     parse_partition_dir_name,
 )
+from .record_format import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 STAGING_PREFIX = ".seglog-new-"
 """A new partition directory is prepared under this hidden name (config file included),

@@ -2,7 +2,7 @@
 (+ ``<base>.txnindex`` once it holds an aborted transaction) (Kafka's ``LogSegment``).
 
 The ``.log`` holds consecutive record batches exactly as Kafka writes them (see
-``batch_header``); the two indexes are sparse caches of it. This class appends validated
+``record_format``); the two indexes are sparse caches of it. This class appends validated
 batches (the ``Log`` validates), translates an offset to a file position (index lookup,
 then a forward scan over batch headers), reads whole batches, finds an offset by
 timestamp, truncates, recovers (walks and checks every batch, rebuilding the indexes),
@@ -35,27 +35,30 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from . import segment_scan
-from .batch_header import (
-    MAGIC_OFFSET,
-    V2_HEADER_SIZE,
-    BatchHeader,
-    iter_batch_headers,
-    read_batch_header,
-    verify_crc,
-)
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
 from .file_names import index_file, log_file, time_index_file, txn_index_file
 from .index_check import entry_usable_for_lookup
 from .offset_continuity import ContinuityCheck
 from .offset_index import OffsetIndex
+from .record_format import (
+    INT32_MAX,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    V2_HEADER_SIZE,
+    WALK_INVALID,
+    WALK_LEGACY,
+    BatchHeader,
+    iter_batch_headers,
+    read_batch_header,
+    verify,
+)
 from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
 from .time_index import TimeIndex
 from .txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 _SCAN_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 16 * 1024 * 1024
 
@@ -615,20 +618,24 @@ class LogSegment:
         while chunk_pos < file_size:
             n = os.preadv(fd, [chunk], chunk_pos)
             p, status, reason = ix.scan(chunk, n, chunk_pos)
-            if status == segment_scan.INVALID:
+            if status == WALK_INVALID:
                 break
-            if status == segment_scan.LEGACY:
-                h, reason = self._legacy_batch(memoryview(chunk)[:n], p, n, chunk_pos, file_size,
-                                               max_message_bytes)
-                if h is not None and (h.base_offset < ix.next_offset
-                                      or h.last_offset - self.base_offset > INT32_MAX):
-                    h, reason = None, segment_scan.REASONS[segment_scan.REASON_OFFSETS]
-                if h is None:
-                    if reason:
+            if status == WALK_LEGACY:
+                check = verify(memoryview(chunk), p, n, next_offset=ix.next_offset,
+                               segment_base=self.base_offset,
+                               max_message_bytes=max_message_bytes)
+                h = check.header
+                if not check.valid:
+                    if not check.partial:
+                        reason = check.reason
+                        break
+                    if chunk_pos + n >= file_size:
+                        reason = "a partial message at the end of the file"
                         break
                     chunk = np.empty(len(chunk) * 2, np.uint8)  # larger than a chunk
                     chunk_pos += p
                     continue
+                assert h is not None
                 ix.add_batch(chunk_pos + p, h.size, h.base_offset, h.last_offset,
                              h.max_timestamp, h.crc)
                 chunk_pos += p + h.size
@@ -637,7 +644,8 @@ class LogSegment:
                 if chunk_pos + n >= file_size:
                     reason = "a partial batch at the end of the file"
                     break
-                need = int.from_bytes(chunk[8:12].tobytes(), "big", signed=True) + 12
+                need = int.from_bytes(chunk[LENGTH_OFFSET:LENGTH_OFFSET + 4].tobytes(), "big",
+                                      signed=True) + LOG_OVERHEAD
                 chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)  # one huge batch
                 continue
             chunk_pos += p
@@ -667,26 +675,6 @@ class LogSegment:
         self._max_ts_and_offset = ix.max_timestamp
         self._rolling_based_timestamp = ix.first_timestamp
         self._size = ix.valid_end
-
-    def _legacy_batch(self, view, p: int, n: int, chunk_pos: int, file_size: int,
-                      max_message_bytes: int) -> tuple[BatchHeader | None, str]:
-        """Validate a magic 0/1 message during recovery; ``(None, reason)`` stops there,
-        ``(None, "")`` asks for a refill."""
-        try:
-            h = read_batch_header(view, p, n)
-        except CorruptRecordError as e:
-            return None, str(e)
-        if h is None:
-            if chunk_pos + n >= file_size:
-                return None, "a partial message at the end of the file"
-            return None, ""
-        if h.size > max_message_bytes:
-            return None, f"a message of {h.size} bytes, above max.message.bytes"
-        try:
-            verify_crc(view, h)
-        except CorruptRecordError as e:
-            return None, str(e)
-        return h, ""
 
     def on_become_inactive(self) -> None:
         """The segment stops being active: final time-index entry, trimmed indexes."""

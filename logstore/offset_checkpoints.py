@@ -47,13 +47,13 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
+from .record_format import TopicPartition
 
 if TYPE_CHECKING:
     from .config import LogConfig
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 OFFSET_CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                       HIGH_WATERMARK_CHECKPOINT)

@@ -47,10 +47,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .batch_header import BatchHeader, crc32c
 from .checkpoint_file import write_atomically
 from .errors import CorruptRecordError, SeglogError
 from .file_names import SNAPSHOT_SUFFIX, offset_file_name, parse_segment_file_name
+from .record_format import BatchHeader, crc32c
 
 logger = logging.getLogger(__name__)
 

@@ -32,22 +32,33 @@ import pyarrow.compute as pc
 
 from . import codec_kernels as _k
 from . import legacy_records
-from .batch_header import (
-    COMPRESSION_MASK,
-    CONTROL_MASK,
-    LOG_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
-    V2_ATTRIBUTES_OFFSET,
-    V2_CRC_OFFSET,
-    V2_HEADER_SIZE,
-    BatchHeader,
-    crc32c,
-    read_batch_header,
-)
-from .batch_header import verify_crc as _verify_batch_crc
 from .compression import compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError
+from .record_format import (
+    ATTRIBUTES_OFFSET,
+    CODEC_GZIP,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_SNAPPY,
+    CODEC_ZSTD,
+    COMPRESSION_MASK,
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    CONTROL_KEY,
+    CONTROL_MASK,
+    END_TXN_MARKER_VALUE,
+    INT32_MAX,
+    INT64_MAX,
+    MIN_RECORD_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    read_batch_header,
+    restamp_crc,
+    set_length,
+)
+from .record_format import verify_crc as _verify_batch_crc
 
 logger = logging.getLogger(__name__)
 
@@ -63,23 +74,19 @@ __all__ = [
     "record_schema",
 ]
 
-MAX_OFFSET = 2**63 - 1
-_MIN_RECORD_SIZE = 7  # length, attributes, deltas, key/value lengths, header count
-_INT32_MAX = 2**31 - 1
+MAX_OFFSET = INT64_MAX
 _GROUP_BYTES = 1 << 20  # records decoded per kernel call: about what stays in cache
-_UINT32 = struct.Struct(">I")
-_INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 
 
 class CompressionType(enum.IntEnum):
     """Kafka's codec ids (bits 0-2 of a batch's attributes)."""
 
-    NONE = 0
-    GZIP = 1
-    SNAPPY = 2
-    LZ4 = 3
-    ZSTD = 4
+    NONE = CODEC_NONE
+    GZIP = CODEC_GZIP
+    SNAPPY = CODEC_SNAPPY
+    LZ4 = CODEC_LZ4
+    ZSTD = CODEC_ZSTD
 
     @classmethod
     def from_name(cls, name: str | int | CompressionType) -> CompressionType:
@@ -109,8 +116,8 @@ class TimestampType(enum.IntEnum):
 class ControlType(enum.IntEnum):
     """Types of control records (the key's second int16)."""
 
-    ABORT = 0
-    COMMIT = 1
+    ABORT = CONTROL_ABORT
+    COMMIT = CONTROL_COMMIT
 
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()),
@@ -328,10 +335,8 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
 
     positions = batch_pos[:nb + 1].tolist()
     if codec == CompressionType.NONE:
-        view = memoryview(out)
         for start, end in pairwise(positions):
-            _UINT32.pack_into(out, start + V2_CRC_OFFSET,
-                              crc32c(view[start + V2_ATTRIBUTES_OFFSET:end]))
+            restamp_crc(out, start, end)
         return out
 
     view = memoryview(out)
@@ -341,10 +346,9 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
         batch = bytearray(V2_HEADER_SIZE + len(compressed))
         batch[:V2_HEADER_SIZE] = view[start:start + V2_HEADER_SIZE]
         batch[V2_HEADER_SIZE:] = compressed
-        _INT32.pack_into(batch, 8, len(batch) - LOG_OVERHEAD)
-        _INT16.pack_into(batch, V2_ATTRIBUTES_OFFSET, attributes | int(codec))
-        _UINT32.pack_into(batch, V2_CRC_OFFSET,
-                          crc32c(memoryview(batch)[V2_ATTRIBUTES_OFFSET:]))
+        set_length(batch, 0, len(batch))
+        _INT16.pack_into(batch, ATTRIBUTES_OFFSET, attributes | int(codec))
+        restamp_crc(batch, 0, len(batch))
         parts.append(batch)
     return bytearray().join(parts)
 
@@ -356,8 +360,8 @@ def encode_control_batch(control_type: ControlType | int, *, producer_id: int,
     """One control batch holding a transaction marker (COMMIT or ABORT), as a
     transaction coordinator writes it: control and transactional bits set, key =
     version 0 + type, value = version 0 + coordinator epoch."""
-    key = struct.pack(">hh", 0, int(control_type))
-    value = struct.pack(">hi", 0, coordinator_epoch)
+    key = CONTROL_KEY.pack(0, int(control_type))
+    value = END_TXN_MARKER_VALUE.pack(0, coordinator_epoch)
     ts = None if timestamp_ms is None else pa.array([timestamp_ms], pa.int64())
     return encode_batches(pa.array([value], pa.binary()), keys=pa.array([key], pa.binary()),
                           timestamps=ts, now_ms=timestamp_ms, base_offset=base_offset,
@@ -404,7 +408,7 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
             else (0, len(data))
         # A record takes at least 7 bytes; checking first keeps a corrupt count from
         # making us allocate gigabytes.
-        if h.records_count > (end - start) // _MIN_RECORD_SIZE:
+        if h.records_count > (end - start) // MIN_RECORD_SIZE:
             where = " (after decompression)" if data is not None else ""
             raise CorruptRecordError(
                 f"{_describe(h)}: record count {h.records_count} does not fit in "
@@ -414,7 +418,7 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
     capacity = int(segs[:, _k.SEG_COUNT].sum())
     sizes = (segs[:, _k.SEG_END] - segs[:, _k.SEG_START]).tolist()
     total = sum(sizes)
-    if total > _INT32_MAX:
+    if total > INT32_MAX:
         raise ValueError(f"cannot decode {total} bytes of records at once (Arrow binary "
                          "columns hold at most 2 GiB): decode in smaller chunks")
     offsets = np.empty(capacity, np.int64)

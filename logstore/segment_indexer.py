@@ -4,9 +4,10 @@ whose indexes are rebuilt from its batches rather than appended to one at a time
 Two users feed it buffers of consecutive batches with their file position:
 ``LogSegment.recover`` (chunks read back from the ``.log``) and the cleaner (its output,
 before it is written, so the cleaned segment is never read back). Per buffer, three
-``segment_scan`` kernels run: the header walk (sizes, ``max.message.bytes``, offsets
-increasing and within 32 bits of the base), the CRCs, and the index rule. Legacy magic
-0/1 messages are checked by the caller and added one by one (``add_batch``).
+kernels run: the header walk (``record_format_kernels.header_table``: sizes,
+``max.message.bytes``, offsets increasing and within 32 bits of the base), the CRCs
+(``segment_scan``), and the index rule. Legacy magic 0/1 messages are checked by the
+caller (``record_format.verify``) and added one by one (``add_batch``).
 
 Not thread-safe: one indexer belongs to one rebuild.
 
@@ -18,11 +19,25 @@ Not thread-safe: one indexer belongs to one rebuild.
 
 from __future__ import annotations
 
-import crc32c as _crc32c
 import numpy as np
 
 from . import segment_scan
-from .time_index import NO_TIMESTAMP
+from .record_format import (
+    CRC_START,
+    H_CRC,
+    H_LAST_OFFSET,
+    H_MAX_TIMESTAMP,
+    H_POSITION,
+    H_SIZE,
+    HEADER_COLUMNS,
+    NO_TIMESTAMP,
+    REASON_CRC,
+    REASONS,
+    WALK_FULL,
+    WALK_INVALID,
+    crc32c,
+)
+from .record_format_kernels import header_table
 
 SCAN_CAPACITY = 65_536
 """Batches per header-walk kernel call."""
@@ -45,7 +60,7 @@ class SegmentIndexer:
         self.valid_end = 0
         self.first_timestamp: int | None = None
         self._max_entries = max_entries
-        self._batches = np.empty((scan_capacity, 6), np.int64)
+        self._batches = np.empty((scan_capacity, HEADER_COLUMNS), np.int64)
         # Grown on demand: a segment's entries are usually a small part of its index
         # file's capacity (10 MiB by default, 20 MiB here as int64 pairs).
         self._oidx = np.empty((0, 2), np.int64)
@@ -57,32 +72,35 @@ class SegmentIndexer:
         """Check and index the whole v2 batches at the start of ``buf[:n]`` (a uint8
         array read at file position ``chunk_pos``). Returns ``(end, status, reason)``:
         ``end`` the position in ``buf`` after the last valid batch; ``status`` one of
-        ``segment_scan.NEED_MORE`` (a partial batch or the end of ``buf`` follows),
-        ``INVALID`` (``reason`` says why) or ``LEGACY`` (a magic 0/1 message at ``end``)."""
+        ``record_format.WALK_END`` (a partial batch or the end of ``buf`` follows),
+        ``WALK_INVALID`` (``reason`` says why) or ``WALK_LEGACY`` (a magic 0/1 message
+        at ``end``)."""
         p = 0
+        batches = self._batches
         while True:
-            count, used, status, code = segment_scan.scan_headers(
-                buf[p:], n - p, self.base_offset, self.next_offset, self.max_message_bytes,
-                self._batches)
-            reason = segment_scan.REASONS[code] if status == segment_scan.INVALID else ""
+            count, end, status, code = header_table(
+                buf, p, n, batches, self.max_message_bytes, True, self.base_offset,
+                self.next_offset, True)
+            reason = REASONS[code] if status == WALK_INVALID else ""
             if count:
-                batches = self._batches
-                good = first_crc_mismatch(buf[p:], batches, count)
+                good = first_crc_mismatch(buf, batches, count)
                 if good < count:
-                    reason, status = "a CRC mismatch", segment_scan.INVALID
-                    used = int(batches[good, 0])
+                    reason, status = REASONS[REASON_CRC], WALK_INVALID
+                    end = int(batches[good, H_POSITION])
                 if good:
-                    self._index(batches, good, chunk_pos + p)
-                    self.valid_end = chunk_pos + p + int(batches[good - 1, 0]
-                                                         + batches[good - 1, 1])
-            p += used
-            if status != segment_scan.NEED_MORE or count < len(self._batches) or p >= n:
+                    self._index(batches, good, chunk_pos)
+                    self.valid_end = chunk_pos + int(batches[good - 1, H_POSITION]
+                                                     + batches[good - 1, H_SIZE])
+            p = end
+            if status != WALK_FULL:
                 return p, status, reason
 
     def add_batch(self, position: int, size: int, base_offset: int, last_offset: int,
                   max_timestamp: int, crc: int) -> None:
         """Index one batch checked by the caller (a legacy message) at file ``position``."""
-        one = np.array([[0, size, base_offset, last_offset, max_timestamp, crc]], np.int64)
+        one = np.zeros((1, HEADER_COLUMNS), np.int64)
+        one[0, [H_SIZE, H_LAST_OFFSET, H_MAX_TIMESTAMP, H_CRC]] = (size, last_offset,
+                                                                   max_timestamp, crc)
         self._index(one, 1, position)
         self.valid_end = position + size
 
@@ -95,10 +113,10 @@ class SegmentIndexer:
         if need_t > len(self._tidx):
             self._tidx = _grown(self._tidx, need_t, self._max_entries[1])
         if self.first_timestamp is None:
-            self.first_timestamp = int(batches[0, 4])
+            self.first_timestamp = int(batches[0, H_MAX_TIMESTAMP])
         segment_scan.index_entries(batches, count, chunk_pos, self.base_offset,
                                    self.index_interval_bytes, st, self._oidx, self._tidx)
-        self.next_offset = int(batches[count - 1, 3]) + 1
+        self.next_offset = int(batches[count - 1, H_LAST_OFFSET]) + 1
 
     @property
     def offset_entries(self) -> np.ndarray:
@@ -127,15 +145,14 @@ def _grown(entries: np.ndarray, need: int, cap: int) -> np.ndarray:
 
 
 def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
-    """Index of the first of ``batches[:count]`` (rows of position in ``buf``, size, ...,
-    stored CRC in column 5, as ``segment_scan.scan_headers`` writes them) whose CRC-32C
-    does not match, or ``count``. The SSE4.2 kernel when there is one, else the crc32c
+    """Index of the first of ``batches[:count]`` (rows of a header table over ``buf``)
+    whose CRC-32C does not match, or ``count``. The SSE4.2 kernel when there is one, else the crc32c
     package per batch."""
     if segment_scan.hardware_crc():
         return segment_scan.batch_crcs(buf, batches, count)
     view = memoryview(buf)
     for k in range(count):
-        start, size = int(batches[k, 0]), int(batches[k, 1])
-        if _crc32c.crc32c(view[start + 21:start + size]) != batches[k, 5]:
+        start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])
+        if crc32c(view[start + CRC_START:start + size]) != batches[k, H_CRC]:
             return k
     return count

@@ -1,13 +1,12 @@
-"""numba kernels behind ``LogSegment.recover``: validate a chunk of v2 batches fast.
+"""numba kernels behind ``LogSegment.recover``: check a chunk of v2 batches fast.
 
 Recovery must check every batch's size, offsets and CRC-32C at a good fraction of the
 speed of merely reading the file. Per-batch Python costs ~3 µs, which for 1 KiB batches
-is 10x slower than reading, so the walk runs here, over a whole chunk per call:
+is 10x slower than reading, so the work runs in kernels over a whole chunk per call.
+The header walk is ``record_format_kernels.header_table`` (sizes, ``max.message.bytes``,
+increasing offsets that fit the segment; it stops at legacy messages, which go through
+``record_format.verify``); its table (``H_*`` columns) feeds the two kernels here:
 
-* ``scan_headers`` walks the batch headers of a chunk (sizes, ``max.message.bytes``,
-  increasing offsets that fit the segment) and records each batch's position, size,
-  offsets, max timestamp and stored CRC; it stops at the first problem, at a partial
-  batch, or at a magic other than 2 (legacy messages go through Python).
 * ``batch_crcs`` computes CRC-32C of many batches with the SSE4.2 ``crc32`` instruction,
   four batches interleaved (one stream is latency-bound at a third of the throughput).
   Without SSE4.2 (``HARDWARE_CRC`` false) callers use the ``crc32c`` package per batch.
@@ -30,22 +29,17 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .record_format import (
+    CRC_START,
+    H_CRC,
+    H_LAST_OFFSET,
+    H_MAX_TIMESTAMP,
+    H_POSITION,
+    H_SIZE,
+)
+
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-
-# Status codes returned by scan_headers.
-NEED_MORE = 0  # the chunk ended (a partial batch or header may continue in the file)
-INVALID = 1  # the batch at the returned position is invalid (reason code set)
-LEGACY = 2  # a magic 0/1 message at the returned position: validate it in Python
-
-REASON_SIZE = 1
-REASON_TOO_LARGE = 2
-REASON_OFFSETS = 3
-REASONS = {REASON_SIZE: "an impossible batch size",
-           REASON_TOO_LARGE: "a batch above max.message.bytes",
-           REASON_OFFSETS: "offsets not above the previous batch or outside the segment"}
 
 
 @intrinsic
@@ -88,84 +82,6 @@ def _load_u64(typingctx, arr, idx):
 
 
 @njit(cache=True, nogil=True)
-def _be32(buf, p):
-    return np.int32((np.uint32(buf[p]) << 24) | (np.uint32(buf[p + 1]) << 16)
-                    | (np.uint32(buf[p + 2]) << 8) | np.uint32(buf[p + 3]))
-
-
-@njit(cache=True, nogil=True)
-def _beu32(buf, p):
-    return np.int64((np.uint32(buf[p]) << 24) | (np.uint32(buf[p + 1]) << 16)
-                    | (np.uint32(buf[p + 2]) << 8) | np.uint32(buf[p + 3]))
-
-
-@njit(cache=True, nogil=True)
-def _be64(buf, p):
-    v = np.uint64(0)
-    for i in range(8):
-        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
-    return np.int64(v)
-
-
-@njit(cache=True, nogil=True)
-def scan_headers(buf, n, seg_base, next_offset, max_bytes, out):
-    """Walk v2 headers in ``buf[:n]``. ``out`` is an int64 array (capacity, 6): per batch
-    position, size, base offset, last offset, max timestamp, stored CRC.
-    Returns (batches, end position, status, reason)."""
-    p = 0
-    count = 0
-    cap = out.shape[0]
-    while True:
-        # The magic decides the format before any size rule: a legacy message can be
-        # shorter than a v2 header, and is not a partial batch for being so.
-        if count == cap or n - p < 17:
-            return count, p, NEED_MORE, 0
-        if buf[p + 16] != 2:
-            return count, p, LEGACY, 0
-        if n - p < 61:
-            return count, p, NEED_MORE, 0
-        size = np.int64(_be32(buf, p + 8)) + 12
-        last_delta = np.int64(_be32(buf, p + 23))
-        if size < 61 or last_delta < 0:
-            return count, p, INVALID, REASON_SIZE
-        if size > max_bytes:
-            return count, p, INVALID, REASON_TOO_LARGE
-        if size > n - p:
-            return count, p, NEED_MORE, 0
-        base = _be64(buf, p)
-        # base + last_delta must not pass int64 (checked without computing it: LLVM may
-        # assume a signed add never wraps and drop a "last < base" test)
-        if base < next_offset or base > INT64_MAX - last_delta:
-            return count, p, INVALID, REASON_OFFSETS
-        last = base + last_delta
-        if last - seg_base > INT32_MAX:
-            return count, p, INVALID, REASON_OFFSETS
-        out[count, 0] = p
-        out[count, 1] = size
-        out[count, 2] = base
-        out[count, 3] = last
-        out[count, 4] = _be64(buf, p + 35)
-        out[count, 5] = _beu32(buf, p + 17)
-        count += 1
-        next_offset = last + 1
-        p += size
-
-
-@njit(cache=True, nogil=True)
-def _crc_one(buf, start, end):
-    c = np.uint64(0xFFFFFFFF)
-    i = start
-    while i + 8 <= end:
-        c = _crc_u64(c, _load_u64(buf, i))
-        i += 8
-    c32 = np.uint32(c)
-    while i < end:
-        c32 = _crc_u8(c32, buf[i])
-        i += 1
-    return c32 ^ np.uint32(0xFFFFFFFF)
-
-
-@njit(cache=True, nogil=True)
 def _crc_finish(buf, c, j, e):
     while j + 8 <= e:
         c = _crc_u64(c, _load_u64(buf, j))
@@ -178,16 +94,22 @@ def _crc_finish(buf, c, j, e):
 
 
 @njit(cache=True, nogil=True)
+def _crc_one(buf, start, end):
+    return _crc_finish(buf, np.uint64(0xFFFFFFFF), start, end)
+
+
+@njit(cache=True, nogil=True)
 def batch_crcs(buf, batches, count):
     """Index of the first batch whose CRC-32C (of bytes [21, size)) differs from its
     header, or ``count`` when all match. Four batches are hashed in lockstep."""
     g = 0
     while g + 4 <= count:
-        s0 = batches[g, 0] + 21
-        s1 = batches[g + 1, 0] + 21
-        s2 = batches[g + 2, 0] + 21
-        s3 = batches[g + 3, 0] + 21
-        length = min(batches[g, 1], batches[g + 1, 1], batches[g + 2, 1], batches[g + 3, 1]) - 21
+        s0 = batches[g, H_POSITION] + CRC_START
+        s1 = batches[g + 1, H_POSITION] + CRC_START
+        s2 = batches[g + 2, H_POSITION] + CRC_START
+        s3 = batches[g + 3, H_POSITION] + CRC_START
+        length = min(batches[g, H_SIZE], batches[g + 1, H_SIZE], batches[g + 2, H_SIZE],
+                     batches[g + 3, H_SIZE]) - CRC_START
         c0 = c1 = c2 = c3 = np.uint64(0xFFFFFFFF)
         i = 0
         while i + 8 <= length:
@@ -196,22 +118,23 @@ def batch_crcs(buf, batches, count):
             c2 = _crc_u64(c2, _load_u64(buf, s2 + i))
             c3 = _crc_u64(c3, _load_u64(buf, s3 + i))
             i += 8
-        r0 = _crc_finish(buf, c0, s0 + i, batches[g, 0] + batches[g, 1])
-        r1 = _crc_finish(buf, c1, s1 + i, batches[g + 1, 0] + batches[g + 1, 1])
-        r2 = _crc_finish(buf, c2, s2 + i, batches[g + 2, 0] + batches[g + 2, 1])
-        r3 = _crc_finish(buf, c3, s3 + i, batches[g + 3, 0] + batches[g + 3, 1])
-        if np.int64(r0) != batches[g, 5]:
+        r0 = _crc_finish(buf, c0, s0 + i, batches[g, H_POSITION] + batches[g, H_SIZE])
+        r1 = _crc_finish(buf, c1, s1 + i, batches[g + 1, H_POSITION] + batches[g + 1, H_SIZE])
+        r2 = _crc_finish(buf, c2, s2 + i, batches[g + 2, H_POSITION] + batches[g + 2, H_SIZE])
+        r3 = _crc_finish(buf, c3, s3 + i, batches[g + 3, H_POSITION] + batches[g + 3, H_SIZE])
+        if np.int64(r0) != batches[g, H_CRC]:
             return g
-        if np.int64(r1) != batches[g + 1, 5]:
+        if np.int64(r1) != batches[g + 1, H_CRC]:
             return g + 1
-        if np.int64(r2) != batches[g + 2, 5]:
+        if np.int64(r2) != batches[g + 2, H_CRC]:
             return g + 2
-        if np.int64(r3) != batches[g + 3, 5]:
+        if np.int64(r3) != batches[g + 3, H_CRC]:
             return g + 3
         g += 4
     while g < count:
-        start = batches[g, 0]
-        if np.int64(_crc_one(buf, start + 21, start + batches[g, 1])) != batches[g, 5]:
+        start = batches[g, H_POSITION]
+        crc = _crc_one(buf, start + CRC_START, start + batches[g, H_SIZE])
+        if np.int64(crc) != batches[g, H_CRC]:
             return g
         g += 1
     return count
@@ -227,14 +150,14 @@ def index_entries(batches, count, chunk_pos, seg_base, interval, state, oidx, ti
     since, max_ts, max_off = state[0], state[1], state[2]
     n_o, n_t, last_t = state[3], state[4], state[5]
     for k in range(count):
-        last = batches[k, 3]
-        if batches[k, 4] > max_ts:
-            max_ts = batches[k, 4]
+        last = batches[k, H_LAST_OFFSET]
+        if batches[k, H_MAX_TIMESTAMP] > max_ts:
+            max_ts = batches[k, H_MAX_TIMESTAMP]
             max_off = last
         if since > interval:
             if n_o < oidx.shape[0]:
                 oidx[n_o, 0] = last - seg_base
-                oidx[n_o, 1] = chunk_pos + batches[k, 0]
+                oidx[n_o, 1] = chunk_pos + batches[k, H_POSITION]
                 n_o += 1
             if max_ts > last_t and n_t < tidx.shape[0]:
                 tidx[n_t, 0] = max_ts
@@ -242,7 +165,7 @@ def index_entries(batches, count, chunk_pos, seg_base, interval, state, oidx, ti
                 n_t += 1
                 last_t = max_ts
             since = 0
-        since += batches[k, 1]
+        since += batches[k, H_SIZE]
     state[0], state[1], state[2] = since, max_ts, max_off
     state[3], state[4], state[5] = n_o, n_t, last_t
 

@@ -4,9 +4,10 @@ offset (LSO), and the read_committed filter. Used by ``Log`` and ``LogLoader``.
 **Producer state at an offset** comes from the newest valid producer snapshot at or below
 it (Kafka and seglog's writer leave one at every segment base, written at roll, and one at
 the log end on a clean close), then a scan of the batches from there
-(``txn_scan.producer_batches``: a numba header walk; Python runs only for batches that
-carry a producer id). With no snapshot the scan starts at the log start. A snapshot that
-fails its checks is skipped (logged), never read as "no producers".
+(``producer_batches``: the numba header walk ``record_format_kernels.header_table``;
+Python runs only for batches that carry a producer id). With no snapshot the scan starts
+at the log start. A snapshot that fails its checks is skipped (logged), never read as
+"no producers".
 
 **Aborted transactions of a segment** come from its ``.txnindex`` when the file exists and
 passes its checks. A segment without one normally has no aborted transaction (Kafka
@@ -41,7 +42,6 @@ from pathlib import Path
 import numpy as np
 
 from . import txn_scan
-from .batch_header import BatchHeader
 from .errors import CorruptIndexError, CorruptRecordError
 from .log_segment import LogSegment
 from .producer_state import (
@@ -53,6 +53,21 @@ from .producer_state import (
     read_snapshot,
     snapshot_file,
 )
+from .record_format import (
+    H_BASE_OFFSET,
+    H_MAGIC,
+    H_PRODUCER_ID,
+    HEADER_COLUMNS,
+    INT64_MAX,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    REASONS,
+    WALK_FULL,
+    WALK_INVALID,
+    BatchHeader,
+)
+from .record_format_kernels import header_table
 from .txn_index import AbortedTxn, collect_aborted
 
 logger = logging.getLogger(__name__)
@@ -77,11 +92,11 @@ def check_isolation_level(value: str) -> str:
 # ---------------------------------------------------------------------------- scanning
 
 def producer_batches(seg: LogSegment, start_position: int = 0,
-                     end_offset: int = 2**63 - 1) -> Iterator[tuple[BatchHeader, object]]:
+                     end_offset: int = INT64_MAX) -> Iterator[tuple[BatchHeader, object]]:
     """(header, buffer holding it) of every batch with a producer id in ``seg`` from
     ``start_position``, below ``end_offset``; positions in the header are in the buffer."""
     chunk = np.empty(_CHUNK, np.uint8)
-    rows = np.empty((_ROWS, 9), np.int64)
+    rows = np.empty((_ROWS, HEADER_COLUMNS), np.int64)
     pos = start_position
     size = seg.size
     while pos < size:
@@ -90,22 +105,25 @@ def producer_batches(seg: LogSegment, start_position: int = 0,
             return
         p = 0
         while True:
-            count, p_next, status = txn_scan.producer_batches(chunk, n, p, rows)
-            for r in rows[:count].tolist():
-                if r[2] >= end_offset:
+            count, p_next, status, reason = header_table(chunk, p, n, rows, INT64_MAX, False,
+                                                         0, 0, False)
+            found = rows[:count]
+            found = found[(found[:, H_MAGIC] == MAGIC_V2) & (found[:, H_PRODUCER_ID] >= 0)]
+            for r in found.tolist():
+                if r[H_BASE_OFFSET] >= end_offset:
                     return
-                yield BatchHeader(r[0], r[2], r[3], r[1], 2, r[4], 0, -1, r[8], r[5], r[6],
-                                  r[7]), chunk
-            if status == txn_scan.INVALID:
-                raise CorruptRecordError(f"{seg.log_path}: impossible batch header at "
-                                         f"position {pos + p_next}")
+                yield BatchHeader.from_row(r), chunk
+            if status == WALK_INVALID:
+                raise CorruptRecordError(f"{seg.log_path}: {REASONS[reason]} at position "
+                                         f"{pos + p_next}")
             p = p_next
-            if status == txn_scan.OK:
+            if status != WALK_FULL:
                 break
         if p == 0:
             if n < len(chunk):
                 return  # a partial batch at the end of the file
-            need = int.from_bytes(chunk[8:12].tobytes(), "big", signed=True) + 12
+            need = int.from_bytes(chunk[LENGTH_OFFSET:LENGTH_OFFSET + 4].tobytes(), "big",
+                                  signed=True) + LOG_OVERHEAD
             chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)
             continue
         pos += p
@@ -362,9 +380,17 @@ def drop_aborted_batches(chunk, aborted: Sequence[AbortedTxn]) -> memoryview:
     lasts = np.array([a.last_offset for a in ordered], np.int64)
     buf = np.frombuffer(chunk, np.uint8)
     out = np.empty(len(buf), np.uint8)
-    n = txn_scan.drop_aborted(buf, len(buf), pids, firsts, lasts, out)
-    if n < 0:
-        raise CorruptRecordError(f"impossible batch header at position {-1 - n} of a chunk")
+    rows = np.empty((_ROWS, HEADER_COLUMNS), np.int64)
+    p = n = 0
+    while True:
+        count, p, status, reason = header_table(buf, p, len(buf), rows, INT64_MAX, False, 0, 0,
+                                                False)
+        n = txn_scan.drop_aborted(buf, rows, count, pids, firsts, lasts, out, n)
+        if status != WALK_FULL:
+            break
+    if status == WALK_INVALID or p != len(buf):
+        why = REASONS[reason] if status == WALK_INVALID else "a partial batch"
+        raise CorruptRecordError(f"{why} at position {p} of a chunk of whole batches")
     if n == len(buf):
         return memoryview(chunk)
     return memoryview(out)[:n]

@@ -86,7 +86,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import (
@@ -97,6 +96,7 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_format import TopicPartition, iter_batch_headers
 
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
@@ -137,7 +137,6 @@ STAGING_TTL_MS = 24 * 3600 * 1000
 _APPEND_CHUNK = 8 << 20
 _MAINTENANCE_FILE = "maintenance.json"
 
-TopicPartition = tuple[str, int]
 
 
 def crash_point(step: str, batch_id: int | None = None) -> None:

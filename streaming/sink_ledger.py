@@ -32,6 +32,7 @@ from pathlib import Path
 
 from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.errors import SeglogError
+from seglog.logstore.record_format import TopicPartition
 
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
@@ -40,7 +41,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["LedgerEntry", "LedgerState", "SinkLedger", "ledger_dir", "ledger_file",
            "read_ledger_file"]
 
-TopicPartition = tuple[str, int]
 LEDGER_SUFFIX = ".json"
 
 

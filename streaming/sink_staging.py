@@ -41,7 +41,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import fsync_dir
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
@@ -54,6 +53,7 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
+from seglog.logstore.record_format import iter_batch_headers
 from seglog.logstore.topics import validate_topic_name
 
 from .partitioner import assign_partitions

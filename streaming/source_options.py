@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.file_names import INTERNAL_TOPICS
+from seglog.logstore.record_format import TopicPartition
 
 from .kafka_compat import SOURCE_RULES, refusal, rule_for
 from .option_values import (
@@ -85,7 +86,6 @@ _CANONICAL = {n.lower(): n for n in _NAMES}
 _STREAMING_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "streaming")
 _BATCH_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "batch")
 
-TopicPartition = tuple[str, int]
 
 
 # ---------------------------------------------------------------------------- offset specs

@@ -38,7 +38,6 @@ from typing import TextIO
 
 import numpy as np
 
-from seglog.logstore.batch_header import BatchHeader, compute_crc, read_batch_header
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptRecordError, MissingDataError, SeglogError
 from seglog.logstore.file_names import (
@@ -68,6 +67,7 @@ from seglog.logstore.index_check import (
     time_index_violations,
 )
 from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
+from seglog.logstore.record_format import BatchHeader, compute_crc, read_batch_header
 
 from .cli_commands import register as _register_operations
 from .cli_output import Progress

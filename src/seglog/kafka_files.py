@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from seglog.logstore.batch_header import V2_HEADER_SIZE, BatchHeader, crc32c
 from seglog.logstore.compression import decompress
 from seglog.logstore.errors import CorruptRecordError
 from seglog.logstore.file_names import KRAFT_BOOTSTRAP_FILE
+from seglog.logstore.record_format import V2_HEADER_SIZE, BatchHeader, crc32c
 
 BOOTSTRAP_SNAPSHOT = KRAFT_BOOTSTRAP_FILE
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"

@@ -19,7 +19,7 @@ READER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {checks_dir!r})
     from _log_checks import check_records, fetch_bytes
-    from seglog.logstore.batch_header import read_batch_header
+    from seglog.logstore.record_format import read_batch_header
     from seglog.logstore.errors import KafkaStorageError, OffsetOutOfRangeError
     from seglog.logstore.log_manager import LogManager
 

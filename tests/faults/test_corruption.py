@@ -13,7 +13,6 @@ import pytest
 from _log_checks import check_partition_files, fetch_bytes, make_batch, value_for
 from kafka.record.default_records import DefaultRecordBatch
 
-from seglog.logstore.batch_header import read_batch_header
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -24,6 +23,7 @@ from seglog.logstore.file_names import (
 )
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.record_format import read_batch_header
 
 TOPIC = "t"
 CONFIG = {"segment.bytes": 16 * 1024, "index.interval.bytes": 256}

@@ -29,7 +29,6 @@ from kafka.record.default_records import (
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
-from seglog.logstore.batch_header import iter_batch_headers, set_base_offset
 from seglog.logstore.record_codec import (
     HEADERS_TYPE,
     CompressionType,
@@ -37,6 +36,7 @@ from seglog.logstore.record_codec import (
     decode_batches,
     encode_batches,
 )
+from seglog.logstore.record_format import iter_batch_headers, set_base_offset
 
 CODECS = list(CompressionType)
 

@@ -8,7 +8,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
-from seglog.logstore.batch_header import iter_batch_headers, verify_crc
 from seglog.logstore.errors import CorruptRecordError
 from seglog.logstore.record_codec import (
     HEADERS_TYPE,
@@ -17,6 +16,7 @@ from seglog.logstore.record_codec import (
     decode_batches,
     encode_batches,
 )
+from seglog.logstore.record_format import iter_batch_headers, verify_crc
 
 NOW_MS = 1_700_000_000_000
 

@@ -8,7 +8,6 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.index_check import (
@@ -23,6 +22,7 @@ from seglog.logstore.index_check import (
 )
 from seglog.logstore.log import Log
 from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 # Six batches of 10 offsets each, 100 bytes apart; max timestamps 1000, 1010, ...
 BATCHES = SegmentBatches(np.arange(0, 600, 100, dtype=np.int64),

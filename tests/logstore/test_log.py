@@ -6,7 +6,6 @@ import struct
 import pytest
 from kafka_batches import BASE_TS, batch
 
-from seglog.logstore.batch_header import iter_batch_headers, read_batch_header
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.delayed_deletion import DelayedDeleter
@@ -19,6 +18,7 @@ from seglog.logstore.errors import (
     RecordTooLargeError,
 )
 from seglog.logstore.log import Log
+from seglog.logstore.record_format import iter_batch_headers, read_batch_header
 
 ONE = len(batch(3))  # bytes of a 3-record test batch
 

@@ -5,7 +5,6 @@ import struct
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.file_names import (
@@ -16,6 +15,7 @@ from seglog.logstore.file_names import (
 )
 from seglog.logstore.log_check import check_log_dirs
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_format import iter_batch_headers
 
 
 def batch(n: int = 10) -> bytes:

@@ -14,7 +14,6 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from power_cut import lose_unflushed_tail
 
 from seglog.logstore import log_manager as lm
-from seglog.logstore.batch_header import iter_batch_headers, verify_crc
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import (
@@ -37,6 +36,7 @@ from seglog.logstore.file_names import (
 )
 from seglog.logstore.log_dirs import STAGING_PREFIX
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_format import iter_batch_headers, verify_crc
 
 NOW = 1_700_000_000_000
 

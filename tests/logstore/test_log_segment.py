@@ -5,9 +5,9 @@ import os
 import pytest
 from kafka_batches import BASE_TS, batch
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.file_names import DELETED_SUFFIX
 from seglog.logstore.log_segment import LogSegment
+from seglog.logstore.record_format import iter_batch_headers
 
 
 def _segment(tmp_path, base=0, interval=100, **kw) -> LogSegment:
@@ -124,7 +124,7 @@ def test_recover_cuts_a_batch_whose_last_offset_passes_int64(tmp_path):
     negative and passed every offset check (then any later batch did too)."""
     import struct
 
-    from seglog.logstore.batch_header import crc32c
+    from seglog.logstore.record_format import crc32c
 
     def with_last_delta(b: bytes, delta: int) -> bytes:
         out = bytearray(b)

@@ -8,13 +8,6 @@ import pyarrow as pa
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from seglog.logstore.batch_header import (
-    V2_HEADER_SIZE,
-    iter_batch_headers,
-    read_batch_header,
-    set_base_offset,
-    stamp_log_append_time,
-)
 from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
 from seglog.logstore.record_codec import (
     HEADERS_TYPE,
@@ -26,6 +19,13 @@ from seglog.logstore.record_codec import (
     encode_batches,
     encode_control_batch,
     record_schema,
+)
+from seglog.logstore.record_format import (
+    V2_HEADER_SIZE,
+    iter_batch_headers,
+    read_batch_header,
+    set_base_offset,
+    stamp_log_append_time,
 )
 
 KEYS = [b"k0", None, b"", b"key-3", b"\x00\xff" * 40]

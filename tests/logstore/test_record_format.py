@@ -4,7 +4,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from seglog.logstore.batch_header import (
+from seglog.logstore.errors import CorruptRecordError
+from seglog.logstore.record_format import (
     compute_crc,
     iter_batch_headers,
     read_batch_header,
@@ -12,7 +13,6 @@ from seglog.logstore.batch_header import (
     stamp_log_append_time,
     verify_crc,
 )
-from seglog.logstore.errors import CorruptRecordError
 
 
 def _kafka_python_batch(n: int, base_ts: int = 1000) -> bytes:
