@@ -62,7 +62,7 @@ from .log_loader import list_segment_bases
 from .log_manager import LogManager
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
-from .record_format import iter_batch_headers, verify_crc
+from .record_format import verify_all
 from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
@@ -325,8 +325,12 @@ def _scan_segment(path: Path, base: int, check: ContinuityCheck
     headers = []
     end = 0
     try:
-        for h in iter_batch_headers(buf):
-            verify_crc(buf, h)
+        for v in verify_all(buf, segment_base=base):
+            if v.partial:
+                break  # judged by segment_end: only the active segment may end in one
+            if not v.valid or v.header is None:
+                raise CorruptRecordError(v.reason)
+            h = v.header
             check.batch(h)  # moves check.expected past h: only once h is known good
             headers.append(h)
             end = h.end_position

@@ -50,18 +50,20 @@ from pathlib import Path
 from .checkpoint_file import write_atomically
 from .errors import CorruptRecordError, SeglogError
 from .file_names import SNAPSHOT_SUFFIX, offset_file_name, parse_segment_file_name
-from .record_format import BatchHeader, crc32c
+from .record_format import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    BatchHeader,
+    ControlRecord,
+    control_records,
+    crc32c,
+)
 
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
 _SNAPSHOT_HEAD = struct.Struct(">hIi")  # version, crc, entry count
 _SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
-_CONTROL_KEY = struct.Struct(">hh")  # version, type
-_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 
 
 class CorruptSnapshotError(SeglogError):
@@ -92,55 +94,14 @@ class CompletedTxn:
     is_aborted: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ControlMarker:
-    """The first record of a control batch: its type and the coordinator epoch."""
-
-    control_type: int
-    coordinator_epoch: int
-
-
-def read_control_marker(buf, h: BatchHeader) -> ControlMarker:
-    """Parse the control record of the control batch ``h`` within ``buf``.
-
-    Raises CorruptRecordError (naming the offsets) when the record is malformed."""
-    from .compression import decompress
-
-    body = memoryview(buf)[h.position + 61:h.end_position]
-    if h.compression:
-        body = memoryview(decompress(h.compression, body))
-    try:
-        p = 0
-        _length, p = _varint(body, p)
-        p += 1  # record attributes
-        _ts_delta, p = _varint(body, p)
-        _off_delta, p = _varint(body, p)
-        key_len, p = _varint(body, p)
-        if key_len < 4:
-            raise ValueError(f"control record key of {key_len} bytes")
-        _version, control_type = _CONTROL_KEY.unpack_from(body, p)
-        p += key_len
-        value_len, p = _varint(body, p)
-        coordinator_epoch = -1
-        if control_type in (CONTROL_ABORT, CONTROL_COMMIT) and value_len >= 6:
-            _v, coordinator_epoch = _MARKER_VALUE.unpack_from(body, p)
-    except (ValueError, struct.error, IndexError) as e:
-        raise CorruptRecordError(
-            f"control batch at position {h.position} (offset {h.base_offset}) has a "
-            f"malformed control record: {e}") from None
-    return ControlMarker(control_type, coordinator_epoch)
-
-
-def _varint(buf, p: int) -> tuple[int, int]:
-    """A zigzag LEB128 varint (at most 10 bytes) at ``p``; returns (value, next p)."""
-    shift = result = 0
-    for i in range(10):
-        b = buf[p + i]
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), p + i + 1
-        shift += 7
-    raise ValueError(f"varint longer than 10 bytes at {p}")
+def read_control_marker(buf, h: BatchHeader) -> ControlRecord:
+    """The first record of the control batch ``h`` within ``buf``: its type and, for
+    ABORT/COMMIT, the coordinator epoch. Raises CorruptRecordError naming the batch when
+    the record is malformed or missing."""
+    for record in control_records(buf, h):
+        return record
+    raise CorruptRecordError(f"control batch at position {h.position} (offset "
+                             f"{h.base_offset}) holds no control record")
 
 
 class ProducerStateManager:
@@ -192,7 +153,7 @@ class ProducerStateManager:
             bisect.insort(self._ongoing_firsts, first)
         self._ongoing[first] = producer_id
 
-    def append_batch(self, h: BatchHeader, marker: ControlMarker | None = None
+    def append_batch(self, h: BatchHeader, marker: ControlRecord | None = None
                      ) -> CompletedTxn | None:
         """Apply one v2 batch with a producer id (``marker`` for a control batch).
 
@@ -289,8 +250,8 @@ def parse_snapshot(data: bytes, path: Path) -> list[ProducerEntry]:
     if count < 0 or len(data) != _SNAPSHOT_HEAD.size + count * _SNAPSHOT_ENTRY.size:
         raise CorruptSnapshotError(f"producer snapshot {path} claims {count} entries in "
                                    f"{len(data)} bytes")
-    return [ProducerEntry(*_SNAPSHOT_ENTRY.unpack_from(data, _SNAPSHOT_HEAD.size + i * 46))
-            for i in range(count)]
+    return [ProducerEntry(*entry) for entry in
+            _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size:])]
 
 
 def read_snapshot(path: Path, offset: int) -> ProducerStateManager:

@@ -350,9 +350,28 @@ def verify(buf, position: int = 0, limit: int | None = None, *,
     if check_crc:
         actual = compute_crc(buf, h)
         if actual != h.crc:
-            return BatchCheck(h, REASON_CRC, f"{where} has CRC {actual:#010x}, header says "
-                              f"{h.crc:#010x}")
+            return BatchCheck(h, REASON_CRC, f"{where} has a bad CRC: {actual:#010x}, its "
+                              f"header says {h.crc:#010x}")
     return BatchCheck(h)
+
+
+def verify_all(buf, position: int = 0, limit: int | None = None, *,
+               next_offset: int | None = None, segment_base: int | None = None,
+               check_crc: bool = True) -> Iterator[BatchCheck]:
+    """``verify`` for every batch of ``buf[position:limit]`` in turn, each expected above
+    the previous one's last offset. A batch with a readable header moves on past it
+    even when it breaks a rule (a report names every bad batch); an unreadable header
+    or a partial batch is the last check yielded."""
+    end = len(buf) if limit is None else limit
+    while position < end:
+        check = verify(buf, position, end, next_offset=next_offset,
+                       segment_base=segment_base, check_crc=check_crc)
+        yield check
+        h = check.header
+        if h is None:
+            return
+        position = h.end_position
+        next_offset = None if next_offset is None else max(next_offset, h.next_offset)
 
 
 # -- the rewrites a log may make ------------------------------------------------------------

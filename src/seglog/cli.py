@@ -32,7 +32,7 @@ import argparse
 import mmap
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -67,7 +67,11 @@ from seglog.logstore.index_check import (
     time_index_violations,
 )
 from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
-from seglog.logstore.record_format import BatchHeader, compute_crc, read_batch_header
+from seglog.logstore.record_format import (
+    CODEC_NAMES,
+    BatchHeader,
+    verify_all,
+)
 
 from .cli_commands import register as _register_operations
 from .cli_output import Progress
@@ -81,24 +85,6 @@ from .kafka_files import (
     read_producer_snapshot,
     read_txn_index,
 )
-
-_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-
-
-def _batches(buf) -> Iterator[tuple[BatchHeader | None, str]]:
-    """Every batch of ``buf``; a final ``(None, reason)`` when it ends in junk."""
-    pos = 0
-    while pos < len(buf):
-        try:
-            h = read_batch_header(buf, pos)
-        except CorruptRecordError as e:
-            yield None, str(e)
-            return
-        if h is None:
-            yield None, f"{len(buf) - pos} trailing bytes at position {pos} (a partial batch)"
-            return
-        yield h, ""
-        pos = h.end_position
 
 
 def _map(path: Path) -> mmap.mmap | bytes:
@@ -141,7 +127,7 @@ def _batch_line(h: BatchHeader, valid: bool) -> str:
     ts_type = "LogAppendTime" if h.is_log_append_time else (
         "CreateTime" if h.magic > 0 else "NoTimestampType")
     tail = (f"position: {h.position} {ts_type}: {h.max_timestamp} size: {h.size} "
-            f"magic: {h.magic} compresscodec: {_CODECS.get(h.compression, h.compression)} "
+            f"magic: {h.magic} compresscodec: {CODEC_NAMES.get(h.compression, h.compression)} "
             f"crc: {h.crc} isvalid: {str(valid).lower()}\n")
     if h.magic < 2:  # a legacy message: Kafka's tool prints only its offset
         return f"offset: {h.last_offset} {tail}"
@@ -168,13 +154,14 @@ def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
     problems = 0
     bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes", hide_if_tty=out)
     try:
-        for h, reason in _batches(buf):
+        for check in verify_all(buf):
+            h = check.header
             bar.advance(h.size if h is not None else 0)
             if h is None:
-                out.write(f"Found invalid data: {reason}\n")
+                out.write(f"Found invalid data: {check.reason}\n")
                 problems += 1
                 break
-            valid = compute_crc(buf, h) == h.crc
+            valid = check.valid
             problems += not valid
             out.write(_batch_line(h, valid))
             if not (print_data and valid):
@@ -200,7 +187,8 @@ def segment_batches(log_path: Path) -> SegmentBatches | None:
         return None
     buf = _map(log_path)
     try:
-        return SegmentBatches.from_headers(h for h, _ in _batches(buf) if h is not None)
+        return SegmentBatches.from_headers(c.header for c in verify_all(buf, check_crc=False)
+                                           if c.header is not None)
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
@@ -359,18 +347,16 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
         headers = []
         markers: set[tuple[int, int]] = set()  # (offset, producer id) of control batches
         try:
-            for h, reason in _batches(buf):
-                if h is None:
-                    out.write(f"{path}: {reason}\n")
+            for v in verify_all(buf, segment_base=base):  # offsets: the continuity rules
+                h = v.header
+                if not v.valid:
+                    out.write(f"{path}: {v.reason}\n")
                     problems += 1
+                if h is None or v.partial:
                     break
                 headers.append(h)
                 if h.is_control:
                     markers.add((h.base_offset, h.producer_id))
-                if compute_crc(buf, h) != h.crc:
-                    out.write(f"{path}: batch at position {h.position} (offsets "
-                              f"{h.base_offset}..{h.last_offset}) has a bad CRC\n")
-                    problems += 1
                 try:
                     check.batch(h)
                 except CorruptRecordError as e:
