@@ -94,3 +94,17 @@ def test_legacy_message_headers(magic):
         assert compute_crc(buf, h) == h.crc
     if magic == 1:
         assert [h.max_timestamp for h in headers] == [2000, 2001, 2002]
+
+
+def test_a_last_offset_past_int64_is_refused_by_every_reader():
+    """The Python header reader refuses it as the recovery kernel does (it used to hand
+    out a last offset above int64, which no offset column can hold)."""
+    import struct
+
+    from seglog.logstore.record_format import INT64_MAX, REASON_OFFSETS, verify
+
+    buf = bytearray(_kafka_python_batch(3))
+    struct.pack_into(">q", buf, 0, INT64_MAX - 1)  # last offset delta 2: one past int64
+    with pytest.raises(CorruptRecordError, match="passes int64"):
+        read_batch_header(buf)
+    assert verify(buf).code == REASON_OFFSETS
