@@ -87,9 +87,12 @@ _LOW57 = 0x01FFFFFFFFFFFFFF
 @njit(cache=True, nogil=True, inline="always")
 def be_u(buf, p, nbytes):
     """The unsigned big-endian integer of ``nbytes`` bytes at ``p``, as uint64."""
+    # Unsigned indices: without numba's negative-index wraparound LLVM turns the loop
+    # into one load and a byte swap.
+    q = np.uintp(p)
     v = np.uint64(0)
     for i in range(nbytes):
-        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
+        v = (v << np.uint64(8)) | np.uint64(buf[q + np.uintp(i)])
     return v
 
 
