@@ -24,9 +24,9 @@ from test_sink_replay import (
     visible,
 )
 
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.errors import CorruptRecordError, SinkCommitError
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_format import iter_batch_headers
 from seglog.streaming.sink_commit import CRASH_STEPS, abort, commit, sweep_staging
 from seglog.streaming.sink_intent import intent_file, read_intents
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
