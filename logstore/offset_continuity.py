@@ -4,7 +4,7 @@ Readers (``Log.read``, ``Log.read_chunks``), ``LogManager.check(deep=True)`` and
 ``seglog check`` feed every batch header they walk to one ``ContinuityCheck``, so they
 all judge a log the same way. Recovery applies rules 1 and 2 in its own kernel
 (``segment_scan.scan_headers``: offsets above the previous batch, within 2^31 of the
-segment base); nothing else here parses bytes (headers come from ``batch_header``).
+segment base); nothing else here parses bytes (headers come from ``record_format``).
 
 1. **Increasing.** A batch's base offset is above the previous batch's last offset (a
    legacy compressed wrapper knows only its last offset: that one must be).
@@ -39,9 +39,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .batch_header import BatchHeader
 from .errors import CorruptRecordError, MissingDataError, SeglogError
 from .file_names import CLEANER_OFFSET_CHECKPOINT, parse_partition_dir_name
+from .record_format import BatchHeader
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,10 @@ import pytest
 
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader, read_range
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.errors import DataLossError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 TOPIC = "ev"
 ROWS = 300

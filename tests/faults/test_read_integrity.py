@@ -19,7 +19,6 @@ import pytest
 from _log_checks import make_batch, value_for
 
 from seglog.cli import main as seglog_main
-from seglog.logstore.batch_header import iter_batch_headers
 from seglog.logstore.errors import (
     CorruptRecordError,
     MissingDataError,
@@ -28,6 +27,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 TOPIC = "t"
 CONFIG = {"segment.bytes": 6 * 1024, "index.interval.bytes": 512}
