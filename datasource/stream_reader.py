@@ -32,7 +32,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import MissingDataError, UnknownTopicOrPartitionError
+from seglog.logstore.errors import (
+    CorruptRecordError,
+    MissingDataError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.streaming.admission import AdmissionLimits, admit, segment_layout
 from seglog.streaming.read_planning import ReadRange, plan_ranges
 from seglog.streaming.source_offsets import (
@@ -224,10 +228,15 @@ def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.R
                 if r.isolation_level == READ_COMMITTED:
                     chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
                 for chunk in chunks:
-                    records = decode_batches(
-                        chunk, start_offset=start, end_offset=end,
-                        include_headers=r.include_headers,
-                    )
+                    try:
+                        records = decode_batches(
+                            chunk, start_offset=start, end_offset=end,
+                            include_headers=r.include_headers,
+                        )
+                    except CorruptRecordError as e:
+                        raise CorruptRecordError(
+                            f"topic {r.topic!r} partition {r.partition}, "
+                            f"{_segment_file(log, chunk)}: {e}") from None
                     if records.num_rows:
                         yield to_source_batch(records, r.topic, r.partition, schema)
                 return
@@ -241,6 +250,21 @@ def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.R
                 start = max(e.end, start + 1)
     finally:
         mgr.close()
+
+
+def _segment_file(log, chunk: memoryview) -> str:
+    """The segment file holding a chunk that failed to decode (named in the error: the
+    codec sees only bytes). Chunks never straddle segments."""
+    from seglog.logstore.record_format import read_batch_header
+
+    try:
+        h = read_batch_header(chunk, 0)
+    except CorruptRecordError:
+        h = None
+    if h is None:
+        return f"a segment of {log.dir}"
+    owner = [s for s in log.segments if s.base_offset <= h.base_offset]
+    return str(owner[-1].log_path) if owner else f"a segment of {log.dir}"
 
 
 def to_source_batch(

@@ -20,7 +20,7 @@ import pytest
 
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader, read_range
-from seglog.logstore.errors import DataLossError
+from seglog.logstore.errors import CorruptRecordError, DataLossError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 from seglog.logstore.record_format import iter_batch_headers
@@ -218,3 +218,25 @@ def test_retention_under_a_running_read_is_data_loss_named_or_skipped(tmp_path, 
     with caplog.at_level(logging.WARNING):
         reader.partitions(start, end)  # planned again: the driver warns before any task
     assert f"topic '{TOPIC}' partition 0: offsets [0, {lso}) were removed" in caplog.text
+
+
+def test_a_corrupt_record_in_a_task_names_the_partition_and_the_segment(pristine, tmp_path):
+    """A CRC-covered byte flipped in a middle segment: the task's error names the
+    topic-partition and the segment file, not only a position inside a chunk."""
+    d = tmp_path / "logs"
+    shutil.copytree(pristine, d)
+    middle = segments(d)[len(segments(d)) // 2]
+    h = list(iter_batch_headers(middle.read_bytes()))[1]
+    data = bytearray(middle.read_bytes())
+    data[h.position + 70] ^= 0x40  # inside the records, which the CRC covers
+    middle.write_bytes(bytes(data))
+    options = {"path": str(d), "subscribe": TOPIC, "startingOffsets": "earliest"}
+    reader = SeglogStreamReader(options, source_schema(options))
+    start = reader.initialOffset()
+    (planned,) = reader.partitions(start, reader.latestOffset(start,
+                                                              reader.getDefaultReadLimit()))
+    with pytest.raises(CorruptRecordError) as info:
+        for _ in read_range(planned.value):
+            pass
+    text = str(info.value)
+    assert f"topic '{TOPIC}' partition 0" in text and str(middle) in text, text
