@@ -12,17 +12,17 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError, SinkCommitError
-from seglog.streaming import sink_commit
-from seglog.streaming.sink_staging import stage_rows
 
 from .stream_writer import SeglogCommitMessage, unwrap, validate_sink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ class SeglogBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
+        from seglog.streaming.sink_staging import stage_rows
+
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
@@ -53,7 +55,11 @@ class SeglogBatchWriter(DataSourceArrowWriter):
         return SeglogCommitMessage(staged)
 
     def commit(self, messages) -> None:
+        from seglog.streaming import sink_commit
+
         sink_commit.commit(unwrap(messages), _BATCH_ID, self.options, use_ledger=False)
 
     def abort(self, messages) -> None:
+        from seglog.streaming import sink_commit
+
         sink_commit.abort(unwrap(messages), _BATCH_ID, self.options, sink_ids=[self.job_id])

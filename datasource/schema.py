@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema as _spark_to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -29,6 +27,9 @@ from pyspark.sql.types import (
 )
 
 from seglog.streaming.source_options import include_headers as _include_headers
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -43,7 +44,10 @@ def source_schema(options: Mapping[str, Any] | bool) -> StructType:
 
 def to_arrow_schema(schema: StructType, tz: str = "UTC") -> pa.Schema:
     """The Arrow twin of a Spark schema, exactly as PySpark checks ``read()`` output."""
-    return _spark_to_arrow_schema(schema, timezone=tz)
+    # Imported here: ``schema()`` runs in a planner process that needs no Arrow at all.
+    from pyspark.sql.pandas.types import to_arrow_schema as spark_to_arrow_schema
+
+    return spark_to_arrow_schema(schema, timezone=tz)
 
 
 def arrow_schema(include_headers: bool) -> pa.Schema:

@@ -24,23 +24,25 @@ import hashlib
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError, SinkCommitError
-from seglog.streaming import sink_commit
 from seglog.streaming.sink_options import (
     SinkColumns,
     SinkOptions,
     check_log_dirs,
     log_dirs_option,
 )
-from seglog.streaming.sink_staging import StagedTask, check_partition_count, stage_rows
 
 from .schema import to_arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from seglog.streaming.sink_staging import StagedTask
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
 
     from seglog.logstore.errors import UnknownTopicOrPartitionError
     from seglog.logstore.log_manager import LogManager
+    from seglog.streaming.sink_staging import check_partition_count
 
     partitions = None
     if all(Path(d).is_dir() for d in opts.log_dirs):
@@ -107,6 +110,8 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
+        from seglog.streaming.sink_staging import stage_rows
+
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
@@ -128,7 +133,11 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
         return f"chk-{digest[:32]}"
 
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 (PySpark's name)
+        from seglog.streaming import sink_commit
+
         sink_commit.commit(unwrap(messages), batchId, self.options)
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
+        from seglog.streaming import sink_commit
+
         sink_commit.abort(unwrap(messages), batchId, self.options)

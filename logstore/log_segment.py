@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import numpy as np
 
@@ -53,9 +53,11 @@ from .record_format import (
     read_batch_header,
     verify,
 )
-from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
 from .time_index import TimeIndex
 from .txn_index import TransactionIndex
+
+if TYPE_CHECKING:
+    from .segment_indexer import SegmentIndexer
 
 logger = logging.getLogger(__name__)
 
@@ -659,8 +661,15 @@ class LogSegment:
         return truncated
 
     def indexer(self, max_message_bytes: int,
-                scan_capacity: int = SCAN_CAPACITY) -> SegmentIndexer:
-        """A ``SegmentIndexer`` for this segment's batches (its indexes must be empty)."""
+                scan_capacity: int | None = None) -> SegmentIndexer:
+        """A ``SegmentIndexer`` for this segment's batches (its indexes must be empty);
+        ``scan_capacity`` defaults to ``segment_indexer.SCAN_CAPACITY``."""
+        # The kernels live in numba modules that only recovery and the cleaner load: a
+        # process that merely appends or reads (a Spark commit or planner) never does.
+        from .segment_indexer import SCAN_CAPACITY, SegmentIndexer
+
+        if scan_capacity is None:
+            scan_capacity = SCAN_CAPACITY
         return SegmentIndexer(self.base_offset, self.index_interval_bytes, max_message_bytes,
                               (self.offset_index.max_entries,
                                max(self.time_index.max_entries - 1, 0)), scan_capacity)

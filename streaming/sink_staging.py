@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from seglog.logstore.checkpoint_file import fsync_dir
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
@@ -56,7 +55,6 @@ from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_di
 from seglog.logstore.record_format import iter_batch_headers
 from seglog.logstore.topics import validate_topic_name
 
-from .partitioner import assign_partitions
 from .sink_options import SinkColumns, SinkOptions
 
 logger = logging.getLogger(__name__)
@@ -238,6 +236,8 @@ class PartitionStager:
 
     def _route_topics(self, batch) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
+        import pyarrow.compute as pc  # not at the top: see _partitions
+
         n = batch.num_rows
         default = self.options.topic
         if self.columns.topic is None:
@@ -262,6 +262,13 @@ class PartitionStager:
         return resolved, index, counts[index]
 
     def _partitions(self, batch, topics, topic_index, counts) -> np.ndarray:
+        # Imported here, not at the top: the commit process unpickles ``StagedTask`` from
+        # this module and must not pay for loading numba (the partitioner's kernel) or
+        # Arrow's compute functions.
+        import pyarrow.compute as pc
+
+        from .partitioner import assign_partitions
+
         keys = batch.column(self.columns.key) if self.columns.key else None
         values = batch.column(self.columns.value)
         if self.columns.partition is None:
