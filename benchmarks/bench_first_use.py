@@ -5,7 +5,9 @@
 Every case runs in a fresh process, so a fresh Spark application with fresh Python
 workers, exactly what a user's first query pays. The clock starts after the
 SparkSession exists (JVM start-up is the same for every case) and stops when the first
-action returns:
+action returns; the no-op's ``spark.dataSource.register`` call is inside it, as the
+first use of any Python data source starts Spark's data source lookup (a Python
+process) and seglog, found by auto-registration, pays it in its first action:
 
 - ``read``: ``spark.read.format(X)....load().collect()`` of 1,000 rows;
 - ``write``: ``spark.range(1000)....write.format(X).mode("append").save()``.
@@ -15,8 +17,10 @@ The peers, measured in the same run: a no-op Python data source (the same API, r
 Spark's parquet. The ratio that matters is seglog / no-op (goal <= 1.2). The cases run
 interleaved and the best of ``--repeats`` counts (interference only slows a run down).
 
-``--profile`` also prints where seglog's Python-side time goes: the import time of the
-modules a worker loads, and the first call of the codec (compiled-kernel loading).
+``--profile`` also replays, outside Spark, each Python process Spark starts for these two
+actions (``ROLES``): per process, the seconds Spark's own module takes to import, the
+seconds seglog adds there, and which heavy libraries seglog makes it load
+(``--repeats 0 --profile``: only that).
 """
 
 from __future__ import annotations
@@ -108,9 +112,11 @@ def _prepare(work: Path) -> None:
 def run_case(case: str, work: Path) -> float:
     spark = _session()
     fmt, what = case.split("-")
-    if fmt == "noop":
-        spark.dataSource.register(_noop_source())
     start = time.perf_counter()
+    if fmt == "noop":
+        # Inside the clock: the no-op is not auto-registered, and its register call is
+        # what runs Spark's Python data source lookup, which seglog's first use runs too.
+        spark.dataSource.register(_noop_source())
     if what == "read":
         if fmt == "seglog":
             df = (spark.read.format("seglog").option("path", str(work / "logs"))
@@ -134,24 +140,96 @@ def run_case(case: str, work: Path) -> float:
     return elapsed
 
 
-def profile() -> None:
-    """Where a seglog worker's own start-up goes, without Spark."""
-    code = ("import time; t=time.perf_counter(); import {m}; "
-            "print(round(time.perf_counter()-t, 3))")
-    for module in ("pyspark.sql.datasource", "pyarrow", "numba",
-                   "seglog.datasource.data_source", "seglog.logstore.record_codec",
-                   "seglog.datasource.batch_reader", "seglog.datasource.batch_writer"):
-        out = subprocess.run([sys.executable, "-c", code.format(m=module)],
-                             capture_output=True, text=True, check=True).stdout.strip()
-        print(f"  import {module:40s} {out} s (fresh process)")
-    first_call = (
-        "import time, pyarrow as pa; "
-        "from seglog.logstore.record_codec import encode_batches, decode_batches; "
-        "t=time.perf_counter(); b=encode_batches(pa.array([b'x']*10)); "
-        "decode_batches(b); print(round(time.perf_counter()-t, 3))")
-    out = subprocess.run([sys.executable, "-c", first_call], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    print(f"  first encode+decode (kernel loading)         {out} s")
+# The Python processes Spark 4.3 starts for a first read and a first write, in order: the
+# module it runs (``python -m pyspark.daemon <module>``, each a fresh process) and the
+# seglog calls made there. ``--profile`` replays each in a fresh interpreter, outside Spark,
+# handing the pickled objects from one to the next as Spark does.
+ROLES = (
+    ("lookup", "pyspark.sql.worker.lookup_data_sources", "import pyspark_seglog"),
+    ("schema", "pyspark.sql.worker.create_data_source", "DataSource.schema()"),
+    ("plan-read", "pyspark.sql.worker.plan_data_source_read", "reader(), partitions()"),
+    ("read", "pyspark.worker", "unpickle reader, read() all rows"),
+    ("plan-write", "pyspark.sql.worker.write_into_data_source", "writer()"),
+    ("write", "pyspark.worker", "unpickle writer, write() 1,000 rows"),
+    ("commit", "pyspark.sql.worker.commit_data_source_write", "unpickle writer, commit()"),
+)
+HEAVY = ("numba", "pyarrow", "pyarrow.compute", "numpy", "pandas")
+
+
+def run_role(role: str, work: Path) -> dict:
+    """One Spark Python process's seglog work in this (fresh) interpreter."""
+    import importlib
+
+    spark_module = dict((r, m) for r, m, _ in ROLES)[role]
+    t0 = time.perf_counter()
+    importlib.import_module(spark_module)
+    if spark_module == "pyspark.worker":
+        # A task's worker loads these for any Python data source (the no-op's too).
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+    from pyspark.serializers import CloudPickleSerializer
+
+    ser = CloudPickleSerializer()
+    before = set(sys.modules)
+    t1 = time.perf_counter()
+    state = work / "roles"
+    options = {"path": str(work / "logs")}
+    options.update({"topic": "out"} if role.endswith("write") else {"subscribe": "events"})
+    if role == "lookup":
+        import pyspark_seglog  # noqa: F401
+    elif role in ("schema", "plan-read", "plan-write"):
+        from pyspark_seglog import DefaultSource
+
+        ds = DefaultSource(options)
+        if role == "schema":
+            (state / "schema").write_bytes(ser.dumps(ds.schema()))
+        elif role == "plan-read":
+            reader = ds.reader(ser.loads((state / "schema").read_bytes()))
+            parts = reader.partitions()
+            (state / "read").write_bytes(ser.dumps((reader, parts)))
+        else:
+            from pyspark.sql.types import StringType, StructField, StructType
+
+            schema = StructType([StructField("value", StringType())])
+            (state / "writer").write_bytes(ser.dumps(ds.writer(schema, False)))
+    elif role == "read":
+        reader, parts = ser.loads((state / "read").read_bytes())
+        assert sum(b.num_rows for p in parts for b in reader.read(p)) == ROWS
+    elif role == "write":
+        import pyarrow as pa
+        from pyspark.taskcontext import TaskContext
+
+        ctx = TaskContext._getOrCreate()
+        ctx._partitionId, ctx._attemptNumber = 0, 0
+        writer = ser.loads((state / "writer").read_bytes())
+        rows = pa.record_batch({"value": pa.array([str(i) for i in range(ROWS)])})
+        (state / "message").write_bytes(ser.dumps(writer.write(iter([rows]))))
+    else:
+        writer = ser.loads((state / "writer").read_bytes())
+        writer.commit([ser.loads((state / "message").read_bytes())])
+    t2 = time.perf_counter()
+    new = set(sys.modules) - before
+    return {"spark": t1 - t0, "seglog": t2 - t1,
+            "loads": [m for m in HEAVY if m in new]}
+
+
+def profile(work: Path) -> None:
+    """Where each Spark Python process's seglog time goes, outside Spark."""
+    (work / "roles").mkdir(exist_ok=True)
+    print("seglog's share of each Python process Spark starts (fresh interpreters, "
+          "outside Spark):")
+    print(f"  {'process (module Spark runs)':48s}{'Spark s':>8s}{'seglog s':>9s}  "
+          "seglog loads / does")
+    for role, module, does in ROLES:
+        out = subprocess.run([sys.executable, __file__, "--role", role, "--work", str(work)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.stderr.write(out.stderr[-3000:])
+            raise SystemExit(f"role {role} failed")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        loads = ", ".join(r["loads"]) or "-"
+        print(f"  {role + ' (' + module.rsplit('.', 1)[-1] + ')':48s}{r['spark']:8.2f}"
+              f"{r['seglog']:9.2f}  {loads}; {does}")
 
 
 def main() -> int:
@@ -159,6 +237,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=[r for r, _, _ in ROLES], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -166,30 +245,40 @@ def main() -> int:
     if args.case:  # a child: one case in a fresh application
         print(json.dumps({"seconds": run_case(args.case, Path(args.work))}))
         return 0
+    if args.role:
+        print(json.dumps(run_role(args.role, Path(args.work))))
+        return 0
     with tempfile.TemporaryDirectory(prefix="seglog-first-use-") as tmp:
         work = Path(tmp)
         _prepare(work)
-        best: dict[str, float] = {}
-        for _ in range(args.repeats):
-            for case in CASES:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--case", case, "--work", str(work)],
-                    capture_output=True, text=True)
-                if out.returncode != 0:
-                    sys.stderr.write(out.stderr[-3000:])
-                    raise SystemExit(f"case {case} failed")
-                seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
-                best[case] = min(seconds, best.get(case, float("inf")))
-    print(f"first action of a new application, best of {args.repeats} (seconds)")
+        if args.repeats:
+            report(bench(work, args.repeats), args.repeats)
+        if args.profile:
+            profile(work)
+    return 0
+
+
+def bench(work: Path, repeats: int) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for case in CASES:
+            out = subprocess.run([sys.executable, __file__, "--case", case, "--work", str(work)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.stderr.write(out.stderr[-3000:])
+                raise SystemExit(f"case {case} failed")
+            seconds = json.loads(out.stdout.strip().splitlines()[-1])["seconds"]
+            best[case] = min(seconds, best.get(case, float("inf")))
+    return best
+
+
+def report(best: dict[str, float], repeats: int) -> None:
+    print(f"first action of a new application, best of {repeats} (seconds)")
     print(f"{'':8s}{'no-op':>8s}{'seglog':>8s}{'parquet':>9s}{'seglog/no-op':>14s}"
           f"{'seglog/parquet':>16s}")
     for what in ("read", "write"):
         noop, seg, par = (best[f"{f}-{what}"] for f in ("noop", "seglog", "parquet"))
         print(f"{what:8s}{noop:8.2f}{seg:8.2f}{par:9.2f}{seg / noop:14.2f}{seg / par:16.2f}")
-    if args.profile:
-        print("seglog's own start-up, outside Spark:")
-        profile()
-    return 0
 
 
 if __name__ == "__main__":
