@@ -5,7 +5,9 @@
     python3 run.py test      # the test suite (extra arguments go to pytest)
 
 Dependencies are installed again only when ``pyproject.toml`` changes (its hash is
-stamped into ``.venv``), so repeated runs start at once.
+stamped into ``.venv``), so repeated runs start at once. Each set-up ends with
+``python -m seglog.warmup`` (numba's kernels compiled into its disk cache, so that no
+Spark task compiles them).
 
 seglog is installed editable as one ``.pth`` entry for ``src/`` (see README, "Layout"):
 a new module works at once, and PySpark finds ``pyspark_seglog`` (so ``format("seglog")``
@@ -42,6 +44,9 @@ def ensure_env() -> None:
     pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "--upgrade", "pip", "setuptools>=77", "wheel"], check=True)
     subprocess.run([*pip, "-e", f"{ROOT}[test]"], check=True, cwd=ROOT)
+    # Compile the numba kernels now, once, rather than in the first Spark task that needs
+    # them (seconds): see src/seglog/warmup.py.
+    subprocess.run([str(PYTHON), "-m", "seglog.warmup"], check=True, cwd=ROOT)
     STAMP.write_text(_deps_stamp())
 
 

@@ -1,6 +1,6 @@
 """First read and first write of a new Spark application: seglog vs a no-op Python source.
 
-    python benchmarks/bench_first_use.py [--repeats 3] [--profile]
+    python benchmarks/bench_first_use.py [--repeats 3] [--profile] [--cold-cache]
 
 Every case runs in a fresh process, so a fresh Spark application with fresh Python
 workers, exactly what a user's first query pays. The clock starts after the
@@ -23,6 +23,9 @@ interleaved and the best of ``--repeats`` counts (interference only slows a run 
 actions (``ROLES``): per process, the seconds Spark's own module takes to import, the
 seconds seglog adds there, and which heavy libraries seglog makes it load
 (``--repeats 0 --profile``: only that).
+
+``--cold-cache`` gives each seglog case an empty numba cache (``NUMBA_CACHE_DIR``): a
+fresh install's first application when ``python -m seglog.warmup`` was not run.
 """
 
 from __future__ import annotations
@@ -238,6 +241,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="each seglog case with an empty numba cache (NUMBA_CACHE_DIR): a "
+                             "fresh install's first application without python -m "
+                             "seglog.warmup")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=[r for r, _, _ in ROLES], help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -254,18 +261,21 @@ def main() -> int:
         work = Path(tmp)
         _prepare(work)
         if args.repeats:
-            report(bench(work, args.repeats), args.repeats)
+            report(bench(work, args.repeats, args.cold_cache), args.repeats, args.cold_cache)
         if args.profile:
             profile(work)
     return 0
 
 
-def bench(work: Path, repeats: int) -> dict[str, float]:
+def bench(work: Path, repeats: int, cold_cache: bool = False) -> dict[str, float]:
     best: dict[str, float] = {}
-    for _ in range(repeats):
+    for i in range(repeats):
         for case in CASES:
+            env = dict(os.environ)
+            if cold_cache and case.startswith("seglog"):
+                env["NUMBA_CACHE_DIR"] = str(work / f"numba-cache-{case}-{i}")
             out = subprocess.run([sys.executable, __file__, "--case", case, "--work", str(work)],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, env=env)
             if out.returncode != 0:
                 sys.stderr.write(out.stderr[-3000:])
                 raise SystemExit(f"case {case} failed")
@@ -274,8 +284,9 @@ def bench(work: Path, repeats: int) -> dict[str, float]:
     return best
 
 
-def report(best: dict[str, float], repeats: int) -> None:
-    print(f"first action of a new application, best of {repeats} (seconds)")
+def report(best: dict[str, float], repeats: int, cold_cache: bool = False) -> None:
+    cache = ", seglog with an empty numba cache" if cold_cache else ""
+    print(f"first action of a new application, best of {repeats} (seconds){cache}")
     print(f"{'':8s}{'no-op':>8s}{'seglog':>8s}{'parquet':>9s}{'seglog/no-op':>14s}"
           f"{'seglog/parquet':>16s}")
     for what in ("read", "write"):
