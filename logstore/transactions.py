@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import txn_scan
 from .errors import CorruptIndexError, CorruptRecordError
 from .log_segment import LogSegment
 from .producer_state import (
@@ -66,8 +65,8 @@ from .record_format import (
     WALK_FULL,
     WALK_INVALID,
     BatchHeader,
+    iter_batch_headers,
 )
-from .record_format_kernels import header_table
 from .txn_index import AbortedTxn, collect_aborted
 
 logger = logging.getLogger(__name__)
@@ -78,6 +77,8 @@ ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 _CHUNK = 16 << 20
 _ROWS = 4096
+SMALL_SCAN = 1 << 20
+"""Spans up to this many bytes are scanned for producer batches in Python, not numba."""
 
 
 def check_isolation_level(value: str) -> str:
@@ -94,7 +95,17 @@ def check_isolation_level(value: str) -> str:
 def producer_batches(seg: LogSegment, start_position: int = 0,
                      end_offset: int = INT64_MAX) -> Iterator[tuple[BatchHeader, object]]:
     """(header, buffer holding it) of every batch with a producer id in ``seg`` from
-    ``start_position``, below ``end_offset``; positions in the header are in the buffer."""
+    ``start_position``, below ``end_offset``; positions in the header are in the buffer.
+
+    A span of at most ``SMALL_SCAN`` bytes (the tail after a snapshot, a short log) is
+    walked in Python: loading numba for it would cost a short-lived process (a Spark
+    commit opening its log) ~0.3 s, a hundred times the walk."""
+    if seg.size - start_position <= SMALL_SCAN:
+        yield from _producer_batches_small(seg, start_position, end_offset)
+        return
+    # numba: imported only where a kernel runs (see above)
+    from .record_format_kernels import header_table
+
     chunk = np.empty(_CHUNK, np.uint8)
     rows = np.empty((_ROWS, HEADER_COLUMNS), np.int64)
     pos = start_position
@@ -129,6 +140,21 @@ def producer_batches(seg: LogSegment, start_position: int = 0,
         pos += p
         if n < len(chunk) and pos >= size:
             return
+
+
+def _producer_batches_small(seg: LogSegment, start_position: int,
+                            end_offset: int) -> Iterator[tuple[BatchHeader, object]]:
+    buf = seg.pread(start_position, max(seg.size - start_position, 0))
+    try:
+        for h in iter_batch_headers(buf):
+            if h.magic != 2 or h.producer_id < 0:
+                continue
+            if h.base_offset >= end_offset:
+                return
+            yield h, buf
+    except CorruptRecordError as e:
+        raise CorruptRecordError(f"{seg.log_path} (from position {start_position}): {e}"
+                                 ) from None
 
 
 def apply_batch(state: ProducerStateManager, h: BatchHeader, buf) -> AbortedTxn | None:
@@ -374,6 +400,9 @@ def drop_aborted_batches(chunk, aborted: Sequence[AbortedTxn]) -> memoryview:
     data batches of ``aborted`` transactions. Returns ``chunk`` itself when nothing goes."""
     if not aborted:
         return memoryview(chunk)
+    from . import txn_scan  # numba, imported here: see producer_batches
+    from .record_format_kernels import header_table
+
     ordered = sorted(aborted, key=lambda a: (a.producer_id, a.first_offset))
     pids = np.array([a.producer_id for a in ordered], np.int64)
     firsts = np.array([a.first_offset for a in ordered], np.int64)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from seglog.logstore.checkpoint_file import fsync_dir
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
@@ -236,8 +237,6 @@ class PartitionStager:
 
     def _route_topics(self, batch) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
-        import pyarrow.compute as pc  # not at the top: see _partitions
-
         n = batch.num_rows
         default = self.options.topic
         if self.columns.topic is None:
@@ -263,10 +262,7 @@ class PartitionStager:
 
     def _partitions(self, batch, topics, topic_index, counts) -> np.ndarray:
         # Imported here, not at the top: the commit process unpickles ``StagedTask`` from
-        # this module and must not pay for loading numba (the partitioner's kernel) or
-        # Arrow's compute functions.
-        import pyarrow.compute as pc
-
+        # this module and must not pay for loading numba (the partitioner's kernel).
         from .partitioner import assign_partitions
 
         keys = batch.column(self.columns.key) if self.columns.key else None

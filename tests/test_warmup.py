@@ -16,7 +16,7 @@ CALLED_FROM_KERNELS = {
     "codec_kernels._put_be", "codec_kernels._copy",
     "segment_scan._be32", "segment_scan._beu32", "segment_scan._be64",
     "segment_scan._crc_finish", "legacy_records._be", "legacy_records._crc32",
-    "cleaner_batches._rebased_record",
+    "cleaner_batches._rebased_record", "txn_scan._be16",
 }
 LEGACY_COMPACTION = {"offset_map._murmur3_128", "offset_map._put", "offset_map._get",
                      "cleaner_batches.rewrite_records"}

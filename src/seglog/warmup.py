@@ -114,6 +114,26 @@ def _legacy(work: Path) -> None:
         decode_batches(b"".join(_legacy_message(o, b"k", b"v", magic) for o in range(3)))
 
 
+def _transactions(work: Path) -> None:
+    """Find producer batches (rebuilding producer state from a long segment tail) and drop
+    an aborted transaction's batches (a read_committed read)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from seglog.logstore import transactions, txn_scan
+    from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
+    from seglog.logstore.txn_index import AbortedTxn
+
+    data = bytearray(encode_batches(pa.array([b"a", b"b"]), producer_id=5, producer_epoch=0,
+                                    base_sequence=0, is_transactional=True))
+    data += encode_control_batch(ControlType.ABORT, producer_id=5, producer_epoch=0,
+                                 base_offset=2)
+    # The arguments transactions.producer_batches passes for a span above SMALL_SCAN.
+    txn_scan.producer_batches(np.frombuffer(bytearray(data), np.uint8), len(data), 0,
+                              np.empty((16, 9), np.int64))
+    transactions.drop_aborted_batches(bytes(data), [AbortedTxn(5, 0, 2, 0)])
+
+
 def _sink(work: Path) -> None:
     """Route rows as the sink does: by key (murmur2), by value hash, by partition."""
     import pyarrow as pa
@@ -127,7 +147,8 @@ def _sink(work: Path) -> None:
 
 
 STEPS = (("codec", _codec), ("log append, read, cleaner, recovery", _log_paths),
-         ("magic 0/1 messages", _legacy), ("sink partitioner", _sink))
+         ("magic 0/1 messages", _legacy), ("transactions", _transactions),
+         ("sink partitioner", _sink))
 
 
 def warm_up(report: Callable[[str, float], None] | None = None) -> float:
