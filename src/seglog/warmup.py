@@ -120,8 +120,10 @@ def _transactions(work: Path) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from seglog.logstore import transactions, txn_scan
+    from seglog.logstore import transactions
     from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
+    from seglog.logstore.record_format import HEADER_COLUMNS, INT64_MAX
+    from seglog.logstore.record_format_kernels import header_table
     from seglog.logstore.txn_index import AbortedTxn
 
     data = bytearray(encode_batches(pa.array([b"a", b"b"]), producer_id=5, producer_epoch=0,
@@ -129,8 +131,8 @@ def _transactions(work: Path) -> None:
     data += encode_control_batch(ControlType.ABORT, producer_id=5, producer_epoch=0,
                                  base_offset=2)
     # The arguments transactions.producer_batches passes for a span above SMALL_SCAN.
-    txn_scan.producer_batches(np.frombuffer(bytearray(data), np.uint8), len(data), 0,
-                              np.empty((16, 9), np.int64))
+    header_table(np.frombuffer(bytearray(data), np.uint8), 0, len(data),
+                 np.empty((16, HEADER_COLUMNS), np.int64), INT64_MAX, False, 0, 0, False)
     transactions.drop_aborted_batches(bytes(data), [AbortedTxn(5, 0, 2, 0)])
 
 
