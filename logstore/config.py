@@ -13,6 +13,7 @@ bad value raises ``ConfigError`` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -199,6 +200,11 @@ class LogConfig(_Config):
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    def random_segment_jitter(self) -> int:
+        """Kafka's per-segment roll jitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
+        bound = min(self.segment_jitter_ms, self.segment_ms)
+        return random.randrange(bound) if bound > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

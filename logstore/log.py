@@ -27,13 +27,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import log_loader
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
@@ -55,6 +55,7 @@ from .file_names import (
     delete_dir_name,
     parse_partition_dir_name,
 )
+from .log_loader import LogLoader
 from .log_segment import LogSegment
 from .log_segments import LogSegments
 from .offset_continuity import ContinuityCheck, offsets_contiguous
@@ -123,12 +124,6 @@ class FetchData:
         return not self.records
 
 
-def random_segment_jitter(config: LogConfig) -> int:
-    """Kafka's per-segment roll jitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
-    bound = min(config.segment_jitter_ms, config.segment_ms)
-    return random.randrange(bound) if bound > 0 else 0
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -186,8 +181,6 @@ class Log:
              high_watermark: int | None = None, had_clean_shutdown: bool = True,
              read_only: bool = False, deleter: DelayedDeleter | None = None) -> Log:
         """Load (and after a crash recover) the partition directory ``dir_``."""
-        from .log_loader import LogLoader
-
         deleter = deleter if deleter is not None else DelayedDeleter(clock)
         loaded = LogLoader(Path(dir_), config, clock=clock, recovery_point=recovery_point,
                            log_start_offset=log_start_offset,
@@ -501,7 +494,7 @@ class Log:
 
     def _new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
         cfg = self.config
-        jitter = random_segment_jitter(cfg)
+        jitter = cfg.random_segment_jitter()
         paths = LogSegment.file_paths(self.dir, base_offset, file_suffix)
         for path in paths:
             if path.exists() and path.stat().st_size > 0 and path.suffix == ".log":
@@ -1060,8 +1053,6 @@ class Log:
         it). File mtimes are wall-clock times, hence ``time.time_ns`` here and not the
         injected clock.
         """
-        from .log_loader import list_segment_bases
-
         try:
             mtime = os.stat(self.dir).st_mtime_ns
         except FileNotFoundError:
@@ -1069,7 +1060,7 @@ class Log:
         now = time.time_ns()
         if not force and mtime == self._ro_listed_mtime and now - mtime > _RACY_NS:
             return
-        bases = tuple(list_segment_bases(self.dir))
+        bases = tuple(log_loader.list_segment_bases(self.dir))
         with self._ro_lock:
             self._ro_listed_mtime = mtime
             # A compaction swap keeps the base offset of a group's first segment but

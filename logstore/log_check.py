@@ -59,7 +59,6 @@ from .index_check import (
     time_index_violations,
 )
 from .log_loader import list_segment_bases
-from .log_manager import LogManager
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
 from .record_format import verify_all
@@ -67,7 +66,7 @@ from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from .log_manager import LogManager
 
 logger = logging.getLogger(__name__)
 
@@ -84,34 +83,10 @@ class Problem:
     note: bool = False  # worth knowing, not wrong (e.g. a partition not yet published)
 
 
-class _CheckingManager(LogManager):
-    """A read-only manager that opens despite damaged checkpoints, for ``check`` to
-    report them (their offsets are unknown to it; nothing else should use it)."""
-
-    _tolerate_damaged_checkpoints = True
-
-
-def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
-                   deep: bool = False) -> list[Problem]:
-    """``seglog check``: every problem of ``log_dirs``, even a checkpoint so damaged that
-    a LogManager refuses to open. With ``fix`` (no other writer may run): a writer opened
-    with ``repair=True`` rebuilds damaged checkpoints from the recovered logs, then the
-    rest is fixed as ``check(fix=True)`` does.
-
-    >>> for p in check_log_dirs(["/data/logs"]): print(p.message)   # doctest: +SKIP
-    """
-    dirs = list(log_dirs)
-    if fix:
-        with LogManager(dirs, repair=True) as mgr:
-            return check(mgr, fix=True, deep=deep)
-    with _CheckingManager(dirs, read_only=True) as mgr:
-        return check(mgr, deep=deep)
-
-
-def check(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Problem]:
+def check_manager(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Problem]:
     """Every inconsistency found in ``mgr``'s dirs (repaired with ``fix``)."""
     if fix:
-        mgr._check_writable()
+        mgr.check_writable()
     problems: list[Problem] = []
     for ld in mgr.log_dirs:
         problems += _check_dir(mgr, ld, fix)
@@ -130,7 +105,7 @@ def check(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Pro
 
 def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
     out = []
-    parts = {p.tp: p for p in mgr._partitions.values() if p.log_dir is ld}
+    parts = {p.tp: p for p in mgr.partitions_in(ld)}
     rewrite = False
     for name in OFFSET_CHECKPOINTS:
         path = ld.path / name
@@ -169,9 +144,8 @@ def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
                     os.unlink(entry.path)
     if fix and rewrite:
         for p in parts.values():
-            mgr._load(p)  # the logs' own state is the truth to write back
-        for name in OFFSET_CHECKPOINTS:
-            mgr._write_checkpoint(ld, name)
+            mgr.get_log(p.topic, p.partition)  # the logs' own state is the truth to write back
+        mgr.write_checkpoints(ld)
     return out
 
 
@@ -183,7 +157,7 @@ def _unpublished(mgr: LogManager, path: Path, parts: dict, entries: dict) -> lis
         end = _log_end(mgr, parts[tp])
         if end is None:
             continue
-        start = mgr._load(parts[tp]).log_start_offset
+        start = mgr.get_log(*tp).log_start_offset
         published = max(entries.get(tp, start), start)
         if published >= end:
             continue
@@ -219,17 +193,14 @@ def _check_state_files(mgr: LogManager, ld, fix: bool) -> list[Problem]:
         if name == MAINTENANCE_CHECKPOINT:
             write_shared_last_runs([ld.path], mgr.scheduler.last_runs())
         else:
-            with mgr._maintenance_lock:
-                OffsetCheckpointFile(path).write({})
-                if mgr._cleaner is not None:
-                    mgr._cleaner.reload_checkpoints(ld.path)
+            mgr.reset_cleaner_checkpoint(ld)
         logger.warning("check: rewrote %s", path)
     return out
 
 
 def _log_end(mgr: LogManager, p) -> int | None:
     try:
-        return mgr._load(p).log_end_offset
+        return mgr.get_log(p.topic, p.partition).log_end_offset
     except SeglogError as e:
         logger.warning("check: cannot load %s: %s", p.dir, e)
         return None
@@ -237,7 +208,7 @@ def _log_end(mgr: LogManager, p) -> int | None:
 
 def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem]:
     out = []
-    parts = [mgr._partition(topic, n) for n in mgr.partitions(topic)]
+    parts = [mgr.partition(topic, n) for n in mgr.partitions(topic)]
     configs = {}
     errors = {}
     for p in parts:
@@ -263,17 +234,16 @@ def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem
         if fixable:
             write_topic_config(p.dir, topic, reference)
     if fix:
-        with mgr._lock:
-            mgr._topic_configs.pop(topic, None)
+        mgr.forget_topic_config(topic)
     return out
 
 
 def _check_partition_data(mgr: LogManager, topic: str, n: int, fix: bool) -> list[Problem]:
     """Every batch of the partition against ``offset_continuity``'s rules (as readers
     apply them, up to the high watermark) and its CRC, then the segment's indexes."""
-    p = mgr._partition(topic, n)
+    p = mgr.partition(topic, n)
     try:
-        log = mgr._load(p)
+        log = mgr.get_log(topic, n)
         contiguous = log.offsets_contiguous
     except SeglogError as e:
         return [Problem("unloadable", p.dir, f"cannot load {p.dir}: {e}", False)]
@@ -309,7 +279,7 @@ def _check_partition_data(mgr: LogManager, topic: str, n: int, fix: bool) -> lis
         with p.lock:
             log.truncate_to(bad_offset)
         logger.warning("check: truncated %s to offset %d", p.dir, bad_offset)
-        mgr._write_checkpoints(p.log_dir)  # nothing may point past the new end
+        mgr.write_checkpoints(p.log_dir)  # nothing may point past the new end
     return out
 
 

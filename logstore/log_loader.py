@@ -136,9 +136,7 @@ class LogLoader:
             segments = [self._open_segment(base)]
         active = segments[-1]
         active.resize_indexes(self.config.segment_index_bytes)
-        from .log import random_segment_jitter
-
-        active.rolling_jitter_ms = random_segment_jitter(self.config)
+        active.rolling_jitter_ms = self.config.random_segment_jitter()
         leo = active.read_next_offset()
         lso = max(self.log_start_offset, segments[0].base_offset)
         lso = min(lso, leo)

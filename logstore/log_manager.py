@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_file import fsync_dir, write_atomically
+from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
@@ -75,6 +75,7 @@ from .file_names import (
     delete_dir_name,
     partition_dir_name,
 )
+from .log_check import Problem, check_manager
 from .log_dirs import (
     STAGING_PREFIX,
     LogDir,
@@ -403,7 +404,7 @@ class LogManager:
         Raises InvalidTopicError (bad name), TopicExistsError, ConfigError (bad config or
         partition count), ReadOnlyError.
         """
-        self._check_writable()
+        self.check_writable()
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise ConfigError(f"partitions must be an integer of at least 1, got {partitions!r}")
@@ -442,7 +443,7 @@ class LogManager:
 
         Raises ConfigError naming the key, UnknownTopicOrPartitionError, ReadOnlyError.
         """
-        self._check_writable()
+        self.check_writable()
         with self._lock:
             numbers = self.partitions(name)
             current = self.topic_overrides(name)
@@ -455,7 +456,7 @@ class LogManager:
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
-        self._check_writable()
+        self.check_writable()
         with self._lock:
             current = self.partitions(name)
             if isinstance(total, bool) or not isinstance(total, int) or total <= len(current):
@@ -516,7 +517,7 @@ class LogManager:
         """Rename every partition dir of ``name`` to ``<tp>.<id>-delete``; the directories
         are removed asynchronously after ``file.delete.delay.ms`` (a crash in between:
         by the next writer that opens the dir)."""
-        self._check_writable()
+        self.check_writable()
         with self._lock:
             numbers = self.partitions(name)
             delay = self._config_of(self._partition(name, numbers[0])).file_delete_delay_ms
@@ -563,7 +564,7 @@ class LogManager:
 
     def append(self, topic: str, partition: int, records: bytes | bytearray) -> Any:
         """Append record batches to a partition; returns the Log's AppendInfo."""
-        self._check_writable()
+        self.check_writable()
         p = self._partition(topic, partition)
         with p.lock:
             return self._load(p).append(records)
@@ -754,7 +755,7 @@ class LogManager:
         ``replication-offset-checkpoint``: what other processes can see is fsynced.
         A log whose flush fails keeps its old published value (the file says
         ``min(HW, recovery point)``), and its error is raised after the write."""
-        self._check_writable()
+        self.check_writable()
         try:
             self._each(self._loaded(), lambda p: p.log and p.log.flush(p.log.high_watermark),
                        "flush to the high watermark")
@@ -763,12 +764,12 @@ class LogManager:
                 self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
 
     def checkpoint_recovery_points(self) -> None:
-        self._check_writable()
+        self.check_writable()
         for ld in self.log_dirs:
             self._write_checkpoint(ld, RECOVERY_POINT_CHECKPOINT)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self._check_writable()
+        self.check_writable()
         for ld in self.log_dirs:
             self._write_checkpoint(ld, LOG_START_OFFSET_CHECKPOINT)
 
@@ -807,7 +808,7 @@ class LogManager:
         means the task's interval has passed since any writer of these dirs ran it.
         ``force``: run every task now, due or not (``seglog maintain``).
         ``before_task(name, index, count)`` is called before each task (progress)."""
-        self._check_writable()
+        self.check_writable()
         runs = (self.scheduler.run_all(before_task=before_task) if force
                 else self.scheduler.run_due(before_task=before_task))
         if runs:
@@ -837,7 +838,7 @@ class LogManager:
         """One compaction pass over the dirtiest log with ``cleanup.policy`` compact
         (Kafka's cleaner thread, one pass per run); returns its ``CleanerStats`` or None.
         Loads the compacted partitions."""
-        self._check_writable()
+        self.check_writable()
         with self._lock:
             parts = [p for p in self._partitions.values()
                      if not p.deleted and self._config_of(p).compact]
@@ -859,7 +860,7 @@ class LogManager:
         """Retention over every partition: by log start offset always, by time and size
         with ``cleanup.policy`` delete (the Log decides). Returns the number of segments
         deleted. Loads unloaded partitions."""
-        self._check_writable()
+        self.check_writable()
         with self._lock:
             parts = list(self._partitions.values())
         # `deleted`: a concurrent delete_topic
@@ -895,13 +896,43 @@ class LogManager:
                     self._pending_deletes.append((d, t))
         return removed
 
-    def check(self, *, fix: bool = False, deep: bool = False) -> list[Any]:
+    def check(self, *, fix: bool = False, deep: bool = False) -> list[Problem]:
         """Inconsistencies between the checkpoints, topic configs and files (with
         ``deep``, every batch and index entry too), repaired with ``fix`` (writer only).
         Returns ``log_check.Problem``s; see ``log_check``."""
-        from .log_check import check
+        return check_manager(self, fix=fix, deep=deep)
 
-        return check(self, fix=fix, deep=deep)
+    # -- what log_check uses ----------------------------------------------------------
+
+    def partitions_in(self, log_dir: LogDir) -> list[Partition]:
+        """The partitions listed in ``log_dir``."""
+        with self._lock:
+            return [p for p in self._partitions.values() if p.log_dir is log_dir]
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The partition's entry (directory, log dir, lock); UnknownTopicOrPartitionError."""
+        return self._partition(topic, partition)
+
+    def write_checkpoints(self, log_dir: LogDir,
+                          names: Iterable[str] = OFFSET_CHECKPOINTS) -> None:
+        """Write ``log_dir``'s offset checkpoints from the logs' state (writer only)."""
+        self.check_writable()
+        for name in names:
+            self._write_checkpoint(log_dir, name)
+
+    def reset_cleaner_checkpoint(self, log_dir: LogDir) -> None:
+        """Empty ``log_dir``'s ``cleaner-offset-checkpoint`` (the cleaner re-cleans its
+        partitions from their log start) and make the cleaner forget what it read."""
+        self.check_writable()
+        with self._maintenance_lock:
+            OffsetCheckpointFile(log_dir.path / CLEANER_OFFSET_CHECKPOINT).write({})
+            if self._cleaner is not None:
+                self._cleaner.reload_checkpoints(log_dir.path)
+
+    def forget_topic_config(self, topic: str) -> None:
+        """Read the topic's config file again on next use (after it was rewritten)."""
+        with self._lock:
+            self._topic_configs.pop(topic, None)
 
     # -- closing ---------------------------------------------------------------------
 
@@ -978,7 +1009,7 @@ class LogManager:
                 f"unknown partition {topic}-{partition} in {self._dirs_text()}")
         return p
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
         if self.read_only:
             raise ReadOnlyError(f"this LogManager of {self._dirs_text()} is read-only")
         if os.getpid() != self._pid:
@@ -994,3 +1025,27 @@ class LogManager:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "writer"
         return f"LogManager([{self._dirs_text()}], {mode})"
+
+
+class _CheckingManager(LogManager):
+    """A read-only manager that opens despite damaged checkpoints, for ``check`` to
+    report them (their offsets are unknown to it; nothing else should use it)."""
+
+    _tolerate_damaged_checkpoints = True
+
+
+def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
+                   deep: bool = False) -> list[Problem]:
+    """``seglog check``: every problem of ``log_dirs``, even a checkpoint so damaged that
+    a LogManager refuses to open. With ``fix`` (no other writer may run): a writer opened
+    with ``repair=True`` rebuilds damaged checkpoints from the recovered logs, then the
+    rest is fixed as ``check(fix=True)`` does.
+
+    >>> for p in check_log_dirs(["/data/logs"]): print(p.message)   # doctest: +SKIP
+    """
+    dirs = list(log_dirs)
+    if fix:
+        with LogManager(dirs, repair=True) as mgr:
+            return mgr.check(fix=True, deep=deep)
+    with _CheckingManager(dirs, read_only=True) as mgr:
+        return mgr.check(deep=deep)

@@ -416,7 +416,7 @@ def check_state_files(path: Path, out: TextIO, *, fix: bool) -> int:
     """Check (``fix``: repair) the checkpoints and state files of the log dir ``path``;
     returns the number of problems left. A directory that holds none of a log dir's
     state files is only a directory of partitions: nothing to check."""
-    from seglog.logstore.log_check import check_log_dirs
+    from seglog.logstore.log_manager import check_log_dirs
 
     if not fix and not any(os.path.lexists(path / n) for n in _STATE_FILES):
         return 0

@@ -29,8 +29,7 @@ from seglog.logstore.file_names import (
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
-from seglog.logstore.log_check import check_log_dirs
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.log_manager import LogManager, check_log_dirs
 from seglog.logstore.record_codec import decode_batches, encode_batches
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions

@@ -13,8 +13,7 @@ from seglog.logstore.file_names import (
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
-from seglog.logstore.log_check import check_log_dirs
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.log_manager import LogManager, check_log_dirs
 from seglog.logstore.record_format import iter_batch_headers
 
 
