@@ -1,6 +1,7 @@
 """Loading and crash recovery of one partition directory (Kafka's ``LogLoader``).
 
-``LogLoader.load()`` runs these passes, in order (a writer; a read-only load only lists):
+``LogLoader.load()`` runs these passes, in order (a reader of another process's log loads
+nothing: ``log_reader``):
 
 1. **Temporary files.** ``*.deleted`` files are unlinked (their deletion was decided
    before the crash). ``*.cleaned`` files are unlinked (an unfinished compaction); any
@@ -46,7 +47,7 @@ from pathlib import Path
 from .clock import Clock
 from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
-from .errors import CorruptIndexError, KafkaStorageError
+from .errors import CorruptIndexError
 from .file_names import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -95,14 +96,13 @@ class LogLoader:
 
     def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, recovery_point: int = 0,
                  log_start_offset: int = 0, had_clean_shutdown: bool = True,
-                 read_only: bool = False, deleter: DelayedDeleter | None = None) -> None:
+                 deleter: DelayedDeleter | None = None) -> None:
         self.dir = Path(dir_)
         self.config = config
         self.clock = clock
         self.recovery_point = recovery_point
         self.log_start_offset = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
-        self.read_only = read_only
         self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
 
     def _open_segment(self, base: int, suffix: str = "", *, lazy: bool = False) -> LogSegment:
@@ -110,15 +110,11 @@ class LogLoader:
         return LogSegment.open(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
                                max_index_size=cfg.segment_index_bytes,
                                created_ms=self.clock.milliseconds(), file_suffix=suffix,
-                               read_only=self.read_only, lazy=lazy)
+                               lazy=lazy)
 
     def load(self) -> LoadedLog:
         if not self.dir.is_dir():
-            if self.read_only:
-                raise KafkaStorageError(f"partition directory {self.dir} does not exist")
             self.dir.mkdir(parents=True, exist_ok=True)
-        if self.read_only:
-            return self._load_read_only()
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
@@ -193,15 +189,6 @@ class LogLoader:
             state = txns.state_at(min(rebuild), on_segment=verify)
             return txns.advance(state, leo, on_segment=verify)
         return txns.state_at(leo, on_segment=verify)
-
-    def _load_read_only(self) -> LoadedLog:
-        bases = list_segment_bases(self.dir)
-        segments = [self._open_segment(b) for b in bases[-1:]]
-        leo = segments[-1].read_next_offset() if segments else max(self.log_start_offset, 0)
-        first = bases[0] if bases else leo
-        lso = min(max(self.log_start_offset, first), leo)
-        # Only the last segment is opened now; the Log opens the others on demand.
-        return LoadedLog(segments, lso, min(self.recovery_point, leo), leo)
 
     # -- pass 1: temporary files ----------------------------------------------------------
 

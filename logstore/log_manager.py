@@ -29,9 +29,16 @@ high watermarks and start offsets straight from the checkpoint files and the dir
 listing, without reading segments.
 
 Thread-safety: the public methods are thread-safe. ``_lock`` guards the partition table,
-the checkpoint values of unloaded partitions and the deletion queue; each partition's own
-``lock`` serializes the operations that write its log (a ``Log`` has one writer thread):
-append, flush, retention, deletion. Reads through ``get_log(...)`` take no lock.
+the checkpoint values of unloaded partitions and the deletion queue; ``_maintenance_lock``
+keeps retention and compaction of a log apart; each partition's own ``lock`` serializes
+the operations that write its log (a ``Log`` has one writer thread): append, flush,
+retention, deletion. Reads through ``get_log(...)`` take no lock.
+
+Lock order, on every path: ``_lock``, then ``_maintenance_lock``, then a partition's
+``lock``, then the ``Log``'s own. Loading a log (``_load``) takes ``_lock`` (the topic
+config) and then the partition's lock, so it is never called while holding a partition
+lock or ``_maintenance_lock``: ``append``, retention and compaction load first.
+(``tests/logstore/test_lock_order.py`` checks the order.)
 
 >>> with LogManager([path]) as mgr:                              # doctest: +SKIP
 ...     mgr.create_topic("events", partitions=3, config={"retention.ms": 86_400_000})
@@ -566,8 +573,12 @@ class LogManager:
         """Append record batches to a partition; returns the Log's AppendInfo."""
         self.check_writable()
         p = self._partition(topic, partition)
+        self._load(p)  # not under p.lock: loading takes the manager lock first
         with p.lock:
-            return self._load(p).append(records)
+            if p.log is None:  # deleted since
+                raise UnknownTopicOrPartitionError(
+                    f"partition {topic}-{partition} was deleted")
+            return p.log.append(records)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see. Read-only: straight from each
@@ -650,7 +661,7 @@ class LogManager:
             p = listed[i][0]
             log = p.log
             return (log.log_end_offset if log is not None
-                    else probe_log_end_offset(p.dir, self.clock))
+                    else probe_log_end_offset(p.dir))
 
         hws = [hw for _, hw in listed]
         ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
@@ -683,8 +694,7 @@ class LogManager:
         """A checkpointed log start offset above the first segment's base, or that base
         when it is beyond the log end (warned; see ``_load``)."""
         log = p.log
-        end = log.log_end_offset if log is not None else probe_log_end_offset(p.dir,
-                                                                               self.clock)
+        end = log.log_end_offset if log is not None else probe_log_end_offset(p.dir)
         if stored <= end:
             return stored
         logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
@@ -731,10 +741,13 @@ class LogManager:
 
     # -- flushing, checkpoints, maintenance -----------------------------------------
 
-    def _each(self, parts: Iterable[Partition], action, what: str) -> list[Any]:
+    def _each(self, parts: Iterable[Partition], action, what: str,
+              errors: list[Exception] | None = None) -> list[Any]:
         """``action(p)`` under each partition's lock. One partition's failure is logged
-        and does not stop the others; the first one is raised at the end."""
-        results, errors = [], []
+        and does not stop the others; the first one (of ``errors`` too) is raised at the
+        end. ``action`` must not take the manager lock (lock order)."""
+        results: list[Any] = []
+        errors = list(errors or ())
         for p in parts:
             try:
                 with p.lock:
@@ -745,6 +758,19 @@ class LogManager:
         if errors:
             raise errors[0]
         return results
+
+    def _load_each(self, parts: Iterable[Partition], what: str) -> list[Exception]:
+        """Load the logs of ``parts`` holding no lock (``_load`` takes the manager lock,
+        then the partition's); returns the failures, each logged."""
+        errors: list[Exception] = []
+        for p in parts:
+            try:
+                if not p.deleted:
+                    self._load(p)
+            except (SeglogError, OSError) as e:
+                logger.error("%s of %s failed: %s", what, p.dir, e)
+                errors.append(e)
+        return errors
 
     def flush_all(self) -> None:
         """fsync every loaded log (unloaded ones have nothing unflushed)."""
@@ -844,8 +870,10 @@ class LogManager:
                      if not p.deleted and self._config_of(p).compact]
         if not parts:
             return None
-        logs = [log for log in self._each(parts, lambda p: None if p.deleted else self._load(p),
-                                          "loading for compaction") if log is not None]
+        errors = self._load_each(parts, "loading for compaction")
+        if errors:
+            raise errors[0]
+        logs = [p.log for p in parts if p.log is not None]
         with self._maintenance_lock:
             return self._log_cleaner().clean_dirtiest(logs)
 
@@ -863,10 +891,11 @@ class LogManager:
         self.check_writable()
         with self._lock:
             parts = list(self._partitions.values())
-        # `deleted`: a concurrent delete_topic
+        errors = self._load_each(parts, "loading for retention")
+        # None: deleted by a concurrent delete_topic, or its load failed (raised after)
         with self._maintenance_lock:
-            return sum(self._each(parts, lambda p: 0 if p.deleted
-                                  else self._load(p).delete_old_segments(), "retention"))
+            return sum(self._each(parts, lambda p: 0 if p.log is None
+                                  else p.log.delete_old_segments(), "retention", errors))
 
     def _flush_dirty(self, now_ms: int) -> int:
         """Kafka's flusher: each log whose ``flush.ms`` has elapsed since its last flush

@@ -37,20 +37,17 @@ import os
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .checkpoint_file import OffsetCheckpointFile
-from .clock import Clock
+from .config import LogConfig
 from .errors import CorruptCheckpointError, KafkaStorageError
 from .file_names import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
+from .log_reader import LogReader
 from .record_format import TopicPartition
-
-if TYPE_CHECKING:
-    from .config import LogConfig
 
 logger = logging.getLogger(__name__)
 
@@ -101,25 +98,14 @@ def set_aside(path: Path, now_ms: int) -> None:
         logger.warning("moved the directory found in place of %s to %s", path, aside)
 
 
-def probe_log_end_offset(partition_dir: Path, clock: Clock) -> int:
+def probe_log_end_offset(partition_dir: Path) -> int:
     """A partition's log end offset, reading only its last segment's tail (past the last
     offset index entry), without loading the Log. Raises SeglogError."""
-    from .log_loader import LogLoader
-
-    global _PROBE_CONFIG
-    if _PROBE_CONFIG is None:
-        from .config import LogConfig
-
-        _PROBE_CONFIG = LogConfig.from_properties(None)  # a read-only load reads no key
-    loaded = LogLoader(partition_dir, _PROBE_CONFIG, clock=clock, read_only=True).load()
-    try:
-        return loaded.log_end_offset
-    finally:
-        for seg in loaded.segments:
-            seg.close()
+    with LogReader.open(partition_dir, _PROBE_CONFIG) as reader:
+        return reader.log_end_offset
 
 
-_PROBE_CONFIG: LogConfig | None = None
+_PROBE_CONFIG = LogConfig.from_properties(None)  # a reader reads no key of it
 
 
 class HighWatermarkCheck:

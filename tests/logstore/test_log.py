@@ -523,7 +523,7 @@ def test_read_only_reader_gets_out_of_range_when_retention_took_its_segment(tmp_
 
 
 def test_read_only_log_lists_the_directory_only_when_it_changed(tmp_path, monkeypatch):
-    from seglog.logstore import log_loader
+    from seglog.logstore import log_reader
 
     log = _open(tmp_path, **{"segment.bytes": str(ONE)})
     log.append(batch(3))
@@ -533,8 +533,8 @@ def test_read_only_log_lists_the_directory_only_when_it_changed(tmp_path, monkey
     os.utime(log.dir, (old, old))  # long settled
     ro = Log.open(log.dir, log.config, clock=MockClock(), read_only=True)
     listings = []
-    real = log_loader.list_segment_bases
-    monkeypatch.setattr(log_loader, "list_segment_bases",
+    real = log_reader.list_segment_bases
+    monkeypatch.setattr(log_reader, "list_segment_bases",
                         lambda d: listings.append(d) or real(d))
     assert ro.log_end_offset == 6 and ro.log_end_offset == 6
     assert listings == []

@@ -1,0 +1,219 @@
+"""``LogReader``: one partition of another process's log, read from its directory
+listing (what the Spark source and the ``seglog`` commands read through).
+
+The contract (docs/internals.md, "Reader contract"):
+
+* no lock, no write: it never recovers, creates, renames or deletes a file; a writer
+  operation raises ``ReadOnlyError``;
+* never past the published high watermark (``update_high_watermark`` sets it, from the
+  ``replication-offset-checkpoint``), and not clamped to the files' end: a segment cut
+  short is reported (``MissingDataError``), not read as a shorter log;
+* survives a concurrent roll, retention, compaction swap or deletion: the segment list
+  comes from listing the directory, segments open lazily, and a read that finds a file
+  gone or replaced lists again (a few times, each after a real change) before it
+  reports what is missing;
+* the cost of a call does not grow with the number of segments: the directory is
+  listed again only when its mtime moved (``refresh``, git's "racy" rule for mtimes too
+  recent to trust), and only the segments a read touches are opened.
+
+The read methods are ``log_read.LogReads``', shared with the writer ``Log``.
+Thread-safety: safe for concurrent readers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from .config import LogConfig
+from .errors import KafkaStorageError, LogDirError, ReadOnlyError
+from .file_names import parse_partition_dir_name
+from .log_loader import list_segment_bases
+from .log_read import LogReads
+from .log_segment import LogSegment
+from .transactions import Transactions
+
+logger = logging.getLogger(__name__)
+
+_RACY_NS = 2_000_000_000  # directory mtimes younger than this are not trusted
+
+_WRITER_OPERATIONS = frozenset({
+    "append", "roll", "flush", "flush_if_due", "truncate_to", "truncate_fully_and_start_at",
+    "maybe_increment_log_start_offset", "delete_old_segments", "replace_segments",
+    "new_segment", "take_producer_snapshot", "rename_for_deletion"})
+
+
+class LogReader(LogReads):
+    """One partition directory written by another process; see the module docstring."""
+
+    _ATTEMPTS = 5
+    """How often a read lists the directory again when files vanish under it (each
+    retry follows a real change: a roll, retention or a compaction swap)."""
+    _READ_END_NAME = "high watermark"
+    read_only = True
+
+    def __init__(self, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
+                 high_watermark: int | None = None) -> None:
+        self.dir = Path(dir_)
+        parsed = parse_partition_dir_name(self.dir.name)
+        if parsed is None:
+            raise LogDirError(f"{self.dir} is not a partition directory (<topic>-<partition>)")
+        if not self.dir.is_dir():
+            raise KafkaStorageError(f"partition directory {self.dir} does not exist")
+        self.topic, self.partition = parsed
+        self.config = config
+        self._log_start_offset = max(log_start_offset, 0)
+        self._contiguous: bool | None = None
+        self._lock = threading.Lock()  # guards _bases and _open
+        self._bases: tuple[int, ...] = ()  # from the last listing
+        self._open: dict[int, LogSegment] = {}  # opened on demand
+        self._listed_mtime = -2  # the directory mtime of the last listing
+        self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
+                                  read_only=True)
+        self.refresh()
+        bases = self._bases
+        leo = self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+        self._log_start_offset = min(self._log_start_offset, leo)
+        # Not clamped to the files' end: the published high watermark says what must be
+        # readable, and a read finding less reports it (MissingDataError).
+        self._high_watermark = (leo if high_watermark is None
+                                else max(high_watermark, self._log_start_offset))
+
+    @classmethod
+    def open(cls, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
+             high_watermark: int | None = None) -> LogReader:
+        """A reader of the partition directory ``dir_`` (lists it, opens the last
+        segment); ``high_watermark`` None: the log end of the files."""
+        return cls(dir_, config, log_start_offset=log_start_offset,
+                   high_watermark=high_watermark)
+
+    # -- offsets and sizes ----------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset after the last batch of the files (from the last segment's tail)."""
+        self.refresh()
+        bases = self._bases
+        return self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The segments, oldest first (opens every one: O(segments))."""
+        self.refresh()
+        return tuple(self._segment(b) for b in self._bases)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._bases)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """The high watermark the writer published (not clamped to the files' end);
+        returns it."""
+        self._high_watermark = max(offset, self._log_start_offset)
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO, computed from the producer snapshots and the batches after the
+        newest one (see ``transactions``)."""
+        hw = self._high_watermark
+        self.refresh()
+        first = self._txns.first_unstable_offset(hw)
+        if first is None:
+            return hw
+        return max(min(hw, first), self._log_start_offset)
+
+    # -- listing --------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """List the directory again if it changed (a roll, retention, a swap); True if
+        the segment list changed.
+
+        A listing costs one ``listdir`` (O(segments)), so it is skipped while the
+        directory's mtime is the one already listed, unless that mtime was too recent to
+        trust (a change within the file system's timestamp granularity would not move
+        it). File mtimes are wall-clock times, hence ``time.time_ns`` here and not an
+        injected clock.
+        """
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except FileNotFoundError:
+            mtime = -1
+        if not force and mtime == self._listed_mtime and time.time_ns() - mtime > _RACY_NS:
+            return False
+        bases = tuple(list_segment_bases(self.dir))
+        with self._lock:
+            self._listed_mtime = mtime
+            # A compaction swap keeps the base offset of a group's first segment but
+            # puts a new file there: an open segment whose file is no longer the one at
+            # its path is stale and must be opened again.
+            for b in [b for b, seg in self._open.items() if not seg.is_file_at_path()]:
+                self._open.pop(b).close_handlers()
+            if bases == self._bases:
+                return False
+            for b in [b for b in self._open if b not in bases]:
+                self._open.pop(b).close_handlers()
+            # The old last segment may have been trimmed and reopened as inactive: its
+            # read-only index counts leading non-zero entries either way.
+            self._bases = bases
+            if bases and self._log_start_offset < bases[0]:
+                self._log_start_offset = bases[0]
+            return True
+
+    def _relist(self, *, force: bool = False) -> None:
+        self.refresh(force=force)
+
+    def _segment(self, base: int) -> LogSegment:
+        with self._lock:
+            seg = self._open.get(base)
+            if seg is None:
+                cfg = self.config
+                seg = LogSegment.open(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
+                                      max_index_size=cfg.segment_index_bytes, read_only=True)
+                self._open[base] = seg
+            return seg
+
+    def _view(self) -> tuple[tuple[int, ...], Callable[[int], LogSegment]]:
+        bases = self._bases
+        return bases, lambda i: self._segment(bases[i])
+
+    def _read_end(self) -> int:
+        return self._high_watermark
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release every open file."""
+        with self._lock:
+            for seg in self._open.values():
+                seg.close_handlers()
+            self._open.clear()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name in _WRITER_OPERATIONS:
+            raise ReadOnlyError(f"log {self.dir} is open read-only (a LogReader): {name} "
+                                f"is a writer operation")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"LogReader({self.dir}, start={self._log_start_offset}, "
+                f"high watermark={self._high_watermark}, segments={self.num_segments})")
