@@ -19,7 +19,7 @@ leftovers, rewrites missing or disagreeing topic configs from the lowest partiti
 for a bad batch truncates the log before it (what crash recovery would do; the data
 after it is lost); missing data has nothing to cut and stays reported. A damaged
 high-watermark or log-start-offset checkpoint keeps a LogManager from opening at all:
-``check_log_dirs(dirs, fix=True)`` (``seglog check --fix``) opens a writer with
+``log_manager.check_log_dirs(dirs, fix=True)`` (``seglog check --fix``) opens a writer with
 ``repair=True``, which rebuilds them from the recovered logs (see ``log_manager``), then
 runs this check with ``fix``.
 """

@@ -79,7 +79,7 @@ class SegmentSlice:
 IndexT = TypeVar("IndexT", OffsetIndex, TimeIndex)
 
 
-class _LazyIndex(Generic[IndexT]):
+class LazyIndex(Generic[IndexT]):
     """An index opened on first use (Kafka's ``LazyIndex``): a loaded log holds one open
     file per untouched segment instead of three. Thread-safe: ``_lock`` guards
     ``_index`` and ``path``."""
@@ -176,11 +176,11 @@ class LogSegment:
             self._handle = self._open_file()
             self._known_size = os.fstat(self._handle.fileno()).st_size
         count_nonzero = read_only
-        self._offset_index = _LazyIndex(
+        self._offset_index = LazyIndex(
             lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
                                      count_leading_nonzero=count_nonzero),
             lambda: index_file(self.dir, base_offset, file_suffix))
-        self._time_index = _LazyIndex(
+        self._time_index = LazyIndex(
             lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
                                    count_leading_nonzero=count_nonzero),
             lambda: time_index_file(self.dir, base_offset, file_suffix))
