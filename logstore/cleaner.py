@@ -1,19 +1,15 @@
-"""Log compaction (``cleanup.policy=compact``): Kafka's ``LogCleaner``, one thread's worth.
+"""Log compaction (``cleanup.policy=compact``): Kafka's ``Cleaner`` (one pass over one
+log) and ``LogCleaner`` (the entry point the ``LogManager`` uses, one thread's worth).
 
-A pass over one log, as Kafka's ``Cleaner.doClean``:
+Which log to clean, its cleanable range and the ``cleaner-offset-checkpoint`` belong to
+``cleaner_manager.LogCleanerManager``. A pass over one log, as Kafka's ``Cleaner.doClean``,
+given the manager's ``CleanableRange`` ``[first_dirty, bound)``:
 
-1. **Cleanable range.** ``first_dirty`` is the log's entry in the log dir's
-   ``cleaner-offset-checkpoint`` (clamped to the log start; reset when beyond the end; a
-   damaged file is read as empty, with a warning: cleaning restarts from the log start).
-   The uncleanable bound is the lowest of: the active segment's base (never touched),
-   the first segment not wholly below the high watermark, and the first dirty segment
-   whose largest timestamp is younger than ``min.compaction.lag.ms``.
-   ``dirty_ratio = dirty bytes / (clean + dirty bytes)``.
-2. **Offset map.** The dirty records ``[first_dirty, bound)`` go into an ``OffsetMap``
+1. **Offset map.** The dirty records ``[first_dirty, bound)`` go into an ``OffsetMap``
    (key hash → latest offset) of ``log.cleaner.dedupe.buffer.size`` bytes. When it is
    full the pass ends at the first record it could not take (``end_offset``); the rest
    waits for the next pass, so a log larger than the budget is cleaned in several passes.
-3. **Rewrite.** Every segment below ``end_offset`` (the clean ones and the dirty ones) is
+2. **Rewrite.** Every segment below ``end_offset`` (the clean ones and the dirty ones) is
    rewritten, in groups that fit ``segment.bytes``, ``segment.index.bytes`` and a 32-bit
    relative offset, into one new ``.cleaned`` segment per group, whose base offset is the
    group's first. Per record: kept when at or past ``end_offset``, or when it is the
@@ -30,23 +26,29 @@ A pass over one log, as Kafka's ``Cleaner.doClean``:
    offsets) takes its place, so the swapped-in segment covers the whole offset range of
    the segments it replaces (the loader's swap completion relies on it).
    Control batches and legacy (magic 0/1) batches are copied unchanged.
-4. **Swap.** ``Log.replace_segments`` renames ``.cleaned`` → ``.swap``, swaps the list,
-   renames the old files ``.deleted`` and drops the ``.swap`` suffix; a crash at any
-   step is repaired by ``LogLoader`` (``.cleaned`` dropped, ``.swap`` completed): each
-   group is either wholly before or wholly after, and a key's latest value is in both.
-5. **Checkpoint.** ``end_offset`` is written to ``cleaner-offset-checkpoint``.
+3. **Swap.** ``Log.replace_segments`` renames ``.cleaned`` → ``.swap``, swaps the list,
+   renames the old files ``.deleted`` and drops the ``.swap`` suffix.
+4. **Checkpoint.** ``LogCleaner`` hands ``end_offset`` to the manager's
+   ``done_cleaning``, which writes it to ``cleaner-offset-checkpoint``.
 
-Tombstone delete horizons are also a reason to clean: when no log is dirty enough, a
-log holding tombstones whose horizon passed is cleaned (Kafka 3's ``latestDeleteHorizon``;
-like Kafka, only horizons this cleaner stamped or kept are known: after a restart such
-tombstones go at the next pass the dirty ratio or ``max.compaction.lag.ms`` triggers).
+Tombstone delete horizons are also a reason to clean: when no log is dirty enough, the
+manager picks a log holding tombstones whose horizon passed (see ``cleaner_manager``).
 
 Not done: aborted transactional records are not removed (control batches are kept),
 producer state is not consulted.
 
-Thread-safety: a ``LogCleaner`` is used by one thread (the LogManager's maintenance
-thread). It reads only inactive segments without locks; the swap takes the Log's lock,
-so appends go on meanwhile. Retention must not run concurrently on the same log.
+Crash policy: a crash at any step is repaired by ``LogLoader`` (``.cleaned`` dropped,
+``.swap`` completed): each group is either wholly before or wholly after, and a key's
+latest value is in both. A failed pass deletes its ``.cleaned`` files and swaps nothing
+more in; the checkpoint moves only after the last group was swapped in, so a crash
+re-cleans that range (cleaning is idempotent). Nothing unchecked is swapped in: a
+rewritten batch's old CRC is checked before it gets a new one, and every byte written
+is checked and indexed in memory first.
+
+Thread-safety: neither ``Cleaner`` nor ``LogCleaner`` is thread-safe; a ``LogCleaner`` is
+used by one thread (the LogManager's maintenance thread, under its maintenance lock).
+A pass reads only inactive segments, without locks; the swap takes the Log's lock, so
+appends go on meanwhile. Retention must not run concurrently on the same log.
 
 >>> cleaner = LogCleaner(ManagerConfig.from_properties({}), SYSTEM_CLOCK)  # doctest: +SKIP
 >>> stats = cleaner.clean_dirtiest(logs)      # None when no log needs cleaning  # doctest: +SKIP
@@ -63,7 +65,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint_file import OffsetCheckpointFile
 from .cleaner_batches import (
     C_COPIED,
     C_DROPPED,
@@ -87,11 +88,12 @@ from .cleaner_batches import (
     rebuilt_batch,
     segment_chunks,
 )
+from .cleaner_manager import CleanableRange, LogCleanerManager
 from .clock import SYSTEM_CLOCK, Clock
 from .compression import compress
-from .config import LONG_MAX, ManagerConfig
-from .errors import CorruptCheckpointError, CorruptRecordError, KafkaStorageError, SeglogError
-from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
+from .config import ManagerConfig
+from .errors import CorruptRecordError, KafkaStorageError, SeglogError
+from .file_names import CLEANED_SUFFIX
 from .log_segment import LogSegment
 from .offset_map import OffsetMap, hash_keys, valid_mask
 from .record_codec import decode_batches
@@ -116,7 +118,7 @@ from .segment_indexer import first_crc_mismatch
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CleanableRange", "CleanerStats", "LogCleaner", "group_segments"]
+__all__ = ["CleanableRange", "Cleaner", "CleanerStats", "LogCleaner", "group_segments"]
 
 MIN_CHUNK_BYTES = 4 << 20
 """Segments are read in chunks of at least this much (``log.cleaner.io.buffer.size`` is
@@ -125,24 +127,6 @@ Kafka's per-buffer size; Python pays per chunk, so chunks are larger)."""
 
 
 # --------------------------------------------------------------------------- values
-
-@dataclass(frozen=True, slots=True)
-class CleanableRange:
-    """Where a log's dirty section lies and how dirty it is (Kafka's ``LogToClean``)."""
-
-    topic: str
-    partition: int
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    clean_bytes: int
-    dirty_bytes: int
-    needs_compaction_now: bool  # max.compaction.lag.ms passed for the first dirty record
-
-    @property
-    def dirty_ratio(self) -> float:
-        total = self.clean_bytes + self.dirty_bytes
-        return self.dirty_bytes / total if total else 0.0
-
 
 @dataclass(slots=True)
 class CleanerStats:
@@ -316,179 +300,21 @@ class _CleanedFile:
 
 # --------------------------------------------------------------------------- cleaner
 
-@dataclass(slots=True)
-class _LogState:
-    """What the cleaner remembers of one log between passes (in memory)."""
+class Cleaner:
+    """One cleaning pass over one log (Kafka's ``Cleaner``); see the module docstring.
+    ``manager_config`` gives ``log.cleaner.dedupe.buffer.size`` (the offset map's
+    memory) and ``log.cleaner.io.buffer.size``. The map and the chunk buffers are
+    allocated on first use and reused by every pass. Not thread-safe: one pass at a
+    time."""
 
-    pending_horizon: int | None = None  # earliest delete horizon of kept tombstones
-    failed: str | None = None  # set after an error: the log is not cleaned again
-
-
-class LogCleaner:
-    """Compacts logs with ``cleanup.policy`` containing ``compact``; see the module
-    docstring. ``manager_config`` gives ``log.cleaner.dedupe.buffer.size`` (the offset
-    map's memory) and ``log.cleaner.io.buffer.size``; ``clock`` the time for lags and
-    delete horizons. Used by one thread."""
-
-    def __init__(self, manager_config: ManagerConfig | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
-        self.config = manager_config or ManagerConfig.from_properties({})
-        self.clock = clock
+    def __init__(self, manager_config: ManagerConfig) -> None:
+        self.config = manager_config
         self._map: OffsetMap | None = None  # allocated on first use: it is large
         self._bufs: ChunkBuffers | None = None  # read and write scratch, reused
-        self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
-        self._states: dict[tuple[Path, str, int], _LogState] = {}
         self.chunk_bytes = max(self.config.log_cleaner_io_buffer_size, MIN_CHUNK_BYTES)
 
-    # -- checkpoints ----------------------------------------------------------------------
-
-    def _checkpoint_file(self, log_dir: Path) -> OffsetCheckpointFile:
-        return OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
-
-    def checkpoints(self, log_dir: Path) -> dict[tuple[str, int], int]:
-        """The ``cleaner-offset-checkpoint`` of ``log_dir`` (cached after the first read).
-        A damaged file reads as empty, with a warning naming it: every partition is then
-        cleaned from its log start, which is safe (cleaning is idempotent) and only costs
-        time; the next pass rewrites the file."""
-        log_dir = Path(log_dir)
-        cp = self._checkpoints.get(log_dir)
-        if cp is None:
-            f = self._checkpoint_file(log_dir)
-            try:
-                cp = f.read()
-            except (CorruptCheckpointError, KafkaStorageError) as e:
-                logger.warning("%s; cleaning every compacted partition of %s from its log "
-                               "start offset (re-cleaning is safe)", e, log_dir)
-                cp = {}
-            self._checkpoints[log_dir] = cp
-        return cp
-
-    def reload_checkpoints(self, log_dir: Path | str) -> None:
-        """Forget the cached checkpoint of ``log_dir`` (it was rewritten by someone else)."""
-        self._checkpoints.pop(Path(log_dir), None)
-
-    def _write_checkpoint(self, log_dir: Path, tp: tuple[str, int], offset: int | None) -> None:
-        cp = dict(self.checkpoints(log_dir))
-        if offset is None:
-            if cp.pop(tp, None) is None:
-                return
-        else:
-            cp[tp] = offset
-        self._checkpoint_file(log_dir).write(cp)
-        self._checkpoints[log_dir] = cp
-
-    def forget(self, log_dir: Path | str, topic: str, partition: int) -> None:
-        """Drop a partition's checkpoint entry and state (its log was deleted or fully
-        truncated): the next log of that name starts dirty from its start."""
-        log_dir = Path(log_dir)
-        self._states.pop((log_dir, topic, partition), None)
-        self._write_checkpoint(log_dir, (topic, partition), None)
-
-    def _state(self, log) -> _LogState:
-        key = (log.dir.parent, log.topic, log.partition)
-        st = self._states.get(key)
-        if st is None:
-            st = self._states[key] = _LogState()
-        return st
-
-    # -- what to clean --------------------------------------------------------------------
-
-    def cleanable_range(self, log) -> CleanableRange:
-        """The log's clean and dirty sections now (see the module docstring, step 1)."""
-        cfg = log.config
-        segs = log.segments
-        now = self.clock.milliseconds()
-        lso, leo = log.log_start_offset, log.log_end_offset
-        checkpoint = self.checkpoints(log.dir.parent).get((log.topic, log.partition), lso)
-        if checkpoint > leo:
-            logger.warning("cleaner checkpoint %d of %s-%d is past its log end %d; cleaning "
-                           "from the log start %d", checkpoint, log.topic, log.partition,
-                           leo, lso)
-            checkpoint = lso
-        first_dirty = max(checkpoint, lso)
-        inactive = segs[:-1]
-
-        def next_base(i: int) -> int:
-            return segs[i + 1].base_offset
-
-        bound = segs[-1].base_offset  # the active segment is never cleaned
-        for i, seg in enumerate(inactive):
-            if next_base(i) > log.high_watermark:  # readers cannot see all of it yet
-                bound = min(bound, seg.base_offset)
-                break
-        lag = cfg.min_compaction_lag_ms
-        if lag > 0:
-            for i, seg in enumerate(inactive):
-                if next_base(i) <= first_dirty:
-                    continue
-                if seg.base_offset >= bound:
-                    break
-                if seg.largest_timestamp > now - lag:
-                    bound = min(bound, seg.base_offset)
-                    break
-        bound = max(bound, first_dirty)
-        clean = dirty = 0
-        needs_now = False
-        for i, seg in enumerate(inactive):
-            if next_base(i) <= first_dirty:
-                clean += seg.size
-            elif seg.base_offset < bound:
-                if dirty == 0 and cfg.max_compaction_lag_ms < LONG_MAX:
-                    first_ts = seg.rolling_based_timestamp()
-                    if first_ts is not None and 0 <= first_ts < now - cfg.max_compaction_lag_ms:
-                        needs_now = True
-                dirty += seg.size
-        return CleanableRange(log.topic, log.partition, first_dirty, bound, clean, dirty,
-                              needs_now)
-
-    def _horizon_due(self, log, now: int) -> bool:
-        # Known only from this cleaner's own passes, as Kafka's latestDeleteHorizon: a
-        # fresh process does not scan logs for it (that would read every segment at each
-        # start); their tombstones go at the next pass the dirty ratio or lag triggers.
-        pending = self._state(log).pending_horizon
-        return pending is not None and pending <= now
-
-    def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
-        """The compacted log to clean next: the highest dirty ratio at or above its
-        ``min.cleanable.dirty.ratio`` (or any past ``max.compaction.lag.ms``); else one
-        whose tombstones' delete horizon passed; else None."""
-        best = None
-        horizon_due = None
-        now = self.clock.milliseconds()
-        for log in logs:
-            if getattr(log, "read_only", False) or not log.config.compact:
-                continue
-            if self._state(log).failed:
-                continue
-            r = self.cleanable_range(log)
-            if r.dirty_bytes > 0 and (r.needs_compaction_now or r.dirty_ratio
-                                      >= log.config.min_cleanable_dirty_ratio):
-                if best is None or r.dirty_ratio > best[1].dirty_ratio:
-                    best = (log, r)
-            elif best is None and horizon_due is None and self._horizon_due(log, now):
-                horizon_due = (log, r)
-        return best or horizon_due
-
-    def clean_dirtiest(self, logs: Iterable) -> CleanerStats | None:
-        """One pass over the filthiest log of ``logs`` (see ``grab_filthiest``); None when
-        none needs cleaning. The LogManager's maintenance entry point: an error is logged
-        and the log is left alone until this cleaner is recreated (Kafka marks it
-        uncleanable) instead of being raised."""
-        picked = self.grab_filthiest(list(logs))
-        if picked is None:
-            return None
-        log, _ = picked
-        try:
-            return self.clean_log(log)
-        except (SeglogError, OSError) as e:
-            logger.error("cleaning %s-%d failed; it will not be cleaned again by this "
-                         "cleaner: %s", log.topic, log.partition, e)
-            self._state(log).failed = str(e)
-            return None
-
-    # -- cleaning -------------------------------------------------------------------------
-
-    def _buffers(self) -> ChunkBuffers:
+    def buffers(self) -> ChunkBuffers:
+        """The read and write scratch every pass reuses."""
         if self._bufs is None:
             self._bufs = ChunkBuffers(self.chunk_bytes)
         return self._bufs
@@ -500,16 +326,13 @@ class LogCleaner:
             self._map.clear()
         return self._map
 
-    def clean_log(self, log) -> CleanerStats:
-        """One cleaning pass over ``log`` (a writer ``Log`` with a compact policy),
-        whatever its dirty ratio; returns what it did. Raises on I/O or corruption
-        errors (the log is then unchanged, or changed by whole swap groups)."""
-        if not log.config.compact:
-            policy = ",".join(sorted(log.config.cleanup_policy))
-            raise SeglogError(f"{log.dir}: cleanup.policy={policy} has no compact")
+    def clean(self, log, to_clean: CleanableRange, now: int) -> CleanerStats:
+        """Map ``to_clean``'s dirty records, rewrite and swap in every segment below where
+        the map stopped (``stats.end_offset``), with ``now`` as the time for delete
+        horizons. The checkpoint is the caller's. Raises on I/O or corruption errors
+        (the log is then unchanged, or changed by whole swap groups)."""
         started = time.perf_counter()
-        now = self.clock.milliseconds()
-        r = self.cleanable_range(log)
+        r = to_clean
         omap = self._offset_map()
         stats = CleanerStats(log.topic, log.partition, r.first_dirty_offset,
                              r.first_dirty_offset, r.first_uncleanable_offset,
@@ -531,24 +354,15 @@ class LogCleaner:
             self._clean_group(log, old, omap, stats.end_offset, now, stats, pending)
             stats.groups += 1
             stats.segments_cleaned += len(old)
-        self._write_checkpoint(log.dir.parent, (log.topic, log.partition), stats.end_offset)
-        st = self._state(log)
-        st.pending_horizon = min(pending) if pending else None
-        stats.pending_delete_horizon = st.pending_horizon
+        stats.pending_delete_horizon = min(pending) if pending else None
         stats.elapsed_s = time.perf_counter() - started
-        logger.info("cleaned %s-%d: offsets [%d, %d) mapped, %d segments in %d groups, "
-                    "%d -> %d bytes, %d of %d records kept, %.1f MB/s", log.topic,
-                    log.partition, stats.first_dirty_offset, stats.end_offset,
-                    stats.segments_cleaned, stats.groups, stats.bytes_read,
-                    stats.bytes_written, stats.records_retained, stats.records_read,
-                    stats.mb_per_s)
         return stats
 
     def _build_offset_map(self, log, r: CleanableRange, omap: OffsetMap,
                           stats: CleanerStats) -> int:
         """Put the dirty records into the map; returns the offset it stopped at."""
         start, bound = r.first_dirty_offset, r.first_uncleanable_offset
-        bufs = self._buffers()
+        bufs = self.buffers()
         for seg in log.segments[:-1]:
             if seg.base_offset >= bound:
                 break
@@ -590,7 +404,7 @@ class LogCleaner:
             written_next = base
             drm = log.config.delete_retention_ms
             for seg in old:
-                for chunk in segment_chunks(seg, self._buffers()):
+                for chunk in segment_chunks(seg, self.buffers()):
                     if chunk.table is not None:
                         out, nxt = self._filter_scanned(seg, chunk.view, chunk.table, omap,
                                                         end_offset, now, drm, stats, pending)
@@ -621,7 +435,7 @@ class LogCleaner:
                         pending: list[int]) -> tuple[bytes | memoryview, int]:
         """``_filter_chunk`` for a chunk of v2 batches, in one kernel call. Compressed
         batches are decompressed first; the rewritten ones get their codec back."""
-        bufs = self._buffers()
+        bufs = self.buffers()
         plain = decompressed(original, original_table, bufs)
         chunk, table = plain if plain else (original, original_table)
         nb = len(table)
@@ -759,3 +573,88 @@ class LogCleaner:
         if len(pieces) == 1 and isinstance(pieces[0], memoryview):
             return pieces[0], next_offset
         return b"".join(pieces), next_offset
+
+
+
+# --------------------------------------------------------------------------- entry point
+
+class LogCleaner:
+    """Compacts logs with ``cleanup.policy`` containing ``compact`` (Kafka's ``LogCleaner``
+    with one cleaner thread): a ``LogCleanerManager`` (``manager``) picks the log and
+    keeps the checkpoints, a ``Cleaner`` (``cleaner``) runs the pass. ``manager_config``
+    gives the cleaner's memory; ``clock`` the time for lags and delete horizons. Not
+    thread-safe: used by one thread."""
+
+    def __init__(self, manager_config: ManagerConfig | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = manager_config or ManagerConfig.from_properties({})
+        self.clock = clock
+        self.manager = LogCleanerManager(clock)
+        self.cleaner = Cleaner(self.config)
+        self.chunk_bytes = self.cleaner.chunk_bytes
+
+    def _buffers(self) -> ChunkBuffers:
+        return self.cleaner.buffers()
+
+    # -- the manager's half ---------------------------------------------------------------
+
+    def checkpoints(self, log_dir: Path) -> dict[tuple[str, int], int]:
+        """``log_dir``'s ``cleaner-offset-checkpoint``; see ``LogCleanerManager``."""
+        return self.manager.checkpoints(log_dir)
+
+    def reload_checkpoints(self, log_dir: Path | str) -> None:
+        """Forget the cached checkpoint of ``log_dir`` (it was rewritten by someone else)."""
+        self.manager.reload_checkpoints(log_dir)
+
+    def forget(self, log_dir: Path | str, topic: str, partition: int) -> None:
+        """Drop a partition's checkpoint entry and state (its log was deleted or fully
+        truncated): the next log of that name starts dirty from its start."""
+        self.manager.forget(log_dir, topic, partition)
+
+    def cleanable_range(self, log) -> CleanableRange:
+        """The log's clean and dirty sections now; see ``LogCleanerManager``."""
+        return self.manager.cleanable_range(log)
+
+    def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
+        """The compacted log to clean next, or None; see ``LogCleanerManager``."""
+        return self.manager.grab_filthiest(logs)
+
+    # -- cleaning -------------------------------------------------------------------------
+
+    def clean_dirtiest(self, logs: Iterable) -> CleanerStats | None:
+        """One pass over the filthiest log of ``logs`` (see ``grab_filthiest``); None when
+        none needs cleaning. The LogManager's maintenance entry point: an error is logged
+        and the log is left alone until this cleaner is recreated (Kafka marks it
+        uncleanable) instead of being raised."""
+        picked = self.manager.grab_filthiest(list(logs))
+        if picked is None:
+            return None
+        log, _ = picked
+        try:
+            return self.clean_log(log)
+        except (SeglogError, OSError) as e:
+            logger.error("cleaning %s-%d failed; it will not be cleaned again by this "
+                         "cleaner: %s", log.topic, log.partition, e)
+            self.manager.mark_uncleanable(log, str(e))
+            return None
+
+    def clean_log(self, log) -> CleanerStats:
+        """One cleaning pass over ``log`` (a writer ``Log`` with a compact policy),
+        whatever its dirty ratio, then its checkpoint; returns what it did. Raises on I/O
+        or corruption errors (the log is then unchanged, or changed by whole swap
+        groups)."""
+        if not log.config.compact:
+            policy = ",".join(sorted(log.config.cleanup_policy))
+            raise SeglogError(f"{log.dir}: cleanup.policy={policy} has no compact")
+        started = time.perf_counter()
+        now = self.clock.milliseconds()
+        stats = self.cleaner.clean(log, self.manager.cleanable_range(log), now)
+        self.manager.done_cleaning(log, stats.end_offset, stats.pending_delete_horizon)
+        stats.elapsed_s = time.perf_counter() - started
+        logger.info("cleaned %s-%d: offsets [%d, %d) mapped, %d segments in %d groups, "
+                    "%d -> %d bytes, %d of %d records kept, %.1f MB/s", log.topic,
+                    log.partition, stats.first_dirty_offset, stats.end_offset,
+                    stats.segments_cleaned, stats.groups, stats.bytes_read,
+                    stats.bytes_written, stats.records_retained, stats.records_read,
+                    stats.mb_per_s)
+        return stats
