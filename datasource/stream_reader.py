@@ -2,7 +2,10 @@
 
 A thin adapter over ``seglog.streaming``: options are parsed once here (on the driver),
 offsets and admission are computed by ``source_offsets``/``admission``, ranges by
-``read_planning``. ``read()`` (``read_range``) runs on executors and opens the log itself.
+``read_planning``; ``read()`` runs ``streaming.source_read.read_range`` on executors.
+Every call reads through the process's shared read-only ``LogManager``
+(``streaming.log_readers``), so a trigger re-reads the checkpoint files and only the
+directories that changed.
 
 Which process calls what (PySpark 4.3): one long-lived Python runner per query run holds
 this reader and calls ``initialOffset``, ``latestOffset``, ``partitions``, ``commit``,
@@ -20,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -32,32 +34,23 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import (
-    CorruptRecordError,
-    MissingDataError,
-    UnknownTopicOrPartitionError,
-)
-from seglog.streaming.admission import AdmissionLimits, admit, segment_layout
-from seglog.streaming.read_planning import ReadRange, plan_ranges
+from seglog.streaming.admission import AdmissionLimits, admit, cap_to_target, segment_layout
+from seglog.streaming.read_planning import plan_ranges
 from seglog.streaming.source_offsets import (
     initial_offsets,
     last_trigger_ms,
     offsets_from_json,
     offsets_to_json,
     reconcile_start,
-    report_data_loss,
     skip_removed,
     snapshot_log_dirs,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
+from seglog.streaming.source_read import read_range
 
 from .schema import arrow_schema
 
 logger = logging.getLogger(__name__)
-
-CHUNK_BYTES = 8 << 20
-"""Bytes of whole batches decoded at a time by ``read``: bounds a task's memory."""
-
 
 class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Streaming reader with Kafka's offsets, admission control and AvailableNow."""
@@ -107,9 +100,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
         if available_now:
-            target = self._target or {}
-            current = {tp: off for tp, off in current.items() if tp in target}
-            latest = {tp: max(min(latest[tp], target[tp]), current[tp]) for tp in current}
+            capped = cap_to_target(latest, self._target or {})
+            current = {tp: current[tp] for tp in capped}
+            latest = {tp: max(off, current[tp]) for tp, off in capped.items()}
         stamp = last_trigger_ms(start)
         now = time.time_ns() // 1_000_000
         if isinstance(limit, ReadAllAvailable) or self._limits.unlimited:
@@ -120,7 +113,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 limits = AdmissionLimits(limits.max_offsets, None, 0, limits.max_bytes)
             end = admit(
                 current, latest, limits, now_ms=now, last_trigger_ms=stamp,
-                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp], current[tp]),
+                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp]),
             ).end
         if o.min_offsets_per_trigger is None:
             stamp = None  # keep Kafka's plain offsets when no delay is configured
@@ -156,7 +149,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the log is not the query's to trim."""
 
     def stop(self) -> None:
-        """Nothing to release: logs are opened and closed inside each call."""
+        """Nothing to release: the shared reader belongs to the process, and other
+        queries of the same process may be reading the same log dirs."""
 
 
 # ---------------------------------------------------------------------- executors
@@ -173,116 +167,9 @@ def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPart
 
 
 def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """``streaming.source_read.read_range`` in the source's exact Arrow schema."""
+    r = partition.value
     # PySpark plans one InputPartition(None) when there is nothing to read.
-    return read_range(partition.value) if partition.value is not None else iter(())
-
-
-def read_range(r: ReadRange, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``r`` as Arrow batches in the source's exact Arrow schema.
-
-    Opens a read-only ``LogManager`` (no lock, nothing written), seeks through the
-    segment list and offset index (``Log.read_chunks``) and decodes ``chunk_bytes`` of
-    whole batches at a time, so memory stays bounded whatever the range. Offsets removed
-    by retention since planning are data loss (``failOnDataLoss``). With
-    ``read_committed`` the range ends at the last stable offset at the latest, and the
-    data batches of aborted transactions are dropped before decoding (its own step,
-    ``committed_chunks``, over the chunks read).
-    """
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import decode_batches
-    from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
-
-    schema = arrow_schema(r.include_headers)
-    mgr = LogManager(list(r.log_dirs), read_only=True)
-    try:
-        try:
-            log = mgr.get_log(r.topic, r.partition)
-        except UnknownTopicOrPartitionError:
-            report_data_loss(
-                r.fail_on_data_loss,
-                f"topic {r.topic!r} partition {r.partition} disappeared before offsets "
-                f"[{r.start}, {r.end}) were read",
-            )
-            return
-        start = r.start
-        if r.timestamp_range is not None:
-            first = log.offset_for_timestamp(r.timestamp_range[0])
-            if first is None:
-                return
-            start = max(start, first)
-        lso = log.log_start_offset
-        if start < lso:
-            report_data_loss(
-                r.fail_on_data_loss,
-                f"topic {r.topic!r} partition {r.partition}: offsets [{start}, "
-                f"{min(lso, r.end)}) were removed (the log start offset is now {lso}); "
-                "some data may have been lost",
-            )
-            start = lso
-        end = r.end
-        if r.isolation_level == READ_COMMITTED:
-            end = min(end, log.last_stable_offset)
-        while start < end:
-            try:
-                chunks = log.read_chunks(start, end, chunk_bytes)
-                if r.isolation_level == READ_COMMITTED:
-                    chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
-                for chunk in chunks:
-                    try:
-                        records = decode_batches(
-                            chunk, start_offset=start, end_offset=end,
-                            include_headers=r.include_headers,
-                        )
-                    except CorruptRecordError as e:
-                        raise CorruptRecordError(
-                            f"topic {r.topic!r} partition {r.partition}, "
-                            f"{_segment_file(log, chunk)}: {e}") from None
-                    if records.num_rows:
-                        yield to_source_batch(records, r.topic, r.partition, schema)
-                return
-            except MissingDataError as e:
-                # Corruption (CorruptRecordError) is never skipped: only data that is gone.
-                report_data_loss(
-                    r.fail_on_data_loss,
-                    f"topic {r.topic!r} partition {r.partition}: offsets [{e.start}, "
-                    f"{min(e.end, end)}) cannot be read: {e}",
-                )
-                start = max(e.end, start + 1)
-    finally:
-        mgr.close()
-
-
-def _segment_file(log, chunk: memoryview) -> str:
-    """The segment file holding a chunk that failed to decode (named in the error: the
-    codec sees only bytes). Chunks never straddle segments."""
-    from seglog.logstore.record_format import read_batch_header
-
-    try:
-        h = read_batch_header(chunk, 0)
-    except CorruptRecordError:
-        h = None
-    if h is None:
-        return f"a segment of {log.dir}"
-    owner = [s for s in log.segments if s.base_offset <= h.base_offset]
-    return str(owner[-1].log_path) if owner else f"a segment of {log.dir}"
-
-
-def to_source_batch(
-    records: pa.RecordBatch, topic: str, partition: int, schema: pa.Schema
-) -> pa.RecordBatch:
-    """Codec columns → source row batch: add topic/partition, ms → timestamp[us, UTC]."""
-    n = records.num_rows
-    ts = records.column("timestamp")
-    ts_us = pc.multiply(ts, pa.scalar(1000, pa.int64())).cast(schema.field("timestamp").type)
-    cols = [
-        records.column("key").cast(pa.binary()),
-        records.column("value").cast(pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        records.column("offset").cast(pa.int64()),
-        ts_us,
-        records.column("timestampType").cast(pa.int32()),
-    ]
-    if "headers" in schema.names:
-        cols.append(records.column("headers").cast(schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    if r is None:
+        return iter(())
+    return read_range(r, arrow_schema(r.include_headers))

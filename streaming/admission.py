@@ -37,12 +37,10 @@ records than its length.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
-
+from .log_readers import segment_files
 from .source_options import SourceOptions, TopicPartition
 
 
@@ -127,36 +125,16 @@ class SegmentLayout:
 
 
 def segment_layout(
-    log_dirs: Sequence[str], tp: TopicPartition, end_offset: int, start_offset: int = 0
+    log_dirs: Sequence[str], tp: TopicPartition, end_offset: int
 ) -> SegmentLayout | None:
-    """List a partition's ``.log`` files (names, and sizes of those holding offsets in
-    ``[start_offset, end_offset)``: others read as 0 bytes); None if not found."""
-    name = partition_dir_name(*tp)
-    for d in log_dirs:
-        path = os.path.join(d, name)
-        try:
-            entries = {}
-            with os.scandir(path) as it:
-                for e in it:
-                    # "<20 digits>.log" only: cheaper than the general parser, per trigger.
-                    n = e.name
-                    if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
-                        entries[int(n[:20])] = e
-        except FileNotFoundError:  # the partition was deleted since the listing
-            continue
-        bases = sorted(entries)
-        sizes = []
-        for i, base in enumerate(bases):
-            nxt = bases[i + 1] if i + 1 < len(bases) else None
-            if base >= end_offset or (nxt is not None and nxt <= start_offset):
-                sizes.append(0)  # outside the range: not worth a stat
-                continue
-            try:
-                sizes.append(entries[base].stat().st_size)
-            except FileNotFoundError:  # deleted by retention while we listed
-                sizes.append(0)
-        return SegmentLayout(tuple(bases), tuple(sizes), end_offset)
-    return None
+    """A partition's segment bases and ``.log`` sizes (``log_readers.segment_files``:
+    listed again only when the directory changed, so a trigger stats one growing file
+    per partition); None if not found."""
+    found = segment_files(log_dirs, tp)
+    if found is None:
+        return None
+    bases, sizes = found
+    return SegmentLayout(bases, sizes, end_offset)
 
 
 def admit(

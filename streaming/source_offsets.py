@@ -32,6 +32,7 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from .log_readers import reader
 from .source_options import (
     EARLIEST,
     LATEST,
@@ -133,7 +134,8 @@ def snapshot_log_dirs(
     start_offsets_for: Callable[[TopicPartition], bool] | None = None,
     options: SourceOptions | None = None,
 ) -> LogSnapshot:
-    """Take a ``LogSnapshot`` through a read-only ``LogManager`` (checkpoint files only).
+    """Take a ``LogSnapshot`` through the process's shared read-only ``LogManager``
+    (``log_readers``: checkpoint files, re-read every call; listings only where changed).
 
     Log start offsets cost a directory listing per partition, so a streaming trigger
     asks only for the partitions it needs them for (``start_offsets_for``, e.g. new
@@ -143,12 +145,11 @@ def snapshot_log_dirs(
     With ``options`` reading ``read_committed``, the "latest" offset of each subscribed
     partition is its last stable offset (``Log.last_stable_offset``: the newest producer
     snapshot and the batches after it, at most the active segment when the writer left
-    snapshots), not its high watermark.
+    snapshots), not its high watermark. The shared manager's logs keep their producer
+    state, so a trigger scans only the batches appended since the previous one.
     """
-    from seglog.logstore.log_manager import LogManager
-
-    mgr = LogManager(list(log_dirs), read_only=True)
-    try:
+    dirs = tuple(log_dirs)
+    with reader(dirs) as mgr:
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
         if options is not None:
@@ -159,18 +160,16 @@ def snapshot_log_dirs(
                     log = mgr.get_log(t, p)
                     log.update_high_watermark(hws.get((t, p), 0))
                     hws[(t, p)] = log.last_stable_offset
-        if start_offsets_for is None:
-            lsos = dict(mgr.log_start_offsets())
-        else:
-            lsos = {
-                (t, p): mgr.get_log(t, p).log_start_offset
-                for t, ps in parts.items()
-                for p in ps
-                if start_offsets_for((t, p))
-            }
-    finally:
-        mgr.close()
-    dirs = tuple(log_dirs)
+                    # Its segment files only: the producer-state tail stays, and a
+                    # trigger over many partitions holds no file open afterwards.
+                    log.close()
+        wanted = [(t, p) for t, ps in parts.items() for p in ps
+                  if start_offsets_for is None or start_offsets_for((t, p))]
+        # From the checkpoint and each directory's first segment (re-listed only where
+        # its mtime moved), never from a loaded Log, whose view of retention is as old
+        # as its last listing.
+        all_lsos = mgr.log_start_offsets() if wanted else {}
+        lsos = {tp: all_lsos[tp] for tp in wanted if tp in all_lsos}
 
     def lookup(tp: TopicPartition, ts_ms: int) -> int | None:
         return offset_for_timestamp(dirs, tp, ts_ms)
@@ -196,13 +195,12 @@ def _report_beyond_log_end(beyond: dict[TopicPartition, tuple[Path, int, int]],
 
 def offset_for_timestamp(log_dirs: Iterable[str], tp: TopicPartition, ts_ms: int) -> int | None:
     """The first offset of ``tp`` with a timestamp ≥ ``ts_ms`` (time index), or None."""
-    from seglog.logstore.log_manager import LogManager
-
-    mgr = LogManager(list(log_dirs), read_only=True)
-    try:
-        return mgr.get_log(*tp).offset_for_timestamp(ts_ms)
-    finally:
-        mgr.close()
+    with reader(log_dirs) as mgr:
+        log = mgr.get_log(*tp)
+        try:
+            return log.offset_for_timestamp(ts_ms)
+        finally:
+            log.close()  # its segment files only (see snapshot_log_dirs)
 
 
 # ---------------------------------------------------------------------------- resolution

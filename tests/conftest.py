@@ -38,3 +38,13 @@ def spark(tmp_path_factory):
     session.dataSource.register(SeglogDataSource)
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _close_shared_readers():
+    """Each test's log dirs are its own: release the process's shared read-only
+    managers (``streaming.log_readers``) after it, so none outlives its tmp_path."""
+    yield
+    from seglog.streaming.log_readers import close_all
+
+    close_all()

@@ -18,12 +18,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.datasource.schema import source_schema
-from seglog.datasource.stream_reader import SeglogStreamReader, read_range
+from seglog.datasource.schema import arrow_schema, source_schema
+from seglog.datasource.stream_reader import SeglogStreamReader
 from seglog.logstore.errors import CorruptRecordError, DataLossError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 from seglog.logstore.record_format import iter_batch_headers
+from seglog.streaming.source_read import read_range
 
 TOPIC = "ev"
 ROWS = 300
@@ -198,7 +199,7 @@ def test_retention_under_a_running_read_is_data_loss_named_or_skipped(tmp_path, 
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     (planned,) = reader.partitions(start, end)
-    batches = read_range(planned.value, chunk_bytes=128)
+    batches = read_range(planned.value, arrow_schema(False), chunk_bytes=128)
     first = next(batches).column("offset").to_pylist()  # the task holds its first segment
     with LogManager([str(d)]) as mgr:
         assert mgr.delete_old_segments() > 0
@@ -236,7 +237,7 @@ def test_a_corrupt_record_in_a_task_names_the_partition_and_the_segment(pristine
     (planned,) = reader.partitions(start, reader.latestOffset(start,
                                                               reader.getDefaultReadLimit()))
     with pytest.raises(CorruptRecordError) as info:
-        for _ in read_range(planned.value):
+        for _ in read_range(planned.value, arrow_schema(False)):
             pass
     text = str(info.value)
     assert f"topic '{TOPIC}' partition 0" in text and str(middle) in text, text

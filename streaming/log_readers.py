@@ -1,0 +1,171 @@
+"""One read-only ``LogManager`` per process and set of log dirs, reused by every call.
+
+A streaming query asks the same log dirs the same questions every trigger (high
+watermarks, log start offsets, last stable offsets, segment sizes), and every executor
+task of a reused Python worker reads the same partitions again. Opening a read-only
+manager lists every partition directory and parses every checkpoint, and a fresh one
+forgets what its logs learnt (segment listings, open segment files, the producer-state
+tail behind ``read_committed``'s last stable offset). So the source keeps one manager per
+log-dir tuple for the life of the process (``reader``) and lets its own refresh decide
+what to read again: the manager re-lists a log dir only when the dir's mtime moved
+(partitions created or deleted), each read-only ``Log`` re-lists its directory only when
+its mtime moved (roll, retention, compaction), and the checkpoints are read on every
+``high_watermarks()``/``log_start_offsets()`` call, so nothing published is missed.
+
+Invalidation beyond that refresh: a call that fails inside ``reader`` (a damaged file, a
+directory that vanished) closes and drops the shared manager, so the next call starts
+from a fresh open instead of a state that may be half-updated. A forked child never uses
+its parent's manager (the cache is keyed by process id).
+
+``segment_files`` is the same idea for admission's byte estimates: a partition's segment
+bases and the sizes of its inactive segments are kept while the directory's mtime is
+unchanged (a roll, retention or compaction swap renames or creates files there, which
+moves it); only the last segment, the one that grows, is stat'ed each time.
+
+Thread-safe: the cache is guarded by ``_lock``; ``LogManager`` is thread-safe itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from seglog.logstore.errors import SeglogError
+from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
+
+from .source_options import TopicPartition
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_manager import LogManager
+
+logger = logging.getLogger(__name__)
+
+_RACY_NS = 2_000_000_000
+"""Directory mtimes younger than this are not trusted: a change within the file system's
+timestamp granularity would not move them (the engine's readers use the same rule)."""
+
+_lock = threading.Lock()  # guards _readers, _layouts and _pid
+_readers: dict[tuple[str, ...], LogManager] = {}
+# partition dir -> (dir mtime, segment bases, sizes of every segment but the last)
+_layouts: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+_pid = os.getpid()
+
+
+def _forget_parent() -> None:
+    """Called under ``_lock``: a forked child starts with no readers (its parent's
+    open files and caches are the parent's)."""
+    global _pid
+    if os.getpid() != _pid:
+        _readers.clear()
+        _layouts.clear()
+        _pid = os.getpid()
+
+
+@contextmanager
+def reader(log_dirs: Iterable[str]) -> Iterator[LogManager]:
+    """The process's read-only ``LogManager`` of ``log_dirs``, opened on first use.
+
+    >>> with reader(["/data/logs"]) as mgr:            # doctest: +SKIP
+    ...     mgr.high_watermarks()
+    """
+    from seglog.logstore.log_manager import LogManager
+
+    key = tuple(log_dirs)
+    with _lock:
+        _forget_parent()
+        mgr = _readers.get(key)
+        if mgr is None:
+            mgr = LogManager(list(key), read_only=True)
+            _readers[key] = mgr
+    try:
+        yield mgr
+    except (SeglogError, OSError):
+        discard(key, mgr)
+        raise
+
+
+def discard(log_dirs: Iterable[str], mgr: LogManager | None = None) -> None:
+    """Close and forget the shared reader of ``log_dirs`` (only ``mgr``, if given)."""
+    key = tuple(log_dirs)
+    with _lock:
+        current = _readers.get(key)
+        if current is None or (mgr is not None and current is not mgr):
+            return
+        del _readers[key]
+    try:
+        current.close()
+    except (SeglogError, OSError) as e:  # closing read-only files: nothing to lose
+        logger.warning("cannot close the shared reader of %s: %s", ", ".join(key), e)
+
+
+def close_all() -> None:
+    """Close every shared reader of this process (tests; a process that is done)."""
+    with _lock:
+        keys = list(_readers)
+        _layouts.clear()
+    for key in keys:
+        discard(key)
+
+
+def segment_files(
+    log_dirs: Iterable[str], tp: TopicPartition
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """A partition's segment base offsets and ``.log`` sizes, oldest first; None if
+    no log dir holds the partition. Sizes of segments deleted while listing read as 0."""
+    name = partition_dir_name(*tp)
+    for d in log_dirs:
+        path = os.path.join(d, name)
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            continue
+        with _lock:
+            _forget_parent()
+            cached = _layouts.get(path)
+        if (cached is not None and cached[0] == mtime
+                and time.time_ns() - mtime > _RACY_NS):
+            _, bases, sizes = cached
+            if not bases:
+                return bases, sizes
+            return bases, sizes + (_size(path, bases[-1]),)
+        listed = _list(path)
+        if listed is None:  # deleted since the stat
+            continue
+        bases, sizes = listed
+        with _lock:
+            _layouts[path] = (mtime, bases, sizes[:-1])
+        return bases, sizes
+    return None
+
+
+def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    entries = {}
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                # "<20 digits>.log" only: cheaper than the general parser.
+                n = e.name
+                if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
+                    entries[int(n[:20])] = e
+    except FileNotFoundError:
+        return None
+    bases = tuple(sorted(entries))
+    sizes = []
+    for base in bases:
+        try:
+            sizes.append(entries[base].stat().st_size)
+        except FileNotFoundError:  # deleted by retention while we listed
+            sizes.append(0)
+    return bases, tuple(sizes)
+
+
+def _size(path: str, base: int) -> int:
+    try:
+        return os.stat(os.path.join(path, f"{base:020d}{LOG_SUFFIX}")).st_size
+    except FileNotFoundError:
+        return 0

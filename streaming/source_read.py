@@ -1,0 +1,154 @@
+"""The source's executor read path: one ``ReadRange`` → Arrow record batches.
+
+Spark-free, so it is tested without a JVM; ``datasource`` only hands it the exact Arrow
+schema PySpark expects (``datasource.schema.arrow_schema``, which needs pyspark).
+
+What a task does, in order:
+1. Take the process's shared read-only ``LogManager`` (``log_readers``; a reused Python
+   worker keeps it from task to task). Its view of the high watermark is refreshed from
+   the checkpoint when it is below the range's end (the planner saw a newer one) and
+   always under ``read_committed`` (the last stable offset depends on it).
+2. A partition that disappeared, or offsets removed by retention since planning, are data
+   loss (``failOnDataLoss``: raised, else logged and skipped). Corruption
+   (``CorruptRecordError``) is never skipped.
+3. ``timestamp_range`` (batch pushdown) seeks through the time index first.
+4. ``read_committed``: the range ends at the last stable offset at the latest, and the
+   data batches of aborted transactions are dropped before decoding
+   (``committed_chunks``).
+5. ``chunk_bytes`` of whole batches are decoded at a time, so memory stays bounded
+   whatever the range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from seglog.logstore.errors import (
+    CorruptRecordError,
+    MissingDataError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
+
+from .log_readers import reader
+from .read_planning import ReadRange
+from .source_offsets import report_data_loss
+
+if TYPE_CHECKING:
+    from seglog.logstore.log import Log
+    from seglog.logstore.log_manager import LogManager
+
+CHUNK_BYTES = 8 << 20
+"""Bytes of whole batches decoded at a time by ``read_range``: bounds a task's memory."""
+
+
+def read_range(r: ReadRange, schema: pa.Schema, *,
+               chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``r`` as Arrow batches in ``schema`` (see the module
+    docstring for the steps)."""
+    with reader(r.log_dirs) as mgr:
+        try:
+            log = mgr.get_log(r.topic, r.partition)
+        except UnknownTopicOrPartitionError:
+            report_data_loss(
+                r.fail_on_data_loss,
+                f"topic {r.topic!r} partition {r.partition} disappeared before offsets "
+                f"[{r.start}, {r.end}) were read",
+            )
+            return
+        try:
+            yield from _read_log(mgr, log, r, schema, chunk_bytes)
+        finally:
+            # Segment files only: the Log keeps its listing and producer-state tail for
+            # the next task, and a worker that reads many partitions holds no file open.
+            log.close()
+
+
+def _read_log(mgr: LogManager, log: Log, r: ReadRange, schema: pa.Schema,
+              chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+    if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
+        mgr.high_watermarks()  # also tells every loaded Log its high watermark
+    start = r.start
+    if r.timestamp_range is not None:
+        first = log.offset_for_timestamp(r.timestamp_range[0])
+        if first is None:
+            return
+        start = max(start, first)
+    lso = log.log_start_offset
+    if start < lso:
+        report_data_loss(
+            r.fail_on_data_loss,
+            f"topic {r.topic!r} partition {r.partition}: offsets [{start}, "
+            f"{min(lso, r.end)}) were removed (the log start offset is now {lso}); "
+            "some data may have been lost",
+        )
+        start = lso
+    end = r.end
+    if r.isolation_level == READ_COMMITTED:
+        end = min(end, log.last_stable_offset)
+    while start < end:
+        try:
+            chunks = log.read_chunks(start, end, chunk_bytes)
+            if r.isolation_level == READ_COMMITTED:
+                chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
+            for chunk in chunks:
+                try:
+                    records = decode_batches(
+                        chunk, start_offset=start, end_offset=end,
+                        include_headers=r.include_headers,
+                    )
+                except CorruptRecordError as e:
+                    raise CorruptRecordError(
+                        f"topic {r.topic!r} partition {r.partition}, "
+                        f"{_segment_file(log, chunk)}: {e}") from None
+                if records.num_rows:
+                    yield to_source_batch(records, r.topic, r.partition, schema)
+            return
+        except MissingDataError as e:
+            report_data_loss(
+                r.fail_on_data_loss,
+                f"topic {r.topic!r} partition {r.partition}: offsets [{e.start}, "
+                f"{min(e.end, end)}) cannot be read: {e}",
+            )
+            start = max(e.end, start + 1)
+
+
+def _segment_file(log: Log, chunk: memoryview) -> str:
+    """The segment file holding a chunk that failed to decode (named in the error: the
+    codec sees only bytes). Chunks never straddle segments."""
+    from seglog.logstore.record_format import read_batch_header
+
+    try:
+        h = read_batch_header(chunk, 0)
+    except CorruptRecordError:
+        h = None
+    if h is None:
+        return f"a segment of {log.dir}"
+    owner = [s for s in log.segments if s.base_offset <= h.base_offset]
+    return str(owner[-1].log_path) if owner else f"a segment of {log.dir}"
+
+
+def to_source_batch(
+    records: pa.RecordBatch, topic: str, partition: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    """Codec columns → source row batch: add topic/partition, ms → timestamp[us, UTC]."""
+    n = records.num_rows
+    ts = records.column("timestamp")
+    ts_us = pc.multiply(ts, pa.scalar(1000, pa.int64())).cast(schema.field("timestamp").type)
+    cols = [
+        records.column("key").cast(pa.binary()),
+        records.column("value").cast(pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        records.column("offset").cast(pa.int64()),
+        ts_us,
+        records.column("timestampType").cast(pa.int32()),
+    ]
+    if "headers" in schema.names:
+        cols.append(records.column("headers").cast(schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)

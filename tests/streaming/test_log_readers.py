@@ -1,0 +1,118 @@
+"""The process's shared read-only readers: reuse, refresh, invalidation, layouts."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+import pytest
+
+from seglog.datasource.schema import source_schema
+from seglog.datasource.stream_reader import SeglogStreamReader
+from seglog.logstore import log_manager
+from seglog.logstore.errors import CorruptCheckpointError
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import encode_batches
+from seglog.streaming import log_readers
+from seglog.streaming.log_readers import reader, segment_files
+from seglog.streaming.source_offsets import snapshot_log_dirs
+
+ONE = encode_batches(pa.array([b"v"] * 5, pa.binary()))
+
+
+def write(d, topic="t", partitions=1, batches=1):
+    with LogManager([str(d)]) as mgr:
+        if topic not in mgr.topics():
+            mgr.create_topic(topic, partitions)
+        for p in range(partitions):
+            for _ in range(batches):
+                mgr.append(topic, p, ONE)
+
+
+def test_one_manager_per_process_sees_what_the_writer_publishes(tmp_path):
+    write(tmp_path, batches=2)
+    with reader([str(tmp_path)]) as first:
+        assert first.high_watermarks() == {("t", 0): 10}
+    write(tmp_path, batches=1)
+    write(tmp_path, topic="u", partitions=2)
+    with reader([str(tmp_path)]) as again:
+        assert again is first
+        assert again.high_watermarks() == {("t", 0): 15, ("u", 0): 5, ("u", 1): 5}
+
+
+def test_triggers_reuse_the_shared_manager(tmp_path, monkeypatch):
+    write(tmp_path, partitions=3, batches=2)
+    opened = []
+    real_init = log_manager.LogManager.__init__
+
+    def counting_init(self, *args, **kwargs):
+        opened.append(kwargs.get("read_only", False))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(log_manager.LogManager, "__init__", counting_init)
+    options = {"path": str(tmp_path), "subscribe": "t", "startingOffsets": "earliest",
+               "maxBytesPerTrigger": "100", "kafka.isolation.level": "read_committed"}
+    r = SeglogStreamReader(options, source_schema(options))
+    start = r.initialOffset()
+    for _ in range(3):
+        end = r.latestOffset(start, r.getDefaultReadLimit())
+        r.partitions(start, end)
+        r.reportLatestOffset()
+        start = end
+    assert opened == [True]
+
+
+def test_a_failing_call_drops_the_shared_manager(tmp_path):
+    write(tmp_path)
+    with reader([str(tmp_path)]) as first:
+        first.high_watermarks()
+    (tmp_path / "replication-offset-checkpoint").write_text("0\n1\nt 0 not-a-number\n")
+    with pytest.raises(CorruptCheckpointError):
+        snapshot_log_dirs([str(tmp_path)])
+    (tmp_path / "replication-offset-checkpoint").write_text("0\n1\nt 0 3\n")
+    with reader([str(tmp_path)]) as fresh:
+        assert fresh is not first
+        assert fresh.high_watermarks() == {("t", 0): 3}
+
+
+def test_a_forked_child_opens_its_own(tmp_path):
+    write(tmp_path)
+    with reader([str(tmp_path)]) as parent:
+        pass
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        with reader([str(tmp_path)]) as child:
+            os.write(w, b"1" if child is not parent else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+
+
+def test_segment_files_relist_only_a_changed_directory(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    for base, size in ((0, 300), (40, 200)):
+        (d / f"{base:020d}.log").write_bytes(b"x" * size)
+    hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(d, ns=(hour_ago, hour_ago))
+    assert segment_files([str(tmp_path)], ("t", 0)) == ((0, 40), (300, 200))
+    # Writing into files leaves the directory's mtime: the active segment is stat'ed
+    # every time, inactive ones come from the listing (they do not grow).
+    (d / f"{40:020d}.log").write_bytes(b"x" * 250)
+    (d / f"{0:020d}.log").write_bytes(b"x" * 310)
+    assert segment_files([str(tmp_path)], ("t", 0)) == ((0, 40), (300, 250))
+    # A roll creates a file: the directory changed, so it is listed again.
+    (d / f"{80:020d}.log").write_bytes(b"x" * 7)
+    assert segment_files([str(tmp_path)], ("t", 0)) == ((0, 40, 80), (310, 250, 7))
+    assert segment_files([str(tmp_path)], ("t", 1)) is None
+
+
+def test_close_all_releases_every_reader(tmp_path):
+    write(tmp_path)
+    with reader([str(tmp_path)]) as first:
+        pass
+    log_readers.close_all()
+    with reader([str(tmp_path)]) as second:
+        assert second is not first
