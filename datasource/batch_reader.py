@@ -1,7 +1,7 @@
 """``SeglogBatchReader``: ``spark.read.format("seglog")``, with filter pushdown.
 
 Reads ``[startingOffsets, endingOffsets)`` of every subscribed partition (Kafka's batch
-semantics). With ``spark.sql.python.filterPushdown.enabled=true``, filters on
+semantics). With the option ``filterPushdown=true`` (see below), filters on
 ``partition``, ``offset`` and ``timestamp`` prune the plan before any data is read:
 partitions are dropped, offset ranges narrowed, and a lower timestamp bound seeks through
 the time index (``Log.offset_for_timestamp``), skipping whole segments; a partition whose
@@ -9,17 +9,19 @@ time index says no record is that recent is not read at all, and a contradictory
 timestamp range plans no task. Spark still evaluates the timestamp filters (they only
 prune), so results are exact.
 
-PySpark refuses a reader that overrides ``pushFilters`` while pushdown is disabled (the
-default), so the pushdown-capable subclass is chosen only when PySpark is planning with
-pushdown (``SeglogBatchReader.__new__``); otherwise the plain reader reads everything the
-options select and Spark filters rows, with identical results.
+Which reader is used is the user's explicit choice, the batch option ``filterPushdown``
+(default ``false``), never a guess about what PySpark is doing: PySpark 4.3 refuses a
+reader that overrides ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is
+false (its default), with an error naming that conf (``DATA_SOURCE_PUSHDOWN_DISABLED``).
+So ``filterPushdown=true`` gives ``SeglogFilteringBatchReader`` and needs the conf;
+``false`` gives the plain reader, which reads everything the options select and lets
+Spark filter rows, with identical results under either conf.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,7 +53,6 @@ from .stream_reader import input_partitions, read_input_partition
 
 logger = logging.getLogger(__name__)
 
-_PUSHDOWN_PLANNER = "pyspark.sql.worker.data_source_pushdown_filters"
 _NO_LIMIT = 2**63 - 1
 
 
@@ -78,10 +79,13 @@ class Pruning:
 class SeglogBatchReader(DataSourceReader):
     """Batch reader; everything a task needs travels in its ``InputPartition``."""
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> SeglogBatchReader:
-        if cls is SeglogBatchReader and _planning_with_pushdown():
-            cls = SeglogFilteringBatchReader
-        return super().__new__(cls)
+    @staticmethod
+    def for_options(options: Mapping[str, Any], schema: StructType) -> SeglogBatchReader:
+        """The reader the options ask for: with ``pushFilters`` only when
+        ``filterPushdown`` is true (see the module docstring)."""
+        parsed = SourceOptions.parse(options, streaming=False)
+        cls = SeglogFilteringBatchReader if parsed.filter_pushdown else SeglogBatchReader
+        return cls(options, schema)
 
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self._options = SourceOptions.parse(options, streaming=False)
@@ -120,7 +124,7 @@ class SeglogBatchReader(DataSourceReader):
 
 
 class SeglogFilteringBatchReader(SeglogBatchReader):
-    """The batch reader with ``pushFilters`` (used only when pushdown is enabled)."""
+    """The batch reader with ``pushFilters`` (option ``filterPushdown=true``)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Prune on partition, offset and timestamp; returns the filters Spark must keep.
@@ -150,17 +154,6 @@ class SeglogFilteringBatchReader(SeglogBatchReader):
         self._pruning = prune
         logger.debug("pushdown: %s", prune)
         return remaining
-
-
-def _planning_with_pushdown() -> bool:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__") == _PUSHDOWN_PLANNER:
-            return True
-        if frame.f_code.co_filename.endswith("/data_source_pushdown_filters.py"):
-            return True
-        frame = frame.f_back
-    return False
 
 
 # ---------------------------------------------------------------------- pruning

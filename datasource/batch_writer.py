@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError, SinkCommitError
 
-from .stream_writer import SeglogCommitMessage, unwrap, validate_sink
+from .stream_writer import SeglogCommitMessage, ShippedOnce, unwrap, validate_sink
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -31,7 +31,7 @@ __all__ = ["SeglogBatchWriter"]
 _BATCH_ID = 0  # a batch job is one "micro-batch" of its own sink id
 
 
-class SeglogBatchWriter(DataSourceArrowWriter):
+class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
     """All-or-nothing batch writer."""
 
     def __init__(self, options: Mapping[str, Any], schema: StructType,

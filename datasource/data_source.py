@@ -13,12 +13,17 @@ module), so no ``register`` call is needed:
 
 Errors in one piece. PySpark runs these methods in Python workers and hands a failure to
 the user as ``[PYTHON_DATA_SOURCE_ERROR] Failed to ...: <the worker's traceback>``, which
-puts seglog's message at the bottom of a long trace. A ``SeglogError`` raised here is
-about the user's input (options, columns), so its traceback helps nobody: inside a PySpark
-worker, seglog sets ``SPARK_HIDE_TRACEBACK`` (the variable behind Spark's
-``spark.sql.execution.pyspark.udf.hideTraceback.enabled``) just before the error leaves,
-and the user reads ``Failed to ...: seglog.logstore.errors.ConfigError: <message>``.
-The worker exits after reporting the error, so the setting goes with it.
+puts seglog's message at the bottom of a long trace. PySpark 4.3 gives a data source no
+way to shape that text except the one its ``handle_worker_exception`` documents: the
+environment variable ``SPARK_HIDE_TRACEBACK`` (what Spark's
+``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets for UDF workers), read
+when the error is reported. A ``SeglogError`` raised here is about the user's input
+(options, columns), so its traceback helps nobody: when one leaves a method of this class
+(``_user_errors``), seglog sets that variable, and the user reads ``Failed to ...:
+seglog.logstore.errors.ConfigError: <message>``. These methods are called only by
+PySpark's planning and runner workers, each of which exits right after reporting an
+error (``worker_run``), so the setting goes with the process; a program that calls them
+itself only changes how PySpark would format its own later worker errors.
 
 PySpark 4.3's streaming source runner masks an error raised by ``streamReader()`` with an
 ``UnboundLocalError`` of its own (its ``finally`` stops a reader that was never made), so a
@@ -26,15 +31,19 @@ stream-only refusal (e.g. ``endingOffsets`` in a stream) is raised from the read
 call instead, by ``_RefusedStreamReader``.
 
 Kafka connector options that only configure a broker are named in one warning per query,
-on the driver: when Spark asks for the schema (reads) or first creates the writer (writes),
-not again in the other processes that rebuild readers and writers.
+on the driver, from the entry point PySpark 4.3 calls once per query:
+- reads: ``schema()``, called once per ``load()`` (``worker/create_data_source.py``);
+  the workers that plan each (micro-)batch call only ``reader()``/``streamReader()``,
+  which stay silent (a read given a schema of its own is not warned about);
+- writes: the writer's pickling (``__getstate__``), done once per query by the write
+  planner (``worker/write_into_data_source.py``) to ship it to the tasks; the workers
+  that commit each micro-batch build a writer of their own and never pickle it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,14 +57,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SeglogDataSource"]
 
-# PySpark worker modules that rebuild readers/writers already checked (and warned about)
-# in another process: planning, pushdown, the streaming runners, each micro-batch commit.
-_REBUILDING_WORKERS = frozenset({
-    "plan_data_source_read", "data_source_pushdown_filters",
-    "python_streaming_source_runner", "python_streaming_sink_runner",
-    "commit_data_source_write",
-})
-_WORKER_DIRS = ("/pyspark/sql/worker/", "/pyspark/sql/streaming/")
 _HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
 
 
@@ -73,16 +74,14 @@ class SeglogDataSource(DataSource):
 
         with _user_errors():
             parsed = SourceOptions.parse(self.options, streaming=None)
-        _warn_ignored(parsed.ignored, "source")
+        warn_ignored(parsed.ignored, "source")
         return source_schema(self.options)
 
     def reader(self, schema: StructType):
         from .batch_reader import SeglogBatchReader
 
         with _user_errors():
-            reader = SeglogBatchReader(self.options, schema)
-        _warn_ignored(reader._options.ignored, "source")
-        return reader
+            return SeglogBatchReader.for_options(self.options, schema)
 
     def streamReader(self, schema: StructType):
         from .stream_reader import SeglogStreamReader
@@ -97,17 +96,13 @@ class SeglogDataSource(DataSource):
         from .batch_writer import SeglogBatchWriter
 
         with _user_errors():
-            writer = SeglogBatchWriter(self.options, schema, overwrite)
-        _describe_sink(writer.options.ignored, writer.columns.ignored)
-        return writer
+            return SeglogBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .stream_writer import SeglogStreamWriter
 
         with _user_errors():
-            writer = SeglogStreamWriter(self.options, schema, overwrite)
-        _describe_sink(writer.options.ignored, writer.columns.ignored)
-        return writer
+            return SeglogStreamWriter(self.options, schema, overwrite)
 
 
 class _RefusedStreamReader(DataSourceStreamReader):
@@ -141,39 +136,16 @@ class _RefusedStreamReader(DataSourceStreamReader):
 
 @contextmanager
 def _user_errors() -> Iterator[None]:
-    """Let a ``SeglogError`` reach the user as its message, without a worker traceback."""
+    """Let a ``SeglogError`` reach the user as its message, without a worker traceback
+    (see the module docstring)."""
     try:
         yield
     except SeglogError:
-        if _calling_worker() is not None:
-            os.environ[_HIDE_TRACEBACK] = "1"
+        os.environ[_HIDE_TRACEBACK] = "1"
         raise
 
 
-def _calling_worker() -> str | None:
-    """The PySpark worker module that called into this data source, if any."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename.replace("\\", "/")
-        if any(d in filename for d in _WORKER_DIRS):
-            return filename.rsplit("/", 1)[-1].removesuffix(".py")
-        frame = frame.f_back
-    return None
-
-
-def _rebuilding() -> bool:
-    return _calling_worker() in _REBUILDING_WORKERS
-
-
-def _warn_ignored(names: tuple[str, ...], what: str) -> None:
-    if names and not _rebuilding():
+def warn_ignored(names: tuple[str, ...], what: str) -> None:
+    """One warning naming Kafka options that have no effect here."""
+    if names:
         logger.warning(ignored_message(names, what))
-
-
-def _describe_sink(options_ignored: tuple[str, ...], columns_ignored: tuple[str, ...]) -> None:
-    if _rebuilding():
-        return
-    _warn_ignored(options_ignored, "sink")
-    if columns_ignored:
-        logger.info("the seglog sink ignores the input column(s) %s, as Kafka's sink does",
-                    ", ".join(repr(c) for c in columns_ignored))

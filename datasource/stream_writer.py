@@ -88,6 +88,34 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
             "and the option 'createTopics' is false")
 
 
+class ShippedOnce:
+    """Describes the sink (ignored options and columns) when the writer is first pickled.
+
+    PySpark 4.3's write planner builds the writer once per query and pickles it to ship
+    it to the tasks; the commit workers build their own and never pickle it. So this is
+    the one driver-side moment per query, without asking who the caller is (see
+    ``data_source``'s module docstring)."""
+
+    options: SinkOptions
+    columns: SinkColumns
+    _described: bool = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        if not self._described:
+            self._described = True
+            describe_sink(self.options.ignored, self.columns.ignored)
+        return dict(self.__dict__)
+
+
+def describe_sink(options_ignored: tuple[str, ...], columns_ignored: tuple[str, ...]) -> None:
+    from .data_source import warn_ignored
+
+    warn_ignored(options_ignored, "sink")
+    if columns_ignored:
+        logger.info("the seglog sink ignores the input column(s) %s, as Kafka's sink does",
+                    ", ".join(repr(c) for c in columns_ignored))
+
+
 def unwrap(messages) -> list[StagedTask | None]:
     out: list[StagedTask | None] = []
     for m in messages:
@@ -100,7 +128,7 @@ def unwrap(messages) -> list[StagedTask | None]:
     return out
 
 
-class SeglogStreamWriter(DataSourceStreamArrowWriter):
+class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
     """Exactly-once streaming writer (append, update and complete modes all append)."""
 
     def __init__(self, options: Mapping[str, Any], schema: StructType,

@@ -76,6 +76,11 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Spark tasks."),
     OptionSpec("maxRecordsPerPartition", "", "Split offset ranges so no task reads more "
                "records than this."),
+    OptionSpec("filterPushdown", "false", "`true`: push filters on `partition`, `offset` "
+               "and `timestamp` down to the indexes (needs Spark's "
+               "`spark.sql.python.filterPushdown.enabled=true`, which Spark names when it "
+               "is off); `false` reads what the other options select and Spark filters.",
+               "batch"),
     OptionSpec("kafka.isolation.level", "read_uncommitted", "`read_uncommitted`, or "
                "`read_committed`: only committed transactions, and never past a partition's "
                "last stable offset (the first offset of its earliest open transaction), as a "
@@ -183,6 +188,8 @@ class SourceOptions:
     streaming: bool = True
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
+    filter_pushdown: bool = False
+    """Batch only: the reader offers ``pushFilters`` (option ``filterPushdown``)."""
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     """Kafka's ``isolation.level`` (option ``kafka.isolation.level``): ``read_committed``
     reads only below each partition's last stable offset and drops aborted transactions."""
@@ -270,6 +277,7 @@ class SourceOptions:
             streaming=streaming is not False,
             ignored=tuple(ignored),
             isolation_level=_isolation_level(opts),
+            filter_pushdown=option_bool(opts, "filterPushdown", False),
         )
 
 

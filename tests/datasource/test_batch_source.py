@@ -110,7 +110,7 @@ def test_timestamps_resolve_through_the_time_index(spark, log_dir):
 
 @pytest.mark.spark
 def test_pushdown_prunes_and_results_stay_exact(spark, log_dir):
-    df = _read(spark, log_dir)
+    df = _read(spark, log_dir, filterPushdown="true")
     since = dt.datetime.fromtimestamp((T0 + 150_000) / 1000, UTC)
     q = df.where((F.col("partition").isin(0, 2)) & (F.col("offset") < 180)
                  & (F.col("timestamp") >= F.lit(since)))
@@ -125,7 +125,9 @@ def test_pushdown_rejects_an_impossible_timestamp_range_without_reading(log_dir)
     opts = {"path": log_dir, "subscribe": "orders"}
     schema = source_schema(opts)
     r = SeglogFilteringBatchReader(opts, schema)
-    assert type(SeglogBatchReader(opts, schema)) is SeglogBatchReader  # not planning
+    assert type(SeglogBatchReader.for_options(opts, schema)) is SeglogBatchReader
+    assert type(SeglogBatchReader.for_options({**opts, "filterPushdown": "true"}, schema)) is (
+        SeglogFilteringBatchReader)
     later = dt.datetime.fromtimestamp((T0 + 10_000_000) / 1000, UTC)
     kept = list(r.pushFilters([GreaterThanOrEqual(("timestamp",), later)]))
     assert len(kept) == 1  # Spark keeps filtering rows; the plan is empty
