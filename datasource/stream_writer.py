@@ -35,6 +35,7 @@ from seglog.streaming.sink_options import (
     SinkOptions,
     check_log_dirs,
     log_dirs_option,
+    require_creatable,
 )
 
 from .schema import to_arrow_schema
@@ -71,7 +72,6 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
     """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it."""
     from pathlib import Path
 
-    from seglog.logstore.errors import UnknownTopicOrPartitionError
     from seglog.logstore.log_manager import LogManager
     from seglog.streaming.sink_staging import check_partition_count
 
@@ -82,10 +82,8 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
                 partitions = len(mgr.partitions(topic))
     if partitions is not None:
         check_partition_count(opts, topic, partitions)
-    elif not opts.create_topics:
-        raise UnknownTopicOrPartitionError(
-            f"option 'topic': topic {topic!r} does not exist in {', '.join(opts.log_dirs)} "
-            "and the option 'createTopics' is false")
+    else:
+        require_creatable(opts, topic, named_by="topic")
 
 
 class ShippedOnce:

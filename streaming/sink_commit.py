@@ -109,7 +109,7 @@ from .sink_intent import (
     write_intent,
 )
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
-from .sink_options import SinkOptions
+from .sink_options import SinkOptions, require_creatable
 from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
     StagedFragment,
@@ -360,10 +360,7 @@ def _ensure_topics(mgr: LogManager, options: SinkOptions,
         try:
             actual = len(mgr.partitions(topic))
         except UnknownTopicOrPartitionError:
-            if not options.create_topics:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {topic!r} does not exist and the option 'createTopics' is "
-                    "false") from None
+            require_creatable(options, topic)
             mgr.create_topic(topic, n, dict(options.topic_config or {}))
             created.append(topic)
             logger.info("created topic %s with %d partition(s)", topic, n)

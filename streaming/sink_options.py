@@ -31,7 +31,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from seglog.logstore.errors import ConfigError, InvalidTopicError, LogDirError
+from seglog.logstore.errors import (
+    ConfigError,
+    InvalidTopicError,
+    LogDirError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
 from .kafka_compat import SINK_RULES, refusal, rule_for
@@ -186,6 +191,18 @@ def _as_spelled(opts: Mapping[str, str], spelled: Mapping[str, str], name: str
 
 
 # ---------------------------------------------------------------------------- log dirs
+def require_creatable(options: SinkOptions, topic: str, *, named_by: str = "") -> None:
+    """The ``createTopics`` rule, for every place that finds ``topic`` missing (the
+    driver's option check, a task, the commit): refused when the option is false, naming
+    the log dirs and, with ``named_by``, the option that named the topic."""
+    if options.create_topics:
+        return
+    prefix = f"option {named_by!r}: " if named_by else ""
+    raise UnknownTopicOrPartitionError(
+        f"{prefix}topic {topic!r} does not exist in {', '.join(options.log_dirs)} and the "
+        "option 'createTopics' is false")
+
+
 def check_log_dirs(log_dirs: tuple[str, ...], option: str) -> None:
     """The driver's check, before any task runs, that every log dir is a directory this
     process may write, or one it may create. Raises LogDirError naming ``option``, the

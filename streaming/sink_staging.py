@@ -56,7 +56,7 @@ from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_di
 from seglog.logstore.record_format import iter_batch_headers
 from seglog.logstore.topics import validate_topic_name
 
-from .sink_options import SinkColumns, SinkOptions
+from .sink_options import SinkColumns, SinkOptions, require_creatable
 
 logger = logging.getLogger(__name__)
 
@@ -317,10 +317,7 @@ class PartitionStager:
             try:
                 numbers = mgr.partitions(name)
             except UnknownTopicOrPartitionError:
-                if not self.options.create_topics:
-                    raise UnknownTopicOrPartitionError(
-                        f"topic {name!r} does not exist in {', '.join(self.options.log_dirs)} "
-                        "and the option 'createTopics' is false") from None
+                require_creatable(self.options, name)
                 return _Topic(name, self.options.num_partitions, self._default_config, {})
             config = mgr.topic_config(name)
         finally:

@@ -8,8 +8,8 @@ import pickle
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.errors import ConfigError, InvalidTopicError
-from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.logstore.errors import ConfigError, InvalidTopicError, UnknownTopicOrPartitionError
+from seglog.streaming.sink_options import SinkColumns, SinkOptions, require_creatable
 
 
 def test_defaults_and_spark_lowercased_keys() -> None:
@@ -144,3 +144,13 @@ def test_expired_timestamps_opt_in_and_explicit_partition_count() -> None:
     assert o.allow_expired_timestamps and o.num_partitions_given
     with pytest.raises(ConfigError, match="'allowExpiredTimestamps'"):
         SinkOptions.parse({"path": "/a", "allowExpiredTimestamps": "yes"})
+
+
+def test_the_create_topics_rule_names_the_dirs_and_the_option(tmp_path):
+    allowed = SinkOptions.parse({"path": str(tmp_path), "topic": "t"})
+    require_creatable(allowed, "t")  # createTopics defaults to true
+    refused = SinkOptions.parse({"path": str(tmp_path), "topic": "t", "createTopics": "false"})
+    with pytest.raises(UnknownTopicOrPartitionError,
+                       match=f"option 'topic': topic 't' does not exist in {tmp_path} and "
+                             "the option 'createTopics' is false"):
+        require_creatable(refused, "t", named_by="topic")
