@@ -40,8 +40,8 @@ from .read_planning import ReadRange
 from .source_offsets import report_data_loss
 
 if TYPE_CHECKING:
-    from seglog.logstore.log import Log
     from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_reader import LogReader
 
 CHUNK_BYTES = 8 << 20
 """Bytes of whole batches decoded at a time by ``read_range``: bounds a task's memory."""
@@ -69,8 +69,9 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
             log.close()
 
 
-def _read_log(mgr: LogManager, log: Log, r: ReadRange, schema: pa.Schema,
+def _read_log(mgr: LogManager, log: LogReader, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+    log.refresh()  # a reused reader's log start offset is as old as its last listing
     if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
         mgr.high_watermarks()  # also tells every loaded Log its high watermark
     start = r.start
@@ -118,7 +119,7 @@ def _read_log(mgr: LogManager, log: Log, r: ReadRange, schema: pa.Schema,
             start = max(e.end, start + 1)
 
 
-def _segment_file(log: Log, chunk: memoryview) -> str:
+def _segment_file(log: LogReader, chunk: memoryview) -> str:
     """The segment file holding a chunk that failed to decode (named in the error: the
     codec sees only bytes). Chunks never straddle segments."""
     from seglog.logstore.record_format import read_batch_header
