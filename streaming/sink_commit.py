@@ -473,20 +473,28 @@ def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
             f"staging file {frag.path} of {frag.topic}-{frag.partition} is missing: was the "
             "batch already cleaned up, or the log dir not shared by every executor?") from None
     with f:
-        pending = b""
-        total = 0
+        # One buffer for the whole file: a batch that straddles two reads is moved to
+        # the front (less than one batch), never joined into a new bytes object.
+        buf = bytearray(_APPEND_CHUNK)
+        filled = total = 0
         while True:
-            chunk = f.read(_APPEND_CHUNK)
-            buf = pending + chunk if pending else chunk
-            end = 0
-            for h in iter_batch_headers(buf):
-                end = h.end_position
+            if filled == len(buf):  # one batch larger than the buffer
+                buf.extend(bytes(len(buf)))
+            with memoryview(buf) as mv:
+                n = f.readinto(mv[filled:])
+                filled += n
+                end = 0
+                for h in iter_batch_headers(mv[:filled]):
+                    end = h.end_position
+                if end:
+                    mgr.append(frag.topic, frag.partition, mv[:end])
+                    total += end
             if end:
-                mgr.append(frag.topic, frag.partition, memoryview(buf)[:end])
-                total += end
-            pending = buf[end:]
-            if not chunk:
+                buf[:filled - end] = buf[end:filled]
+                filled -= end
+            if not n:
                 break
+        pending = filled
     if pending or total != frag.size:
         raise CorruptRecordError(
             f"staging file {frag.path} holds {total} bytes of whole batches, the task "

@@ -126,6 +126,23 @@ def test_commit_publishes_every_row_once_with_kafka_key_placement(tmp_path: Path
                            (pid, epoch, seq) and h.compression == 3 for h in headers)
 
 
+@pytest.mark.parametrize("chunk", [97, 1 << 20])
+def test_staging_files_are_appended_whole_whatever_the_read_size(tmp_path: Path, monkeypatch,
+                                                                  chunk: int) -> None:
+    """Reads smaller than a batch (every batch straddles reads, the buffer grows) and
+    larger than the file publish the same records, batch for batch."""
+    from seglog.streaming import sink_commit
+
+    monkeypatch.setattr(sink_commit, "_APPEND_CHUNK", chunk)
+    opts = options(tmp_path, maxBatchBytes="600")
+    staged = stage_batch(opts, 0)
+    sizes = [f.size for t in staged for f in t.fragments]
+    assert (max(sizes) > chunk) == (chunk < 1000)
+    result = commit(staged, 0, opts)
+    assert result.records == 120
+    assert visible(tmp_path) == expected(0)
+
+
 def test_replaying_a_committed_batch_publishes_nothing(tmp_path: Path) -> None:
     opts = options(tmp_path)
     commit(stage_batch(opts, 0), 0, opts)
