@@ -51,7 +51,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import SeglogError
-from seglog.streaming.kafka_compat import ignored_message
+from seglog.streaming.kafka_compat import warn_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -143,9 +143,3 @@ def _user_errors() -> Iterator[None]:
     except SeglogError:
         os.environ[_HIDE_TRACEBACK] = "1"
         raise
-
-
-def warn_ignored(names: tuple[str, ...], what: str) -> None:
-    """One warning naming Kafka options that have no effect here."""
-    if names:
-        logger.warning(ignored_message(names, what))

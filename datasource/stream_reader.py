@@ -46,7 +46,6 @@ from seglog.streaming.source_offsets import (
     snapshot_log_dirs,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
-from seglog.streaming.source_read import read_range
 
 from .schema import arrow_schema
 
@@ -172,4 +171,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # PySpark plans one InputPartition(None) when there is nothing to read.
     if r is None:
         return iter(())
+    # Executors only: the codec (numba) stays out of the driver's planning processes.
+    from seglog.streaming.source_read import read_range
+
     return read_range(r, arrow_schema(r.include_headers))

@@ -30,6 +30,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError, SinkCommitError
+from seglog.streaming.kafka_compat import warn_ignored
 from seglog.streaming.sink_options import (
     SinkColumns,
     SinkOptions,
@@ -106,8 +107,6 @@ class ShippedOnce:
 
 
 def describe_sink(options_ignored: tuple[str, ...], columns_ignored: tuple[str, ...]) -> None:
-    from .data_source import warn_ignored
-
     warn_ignored(options_ignored, "sink")
     if columns_ignored:
         logger.info("the seglog sink ignores the input column(s) %s, as Kafka's sink does",

@@ -20,9 +20,12 @@ Kafka client settings. Lookup is case-insensitive, as Spark's options are.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CompatRule", "SOURCE_RULES", "SINK_RULES", "rule_for", "ignored_message"]
 
@@ -113,3 +116,10 @@ def ignored_message(names: Iterable[str], what: str) -> str:
     listed = ", ".join(repr(n) for n in names)
     return (f"the seglog {what} ignores these Kafka connector options, which only configure "
             f"a broker connection or do not apply here: {listed}")
+
+
+def warn_ignored(names: tuple[str, ...], what: str) -> None:
+    """One warning naming Kafka options that have no effect here (``what``: source or
+    sink)."""
+    if names:
+        logger.warning(ignored_message(names, what))
