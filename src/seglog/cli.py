@@ -73,7 +73,9 @@ from seglog.logstore.record_format import (
     verify_all,
 )
 
+from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import register as _register_operations
+from .cli_common import add_json_arg
 from .cli_output import Progress
 from .kafka_files import (
     BOOTSTRAP_SNAPSHOT,
@@ -194,33 +196,34 @@ def segment_batches(log_path: Path) -> SegmentBatches | None:
             buf.close()
 
 
-def _violation_lines(path: Path, found: list, total: int) -> list[str]:
-    lines = [f"{path}: {v.message}" for v in found]
+def _violation_messages(found: list, total: int) -> list[str]:
+    messages = [v.message for v in found]
     if total > len(found):
-        lines.append(f"{path}: ... and {total - len(found)} more entries like these")
-    return lines
+        messages.append(f"... and {total - len(found)} more entries like these")
+    return messages
 
 
 def offset_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
-    """Why entries of an ``.index`` would mislead a lookup (``index_check``'s rule)."""
+    """Why entries of an ``.index`` would mislead a lookup (``index_check``'s rule); each
+    message is about ``path``."""
     entries = read_offset_index(path, base)
-    lines = [f"{path}: {entries.torn_bytes} bytes after the last whole entry"] \
+    messages = [f"{entries.torn_bytes} bytes after the last whole entry"] \
         if entries.torn_bytes else []
-    return lines + _violation_lines(path, *offset_index_violations(entries, batches))
+    return messages + _violation_messages(*offset_index_violations(entries, batches))
 
 
 def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
     """Why entries of a ``.timeindex`` would mislead a lookup (``index_check``'s rule),
-    with lookups through the ``.index`` beside it."""
+    with lookups through the ``.index`` beside it; each message is about ``path``."""
     entries = read_time_index(path, base)
-    lines = [f"{path}: {entries.torn_bytes} bytes after the last whole entry"] \
+    messages = [f"{entries.torn_bytes} bytes after the last whole entry"] \
         if entries.torn_bytes else []
     offsets = index_file(path.parent, base)
     offset_entries = read_offset_index(offsets, base) if offsets.exists() else None
     if offset_entries is not None and np.any(np.diff(offset_entries.keys) <= 0):
-        return lines + [f"{path}: not checked: {offsets.name} is not sorted by offset"]
-    return lines + _violation_lines(
-        path, *time_index_violations(entries, offset_entries, batches))
+        return messages + [f"not checked: {offsets.name} is not sorted by offset"]
+    return messages + _violation_messages(
+        *time_index_violations(entries, offset_entries, batches))
 
 
 def dump_index_file(path: Path, out: TextIO) -> int:
@@ -237,7 +240,7 @@ def dump_index_file(path: Path, out: TextIO) -> int:
                   "checked\n")
         return 0
     problems = offset_index_problems(path, base, batches)
-    out.writelines(f"Index problem: {ln}\n" for ln in problems)
+    out.writelines(f"Index problem: {path}: {m}\n" for m in problems)
     mismatches = kafka_dump_log_offset_mismatches(entries, batches)
     if mismatches:
         out.write(f"kafka-dump-log would report (a healthy index of brokers before Kafka "
@@ -261,7 +264,7 @@ def dump_time_index_file(path: Path, out: TextIO) -> int:
                   "checked\n")
         return 0
     problems = time_index_problems(path, base, batches)
-    out.writelines(f"Time index problem: {ln}\n" for ln in problems)
+    out.writelines(f"Time index problem: {path}: {m}\n" for m in problems)
     offsets = index_file(path.parent, base)
     strict = kafka_dump_log_time_mismatches(
         entries, read_offset_index(offsets, base) if offsets.exists() else None, batches)
@@ -322,9 +325,9 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if problems else 0
 
 
-def check_partition_dir(dir_: Path, out: TextIO) -> int:
+def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
     """Check one partition directory (read-only); returns the number of problems.
-    Notes (a missing index Kafka's loader rebuilds) are printed but are no problem.
+    Notes (a missing index Kafka's loader rebuilds) are reported but are no problem.
     Offsets follow ``offset_continuity``'s rules, as readers apply them, up to the high
     watermark of the log dir's ``replication-offset-checkpoint`` when there is one."""
     bases = sorted(p[0] for p in (parse_segment_file_name(n) for n in os.listdir(dir_))
@@ -339,7 +342,7 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
         try:
             check.enter(path, base, next_base)
         except MissingDataError as e:
-            out.write(f"{e}\n")
+            report.problem(path, str(e), text=str(e))
             problems += 1
             check.expected = e.end
             check.enter(path, base, next_base)
@@ -350,7 +353,7 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
             for v in verify_all(buf, segment_base=base):  # offsets: the continuity rules
                 h = v.header
                 if not v.valid:
-                    out.write(f"{path}: {v.reason}\n")
+                    report.problem(path, v.reason)
                     problems += 1
                 if h is None or v.partial:
                     break
@@ -360,38 +363,36 @@ def check_partition_dir(dir_: Path, out: TextIO) -> int:
                 try:
                     check.batch(h)
                 except CorruptRecordError as e:
-                    out.write(f"{e}\n")
+                    report.problem(path, str(e), text=str(e))
                     problems += 1
                     check.resync(h)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
-        problems += check_txn_index(dir_, base, markers, out)
+        problems += check_txn_index(dir_, base, markers, report)
         batches += len(headers)
         seg = SegmentBatches.from_headers(headers)
         for idx, name, rule in ((index_file(dir_, base), "offset index", offset_index_problems),
                                 (time_index_file(dir_, base), "time index",
                                  time_index_problems)):
             if not idx.exists():
-                out.write(f"{idx}: note: no {name}; loading rebuilds it, as Kafka's loader "
-                          f"does (lookups meanwhile scan the segment)\n")
+                report.note(idx, f"no {name}; loading rebuilds it, as Kafka's loader does "
+                                 "(lookups meanwhile scan the segment)")
                 notes += 1
                 continue
             found = rule(idx, base, seg)
             problems += len(found)
-            out.writelines(ln + "\n" for ln in found)
+            for message in found:
+                report.problem(idx, message)
     hw = _high_watermark(dir_)
     if hw is not None and bases:
         try:
             check.finish(hw, hw)
         except SeglogError as e:
-            out.write(f"{e}\n")
+            report.problem(dir_, str(e), text=str(e))
             problems += 1
-    status = "OK" if not problems else f"{problems} problem(s)"
-    if notes:
-        status += f" ({notes} note(s))"
-    out.write(f"{dir_}: {len(bases)} segment(s), {batches} batch(es), log end offset "
-              f"{max(check.expected, bases[-1] if bases else 0)}: {status}\n")
+    report.end_partition(dir_, len(bases), batches,
+                         max(check.expected, bases[-1] if bases else 0), problems, notes)
     return problems
 
 
@@ -412,7 +413,7 @@ _STATE_FILES = (HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
                 LOG_START_OFFSET_CHECKPOINT, CLEAN_SHUTDOWN_FILE, LOCK_FILE, "meta.properties")
 
 
-def check_state_files(path: Path, out: TextIO, *, fix: bool) -> int:
+def check_state_files(path: Path, report: CheckReporter, *, fix: bool) -> int:
     """Check (``fix``: repair) the checkpoints and state files of the log dir ``path``;
     returns the number of problems left. A directory that holds none of a log dir's
     state files is only a directory of partitions: nothing to check."""
@@ -422,13 +423,13 @@ def check_state_files(path: Path, out: TextIO, *, fix: bool) -> int:
         return 0
     left = 0
     for p in check_log_dirs([path], fix=fix):
-        status = "note" if p.note else "fixed" if p.fixed else "problem"
-        out.write(f"{status}: {p.message}\n")
+        report.state_finding(p)
         left += not (p.note or p.fixed)
     return left
 
 
-def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]], out: TextIO) -> int:
+def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]],
+                    report: CheckReporter) -> int:
     """Check a segment's ``.txnindex`` (absent is fine: no aborted transaction, or lost,
     which readers and the writer's loader handle); returns the number of problems."""
     from seglog.logstore.errors import CorruptIndexError
@@ -441,53 +442,59 @@ def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]], out: T
     try:
         entries = TransactionIndex(path, base, writable=False).entries()
     except CorruptIndexError as e:
-        out.write(f"{e} (the writer's recovery rebuilds it)\n")
+        message = f"{e} (the writer's recovery rebuilds it)"
+        report.problem(path, message, text=message)
         return 1
     for e in entries:
         if (e.last_offset, e.producer_id) not in markers:
-            out.write(f"{path}: entry for producer {e.producer_id} names offset "
-                      f"{e.last_offset}, which holds no control batch of that producer\n")
+            report.problem(path, f"entry for producer {e.producer_id} names offset "
+                                 f"{e.last_offset}, which holds no control batch of that "
+                                 "producer")
             return 1
     return 0
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
+    report: CheckReporter = JsonCheckReport(out) if args.json else TextCheckReport(out)
     problems = 0
     for name in args.dirs:
         path = Path(name)
+        report.begin_dir(path)
         if not path.is_dir():
-            out.write(f"{path}: no such directory\n")
+            report.dir_problem(path, "no such directory")
             problems += 1
             continue
         has_segments = any(n.endswith(LOG_SUFFIX) for n in os.listdir(path))
         if args.fix and has_segments:
-            out.write(f"{path}: --fix needs the log dir holding this partition\n")
+            report.dir_problem(path, "--fix needs the log dir holding this partition")
             problems += 1
             continue
         if not has_segments:
             # First: after --fix, the scan below sees the repaired files.
-            problems += check_state_files(path, out, fix=args.fix)
+            problems += check_state_files(path, report, fix=args.fix)
         dirs = [path] if has_segments else sorted(
             p for p in path.iterdir()
             if p.is_dir() and any(n.endswith(LOG_SUFFIX) for n in os.listdir(p)))
         if not dirs:
-            out.write(f"{path}: no segments here or in its subdirectories\n")
+            report.dir_note(path, "no segments here or in its subdirectories")
         with Progress(f"check {path}", len(dirs)) as bar:
             for d in dirs:
                 bar.clear()
-                problems += check_partition_dir(d, out)
+                problems += check_partition_dir(d, report)
                 bar.advance()
-        problems += _check_sink_state(path, out)
-    return 1 if problems else 0
+        problems += _check_sink_state(path, report)
+    code = 1 if problems else 0
+    report.finish(code)
+    return code
 
 
-def _check_sink_state(log_dir: Path, out: TextIO) -> int:
+def _check_sink_state(log_dir: Path, report: CheckReporter) -> int:
     """The exactly-once sink's ledgers and state files in a log dir (docs/sink-state.md)."""
     from seglog.streaming.sink_check import check_sink_state
 
     findings = check_sink_state(log_dir)
     for f in findings:
-        out.write(f"{f.path}: {f.text}\n")
+        report.sink_finding(f)
     return sum(f.problem for f in findings)
 
 
@@ -510,6 +517,7 @@ def _check_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fix", action="store_true",
                    help="repair the log dirs (no writer may run): rebuild damaged checkpoints "
                         "from the recovered logs, rewrite bad state files")
+    add_json_arg(p)
 
 
 _COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) and log dirs "
