@@ -67,22 +67,17 @@ from seglog.logstore.index_check import (
     time_index_violations,
 )
 from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
-from seglog.logstore.record_format import (
-    CODEC_NAMES,
-    BatchHeader,
-    verify_all,
-)
+from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import register as _register_operations
 from .cli_common import add_json_arg
+from .cli_dump_report import DumpReporter, JsonDumpReport, TextDumpReport
 from .cli_output import Progress
 from .kafka_files import (
     BOOTSTRAP_SNAPSHOT,
     KRAFT_SNAPSHOT_SUFFIX,
     control_records,
-    format_control_record,
-    format_producer_snapshot_entry,
     parse_kraft_snapshot_name,
     read_producer_snapshot,
     read_txn_index,
@@ -96,91 +91,58 @@ def _map(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _text(value) -> str:
-    if value is None:
-        return "null"
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
-
-
-def _print_records(out: TextIO, raw: bytes) -> None:
-    from seglog.logstore.record_codec import decode_batches
-
-    records = decode_batches(raw, include_headers=True).to_pylist()
-    for r in records:
-        ts_name = {1: "LogAppendTime", 0: "CreateTime"}.get(r["timestampType"], "NoTimestamp")
-        headers = ",".join(f"{h['key']}:{_text(h['value'])}" for h in (r["headers"] or []))
-        out.write(f"| offset: {r['offset']} {ts_name}: {r['timestamp']} "
-                  f"keySize: {len(r['key']) if r['key'] is not None else -1} "
-                  f"valueSize: {len(r['value']) if r['value'] is not None else -1} "
-                  f"headers: [{headers}] key: {_text(r['key'])} "
-                  f"payload: {_text(r['value'])}\n")
-
-
-def _print_control_records(out: TextIO, buf, h: BatchHeader) -> None:
-    ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
-    for r in control_records(buf, h):
-        out.write(f"| offset: {r.offset} {ts_type}: "
-                  f"{h.max_timestamp if h.is_log_append_time else r.timestamp} "
-                  f"keySize: {len(r.key)} valueSize: {-1 if r.value is None else len(r.value)} "
-                  f"{format_control_record(r)}\n")
-
-
-def _batch_line(h: BatchHeader, valid: bool) -> str:
-    ts_type = "LogAppendTime" if h.is_log_append_time else (
-        "CreateTime" if h.magic > 0 else "NoTimestampType")
-    tail = (f"position: {h.position} {ts_type}: {h.max_timestamp} size: {h.size} "
-            f"magic: {h.magic} compresscodec: {CODEC_NAMES.get(h.compression, h.compression)} "
-            f"crc: {h.crc} isvalid: {str(valid).lower()}\n")
-    if h.magic < 2:  # a legacy message: Kafka's tool prints only its offset
-        return f"offset: {h.last_offset} {tail}"
-    return (f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} "
-            f"count: {h.records_count} baseSequence: {h.base_sequence} "
-            f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} "
-            f"partitionLeaderEpoch: {h.partition_leader_epoch} "
-            f"isTransactional: {str(h.is_transactional).lower()} "
-            f"isControl: {str(h.is_control).lower()} {tail}")
-
-
-def dump_log_file(path: Path, out: TextIO, *, print_data: bool = False) -> int:
-    """Print the batches of a ``.log`` file or a KRaft ``.checkpoint`` snapshot (records
+def dump_log_file(path: Path, report: DumpReporter, *, print_data: bool = False) -> int:
+    """Report the batches of a ``.log`` file or a KRaft ``.checkpoint`` snapshot (records
     and control records too with ``print_data``); returns the number of problems."""
     parsed = parse_segment_file_name(path.name)
-    out.write(f"Dumping {path}\n")
+    heading = None
     if parsed is not None:
-        out.write(f"Log starting offset: {parsed[0]}\n")
+        heading = f"Log starting offset: {parsed[0]}"
     elif path.name == BOOTSTRAP_SNAPSHOT:
-        out.write("KRaft bootstrap snapshot\n")
+        heading = "KRaft bootstrap snapshot"
     elif (snap := parse_kraft_snapshot_name(path.name)) is not None:
-        out.write(f"Snapshot end offset: {snap[0]}, epoch: {snap[1]}\n")
+        heading = f"Snapshot end offset: {snap[0]}, epoch: {snap[1]}"
+    report.begin_file(path, heading)
     buf = _map(path)
     problems = 0
-    bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes", hide_if_tty=out)
+    bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes",
+                   hide_if_tty=report.out)
     try:
         for check in verify_all(buf):
             h = check.header
             bar.advance(h.size if h is not None else 0)
             if h is None:
-                out.write(f"Found invalid data: {check.reason}\n")
+                report.problem(path, f"invalid data: {check.reason}",
+                               text=f"Found invalid data: {check.reason}")
                 problems += 1
                 break
             valid = check.valid
             problems += not valid
-            out.write(_batch_line(h, valid))
             if not (print_data and valid):
+                report.batch(path, h, valid)
                 continue
             try:
                 if h.is_control:
-                    _print_control_records(out, buf, h)
+                    report.batch(path, h, valid, controls=list(control_records(buf, h)))
                 else:
-                    _print_records(out, bytes(buf[h.position:h.end_position]))
+                    report.batch(path, h, valid,
+                                 records=_records(bytes(buf[h.position:h.end_position])))
             except SeglogError as e:
-                out.write(f"Found invalid records: {e}\n")
+                report.batch(path, h, valid)
+                report.problem(path, f"invalid records in the batch at position "
+                                     f"{h.position}: {e}", text=f"Found invalid records: {e}")
                 problems += 1
     finally:
         bar.close()
         if isinstance(buf, mmap.mmap):
             buf.close()
     return problems
+
+
+def _records(raw: bytes) -> list[dict]:
+    from seglog.logstore.record_codec import decode_batches
+
+    return decode_batches(raw, include_headers=True).to_pylist()
 
 
 def segment_batches(log_path: Path) -> SegmentBatches | None:
@@ -226,102 +188,98 @@ def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[
         *time_index_violations(entries, offset_entries, batches))
 
 
-def dump_index_file(path: Path, out: TextIO) -> int:
-    """Print an ``.index`` file; check it against the ``.log`` beside it with the lookup
-    rule (problems) and print what Kafka's stricter dump tool would report (no problem)."""
+def dump_index_file(path: Path, report: DumpReporter) -> int:
+    """Report an ``.index`` file; check it against the ``.log`` beside it with the lookup
+    rule (problems) and report what Kafka's stricter dump tool would report (no problem)."""
     base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
-    out.write(f"Dumping {path}\n")
+    report.begin_file(path)
     entries = read_offset_index(path, base)
     for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
-        out.write(f"offset: {e} position: {p}\n")
+        report.offset_index_entry(path, e, p)
     batches = segment_batches(log_file(path.parent, base))
     if batches is None:
-        out.write(f"No {log_file(path.parent, base).name} beside the index: entries not "
-                  "checked\n")
+        report.note(path, f"No {log_file(path.parent, base).name} beside the index: entries "
+                          "not checked")
         return 0
     problems = offset_index_problems(path, base, batches)
-    out.writelines(f"Index problem: {path}: {m}\n" for m in problems)
-    mismatches = kafka_dump_log_offset_mismatches(entries, batches)
-    if mismatches:
-        out.write(f"kafka-dump-log would report (a healthy index of brokers before Kafka "
-                  f"3.x differs so; lookups are not misled): Mismatches in :{path}\n")
-        out.writelines(f"  Index offset: {e}, log offset: {o}\n" for e, o in mismatches)
+    for m in problems:
+        report.problem(path, m, text=f"Index problem: {path}: {m}")
+    report.offset_mismatches(path, kafka_dump_log_offset_mismatches(entries, batches))
     return len(problems)
 
 
-def dump_time_index_file(path: Path, out: TextIO) -> int:
-    """Print a ``.timeindex`` file; check it against the ``.log`` and ``.index`` beside
-    it with the lookup rule (problems) and print what Kafka's stricter dump tool would
+def dump_time_index_file(path: Path, report: DumpReporter) -> int:
+    """Report a ``.timeindex`` file; check it against the ``.log`` and ``.index`` beside
+    it with the lookup rule (problems) and report what Kafka's stricter dump tool would
     report (no problem)."""
     base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
-    out.write(f"Dumping {path}\n")
+    report.begin_file(path)
     entries = read_time_index(path, base)
     for t, o in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
-        out.write(f"timestamp: {t} offset: {o}\n")
+        report.time_index_entry(path, t, o)
     batches = segment_batches(log_file(path.parent, base))
     if batches is None:
-        out.write(f"No {log_file(path.parent, base).name} beside the index: entries not "
-                  "checked\n")
+        report.note(path, f"No {log_file(path.parent, base).name} beside the index: entries "
+                          "not checked")
         return 0
     problems = time_index_problems(path, base, batches)
-    out.writelines(f"Time index problem: {path}: {m}\n" for m in problems)
+    for m in problems:
+        report.problem(path, m, text=f"Time index problem: {path}: {m}")
     offsets = index_file(path.parent, base)
-    strict = kafka_dump_log_time_mismatches(
-        entries, read_offset_index(offsets, base) if offsets.exists() else None, batches)
-    if strict:
-        out.write(f"kafka-dump-log would report (entries naming a record inside a batch "
-                  f"are healthy; lookups are not misled) for {path}:\n")
-        out.writelines(f"  {ln}\n" for ln in strict)
+    report.time_mismatches(path, kafka_dump_log_time_mismatches(
+        entries, read_offset_index(offsets, base) if offsets.exists() else None, batches))
     return len(problems)
 
 
-def dump_producer_snapshot(path: Path, out: TextIO) -> int:
-    out.write(f"Dumping {path}\n")
+def dump_producer_snapshot(path: Path, report: DumpReporter) -> int:
+    report.begin_file(path)
     try:
         entries = read_producer_snapshot(path)
     except CorruptRecordError as e:
-        out.write(f"{e}\n")
+        report.problem(path, str(e), text=str(e))
         return 1
-    out.writelines(format_producer_snapshot_entry(e) + "\n" for e in entries)
+    for e in entries:
+        report.producer_entry(path, e)
     return 0
 
 
-def dump_txn_index(path: Path, out: TextIO) -> int:
-    out.write(f"Dumping {path}\n")
+def dump_txn_index(path: Path, report: DumpReporter) -> int:
+    report.begin_file(path)
     try:
         entries = read_txn_index(path)
     except CorruptRecordError as e:
-        out.write(f"{e}\n")
+        report.problem(path, str(e), text=str(e))
         return 1
-    out.writelines(f"version: {v} producerId: {pid} firstOffset: {first} lastOffset: {last} "
-                   f"lastStableOffset: {lso}\n" for v, pid, first, last, lso in entries)
+    for e in entries:
+        report.txn_entry(path, e)
     return 0
 
 
 def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
+    report: DumpReporter = JsonDumpReport(out) if args.json else TextDumpReport(out)
     problems = 0
     for name in args.files:
         path = Path(name)
         if not path.is_file():
-            out.write(f"{path}: no such file\n")
+            report.problem(path, "no such file", text=f"{path}: no such file")
             problems += 1
             continue
         parsed = parse_segment_file_name(path.name)
         ext = parsed[1] if parsed else path.suffix
         if ext in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
-            problems += dump_log_file(path, out, print_data=args.print_data_log)
+            problems += dump_log_file(path, report, print_data=args.print_data_log)
         elif ext == INDEX_SUFFIX and parsed:
-            problems += dump_index_file(path, out)
+            problems += dump_index_file(path, report)
         elif ext == TIME_INDEX_SUFFIX and parsed:
-            problems += dump_time_index_file(path, out)
+            problems += dump_time_index_file(path, report)
         elif ext == SNAPSHOT_SUFFIX:
-            problems += dump_producer_snapshot(path, out)
+            problems += dump_producer_snapshot(path, report)
         elif ext == TXN_INDEX_SUFFIX:
-            problems += dump_txn_index(path, out)
+            problems += dump_txn_index(path, report)
         else:
             # Kafka's tool skips every other file (checkpoints, partition.metadata,
             # meta.properties, ...) the same way, without failing.
-            out.write(f"Dumping {path}\nIgnoring unknown file {path}\n")
+            report.ignored(path)
     return 1 if problems else 0
 
 
@@ -506,6 +464,7 @@ def _dump_log_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", help=".log, .index or .timeindex files")
     p.add_argument("--print-data-log", action="store_true",
                    help="print every record (offset, timestamp, key, payload, headers)")
+    add_json_arg(p)
 
 
 _COMMANDS["dump-log"] = ("print the batches and index entries of segment files "

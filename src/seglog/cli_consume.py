@@ -112,14 +112,19 @@ def encode_bytes(b: bytes | None) -> tuple[str | None, str | None]:
 
 
 def record_json(topic: str, partition: int, r: dict[str, Any]) -> dict[str, Any]:
+    return {"topic": topic, "partition": partition, **record_fields(r)}
+
+
+def record_fields(r: dict[str, Any]) -> dict[str, Any]:
+    """A decoded record as JSON: offset, timestamp (and type), key, value and headers
+    (bytes as ``encode_bytes`` gives them, with their encoding named)."""
     key, key_enc = encode_bytes(r["key"])
     value, value_enc = encode_bytes(r["value"])
     headers = []
     for h in r.get("headers") or []:
         hv, hv_enc = encode_bytes(h["value"])
         headers.append({"key": h["key"], "value": hv, "valueEncoding": hv_enc})
-    return {"topic": topic, "partition": partition, "offset": r["offset"],
-            "timestamp": r["timestamp"],
+    return {"offset": r["offset"], "timestamp": r["timestamp"],
             "timestampType": _TS_TYPES.get(r["timestampType"], "NoTimestampType"),
             "key": key, "keyEncoding": key_enc, "value": value, "valueEncoding": value_enc,
             "headers": headers}

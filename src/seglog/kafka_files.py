@@ -36,7 +36,8 @@ BOOTSTRAP_SNAPSHOT = KRAFT_BOOTSTRAP_FILE
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
 _KRAFT_SNAPSHOT_RE = re.compile(r"^(?P<offset>\d{20})-(?P<epoch>\d{10})\.checkpoint$")
 
-__all__ = ["ControlRecord", "control_records", "format_control_record",
+__all__ = ["ControlRecord", "control_record_json", "control_records", "first_sequence",
+           "format_control_record", "producer_snapshot_entry_json",
            "read_producer_snapshot", "read_txn_index", "parse_kraft_snapshot_name"]
 
 _TXN_ENTRY = struct.Struct(">hqqqq")
@@ -66,13 +67,40 @@ def format_producer_snapshot_entry(e: ProducerEntry) -> str:
             f"currentTxnFirstOffset: {e.current_txn_first_offset} "
             f"lastTimestamp: {e.timestamp}")
     if e.last_offset >= 0:
-        first_seq = e.last_sequence - e.offset_delta
-        if first_seq < 0:  # sequences wrap at int32 max, as Kafka's decrementSequence does
-            first_seq += 2**31
-        line += (f" firstSequence: {first_seq} lastSequence: {e.last_sequence} "
+        line += (f" firstSequence: {first_sequence(e)} lastSequence: {e.last_sequence} "
                  f"lastOffset: {e.last_offset} offsetDelta: {e.offset_delta} "
                  f"timestamp: {e.timestamp}")
     return line
+
+
+def first_sequence(e: ProducerEntry) -> int:
+    """The first sequence of the producer's last batch (wrapping at int32 max, as Kafka's
+    ``decrementSequence`` does)."""
+    first = e.last_sequence - e.offset_delta
+    return first + 2**31 if first < 0 else first
+
+
+def producer_snapshot_entry_json(e: ProducerEntry) -> dict[str, int]:
+    """The fields ``format_producer_snapshot_entry`` prints, as JSON (batch metadata
+    only when the producer has a last offset)."""
+    doc = {"producerId": e.producer_id, "producerEpoch": e.epoch,
+           "coordinatorEpoch": e.coordinator_epoch,
+           "currentTxnFirstOffset": e.current_txn_first_offset, "lastTimestamp": e.timestamp}
+    if e.last_offset >= 0:
+        doc |= {"firstSequence": first_sequence(e), "lastSequence": e.last_sequence,
+                "lastOffset": e.last_offset, "offsetDelta": e.offset_delta,
+                "timestamp": e.timestamp}
+    return doc
+
+
+def control_record_json(r: ControlRecord) -> dict[str, int | str]:
+    """What ``format_control_record`` prints, as JSON."""
+    doc: dict[str, int | str] = {
+        "controlType": CONTROL_TYPE_NAMES.get(r.control_type, "UNKNOWN"),
+        "controlTypeId": r.control_type}
+    if r.control_type in (CONTROL_ABORT, CONTROL_COMMIT) and r.coordinator_epoch >= 0:
+        doc["coordinatorEpoch"] = r.coordinator_epoch
+    return doc
 
 
 def read_txn_index(path: Path) -> list[tuple[int, int, int, int, int]]:
