@@ -24,6 +24,10 @@ Subcommands (``seglog <command> --help`` for each):
 Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
 an index disagrees with its log, a state file is damaged, or a sink ledger is damaged or
 contradicts the data, 2 on bad usage. New subcommands register in ``_COMMANDS``.
+
+Both take ``--json`` (``check``: one document, ``dump-log``: JSON lines; keys in
+docs/cli.md): the walk is the same, a reporter (``cli_check_report``, ``cli_dump_report``)
+chooses the form.
 """
 
 from __future__ import annotations
