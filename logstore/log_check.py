@@ -66,7 +66,10 @@ from .scheduler import last_runs_file, write_shared_last_runs
 from .topics import read_topic_config, write_topic_config
 
 if TYPE_CHECKING:
+    from .log_dirs_reader import LogDirsReader
     from .log_manager import LogManager
+
+    Manager = LogManager | LogDirsReader  # check runs on a writer or a reader
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class Problem:
     note: bool = False  # worth knowing, not wrong (e.g. a partition not yet published)
 
 
-def check_manager(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> list[Problem]:
+def check_manager(mgr: Manager, *, fix: bool = False, deep: bool = False) -> list[Problem]:
     """Every inconsistency found in ``mgr``'s dirs (repaired with ``fix``)."""
     if fix:
         mgr.check_writable()
@@ -103,7 +106,7 @@ def check_manager(mgr: LogManager, *, fix: bool = False, deep: bool = False) -> 
     return problems
 
 
-def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
+def _check_dir(mgr: Manager, ld, fix: bool) -> list[Problem]:
     out = []
     parts = {p.tp: p for p in mgr.partitions_in(ld)}
     rewrite = False
@@ -149,7 +152,7 @@ def _check_dir(mgr: LogManager, ld, fix: bool) -> list[Problem]:
     return out
 
 
-def _unpublished(mgr: LogManager, path: Path, parts: dict, entries: dict) -> list[Problem]:
+def _unpublished(mgr: Manager, path: Path, parts: dict, entries: dict) -> list[Problem]:
     """Notes for the partitions holding records above what ``path`` publishes (a crash's
     unpublished tail, or a partition not listed at all): what readers see."""
     out = []
@@ -170,7 +173,7 @@ def _unpublished(mgr: LogManager, path: Path, parts: dict, entries: dict) -> lis
     return out
 
 
-def _check_state_files(mgr: LogManager, ld, fix: bool) -> list[Problem]:
+def _check_state_files(mgr: Manager, ld, fix: bool) -> list[Problem]:
     """The cleaner's and the scheduler's checkpoints of ``ld``: both are safe to rebuild
     (the cleaner re-cleans from the log start; every maintenance task becomes due)."""
     out = []
@@ -198,7 +201,7 @@ def _check_state_files(mgr: LogManager, ld, fix: bool) -> list[Problem]:
     return out
 
 
-def _log_end(mgr: LogManager, p) -> int | None:
+def _log_end(mgr: Manager, p) -> int | None:
     try:
         return mgr.get_log(p.topic, p.partition).log_end_offset
     except SeglogError as e:
@@ -206,7 +209,7 @@ def _log_end(mgr: LogManager, p) -> int | None:
         return None
 
 
-def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem]:
+def _check_topic_configs(mgr: Manager, topic: str, fix: bool) -> list[Problem]:
     out = []
     parts = [mgr.partition(topic, n) for n in mgr.partitions(topic)]
     configs = {}
@@ -238,7 +241,7 @@ def _check_topic_configs(mgr: LogManager, topic: str, fix: bool) -> list[Problem
     return out
 
 
-def _check_partition_data(mgr: LogManager, topic: str, n: int, fix: bool) -> list[Problem]:
+def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[Problem]:
     """Every batch of the partition against ``offset_continuity``'s rules (as readers
     apply them, up to the high watermark) and its CRC, then the segment's indexes."""
     p = mgr.partition(topic, n)

@@ -1,10 +1,10 @@
 """``LogManager``: every partition log of one or more log dirs, embedded in one process.
 
-Kafka's LogManager without a broker. Opening, in order:
+Kafka's LogManager without a broker, for the process that writes. Opening, in order:
 
-1. Each log dir is canonicalized (duplicates refused), created if missing (writer only),
-   and checked for access; a writer takes its ``.lock``.
-2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; a writer
+1. Each log dir is canonicalized (duplicates refused), created if missing, and checked
+   for access; the manager takes its ``.lock``.
+2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; the manager
    removes it once the open succeeded (anything it writes may be unflushed until close).
 3. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
    ``-``), ``-delete`` directories (finished: removed by a writer during open), anything
@@ -24,9 +24,9 @@ Kafka's LogManager without a broker. Opening, in order:
 The high watermark is the visibility contract with other processes:
 ``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
 writing ``replication-offset-checkpoint``, so what another process can see has been
-fsynced. A read-only manager (another process) takes no lock, writes nothing, and reads
-high watermarks and start offsets straight from the checkpoint files and the directory
-listing, without reading segments.
+fsynced. Another process reads through a ``log_dirs_reader.LogDirsReader`` (no lock, no
+write); ``LogManager(dirs, read_only=True)`` returns one, so callers written against the
+manager keep working.
 
 Thread-safety: the public methods are thread-safe. ``_lock`` guards the partition table,
 the checkpoint values of unloaded partitions and the deletion queue; ``_maintenance_lock``
@@ -67,7 +67,6 @@ from .errors import (
     CorruptCheckpointError,
     KafkaStorageError,
     LogDirError,
-    ReadOnlyError,
     SeglogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -89,20 +88,18 @@ from .log_dirs import (
     Partition,
     TopicPartition,
     canonical_dirs,
-    first_segment_base,
     list_log_dir,
-    unchanged_since,
 )
+from .log_dirs_reader import LogDirsReader
 from .offset_checkpoints import (
-    HW_CHECK,
     OFFSET_CHECKPOINTS,
     PUBLISHING_CHECKPOINTS,
     fix_hint,
-    probe_log_end_offset,
-    read_offset_checkpoint,
+    read_dir_checkpoints,
     set_aside,
     warn_beyond_log_end,
 )
+from .partition_table import PartitionTable, warn_start_beyond_log_end
 from .scheduler import (
     MaintenanceTask,
     Scheduler,
@@ -113,7 +110,6 @@ from .scheduler import (
 )
 from .topics import (
     altered_overrides,
-    load_topic_config,
     parse_overrides,
     read_topic_config,
     validate_topic_name,
@@ -136,19 +132,33 @@ def _log_class():
     return Log
 
 
-class LogManager:
-    """Every partition log of ``log_dirs``. Thread-safe (see the module docstring).
+class LogManager(PartitionTable):
+    """Every partition log of ``log_dirs``, for the one process that writes them.
+    Thread-safe (see the module docstring).
 
     ``config``: a ``ManagerConfig`` or a mapping of broker-level keys;
     ``default_topic_config``: a mapping of topic-level keys that topics override;
-    ``background``: run the maintenance tasks on a daemon thread (writer only);
+    ``background``: run the maintenance tasks on a daemon thread;
     ``repair``: a damaged high-watermark or log-start-offset checkpoint is rebuilt from
-    the recovered logs instead of refusing to open (writer only; ``seglog check --fix``).
+    the recovered logs instead of refusing to open (``seglog check --fix``);
+    ``read_only=True``: returns a ``LogDirsReader`` instead (see ``__new__``).
     """
 
-    # ``log_check`` sets it on a read-only subclass: damaged checkpoints are recorded for
-    # the report instead of raised (their offsets are then unknown).
-    _tolerate_damaged_checkpoints = False
+    read_only = False
+
+    def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                read_only: bool = False, repair: bool = False, background: bool = False,
+                **kwargs: Any) -> Any:
+        # ``LogManager(dirs, read_only=True)`` is how every caller asked for a reader
+        # before the reader was its own class: returning one here keeps that spelling
+        # working without a second, mode-switching code path. A factory function would
+        # need every such call changed at once, and a subclass would be a writer that
+        # cannot write. Python skips __init__ since the result is no LogManager.
+        if not read_only:
+            return super().__new__(cls)
+        if repair:
+            raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
+        return LogDirsReader(log_dirs, **kwargs)
 
     def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
                  read_only: bool = False,
@@ -156,22 +166,10 @@ class LogManager:
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
                  clock: Clock = SYSTEM_CLOCK, background: bool = False,
                  repair: bool = False) -> None:
-        if repair and read_only:
-            raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
-        self.read_only = read_only
+        super().__init__(config, default_topic_config, clock)
         self.repair = repair
-        self.clock = clock
-        self.config = (config if isinstance(config, ManagerConfig)
-                       else ManagerConfig.from_properties(config))
-        self.default_topic_config = (
-            default_topic_config if isinstance(default_topic_config, LogConfig)
-            else LogConfig.from_properties(default_topic_config))
-        self._lock = threading.RLock()  # guards _partitions, _topic_configs, _pending_deletes
-        self._partitions: dict[TopicPartition, Partition] = {}
-        self._topic_configs: dict[str, LogConfig] = {}
+        # _lock (PartitionTable's) also guards _pending_deletes
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
-        # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
-        self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
         self._closed = False
         self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
         self.scheduler = Scheduler(clock)
@@ -183,105 +181,80 @@ class LogManager:
         self.deleter = DelayedDeleter(clock)
         if isinstance(log_dirs, (str, os.PathLike)):
             log_dirs = [log_dirs]
-        self.log_dirs: list[LogDir] = []
         try:
             self._open(list(log_dirs))
         except BaseException:
             self._abandon()
             raise
-        if not read_only:
-            for task in self._maintenance_tasks():
-                self.scheduler.add_task(task)
-            self.scheduler.restore(read_shared_last_runs(d.path for d in self.log_dirs))
-            if background:
-                self.scheduler.start()
+        for task in self._maintenance_tasks():
+            self.scheduler.add_task(task)
+        self.scheduler.restore(read_shared_last_runs(d.path for d in self.log_dirs))
+        if background:
+            self.scheduler.start()
 
     # -- opening ---------------------------------------------------------------------
 
     def _open(self, raw_dirs: list[str | os.PathLike]) -> None:
         if not raw_dirs:
             raise LogDirError("no log dir given")
-        paths = canonical_dirs(raw_dirs, self.read_only)
-        for path in paths:
-            lock = None if self.read_only else DirLock(path).acquire()
+        for path in canonical_dirs(raw_dirs, False):
+            lock = DirLock(path).acquire()
             marker = path / CLEAN_SHUTDOWN_FILE
             self.log_dirs.append(LogDir(path, lock, marker.exists()))
         recover: list[Partition] = []
         empty_dirs = []
         for log_dir in self.log_dirs:
-            if self.read_only:  # taken before listing: a change during it shows next time
-                log_dir.listed_mtime_ns = unchanged_since(log_dir.path, None)[1]
-            found = self._scan(log_dir)
-            for p in found:
-                other = self._partitions.get(p.tp)
-                if other is not None:
-                    raise LogDirError(
-                        f"partition {p.topic}-{p.partition} is in two log dirs: {other.dir} "
-                        f"and {p.dir}; remove one of them")
-                self._partitions[p.tp] = p
+            found, to_delete = list_log_dir(log_dir, read_only=False)
+            with self._lock:
+                self._pending_deletes.extend((d, 0) for d in to_delete)
+            self._add_listed(found)
             # After the listing: whether a missing file is damage depends on it.
             self._read_checkpoints(log_dir, has_partitions=bool(found))
-            if not log_dir.had_clean_shutdown and not self.read_only:
+            if not log_dir.had_clean_shutdown:
                 recover.extend(found)
             if not found:
                 empty_dirs.append(log_dir)
         if recover:
             self._recover(recover)
-        if not self.read_only:
-            for ld in empty_dirs:
-                # From now on a dir with partitions always has its checkpoints, so a
-                # missing one is known to be lost (see offset_checkpoints).
-                if ld.repairing or not all(os.path.lexists(ld.path / n)
-                                           for n in OFFSET_CHECKPOINTS):
-                    self._write_checkpoints(ld)
-            # Only now: an open that failed above leaves a clean dir clean. From here on
-            # this writer may leave unflushed data behind.
-            for ld in self.log_dirs:
-                marker = ld.path / CLEAN_SHUTDOWN_FILE
-                if marker.exists():
-                    marker.unlink()
-                    fsync_dir(ld.path)
-            self.delete_logs(self.clock.milliseconds())
+        for ld in empty_dirs:
+            # From now on a dir with partitions always has its checkpoints, so a
+            # missing one is known to be lost (see offset_checkpoints).
+            if ld.repairing or not all(os.path.lexists(ld.path / n)
+                                       for n in OFFSET_CHECKPOINTS):
+                self._write_checkpoints(ld)
+        # Only now: an open that failed above leaves a clean dir clean. From here on
+        # this writer may leave unflushed data behind.
+        for ld in self.log_dirs:
+            marker = ld.path / CLEAN_SHUTDOWN_FILE
+            if marker.exists():
+                marker.unlink()
+                fsync_dir(ld.path)
+        self.delete_logs(self.clock.milliseconds())
 
     def _read_checkpoints(self, log_dir: LogDir, *, has_partitions: bool) -> None:
         """Load the offset checkpoints of ``log_dir`` (rules: ``offset_checkpoints``)."""
-        for name, attr in ((RECOVERY_POINT_CHECKPOINT, "recovery_points"),
-                           (LOG_START_OFFSET_CHECKPOINT, "log_start_offsets"),
-                           (HIGH_WATERMARK_CHECKPOINT, "high_watermarks")):
-            try:
-                values = read_offset_checkpoint(log_dir.path, name,
-                                                has_partitions=has_partitions)
-            except CorruptCheckpointError as e:
-                log_dir.damaged[name] = str(e)
-                if self.read_only:
-                    if name in PUBLISHING_CHECKPOINTS and not self._tolerate_damaged_checkpoints:
-                        raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
-                    logger.warning("%s; a reader does not need it", e)
-                    continue
-                if name in PUBLISHING_CHECKPOINTS:
-                    if not self.repair:
-                        raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
-                    logger.error("%s; repairing: recovering every partition of %s from "
-                                 "offset 0 and rebuilding it from the logs", e, log_dir.path)
-                    log_dir.repairing.add(name)
+        values, damaged = read_dir_checkpoints(log_dir.path, has_partitions=has_partitions)
+        for name, e in damaged.items():
+            log_dir.damaged[name] = str(e)
+            if name in PUBLISHING_CHECKPOINTS:
+                if not self.repair:
+                    raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
+                logger.error("%s; repairing: recovering every partition of %s from "
+                             "offset 0 and rebuilding it from the logs", e, log_dir.path)
+                log_dir.repairing.add(name)
+                set_aside(log_dir.path / name, self.clock.milliseconds())
+            else:
+                # Recovering everything from offset 0 needs no recovery point.
+                logger.error("%s; recovering every partition of %s from offset 0", e,
+                             log_dir.path)
+                if self.repair:
                     set_aside(log_dir.path / name, self.clock.milliseconds())
-                else:
-                    # Recovering everything from offset 0 needs no recovery point.
-                    logger.error("%s; recovering every partition of %s from offset 0", e,
-                                 log_dir.path)
-                    if self.repair:
-                        set_aside(log_dir.path / name, self.clock.milliseconds())
-                log_dir.had_clean_shutdown = False
-                continue
-            setattr(log_dir, attr, values)
-        if not log_dir.had_clean_shutdown and log_dir.damaged and not self.read_only:
+            log_dir.had_clean_shutdown = False
+        log_dir.recovery_points = values.get(RECOVERY_POINT_CHECKPOINT, {})
+        log_dir.log_start_offsets = values.get(LOG_START_OFFSET_CHECKPOINT, {})
+        log_dir.high_watermarks = values.get(HIGH_WATERMARK_CHECKPOINT, {})
+        if not log_dir.had_clean_shutdown and log_dir.damaged:
             log_dir.recovery_points = {}
-
-    def _scan(self, log_dir: LogDir, *, warn: bool = True) -> list[Partition]:
-        found, to_delete = list_log_dir(log_dir, read_only=self.read_only, warn=warn)
-        with self._lock:
-            self._pending_deletes.extend((d, 0) for d in to_delete)
-        return found
 
     def _recover(self, partitions: list[Partition]) -> None:
         """Recover every partition of the unclean dirs: one pool per dir, all at once."""
@@ -338,7 +311,7 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(
                     f"partition {p.topic}-{p.partition} was deleted")
             ld = p.log_dir
-            recovering = not (ld.had_clean_shutdown or ld.recovered or self.read_only)
+            recovering = not (ld.had_clean_shutdown or ld.recovered)
             stored_hw = ld.high_watermarks.get(p.tp)
             if HIGH_WATERMARK_CHECKPOINT in ld.repairing and not ld.recovered:
                 hw = None  # the Log's default: its recovered end (what --fix publishes)
@@ -353,19 +326,14 @@ class LogManager:
                     p.dir, config, clock=self.clock,
                     recovery_point=ld.recovery_points.get(p.tp, 0),
                     log_start_offset=log_start_offset, high_watermark=hw,
-                    had_clean_shutdown=had_clean_shutdown, read_only=self.read_only,
-                    deleter=self.deleter)
+                    had_clean_shutdown=had_clean_shutdown, deleter=self.deleter)
 
             log = open_log(stored_lso, not recovering)
             if stored_lso > log.log_end_offset:
-                # A start offset past the end would hide every record, and retention
-                # would then delete them: damage, so the first segment's base instead.
-                logger.warning("%s says log start offset %d for %s-%d, beyond its log end "
-                               "offset %d: using its first segment's base offset",
-                               ld.path / LOG_START_OFFSET_CHECKPOINT, stored_lso, p.topic,
-                               p.partition, log.log_end_offset)
+                end = log.log_end_offset
                 log.close()
                 log = open_log(0, True)  # the first open recovered it if needed
+                warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
             if hw is not None and log.high_watermark < hw:
                 # Log.open clamped it to the log end; a writer's next high-watermark
                 # checkpoint writes the clamped value back.
@@ -374,35 +342,7 @@ class LogManager:
             p.log = log
             return log
 
-    def _config_of(self, p: Partition) -> LogConfig:
-        with self._lock:
-            config = self._topic_configs.get(p.topic)
-        if config is None:
-            config = load_topic_config(p.dir, self.default_topic_config)
-            with self._lock:
-                self._topic_configs.setdefault(p.topic, config)
-        return config
-
     # -- topics ----------------------------------------------------------------------
-
-    def topics(self) -> list[str]:
-        """Every topic with at least one partition, sorted."""
-        self._refresh()
-        with self._lock:
-            return sorted({t for t, _ in self._partitions})
-
-    def partitions(self, topic: str) -> list[int]:
-        """The topic's partition numbers, sorted; UnknownTopicOrPartitionError if none."""
-        self._refresh()
-        with self._lock:
-            parts = sorted(p for t, p in self._partitions if t == topic)
-        if not parts:
-            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self._dirs_text()}")
-        return parts
-
-    def topic_config(self, topic: str) -> LogConfig:
-        """The default topic config plus the topic's persisted overrides."""
-        return self._config_of(self._partition(topic, self.partitions(topic)[0]))
 
     def create_topic(self, name: str, partitions: int = 1,
                      config: Mapping[str, Any] | None = None) -> None:
@@ -430,11 +370,6 @@ class LogManager:
                     config.retention_ms, "" if config.retention_ms < 0 else
                     f" ({config.retention_ms / 86_400_000:.3g} days: older records are deleted)",
                     ",".join(sorted(config.cleanup_policy)))
-
-    def topic_overrides(self, name: str) -> dict[str, str]:
-        """The config overrides persisted for ``name`` (its lowest partition's file, the
-        one ``check`` holds the others to); ``{}`` when it has none."""
-        return read_topic_config(self._partition(name, self.partitions(name)[0]).dir) or {}
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
                            delete: Iterable[str] = ()) -> dict[str, str]:
@@ -565,10 +500,6 @@ class LogManager:
 
     # -- logs ------------------------------------------------------------------------
 
-    def get_log(self, topic: str, partition: int) -> Any:
-        """The partition's ``Log``, loaded on first use."""
-        return self._load(self._partition(topic, partition))
-
     def append(self, topic: str, partition: int, records: bytes | bytearray) -> Any:
         """Append record batches to a partition; returns the Log's AppendInfo."""
         self.check_writable()
@@ -581,10 +512,8 @@ class LogManager:
             return p.log.append(records)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
-        """Per partition, the end of what readers may see. Read-only: straight from each
-        dir's ``replication-offset-checkpoint`` and its listing (no segment is read)."""
-        if self.read_only:
-            return self._read_only_offsets(HIGH_WATERMARK_CHECKPOINT)
+        """Per partition, the end of what readers may see: a loaded log's own, else the
+        checkpoint value read at open under the rules of ``partition_table``."""
         with self._lock:
             parts = list(self._partitions.values())
         out = {}
@@ -603,141 +532,12 @@ class LogManager:
         return out
 
     def log_start_offsets(self) -> dict[TopicPartition, int]:
-        """Per partition, the first offset still in the log (read-only: checkpoint, else
-        the first segment's base offset from the listing)."""
-        if self.read_only:
-            return self._read_only_offsets(LOG_START_OFFSET_CHECKPOINT)
+        """Per partition, the first offset still in the log (a loaded log's own, else the
+        checkpoint value read at open, else the first segment's base offset)."""
         with self._lock:
             parts = list(self._partitions.values())
         return {p.tp: (p.log.log_start_offset if p.log is not None
                        else self._stored_start_offset(p)) for p in parts}
-
-    def _read_only_offsets(self, checkpoint: str) -> dict[TopicPartition, int]:
-        self._refresh()
-        out = {}
-        with self._lock:
-            parts = list(self._partitions.values())
-        cached: dict[int, dict[TopicPartition, int]] = {}
-        for ld in self.log_dirs:
-            try:
-                cached[id(ld)] = read_offset_checkpoint(
-                    ld.path, checkpoint, has_partitions=any(p.log_dir is ld for p in parts))
-            except CorruptCheckpointError as e:
-                # Never the values read before: they may hide what the writer published
-                # or removed since.
-                raise CorruptCheckpointError(f"{e}; {fix_hint(ld.path)}") from e
-            if checkpoint == HIGH_WATERMARK_CHECKPOINT:
-                ld.high_watermarks = cached[id(ld)]
-            else:
-                ld.log_start_offsets = cached[id(ld)]
-        if checkpoint == LOG_START_OFFSET_CHECKPOINT:
-            for p in parts:
-                first = self._cached_first_segment_base(p)
-                value = max(cached[id(p.log_dir)].get(p.tp) or 0, first)
-                if value > first:  # DeleteRecords only: rare, so checked every time
-                    value = self._checked_start_offset(p, value, first)
-                out[p.tp] = value
-            return out
-        listed = []
-        for p in parts:
-            value = cached[id(p.log_dir)].get(p.tp)
-            if value is None:  # nothing published: the log start offset
-                out[p.tp] = max(p.log_dir.log_start_offsets.get(p.tp, 0),
-                                self._cached_first_segment_base(p))
-            else:
-                listed.append((p, value))
-        for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
-            out[p.tp] = value
-        for p in parts:
-            if p.log is not None:
-                # a read-only Log reads up to the high watermark it was last told
-                p.log.update_high_watermark(out[p.tp])
-        return out
-
-    def _clamped_high_watermarks(self, listed: list[tuple[Partition, int]]) -> list[int]:
-        """Checkpointed high watermarks, each clamped to its partition's log end with a
-        warning; a log end is read only when its value changed since last verified."""
-        def log_end(i: int) -> int:
-            p = listed[i][0]
-            log = p.log
-            return (log.log_end_offset if log is not None
-                    else probe_log_end_offset(p.dir))
-
-        hws = [hw for _, hw in listed]
-        ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
-        out = []
-        beyond: dict[TopicPartition, tuple[Path, int, int]] = {}
-        for (p, hw), end in zip(listed, ends, strict=True):
-            if end is not None and hw > end:
-                checkpoint = p.log_dir.path / HIGH_WATERMARK_CHECKPOINT
-                warn_beyond_log_end(checkpoint, p.tp, hw, end)
-                beyond[p.tp] = (checkpoint, hw, end)
-                hw = end
-            out.append(hw)
-        self._beyond_log_end = beyond
-        return out
-
-    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Path, int, int]]:
-        """The partitions the last ``high_watermarks()`` clamped: ``(checkpoint file,
-        published high watermark, log end offset)``. Published records are missing there
-        (a truncated segment) or the checkpoint value is damaged; the two look the same, so
-        a caller that must not lose data silently (a source with failOnDataLoss) reports
-        it rather than reading short."""
-        return dict(self._beyond_log_end)
-
-    def _stored_start_offset(self, p: Partition) -> int:
-        first = first_segment_base(p.dir)
-        stored = p.log_dir.log_start_offsets.get(p.tp, 0)
-        return self._checked_start_offset(p, stored, first) if stored > first else first
-
-    def _checked_start_offset(self, p: Partition, stored: int, first: int) -> int:
-        """A checkpointed log start offset above the first segment's base, or that base
-        when it is beyond the log end (warned; see ``_load``)."""
-        log = p.log
-        end = log.log_end_offset if log is not None else probe_log_end_offset(p.dir)
-        if stored <= end:
-            return stored
-        logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
-                       "%d: using its first segment's base offset %d",
-                       p.log_dir.path / LOG_START_OFFSET_CHECKPOINT, stored, p.topic,
-                       p.partition, end, first)
-        return first
-
-    def _cached_first_segment_base(self, p: Partition) -> int:
-        """Readers: re-list a partition only when its directory changed, so a trigger's
-        cost does not grow with the number of segments."""
-        cached = p.first_base
-        unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
-        if unchanged and cached is not None:
-            return cached[0]
-        base = first_segment_base(p.dir)
-        p.first_base = (base, mtime)
-        return base
-
-    def _refresh(self) -> None:
-        """Read-only: pick up partitions created or deleted by the writer since open."""
-        if not self.read_only:
-            return
-        with self._lock:
-            seen = set()
-            changed = False
-            for ld in self.log_dirs:
-                unchanged, mtime = unchanged_since(ld.path, ld.listed_mtime_ns)
-                if unchanged:
-                    seen.update(p.tp for p in self._partitions.values() if p.log_dir is ld)
-                    continue
-                changed = True
-                ld.listed_mtime_ns = mtime
-                for p in self._scan(ld, warn=False):
-                    seen.add(p.tp)
-                    self._partitions.setdefault(p.tp, p)
-            if not changed:
-                return
-            for tp in [tp for tp in self._partitions if tp not in seen]:
-                gone = self._partitions.pop(tp)
-                if gone.log is not None:
-                    gone.log.close()
-            self._pending_deletes.clear()  # a reader never deletes
 
     # -- flushing, checkpoints, maintenance -----------------------------------------
 
@@ -933,15 +733,6 @@ class LogManager:
 
     # -- what log_check uses ----------------------------------------------------------
 
-    def partitions_in(self, log_dir: LogDir) -> list[Partition]:
-        """The partitions listed in ``log_dir``."""
-        with self._lock:
-            return [p for p in self._partitions.values() if p.log_dir is log_dir]
-
-    def partition(self, topic: str, partition: int) -> Partition:
-        """The partition's entry (directory, log dir, lock); UnknownTopicOrPartitionError."""
-        return self._partition(topic, partition)
-
     def write_checkpoints(self, log_dir: LogDir,
                           names: Iterable[str] = OFFSET_CHECKPOINTS) -> None:
         """Write ``log_dir``'s offset checkpoints from the logs' state (writer only)."""
@@ -958,11 +749,6 @@ class LogManager:
             if self._cleaner is not None:
                 self._cleaner.reload_checkpoints(log_dir.path)
 
-    def forget_topic_config(self, topic: str) -> None:
-        """Read the topic's config file again on next use (after it was rewritten)."""
-        with self._lock:
-            self._topic_configs.pop(topic, None)
-
     # -- closing ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -974,9 +760,6 @@ class LogManager:
         if os.getpid() != self._pid:
             return  # a forked child: the logs, files and locks are the parent's business
         self.scheduler.stop()
-        if self.read_only:
-            self._close_logs()
-            return
         try:
             self.flush_all()
             self._save_last_runs()
@@ -1022,25 +805,7 @@ class LogManager:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _loaded(self) -> list[Partition]:
-        with self._lock:
-            return [p for p in self._partitions.values() if p.log is not None]
-
-    def _partition(self, topic: str, partition: int) -> Partition:
-        with self._lock:
-            p = self._partitions.get((topic, partition))
-        if p is None and self.read_only:
-            self._refresh()
-            with self._lock:
-                p = self._partitions.get((topic, partition))
-        if p is None:
-            raise UnknownTopicOrPartitionError(
-                f"unknown partition {topic}-{partition} in {self._dirs_text()}")
-        return p
-
     def check_writable(self) -> None:
-        if self.read_only:
-            raise ReadOnlyError(f"this LogManager of {self._dirs_text()} is read-only")
         if os.getpid() != self._pid:
             raise LogDirError(
                 f"this writer LogManager of {self._dirs_text()} was opened by process "
@@ -1048,17 +813,13 @@ class LogManager:
         if self._closed:
             raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is closed")
 
-    def _dirs_text(self) -> str:
-        return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
-
     def __repr__(self) -> str:
-        mode = "read-only" if self.read_only else "writer"
-        return f"LogManager([{self._dirs_text()}], {mode})"
+        return f"LogManager([{self._dirs_text()}], writer)"
 
 
-class _CheckingManager(LogManager):
-    """A read-only manager that opens despite damaged checkpoints, for ``check`` to
-    report them (their offsets are unknown to it; nothing else should use it)."""
+class _CheckingReader(LogDirsReader):
+    """A reader that opens despite damaged checkpoints, for ``check`` to report them
+    (their offsets are unknown to it; nothing else should use it)."""
 
     _tolerate_damaged_checkpoints = True
 
@@ -1076,5 +837,5 @@ def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
     if fix:
         with LogManager(dirs, repair=True) as mgr:
             return mgr.check(fix=True, deep=deep)
-    with _CheckingManager(dirs, read_only=True) as mgr:
-        return mgr.check(deep=deep)
+    with _CheckingReader(dirs) as reader:
+        return reader.check(deep=deep)

@@ -85,6 +85,33 @@ def read_offset_checkpoint(log_dir: Path, name: str, *, has_partitions: bool
         raise CorruptCheckpointError(str(e)) from e
 
 
+def read_dir_checkpoints(log_dir: Path, *, has_partitions: bool
+                         ) -> tuple[dict[str, dict[TopicPartition, int]],
+                                    dict[str, CorruptCheckpointError]]:
+    """The three offset checkpoints of ``log_dir`` (``OFFSET_CHECKPOINTS``): the values of
+    each one that reads, and the error of each one that is damaged. What damage means
+    (refuse, recover, repair, warn) is the caller's rule: writer and reader differ."""
+    values: dict[str, dict[TopicPartition, int]] = {}
+    damaged: dict[str, CorruptCheckpointError] = {}
+    for name in OFFSET_CHECKPOINTS:
+        try:
+            values[name] = read_offset_checkpoint(log_dir, name, has_partitions=has_partitions)
+        except CorruptCheckpointError as e:
+            damaged[name] = e
+    return values, damaged
+
+
+def read_published(log_dir: Path, name: str, *, has_partitions: bool
+                   ) -> dict[TopicPartition, int]:
+    """A publishing checkpoint re-read by a reader: damage raises, with ``fix_hint``.
+    Never the values read before: they may hide what the writer published or removed
+    since."""
+    try:
+        return read_offset_checkpoint(log_dir, name, has_partitions=has_partitions)
+    except CorruptCheckpointError as e:
+        raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir)}") from e
+
+
 def set_aside(path: Path, now_ms: int) -> None:
     """Move a directory found in place of a state file out of the way (renamed, kept as
     evidence), so the file can be written again; a regular file is left to be replaced."""

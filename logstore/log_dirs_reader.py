@@ -1,0 +1,290 @@
+"""``LogDirsReader``: another process's log dirs, read without a lock and writing nothing.
+
+What a Spark source, the sink's checks and the CLI's read commands use (the writer is
+``log_manager.LogManager``; ``LogManager(dirs, read_only=True)`` returns one of these).
+Its promises, per log dir, as ``LogReader``'s per partition:
+
+* **No lock, no write.** No ``.lock``, no recovery, no checkpoint or marker written, no
+  leftover removed; every writer method raises ``ReadOnlyError``.
+* **What the writer published, read again on each call.** ``high_watermarks()`` and
+  ``log_start_offsets()`` re-read ``replication-offset-checkpoint`` /
+  ``log-start-offset-checkpoint`` every time (the writer moves them), push the high
+  watermarks into the ``LogReader``s already loaded, and apply the rules of
+  ``partition_table`` (unlisted → log start; beyond the log end → clamped, warned, and
+  reported by ``high_watermarks_beyond_log_end()``). A damaged publishing checkpoint
+  raises ``CorruptCheckpointError`` at open and at every later re-read, never "empty"
+  and never "the values read before"; a damaged recovery-point file is only warned
+  about (a reader does not use it).
+* **Cheap "refresh if changed".** ``topics()``, ``partitions()`` and the offsets re-list
+  a log dir or a partition dir only when its mtime moved (``log_dirs.unchanged_since``),
+  and the clamp probes a partition's last segment only when its high watermark changed
+  (``offset_checkpoints.HW_CHECK``): keep one reader per process and a trigger's cost
+  does not grow with the number of segments.
+
+Thread-safety: the public methods are thread-safe (``_lock``, then a partition's
+``lock`` while its ``LogReader`` is opened).
+
+>>> with LogDirsReader(["/data/logs"]) as reader:                      # doctest: +SKIP
+...     reader.high_watermarks()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
+
+from .clock import SYSTEM_CLOCK, Clock
+from .config import LogConfig, ManagerConfig
+from .errors import CorruptCheckpointError, LogDirError, ReadOnlyError
+from .file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
+from .log_check import Problem, check_manager
+from .log_dirs import (
+    LogDir,
+    Partition,
+    TopicPartition,
+    canonical_dirs,
+    first_segment_base,
+    list_log_dir,
+    unchanged_since,
+)
+from .log_reader import LogReader
+from .offset_checkpoints import (
+    PUBLISHING_CHECKPOINTS,
+    fix_hint,
+    read_dir_checkpoints,
+    read_published,
+    warn_beyond_log_end,
+)
+from .partition_table import PartitionTable, warn_start_beyond_log_end
+
+logger = logging.getLogger(__name__)
+
+_CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
+                     LOG_START_OFFSET_CHECKPOINT: "log_start_offsets",
+                     HIGH_WATERMARK_CHECKPOINT: "high_watermarks"}
+
+
+def _writer_only(name: str) -> Any:
+    def refuse(self: LogDirsReader, *args: Any, **kwargs: Any) -> NoReturn:
+        self.check_writable()
+        raise AssertionError("unreachable")  # check_writable always raises here
+
+    refuse.__name__ = name
+    refuse.__doc__ = f"Writer only: raises ``ReadOnlyError`` (``LogManager.{name}``)."
+    return refuse
+
+
+class LogDirsReader(PartitionTable):
+    """The partitions of ``log_dirs`` as another process published them (module doc).
+
+    ``config``/``default_topic_config``/``clock`` as ``LogManager``'s."""
+
+    read_only = True
+    # ``log_check`` sets it on a subclass: damaged checkpoints are recorded for the report
+    # instead of raised (their offsets are then unknown).
+    _tolerate_damaged_checkpoints = False
+
+    def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                 config: ManagerConfig | Mapping[str, Any] | None = None,
+                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(config, default_topic_config, clock)
+        raw = ([log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs))
+        if not raw:
+            raise LogDirError("no log dir given")
+        try:
+            for path in canonical_dirs(raw, True):
+                ld = LogDir(path, None, (path / CLEAN_SHUTDOWN_FILE).exists())
+                self.log_dirs.append(ld)
+                # taken before listing: a change during it shows next time
+                ld.listed_mtime_ns = unchanged_since(path, None)[1]
+                found, _ = list_log_dir(ld, read_only=True)
+                self._add_listed(found)
+                # After the listing: whether a missing file is damage depends on it.
+                self._read_checkpoints(ld, has_partitions=bool(found))
+        except BaseException:
+            self.close()
+            raise
+
+    def _read_checkpoints(self, log_dir: LogDir, *, has_partitions: bool) -> None:
+        values, damaged = read_dir_checkpoints(log_dir.path, has_partitions=has_partitions)
+        for name, e in damaged.items():
+            log_dir.damaged[name] = str(e)
+            if name in PUBLISHING_CHECKPOINTS and not self._tolerate_damaged_checkpoints:
+                raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
+            logger.warning("%s; a reader does not need it", e)
+        for name, entries in values.items():
+            setattr(log_dir, _CHECKPOINT_ATTRS[name], entries)
+
+    # -- refresh if changed --------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Pick up partitions created or deleted by the writer since the last listing."""
+        with self._lock:
+            seen = set()
+            changed = False
+            for ld in self.log_dirs:
+                unchanged, mtime = unchanged_since(ld.path, ld.listed_mtime_ns)
+                if unchanged:
+                    seen.update(p.tp for p in self._partitions.values() if p.log_dir is ld)
+                    continue
+                changed = True
+                ld.listed_mtime_ns = mtime
+                for p in list_log_dir(ld, read_only=True, warn=False)[0]:
+                    seen.add(p.tp)
+                    self._partitions.setdefault(p.tp, p)
+            if not changed:
+                return
+            for tp in [tp for tp in self._partitions if tp not in seen]:
+                gone = self._partitions.pop(tp)
+                if gone.log is not None:
+                    gone.log.close()
+
+    def _cached_first_segment_base(self, p: Partition) -> int:
+        """Re-list a partition only when its directory changed, so a trigger's cost does
+        not grow with the number of segments."""
+        cached = p.first_base
+        unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
+        if unchanged and cached is not None:
+            return cached[0]
+        base = first_segment_base(p.dir)
+        p.first_base = (base, mtime)
+        return base
+
+    # -- logs ------------------------------------------------------------------------------
+
+    def _load(self, p: Partition) -> LogReader:
+        """Open ``p``'s ``LogReader`` if not yet open (thread-safe, idempotent)."""
+        log = p.log
+        if log is not None:
+            return log
+        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
+        with p.lock:
+            if p.log is not None:
+                return p.log
+            ld = p.log_dir
+            stored_hw = ld.high_watermarks.get(p.tp)
+            # Not listed: nothing published, so the log start offset (the reader raises
+            # 0 to it), whichever reader asks and in whatever order.
+            hw = stored_hw if stored_hw is not None else 0
+            stored_lso = ld.log_start_offsets.get(p.tp, 0)
+            log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw)
+            if stored_lso > log.log_end_offset:
+                end = log.log_end_offset
+                log.close()
+                log = LogReader.open(p.dir, config, high_watermark=hw)
+                warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
+            if log.high_watermark < hw:
+                warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
+                                    log.high_watermark)
+            p.log = log
+            return log
+
+    # -- the published offsets -----------------------------------------------------------
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Per partition, the end of what readers may see: straight from each dir's
+        ``replication-offset-checkpoint`` and its listing (no segment is read)."""
+        parts, stored = self._reread(HIGH_WATERMARK_CHECKPOINT)
+        out = {}
+        listed = []
+        for p in parts:
+            value = stored[id(p.log_dir)].get(p.tp)
+            if value is None:  # nothing published: the log start offset
+                out[p.tp] = max(p.log_dir.log_start_offsets.get(p.tp, 0),
+                                self._cached_first_segment_base(p))
+            else:
+                listed.append((p, value))
+        for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
+            out[p.tp] = value
+        for p in parts:
+            if p.log is not None:
+                # a LogReader reads up to the high watermark it was last told
+                p.log.update_high_watermark(out[p.tp])
+        return out
+
+    def log_start_offsets(self) -> dict[TopicPartition, int]:
+        """Per partition, the first offset still in the log: the checkpoint, else the
+        first segment's base offset from the listing."""
+        parts, stored = self._reread(LOG_START_OFFSET_CHECKPOINT)
+        out = {}
+        for p in parts:
+            first = self._cached_first_segment_base(p)
+            value = max(stored[id(p.log_dir)].get(p.tp) or 0, first)
+            if value > first:  # DeleteRecords only: rare, so checked every time
+                value = self._checked_start_offset(p, value, first)
+            out[p.tp] = value
+        return out
+
+    def _reread(self, name: str) -> tuple[list[Partition], dict[int, dict[TopicPartition, int]]]:
+        """The partitions now listed and each dir's ``name`` checkpoint, read again."""
+        self._refresh()
+        with self._lock:
+            parts = list(self._partitions.values())
+        stored: dict[int, dict[TopicPartition, int]] = {}
+        for ld in self.log_dirs:
+            stored[id(ld)] = values = read_published(
+                ld.path, name, has_partitions=any(p.log_dir is ld for p in parts))
+            setattr(ld, _CHECKPOINT_ATTRS[name], values)
+        return parts, stored
+
+    # -- checking --------------------------------------------------------------------------
+
+    def check(self, *, fix: bool = False, deep: bool = False) -> list[Problem]:
+        """Inconsistencies between the checkpoints, topic configs and files (with
+        ``deep``, every batch and index entry too); ``fix`` needs a writer."""
+        return check_manager(self, fix=fix, deep=deep)
+
+    def check_writable(self) -> NoReturn:
+        raise ReadOnlyError(f"this reader of {self._dirs_text()} is read-only (a "
+                            "LogDirsReader, or LogManager(read_only=True)); open a writer "
+                            "LogManager to change it")
+
+    # Writer methods, kept so code written against LogManager fails clearly.
+    create_topic = _writer_only("create_topic")
+    add_partitions = _writer_only("add_partitions")
+    delete_topic = _writer_only("delete_topic")
+    alter_topic_config = _writer_only("alter_topic_config")
+    append = _writer_only("append")
+    checkpoint_high_watermarks = _writer_only("checkpoint_high_watermarks")
+    checkpoint_recovery_points = _writer_only("checkpoint_recovery_points")
+    checkpoint_log_start_offsets = _writer_only("checkpoint_log_start_offsets")
+    write_checkpoints = _writer_only("write_checkpoints")
+    reset_cleaner_checkpoint = _writer_only("reset_cleaner_checkpoint")
+    run_maintenance = _writer_only("run_maintenance")
+    delete_old_segments = _writer_only("delete_old_segments")
+    clean = _writer_only("clean")
+
+    def flush_all(self) -> None:
+        """Nothing to flush: a reader writes nothing."""
+
+    def delete_logs(self, now_ms: int) -> int:
+        """Nothing to delete: a reader never deletes (the writer removes its leftovers)."""
+        return 0
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the ``LogReader``s opened so far (the reader stays usable: the next call
+        opens them again). Idempotent."""
+        for p in self._loaded():
+            with p.lock:
+                if p.log is not None:
+                    p.log.close()
+                    p.log = None
+
+    def __enter__(self) -> LogDirsReader:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogDirsReader([{self._dirs_text()}])"

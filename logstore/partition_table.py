@@ -1,0 +1,206 @@
+"""``PartitionTable``: what the writer ``LogManager`` and the ``LogDirsReader`` share.
+
+Both hold a list of log dirs, their partitions by topic-partition and the topics'
+configs, and answer the same questions about them: which topics and partitions exist,
+a topic's config and persisted overrides, and the one high-watermark rule every reader
+of a published high watermark applies (an unlisted partition's HW is its log start
+offset; a checkpointed HW above the log end is clamped to it with a warning; a
+checkpointed log start offset above the log end is ignored). Opening, loading a log and
+what "refresh" means differ between the two and stay in their own classes
+(``log_manager``, ``log_dirs_reader``).
+
+Thread-safety: ``_lock`` guards ``_partitions``, ``_topic_configs`` and the checkpoint
+values of the ``LogDir``s; a subclass adds its own locks after it in the lock order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .clock import Clock
+from .config import LogConfig, ManagerConfig
+from .errors import LogDirError, UnknownTopicOrPartitionError
+from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
+from .log_dirs import LogDir, Partition, TopicPartition, first_segment_base
+from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
+from .topics import load_topic_config, read_topic_config
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionTable:
+    """The log dirs, their partitions and topic configs, and the lookups over them.
+
+    A base class only: ``_load`` (open a partition's log) and ``_refresh`` (see what
+    changed on disk) belong to the writer or the reader."""
+
+    def __init__(self, config: ManagerConfig | Mapping[str, Any] | None,
+                 default_topic_config: LogConfig | Mapping[str, Any] | None,
+                 clock: Clock) -> None:
+        self.clock = clock
+        self.config = (config if isinstance(config, ManagerConfig)
+                       else ManagerConfig.from_properties(config))
+        self.default_topic_config = (
+            default_topic_config if isinstance(default_topic_config, LogConfig)
+            else LogConfig.from_properties(default_topic_config))
+        self._lock = threading.RLock()  # guards _partitions, _topic_configs
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
+        self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
+        self.log_dirs: list[LogDir] = []
+
+    # -- what a subclass provides ----------------------------------------------------
+
+    def _load(self, p: Partition) -> Any:
+        raise NotImplementedError
+
+    def _refresh(self) -> None:
+        """Pick up what changed on disk since the last look (a reader); a writer knows."""
+
+    # -- listing ----------------------------------------------------------------------
+
+    def _add_listed(self, found: list[Partition]) -> None:
+        """Enter a log dir's listed partitions; one partition in two dirs is refused."""
+        with self._lock:
+            for p in found:
+                other = self._partitions.get(p.tp)
+                if other is not None:
+                    raise LogDirError(
+                        f"partition {p.topic}-{p.partition} is in two log dirs: {other.dir} "
+                        f"and {p.dir}; remove one of them")
+                self._partitions[p.tp] = p
+
+    def topics(self) -> list[str]:
+        """Every topic with at least one partition, sorted."""
+        self._refresh()
+        with self._lock:
+            return sorted({t for t, _ in self._partitions})
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition numbers, sorted; UnknownTopicOrPartitionError if none."""
+        self._refresh()
+        with self._lock:
+            parts = sorted(p for t, p in self._partitions if t == topic)
+        if not parts:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self._dirs_text()}")
+        return parts
+
+    def partitions_in(self, log_dir: LogDir) -> list[Partition]:
+        """The partitions listed in ``log_dir``."""
+        with self._lock:
+            return [p for p in self._partitions.values() if p.log_dir is log_dir]
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        """The partition's entry (directory, log dir, lock); UnknownTopicOrPartitionError."""
+        return self._partition(topic, partition)
+
+    def _partition(self, topic: str, partition: int) -> Partition:
+        with self._lock:
+            p = self._partitions.get((topic, partition))
+        if p is None:
+            self._refresh()
+            with self._lock:
+                p = self._partitions.get((topic, partition))
+        if p is None:
+            raise UnknownTopicOrPartitionError(
+                f"unknown partition {topic}-{partition} in {self._dirs_text()}")
+        return p
+
+    def _loaded(self) -> list[Partition]:
+        with self._lock:
+            return [p for p in self._partitions.values() if p.log is not None]
+
+    def get_log(self, topic: str, partition: int) -> Any:
+        """The partition's log (a writer's ``Log``, a reader's ``LogReader``), loaded on
+        first use."""
+        return self._load(self._partition(topic, partition))
+
+    # -- topic configs ------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> LogConfig:
+        """The default topic config plus the topic's persisted overrides."""
+        return self._config_of(self._partition(topic, self.partitions(topic)[0]))
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        """The config overrides persisted for ``name`` (its lowest partition's file, the
+        one ``check`` holds the others to); ``{}`` when it has none."""
+        return read_topic_config(self._partition(name, self.partitions(name)[0]).dir) or {}
+
+    def forget_topic_config(self, topic: str) -> None:
+        """Read the topic's config file again on next use (after it was rewritten)."""
+        with self._lock:
+            self._topic_configs.pop(topic, None)
+
+    def _config_of(self, p: Partition) -> LogConfig:
+        with self._lock:
+            config = self._topic_configs.get(p.topic)
+        if config is None:
+            config = load_topic_config(p.dir, self.default_topic_config)
+            with self._lock:
+                self._topic_configs.setdefault(p.topic, config)
+        return config
+
+    # -- the published offsets' rules ---------------------------------------------------
+
+    def _clamped_high_watermarks(self, listed: list[tuple[Partition, int]]) -> list[int]:
+        """Checkpointed high watermarks, each clamped to its partition's log end with a
+        warning; a log end is read only when its value changed since last verified."""
+        def log_end(i: int) -> int:
+            p = listed[i][0]
+            log = p.log
+            return (log.log_end_offset if log is not None
+                    else probe_log_end_offset(p.dir))
+
+        hws = [hw for _, hw in listed]
+        ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
+        out = []
+        beyond: dict[TopicPartition, tuple[Path, int, int]] = {}
+        for (p, hw), end in zip(listed, ends, strict=True):
+            if end is not None and hw > end:
+                checkpoint = p.log_dir.path / HIGH_WATERMARK_CHECKPOINT
+                warn_beyond_log_end(checkpoint, p.tp, hw, end)
+                beyond[p.tp] = (checkpoint, hw, end)
+                hw = end
+            out.append(hw)
+        self._beyond_log_end = beyond
+        return out
+
+    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Path, int, int]]:
+        """The partitions the last ``high_watermarks()`` clamped: ``(checkpoint file,
+        published high watermark, log end offset)``. Published records are missing there
+        (a truncated segment) or the checkpoint value is damaged; the two look the same, so
+        a caller that must not lose data silently (a source with failOnDataLoss) reports
+        it rather than reading short."""
+        return dict(self._beyond_log_end)
+
+    def _stored_start_offset(self, p: Partition) -> int:
+        first = first_segment_base(p.dir)
+        stored = p.log_dir.log_start_offsets.get(p.tp, 0)
+        return self._checked_start_offset(p, stored, first) if stored > first else first
+
+    def _checked_start_offset(self, p: Partition, stored: int, first: int) -> int:
+        """A checkpointed log start offset above the first segment's base, or that base
+        when it is beyond the log end (warned, as when a log is loaded)."""
+        log = p.log
+        end = log.log_end_offset if log is not None else probe_log_end_offset(p.dir)
+        if stored <= end:
+            return stored
+        warn_start_beyond_log_end(p, stored, end, first)
+        return first
+
+    def _dirs_text(self) -> str:
+        return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
+
+
+def warn_start_beyond_log_end(p: Partition, stored: int, end: int, first: int) -> None:
+    # A start offset past the end would hide every record, and retention would then
+    # delete them: damage, so the first segment's base instead.
+    logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
+                   "%d: using its first segment's base offset %d",
+                   p.log_dir.path / LOG_START_OFFSET_CHECKPOINT, stored, p.topic,
+                   p.partition, end, first)
