@@ -67,12 +67,12 @@ def check_sink_state(log_dir: Path) -> list[SinkFinding]:
 
 
 def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFinding]:
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_dirs_reader import LogDirsReader
 
     pid = producer_id_of(sink)
     out = []
     try:
-        mgr = LogManager([log_dir], read_only=True)
+        mgr = LogDirsReader([log_dir])
     except SeglogError as e:
         return [SinkFinding(path, True, f"cannot open {log_dir} to check the ledger: {e}")]
     with mgr:
@@ -101,7 +101,7 @@ def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFi
 
 
 def _check_intents(log_dir: Path) -> list[SinkFinding]:
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_dirs_reader import LogDirsReader
 
     found = read_intents(log_dir)
     out = [SinkFinding(path, True, f"damaged commit intent ({why}): it proves nothing, so a "
@@ -111,7 +111,7 @@ def _check_intents(log_dir: Path) -> list[SinkFinding]:
     if not found.intents:
         return out
     try:
-        mgr = LogManager([log_dir], read_only=True)
+        mgr = LogDirsReader([log_dir])
     except SeglogError as e:
         return [*out, SinkFinding(log_dir, True, f"cannot open {log_dir} to check the "
                                                  f"commit intents: {e}")]

@@ -302,14 +302,14 @@ class PartitionStager:
     def _describe_topic(self, name: str) -> _Topic:
         """Partition count, config and placement of a topic, from the directory listing
         (no segment is read); a missing topic gets the sink's creation settings."""
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.log_dirs_reader import LogDirsReader
 
         dirs = [Path(d) for d in self.options.log_dirs]
         try:
             if not all(d.is_dir() for d in dirs):
                 for d in dirs:
                     d.mkdir(parents=True, exist_ok=True)
-            mgr = LogManager(dirs, read_only=True)
+            mgr = LogDirsReader(dirs)
         except OSError as e:
             raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
                               f"{e.strerror}") from e

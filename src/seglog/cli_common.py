@@ -29,6 +29,7 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
 
 PATH_ENV = "SEGLOG_PATH"
@@ -80,12 +81,12 @@ def log_dirs(args: argparse.Namespace, extra: Iterable[str] = ()) -> list[str]:
     return dirs
 
 
-def open_reader(args: argparse.Namespace) -> LogManager:
-    """A read-only LogManager: takes no lock and writes nothing. The dirs must exist (a
+def open_reader(args: argparse.Namespace) -> LogDirsReader:
+    """A reader of the log dirs: takes no lock and writes nothing. The dirs must exist (a
     reader never creates one)."""
     dirs = log_dirs(args)
     _require_dirs(dirs)
-    return LogManager(dirs, read_only=True, clock=CLOCK)
+    return LogDirsReader(dirs, clock=CLOCK)
 
 
 def _require_dirs(dirs: list[str]) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from seglog.logstore.errors import ConfigError, OffsetOutOfRangeError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.record_codec import decode_batches
 
 from .cli_common import EXIT_OK, add_path_args, open_reader, parse_key_values
@@ -146,7 +146,7 @@ def parse_timestamp(text: str) -> int:
     return int(t.timestamp() * 1000)
 
 
-def start_offsets(mgr: LogManager, topic: str, partitions: list[int],
+def start_offsets(mgr: LogDirsReader, topic: str, partitions: list[int],
                   args: argparse.Namespace) -> dict[int, int]:
     """Per partition, the first offset to print (see the module docstring)."""
     hws = mgr.high_watermarks()
@@ -172,7 +172,7 @@ def start_offsets(mgr: LogManager, topic: str, partitions: list[int],
     return out
 
 
-def records(mgr: LogManager, topic: str, positions: dict[int, int],
+def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
             hws: dict[int, int]) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every record from ``positions`` up to ``hws``, partition by partition; advances
     ``positions`` as it goes (so a follow-up call continues where this one stopped)."""

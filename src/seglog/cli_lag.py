@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptCheckpointError
 from seglog.logstore.log_dirs import TopicPartition
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.log_dirs_reader import LogDirsReader
 
 from .cli_common import EXIT_OK, add_json_arg, add_path_args, open_reader
 from .cli_output import write_json, write_table
@@ -144,7 +144,7 @@ def read_query_progress(checkpoint: str | os.PathLike) -> QueryProgress:
     return QueryProgress(chk, committed_batch, committed, pending_batch, pending)
 
 
-def lag_rows(mgr: LogManager, progress: QueryProgress) -> list[dict[str, Any]]:
+def lag_rows(mgr: LogDirsReader, progress: QueryProgress) -> list[dict[str, Any]]:
     """One row per (source, topic, partition) of the seglog sources."""
     hws = mgr.high_watermarks()
     starts = mgr.log_start_offsets()

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import ConfigError, TopicExistsError, UnknownTopicOrPartitionError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.log_dirs_reader import LogDirsReader
 
 from .cli_common import (
     EXIT_OK,
@@ -36,7 +36,7 @@ def _config_value(config: LogConfig, field: str) -> str:
     return str(value)
 
 
-def describe_topic(mgr: LogManager, topic: str) -> dict[str, Any]:
+def describe_topic(mgr: LogDirsReader, topic: str) -> dict[str, Any]:
     """What ``describe`` prints, as the JSON document it prints with ``--json``."""
     numbers = mgr.partitions(topic)
     hws = mgr.high_watermarks()
