@@ -1,4 +1,4 @@
-"""One read-only ``LogManager`` per process and set of log dirs, reused by every call.
+"""One ``LogDirsReader`` per process and set of log dirs, reused by every call.
 
 A streaming query asks the same log dirs the same questions every trigger (high
 watermarks, log start offsets, last stable offsets, segment sizes), and every executor
@@ -22,7 +22,7 @@ bases and the sizes of its inactive segments are kept while the directory's mtim
 unchanged (a roll, retention or compaction swap renames or creates files there, which
 moves it); only the last segment, the one that grows, is stat'ed each time.
 
-Thread-safe: the cache is guarded by ``_lock``; ``LogManager`` is thread-safe itself.
+Thread-safe: the cache is guarded by ``_lock``; ``LogDirsReader`` is thread-safe itself.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
 from .source_options import TopicPartition
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_dirs_reader import LogDirsReader
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _RACY_NS = 2_000_000_000
 timestamp granularity would not move them (the engine's readers use the same rule)."""
 
 _lock = threading.Lock()  # guards _readers, _layouts and _pid
-_readers: dict[tuple[str, ...], LogManager] = {}
+_readers: dict[tuple[str, ...], LogDirsReader] = {}
 # partition dir -> (dir mtime, segment bases, sizes of every segment but the last)
 _layouts: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
 _pid = os.getpid()
@@ -67,20 +67,20 @@ def _forget_parent() -> None:
 
 
 @contextmanager
-def reader(log_dirs: Iterable[str]) -> Iterator[LogManager]:
-    """The process's read-only ``LogManager`` of ``log_dirs``, opened on first use.
+def reader(log_dirs: Iterable[str]) -> Iterator[LogDirsReader]:
+    """The process's ``LogDirsReader`` of ``log_dirs``, opened on first use.
 
     >>> with reader(["/data/logs"]) as mgr:            # doctest: +SKIP
     ...     mgr.high_watermarks()
     """
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_dirs_reader import LogDirsReader
 
     key = tuple(log_dirs)
     with _lock:
         _forget_parent()
         mgr = _readers.get(key)
         if mgr is None:
-            mgr = LogManager(list(key), read_only=True)
+            mgr = LogDirsReader(list(key))
             _readers[key] = mgr
     try:
         yield mgr
@@ -89,7 +89,7 @@ def reader(log_dirs: Iterable[str]) -> Iterator[LogManager]:
         raise
 
 
-def discard(log_dirs: Iterable[str], mgr: LogManager | None = None) -> None:
+def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None) -> None:
     """Close and forget the shared reader of ``log_dirs`` (only ``mgr``, if given)."""
     key = tuple(log_dirs)
     with _lock:

@@ -10,7 +10,7 @@ import pytest
 
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
-from seglog.logstore import log_manager
+from seglog.logstore import log_dirs_reader
 from seglog.logstore.errors import CorruptCheckpointError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
@@ -44,13 +44,13 @@ def test_one_manager_per_process_sees_what_the_writer_publishes(tmp_path):
 def test_triggers_reuse_the_shared_manager(tmp_path, monkeypatch):
     write(tmp_path, partitions=3, batches=2)
     opened = []
-    real_init = log_manager.LogManager.__init__
+    real_init = log_dirs_reader.LogDirsReader.__init__
 
     def counting_init(self, *args, **kwargs):
-        opened.append(kwargs.get("read_only", False))
+        opened.append(True)
         real_init(self, *args, **kwargs)
 
-    monkeypatch.setattr(log_manager.LogManager, "__init__", counting_init)
+    monkeypatch.setattr(log_dirs_reader.LogDirsReader, "__init__", counting_init)
     options = {"path": str(tmp_path), "subscribe": "t", "startingOffsets": "earliest",
                "maxBytesPerTrigger": "100", "kafka.isolation.level": "read_committed"}
     r = SeglogStreamReader(options, source_schema(options))
