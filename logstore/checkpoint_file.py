@@ -97,9 +97,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         fsync_dir(path.parent)
     except OSError as e:
         try:  # a failed replace (e.g. a directory in the way) must not leave the .tmp
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass  # never created, or already renamed
+            tmp.unlink(missing_ok=True)  # missing: never created, or already renamed
         except OSError as cleanup:
             logger.warning("cannot remove %s: %s", tmp, cleanup)
         raise KafkaStorageError(f"cannot write {path}: {e}") from e

@@ -160,32 +160,24 @@ class LogDirsReader(PartitionTable):
 
     # -- logs ------------------------------------------------------------------------------
 
-    def _load(self, p: Partition) -> LogReader:
-        """Open ``p``'s ``LogReader`` if not yet open (thread-safe, idempotent)."""
-        log = p.log
-        if log is not None:
-            return log
-        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
-        with p.lock:
-            if p.log is not None:
-                return p.log
-            ld = p.log_dir
-            stored_hw = ld.high_watermarks.get(p.tp)
-            # Not listed: nothing published, so the log start offset (the reader raises
-            # 0 to it), whichever reader asks and in whatever order.
-            hw = stored_hw if stored_hw is not None else 0
-            stored_lso = ld.log_start_offsets.get(p.tp, 0)
-            log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw)
-            if stored_lso > log.log_end_offset:
-                end = log.log_end_offset
-                log.close()
-                log = LogReader.open(p.dir, config, high_watermark=hw)
-                warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
-            if log.high_watermark < hw:
-                warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
-                                    log.high_watermark)
-            p.log = log
-            return log
+    def _open_log(self, p: Partition, config: LogConfig) -> LogReader:
+        """``p``'s ``LogReader`` (``_load`` calls this under ``p.lock``)."""
+        ld = p.log_dir
+        stored_hw = ld.high_watermarks.get(p.tp)
+        # Not listed: nothing published, so the log start offset (the reader raises
+        # 0 to it), whichever reader asks and in whatever order.
+        hw = stored_hw if stored_hw is not None else 0
+        stored_lso = ld.log_start_offsets.get(p.tp, 0)
+        log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw)
+        if stored_lso > log.log_end_offset:
+            end = log.log_end_offset
+            log.close()
+            log = LogReader.open(p.dir, config, high_watermark=hw)
+            warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
+        if log.high_watermark < hw:
+            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
+                                log.high_watermark)
+        return log
 
     # -- the published offsets -----------------------------------------------------------
 

@@ -298,49 +298,42 @@ class LogManager(PartitionTable):
             self._write_checkpoints(log_dir)
             log_dir.recovered = True
 
-    def _load(self, p: Partition) -> Any:
-        """Open ``p``'s Log if not yet open (thread-safe, idempotent)."""
-        log = p.log
-        if log is not None:
-            return log
-        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
-        with p.lock:
-            if p.log is not None:
-                return p.log
-            if p.deleted:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {p.topic}-{p.partition} was deleted")
-            ld = p.log_dir
-            recovering = not (ld.had_clean_shutdown or ld.recovered)
-            stored_hw = ld.high_watermarks.get(p.tp)
-            if HIGH_WATERMARK_CHECKPOINT in ld.repairing and not ld.recovered:
-                hw = None  # the Log's default: its recovered end (what --fix publishes)
-            else:
-                # Not listed: nothing published, so the log start offset (Log.open
-                # clamps 0 up to it), whichever reader asks and in whatever order.
-                hw = stored_hw if stored_hw is not None else 0
-            stored_lso = ld.log_start_offsets.get(p.tp, 0)
+    def _open_log(self, p: Partition, config: LogConfig) -> Any:
+        """``p``'s Log, recovered when its dir is unclean (``_load`` calls this under
+        ``p.lock``)."""
+        if p.deleted:
+            raise UnknownTopicOrPartitionError(
+                f"partition {p.topic}-{p.partition} was deleted")
+        ld = p.log_dir
+        recovering = not (ld.had_clean_shutdown or ld.recovered)
+        stored_hw = ld.high_watermarks.get(p.tp)
+        if HIGH_WATERMARK_CHECKPOINT in ld.repairing and not ld.recovered:
+            hw = None  # the Log's default: its recovered end (what --fix publishes)
+        else:
+            # Not listed: nothing published, so the log start offset (Log.open
+            # clamps 0 up to it), whichever reader asks and in whatever order.
+            hw = stored_hw if stored_hw is not None else 0
+        stored_lso = ld.log_start_offsets.get(p.tp, 0)
 
-            def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Any:
-                return _log_class().open(
-                    p.dir, config, clock=self.clock,
-                    recovery_point=ld.recovery_points.get(p.tp, 0),
-                    log_start_offset=log_start_offset, high_watermark=hw,
-                    had_clean_shutdown=had_clean_shutdown, deleter=self.deleter)
+        def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Any:
+            return _log_class().open(
+                p.dir, config, clock=self.clock,
+                recovery_point=ld.recovery_points.get(p.tp, 0),
+                log_start_offset=log_start_offset, high_watermark=hw,
+                had_clean_shutdown=had_clean_shutdown, deleter=self.deleter)
 
-            log = open_log(stored_lso, not recovering)
-            if stored_lso > log.log_end_offset:
-                end = log.log_end_offset
-                log.close()
-                log = open_log(0, True)  # the first open recovered it if needed
-                warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
-            if hw is not None and log.high_watermark < hw:
-                # Log.open clamped it to the log end; a writer's next high-watermark
-                # checkpoint writes the clamped value back.
-                warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
-                                    log.high_watermark)
-            p.log = log
-            return log
+        log = open_log(stored_lso, not recovering)
+        if stored_lso > log.log_end_offset:
+            end = log.log_end_offset
+            log.close()
+            log = open_log(0, True)  # the first open recovered it if needed
+            warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
+        if hw is not None and log.high_watermark < hw:
+            # Log.open clamped it to the log end; a writer's next high-watermark
+            # checkpoint writes the clamped value back.
+            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
+                                log.high_watermark)
+        return log
 
     # -- topics ----------------------------------------------------------------------
 

@@ -57,6 +57,19 @@ class PartitionTable:
     # -- what a subclass provides ----------------------------------------------------
 
     def _load(self, p: Partition) -> Any:
+        """Open ``p``'s log if not yet open (thread-safe, idempotent)."""
+        log = p.log
+        if log is not None:
+            return log
+        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
+        with p.lock:
+            if p.log is None:
+                p.log = self._open_log(p, config)
+            return p.log
+
+    def _open_log(self, p: Partition, config: LogConfig) -> Any:
+        """Open ``p``'s log (writer: a Log, recovered when due; reader: a LogReader),
+        called under ``p.lock`` by ``_load``."""
         raise NotImplementedError
 
     def _refresh(self) -> None:

@@ -132,10 +132,8 @@ def record_fields(r: dict[str, Any]) -> dict[str, Any]:
 
 def parse_timestamp(text: str) -> int:
     """Milliseconds since the epoch, or an ISO-8601 time (UTC unless it says)."""
-    try:
+    if text.strip().lstrip("+-").isdigit():
         return int(text)
-    except ValueError:
-        pass
     try:
         t = datetime.datetime.fromisoformat(text)
     except ValueError:
