@@ -55,6 +55,23 @@ class KafkaStorageError(SeglogError):
     """An I/O failure while reading or writing log files."""
 
 
+class InvalidStorageUriError(KafkaStorageError, ConfigError):
+    """A log dir URI that names no usable bucket and prefix (the message quotes it)."""
+
+
+class BucketNotFoundError(KafkaStorageError):
+    """The bucket (or container) of an object-store log dir does not exist."""
+
+
+class StorageAccessDeniedError(KafkaStorageError):
+    """The object store refused the credentials (HTTP 401/403) for a request."""
+
+
+class StorageUnreachableError(KafkaStorageError):
+    """The object store did not answer (connection refused, timeouts) within the bounded
+    retries; the message names the URI, the retry bound and the cause."""
+
+
 class UnknownTopicOrPartitionError(SeglogError, KeyError):
     """The topic or partition does not exist in the given log dirs."""
 

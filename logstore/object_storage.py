@@ -3,47 +3,76 @@ servers, GCS, Azure Blob, or memory), through obstore (the Python binding of Rus
 ``object_store``).
 
 obstore because commits need conditional writes: ``put(mode="create")`` sends
-``If-None-Match: *`` (S3, GCS, Azure all answer 412 to the loser), ``mode={"e_tag": ...}``
-sends ``If-Match``; ``pyarrow.fs`` has neither and fsspec has them on S3 only.
+``If-None-Match: *`` (S3, GCS, Azure all answer 412 to the loser); ``pyarrow.fs`` has no
+conditional put and fsspec has one on S3 only. It also gives ranged and multi-range gets
+and listing from an offset (S3 ``StartAfter``), which ``list_after`` uses.
 
-A URI is ``s3://bucket/prefix``, ``gs://bucket/prefix``, ``az://container/prefix``
-(also ``abfs://``, ``azure://``) or ``memory://name`` (one in-process store per name, for
-tests). Endpoint and credentials come from the ecosystem's environment variables
-(``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
-``AWS_ALLOW_HTTP``; ``GOOGLE_SERVICE_ACCOUNT``...; ``AZURE_STORAGE_ACCOUNT_NAME``...),
-and ``options`` override them by the same names.
+URIs and options: see ``object_store_config`` (``s3://bucket/prefix``, ``gs://``,
+``az://``, ``memory://name``; options override the ecosystem's environment variables).
+
+Failures are named: ``BucketNotFoundError``, ``StorageAccessDeniedError`` (401/403),
+``StorageUnreachableError`` (no answer within the bounded retries: by default 4 retries
+within 20 s, 5 s to connect, 60 s per request), ``InvalidStorageUriError`` and
+``ConfigError`` (options), each a ``KafkaStorageError`` naming the URI and the cause. A
+missing object is ``FileNotFoundError``, as the contract says; a missing bucket never is.
+
+Thread-safe: obstore's stores are; the only mutable field, ``_bucket_seen``, is a flag
+whose racing writes all store ``True``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
+from obstore.exceptions import (
+    AlreadyExistsError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+    UnknownConfigurationKeyError,
+)
 from obstore.store import MemoryStore, from_url
 
-from .errors import KafkaStorageError
+from .errors import (
+    BucketNotFoundError,
+    ConfigError,
+    KafkaStorageError,
+    StorageAccessDeniedError,
+    StorageUnreachableError,
+)
+from .object_store_config import (
+    OBJECT_SCHEMES,
+    is_object_uri,
+    parse_object_uri,
+    split_options,
+)
 from .storage import Entry, StoragePath
 
-OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "memory")
+__all__ = ["OBJECT_SCHEMES", "ObjectStorage", "is_object_uri"]
 
 _memory_stores: dict[str, MemoryStore] = {}
-_memory_lock = threading.Lock()
+_memory_lock = threading.Lock()  # guards _memory_stores
 
-
-def is_object_uri(location: str | os.PathLike[str]) -> bool:
-    """True for ``scheme://...`` with a scheme of an object store; local paths are False."""
-    if not isinstance(location, str):
-        return False
-    scheme, sep, _ = location.partition("://")
-    return bool(sep) and scheme.lower() in OBJECT_SCHEMES
+# How obstore 0.12 words the failures it has no exception class for.
+_UNREACHABLE = ("error sending request", "operation timed out", "timed out", "dns error",
+                "connection refused", "connection reset")
+_DENIED = ("403 Forbidden", "401 Unauthorized")
+_RANGE_NOT_SATISFIABLE = ("416 Range Not Satisfiable", "Invalid range")
 
 
 def _key(path: StoragePath) -> str:
-    return str(PurePosixPath(os.fspath(path))).lstrip("/")
+    key = str(PurePosixPath(os.fspath(path))).lstrip("/")
+    return "" if key == "." else key
+
+
+def _cause(e: BaseException) -> str:
+    # obstore appends a multi-line Rust debug dump after the message; the message is enough.
+    return str(e).split("\n\nDebug source:", 1)[0].strip()
 
 
 class _ObjectRangeReader:
@@ -67,54 +96,129 @@ class _ObjectRangeReader:
         options: dict[str, Any] = {"range": (position, end)}
         if self._etag:
             options["if_match"] = self._etag
-        result = self._storage._call("GET", self._key, obstore.get, self._storage._store,
-                                     self._key, options=options)
+        try:
+            result = self._storage._call("GET", self._key, obstore.get, self._storage._store,
+                                         self._key, options=options)
+        except PreconditionError:
+            raise KafkaStorageError(
+                f"GET {self._storage.uri}/{self._key}: the object was replaced after it was "
+                f"opened (ETag {self._etag} no longer matches)") from None
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{self._storage.uri}/{self._key} was deleted after it was opened") from None
         return bytes(result.bytes())
 
     def close(self) -> None:
         return None
 
+    def __enter__(self) -> _ObjectRangeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class ObjectStorage:
-    """A bucket prefix (or a memory store) as a ``Storage``."""
+    """A bucket prefix (or a memory store) as a ``Storage``.
 
-    def __init__(self, uri: str, options: dict[str, str] | None = None) -> None:
-        if not is_object_uri(uri):
-            raise KafkaStorageError(f"{uri!r} is not an object-store URI "
-                                    f"(schemes: {', '.join(OBJECT_SCHEMES)})")
-        self._uri = uri.rstrip("/")
-        scheme, _, rest = self._uri.partition("://")
-        if scheme.lower() == "memory":
+    >>> st = ObjectStorage("memory://doc-example")
+    >>> st.create("t-0/00000000000000000000.log", b"...")
+    True
+    """
+
+    def __init__(self, uri: str, options: Mapping[str, object] | None = None) -> None:
+        target = parse_object_uri(uri)
+        self._uri = target.uri
+        settings = split_options(target, dict(options or {}))
+        self._retry = settings.retry_config
+        self._bucket_seen = target.scheme == "memory"
+        if target.scheme == "memory":
             with _memory_lock:
-                self._store: Any = _memory_stores.setdefault(rest, MemoryStore())
-        else:
-            url = "s3://" + rest if scheme.lower() == "s3a" else self._uri
-            self._store = from_url(url, config=dict(options or {}) or None)
+                self._store: Any = _memory_stores.setdefault(target.bucket, MemoryStore())
+            return
+        try:
+            self._store = from_url(target.url, config=settings.config or None,
+                                   client_options=settings.client_options,
+                                   retry_config=settings.retry_config)  # type: ignore[arg-type]
+        except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
+            raise ConfigError(f"{self._uri}: bad object-store option: {_cause(e)}") from e
+        except Exception as e:  # obstore reports a bad option value as a generic error
+            raise ConfigError(f"{self._uri}: cannot configure the object store: "
+                              f"{_cause(e)}") from e
 
     @property
     def uri(self) -> str:
         return self._uri
 
     def _call(self, op: str, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Runs one obstore request and maps its failure to the contract's errors."""
+        where = f"{self._uri}/{key}" if key else self._uri
         try:
-            return fn(*args, **kwargs)
-        except (FileNotFoundError, NotFoundError):
-            raise FileNotFoundError(f"{self._uri}/{key}") from None
+            result = fn(*args, **kwargs)
         except (AlreadyExistsError, PreconditionError):
             raise
-        except Exception as e:  # obstore's errors carry the request; ours name the object
-            raise KafkaStorageError(f"{op} {self._uri}/{key} failed: {e}") from e
+        except (PermissionDeniedError, UnauthenticatedError) as e:
+            raise StorageAccessDeniedError(
+                f"{op} {where}: access denied; check the credentials (AWS_ACCESS_KEY_ID... or "
+                f"options) and their permissions: {_cause(e)}") from e
+        except FileNotFoundError as e:
+            if "NoSuchBucket" in str(e):
+                raise self._no_bucket(op, where, e) from e
+            if not self._bucket_seen:
+                # A HEAD of a missing bucket answers a bare 404, like a missing object.
+                self._check_bucket()
+            raise FileNotFoundError(where) from None
+        except Exception as e:  # obstore's GenericError: its text carries the HTTP status
+            text = str(e)
+            if "NoSuchBucket" in text:
+                raise self._no_bucket(op, where, e) from e
+            if any(s in text for s in _DENIED):
+                raise StorageAccessDeniedError(f"{op} {where}: access denied: {_cause(e)}") from e
+            if any(s in text.lower() for s in _UNREACHABLE):
+                raise StorageUnreachableError(
+                    f"{op} {where}: the object store did not answer (up to "
+                    f"{self._retry.get('max_retries')} retries within "
+                    f"{self._retry.get('retry_timeout')}; options max_retries, retry_timeout, "
+                    f"connect_timeout, timeout): {_cause(e)}") from e
+            raise KafkaStorageError(f"{op} {where} failed: {_cause(e)}") from e
+        self._bucket_seen = True
+        return result
+
+    def _no_bucket(self, op: str, where: str, e: BaseException) -> BucketNotFoundError:
+        return BucketNotFoundError(f"{op} {where}: the bucket of {self._uri} does not exist "
+                                   f"({_cause(e).splitlines()[0]})")
+
+    def _check_bucket(self) -> None:
+        # One LIST of at most a page, once per instance: a missing bucket raises from _call.
+        self._call("LIST", "", obstore.list_with_delimiter, self._store, None)
 
     def read(self, path: StoragePath) -> bytes:
         key = _key(path)
         return bytes(self._call("GET", key, obstore.get, self._store, key).bytes())
 
     def read_range(self, path: StoragePath, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``position``; fewer at the end, ``b""`` past it."""
         key = _key(path)
         if length <= 0:
             return b""
-        return bytes(self._call("GET", key, obstore.get_range, self._store, key,
-                                start=position, length=length))
+        try:
+            return bytes(self._call("GET", key, obstore.get_range, self._store, key,
+                                    start=position, length=length))
+        except KafkaStorageError as e:
+            if any(s in str(e) for s in _RANGE_NOT_SATISFIABLE):
+                return b""
+            raise
+
+    def read_ranges(self, path: StoragePath,
+                    ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The ``(position, length)`` ranges of one object, fetched concurrently (near ones
+        coalesced into one request); each range must lie within the object."""
+        key = _key(path)
+        if not ranges:
+            return []
+        parts = self._call("GET", key, obstore.get_ranges, self._store, key,
+                           starts=[p for p, _ in ranges], lengths=[n for _, n in ranges])
+        return [bytes(p) for p in parts]
 
     def open_range_reader(self, path: StoragePath) -> _ObjectRangeReader:
         return _ObjectRangeReader(self, _key(path))
@@ -141,11 +245,34 @@ class ObjectStorage:
         entries.sort(key=lambda e: e.name)
         return entries
 
+    def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
+        """Objects directly under ``path`` whose names sort after ``start_after``, in name
+        order: the server starts the listing there (S3 ``StartAfter``), so the cost is the
+        newer names, not the whole history."""
+        prefix = _key(path)
+        offset = (f"{prefix}/{start_after}" if prefix else start_after) or None
+        stream = self._call("LIST", prefix, obstore.list, self._store, prefix or None,
+                            offset=offset, chunk_size=1000)
+        objects = self._call("LIST", prefix, stream.collect)
+        cut = len(prefix) + 1 if prefix else 0
+        entries = [Entry(o["path"][cut:], int(o["size"]),
+                         int(o["last_modified"].timestamp() * 1000))
+                   for o in objects if "/" not in o["path"][cut:]]
+        entries.sort(key=lambda e: e.name)
+        return entries
+
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         key = _key(path)
         self._call("PUT", key, obstore.put, self._store, key, bytes(data))
 
     def create(self, path: StoragePath, data: bytes | bytearray | memoryview) -> bool:
+        """One ``PUT`` with ``If-None-Match: *``: ``False`` if anything is there.
+
+        A request that failed on the wire may be retried by the client, and a retry of a
+        ``PUT`` that in fact succeeded answers 412: the caller then sees ``False`` for its
+        own object. Commit objects should therefore carry something unique to their writer,
+        so a loser can read the winner and recognise itself.
+        """
         key = _key(path)
         try:
             self._call("PUT", key, obstore.put, self._store, key, bytes(data), mode="create")

@@ -25,6 +25,9 @@ The contract (also in docs/internals.md, "Storage contract"):
   the winner's, whole. This is the commit primitive of the bucket engine.
 - ``list_dir`` shows every path whose ``write_atomic``/``create`` returned before the call
   started (read-after-write and list-after-write consistency; S3, GCS and Azure give both).
+- ``list_after(path, start_after)`` is ``list_dir`` restricted to the files (objects)
+  whose names sort after ``start_after``, in name order; an object store starts the
+  listing there, so "commits after version v" costs the new names, not the history.
 - ``delete`` of a missing path is not an error.
 - A missing path raises ``FileNotFoundError``; any other failure raises
   ``KafkaStorageError`` naming the path (or URI) and the cause.
@@ -89,6 +92,10 @@ class Storage(Protocol):
     def list_dir(self, path: StoragePath) -> list[Entry]:
         """Direct children of ``path`` (names, not paths), in name order; ``[]`` when
         nothing is there."""
+
+    def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
+        """Files directly in ``path`` named after ``start_after`` (``""``: all), in name
+        order."""
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None: ...
 
@@ -189,6 +196,9 @@ class PosixStorage:
             return []
         entries.sort(key=lambda e: e.name)
         return entries
+
+    def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
+        return [e for e in self.list_dir(path) if not e.is_dir and e.name > start_after]
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         target = os.fspath(path)

@@ -1,0 +1,179 @@
+"""Object-store URIs and options, parsed once into what obstore takes.
+
+A URI names a bucket (or container) and a key prefix::
+
+    s3://bucket/prefix     (s3a:// is the same thing: Hadoop's name for it)
+    gs://bucket/prefix
+    az://container/prefix  (also azure://, abfs://, abfss://; the account comes from
+                            AZURE_STORAGE_ACCOUNT_NAME or the ``account_name`` option)
+    memory://name          (one in-process store per name, for tests)
+
+Options are obstore's config keys, case-insensitive, with or without the provider prefix
+(``aws_endpoint``, ``endpoint``, ``AWS_ENDPOINT_URL``, ``aws_region``, ``region``,
+``aws_access_key_id``...), its HTTP client keys (``allow_http``, ``connect_timeout``,
+``timeout``, ``proxy_url``...; ``aws_allow_http``/``AWS_ALLOW_HTTP`` too), and seglog's
+retry keys (``max_retries``, ``retry_timeout``, ``init_backoff``, ``max_backoff``). An
+option overrides the environment variable of the same meaning. docs/object-storage.md
+lists them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .errors import ConfigError, InvalidStorageUriError
+
+OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "memory")
+_PROVIDER_PREFIXES = ("aws_", "google_", "azure_")
+_ENV_PREFIX = {"s3": "AWS_", "s3a": "AWS_", "gs": "GOOGLE_", "az": "AZURE_", "abfs": "AZURE_",
+               "abfss": "AZURE_", "azure": "AZURE_"}
+
+# obstore's ClientConfig keys: passed to client_options, never in a store's config (an
+# obstore 0.12 S3 config holding one of them panics when converted back to Python).
+CLIENT_KEYS = frozenset({
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "default_content_type",
+    "http1_only", "http2_only", "http2_keep_alive_interval", "http2_keep_alive_timeout",
+    "http2_keep_alive_while_idle", "pool_idle_timeout", "pool_max_idle_per_host",
+    "proxy_url", "proxy_ca_certificate", "proxy_excludes", "randomize_addresses",
+    "read_timeout", "timeout", "user_agent",
+})
+
+# Bounded by default: obstore's own defaults retry for up to 3 minutes, which makes an
+# unreachable endpoint look like a hang. Real stores still get retries for 5xx/SlowDown.
+DEFAULT_CLIENT = {"connect_timeout": "5s", "timeout": "60s"}
+DEFAULT_MAX_RETRIES = 4
+DEFAULT_RETRY_TIMEOUT = timedelta(seconds=20)
+DEFAULT_INIT_BACKOFF = timedelta(milliseconds=100)
+DEFAULT_MAX_BACKOFF = timedelta(seconds=5)
+RETRY_KEYS = ("max_retries", "retry_timeout", "init_backoff", "max_backoff")
+
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_OTHER_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,221}")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min)?\s*")
+_UNIT_SECONDS = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0}
+
+
+def is_object_uri(location: object) -> bool:
+    """True for ``scheme://...`` with a scheme of an object store; local paths are False."""
+    if not isinstance(location, str):
+        return False
+    scheme, sep, _ = location.partition("://")
+    return bool(sep) and scheme.lower() in OBJECT_SCHEMES
+
+
+@dataclass(frozen=True)
+class ObjectStoreTarget:
+    """A parsed URI: ``url`` is what obstore opens (``s3a`` mapped to ``s3``)."""
+
+    uri: str
+    scheme: str
+    bucket: str
+    prefix: str
+    url: str
+
+
+@dataclass(frozen=True)
+class ObjectStoreSettings:
+    """Options split the way obstore takes them."""
+
+    config: dict[str, str] = field(default_factory=dict)
+    client_options: dict[str, Any] = field(default_factory=dict)
+    retry_config: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_object_uri(uri: str) -> ObjectStoreTarget:
+    """Checks an object-store URI; a bad one raises ``InvalidStorageUriError`` naming it."""
+    if not is_object_uri(uri):
+        raise InvalidStorageUriError(
+            f"{uri!r} is not an object-store URI (scheme://bucket/prefix with a scheme in "
+            f"{', '.join(OBJECT_SCHEMES)})")
+    if any(c in uri for c in "?#") or any(c.isspace() for c in uri):
+        raise InvalidStorageUriError(f"object-store URI {uri!r}: no query, fragment or "
+                                     "whitespace allowed")
+    scheme, _, rest = uri.rstrip("/").partition("://")
+    scheme = scheme.lower()
+    bucket, _, prefix = rest.partition("/")
+    if scheme == "memory":
+        return ObjectStoreTarget(uri.rstrip("/"), scheme, bucket, prefix, "")
+    pattern = _S3_BUCKET if scheme in ("s3", "s3a") else _OTHER_BUCKET
+    if not pattern.fullmatch(bucket):
+        raise InvalidStorageUriError(
+            f"object-store URI {uri!r}: {bucket!r} is not a valid bucket or container name")
+    if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
+        raise InvalidStorageUriError(
+            f"object-store URI {uri!r}: the prefix {prefix!r} has an empty, '.' or '..' part")
+    url = f"{'s3' if scheme == 's3a' else scheme}://{rest}"
+    return ObjectStoreTarget(uri.rstrip("/"), scheme, bucket, prefix, url.rstrip("/"))
+
+
+def _duration(uri: str, key: str, value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    match = _DURATION.fullmatch(str(value))
+    if not match:
+        raise ConfigError(f"{uri}: option {key}={value!r} is not a duration "
+                          "(e.g. 500ms, 20s, 2min)")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def _retry_config(uri: str, given: dict[str, object]) -> dict[str, Any]:
+    raw_retries = given.get("max_retries", DEFAULT_MAX_RETRIES)
+    try:
+        max_retries = int(str(raw_retries))
+    except ValueError:
+        max_retries = -1
+    if max_retries < 0:
+        raise ConfigError(f"{uri}: option max_retries={raw_retries!r} is not a count >= 0")
+    return {
+        "max_retries": max_retries,
+        "retry_timeout": _duration(uri, "retry_timeout",
+                                   given.get("retry_timeout", DEFAULT_RETRY_TIMEOUT)),
+        "backoff": {
+            "init_backoff": _duration(uri, "init_backoff",
+                                      given.get("init_backoff", DEFAULT_INIT_BACKOFF)),
+            "max_backoff": _duration(uri, "max_backoff",
+                                     given.get("max_backoff", DEFAULT_MAX_BACKOFF)),
+            "base": 2,
+        },
+    }
+
+
+def split_options(target: ObjectStoreTarget,
+                  options: dict[str, object] | None) -> ObjectStoreSettings:
+    """Sorts ``options`` into obstore's store config, client options and retry config.
+
+    Store keys are left for obstore to validate (it knows each provider's names); a key it
+    rejects is reported by ``ObjectStorage`` as a ``ConfigError`` naming the key.
+    """
+    options = dict(options or {})
+    if target.scheme == "memory":
+        if options:
+            raise ConfigError(f"{target.uri}: a memory store takes no options "
+                              f"(given: {', '.join(sorted(options))})")
+        return ObjectStoreSettings()
+    config: dict[str, str] = {}
+    # obstore reads client keys from the environment (AWS_ALLOW_HTTP...) only when given no
+    # client options at all; seglog always gives some (its timeouts), so it reads them.
+    client: dict[str, Any] = dict(DEFAULT_CLIENT)
+    env_prefix = _ENV_PREFIX[target.scheme]
+    for key in sorted(CLIENT_KEYS):
+        value = os.environ.get(env_prefix + key.upper())
+        if value is not None:
+            client[key] = value
+    retry: dict[str, object] = {}
+    for raw_key, value in options.items():
+        key = str(raw_key).lower()
+        bare = next((key[len(p):] for p in _PROVIDER_PREFIXES if key.startswith(p)), key)
+        if key in RETRY_KEYS:
+            retry[key] = value
+        elif bare in CLIENT_KEYS:
+            client[bare] = value if isinstance(value, timedelta) else str(value)
+        elif not isinstance(value, str):
+            raise ConfigError(f"{target.uri}: option {raw_key}={value!r} must be a string")
+        else:
+            config[key] = value
+    return ObjectStoreSettings(config, client, _retry_config(target.uri, retry))
