@@ -28,3 +28,11 @@ class StorageUnderTest:
         if self.kind == "posix":
             return os.path.join(self.location, *parts)
         return "/".join(parts)
+
+    def makedirs(self, *parts: str) -> str:
+        """The path of a directory, made where directories exist (posix: ``write_atomic``
+        and ``create`` do not make parents; an object store has no directories)."""
+        path = self.path(*parts)
+        if self.kind == "posix":
+            os.makedirs(path, exist_ok=True)
+        return path

@@ -167,3 +167,14 @@ def test_other_failures_stay_kafka_storage_errors(s3_uri):
     st.write_atomic("t-0/x.log", b"0123456789")
     with pytest.raises(KafkaStorageError, match="t-0/x.log"):
         st.read_ranges("t-0/x.log", [(50, 10)])
+
+
+@pytest.mark.parametrize("scheme", ["memory", "s3"])
+def test_read_ranges_fetches_several_ranges_of_one_object(scheme, request):
+    uri = request.getfixturevalue("s3_uri") if scheme == "s3" else "memory://read-ranges"
+    st = ObjectStorage(uri)
+    data = bytes(range(256)) * 64
+    st.write_atomic("t-0/seg.log", data)
+    ranges = [(0, 61), (5000, 12), (len(data) - 7, 7), (3_000_000 % len(data), 100)]
+    assert st.read_ranges("t-0/seg.log", ranges) == [data[p:p + n] for p, n in ranges]
+    assert st.read_ranges("t-0/seg.log", []) == []
