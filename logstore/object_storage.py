@@ -12,7 +12,7 @@ URIs and options: see ``object_store_config`` (``s3://bucket/prefix``, ``gs://``
 
 Failures are named: ``BucketNotFoundError``, ``StorageAccessDeniedError`` (401/403),
 ``StorageUnreachableError`` (no answer within the bounded retries: by default 4 retries
-within 20 s, 5 s to connect, 60 s per request), ``InvalidStorageUriError`` and
+within 30 s, 5 s to connect, 15 s of silence per read), ``InvalidStorageUriError`` and
 ``ConfigError`` (options), each a ``KafkaStorageError`` naming the URI and the cause. A
 missing object is ``FileNotFoundError``, as the contract says; a missing bucket never is.
 
@@ -177,9 +177,10 @@ class ObjectStorage:
             if any(s in text.lower() for s in _UNREACHABLE):
                 raise StorageUnreachableError(
                     f"{op} {where}: the object store did not answer (up to "
-                    f"{self._retry.get('max_retries')} retries within "
-                    f"{self._retry.get('retry_timeout')}; options max_retries, retry_timeout, "
-                    f"connect_timeout, timeout): {_cause(e)}") from e
+                    f"{self._retry['max_retries']} retries within "
+                    f"{self._retry['retry_timeout'].total_seconds():g} s; options "
+                    f"max_retries, retry_timeout, connect_timeout, read_timeout, timeout): "
+                    f"{_cause(e)}") from e
             raise KafkaStorageError(f"{op} {where} failed: {_cause(e)}") from e
         self._bucket_seen = True
         return result

@@ -42,11 +42,14 @@ CLIENT_KEYS = frozenset({
     "read_timeout", "timeout", "user_agent",
 })
 
-# Bounded by default: obstore's own defaults retry for up to 3 minutes, which makes an
-# unreachable endpoint look like a hang. Real stores still get retries for 5xx/SlowDown.
-DEFAULT_CLIENT = {"connect_timeout": "5s", "timeout": "60s"}
+# Bounded by default: with obstore's own defaults a silent endpoint (one that accepts and
+# never answers) costs 30 s per attempt and retries for 3 minutes, which looks like a hang.
+# A stall is caught by read_timeout (reset by every read, so a 1 GiB segment still
+# downloads); timeout only bounds a whole request. Real stores still get retries for
+# 5xx/SlowDown.
+DEFAULT_CLIENT = {"connect_timeout": "5s", "read_timeout": "15s", "timeout": "10min"}
 DEFAULT_MAX_RETRIES = 4
-DEFAULT_RETRY_TIMEOUT = timedelta(seconds=20)
+DEFAULT_RETRY_TIMEOUT = timedelta(seconds=30)
 DEFAULT_INIT_BACKOFF = timedelta(milliseconds=100)
 DEFAULT_MAX_BACKOFF = timedelta(seconds=5)
 RETRY_KEYS = ("max_retries", "retry_timeout", "init_backoff", "max_backoff")
@@ -154,7 +157,7 @@ def split_options(target: ObjectStoreTarget,
         if options:
             raise ConfigError(f"{target.uri}: a memory store takes no options "
                               f"(given: {', '.join(sorted(options))})")
-        return ObjectStoreSettings()
+        return ObjectStoreSettings(retry_config=_retry_config(target.uri, {}))
     config: dict[str, str] = {}
     # obstore reads client keys from the environment (AWS_ALLOW_HTTP...) only when given no
     # client options at all; seglog always gives some (its timeouts), so it reads them.

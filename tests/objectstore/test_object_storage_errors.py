@@ -26,7 +26,7 @@ def _free_port() -> int:
 
 
 def test_an_unreachable_endpoint_fails_after_the_default_bounded_retries(monkeypatch):
-    # Connection refused: obstore's own defaults would retry for 3 minutes.
+    # Connection refused, with seglog's default retry bounds (no options).
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
@@ -45,7 +45,7 @@ def test_an_endpoint_that_accepts_but_never_answers_times_out(s3_uri):
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
         endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        st = ObjectStorage(s3_uri, {"aws_endpoint": endpoint, "timeout": "300ms",
+        st = ObjectStorage(s3_uri, {"aws_endpoint": endpoint, "read_timeout": "300ms",
                                     "max_retries": "1", "retry_timeout": "2s"})
         with pytest.raises(StorageUnreachableError, match="did not answer"):
             st.read("x")
