@@ -117,3 +117,14 @@ class OffsetBelowLogStartError(MissingDataError, OffsetOutOfRangeError):
 class SinkCommitError(SeglogError):
     """The sink cannot publish a batch as staged (a task left no commit message, the topic
     changed under the batch, a staging file is missing); nothing of the batch is visible."""
+
+
+class CorruptMetadataError(SeglogError):
+    """A bucket's commit, snapshot or segment entry cannot be what the format says (it
+    fails to parse, or applying it would break the log); the message names the object."""
+
+
+class CommitConflictError(SeglogError):
+    """A bucket writer lost the race for the next commit version too often (other
+    writers kept committing first), or what it was committing was changed under it;
+    nothing of its operation is visible."""

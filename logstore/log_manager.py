@@ -57,6 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .bucket_manager import BucketLogManager, bucket_uri
 from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
@@ -154,6 +155,11 @@ class LogManager(PartitionTable):
         # working without a second, mode-switching code path. A factory function would
         # need every such call changed at once, and a subclass would be a writer that
         # cannot write. Python skips __init__ since the result is no LogManager.
+        uri = bucket_uri(log_dirs)
+        if uri is not None:
+            if repair:
+                raise ConfigError(f"repair=True is for local log dirs, not {uri}")
+            return BucketLogManager(uri, read_only=read_only, **kwargs)
         if not read_only:
             return super().__new__(cls)
         if repair:

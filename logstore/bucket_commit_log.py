@@ -1,0 +1,233 @@
+"""``CommitLog``: the bucket engine's optimistic commit protocol over a ``Storage``.
+
+No lock, no lease. What is visible is the fold of ``_seglog/log/<version>.json``; a
+writer makes version ``current + 1`` visible by creating that object with
+create-if-absent, of which exactly one concurrent creator wins (``Storage.create``).
+
+- **Open** (bounded requests): GET the hint ``_seglog/last-snapshot``, GET that snapshot,
+  LIST ``_seglog/log/``, GET each commit after the snapshot (at most ``SNAPSHOT_EVERY``
+  of them unless a snapshot writer died). A missing or damaged hint, or a hint naming a
+  missing snapshot, falls back to LISTing the snapshots (or to folding from version 0).
+- **Refresh**: one LIST of ``_seglog/log/`` and a GET per newer commit. When the next
+  version is missing but later ones exist, old commits were collected under a slow
+  reader: it reloads from the newest snapshot.
+- **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
+  commit will reference (unique names) and returns the change (or None: nothing to do).
+  The change is checked by folding it into the state (``BucketState.apply``), then
+  created as the next version. On a lost race the writer reads the new commits and calls
+  ``build`` again with the new state (an append re-stamps its offsets and re-uploads;
+  an operation whose inputs vanished raises), after a bounded, jittered backoff; after
+  ``max_attempts`` a ``CommitConflictError`` names the URI.
+- The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
+  hint (so the hint is never ahead of a snapshot that exists).
+
+Crash steps (``SEGLOG_CRASH_AT=<step>``, the sink's mechanism): ``after-upload`` (objects
+uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-snapshot``
+(snapshot written, hint not). A crash anywhere leaves either the old or the new version
+visible, whole; uploads no commit references are collected later.
+
+Thread-safety: one ``CommitLog`` is used under its owner's lock (``_lock`` guards the
+state it caches; concurrent ``commit`` calls in one process serialize on it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .bucket_state import (
+    COMMIT_DIR,
+    HINT_KEY,
+    SNAPSHOT_DIR,
+    SNAPSHOT_EVERY,
+    BucketState,
+    Commit,
+    PartitionChange,
+    TopicSpec,
+    commit_key,
+    parse_version_name,
+    snapshot_key,
+)
+from .clock import SYSTEM_CLOCK, Clock
+from .errors import CommitConflictError, CorruptMetadataError, KafkaStorageError
+from .storage import Storage
+
+logger = logging.getLogger(__name__)
+
+CRASH_ENV = "SEGLOG_CRASH_AT"
+CRASH_STEPS = ("after-upload", "after-commit", "after-snapshot")
+"""Named steps of a bucket commit where a test may kill the process (``crash_point``)."""
+MAX_ATTEMPTS = 20
+BACKOFF_MS = (10, 1000)
+"""The first and the largest sleep between attempts (doubling, with full jitter)."""
+
+
+def crash_point(step: str) -> None:
+    """Kill this process (SIGKILL, no cleanup) if ``SEGLOG_CRASH_AT`` names ``step``."""
+    if os.environ.get(CRASH_ENV) == step:
+        logger.warning("%s=%s: killing process %d", CRASH_ENV, step, os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What ``build`` returns: the body of the next commit."""
+
+    topics: Mapping[str, TopicSpec | None] = field(default_factory=dict)
+    partitions: Mapping[str, PartitionChange] = field(default_factory=dict)
+    sinks: Mapping[str, Any] = field(default_factory=dict)
+
+
+class CommitLog:
+    """The commit log of one bucket log dir; see the module docstring."""
+
+    def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
+                 writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.writer_id = writer_id or uuid.uuid4().hex[:16]
+        self.max_attempts = max_attempts
+        self._sleep = sleep
+        self._lock = threading.RLock()  # guards _state
+        self._state = BucketState()
+        self._load()
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def state(self) -> BucketState:
+        return self._state
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Open: the newest snapshot the hint (or a LIST) finds, then the newer commits."""
+        base = self._snapshot_from_hint()
+        if base is None:
+            base = self._newest_listed_snapshot()
+        with self._lock:
+            self._state = base or BucketState()
+        self.refresh()
+
+    def _snapshot_from_hint(self) -> BucketState | None:
+        try:
+            raw = self.storage.read(HINT_KEY)
+        except FileNotFoundError:
+            return None
+        try:
+            version = json.loads(raw)["version"]
+            if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+                raise ValueError(f"version {version!r}")
+        except (ValueError, KeyError, TypeError) as e:
+            # Only a hint: the snapshots themselves are listed instead (nothing is lost).
+            logger.warning("%s/%s is damaged (%s); listing the snapshots instead", self.uri,
+                           HINT_KEY, e)
+            return None
+        return self._read_snapshot(version)
+
+    def _read_snapshot(self, version: int) -> BucketState | None:
+        key = snapshot_key(version)
+        try:
+            data = self.storage.read(key)
+        except FileNotFoundError:
+            return None  # collected after a newer one: the caller lists them
+        return BucketState.decode(data, f"{self.uri}/{key}", version)
+
+    def _newest_listed_snapshot(self) -> BucketState | None:
+        versions = sorted(v for v in (parse_version_name(e.name)
+                                      for e in self.storage.list_dir(SNAPSHOT_DIR))
+                          if v is not None)
+        for version in reversed(versions):
+            state = self._read_snapshot(version)
+            if state is not None:
+                return state
+        return None
+
+    def refresh(self) -> bool:
+        """Fold the commits newer than the state (one LIST, a GET per new commit); True
+        if the state changed."""
+        with self._lock:
+            state = self._state
+            listed = sorted(v for v in (parse_version_name(e.name)
+                                        for e in self.storage.list_dir(COMMIT_DIR))
+                            if v is not None and v > state.version)
+            if listed and listed[0] != state.version + 1:
+                # Commits after our version were collected (we are older than
+                # file.delete.delay.ms): a newer snapshot holds them.
+                newer = self._newest_listed_snapshot()
+                if newer is None or newer.version < listed[0] - 1:
+                    raise CorruptMetadataError(
+                        f"{self.uri}: commit {state.version + 1} is missing (the log lists "
+                        f"{listed[0]} next) and no snapshot covers it")
+                state = newer
+                listed = [v for v in listed if v > state.version]
+            for version in listed:
+                key = commit_key(version)
+                where = f"{self.uri}/{key}"
+                try:
+                    data = self.storage.read(key)
+                except FileNotFoundError:
+                    raise CorruptMetadataError(f"{where} was listed but cannot be read") \
+                        from None
+                state = state.apply(Commit.decode(data, where, version), where)
+            changed = state.version != self._state.version
+            self._state = state
+            return changed
+
+    # -- writing ---------------------------------------------------------------------
+
+    def commit(self, operation: str, build: Callable[[BucketState], Change | None]
+               ) -> BucketState | None:
+        """Make ``build``'s change the next version; returns the new state, or None when
+        ``build`` said there is nothing to do. Retries a lost race (see the module
+        docstring); raises CommitConflictError after ``max_attempts``."""
+        with self._lock:
+            for attempt in range(self.max_attempts):
+                state = self._state
+                change = build(state)
+                if change is None:
+                    return None
+                version = state.version + 1
+                commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
+                                change.topics, change.partitions, change.sinks)
+                key = commit_key(version)
+                new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
+                crash_point("after-upload")
+                if self.storage.create(key, commit.encode()):
+                    self._state = new_state
+                    crash_point("after-commit")
+                    if version % SNAPSHOT_EVERY == 0:
+                        self._write_snapshot(new_state)
+                    return new_state
+                logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
+                            self.uri, version, operation, attempt + 1)
+                self.refresh()
+                cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
+                self._sleep(random.uniform(0, cap) / 1000)
+            raise CommitConflictError(
+                f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
+                f"other writers committed first every time (the log is at version "
+                f"{self._state.version}); nothing of this {operation} is visible")
+
+    def _write_snapshot(self, state: BucketState) -> None:
+        try:
+            self.storage.write_atomic(snapshot_key(state.version), state.encode())
+            crash_point("after-snapshot")
+            self.storage.write_atomic(HINT_KEY, json.dumps({"version": state.version}).encode())
+        except KafkaStorageError as e:
+            # The commit stands; a later writer's snapshot covers it. Readers just fold
+            # more commits meanwhile.
+            logger.warning("%s: committed version %d but could not write its snapshot: %s",
+                           self.uri, state.version, e)

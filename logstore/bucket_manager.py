@@ -1,0 +1,359 @@
+"""``BucketLogManager``: a log dir in an object-store bucket (``s3://bucket/prefix``,
+``gs://``, ``az://``, ``memory://name``), with the public API of ``LogManager``.
+
+``LogManager(["s3://bucket/logs"])`` returns one (``LogManager.__new__``), and
+``LogManager(uri, read_only=True)`` returns one that refuses writes. Every process may
+write: there is no lock. Each operation is one commit of ``bucket_commit_log`` (the
+protocol, its retries and crash steps): ``create_topic``, ``alter_topic_config``,
+``add_partitions``, ``delete_topic``, ``delete_records`` and ``append``. An append is
+checked as ``Log.append`` checks it (``log_validator``: CRC, sizes, timestamps), given
+offsets from the committed log end, cut into segments of at most ``segment.bytes``,
+uploaded as ``.log``/``.index``/``.timeindex`` objects under unique names, and committed;
+a lost race re-stamps the offsets from the new end and uploads again (the first upload
+is deleted at once: no commit references it). Nothing is deleted when it leaves the
+state: removed segments, deleted topics and dead writers' uploads are collected later
+(``file.delete.delay.ms``).
+
+Reads go through ``get_log(topic, partition)``, a ``bucket_log.BucketLog`` (the shared
+read path). ``high_watermarks()``, ``log_start_offsets()`` and ``topics()`` refresh the
+state first (one LIST); other lookups refresh only when they miss.
+
+Thread-safety: the public methods are thread-safe (``_lock`` guards the logs opened;
+the ``CommitLog`` serializes commits of this process).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .bucket_commit_log import Change, CommitLog
+from .bucket_log import BucketLog
+from .bucket_segment import SegmentObjects, build_segments
+from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
+from .clock import SYSTEM_CLOCK, Clock
+from .config import LogConfig, ManagerConfig
+from .errors import (
+    CommitConflictError,
+    ConfigError,
+    InvalidRecordError,
+    LogDirError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .log import AppendInfo
+from .log_dirs import TopicPartition
+from .log_validator import assign_offsets_from, validate_batches
+from .object_storage import ObjectStorage, is_object_uri
+from .storage import Storage
+from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
+
+logger = logging.getLogger(__name__)
+
+
+def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
+    """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
+    None for local paths. A mix of URIs and paths, or several URIs, is refused."""
+    dirs = [log_dirs] if isinstance(log_dirs, str) or not isinstance(log_dirs, Iterable) \
+        else list(log_dirs)
+    uris = [d for d in dirs if is_object_uri(d)]
+    if not uris:
+        return None
+    if len(uris) != len(dirs):
+        raise LogDirError(f"log dirs {[str(d) for d in dirs]} mix object-store URIs and "
+                          f"local paths; a manager's log dirs are all local or one bucket URI")
+    if len(uris) > 1:
+        raise LogDirError(f"log dirs {uris}: a manager takes one bucket URI (a bucket has no "
+                          f"per-disk placement to spread partitions over)")
+    return uris[0]
+
+
+class BucketLogManager:
+    """Every partition of one bucket log dir; see the module docstring."""
+
+    def __init__(self, uri: str | Storage, *, read_only: bool = False,
+                 config: ManagerConfig | Mapping[str, Any] | None = None,
+                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 clock: Clock = SYSTEM_CLOCK, storage_options: Mapping[str, str] | None = None,
+                 commit_log: CommitLog | None = None) -> None:
+        self.storage: Storage = (ObjectStorage(uri, dict(storage_options or {}))
+                                 if isinstance(uri, str) else uri)
+        self.read_only = read_only
+        self.clock = clock
+        self.config = (config if isinstance(config, ManagerConfig)
+                       else ManagerConfig.from_properties(config))
+        self.default_topic_config = (
+            default_topic_config if isinstance(default_topic_config, LogConfig)
+            else LogConfig.from_properties(default_topic_config))
+        self.commits = commit_log or CommitLog(self.storage, clock=clock)
+        self._lock = threading.RLock()  # guards _logs, _configs
+        self._logs: dict[TopicPartition, BucketLog] = {}
+        self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
+        self._closed = False
+
+    @property
+    def uri(self) -> str:
+        return self.storage.uri
+
+    @property
+    def state(self) -> BucketState:
+        return self.commits.state
+
+    def refresh(self) -> bool:
+        """Fold the commits other processes made since (one LIST); True if any."""
+        return self.commits.refresh()
+
+    def check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyError(f"log dir {self.uri} is open read-only")
+        if self._closed:
+            raise LogDirError(f"the manager of {self.uri} is closed")
+
+    # -- topics ----------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        self.refresh()
+        return sorted(self.state.topics)
+
+    def _spec(self, topic: str) -> TopicSpec:
+        spec = self.state.topics.get(topic)
+        if spec is None:
+            self.refresh()
+            spec = self.state.topics.get(topic)
+        if spec is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.uri}")
+        return spec
+
+    def partitions(self, topic: str) -> list[int]:
+        return list(range(self._spec(topic).partitions))
+
+    def topic_overrides(self, name: str) -> dict[str, str]:
+        return dict(self._spec(name).config)
+
+    def topic_config(self, topic: str) -> LogConfig:
+        spec = self._spec(topic)
+        with self._lock:
+            cached = self._configs.get(topic)
+            if cached is not None and cached[0] == spec:
+                return cached[1]
+        config = LogConfig.from_properties(dict(spec.config), base=self.default_topic_config)
+        with self._lock:
+            self._configs[topic] = (spec, config)
+        return config
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """Create ``name``; raises InvalidTopicError, TopicExistsError, ConfigError."""
+        self.check_writable()
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ConfigError(f"partitions must be an integer of at least 1, got {partitions!r}")
+        overrides = parse_overrides(config, base=self.default_topic_config)
+
+        def build(state: BucketState) -> Change:
+            if name in state.topics:
+                raise TopicExistsError(f"topic {name!r} already exists in {self.uri}")
+            warn_on_collision(name, state.topics)
+            return Change(topics={name: TopicSpec(partitions, overrides)})
+
+        self.commits.commit("create_topic", build)
+        logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> dict[str, str]:
+        """Set and delete config overrides of ``name`` (one commit); returns the new ones."""
+        self.check_writable()
+        delete = list(delete)
+        result: dict[str, str] = {}
+
+        def build(state: BucketState) -> Change:
+            spec = state.topics.get(name)
+            if spec is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
+            new = altered_overrides(spec.config, set_configs, delete,
+                                    base=self.default_topic_config)
+            result.clear()
+            result.update(new)
+            return Change(topics={name: TopicSpec(spec.partitions, new)})
+
+        self.commits.commit("alter_config", build)
+        return result
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (never shrinks)."""
+        self.check_writable()
+
+        def build(state: BucketState) -> Change:
+            spec = state.topics.get(name)
+            if spec is None:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
+            if isinstance(total, bool) or not isinstance(total, int) or total <= spec.partitions:
+                raise ConfigError(f"topic {name!r} has {spec.partitions} partitions; the new "
+                                  f"total must be higher, got {total!r}")
+            return Change(topics={name: TopicSpec(total, spec.config)})
+
+        self.commits.commit("add_partitions", build)
+
+    def delete_topic(self, name: str) -> None:
+        """Remove ``name`` from the state (one commit); its objects are collected later."""
+        self.check_writable()
+
+        def build(state: BucketState) -> Change:
+            if name not in state.topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
+            return Change(topics={name: None})
+
+        self.commits.commit("delete_topic", build)
+        with self._lock:
+            for tp in [tp for tp in self._logs if tp[0] == name]:
+                self._logs.pop(tp).close()
+        logger.info("deleted topic %s from %s", name, self.uri)
+
+    # -- logs ------------------------------------------------------------------------
+
+    def _partition_state(self, topic: str, partition: int) -> PartitionState:
+        ps = self.state.partition(topic, partition)
+        if ps is None:
+            self.refresh()
+            ps = self.state.partition(topic, partition)
+        if ps is None:
+            raise UnknownTopicOrPartitionError(
+                f"unknown partition {topic}-{partition} in {self.uri}")
+        return ps
+
+    def get_log(self, topic: str, partition: int) -> BucketLog:
+        """The partition's reader (the shared read path over its committed segments)."""
+        self._partition_state(topic, partition)
+        with self._lock:
+            log = self._logs.get((topic, partition))
+            if log is None:
+                config = self.topic_config(topic)
+
+                def source(refresh: bool) -> PartitionState | None:
+                    if refresh:
+                        self.refresh()
+                    return self.state.partition(topic, partition)
+
+                log = self._logs[(topic, partition)] = BucketLog(
+                    self.storage, topic, partition, config, source)
+            return log
+
+    def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
+        """Validate, upload and commit record batches; returns their ``AppendInfo``."""
+        self.check_writable()
+        key = tp_key(topic, partition)
+        self._partition_state(topic, partition)
+        config = self.topic_config(topic)
+        buf = bytearray(records)
+        headers = validate_batches(buf, config, tp=key, now_ms=self.clock.milliseconds(),
+                                   assign_offsets=True)
+        if any(h.is_transactional or h.is_control for h in headers):
+            raise InvalidRecordError(f"append to {key} in {self.uri}: transactional and "
+                                     f"control batches are not supported on a bucket yet")
+        if not headers:
+            hw = self._partition_state(topic, partition).high_watermark
+            return AppendInfo(hw, hw - 1, -1, -1, 0, 0)
+        uploaded: list[SegmentObjects] = []
+        stamped: dict[str, Any] = {}
+
+        def build(state: BucketState) -> Change:
+            ps = state.partitions.get(key)
+            if ps is None:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {key} of {self.uri} was deleted during the append")
+            end = ps.high_watermark
+            if stamped.get("end") != end:
+                self._discard(uploaded)
+                stamped["headers"] = assign_offsets_from(buf, headers, end, tp=key,
+                                                         assign=True)
+                segments = build_segments(buf, stamped["headers"], topic=topic,
+                                          partition=partition,
+                                          segment_bytes=config.segment_bytes,
+                                          index_interval_bytes=config.index_interval_bytes)
+                self._upload(segments)
+                uploaded[:] = segments
+                stamped["end"] = end
+            return Change(partitions={key: PartitionChange(
+                add=tuple(s.entry for s in uploaded))})
+
+        try:
+            self.commits.commit("append", build)
+        except (CommitConflictError, UnknownTopicOrPartitionError):
+            self._discard(uploaded)  # certainly not committed (unlike a failed request)
+            raise
+        hs = stamped["headers"]
+        max_ts, max_ts_offset = -1, hs[0].last_offset
+        for h in hs:
+            if h.max_timestamp > max_ts:
+                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+        return AppendInfo(hs[0].base_offset, hs[-1].last_offset, max_ts, max_ts_offset,
+                          sum(h.records_count for h in hs), len(buf))
+
+    def _upload(self, segments: list[SegmentObjects]) -> None:
+        for seg in segments:
+            for key, data in seg.uploads():
+                self.storage.write_atomic(key, data)
+
+    def _discard(self, segments: list[SegmentObjects]) -> None:
+        """Uploads of a lost attempt: no commit references them, nobody else knows them."""
+        for seg in segments:
+            for key, _data in seg.uploads():
+                self.storage.delete(key)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: raise the log start offset to ``offset`` (one commit);
+        returns the new log start offset."""
+        self.check_writable()
+        key = tp_key(topic, partition)
+
+        def build(state: BucketState) -> Change | None:
+            ps = state.partitions.get(key)
+            if ps is None:
+                raise UnknownTopicOrPartitionError(f"unknown partition {key} in {self.uri}")
+            if not 0 <= offset <= ps.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {key} in {self.uri} below offset {offset}: "
+                    f"the log holds [{ps.log_start_offset}, {ps.high_watermark})")
+            if offset <= ps.log_start_offset:
+                return None
+            return Change(partitions={key: PartitionChange(log_start_offset=offset)})
+
+        self.commits.commit("delete_records", build)
+        return self._partition_state(topic, partition).log_start_offset
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Per partition, the committed log end (refreshed: one LIST)."""
+        self.refresh()
+        return {_parse_tp(k): p.high_watermark for k, p in self.state.partitions.items()}
+
+    def log_start_offsets(self) -> dict[TopicPartition, int]:
+        self.refresh()
+        return {_parse_tp(k): p.log_start_offset for k, p in self.state.partitions.items()}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for log in self._logs.values():
+                log.close()
+            self._logs.clear()
+
+    def __enter__(self) -> BucketLogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only " if self.read_only else ""
+        return f"BucketLogManager({mode}{self.uri}, version {self.state.version})"
+
+
+def _parse_tp(key: str) -> TopicPartition:
+    topic, _, n = key.rpartition("-")
+    return (topic, int(n))

@@ -1,0 +1,293 @@
+"""A segment in a bucket: building its three objects, and reading it through the shared
+read path.
+
+**Writing.** ``build_segments`` cuts validated batches (offsets assigned) into segments of
+at most ``segment.bytes`` (at least one batch each; relative offsets within 32 bits) and
+computes each one's ``.index`` and ``.timeindex`` bytes exactly as ``LogSegment.append``
+followed by the roll's final time-index entry would leave them (Kafka's rules: an entry
+once more than ``index.interval.bytes`` were appended since the last one, checked
+before a batch; the time index only when the max timestamp grows). The objects are
+immutable, so an empty index is no object at all (its size 0 in the commit).
+
+**Reading.** ``BucketSegment`` is a read-only ``LogSegment`` whose ``.log`` is read with
+ranged GETs and whose indexes are the index objects' bytes (fetched on first use, kept:
+objects never change), so ``LogSegment``'s lookups, batch walks and checks serve bucket
+partitions unchanged. Thread-safety: safe for concurrent readers (``_lock`` guards the
+lazily fetched indexes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from .abstract_index import AbstractIndex
+from .bucket_state import SegmentEntry, segment_key
+from .errors import CorruptMetadataError, KafkaStorageError
+from .log_segment import LogSegment
+from .offset_index import OffsetIndex
+from .record_format import INT32_MAX, BatchHeader
+from .storage import RangeReader, Storage
+from .time_index import TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+
+
+def new_segment_id() -> str:
+    """16 random hex digits (KIP-405 names remote segments with a unique id too): a dead
+    writer's orphan upload can never take a later writer's name."""
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentObjects:
+    """One segment ready to upload: its commit entry and the bytes of its objects."""
+
+    entry: SegmentEntry
+    log: memoryview
+    index: bytes
+    timeindex: bytes
+
+    def uploads(self) -> list[tuple[str, memoryview | bytes]]:
+        """(key, bytes) of each object to put; an empty index has none."""
+        out: list[tuple[str, memoryview | bytes]] = [(self.entry.key + LOG_SUFFIX, self.log)]
+        if self.index:
+            out.append((self.entry.key + INDEX_SUFFIX, self.index))
+        if self.timeindex:
+            out.append((self.entry.key + TIMEINDEX_SUFFIX, self.timeindex))
+        return out
+
+
+def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, topic: str,
+                   partition: int, segment_bytes: int, index_interval_bytes: int
+                   ) -> list[SegmentObjects]:
+    """The segments holding ``headers``' batches of ``buf`` (consecutive, offsets
+    assigned, ``headers[i].position`` their positions in ``buf``)."""
+    view = memoryview(buf)
+    out: list[SegmentObjects] = []
+    i = 0
+    while i < len(headers):
+        first = headers[i]
+        j = i + 1
+        while j < len(headers):
+            h = headers[j]
+            if h.end_position - first.position > segment_bytes \
+                    or h.last_offset - first.base_offset > INT32_MAX:
+                break
+            j += 1
+        out.append(_segment(view, headers[i:j], topic, partition, index_interval_bytes))
+        i = j
+    return out
+
+
+def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition: int,
+             interval: int) -> SegmentObjects:
+    base = headers[0].base_offset
+    start = headers[0].position
+    offsets = bytearray()
+    times = bytearray()
+    last_ts = -1
+    max_ts, max_ts_offset = -1, base
+    since = 0
+    for h in headers:  # LogSegment.append's indexing, from an empty segment
+        if h.max_timestamp > max_ts:
+            max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+        if since > interval:
+            offsets += OffsetIndex.ENTRY.pack(h.last_offset - base, h.position - start)
+            if max_ts > last_ts:
+                times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)
+                last_ts = max_ts
+        since += h.size
+    if max_ts > last_ts:  # the final entry of a segment that becomes inactive
+        times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)
+    end = headers[-1].end_position
+    entry = SegmentEntry(segment_key(topic, partition, base, new_segment_id()), base,
+                         headers[-1].last_offset + 1, end - start, max_ts, len(offsets),
+                         len(times))
+    return SegmentObjects(entry, view[start:end], bytes(offsets), bytes(times))
+
+
+# ------------------------------------------------------------------------------ reading
+
+class ObjectPath(PurePosixPath):
+    """An object's URI where the read path expects a file path (messages, ``.name``):
+    ``PurePosixPath`` would print ``s3://b/k`` as ``s3:/b/k``."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        scheme, sep, rest = text.partition(":/")
+        return f"{scheme}://{rest}" if sep and "/" not in scheme else text
+
+
+class _BytesIndexMixin:
+    """A read-only index over an index object's bytes (``AbstractIndex`` reads entries
+    only through ``_raw``)."""
+
+    def _init_bytes(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
+        index: AbstractIndex = self  # type: ignore[assignment]
+        index.path = name  # type: ignore[assignment]  # for messages only
+        index.base_offset = base_offset
+        index.writable = False
+        index._count_leading_nonzero = False
+        index._lock = threading.RLock()
+        index._mmap = None
+        index._allocated = 0
+        size = index.ENTRY.size
+        if len(data) % size:
+            raise CorruptMetadataError(f"index object {name} has {len(data)} bytes, not a "
+                                       f"multiple of {size}")
+        self._data = data
+        index._length = len(data)
+        index._max_entries = index._max_index_size = len(data) // size
+        index._entries = len(data) // size
+
+    def _raw(self, n: int) -> bytes:
+        size = self.ENTRY.size  # type: ignore[attr-defined]
+        return self._data[n * size:(n + 1) * size]
+
+    def close(self) -> None:
+        return None
+
+    def close_handler(self) -> None:
+        return None
+
+
+class BytesOffsetIndex(_BytesIndexMixin, OffsetIndex):
+    def __init__(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
+        self._init_bytes(name, base_offset, data)
+
+
+class BytesTimeIndex(_BytesIndexMixin, TimeIndex):
+    def __init__(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
+        self._init_bytes(name, base_offset, data)
+
+
+class BucketSegment(LogSegment):
+    """A committed segment of a bucket, read-only; see the module docstring.
+
+    ``log_path`` is ``<uri>/<key>.log`` (as a ``PurePosixPath``, for messages)."""
+
+    def __init__(self, storage: Storage, entry: SegmentEntry) -> None:
+        if entry.offset_delta:
+            raise CorruptMetadataError(
+                f"{storage.uri}/{entry.key}: segments with an offset_delta are not readable "
+                f"by this seglog yet")
+        self.storage = storage
+        self.entry = entry
+        self.base_offset = entry.base_offset
+        self.read_only = True
+        self.file_suffix = ""
+        self.dir = ObjectPath(storage.uri) / entry.key.rpartition("/")[0]  # type: ignore
+        self.log_path = ObjectPath(f"{storage.uri}/{entry.key}{LOG_SUFFIX}")  # type: ignore
+        self._lock = threading.Lock()  # guards _reader, _oidx, _tidx
+        self._reader: RangeReader | None = None
+        self._oidx: BytesOffsetIndex | None = None
+        self._tidx: BytesTimeIndex | None = None
+        self._index_warned = False
+        self._closed = False
+        self._max_ts_and_offset = None
+        self._rolling_based_timestamp = None
+        self._known_size = entry.size
+
+    def _object(self, suffix: str) -> str:
+        return self.entry.key + suffix
+
+    def _range_reader(self) -> RangeReader:
+        with self._lock:
+            if self._reader is None:
+                if self._closed:
+                    raise KafkaStorageError(f"segment {self.log_path} is closed")
+                reader = self.storage.open_range_reader(self._object(LOG_SUFFIX))
+                if reader.size != self.entry.size:
+                    raise CorruptMetadataError(
+                        f"{self.log_path} has {reader.size} bytes, but the commit that "
+                        f"added it says {self.entry.size}")
+                self._reader = reader
+            return self._reader
+
+    def _index_bytes(self, suffix: str, expected: int) -> bytes:
+        if expected == 0:
+            return b""
+        data = self.storage.read(self._object(suffix))
+        if len(data) != expected:
+            raise CorruptMetadataError(
+                f"{self.storage.uri}/{self._object(suffix)} has {len(data)} bytes, but the "
+                f"commit that added it says {expected}")
+        return data
+
+    @property
+    def offset_index(self) -> OffsetIndex:  # type: ignore[override]
+        with self._lock:
+            if self._oidx is None:
+                name = ObjectPath(f"{self.storage.uri}/{self._object(INDEX_SUFFIX)}")
+                self._oidx = BytesOffsetIndex(name, self.base_offset, self._index_bytes(
+                    INDEX_SUFFIX, self.entry.index_bytes))
+            return self._oidx
+
+    @property
+    def time_index(self) -> TimeIndex:  # type: ignore[override]
+        with self._lock:
+            if self._tidx is None:
+                name = ObjectPath(f"{self.storage.uri}/{self._object(TIMEINDEX_SUFFIX)}")
+                self._tidx = BytesTimeIndex(name, self.base_offset, self._index_bytes(
+                    TIMEINDEX_SUFFIX, self.entry.timeindex_bytes))
+            return self._tidx
+
+    @property
+    def size(self) -> int:
+        return self.entry.size
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self.entry.max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        return self.entry.max_timestamp
+
+    def is_file_at_path(self) -> bool:
+        return True  # objects are never replaced
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def pread(self, position: int, size: int) -> bytes:
+        end = min(position + size, self.entry.size)
+        if end <= position:
+            return b""
+        return self._range_reader().pread(position, end - position)
+
+    def readinto(self, buf: bytearray, position: int) -> int:
+        data = self.pread(position, len(buf))
+        buf[:len(data)] = data
+        return len(data)
+
+    def close(self, *, flush: bool = False) -> None:
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    def __repr__(self) -> str:
+        return f"BucketSegment({self.log_path}, size={self.entry.size})"
+
+
+def object_keys(entry: SegmentEntry) -> list[str]:
+    """The keys of a committed segment's objects."""
+    keys = [entry.key + LOG_SUFFIX]
+    if entry.index_bytes:
+        keys.append(entry.key + INDEX_SUFFIX)
+    if entry.timeindex_bytes:
+        keys.append(entry.key + TIMEINDEX_SUFFIX)
+    return keys
+
+

@@ -1,0 +1,350 @@
+"""The bucket engine's metadata: object names, the commit JSON, and the state a fold of
+commits gives. Pure: no storage, no clock (``bucket_commit_log`` does the I/O).
+
+Layout under a log dir URI (docs/object-storage.md has the full format)::
+
+    _seglog/log/<20-digit version>.json        commit N, created with create-if-absent
+    _seglog/snapshots/<20-digit version>.json  the state after version N (plain put)
+    _seglog/last-snapshot                      {"version": N}: a hint, may lag, never ahead
+    <topic>-<p>/<20-digit base>-<16 hex id>.log / .index / .timeindex
+
+A commit (``"format": 1``) holds ``version``, ``writer``, ``timestamp_ms``,
+``operation``, ``topics`` (name -> ``{"partitions": n, "config": {...}}``, or null for
+a deleted topic), ``partitions`` ("<topic>-<p>" -> ``{"add": [entry...], "remove":
+[key...], "log_start_offset": x}``) and ``sinks`` (sink id -> ledger, opaque here). The
+state is the fold of every commit from version 0; the high watermark of a partition is
+its last segment's ``next_offset``: a commit makes everything it adds visible at once.
+
+Every parse error names the object it came from (``CorruptMetadataError``): a damaged
+commit is evidence, never read as "nothing happened".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .errors import CorruptMetadataError
+
+FORMAT = 1
+META_DIR = "_seglog"
+COMMIT_DIR = "_seglog/log"
+SNAPSHOT_DIR = "_seglog/snapshots"
+HINT_KEY = "_seglog/last-snapshot"
+STAGING_DIR = "_seglog/staging"
+SNAPSHOT_EVERY = 10
+"""The writer of a version divisible by this writes the snapshot and the hint, so an open
+reads at most this many commits after a snapshot."""
+NO_VERSION = -1
+"""The version of the empty state (the first commit is version 0)."""
+
+_VERSION_NAME = re.compile(r"^(\d{20})\.json$")
+_SEGMENT_NAME = re.compile(r"^(\d{20})-([0-9a-f]{16})$")
+
+
+def version_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+def commit_key(version: int) -> str:
+    return f"{COMMIT_DIR}/{version_name(version)}"
+
+
+def snapshot_key(version: int) -> str:
+    return f"{SNAPSHOT_DIR}/{version_name(version)}"
+
+
+def parse_version_name(name: str) -> int | None:
+    """The version of a commit or snapshot object name, or None for any other name."""
+    m = _VERSION_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def tp_key(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def segment_key(topic: str, partition: int, base_offset: int, segment_id: str) -> str:
+    """The stem of a segment's objects (``.log``, ``.index``, ``.timeindex`` follow)."""
+    return f"{tp_key(topic, partition)}/{base_offset:020d}-{segment_id}"
+
+
+def parse_segment_stem(name: str) -> tuple[int, str] | None:
+    """(base offset, segment id) of ``<20-digit base>-<16 hex>``, or None."""
+    m = _SEGMENT_NAME.match(name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+# ------------------------------------------------------------------------------- values
+
+@dataclass(frozen=True, slots=True)
+class SegmentEntry:
+    """One segment's objects as a commit names them. ``index_bytes``/``timeindex_bytes``
+    0 mean no object. ``offset_delta``: the stored batches' base offsets + delta = the
+    real offsets (readers patch the 8-byte base offset, outside Kafka's CRC)."""
+
+    key: str
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+    index_bytes: int = 0
+    timeindex_bytes: int = 0
+    offset_delta: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key, "base_offset": self.base_offset, "next_offset": self.next_offset,
+            "size": self.size, "max_timestamp": self.max_timestamp,
+            "index_bytes": self.index_bytes, "timeindex_bytes": self.timeindex_bytes}
+        if self.offset_delta:
+            out["offset_delta"] = self.offset_delta
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> SegmentEntry:
+        if not isinstance(raw, dict):
+            raise CorruptMetadataError(f"{where}: a segment entry is not an object: {raw!r}")
+        key = raw.get("key")
+        if not isinstance(key, str) or "/" not in key:
+            raise CorruptMetadataError(f"{where}: segment entry has no valid key: {raw!r}")
+        ints = {}
+        for name in ("base_offset", "next_offset", "size", "max_timestamp", "index_bytes",
+                     "timeindex_bytes", "offset_delta"):
+            value = raw.get(name, 0 if name == "offset_delta" else None)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise CorruptMetadataError(
+                    f"{where}: segment {key}: {name} is not an integer: {value!r}")
+            ints[name] = value
+        entry = cls(key, **ints)
+        if not (0 <= entry.base_offset < entry.next_offset) or entry.size <= 0 \
+                or entry.index_bytes < 0 or entry.timeindex_bytes < 0:
+            raise CorruptMetadataError(f"{where}: segment {key} has impossible values: {raw!r}")
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "config": dict(sorted(self.config.items()))}
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str, topic: str) -> TopicSpec:
+        n = raw.get("partitions") if isinstance(raw, dict) else None
+        config = raw.get("config", {}) if isinstance(raw, dict) else None
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(config, dict) \
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+            raise CorruptMetadataError(f"{where}: topic {topic!r} has an invalid entry: {raw!r}")
+        return cls(n, dict(config))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    add: tuple[SegmentEntry, ...] = ()
+    remove: tuple[str, ...] = ()
+    log_start_offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"add": [e.to_json() for e in self.add],
+                               "remove": list(self.remove)}
+        if self.log_start_offset is not None:
+            out["log_start_offset"] = self.log_start_offset
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> PartitionChange:
+        if not isinstance(raw, dict) or not isinstance(raw.get("add", []), list) \
+                or not isinstance(raw.get("remove", []), list):
+            raise CorruptMetadataError(f"{where}: invalid partition change {raw!r}")
+        lso = raw.get("log_start_offset")
+        if lso is not None and (isinstance(lso, bool) or not isinstance(lso, int) or lso < 0):
+            raise CorruptMetadataError(f"{where}: invalid log_start_offset {lso!r}")
+        remove = raw.get("remove", [])
+        if not all(isinstance(k, str) for k in remove):
+            raise CorruptMetadataError(f"{where}: invalid remove list {remove!r}")
+        return cls(tuple(SegmentEntry.from_json(e, where) for e in raw.get("add", [])),
+                   tuple(remove), lso)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One version of the commit log (what ``_seglog/log/<version>.json`` holds)."""
+
+    version: int
+    writer: str
+    timestamp_ms: int
+    operation: str
+    topics: Mapping[str, TopicSpec | None] = field(default_factory=dict)
+    partitions: Mapping[str, PartitionChange] = field(default_factory=dict)
+    sinks: Mapping[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        doc = {"format": FORMAT, "version": self.version, "writer": self.writer,
+               "timestamp_ms": self.timestamp_ms, "operation": self.operation,
+               "topics": {t: (s.to_json() if s is not None else None)
+                          for t, s in sorted(self.topics.items())},
+               "partitions": {k: c.to_json() for k, c in sorted(self.partitions.items())}}
+        if self.sinks:
+            doc["sinks"] = dict(self.sinks)
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, where: str, expected_version: int) -> Commit:
+        doc = _load_json(data, where)
+        if doc.get("format") != FORMAT:
+            raise CorruptMetadataError(f"{where}: unknown commit format {doc.get('format')!r} "
+                                       f"(this seglog reads format {FORMAT})")
+        if doc.get("version") != expected_version:
+            raise CorruptMetadataError(f"{where}: holds version {doc.get('version')!r}, "
+                                       f"expected {expected_version}")
+        writer, ts, op = doc.get("writer"), doc.get("timestamp_ms"), doc.get("operation")
+        topics, parts, sinks = (doc.get("topics", {}), doc.get("partitions", {}),
+                                doc.get("sinks", {}))
+        if not isinstance(writer, str) or not isinstance(op, str) or not isinstance(ts, int) \
+                or not isinstance(topics, dict) or not isinstance(parts, dict) \
+                or not isinstance(sinks, dict):
+            raise CorruptMetadataError(f"{where}: not a commit: {doc!r:.200}")
+        return cls(expected_version, writer, ts, op,
+                   {t: (TopicSpec.from_json(s, where, t) if s is not None else None)
+                    for t, s in topics.items()},
+                   {k: PartitionChange.from_json(c, f"{where}: partition {k}")
+                    for k, c in parts.items()},
+                   sinks)
+
+
+def _load_json(data: bytes, where: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CorruptMetadataError(f"{where} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise CorruptMetadataError(f"{where} is not a JSON object")
+    return doc
+
+
+# -------------------------------------------------------------------------------- state
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    segments: tuple[SegmentEntry, ...] = ()
+    log_start_offset: int = 0
+
+    @property
+    def high_watermark(self) -> int:
+        """The log end: everything committed is visible."""
+        return self.segments[-1].next_offset if self.segments else self.log_start_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketState:
+    """The fold of commits ``0..version``. Immutable: ``apply`` returns a new state."""
+
+    version: int = NO_VERSION
+    topics: Mapping[str, TopicSpec] = field(default_factory=dict)
+    partitions: Mapping[str, PartitionState] = field(default_factory=dict)
+    sinks: Mapping[str, Any] = field(default_factory=dict)
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get(tp_key(topic, partition))
+
+    def apply(self, commit: Commit, where: str = "commit") -> BucketState:
+        """The state after ``commit``; CorruptMetadataError when it does not follow this
+        state (wrong version, a removed segment that is not there, overlapping offsets)."""
+        if commit.version != self.version + 1:
+            raise CorruptMetadataError(f"{where}: version {commit.version} does not follow "
+                                       f"version {self.version}")
+        topics = dict(self.topics)
+        parts = dict(self.partitions)
+        for name, spec in commit.topics.items():
+            old = topics.get(name)
+            if spec is None:
+                topics.pop(name, None)
+                for n in range(old.partitions if old else 0):
+                    parts.pop(tp_key(name, n), None)
+                continue
+            if old is not None and spec.partitions < old.partitions:
+                raise CorruptMetadataError(f"{where}: topic {name!r} shrinks from "
+                                           f"{old.partitions} to {spec.partitions} partitions")
+            topics[name] = spec
+            for n in range(old.partitions if old else 0, spec.partitions):
+                parts[tp_key(name, n)] = PartitionState()
+        for key, change in commit.partitions.items():
+            current = parts.get(key)
+            if current is None:
+                raise CorruptMetadataError(f"{where}: changes partition {key}, which does "
+                                           f"not exist")
+            parts[key] = _apply_change(current, change, f"{where}: partition {key}")
+        sinks = dict(self.sinks)
+        sinks.update(commit.sinks)
+        return BucketState(commit.version, topics, parts, sinks)
+
+    # -- snapshots ------------------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        doc = {"format": FORMAT, "version": self.version,
+               "topics": {t: s.to_json() for t, s in sorted(self.topics.items())},
+               "partitions": {k: {"log_start_offset": p.log_start_offset,
+                                  "segments": [e.to_json() for e in p.segments]}
+                              for k, p in sorted(self.partitions.items())},
+               "sinks": dict(self.sinks)}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, where: str, expected_version: int) -> BucketState:
+        doc = _load_json(data, where)
+        if doc.get("format") != FORMAT or doc.get("version") != expected_version:
+            raise CorruptMetadataError(
+                f"{where}: expected a format-{FORMAT} snapshot of version {expected_version}, "
+                f"got format {doc.get('format')!r} version {doc.get('version')!r}")
+        topics, parts, sinks = doc.get("topics"), doc.get("partitions"), doc.get("sinks", {})
+        if not isinstance(topics, dict) or not isinstance(parts, dict) \
+                or not isinstance(sinks, dict):
+            raise CorruptMetadataError(f"{where}: not a snapshot")
+        out: dict[str, PartitionState] = {}
+        for key, raw in parts.items():
+            lso = raw.get("log_start_offset") if isinstance(raw, dict) else None
+            segs = raw.get("segments") if isinstance(raw, dict) else None
+            if isinstance(lso, bool) or not isinstance(lso, int) or not isinstance(segs, list):
+                raise CorruptMetadataError(f"{where}: partition {key} is invalid")
+            entries = tuple(SegmentEntry.from_json(e, f"{where}: partition {key}")
+                            for e in segs)
+            _check_order(entries, f"{where}: partition {key}")
+            out[key] = PartitionState(entries, lso)
+        return cls(expected_version, {t: TopicSpec.from_json(s, where, t)
+                                      for t, s in topics.items()}, out, sinks)
+
+
+def _apply_change(current: PartitionState, change: PartitionChange, where: str
+                  ) -> PartitionState:
+    keys = {s.key for s in current.segments}
+    missing = [k for k in change.remove if k not in keys]
+    if missing:
+        raise CorruptMetadataError(f"{where}: removes segments it does not hold: {missing}")
+    removed = set(change.remove)
+    kept = [s for s in current.segments if s.key not in removed]
+    segments = tuple(sorted(kept + list(change.add), key=lambda s: s.base_offset))
+    _check_order(segments, where)
+    lso = current.log_start_offset
+    if change.log_start_offset is not None:
+        lso = max(lso, change.log_start_offset)
+    if segments:
+        lso = max(lso, segments[0].base_offset)
+        lso = min(lso, segments[-1].next_offset)
+    return replace(current, segments=segments, log_start_offset=lso)
+
+
+def _check_order(segments: tuple[SegmentEntry, ...], where: str) -> None:
+    for a, b in zip(segments, segments[1:], strict=False):
+        if b.base_offset < a.next_offset:
+            raise CorruptMetadataError(f"{where}: segment {b.key} starts at {b.base_offset}, "
+                                       f"inside {a.key} [{a.base_offset}, {a.next_offset})")

@@ -1,0 +1,73 @@
+"""Helpers of the bucket engine's tests: a ``Storage`` wrapper that counts requests, and
+unique memory:// stores."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage import Storage
+
+
+def memory_uri() -> str:
+    return f"memory://bucket-test-{uuid.uuid4().hex}"
+
+
+class CountingStorage:
+    """Forwards to ``inner``; ``counts`` holds the requests made, by operation (a
+    ranged reader's ``pread`` counts as ``read_range``)."""
+
+    def __init__(self, inner: Storage) -> None:
+        self.inner = inner
+        self.counts: Counter[str] = Counter()
+        self.fail_creates = 0  # the next n creates answer False (another writer won)
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.counts[name] += 1
+            if name == "create" and self.fail_creates:
+                self.fail_creates -= 1
+                return False
+            result = attr(*args, **kwargs)
+            if name == "open_range_reader":
+                return _CountingReader(result, self.counts)
+            return result
+
+        return counted
+
+
+class _CountingReader:
+    def __init__(self, inner: Any, counts: Counter[str]) -> None:
+        self._inner = inner
+        self._counts = counts
+
+    @property
+    def size(self) -> int:
+        return self._inner.size
+
+    def pread(self, position: int, length: int) -> bytes:
+        self._counts["read_range"] += 1
+        return self._inner.pread(position, length)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def counting_memory_storage() -> CountingStorage:
+    return CountingStorage(ObjectStorage(memory_uri()))

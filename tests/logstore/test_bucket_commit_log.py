@@ -1,0 +1,215 @@
+"""The bucket commit log (logstore/bucket_state.py, logstore/bucket_commit_log.py): the
+fold, snapshots and the hint, bounded open and refresh costs, lost races and damage."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from seglog.logstore.bucket_commit_log import Change, CommitLog
+from seglog.logstore.bucket_state import (
+    HINT_KEY,
+    BucketState,
+    Commit,
+    PartitionChange,
+    SegmentEntry,
+    TopicSpec,
+    commit_key,
+    snapshot_key,
+)
+from seglog.logstore.clock import MockClock
+from seglog.logstore.errors import CommitConflictError, CorruptMetadataError
+
+from bucket_helpers import counting_memory_storage
+
+
+def entry(base: int, n: int, tag: str = "0123456789abcdef") -> SegmentEntry:
+    return SegmentEntry(f"t-0/{base:020d}-{tag}", base, base + n, 100 * n, 1000 + base)
+
+
+def topic_change(partitions: int = 1) -> Change:
+    return Change(topics={"t": TopicSpec(partitions, {"retention.ms": "1000"})})
+
+
+def append_change(state: BucketState, n: int = 5) -> Change:
+    end = state.partitions["t-0"].high_watermark
+    return Change(partitions={"t-0": PartitionChange(add=(entry(end, n, f"{end:016x}"),))})
+
+
+def history(log: CommitLog, appends: int) -> None:
+    log.commit("create_topic", lambda s: topic_change())
+    for _ in range(appends):
+        log.commit("append", append_change)
+
+
+# ---------------------------------------------------------------------------- the fold
+
+def test_the_fold_gives_topics_segments_and_offsets():
+    c0 = Commit(0, "w", 1, "create_topic", {"t": TopicSpec(2, {})})
+    s = BucketState().apply(c0)
+    assert set(s.partitions) == {"t-0", "t-1"} and s.partition("t", 1).high_watermark == 0
+    s = s.apply(Commit(1, "w", 2, "append",
+                       partitions={"t-0": PartitionChange(add=(entry(0, 5),))}))
+    s = s.apply(Commit(2, "w", 3, "append",
+                       partitions={"t-0": PartitionChange(add=(entry(5, 3, "1" * 16),))}))
+    assert s.partition("t", 0).high_watermark == 8
+    s = s.apply(Commit(3, "w", 4, "retention", partitions={"t-0": PartitionChange(
+        remove=(entry(0, 5).key,), log_start_offset=6)}))
+    assert s.partition("t", 0).log_start_offset == 6
+    assert [e.base_offset for e in s.partition("t", 0).segments] == [5]
+    s = s.apply(Commit(4, "w", 5, "delete_topic", {"t": None}))
+    assert s.partitions == {} and s.topics == {}
+    assert BucketState.decode(s.encode(), "snap", 4) == s
+
+
+@pytest.mark.parametrize("bad, message", [
+    (Commit(1, "w", 1, "append", partitions={"t-0": PartitionChange(
+        remove=("t-0/00000000000000000000-ffffffffffffffff",))}), "does not hold"),
+    (Commit(1, "w", 1, "append", partitions={"t-0": PartitionChange(
+        add=(entry(0, 5), entry(3, 5, "2" * 16)))}), "inside"),
+    (Commit(1, "w", 1, "append", partitions={"u-0": PartitionChange()}), "does not exist"),
+    (Commit(2, "w", 1, "append"), "does not follow"),
+    (Commit(1, "w", 1, "create_topic", {"t": TopicSpec(1, {})}), None),
+])
+def test_a_commit_that_does_not_follow_is_refused(bad, message):
+    s = BucketState().apply(Commit(0, "w", 1, "create_topic", {"t": TopicSpec(2, {})}))
+    if message is None:  # shrinking a topic
+        with pytest.raises(CorruptMetadataError, match="shrinks"):
+            s.apply(bad)
+        return
+    with pytest.raises(CorruptMetadataError, match=message):
+        s.apply(bad, "where")
+
+
+def test_a_damaged_commit_is_an_error_naming_it():
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    history(log, 2)
+    storage.inner.write_atomic(commit_key(3), b'{"format": 1, "version": 3, "writer"')
+    with pytest.raises(CorruptMetadataError, match=r"memory://.*/_seglog/log/0+3\.json"):
+        log.refresh()
+    assert log.state.version == 2  # nothing of it was taken
+
+
+# ------------------------------------------------------------------- bounded costs
+
+@pytest.mark.parametrize("appends", [14, 58])
+def test_open_costs_a_bounded_number_of_requests(appends):
+    storage = counting_memory_storage()
+    history(CommitLog(storage), appends)
+    storage.reset()
+    log = CommitLog(storage)
+    assert log.state.version == appends
+    assert log.state.partition("t", 0).high_watermark == 5 * appends
+    # the hint, its snapshot, one LIST, and the commits after that snapshot (< 10)
+    assert storage.counts["list_dir"] == 1
+    assert storage.counts["read"] == 2 + appends % 10
+    storage.reset()
+    assert log.refresh() is False
+    assert dict(storage.counts) == {"list_dir": 1}
+
+
+def test_a_commit_costs_the_same_late_in_history():
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    history(log, 3)
+    costs = []
+    for _ in range(24):
+        storage.reset()
+        log.commit("append", append_change)
+        costs.append(dict(storage.counts))
+    plain = {"create": 1}
+    with_snapshot = {"create": 1, "write_atomic": 2}  # snapshot + hint
+    assert all(c in (plain, with_snapshot) for c in costs), costs
+    assert costs.count(with_snapshot) == 2  # versions 10 and 20
+
+
+def test_open_without_a_hint_or_with_a_damaged_one_lists_the_snapshots(caplog):
+    storage = counting_memory_storage()
+    history(CommitLog(storage), 23)
+    storage.inner.delete(HINT_KEY)
+    assert CommitLog(storage).state.version == 23
+    storage.inner.write_atomic(HINT_KEY, b"{not json")
+    with caplog.at_level(logging.WARNING):
+        log = CommitLog(storage)
+    assert log.state.version == 23
+    assert any("last-snapshot is damaged" in r.getMessage() for r in caplog.records)
+    storage.inner.write_atomic(HINT_KEY, json.dumps({"version": 30}).encode())  # no such
+    assert CommitLog(storage).state.version == 23
+
+
+def test_a_reader_behind_collected_commits_reloads_from_a_snapshot():
+    storage = counting_memory_storage()
+    writer = CommitLog(storage)
+    history(writer, 2)
+    reader = CommitLog(storage)
+    for _ in range(20):
+        writer.commit("append", append_change)
+    for v in range(0, 20):  # the collector took commits older than snapshot 20
+        storage.inner.delete(commit_key(v))
+    for v in (0, 10):
+        storage.inner.delete(snapshot_key(v))
+    assert reader.refresh()
+    assert reader.state == writer.state
+
+
+def test_a_missing_commit_with_no_snapshot_is_an_error():
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    history(log, 3)
+    storage.inner.delete(commit_key(1))
+    with pytest.raises(CorruptMetadataError, match="commit 1 is missing"):
+        CommitLog(storage)
+
+
+# ------------------------------------------------------------------------ races
+
+def test_a_lost_race_rebuilds_on_the_new_state():
+    storage = counting_memory_storage()
+    a, b = CommitLog(storage), CommitLog(storage)
+    a.commit("create_topic", lambda s: topic_change())
+    b.refresh()
+    a.commit("append", append_change)  # b does not know
+    seen = []
+
+    def build(state: BucketState) -> Change:
+        seen.append(state.version)
+        return append_change(state)
+
+    sleeps: list[float] = []
+    b._sleep = sleeps.append
+    state = b.commit("append", build)
+    assert seen == [0, 1] and len(sleeps) == 1
+    assert [e.base_offset for e in state.partition("t", 0).segments] == [0, 5]
+    assert CommitLog(storage).state == state
+
+
+def test_a_writer_that_always_loses_gives_up_with_a_clear_error():
+    storage = counting_memory_storage()
+    log = CommitLog(storage, max_attempts=4, sleep=lambda s: None, clock=MockClock())
+    log.commit("create_topic", lambda s: topic_change())
+    storage.fail_creates = 100
+    with pytest.raises(CommitConflictError, match=r"memory://.*could not commit append after "
+                                                  r"4 attempts"):
+        log.commit("append", append_change)
+    assert storage.counts["create"] == 5
+    assert CommitLog(storage).state.version == 0
+
+
+def test_a_build_error_on_the_new_state_stops_the_commit():
+    storage = counting_memory_storage()
+    a, b = CommitLog(storage), CommitLog(storage)
+    a.commit("create_topic", lambda s: topic_change())
+    b.refresh()
+    a.commit("delete_topic", lambda s: Change(topics={"t": None}))
+
+    def build(state: BucketState) -> Change:
+        if "t" not in state.topics:
+            raise KeyError("t is gone")
+        return append_change(state)
+
+    with pytest.raises(KeyError, match="gone"):
+        b.commit("append", build)
+    assert b.state.version == 1
