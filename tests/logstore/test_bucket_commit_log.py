@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+from bucket_helpers import counting_memory_storage
 
 from seglog.logstore.bucket_commit_log import Change, CommitLog
 from seglog.logstore.bucket_state import (
@@ -21,8 +22,6 @@ from seglog.logstore.bucket_state import (
 )
 from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import CommitConflictError, CorruptMetadataError
-
-from bucket_helpers import counting_memory_storage
 
 
 def entry(base: int, n: int, tag: str = "0123456789abcdef") -> SegmentEntry:
