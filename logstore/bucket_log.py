@@ -78,9 +78,10 @@ class BucketLog(LogReads):
             return True
 
     def refresh(self, *, force: bool = False) -> bool:
-        """Take the newest committed state (``force``: ask the bucket: one LIST); True
-        if the partition changed."""
-        return self._sync(force)
+        """Ask the bucket for newer commits (one LIST) and take the partition's state;
+        True if it changed. (``force`` is accepted for the ``LogReader`` interface: every
+        refresh asks.) Reads themselves ask only when an object they need is gone."""
+        return self._sync(True)
 
     def _relist(self, *, force: bool = False) -> None:
         self._sync(force)

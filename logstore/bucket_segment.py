@@ -101,6 +101,7 @@ def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition
             if max_ts > last_ts:
                 times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)
                 last_ts = max_ts
+            since = 0
         since += h.size
     if max_ts > last_ts:  # the final entry of a segment that becomes inactive
         times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)

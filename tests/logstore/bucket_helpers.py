@@ -3,8 +3,11 @@ unique memory:// stores."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from seglog.logstore.object_storage import ObjectStorage
@@ -71,3 +74,32 @@ class _CountingReader:
 
 def counting_memory_storage() -> CountingStorage:
     return CountingStorage(ObjectStorage(memory_uri()))
+
+
+@contextlib.contextmanager
+def moto_s3() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 with one bucket; yields ``s3://<bucket>`` and sets
+    the standard AWS variables for the time it runs (restored after)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    _host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
+           "AWS_ALLOW_HTTP": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test",
+                     aws_secret_access_key="test",
+                     region_name="us-east-1").create_bucket(Bucket="seglog-tests")
+        yield "s3://seglog-tests"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()

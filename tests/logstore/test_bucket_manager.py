@@ -1,0 +1,210 @@
+"""BucketLogManager (logstore/bucket_manager.py) over memory://: the LogManager API on a
+bucket, appends checked and committed, lost races, the objects it writes, ranged reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from bucket_helpers import CountingStorage, memory_uri
+from kafka.record.memory_records import MemoryRecords
+
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.errors import (
+    ConfigError,
+    CorruptRecordError,
+    InvalidRecordError,
+    LogDirError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.record_codec import decode_batches, encode_batches, encode_control_batch
+
+TS = 1_700_000_000_000
+
+
+def batches(n: int, start: int = 0, *, batch_bytes: int = 1 << 20) -> bytearray:
+    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+                          timestamps=pa.array([TS + i for i in range(start, start + n)],
+                                              pa.int64()),
+                          max_batch_bytes=batch_bytes)
+
+
+def offsets(mgr, topic: str = "t", partition: int = 0) -> list[int]:
+    log = mgr.get_log(topic, partition)
+    log.refresh()
+    chunks = log.read_chunks(log.log_start_offset, log.high_watermark)
+    start = log.log_start_offset
+    return [o for c in chunks
+            for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()]
+
+
+def objects(storage, prefix: str) -> list[str]:
+    return [e.name for e in storage.list_dir(prefix)]
+
+
+# ----------------------------------------------------------------------- the factory
+
+def test_log_manager_of_a_uri_is_a_bucket_manager(tmp_path: Path):
+    uri = memory_uri()
+    with LogManager([uri]) as mgr:
+        assert isinstance(mgr, BucketLogManager) and not mgr.read_only
+        mgr.create_topic("t", 2)
+    reader = LogManager(uri, read_only=True)
+    assert isinstance(reader, BucketLogManager) and reader.partitions("t") == [0, 1]
+    with pytest.raises(ReadOnlyError, match=uri):
+        reader.append("t", 0, batches(1))
+    with pytest.raises(LogDirError, match="mix object-store URIs and local paths"):
+        LogManager([uri, tmp_path])
+    with pytest.raises(ConfigError, match="repair=True"):
+        LogManager(uri, repair=True)
+
+
+# ---------------------------------------------------------------------------- topics
+
+def test_topics_are_commits_every_process_sees():
+    uri = memory_uri()
+    mgr, other = LogManager(uri), LogManager(uri)
+    mgr.create_topic("t", 2, {"retention.ms": 5000})
+    assert other.topics() == ["t"] and other.topic_config("t").retention_ms == 5000
+    with pytest.raises(TopicExistsError, match="'t' already exists"):
+        other.create_topic("t", 1)
+    with pytest.raises(ConfigError, match="retention.ms"):
+        mgr.create_topic("u", 1, {"retention.ms": "soon"})
+    version = mgr.state.version
+    assert other.alter_topic_config("t", {"segment.bytes": 4096}, ["retention.ms"]) == {
+        "segment.bytes": "4096"}
+    other.add_partitions("t", 3)
+    mgr.refresh()
+    assert mgr.partitions("t") == [0, 1, 2] and mgr.topic_config("t").segment_bytes == 4096
+    assert mgr.topic_overrides("t") == {"segment.bytes": "4096"}
+    assert mgr.state.version == version + 2  # the refused create committed nothing
+    mgr.delete_topic("t")
+    assert other.topics() == []
+    with pytest.raises(UnknownTopicOrPartitionError, match="unknown topic 't'"):
+        other.partitions("t")
+
+
+# ---------------------------------------------------------------------------- append
+
+def test_append_then_read_through_the_shared_read_path():
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1)
+    first = mgr.append("t", 0, batches(30, batch_bytes=200))
+    second = mgr.append("t", 0, batches(20, 30, batch_bytes=200))
+    assert (first.first_offset, first.last_offset, second.first_offset) == (0, 29, 30)
+    assert second.num_records == 20 and second.max_timestamp == TS + 49
+    assert mgr.high_watermarks() == {("t", 0): 50}
+    assert offsets(mgr) == list(range(50))
+    log = mgr.get_log("t", 0)
+    fetched = log.read(35, max_bytes=1)
+    rows = decode_batches(fetched.records, start_offset=35)
+    assert rows.column("offset")[0].as_py() == 35 and fetched.high_watermark == 50
+    assert log.offset_for_timestamp(TS + 42) == 42
+    assert log.offset_for_timestamp(TS + 99) is None
+    assert log.read(50).empty
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(51)
+    committed = log.read(0, isolation_level="read_committed", max_bytes=1 << 20)
+    assert committed.last_stable_offset == 50 and committed.aborted_transactions == ()
+
+
+def test_a_bad_append_commits_and_uploads_nothing():
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1)
+    buf = batches(5)
+    buf[-1] ^= 0xFF  # the CRC no longer matches
+    version = mgr.state.version
+    with pytest.raises(CorruptRecordError, match="t-0"):
+        mgr.append("t", 0, buf)
+    control = encode_control_batch(1, producer_id=7, producer_epoch=0)
+    with pytest.raises(InvalidRecordError, match="transactional"):
+        mgr.append("t", 0, control)
+    assert mgr.state.version == version and objects(mgr.storage, "t-0") == []
+
+
+def test_an_append_larger_than_segment_bytes_makes_several_segments():
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1, {"segment.bytes": 2048, "index.interval.bytes": 300})
+    mgr.append("t", 0, batches(400, batch_bytes=256))
+    segments = mgr.state.partition("t", 0).segments
+    assert len(segments) > 3 and all(s.size <= 2048 for s in segments)
+    assert [s.base_offset for s in segments[1:]] == [s.next_offset for s in segments[:-1]]
+    assert offsets(mgr) == list(range(400))
+
+
+def test_index_objects_equal_the_local_engines_index_files(tmp_path: Path):
+    """The same append to a local log dir and to a bucket gives the same index bytes."""
+    cfg = {"index.interval.bytes": 500}
+    buf = batches(300, batch_bytes=180)
+    with LogManager([tmp_path]) as local:
+        local.create_topic("t", 1, cfg)
+        local.append("t", 0, bytes(buf))
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1, cfg)
+    mgr.append("t", 0, bytes(buf))
+    (seg,) = mgr.state.partition("t", 0).segments
+    assert seg.index_bytes > 0 and seg.timeindex_bytes > 0
+    for suffix in (".log", ".index", ".timeindex"):
+        local_bytes = (tmp_path / "t-0" / f"{0:020d}{suffix}").read_bytes()
+        assert mgr.storage.read(seg.key + suffix) == local_bytes, suffix
+
+
+def test_a_published_log_object_is_read_by_kafka_python():
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1)
+    mgr.append("t", 0, batches(7))
+    mgr.append("t", 0, batches(5, 7, batch_bytes=100))
+    seen = []
+    for seg in mgr.state.partition("t", 0).segments:
+        records = MemoryRecords(mgr.storage.read(seg.key + ".log"))
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc()
+            seen += [(r.offset, r.value) for r in batch]
+    assert seen == [(i, b"value-%06d" % i) for i in range(12)]
+
+
+def test_a_lost_race_restamps_offsets_and_leaves_no_orphan():
+    uri = memory_uri()
+    a, b = LogManager(uri), LogManager(uri)
+    a.create_topic("t", 1)
+    b.refresh()
+    a.append("t", 0, batches(10))  # b's state is one commit behind
+    info = b.append("t", 0, batches(5, 10))
+    assert (info.first_offset, info.last_offset) == (10, 14)
+    assert offsets(a) == list(range(15))
+    committed = {s.key.rpartition("/")[2] + ".log"
+                 for s in a.state.partition("t", 0).segments}
+    assert {n for n in objects(a.storage, "t-0") if n.endswith(".log")} == committed
+
+
+def test_delete_records_moves_the_log_start():
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1)
+    mgr.append("t", 0, batches(10))
+    assert mgr.delete_records("t", 0, 4) == 4
+    assert mgr.log_start_offsets() == {("t", 0): 4}
+    assert offsets(mgr) == list(range(4, 10))
+    with pytest.raises(OffsetOutOfRangeError, match="holds \\[4, 10\\)"):
+        mgr.delete_records("t", 0, 11)
+
+
+def test_a_read_fetches_only_the_ranges_it_needs():
+    storage = CountingStorage(ObjectStorage(memory_uri()))
+    mgr = BucketLogManager(storage)
+    mgr.create_topic("t", 1, {"segment.bytes": 1 << 30})
+    mgr.append("t", 0, batches(20_000, batch_bytes=1024))
+    (seg,) = mgr.state.partition("t", 0).segments
+    log = mgr.get_log("t", 0)
+    storage.reset()
+    fetched = log.read(19_000, max_bytes=2048)
+    assert decode_batches(fetched.records, start_offset=19_000).column("offset")[0].as_py() \
+        == 19_000
+    # the index object once, then a few ranged GETs: never the whole segment
+    assert storage.counts["read"] == 1 and storage.counts["read_range"] <= 4
+    assert len(fetched.records) < seg.size // 50
