@@ -77,6 +77,10 @@ class BucketLog(LogReads):
             self._high_watermark = state.high_watermark
             return True
 
+    def sync(self) -> bool:
+        """Take the state the manager holds now (no request); True if it changed."""
+        return self._sync(False)
+
     def refresh(self, *, force: bool = False) -> bool:
         """Ask the bucket for newer commits (one LIST) and take the partition's state;
         True if it changed. (``force`` is accepted for the ``LogReader`` interface: every

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .bucket_commit_log import Change, CommitLog
@@ -104,8 +104,25 @@ class BucketLogManager:
         return self.commits.state
 
     def refresh(self) -> bool:
-        """Fold the commits other processes made since (one LIST); True if any."""
-        return self.commits.refresh()
+        """Fold the commits other processes made since (one LIST), and give the logs
+        opened so far the new state (as a reader of log dirs pushes a new high
+        watermark into its logs); True if there were any."""
+        changed = self.commits.refresh()
+        if changed:
+            self._sync_logs()
+        return changed
+
+    def _sync_logs(self) -> None:
+        with self._lock:
+            logs = list(self._logs.values())
+        for log in logs:
+            log.sync()
+
+    def _commit(self, operation: str, build: Callable[[BucketState], Change | None]) -> None:
+        try:
+            self.commits.commit(operation, build)
+        finally:  # a lost race may have folded other writers' commits too
+            self._sync_logs()
 
     def check_writable(self) -> None:
         if self.read_only:
@@ -160,7 +177,7 @@ class BucketLogManager:
             warn_on_collision(name, state.topics)
             return Change(topics={name: TopicSpec(partitions, overrides)})
 
-        self.commits.commit("create_topic", build)
+        self._commit("create_topic", build)
         logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
@@ -180,7 +197,7 @@ class BucketLogManager:
             result.update(new)
             return Change(topics={name: TopicSpec(spec.partitions, new)})
 
-        self.commits.commit("alter_config", build)
+        self._commit("alter_config", build)
         return result
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -196,7 +213,7 @@ class BucketLogManager:
                                   f"total must be higher, got {total!r}")
             return Change(topics={name: TopicSpec(total, spec.config)})
 
-        self.commits.commit("add_partitions", build)
+        self._commit("add_partitions", build)
 
     def delete_topic(self, name: str) -> None:
         """Remove ``name`` from the state (one commit); its objects are collected later."""
@@ -207,7 +224,7 @@ class BucketLogManager:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
             return Change(topics={name: None})
 
-        self.commits.commit("delete_topic", build)
+        self._commit("delete_topic", build)
         with self._lock:
             for tp in [tp for tp in self._logs if tp[0] == name]:
                 self._logs.pop(tp).close()
@@ -281,7 +298,7 @@ class BucketLogManager:
                 add=tuple(s.entry for s in uploaded))})
 
         try:
-            self.commits.commit("append", build)
+            self._commit("append", build)
         except (CommitConflictError, UnknownTopicOrPartitionError):
             self._discard(uploaded)  # certainly not committed (unlike a failed request)
             raise
@@ -322,7 +339,7 @@ class BucketLogManager:
                 return None
             return Change(partitions={key: PartitionChange(log_start_offset=offset)})
 
-        self.commits.commit("delete_records", build)
+        self._commit("delete_records", build)
         return self._partition_state(topic, partition).log_start_offset
 
     def high_watermarks(self) -> dict[TopicPartition, int]:

@@ -208,3 +208,15 @@ def test_a_read_fetches_only_the_ranges_it_needs():
     # the index object once, then a few ranged GETs: never the whole segment
     assert storage.counts["read"] == 1 and storage.counts["read_range"] <= 4
     assert len(fetched.records) < seg.size // 50
+
+
+def test_a_writers_open_log_sees_its_own_appends_and_others():
+    uri = memory_uri()
+    mgr, other = LogManager(uri), LogManager(uri)
+    mgr.create_topic("t", 1)
+    log = mgr.get_log("t", 0)
+    mgr.append("t", 0, batches(3))
+    assert log.high_watermark == 3 and not log.read(0).empty
+    other.append("t", 0, batches(2, 3))
+    assert log.high_watermark == 3  # not asked yet
+    assert mgr.high_watermarks() == {("t", 0): 5} and log.high_watermark == 5
