@@ -57,7 +57,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .bucket_manager import BucketLogManager, bucket_uri
 from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
@@ -133,6 +132,19 @@ def _log_class():
     return Log
 
 
+def _bucket_uri(log_dirs: Any) -> str | None:
+    """The bucket URI of ``log_dirs`` (``bucket_manager.bucket_uri``), loading the bucket
+    engine only when a location looks like a URI: local managers never import it."""
+    dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else log_dirs
+    if not isinstance(dirs, (list, tuple, set, frozenset)):
+        return None  # a one-shot iterable must reach __init__ unconsumed: local paths
+    if not any(isinstance(d, str) and "://" in d for d in dirs):
+        return None
+    from .bucket_manager import bucket_uri
+
+    return bucket_uri(dirs)
+
+
 class LogManager(PartitionTable):
     """Every partition log of ``log_dirs``, for the one process that writes them.
     Thread-safe (see the module docstring).
@@ -155,8 +167,10 @@ class LogManager(PartitionTable):
         # working without a second, mode-switching code path. A factory function would
         # need every such call changed at once, and a subclass would be a writer that
         # cannot write. Python skips __init__ since the result is no LogManager.
-        uri = bucket_uri(log_dirs)
+        uri = _bucket_uri(log_dirs)
         if uri is not None:
+            from .bucket_manager import BucketLogManager
+
             if repair:
                 raise ConfigError(f"repair=True is for local log dirs, not {uri}")
             return BucketLogManager(uri, read_only=read_only, **kwargs)
