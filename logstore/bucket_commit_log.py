@@ -8,13 +8,16 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   LIST ``_seglog/log/``, GET each commit after the snapshot (at most ``SNAPSHOT_EVERY``
   of them unless a snapshot writer died). A missing or damaged hint, or a hint naming a
   missing snapshot, falls back to LISTing the snapshots (or to folding from version 0).
-- **Refresh**: one LIST of ``_seglog/log/`` and a GET per newer commit. When the next
+- **Refresh**: one LIST of ``_seglog/log/`` after the state's version (``list_after``:
+  the server skips older names) and a GET per newer commit. When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
 - **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
   commit will reference (unique names) and returns the change (or None: nothing to do).
   The change is checked by folding it into the state (``BucketState.apply``), then
-  created as the next version. On a lost race the writer reads the new commits and calls
+  created as the next version. A create answered "exists" whose object holds our very
+  bytes was ours (the client retried a PUT that had succeeded). On a lost race the
+  writer reads the new commits and calls
   ``build`` again with the new state (an append re-stamps its offsets and re-uploads;
   an operation whose inputs vanished raises), after a bounded, jittered backoff; after
   ``max_attempts`` a ``CommitConflictError`` names the URI.
@@ -56,6 +59,7 @@ from .bucket_state import (
     commit_key,
     parse_version_name,
     snapshot_key,
+    version_name,
 )
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import CommitConflictError, CorruptMetadataError, KafkaStorageError
@@ -160,8 +164,9 @@ class CommitLog:
         if the state changed."""
         with self._lock:
             state = self._state
+            after = version_name(state.version) if state.version >= 0 else ""
             listed = sorted(v for v in (parse_version_name(e.name)
-                                        for e in self.storage.list_dir(COMMIT_DIR))
+                                        for e in self.storage.list_after(COMMIT_DIR, after))
                             if v is not None and v > state.version)
             if listed and listed[0] != state.version + 1:
                 # Commits after our version were collected (we are older than
@@ -205,7 +210,8 @@ class CommitLog:
                 key = commit_key(version)
                 new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
                 crash_point("after-upload")
-                if self.storage.create(key, commit.encode()):
+                data = commit.encode()
+                if self.storage.create(key, data) or self._is_ours(key, data):
                     self._state = new_state
                     crash_point("after-commit")
                     if version % SNAPSHOT_EVERY == 0:
@@ -220,6 +226,15 @@ class CommitLog:
                 f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
                 f"other writers committed first every time (the log is at version "
                 f"{self._state.version}); nothing of this {operation} is visible")
+
+    def _is_ours(self, key: str, data: bytes) -> bool:
+        """A create answered "exists" may be our own: the client retries a PUT whose first
+        attempt succeeded unseen, and its retry is refused. Our commit's bytes (writer id,
+        timestamp) are unique to this attempt."""
+        try:
+            return self.storage.read(key) == data
+        except FileNotFoundError:
+            return False
 
     def _write_snapshot(self, state: BucketState) -> None:
         try:

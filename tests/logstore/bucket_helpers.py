@@ -3,11 +3,8 @@ unique memory:// stores."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 from seglog.logstore.object_storage import ObjectStorage
@@ -26,6 +23,7 @@ class CountingStorage:
         self.inner = inner
         self.counts: Counter[str] = Counter()
         self.fail_creates = 0  # the next n creates answer False (another writer won)
+        self.swallow_creates = 0  # the next n creates happen, yet answer False (a retry)
 
     @property
     def uri(self) -> str:
@@ -48,6 +46,9 @@ class CountingStorage:
                 self.fail_creates -= 1
                 return False
             result = attr(*args, **kwargs)
+            if name == "create" and self.swallow_creates:
+                self.swallow_creates -= 1
+                return False
             if name == "open_range_reader":
                 return _CountingReader(result, self.counts)
             return result
@@ -75,31 +76,3 @@ class _CountingReader:
 def counting_memory_storage() -> CountingStorage:
     return CountingStorage(ObjectStorage(memory_uri()))
 
-
-@contextlib.contextmanager
-def moto_s3() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 with one bucket; yields ``s3://<bucket>`` and sets
-    the standard AWS variables for the time it runs (restored after)."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    _host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
-           "AWS_ALLOW_HTTP": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="test",
-                     aws_secret_access_key="test",
-                     region_name="us-east-1").create_bucket(Bucket="seglog-tests")
-        yield "s3://seglog-tests"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()

@@ -9,12 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from bucket_helpers import moto_s3
 
 from seglog.logstore.bucket_commit_log import CRASH_ENV, CRASH_STEPS
 from seglog.logstore.bucket_state import SNAPSHOT_EVERY
@@ -34,12 +31,6 @@ with LogManager(uri) as mgr:
         info = mgr.append("t", 0, encode_batches(values, max_batch_bytes=64))
         print(info.first_offset, info.last_offset, flush=True)
 """
-
-
-@pytest.fixture(scope="module")
-def s3_root() -> Iterator[str]:
-    with moto_s3() as root:
-        yield root
 
 
 def writer(uri: str, name: str, count: int, size: int, crash_at: str | None = None
@@ -64,8 +55,8 @@ def values(uri: str) -> list[tuple[int, str]]:
     return out
 
 
-def test_two_writer_processes_append_to_one_partition_at_once(s3_root: str):
-    uri = f"{s3_root}/{uuid.uuid4().hex}"
+def test_two_writer_processes_append_to_one_partition_at_once(s3_uri: str):
+    uri = s3_uri
     LogManager(uri).create_topic("t", 1)
     count, size = 12, 5
     procs = [writer(uri, name, count, size) for name in ("a", "b")]
@@ -86,8 +77,8 @@ def test_two_writer_processes_append_to_one_partition_at_once(s3_root: str):
 
 
 @pytest.mark.parametrize("step", CRASH_STEPS)
-def test_a_writer_killed_at_each_step_leaves_the_bucket_consistent(s3_root: str, step: str):
-    uri = f"{s3_root}/{uuid.uuid4().hex}"
+def test_a_writer_killed_at_each_step_leaves_the_bucket_consistent(s3_uri: str, step: str):
+    uri = s3_uri
     with LogManager(uri) as mgr:
         mgr.create_topic("t", 1)  # version 0
         for i in range(SNAPSHOT_EVERY - 1):  # versions 1..9: the dying commit is 10

@@ -5,13 +5,12 @@ read_committed / high-watermark / restart steps through ``LogManager`` and the r
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from bucket_helpers import memory_uri, moto_s3
+from bucket_helpers import memory_uri
 
 from seglog.logstore.errors import OffsetOutOfRangeError, TopicExistsError
 from seglog.logstore.log_manager import LogManager
@@ -20,19 +19,13 @@ from seglog.logstore.record_codec import decode_batches, encode_batches
 TS = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module")
-def s3_root() -> Iterator[str]:
-    with moto_s3() as root:
-        yield root
-
-
 @pytest.fixture(params=["local", "memory", "s3"])
 def log_dir(request, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "logs")
     if request.param == "memory":
         return memory_uri()
-    return f"{request.getfixturevalue('s3_root')}/{uuid.uuid4().hex}"
+    return request.getfixturevalue("s3_uri")
 
 
 def batches(n: int, start: int = 0) -> bytearray:
