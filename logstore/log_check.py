@@ -32,7 +32,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .checkpoint_file import OffsetCheckpointFile
 from .errors import (
@@ -58,18 +58,19 @@ from .index_check import (
     read_time_index,
     time_index_violations,
 )
+from .log_dirs import LogDir, Partition
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
-from .record_format import verify_all
-from .scheduler import last_runs_file, write_shared_last_runs
+from .record_format import TopicPartition, verify_all
+from .scheduler import last_runs_file
 from .topics import read_topic_config, write_topic_config
 
 if TYPE_CHECKING:
     from .log_dirs_reader import LogDirsReader
     from .log_manager import LogManager
 
-    Manager = LogManager | LogDirsReader  # check runs on a writer or a reader
+    Manager: TypeAlias = LogManager | LogDirsReader  # check runs on a writer or a reader
 
 logger = logging.getLogger(__name__)
 
@@ -106,8 +107,8 @@ def check_manager(mgr: Manager, *, fix: bool = False, deep: bool = False) -> lis
     return problems
 
 
-def _check_dir(mgr: Manager, ld, fix: bool) -> list[Problem]:
-    out = []
+def _check_dir(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
+    out: list[Problem] = []
     parts = {p.tp: p for p in mgr.partitions_in(ld)}
     rewrite = False
     for name in OFFSET_CHECKPOINTS:
@@ -152,7 +153,8 @@ def _check_dir(mgr: Manager, ld, fix: bool) -> list[Problem]:
     return out
 
 
-def _unpublished(mgr: Manager, path: Path, parts: dict, entries: dict) -> list[Problem]:
+def _unpublished(mgr: Manager, path: Path, parts: dict[TopicPartition, Partition[Any]],
+                 entries: dict[TopicPartition, int]) -> list[Problem]:
     """Notes for the partitions holding records above what ``path`` publishes (a crash's
     unpublished tail, or a partition not listed at all): what readers see."""
     out = []
@@ -173,7 +175,7 @@ def _unpublished(mgr: Manager, path: Path, parts: dict, entries: dict) -> list[P
     return out
 
 
-def _check_state_files(mgr: Manager, ld, fix: bool) -> list[Problem]:
+def _check_state_files(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
     """The cleaner's and the scheduler's checkpoints of ``ld``: both are safe to rebuild
     (the cleaner re-cleans from the log start; every maintenance task becomes due)."""
     out = []
@@ -194,14 +196,14 @@ def _check_state_files(mgr: Manager, ld, fix: bool) -> list[Problem]:
             continue
         set_aside(path, mgr.clock.milliseconds())
         if name == MAINTENANCE_CHECKPOINT:
-            write_shared_last_runs([ld.path], mgr.scheduler.last_runs())
+            mgr.rewrite_last_runs(ld)
         else:
             mgr.reset_cleaner_checkpoint(ld)
         logger.warning("check: rewrote %s", path)
     return out
 
 
-def _log_end(mgr: Manager, p) -> int | None:
+def _log_end(mgr: Manager, p: Partition[Any]) -> int | None:
     try:
         return mgr.get_log(p.topic, p.partition).log_end_offset
     except SeglogError as e:
@@ -210,31 +212,31 @@ def _log_end(mgr: Manager, p) -> int | None:
 
 
 def _check_topic_configs(mgr: Manager, topic: str, fix: bool) -> list[Problem]:
-    out = []
+    out: list[Problem] = []
     parts = [mgr.partition(topic, n) for n in mgr.partitions(topic)]
-    configs = {}
-    errors = {}
+    configs: dict[int, dict[str, str] | None] = {}  # None: no config file
+    errors: dict[int, str] = {}  # the unreadable ones
     for p in parts:
         try:
             configs[p.partition] = read_topic_config(p.dir)
         except (ConfigError, KafkaStorageError) as e:
             errors[p.partition] = str(e)
-            configs[p.partition] = "corrupt"
-    reference = next((c for c in configs.values() if isinstance(c, dict)), None)
+    reference = next((c for c in configs.values() if c is not None), None)
     for p in parts:
-        c = configs[p.partition]
-        if c == reference:
+        corrupt = p.partition in errors
+        c = configs.get(p.partition)
+        if not corrupt and c == reference:
             continue
-        what = ("has no topic config file" if c is None else
-                f"has an unreadable topic config ({errors[p.partition]})" if c == "corrupt"
+        what = (f"has an unreadable topic config ({errors[p.partition]})" if corrupt else
+                "has no topic config file" if c is None
                 else "has a topic config that differs from the topic's other partitions")
         # Never a default in place of a damaged config: a compacted topic rewritten with
         # the default cleanup.policy=delete would lose data to retention.
         fixable = fix and reference is not None
-        if c == "corrupt" and reference is None:
+        if corrupt and reference is None:
             what += "; no partition of the topic has a readable config to copy: restore it"
         out.append(Problem("topic-config", p.dir, f"{p.dir} {what}", fixable))
-        if fixable:
+        if fixable and reference is not None:
             write_topic_config(p.dir, topic, reference)
     if fix:
         mgr.forget_topic_config(topic)

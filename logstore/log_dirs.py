@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from .checkpoint_file import OffsetCheckpointFile
 from .dir_lock import DirLock
@@ -49,6 +49,19 @@ from .file_names import (
 from .record_format import TopicPartition
 
 logger = logging.getLogger(__name__)
+
+
+class PartitionLog(Protocol):
+    """What the shared partition table needs of a loaded log, a writer's ``Log`` or a
+    reader's ``LogReader``."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+LogT = TypeVar("LogT", bound=PartitionLog)
 
 
 STAGING_PREFIX = ".seglog-new-"
@@ -93,12 +106,12 @@ class LogDir:
 
 
 @dataclass(eq=False)
-class Partition:
+class Partition(Generic[LogT]):
     topic: str
     partition: int
     dir: Path
     log_dir: LogDir
-    log: Any = None  # a Log once loaded
+    log: LogT | None = None  # the writer's Log or the reader's LogReader, once loaded
     # serializes writes to `log`, its lazy loading and `deleted`
     lock: threading.RLock = field(default_factory=threading.RLock)
     deleted: bool = False  # renamed for deletion: never load it again
@@ -142,10 +155,12 @@ def canonical_dirs(raw_dirs: list[str | os.PathLike], read_only: bool) -> list[P
 
 
 def list_log_dir(log_dir: LogDir, *, read_only: bool,
-                 warn: bool = True) -> tuple[list[Partition], list[Path]]:
+                 warn: bool = True) -> tuple[list[Partition[Any]], list[Path]]:
     """The partitions of ``log_dir`` and its ``-delete`` directories. A writer also
-    removes the staging directory of a ``create_topic`` that crashed before its rename."""
-    found, to_delete = [], []
+    removes the staging directory of a ``create_topic`` that crashed before its rename.
+    (``Any``: no log is loaded yet; the table they enter says which kind it will hold.)"""
+    found: list[Partition[Any]] = []
+    to_delete: list[Path] = []
     try:
         entries = list(os.scandir(log_dir.path))
     except OSError as e:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -71,7 +71,7 @@ _CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
                      HIGH_WATERMARK_CHECKPOINT: "high_watermarks"}
 
 
-def _writer_only(name: str) -> Any:
+def _writer_only(name: str) -> Callable[..., NoReturn]:
     def refuse(self: LogDirsReader, *args: Any, **kwargs: Any) -> NoReturn:
         self.check_writable()
         raise AssertionError("unreachable")  # check_writable always raises here
@@ -81,7 +81,7 @@ def _writer_only(name: str) -> Any:
     return refuse
 
 
-class LogDirsReader(PartitionTable):
+class LogDirsReader(PartitionTable[LogReader]):
     """The partitions of ``log_dirs`` as another process published them (module doc).
 
     ``config``/``default_topic_config``/``clock`` as ``LogManager``'s."""
@@ -128,7 +128,7 @@ class LogDirsReader(PartitionTable):
     def _refresh(self) -> None:
         """Pick up partitions created or deleted by the writer since the last listing."""
         with self._lock:
-            seen = set()
+            seen: set[TopicPartition] = set()
             changed = False
             for ld in self.log_dirs:
                 unchanged, mtime = unchanged_since(ld.path, ld.listed_mtime_ns)
@@ -147,7 +147,7 @@ class LogDirsReader(PartitionTable):
                 if gone.log is not None:
                     gone.log.close()
 
-    def _cached_first_segment_base(self, p: Partition) -> int:
+    def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
         """Re-list a partition only when its directory changed, so a trigger's cost does
         not grow with the number of segments."""
         cached = p.first_base
@@ -160,7 +160,7 @@ class LogDirsReader(PartitionTable):
 
     # -- logs ------------------------------------------------------------------------------
 
-    def _open_log(self, p: Partition, config: LogConfig) -> LogReader:
+    def _open_log(self, p: Partition[LogReader], config: LogConfig) -> LogReader:
         """``p``'s ``LogReader`` (``_load`` calls this under ``p.lock``)."""
         ld = p.log_dir
         stored_hw = ld.high_watermarks.get(p.tp)
@@ -215,7 +215,8 @@ class LogDirsReader(PartitionTable):
             out[p.tp] = value
         return out
 
-    def _reread(self, name: str) -> tuple[list[Partition], dict[int, dict[TopicPartition, int]]]:
+    def _reread(self, name: str
+                ) -> tuple[list[Partition[LogReader]], dict[int, dict[TopicPartition, int]]]:
         """The partitions now listed and each dir's ``name`` checkpoint, read again."""
         self._refresh()
         with self._lock:
@@ -250,6 +251,7 @@ class LogDirsReader(PartitionTable):
     checkpoint_log_start_offsets = _writer_only("checkpoint_log_start_offsets")
     write_checkpoints = _writer_only("write_checkpoints")
     reset_cleaner_checkpoint = _writer_only("reset_cleaner_checkpoint")
+    rewrite_last_runs = _writer_only("rewrite_last_runs")
     run_maintenance = _writer_only("run_maintenance")
     delete_old_segments = _writer_only("delete_old_segments")
     clean = _writer_only("clean")

@@ -55,7 +55,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
@@ -117,13 +118,18 @@ from .topics import (
     write_topic_config,
 )
 
+if TYPE_CHECKING:
+    from .cleaner import CleanerStats, LogCleaner
+    from .log import AppendInfo, Log
+
 logger = logging.getLogger(__name__)
 
 _CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 CLEANER_TASK = "log-cleaner"
+_T = TypeVar("_T")
 
 
-def _log_class():
+def _log_class() -> type[Log]:
     # Imported late: the Log is the other half of the storage engine and imports nothing
     # from here, but keeping the import out of module load lets the manager's
     # dir/lock/checkpoint logic load without it.
@@ -145,7 +151,7 @@ def _bucket_uri(log_dirs: Any) -> str | None:
     return bucket_uri(dirs)
 
 
-class LogManager(PartitionTable):
+class LogManager(PartitionTable["Log"]):
     """Every partition log of ``log_dirs``, for the one process that writes them.
     Thread-safe (see the module docstring).
 
@@ -166,7 +172,8 @@ class LogManager(PartitionTable):
         # before the reader was its own class: returning one here keeps that spelling
         # working without a second, mode-switching code path. A factory function would
         # need every such call changed at once, and a subclass would be a writer that
-        # cannot write. Python skips __init__ since the result is no LogManager.
+        # cannot write. Python skips __init__ since the result is no LogManager. (Any:
+        # mypy types every call LogManager; typed code constructs the class it needs.)
         uri = _bucket_uri(log_dirs)
         if uri is not None:
             from .bucket_manager import BucketLogManager
@@ -196,7 +203,7 @@ class LogManager(PartitionTable):
         # retention and compaction of one log must not overlap (the cleaner reads
         # inactive segments without the Log's lock)
         self._maintenance_lock = threading.RLock()
-        self._cleaner: Any = None  # cleaner.LogCleaner, created on first use (large map)
+        self._cleaner: LogCleaner | None = None  # created on first use (large map)
         # `.deleted` segment files of every log, unlinked after file.delete.delay.ms
         self.deleter = DelayedDeleter(clock)
         if isinstance(log_dirs, (str, os.PathLike)):
@@ -221,7 +228,7 @@ class LogManager(PartitionTable):
             lock = DirLock(path).acquire()
             marker = path / CLEAN_SHUTDOWN_FILE
             self.log_dirs.append(LogDir(path, lock, marker.exists()))
-        recover: list[Partition] = []
+        recover: list[Partition[Log]] = []
         empty_dirs = []
         for log_dir in self.log_dirs:
             found, to_delete = list_log_dir(log_dir, read_only=False)
@@ -276,10 +283,10 @@ class LogManager(PartitionTable):
         if not log_dir.had_clean_shutdown and log_dir.damaged:
             log_dir.recovery_points = {}
 
-    def _recover(self, partitions: list[Partition]) -> None:
+    def _recover(self, partitions: list[Partition[Log]]) -> None:
         """Recover every partition of the unclean dirs: one pool per dir, all at once."""
         threads = self.config.num_recovery_threads_per_data_dir
-        by_dir: dict[int, list[Partition]] = {}
+        by_dir: dict[int, list[Partition[Log]]] = {}
         for p in partitions:
             by_dir.setdefault(id(p.log_dir), []).append(p)
         pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
@@ -296,8 +303,8 @@ class LogManager(PartitionTable):
                 except OSError as e:
                     errors.append(KafkaStorageError(f"cannot recover {p.dir}: {e}"))
             if errors:
-                for e in errors[1:]:
-                    logger.error("recovery failed: %s", e)
+                for other in errors[1:]:
+                    logger.error("recovery failed: %s", other)
                 raise errors[0]
         finally:
             for pool in pools:
@@ -306,19 +313,20 @@ class LogManager(PartitionTable):
             # The recovery point may lag the published high watermark (their checkpoints
             # run at different intervals); data below the HW was fsynced before the
             # crash, so this is cheap, and the HW checkpoint below cannot go backwards.
-            p.log.flush(p.log.high_watermark)
+            log = self._load(p)  # loaded by the pool above: returns it
+            log.flush(log.high_watermark)
             if p.log_dir.repairing:
                 logger.warning("repair of %s: %s-%d gets high watermark %d and log start "
                                "offset %d (recovered log end %d)", p.log_dir.path, p.topic,
-                               p.partition, p.log.high_watermark, p.log.log_start_offset,
-                               p.log.log_end_offset)
+                               p.partition, log.high_watermark, log.log_start_offset,
+                               log.log_end_offset)
         for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
             logger.info("recovered %d partitions of %s",
                         sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
             self._write_checkpoints(log_dir)
             log_dir.recovered = True
 
-    def _open_log(self, p: Partition, config: LogConfig) -> Any:
+    def _open_log(self, p: Partition[Log], config: LogConfig) -> Log:
         """``p``'s Log, recovered when its dir is unclean (``_load`` calls this under
         ``p.lock``)."""
         if p.deleted:
@@ -335,7 +343,7 @@ class LogManager(PartitionTable):
             hw = stored_hw if stored_hw is not None else 0
         stored_lso = ld.log_start_offsets.get(p.tp, 0)
 
-        def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Any:
+        def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Log:
             return _log_class().open(
                 p.dir, config, clock=self.clock,
                 recovery_point=ld.recovery_points.get(p.tp, 0),
@@ -376,13 +384,13 @@ class LogManager(PartitionTable):
             warn_on_collision(name, existing)
             self._topic_configs.pop(name, None)
             self._create_partitions(name, range(partitions), overrides)
-        config = LogConfig.from_properties(overrides, base=self.default_topic_config)
+        created = LogConfig.from_properties(overrides, base=self.default_topic_config)
         # Said at creation because retention deletes silently later (Kafka's 7-day default).
         logger.info("created topic %s with %d partition(s) in %s; retention.ms=%d%s, "
                     "cleanup.policy=%s", name, partitions, self._dirs_text(),
-                    config.retention_ms, "" if config.retention_ms < 0 else
-                    f" ({config.retention_ms / 86_400_000:.3g} days: older records are deleted)",
-                    ",".join(sorted(config.cleanup_policy)))
+                    created.retention_ms, "" if created.retention_ms < 0 else
+                    f" ({created.retention_ms / 86_400_000:.3g} days: older records are deleted)",
+                    ",".join(sorted(created.cleanup_policy)))
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
                            delete: Iterable[str] = ()) -> dict[str, str]:
@@ -438,7 +446,7 @@ class LogManager(PartitionTable):
                 # best effort: the next writer's open removes staging leftovers anyway
                 shutil.rmtree(staging, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
-            p = Partition(topic, n, final, log_dir)
+            p: Partition[Log] = Partition(topic, n, final, log_dir)
             self._partitions[p.tp] = p
             self._load(p)
             logger.info("created partition %s", final)
@@ -456,7 +464,7 @@ class LogManager(PartitionTable):
         return min(self.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
 
     @staticmethod
-    def _size_of(p: Partition) -> int:
+    def _size_of(p: Partition[Log]) -> int:
         if p.log is not None:
             return p.log.size_in_bytes
         total = 0
@@ -513,7 +521,7 @@ class LogManager(PartitionTable):
 
     # -- logs ------------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: bytes | bytearray) -> Any:
+    def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
         """Append record batches to a partition; returns the Log's AppendInfo."""
         self.check_writable()
         p = self._partition(topic, partition)
@@ -554,12 +562,12 @@ class LogManager(PartitionTable):
 
     # -- flushing, checkpoints, maintenance -----------------------------------------
 
-    def _each(self, parts: Iterable[Partition], action, what: str,
-              errors: list[Exception] | None = None) -> list[Any]:
+    def _each(self, parts: Iterable[Partition[Log]], action: Callable[[Partition[Log]], _T],
+              what: str, errors: list[Exception] | None = None) -> list[_T]:
         """``action(p)`` under each partition's lock. One partition's failure is logged
         and does not stop the others; the first one (of ``errors`` too) is raised at the
         end. ``action`` must not take the manager lock (lock order)."""
-        results: list[Any] = []
+        results: list[_T] = []
         errors = list(errors or ())
         for p in parts:
             try:
@@ -572,7 +580,7 @@ class LogManager(PartitionTable):
             raise errors[0]
         return results
 
-    def _load_each(self, parts: Iterable[Partition], what: str) -> list[Exception]:
+    def _load_each(self, parts: Iterable[Partition[Log]], what: str) -> list[Exception]:
         """Load the logs of ``parts`` holding no lock (``_load`` takes the manager lock,
         then the partition's); returns the failures, each logged."""
         errors: list[Exception] = []
@@ -587,7 +595,11 @@ class LogManager(PartitionTable):
 
     def flush_all(self) -> None:
         """fsync every loaded log (unloaded ones have nothing unflushed)."""
-        self._each(self._loaded(), lambda p: p.log and p.log.flush(), "flush")
+        def flush(p: Partition[Log]) -> None:
+            if p.log is not None:
+                p.log.flush()
+
+        self._each(self._loaded(), flush, "flush")
 
     def checkpoint_high_watermarks(self) -> None:
         """Flush each log up to its high watermark, then write every dir's
@@ -595,9 +607,13 @@ class LogManager(PartitionTable):
         A log whose flush fails keeps its old published value (the file says
         ``min(HW, recovery point)``), and its error is raised after the write."""
         self.check_writable()
+
+        def flush_to_hw(p: Partition[Log]) -> None:
+            if p.log is not None:
+                p.log.flush(p.log.high_watermark)
+
         try:
-            self._each(self._loaded(), lambda p: p.log and p.log.flush(p.log.high_watermark),
-                       "flush to the high watermark")
+            self._each(self._loaded(), flush_to_hw, "flush to the high watermark")
         finally:
             for ld in self.log_dirs:
                 self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
@@ -673,7 +689,7 @@ class LogManager(PartitionTable):
                                          self.clean, self.clock.monotonic_ms()))
         return tasks
 
-    def clean(self, now_ms: int | None = None) -> Any:
+    def clean(self, now_ms: int | None = None) -> CleanerStats | None:
         """One compaction pass over the dirtiest log with ``cleanup.policy`` compact
         (Kafka's cleaner thread, one pass per run); returns its ``CleanerStats`` or None.
         Loads the compacted partitions."""
@@ -690,7 +706,7 @@ class LogManager(PartitionTable):
         with self._maintenance_lock:
             return self._log_cleaner().clean_dirtiest(logs)
 
-    def _log_cleaner(self) -> Any:
+    def _log_cleaner(self) -> LogCleaner:
         if self._cleaner is None:
             from .cleaner import LogCleaner
 
@@ -753,6 +769,12 @@ class LogManager(PartitionTable):
         for name in names:
             self._write_checkpoint(log_dir, name)
 
+    def rewrite_last_runs(self, log_dir: LogDir) -> None:
+        """Write ``log_dir``'s ``seglog-maintenance-checkpoint`` from this writer's
+        scheduler (writer only)."""
+        self.check_writable()
+        write_shared_last_runs([log_dir.path], self.scheduler.last_runs())
+
     def reset_cleaner_checkpoint(self, log_dir: LogDir) -> None:
         """Empty ``log_dir``'s ``cleaner-offset-checkpoint`` (the cleaner re-cleans its
         partitions from their log start) and make the cleaner forget what it read."""
@@ -796,7 +818,8 @@ class LogManager(PartitionTable):
         self.scheduler.stop()
         for p in self._loaded():
             try:
-                p.log.close()
+                if p.log is not None:
+                    p.log.close()
             except Exception:
                 logger.exception("cannot close the log of %s", p.dir)
             p.log = None
@@ -807,7 +830,8 @@ class LogManager(PartitionTable):
     def __enter__(self) -> LogManager:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:

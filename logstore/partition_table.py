@@ -19,24 +19,25 @@ import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
 from .clock import Clock
 from .config import LogConfig, ManagerConfig
 from .errors import LogDirError, UnknownTopicOrPartitionError
 from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
-from .log_dirs import LogDir, Partition, TopicPartition, first_segment_base
+from .log_dirs import LogDir, LogT, Partition, TopicPartition, first_segment_base
 from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
 from .topics import load_topic_config, read_topic_config
 
 logger = logging.getLogger(__name__)
 
 
-class PartitionTable:
+class PartitionTable(Generic[LogT]):
     """The log dirs, their partitions and topic configs, and the lookups over them.
 
     A base class only: ``_load`` (open a partition's log) and ``_refresh`` (see what
-    changed on disk) belong to the writer or the reader."""
+    changed on disk) belong to the writer or the reader. ``LogT``: the kind of log a
+    partition holds once loaded (the writer's ``Log``, the reader's ``LogReader``)."""
 
     def __init__(self, config: ManagerConfig | Mapping[str, Any] | None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None,
@@ -48,7 +49,7 @@ class PartitionTable:
             default_topic_config if isinstance(default_topic_config, LogConfig)
             else LogConfig.from_properties(default_topic_config))
         self._lock = threading.RLock()  # guards _partitions, _topic_configs
-        self._partitions: dict[TopicPartition, Partition] = {}
+        self._partitions: dict[TopicPartition, Partition[LogT]] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
         self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
@@ -56,7 +57,7 @@ class PartitionTable:
 
     # -- what a subclass provides ----------------------------------------------------
 
-    def _load(self, p: Partition) -> Any:
+    def _load(self, p: Partition[LogT]) -> LogT:
         """Open ``p``'s log if not yet open (thread-safe, idempotent)."""
         log = p.log
         if log is not None:
@@ -67,7 +68,7 @@ class PartitionTable:
                 p.log = self._open_log(p, config)
             return p.log
 
-    def _open_log(self, p: Partition, config: LogConfig) -> Any:
+    def _open_log(self, p: Partition[LogT], config: LogConfig) -> LogT:
         """Open ``p``'s log (writer: a Log, recovered when due; reader: a LogReader),
         called under ``p.lock`` by ``_load``."""
         raise NotImplementedError
@@ -77,7 +78,7 @@ class PartitionTable:
 
     # -- listing ----------------------------------------------------------------------
 
-    def _add_listed(self, found: list[Partition]) -> None:
+    def _add_listed(self, found: list[Partition[LogT]]) -> None:
         """Enter a log dir's listed partitions; one partition in two dirs is refused."""
         with self._lock:
             for p in found:
@@ -103,16 +104,16 @@ class PartitionTable:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self._dirs_text()}")
         return parts
 
-    def partitions_in(self, log_dir: LogDir) -> list[Partition]:
+    def partitions_in(self, log_dir: LogDir) -> list[Partition[LogT]]:
         """The partitions listed in ``log_dir``."""
         with self._lock:
             return [p for p in self._partitions.values() if p.log_dir is log_dir]
 
-    def partition(self, topic: str, partition: int) -> Partition:
+    def partition(self, topic: str, partition: int) -> Partition[LogT]:
         """The partition's entry (directory, log dir, lock); UnknownTopicOrPartitionError."""
         return self._partition(topic, partition)
 
-    def _partition(self, topic: str, partition: int) -> Partition:
+    def _partition(self, topic: str, partition: int) -> Partition[LogT]:
         with self._lock:
             p = self._partitions.get((topic, partition))
         if p is None:
@@ -124,11 +125,11 @@ class PartitionTable:
                 f"unknown partition {topic}-{partition} in {self._dirs_text()}")
         return p
 
-    def _loaded(self) -> list[Partition]:
+    def _loaded(self) -> list[Partition[LogT]]:
         with self._lock:
             return [p for p in self._partitions.values() if p.log is not None]
 
-    def get_log(self, topic: str, partition: int) -> Any:
+    def get_log(self, topic: str, partition: int) -> LogT:
         """The partition's log (a writer's ``Log``, a reader's ``LogReader``), loaded on
         first use."""
         return self._load(self._partition(topic, partition))
@@ -149,7 +150,7 @@ class PartitionTable:
         with self._lock:
             self._topic_configs.pop(topic, None)
 
-    def _config_of(self, p: Partition) -> LogConfig:
+    def _config_of(self, p: Partition[LogT]) -> LogConfig:
         with self._lock:
             config = self._topic_configs.get(p.topic)
         if config is None:
@@ -160,7 +161,7 @@ class PartitionTable:
 
     # -- the published offsets' rules ---------------------------------------------------
 
-    def _clamped_high_watermarks(self, listed: list[tuple[Partition, int]]) -> list[int]:
+    def _clamped_high_watermarks(self, listed: list[tuple[Partition[LogT], int]]) -> list[int]:
         """Checkpointed high watermarks, each clamped to its partition's log end with a
         warning; a log end is read only when its value changed since last verified."""
         def log_end(i: int) -> int:
@@ -191,12 +192,12 @@ class PartitionTable:
         it rather than reading short."""
         return dict(self._beyond_log_end)
 
-    def _stored_start_offset(self, p: Partition) -> int:
+    def _stored_start_offset(self, p: Partition[LogT]) -> int:
         first = first_segment_base(p.dir)
         stored = p.log_dir.log_start_offsets.get(p.tp, 0)
         return self._checked_start_offset(p, stored, first) if stored > first else first
 
-    def _checked_start_offset(self, p: Partition, stored: int, first: int) -> int:
+    def _checked_start_offset(self, p: Partition[LogT], stored: int, first: int) -> int:
         """A checkpointed log start offset above the first segment's base, or that base
         when it is beyond the log end (warned, as when a log is loaded)."""
         log = p.log
@@ -210,7 +211,7 @@ class PartitionTable:
         return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
 
 
-def warn_start_beyond_log_end(p: Partition, stored: int, end: int, first: int) -> None:
+def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: int) -> None:
     # A start offset past the end would hide every record, and retention would then
     # delete them: damage, so the first segment's base instead.
     logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
