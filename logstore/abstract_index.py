@@ -55,13 +55,14 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import ClassVar, Generic, TypeVar
+from typing import BinaryIO, ClassVar, Generic, TypeVar
 
 from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E")
+_Index = TypeVar("_Index", bound="AbstractIndex")
 INT32_MAX = 2**31 - 1
 ALLOCATION_CHUNK = 64 * 1024
 """Bytes of an index reserved at a time ahead of its last entry (8,192 offset-index
@@ -99,7 +100,7 @@ class AbstractIndex(Generic[E]):
             except OSError as e:
                 raise KafkaStorageError(
                     f"cannot open index {self.path} for writing: {e.strerror}") from e
-            self._file = os.fdopen(fd, "r+b")
+            self._file: BinaryIO = os.fdopen(fd, "r+b")
             try:
                 length = os.fstat(fd).st_size
                 if new:
@@ -414,10 +415,10 @@ class AbstractIndex(Generic[E]):
     def _check_entries(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self):
+    def __enter__(self: _Index) -> _Index:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -62,6 +62,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -115,6 +116,9 @@ from .record_format import (
     set_length,
 )
 from .segment_indexer import first_crc_mismatch
+
+if TYPE_CHECKING:
+    from .log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +246,7 @@ def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np
             f"(batches end at {lasts.tolist()[:8]}...); nothing was swapped in")
 
 
-def _write_fully(fd: int, data, path: Path) -> None:
+def _write_fully(fd: int, data: bytes | memoryview, path: Path) -> None:
     view = memoryview(data)
     try:
         while view:
@@ -266,7 +270,7 @@ class _CleanedFile:
         self._indexer = segment.indexer(INT32_MAX, scan_capacity=MAX_CHUNK_BATCHES + 1)
         self._fd = os.open(segment.log_path, os.O_WRONLY | os.O_APPEND)
 
-    def write(self, data) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if not self._legacy:
             u8 = np.frombuffer(data, np.uint8)
             end, status, reason = self._indexer.scan(u8, len(u8), self.size)
@@ -326,7 +330,7 @@ class Cleaner:
             self._map.clear()
         return self._map
 
-    def clean(self, log, to_clean: CleanableRange, now: int) -> CleanerStats:
+    def clean(self, log: Log, to_clean: CleanableRange, now: int) -> CleanerStats:
         """Map ``to_clean``'s dirty records, rewrite and swap in every segment below where
         the map stopped (``stats.end_offset``), with ``now`` as the time for delete
         horizons. The checkpoint is the caller's. Raises on I/O or corruption errors
@@ -358,7 +362,7 @@ class Cleaner:
         stats.elapsed_s = time.perf_counter() - started
         return stats
 
-    def _build_offset_map(self, log, r: CleanableRange, omap: OffsetMap,
+    def _build_offset_map(self, log: Log, r: CleanableRange, omap: OffsetMap,
                           stats: CleanerStats) -> int:
         """Put the dirty records into the map; returns the offset it stopped at."""
         start, bound = r.first_dirty_offset, r.first_uncleanable_offset
@@ -392,7 +396,7 @@ class Cleaner:
                     return stop
         return bound
 
-    def _clean_group(self, log, old: list[LogSegment], omap: OffsetMap, end_offset: int,
+    def _clean_group(self, log: Log, old: list[LogSegment], omap: OffsetMap, end_offset: int,
                      now: int, stats: CleanerStats, pending: list[int]) -> None:
         base = old[0].base_offset
         for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
@@ -417,7 +421,7 @@ class Cleaner:
                     stats.bytes_read += len(chunk.view)
                     last = chunk
             last_header = last.last_header() if last is not None else None
-            if (last_header is not None and last_header.magic == 2
+            if (last is not None and last_header is not None and last_header.magic == 2
                     and written_next <= last_header.last_offset):
                 out_file.write(empty_batch(last.view, last_header))
             stats.bytes_written += out_file.size
@@ -454,7 +458,7 @@ class Cleaner:
         if size < 0:
             raise _malformed(seg, table, -size - 1)
         _check_rewritten_crcs(seg, original, original_table, action)
-        view = memoryview(out)
+        view = out.data
         if plain is None:
             for b in np.flatnonzero(action == REWRITE).tolist():
                 restamp_crc(view, int(out_pos[b]), int(out_end[b]))
@@ -488,7 +492,7 @@ class Cleaner:
             p, e = int(out_pos[b]), int(out_end[b])
             codec = int(table[b, H_ATTRIBUTES]) & COMPRESSION_MASK
             batch = bytearray(out[p:p + V2_HEADER_SIZE])
-            records = out[p + V2_HEADER_SIZE:e]
+            records: bytes | memoryview = out[p + V2_HEADER_SIZE:e]
             if codec:
                 records = compress(codec, records)
                 batch[ATTRIBUTES_OFFSET + 1] |= codec
@@ -611,17 +615,17 @@ class LogCleaner:
         truncated): the next log of that name starts dirty from its start."""
         self.manager.forget(log_dir, topic, partition)
 
-    def cleanable_range(self, log) -> CleanableRange:
+    def cleanable_range(self, log: Log) -> CleanableRange:
         """The log's clean and dirty sections now; see ``LogCleanerManager``."""
         return self.manager.cleanable_range(log)
 
-    def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
+    def grab_filthiest(self, logs: Iterable[Log]) -> tuple[Log, CleanableRange] | None:
         """The compacted log to clean next, or None; see ``LogCleanerManager``."""
         return self.manager.grab_filthiest(logs)
 
     # -- cleaning -------------------------------------------------------------------------
 
-    def clean_dirtiest(self, logs: Iterable) -> CleanerStats | None:
+    def clean_dirtiest(self, logs: Iterable[Log]) -> CleanerStats | None:
         """One pass over the filthiest log of ``logs`` (see ``grab_filthiest``); None when
         none needs cleaning. The LogManager's maintenance entry point: an error is logged
         and the log is left alone until this cleaner is recreated (Kafka marks it
@@ -638,7 +642,7 @@ class LogCleaner:
             self.manager.mark_uncleanable(log, str(e))
             return None
 
-    def clean_log(self, log) -> CleanerStats:
+    def clean_log(self, log: Log) -> CleanerStats:
         """One cleaning pass over ``log`` (a writer ``Log`` with a compact policy),
         whatever its dirty ratio, then its checkpoint; returns what it did. Raises on I/O
         or corruption errors (the log is then unchanged, or changed by whole swap

@@ -205,7 +205,8 @@ def _parse_batch(buf, table, b, map_table, recs):
         flags = 0
         if kl >= 0:
             h1, h2 = murmur3_128(buf, k, kl)
-            prefetch_row(map_table, map_slot(h1, slots))
+            # numba's stubs type an intrinsic's call with its typing context first
+            prefetch_row(map_table, map_slot(h1, slots))  # type: ignore[call-arg]
             recs[i, R_H1] = h1
             recs[i, R_H2] = h2
             flags = F_KEY
@@ -452,7 +453,7 @@ def rebuilt_batch(chunk: memoryview, h: BatchHeader, keep: np.ndarray,
         raise CorruptRecordError(
             f"record {kept} of the batch at offsets {h.base_offset}..{h.last_offset} is "
             f"malformed (or the batch has trailing bytes)")
-    records = memoryview(out)[:size]
+    records: bytes | memoryview = out.data[:size]
     if codec:
         records = compress(codec, records)
     attributes = h.attributes | (DELETE_HORIZON_MASK if horizon is not None else 0)

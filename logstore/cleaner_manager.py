@@ -42,12 +42,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .checkpoint_file import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LONG_MAX
 from .errors import CorruptCheckpointError, KafkaStorageError
 from .file_names import CLEANER_OFFSET_CHECKPOINT
+
+if TYPE_CHECKING:
+    from .log import Log
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +133,7 @@ class LogCleanerManager:
         self._checkpoint_file(log_dir).write(cp)
         self._checkpoints[log_dir] = cp
 
-    def done_cleaning(self, log, end_offset: int, pending_horizon: int | None) -> None:
+    def done_cleaning(self, log: Log, end_offset: int, pending_horizon: int | None) -> None:
         """A pass over ``log`` swapped in everything below ``end_offset``: checkpoint it,
         and remember the earliest delete horizon of the tombstones it kept."""
         self._update_checkpoint(log.dir.parent, (log.topic, log.partition), end_offset)
@@ -144,21 +148,21 @@ class LogCleanerManager:
 
     # -- per-log state --------------------------------------------------------------------
 
-    def _state(self, log) -> _LogState:
+    def _state(self, log: Log) -> _LogState:
         key = (log.dir.parent, log.topic, log.partition)
         st = self._states.get(key)
         if st is None:
             st = self._states[key] = _LogState()
         return st
 
-    def mark_uncleanable(self, log, reason: str) -> None:
+    def mark_uncleanable(self, log: Log, reason: str) -> None:
         """Skip ``log`` from now on (a pass over it failed); Kafka's
         ``markPartitionUncleanable``."""
         self._state(log).failed = reason
 
     # -- what to clean --------------------------------------------------------------------
 
-    def cleanable_range(self, log) -> CleanableRange:
+    def cleanable_range(self, log: Log) -> CleanableRange:
         """The log's clean and dirty sections now (see the module docstring)."""
         cfg = log.config
         segs = log.segments
@@ -206,14 +210,14 @@ class LogCleanerManager:
         return CleanableRange(log.topic, log.partition, first_dirty, bound, clean, dirty,
                               needs_now)
 
-    def _horizon_due(self, log, now: int) -> bool:
+    def _horizon_due(self, log: Log, now: int) -> bool:
         # Known only from this manager's own passes, as Kafka's latestDeleteHorizon: a
         # fresh process does not scan logs for it (that would read every segment at each
         # start); their tombstones go at the next pass the dirty ratio or lag triggers.
         pending = self._state(log).pending_horizon
         return pending is not None and pending <= now
 
-    def grab_filthiest(self, logs: Iterable) -> tuple[object, CleanableRange] | None:
+    def grab_filthiest(self, logs: Iterable[Log]) -> tuple[Log, CleanableRange] | None:
         """The compacted log to clean next: the highest dirty ratio at or above its
         ``min.cleanable.dirty.ratio`` (or any past ``max.compaction.lag.ms``); else one
         whose tombstones' delete horizon passed; else None. Read-only, non-compacted and

@@ -63,7 +63,7 @@ _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
 
-def compress(codec: int, data) -> bytes:
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     """Compress ``data`` (any buffer) with Kafka codec id ``codec`` (1-4)."""
     if codec == CODEC_GZIP:
         # mtime=0 keeps the output deterministic, as Java's GZIPOutputStream does.
@@ -79,7 +79,7 @@ def compress(codec: int, data) -> bytes:
     raise ValueError(f"unknown compression codec id {codec} (expected 1-4)")
 
 
-def decompress(codec: int, data, *, magic: int = 2) -> bytes:
+def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
     """Decompress ``data`` written with Kafka codec id ``codec`` inside a batch of the
     given ``magic``. Raises CorruptRecordError when the bytes are not a valid stream."""
     try:
@@ -105,7 +105,7 @@ def decompress(codec: int, data, *, magic: int = 2) -> bytes:
     raise CorruptRecordError(f"unknown compression codec id {codec}")
 
 
-def _snappy_xerial_compress(data) -> bytes:
+def _snappy_xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data).cast("B")
     parts = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_BLOCK_SIZE):
@@ -115,7 +115,7 @@ def _snappy_xerial_compress(data) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data).cast("B")
     # Only the 8-byte magic is checked: some producers write version/compat wrongly
     # (little-endian), and every Kafka client tolerates it.
@@ -138,13 +138,13 @@ def _snappy_decompress(data) -> bytes:
     return b"".join(parts)
 
 
-def _zstd_decompress(data) -> bytes:
+def _zstd_decompress(data: bytes | bytearray | memoryview) -> bytes:
     reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
     with reader:
         return reader.readall()
 
 
-def _lz4_frame_decompress_lenient(data) -> bytes:
+def _lz4_frame_decompress_lenient(data: bytes | bytearray | memoryview) -> bytes:
     """Read an LZ4 frame without checking its header checksum (KIP-57: brokers before
     0.10 computed it over the magic too). Block and content checksums are skipped."""
     view = memoryview(data).cast("B")

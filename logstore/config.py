@@ -91,6 +91,8 @@ def _key(name, parse, default, doc, check=None) -> ConfigKey:
 
 class _Config:
     KEYS: ClassVar[tuple[ConfigKey, ...]]
+    # Every subclass is a dataclass (declared for dataclasses.replace's type).
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None, *, base=None):

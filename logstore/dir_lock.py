@@ -105,15 +105,16 @@ class DirLock:
             return
         fd, key = self._fd, self._key
         self._fd = self._key = None
-        with _registry_lock:
-            _held.pop(key, None)
+        if key is not None:  # set with _fd
+            with _registry_lock:
+                _held.pop(key, None)
         # closing the descriptor releases the POSIX lock; no explicit unlock needed
         os.close(fd)
 
     def __enter__(self) -> DirLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     def __repr__(self) -> str:

@@ -105,7 +105,8 @@ class MissingDataError(DataLossError):
         self.start = start
         self.end = end
 
-    def __reduce__(self):  # keeps start and end across pickling (Spark workers)
+    # keeps start and end across pickling (Spark workers)
+    def __reduce__(self) -> tuple[type, tuple[str, int, int]]:
         return (type(self), (str(self), self.start, self.end))
 
 

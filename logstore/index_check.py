@@ -93,7 +93,8 @@ def _leading_entries(path: Path, dtype: np.dtype) -> tuple[np.ndarray, int]:
     size = dtype.itemsize
     whole = len(raw) // size * size
     entries = raw[:whole].view(dtype)
-    zero = np.flatnonzero(~raw[:whole].reshape(-1, size).any(axis=1)) if whole else []
+    zero = (np.flatnonzero(~raw[:whole].reshape(-1, size).any(axis=1)) if whole
+            else np.empty(0, np.intp))
     return (entries[: zero[0]] if len(zero) else entries), len(raw) - whole
 
 
@@ -131,7 +132,7 @@ def entry_usable_for_lookup(entry_offset: int, batch: BatchHeader | None) -> boo
     return batch is not None and batch.base_offset <= entry_offset
 
 
-def _first_at_or_above(values: np.ndarray, upto: np.ndarray, limits: np.ndarray) -> int:
+def _first_at_or_above(values: np.ndarray, upto: int, limits: np.ndarray) -> int:
     """Index of the first of ``values[:upto]`` that is >= ``limits`` (for a report)."""
     return int(np.argmax(values[:upto] >= limits))
 

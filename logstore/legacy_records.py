@@ -52,6 +52,7 @@ from .record_format import (
     MIN_MAGIC_BYTES,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
+    Bytes,
     read_batch_header,
 )
 
@@ -276,7 +277,7 @@ def _column(typ: pa.DataType, n: int, valid: np.ndarray, nulls: int,
                                  null_count=nulls)
 
 
-def decode_legacy(buf, position: int, *, start_offset: int = 0,
+def decode_legacy(buf: Bytes, position: int, *, start_offset: int = 0,
                   end_offset: int = INT64_MAX, include_headers: bool = True,
                   verify_crc: bool = True) -> tuple[pa.RecordBatch, int]:
     """Decode the legacy messages starting at ``position`` in ``buf`` up to the first
@@ -295,17 +296,20 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
     # Regions to parse: runs of uncompressed messages straight from `buf`, and the
     # decompressed value of each compressed wrapper (skipped when wholly below
     # start_offset: a wrapper's offset is its last inner offset).
-    regions = []  # (src, start, end, header of the wrapper or None)
+    # (src, start, end, header of the wrapper or None)
+    regions: list[tuple[np.ndarray, int, int, BatchHeader | None]] = []
     run_start = position
     for wpos in wrappers[:n_wrappers].tolist():
         if wpos > run_start:
             regions.append((main, run_start, wpos, None))
         wrapper = read_batch_header(buf, wpos)
+        if wrapper is None:  # the walk lists only whole wrappers: the kernel disagrees
+            raise CorruptRecordError(f"message at position {wpos} is cut short")
         run_start = wrapper.end_position
         if wrapper.last_offset < start_offset:
             continue
-        inner = _decompress_wrapper(buf, wrapper)
-        regions.append((_readonly(np.frombuffer(inner, np.uint8)), 0, len(inner), wrapper))
+        value = _decompress_wrapper(buf, wrapper)
+        regions.append((_readonly(np.frombuffer(value, np.uint8)), 0, len(value), wrapper))
     if stop > run_start:
         regions.append((main, run_start, stop, None))
 
@@ -328,7 +332,7 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
     state = np.zeros(7, np.int64)
     for src, start, end, wrapper in regions:
         inner = wrapper is not None
-        if inner:
+        if wrapper is not None:
             magic = wrapper.magic
             wrapper_ts = wrapper.max_timestamp if magic == 1 else -1
             log_append = wrapper.is_log_append_time
@@ -344,7 +348,8 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
             pos = int(state[_ST_ERR_POS])
             where = (f"message set at position {wrapper.position} (offset "
                      f"{wrapper.last_offset}, magic {magic}) after decompression: inner "
-                     f"message at byte {pos - start}") if inner else f"message at position {pos}"
+                     f"message at byte {pos - start}" if wrapper is not None
+                     else f"message at position {pos}")
             raise CorruptRecordError(f"{where}: {_ERRORS[err]}")
 
     n, key_bytes, val_bytes, key_nulls, val_nulls, ts_nulls, _ = state.tolist()
@@ -361,7 +366,7 @@ def decode_legacy(buf, position: int, *, start_offset: int = 0,
     return pa.RecordBatch.from_arrays(arrays, schema=schema), stop
 
 
-def _decompress_wrapper(buf, h: BatchHeader) -> bytes:
+def _decompress_wrapper(buf: Bytes, h: BatchHeader) -> bytes:
     """The inner message set of the compressed wrapper ``h``."""
     where = f"message set at position {h.position} (offset {h.last_offset}, magic {h.magic})"
     p = h.position + (LEGACY_KEY_LENGTH_OFFSET_V0 if h.magic == MAGIC_V0

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from .record_format import (
     WALK_INVALID,
     WALK_LEGACY,
     BatchHeader,
+    Bytes,
     iter_batch_headers,
     read_batch_header,
     verify,
@@ -86,7 +87,7 @@ class LazyIndex(Generic[IndexT]):
 
     def __init__(self, factory: Callable[[Path], IndexT],
                  path: Path | Callable[[], Path]) -> None:
-        self._factory = factory
+        self._factory: Callable[[Path], IndexT] = factory
         # A function defers building the Path until the index is used (loading a long
         # partition then builds none for its untouched segments).
         self._path = path
@@ -203,7 +204,7 @@ class LogSegment:
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
 
-    def _open_file(self):
+    def _open_file(self) -> BinaryIO:
         try:
             return open(self.log_path, "rb" if self.read_only else "a+b",  # noqa: SIM115
                         buffering=0)
@@ -211,7 +212,7 @@ class LogSegment:
             raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
 
     @property
-    def _file(self):
+    def _file(self) -> BinaryIO:
         """The open ``.log`` file (opened now if the segment was loaded lazily)."""
         handle = self._handle
         if handle is None:
@@ -257,7 +258,7 @@ class LogSegment:
         return txn
 
     @classmethod
-    def open(cls, dir_: Path, base_offset: int, **kwargs) -> LogSegment:
+    def open(cls, dir_: Path, base_offset: int, **kwargs: Any) -> LogSegment:
         """Open (creating when missing) the segment's three files; keyword arguments as
         the constructor."""
         return cls(dir_, base_offset, **kwargs)
@@ -352,7 +353,7 @@ class LogSegment:
 
     # -- append ---------------------------------------------------------------------------
 
-    def append(self, records, headers: Sequence[BatchHeader] | None = None) -> None:
+    def append(self, records: Bytes, headers: Sequence[BatchHeader] | None = None) -> None:
         """Append whole, already validated batches (``headers`` are their headers within
         ``records``; parsed when None). Offsets must fit this segment."""
         if self.read_only:
@@ -432,7 +433,7 @@ class LogSegment:
         except (OSError, ValueError) as e:
             raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
 
-    def readinto(self, buf: bytearray, position: int) -> int:
+    def readinto(self, buf: bytearray | memoryview, position: int) -> int:
         """Fill ``buf`` from ``position``; returns the bytes read (short at the end)."""
         try:
             return os.preadv(self._file.fileno(), [buf], position)
@@ -618,12 +619,12 @@ class LogSegment:
         reason = ""
         chunk_pos = 0
         while chunk_pos < file_size:
-            n = os.preadv(fd, [chunk], chunk_pos)
+            n = os.preadv(fd, [chunk.data], chunk_pos)
             p, status, reason = ix.scan(chunk, n, chunk_pos)
             if status == WALK_INVALID:
                 break
             if status == WALK_LEGACY:
-                check = verify(memoryview(chunk), p, n, next_offset=ix.next_offset,
+                check = verify(chunk.data, p, n, next_offset=ix.next_offset,
                                segment_base=self.base_offset,
                                max_message_bytes=max_message_bytes)
                 h = check.header

@@ -190,8 +190,8 @@ def _binary_parts(col: Any, name: str, n: int | None):
     if bufs[1] is None:  # an empty array may carry no offsets buffer at all
         offs = np.zeros(m + 1, np.int64)
     else:
-        offs = np.frombuffer(bufs[1], dtype=off_dtype)[arr.offset:arr.offset + m + 1]
-        offs = offs.astype(np.int64)
+        offs = np.frombuffer(bufs[1], dtype=off_dtype)[arr.offset:arr.offset + m + 1].astype(
+            np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and bufs[2].size \
         else _EMPTY_U8
     if arr.null_count == 0:

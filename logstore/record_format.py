@@ -36,10 +36,12 @@ Thread-safety: pure functions and constants.
 
 from __future__ import annotations
 
+import mmap
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import crc32c as _crc32c
 
@@ -148,13 +150,17 @@ REASONS = {REASON_SIZE: "an impossible batch size",
 
 _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _LEGACY_MIN_SIZE = {MAGIC_V0: LEGACY_MIN_SIZE_V0, MAGIC_V1: LEGACY_MIN_SIZE_V1}
+Bytes: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+"""What the byte-level functions read: a file's bytes or a view of them (a numpy array
+is passed as its ``.data``)."""
+
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
 _INT16 = struct.Struct(">h")
 
 
-def crc32c(data) -> int:
+def crc32c(data: Bytes) -> int:
     return _crc32c.crc32c(data)
 
 
@@ -214,7 +220,8 @@ class BatchHeader:
                    row[H_BASE_SEQUENCE], row[H_RECORDS_COUNT], row[H_LEADER_EPOCH])
 
 
-def read_batch_header(buf, position: int = 0, limit: int | None = None) -> BatchHeader | None:
+def read_batch_header(buf: Bytes, position: int = 0,
+                      limit: int | None = None) -> BatchHeader | None:
     """The header of the batch at ``position``, or None if the batch does not fit in
     ``buf[:limit]`` (a partial tail). Raises CorruptRecordError for impossible headers
     (the rules of ``record_format_kernels.header_table``, which must agree)."""
@@ -225,7 +232,7 @@ def read_batch_header(buf, position: int = 0, limit: int | None = None) -> Batch
     return header
 
 
-def _parse_header(buf, position: int, end: int, max_size: int
+def _parse_header(buf: Bytes, position: int, end: int, max_size: int
                   ) -> tuple[BatchHeader | None, int, str]:
     """(header or None when partial, OK or a ``REASON_*``, why). A size above
     ``max_size`` is refused before a partial batch is waited for (a corrupt length
@@ -280,7 +287,8 @@ def _parse_header(buf, position: int, end: int, max_size: int
     return None, REASON_MAGIC, f"unknown magic {magic} at position {position}"
 
 
-def iter_batch_headers(buf, position: int = 0, limit: int | None = None) -> Iterator[BatchHeader]:
+def iter_batch_headers(buf: Bytes, position: int = 0,
+                       limit: int | None = None) -> Iterator[BatchHeader]:
     """Every whole batch from ``position`` on; stops silently at a partial tail."""
     while True:
         header = read_batch_header(buf, position, limit)
@@ -290,7 +298,7 @@ def iter_batch_headers(buf, position: int = 0, limit: int | None = None) -> Iter
         position = header.end_position
 
 
-def compute_crc(buf, header: BatchHeader) -> int:
+def compute_crc(buf: Bytes, header: BatchHeader) -> int:
     """The CRC the header should hold: CRC-32C of [21, end) for v2, CRC-32 of [16, end)
     for a legacy message."""
     if header.magic == MAGIC_V2:
@@ -298,7 +306,7 @@ def compute_crc(buf, header: BatchHeader) -> int:
     return zlib.crc32(memoryview(buf)[header.position + LEGACY_CRC_START:header.end_position])
 
 
-def verify_crc(buf, header: BatchHeader) -> None:
+def verify_crc(buf: Bytes, header: BatchHeader) -> None:
     actual = compute_crc(buf, header)
     if actual != header.crc:
         raise CorruptRecordError(
@@ -322,7 +330,7 @@ class BatchCheck:
         return self.code == OK and not self.partial
 
 
-def verify(buf, position: int = 0, limit: int | None = None, *,
+def verify(buf: Bytes, position: int = 0, limit: int | None = None, *,
            next_offset: int | None = None, segment_base: int | None = None,
            max_message_bytes: int | None = None, check_crc: bool = True) -> BatchCheck:
     """Kafka's rules for the batch at ``position`` of ``buf[:limit]``, any magic: a
@@ -355,7 +363,7 @@ def verify(buf, position: int = 0, limit: int | None = None, *,
     return BatchCheck(h)
 
 
-def verify_all(buf, position: int = 0, limit: int | None = None, *,
+def verify_all(buf: Bytes, position: int = 0, limit: int | None = None, *,
                next_offset: int | None = None, segment_base: int | None = None,
                check_crc: bool = True) -> Iterator[BatchCheck]:
     """``verify`` for every batch of ``buf[position:limit]`` in turn, each expected above
@@ -404,7 +412,8 @@ def stamp_log_append_time(buf: bytearray | memoryview, header: BatchHeader, now_
 
 # -- records read in Python (control records: a few per transaction) -------------------------
 
-def read_varint(buf, pos: int, end: int, max_bytes: int = VARINT_MAX_BYTES) -> tuple[int, int]:
+def read_varint(buf: Bytes, pos: int, end: int,
+                max_bytes: int = VARINT_MAX_BYTES) -> tuple[int, int]:
     """The zigzag LEB128 varint at ``pos`` (at most ``max_bytes`` bytes, ending by
     ``end``) and the position after it. Raises ValueError past ``end`` or too long."""
     shift = result = 0
@@ -433,7 +442,7 @@ class ControlRecord:
     coordinator_epoch: int = -1
 
 
-def control_records(buf, h: BatchHeader) -> Iterator[ControlRecord]:
+def control_records(buf: Bytes, h: BatchHeader) -> Iterator[ControlRecord]:
     """The records of control batch ``h`` in ``buf`` (a v2 batch with the control bit).
     Raises CorruptRecordError naming the batch when a record does not fit the format."""
     from .compression import decompress

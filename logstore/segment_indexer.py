@@ -150,7 +150,7 @@ def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
     package per batch."""
     if segment_scan.hardware_crc():
         return segment_scan.batch_crcs(buf, batches, count)
-    view = memoryview(buf)
+    view = buf.data
     for k in range(count):
         start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])
         if crc32c(view[start + CRC_START:start + size]) != batches[k, H_CRC]:

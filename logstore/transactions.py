@@ -111,7 +111,7 @@ def producer_batches(seg: LogSegment, start_position: int = 0,
     pos = start_position
     size = seg.size
     while pos < size:
-        n = seg.readinto(chunk, pos)
+        n = seg.readinto(chunk.data, pos)
         if n <= 0:
             return
         p = 0
@@ -422,4 +422,4 @@ def drop_aborted_batches(chunk, aborted: Sequence[AbortedTxn]) -> memoryview:
         raise CorruptRecordError(f"{why} at position {p} of a chunk of whole batches")
     if n == len(buf):
         return memoryview(chunk)
-    return memoryview(out)[:n]
+    return out.data[:n]
