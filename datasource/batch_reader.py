@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -157,7 +157,7 @@ class SeglogFilteringBatchReader(SeglogBatchReader):
 
 
 # ---------------------------------------------------------------------- pruning
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, overload
 
 from seglog.logstore.errors import ConfigError
 
@@ -46,6 +46,11 @@ def option_int(opts: Mapping[str, str], name: str, default: int | None = None) -
             f"invalid value {opts[name]!r} for option {name!r}: expected an integer") from None
 
 
+@overload
+def option_positive_int(opts: Mapping[str, str], name: str, default: int) -> int: ...
+@overload
+def option_positive_int(opts: Mapping[str, str], name: str,
+                        default: None = None) -> int | None: ...
 def option_positive_int(opts: Mapping[str, str], name: str,
                         default: int | None = None) -> int | None:
     value = option_int(opts, name, default)
@@ -54,6 +59,11 @@ def option_positive_int(opts: Mapping[str, str], name: str,
     return value
 
 
+@overload
+def option_non_negative_int(opts: Mapping[str, str], name: str, default: int) -> int: ...
+@overload
+def option_non_negative_int(opts: Mapping[str, str], name: str,
+                            default: None = None) -> int | None: ...
 def option_non_negative_int(opts: Mapping[str, str], name: str,
                             default: int | None = None) -> int | None:
     value = option_int(opts, name, default)

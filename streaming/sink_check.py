@@ -77,21 +77,22 @@ def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFi
         return [SinkFinding(path, True, f"cannot open {log_dir} to check the ledger: {e}")]
     with mgr:
         hws = mgr.high_watermarks()
-        for (topic, partition), e in sorted(entries.items()):
+        for (topic, partition), entry in sorted(entries.items()):
             tp = f"{topic}-{partition}"
             if (topic, partition) not in hws:
                 out.append(SinkFinding(path, False, f"{tp}: no such partition here any more"))
                 continue
-            if e.end > hws[(topic, partition)]:
-                out.append(SinkFinding(path, False, f"{tp}: micro-batch {e.batch_id} ends "
-                                       f"at {e.end}, above the high watermark: a commit "
+            if entry.end > hws[(topic, partition)]:
+                out.append(SinkFinding(path, False, f"{tp}: micro-batch {entry.batch_id} ends "
+                                       f"at {entry.end}, above the high watermark: a commit "
                                        "that stopped before its checkpoint (its next commit "
                                        "settles it)"))
                 continue
-            w = newest_sink_batch(mgr.get_log(topic, partition), pid, e)
+            w = newest_sink_batch(mgr.get_log(topic, partition), pid, entry)
             if w.source not in ("ledger", "removed"):
                 out.append(SinkFinding(path, True, f"{tp}: the ledger says micro-batch "
-                                       f"{e.batch_id} is at offsets {e.start}..{e.end - 1}, "
+                                       f"{entry.batch_id} is at offsets "
+                                       f"{entry.start}..{entry.end - 1}, "
                                        "but the data there is not that batch of this sink "
                                        "(the next commit rebuilds the entry)"))
     if not any(f.problem for f in out):

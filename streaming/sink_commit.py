@@ -221,12 +221,13 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     """
     chosen, losers = select_attempts(messages, batch_id)
     plan = _plan(chosen)
-    sink_id = chosen[0].sink_id if chosen else None
     removed = remove_files(f.path for m in losers for f in m.fragments)
     if not plan:
-        if sink_id is not None:
-            removed += sweep_staging(options.log_dirs, sink_id, batch_id, clock=clock)
+        if chosen:
+            removed += sweep_staging(options.log_dirs, chosen[0].sink_id, batch_id,
+                                     clock=clock)
         return CommitResult(batch_id, removed_files=removed)
+    sink_id = chosen[0].sink_id  # a plan comes from chosen messages
     assumed = _assumed_partition_counts(chosen)
     pid = producer_id_of(sink_id)
 
@@ -414,7 +415,7 @@ def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,
                         "data cannot show whether they held batch %d: publishing it",
                         w.topic, w.partition, log_dir, w.start, ledger.path, batch_id)
         return False
-    if proof.batch_id > batch_id:
+    if proof.batch_id is not None and proof.batch_id > batch_id:  # dir_holds: never None
         logger.warning("%s-%d in %s already holds batch %d of this sink, later than %d: "
                        "skipping the dir", proof.topic, proof.partition, log_dir,
                        proof.batch_id, batch_id)

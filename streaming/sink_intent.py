@@ -48,6 +48,7 @@ from seglog.logstore.errors import SeglogError, UnknownTopicOrPartitionError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
 if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_reader import LogDirsReader
     from seglog.logstore.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
@@ -191,11 +192,11 @@ def remove_intent(path: Path) -> None:
     fsync_dir(path.parent)
 
 
-def unexplained_tail(intent: CommitIntent, mgr: LogManager) -> list[tuple[IntentRange, int,
-                                                                          int]]:
+def unexplained_tail(intent: CommitIntent, mgr: LogManager | LogDirsReader
+                     ) -> list[tuple[IntentRange, int, int]]:
     """(range, first, end) for each range of ``intent`` that still has offsets between its
     partition's high watermark and log end: what the intent explains today."""
-    out = []
+    out: list[tuple[IntentRange, int, int]] = []
     for r in intent.ranges:
         try:
             log = mgr.get_log(r.topic, r.partition)

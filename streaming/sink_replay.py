@@ -56,6 +56,7 @@ from .sink_staging import batch_id_of
 
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
+    from seglog.logstore.log_reader import LogReader
     from seglog.logstore.log_segment import LogSegment
     from seglog.logstore.record_format import BatchHeader
 
@@ -156,7 +157,7 @@ def _forward_from(segments: tuple[LogSegment, ...], offset: int, hw: int,
     return read
 
 
-def newest_sink_batch(log: Log, pid: int, hint: LedgerEntry | None) -> SinkWitness:
+def newest_sink_batch(log: Log | LogReader, pid: int, hint: LedgerEntry | None) -> SinkWitness:
     """The sink's newest batch below ``log``'s high watermark (see the module docstring).
 
     ``hint`` is the ledger's entry for the partition, if the ledger is valid."""
@@ -201,7 +202,7 @@ def dir_holds(witnesses: list[SinkWitness], batch_id: int) -> SinkWitness | None
     best = None
     for w in witnesses:
         if w.batch_id is not None and w.batch_id >= batch_id and (
-                best is None or w.batch_id < best.batch_id):
+                best is None or best.batch_id is None or w.batch_id < best.batch_id):
             best = w
     return best
 

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -156,7 +157,7 @@ class _Topic:
 @dataclass(slots=True)
 class _Open:
     path: Path
-    file: object
+    file: BinaryIO
     size: int = 0
     records: int = 0
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -151,7 +151,7 @@ class Subscription:
     pattern: str = ""
     partitions: tuple[TopicPartition, ...] = ()
 
-    def select(self, available: Mapping[str, list[int]]) -> list[TopicPartition]:
+    def select(self, available: Mapping[str, Sequence[int]]) -> list[TopicPartition]:
         """The subscribed partitions among ``available`` (topic → partitions), sorted.
 
         With ``assign``, partitions are returned even if they do not exist (yet): the

@@ -40,7 +40,7 @@ from .read_planning import ReadRange
 from .source_offsets import report_data_loss
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_dirs_reader import LogDirsReader
     from seglog.logstore.log_reader import LogReader
 
 CHUNK_BYTES = 8 << 20
@@ -69,7 +69,7 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
             log.close()
 
 
-def _read_log(mgr: LogManager, log: LogReader, r: ReadRange, schema: pa.Schema,
+def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
     log.refresh()  # a reused reader's log start offset is as old as its last listing
     if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:

@@ -242,8 +242,8 @@ def dump_producer_snapshot(path: Path, report: DumpReporter) -> int:
     except CorruptRecordError as e:
         report.problem(path, str(e), text=str(e))
         return 1
-    for e in entries:
-        report.producer_entry(path, e)
+    for entry in entries:
+        report.producer_entry(path, entry)
     return 0
 
 
@@ -254,8 +254,8 @@ def dump_txn_index(path: Path, report: DumpReporter) -> int:
     except CorruptRecordError as e:
         report.problem(path, str(e), text=str(e))
         return 1
-    for e in entries:
-        report.txn_entry(path, e)
+    for entry in entries:
+        report.txn_entry(path, entry)
     return 0
 
 
@@ -407,10 +407,10 @@ def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]],
         message = f"{e} (the writer's recovery rebuilds it)"
         report.problem(path, message, text=message)
         return 1
-    for e in entries:
-        if (e.last_offset, e.producer_id) not in markers:
-            report.problem(path, f"entry for producer {e.producer_id} names offset "
-                                 f"{e.last_offset}, which holds no control batch of that "
+    for entry in entries:
+        if (entry.last_offset, entry.producer_id) not in markers:
+            report.problem(path, f"entry for producer {entry.producer_id} names offset "
+                                 f"{entry.last_offset}, which holds no control batch of that "
                                  "producer")
             return 1
     return 0

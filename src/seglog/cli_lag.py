@@ -104,7 +104,7 @@ def _seglog_offsets(value: Any) -> SourceOffsets | None:
 
 def read_offsets_file(path: Path) -> tuple[SourceOffsets | None, ...]:
     """Per source line of ``offsets/<batch>``: seglog offsets or None."""
-    out = []
+    out: list[SourceOffsets | None] = []
     for i, line in enumerate(_read_log_file(path), start=3):
         if line == "-":
             out.append(None)
@@ -163,12 +163,14 @@ def lag_rows(mgr: LogDirsReader, progress: QueryProgress) -> list[dict[str, Any]
             tps |= {(topic, p) for p in mgr.partitions(topic)}
         for tp in sorted(tps):
             topic, p = tp
-            end = start = None
+            end: int | None = None
+            start: int | None = None
+            lag: int | None = None
+            done = committed.get(tp)
             if topic in existing and tp in hws:
                 start = starts.get(tp, 0)
                 end = max(hws[tp], start)
-            done = committed.get(tp)
-            lag = None if end is None else end - (start if done is None else done)
+                lag = end - (start if done is None else done)
             rows.append({"source": i, "topic": topic, "partition": p, "committed": done,
                          "pending": pending.get(tp), "end": end, "lag": lag})
     return rows

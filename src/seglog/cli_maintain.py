@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import signal
 import threading
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from seglog.logstore.log_manager import CLEANER_TASK, LogManager
 from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
@@ -34,6 +34,9 @@ from .cli_common import (
     writing,
 )
 from .cli_output import Progress, write_json
+
+if TYPE_CHECKING:
+    from seglog.logstore.cleaner import CleanerStats  # not imported at run time: numba
 
 _COUNTS = {RETENTION: "segment(s) deleted by retention", FLUSH: "log(s) flushed",
            DELETE_LOGS: "file(s) and directories removed"}
@@ -55,6 +58,7 @@ def task_text(run: TaskRun) -> str | None:
         return f"{run.name}: FAILED: {run.error}"
     r = run.result
     if run.name == CLEANER_TASK and r is not None:
+        r = cast("CleanerStats", r)  # the cleaner task's result (LogManager.clean)
         return (f"{run.name}: cleaned {r.topic}-{r.partition} offsets "
                 f"{r.first_dirty_offset}..{r.end_offset}: {r.segments_cleaned} segment(s), "
                 f"{r.records_read} record(s) read, {r.records_retained} kept, "

@@ -135,7 +135,9 @@ def split_config_list(text: str) -> list[str]:
     >>> split_config_list("retention.ms=1000,cleanup.policy=[compact,delete]")
     ['retention.ms=1000', 'cleanup.policy=compact,delete']
     """
-    items, depth, current = [], 0, []
+    items: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1

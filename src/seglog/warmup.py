@@ -153,7 +153,7 @@ STEPS = (("codec", _codec), ("log append, read, cleaner, recovery", _log_paths),
          ("sink partitioner", _sink))
 
 
-def warm_up(report: Callable[[str, float], None] | None = None) -> float:
+def warm_up(report: Callable[[str, float], object] | None = None) -> float:
     """Run every step in a temporary directory; returns the seconds taken.
     ``report(step, seconds)`` is called after each step."""
     start = time.perf_counter()
