@@ -54,6 +54,7 @@ from .record_format import (
     TRANSACTIONAL_MASK,
     V2_HEADER_SIZE,
     BatchHeader,
+    Bytes,
     iter_batch_headers,
     read_batch_header,
     restamp_crc,
@@ -430,7 +431,7 @@ def decompressed(chunk: memoryview, table: np.ndarray, bufs: ChunkBuffers
     return out[:total], shadow
 
 
-def _readonly_u8(buf) -> np.ndarray:
+def _readonly_u8(buf: Bytes) -> np.ndarray:
     a = np.frombuffer(buf, np.uint8)
     if a.flags.writeable:  # one kernel signature: always read-only input
         a = a.view()

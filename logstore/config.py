@@ -16,7 +16,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .errors import ConfigError
 from .record_format import INT32_MAX as INT_MAX
@@ -85,8 +85,12 @@ class ConfigKey:
     doc: str
 
 
-def _key(name, parse, default, doc, check=None) -> ConfigKey:
+def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str,
+         check: Callable[[Any], str | None] | None = None) -> ConfigKey:
     return ConfigKey(name, name.replace(".", "_"), parse, default, check, doc)
+
+
+_C = TypeVar("_C", bound="_Config")
 
 
 class _Config:
@@ -95,7 +99,8 @@ class _Config:
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | None = None, *, base=None):
+    def from_properties(cls: type[_C], props: Mapping[str, Any] | None = None, *,
+                        base: _C | None = None) -> _C:
         """Defaults (or ``base``), overridden by ``props``; errors name the key."""
         by_name = {k.name: k for k in cls.KEYS}
         values = {k.field: getattr(base, k.field) if base else k.default for k in cls.KEYS}
@@ -122,7 +127,7 @@ class _Config:
                 out[k.name] = ",".join(sorted(v)) if isinstance(v, frozenset) else str(v)
         return out
 
-    def replace(self, **changes):
+    def replace(self: _C, **changes: Any) -> _C:
         return dataclasses.replace(self, **changes)
 
 

@@ -595,7 +595,7 @@ class Log(LogReads):
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

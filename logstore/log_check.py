@@ -281,8 +281,7 @@ def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[P
             out.append(Problem("bad-batch", p.dir, str(e), fix))
             bad_offset = check.expected
     if fix and bad_offset is not None:
-        with p.lock:
-            log.truncate_to(bad_offset)
+        mgr.truncate_log(topic, n, bad_offset)
         logger.warning("check: truncated %s to offset %d", p.dir, bad_offset)
         mgr.write_checkpoints(p.log_dir)  # nothing may point past the new end
     return out

@@ -252,6 +252,7 @@ class LogDirsReader(PartitionTable[LogReader]):
     write_checkpoints = _writer_only("write_checkpoints")
     reset_cleaner_checkpoint = _writer_only("reset_cleaner_checkpoint")
     rewrite_last_runs = _writer_only("rewrite_last_runs")
+    truncate_log = _writer_only("truncate_log")
     run_maintenance = _writer_only("run_maintenance")
     delete_old_segments = _writer_only("delete_old_segments")
     clean = _writer_only("clean")

@@ -769,6 +769,13 @@ class LogManager(PartitionTable["Log"]):
         for name in names:
             self._write_checkpoint(log_dir, name)
 
+    def truncate_log(self, topic: str, partition: int, offset: int) -> None:
+        """Cut the partition's log at ``offset`` (``check --fix`` after a bad batch)."""
+        self.check_writable()
+        log = self.get_log(topic, partition)
+        with self._partition(topic, partition).lock:
+            log.truncate_to(offset)
+
     def rewrite_last_runs(self, log_dir: LogDir) -> None:
         """Write ``log_dir``'s ``seglog-maintenance-checkpoint`` from this writer's
         scheduler (writer only)."""

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from .config import LogConfig
 from .errors import KafkaStorageError, LogDirError, ReadOnlyError
@@ -202,16 +202,20 @@ class LogReader(LogReads):
                 seg.close_handlers()
             self._open.clear()
 
-    def __getattr__(self, name: str) -> NoReturn:
-        if name in _WRITER_OPERATIONS:
-            raise ReadOnlyError(f"log {self.dir} is open read-only (a LogReader): {name} "
-                                f"is a writer operation")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    if not TYPE_CHECKING:
+        # Hidden from the checker: to it, a __getattr__ would make every attribute of a
+        # LogReader exist, so a writer call on a reader would type-check.
+        def __getattr__(self, name: str) -> NoReturn:
+            if name in _WRITER_OPERATIONS:
+                raise ReadOnlyError(f"log {self.dir} is open read-only (a LogReader): "
+                                    f"{name} is a writer operation")
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __enter__(self) -> LogReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

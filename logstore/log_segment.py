@@ -791,7 +791,7 @@ class LogSegment:
     def __enter__(self) -> LogSegment:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -25,6 +25,7 @@ Not thread-safe: one cleaner pass owns one map.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numba
 import numpy as np
@@ -234,7 +235,7 @@ def _get(table, hashes, valid, out):
         out[i] = map_get(table, hashes[i, 0], hashes[i, 1]) if valid[i] else _EMPTY
 
 
-def _as_binary_array(keys) -> pa.Array:
+def _as_binary_array(keys: Any) -> pa.Array:
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     if not isinstance(keys, pa.Array):
@@ -255,7 +256,7 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
     return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
-def hash_keys(keys) -> tuple[np.ndarray, np.ndarray]:
+def hash_keys(keys: Any) -> tuple[np.ndarray, np.ndarray]:
     """128-bit MurmurHash3 of every key: ``(hashes int64[n, 2], valid bool[n])``.
 
     Null keys get ``valid == False`` (and a zero hash). Accepts binary, large_binary,
@@ -339,7 +340,7 @@ class OffsetMap:
         self.size = size
         self.latest_offset = max(self.latest_offset, latest_offset)
 
-    def put(self, keys, offsets: np.ndarray) -> int:
+    def put(self, keys: Any, offsets: np.ndarray) -> int:
         """``put_hashes`` over the hashes of an Arrow array of keys."""
         hashes, valid = hash_keys(keys)
         return self.put_hashes(hashes, valid, offsets)
@@ -350,7 +351,7 @@ class OffsetMap:
         _get(self._table, hashes, valid, out)
         return out
 
-    def get(self, keys) -> np.ndarray:
+    def get(self, keys: Any) -> np.ndarray:
         hashes, valid = hash_keys(keys)
         return self.get_hashes(hashes, valid)
 

@@ -54,6 +54,7 @@ from .record_format import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchHeader,
+    Bytes,
     ControlRecord,
     control_records,
     crc32c,
@@ -94,7 +95,7 @@ class CompletedTxn:
     is_aborted: bool
 
 
-def read_control_marker(buf, h: BatchHeader) -> ControlRecord:
+def read_control_marker(buf: Bytes, h: BatchHeader) -> ControlRecord:
     """The first record of the control batch ``h`` within ``buf``: its type and, for
     ABORT/COMMIT, the coordinator epoch. Raises CorruptRecordError naming the batch when
     the record is malformed or missing."""

@@ -54,6 +54,7 @@ from .record_format import (
     TRANSACTIONAL_MASK,
     V2_HEADER_SIZE,
     BatchHeader,
+    Bytes,
     read_batch_header,
     restamp_crc,
     set_length,
@@ -165,7 +166,8 @@ def _to_array(col: Any, name: str) -> pa.Array:
     return col
 
 
-def _binary_parts(col: Any, name: str, n: int | None):
+def _binary_parts(col: Any, name: str, n: int | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(int64 offsets with n+1 entries, uint8 data, uint8 validity) of a binary-like
     column, without copying the data; slices and chunked arrays are handled."""
     arr = _to_array(col, name)
@@ -219,7 +221,7 @@ def _timestamps(timestamps: Any, n: int, now_ms: int) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _header_parts(headers: Any, n: int):
+def _header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
     if headers is None:
         return (np.zeros(n + 1, np.int64), np.zeros(n, np.uint8),
                 np.zeros(1, np.int64), _EMPTY_U8, np.zeros(1, np.int64), _EMPTY_U8,
@@ -372,7 +374,7 @@ def encode_control_batch(control_type: ControlType | int, *, producer_id: int,
 
 # --------------------------------------------------------------------------- decode
 
-def _u8(buf) -> np.ndarray:
+def _u8(buf: Bytes) -> np.ndarray:
     a = np.frombuffer(buf, np.uint8)
     return _readonly(a)
 
@@ -381,7 +383,8 @@ def _buffer(a: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(a)
 
 
-def _binary_column(typ: pa.DataType, n: int, offs, data, bitmap, nulls) -> pa.Array:
+def _binary_column(typ: pa.DataType, n: int, offs: np.ndarray, data: np.ndarray,
+                   bitmap: np.ndarray, nulls: int) -> pa.Array:
     validity = _buffer(bitmap) if nulls else None
     return pa.Array.from_buffers(typ, n, [validity, _buffer(offs), _buffer(data)],
                                  null_count=int(nulls))

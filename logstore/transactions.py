@@ -65,6 +65,7 @@ from .record_format import (
     WALK_FULL,
     WALK_INVALID,
     BatchHeader,
+    Bytes,
     iter_batch_headers,
 )
 from .txn_index import AbortedTxn, collect_aborted
@@ -93,7 +94,7 @@ def check_isolation_level(value: str) -> str:
 # ---------------------------------------------------------------------------- scanning
 
 def producer_batches(seg: LogSegment, start_position: int = 0,
-                     end_offset: int = INT64_MAX) -> Iterator[tuple[BatchHeader, object]]:
+                     end_offset: int = INT64_MAX) -> Iterator[tuple[BatchHeader, Bytes]]:
     """(header, buffer holding it) of every batch with a producer id in ``seg`` from
     ``start_position``, below ``end_offset``; positions in the header are in the buffer.
 
@@ -123,7 +124,7 @@ def producer_batches(seg: LogSegment, start_position: int = 0,
             for r in found.tolist():
                 if r[H_BASE_OFFSET] >= end_offset:
                     return
-                yield BatchHeader.from_row(r), chunk
+                yield BatchHeader.from_row(r), chunk.data
             if status == WALK_INVALID:
                 raise CorruptRecordError(f"{seg.log_path}: {REASONS[reason]} at position "
                                          f"{pos + p_next}")
@@ -143,7 +144,7 @@ def producer_batches(seg: LogSegment, start_position: int = 0,
 
 
 def _producer_batches_small(seg: LogSegment, start_position: int,
-                            end_offset: int) -> Iterator[tuple[BatchHeader, object]]:
+                            end_offset: int) -> Iterator[tuple[BatchHeader, Bytes]]:
     buf = seg.pread(start_position, max(seg.size - start_position, 0))
     try:
         for h in iter_batch_headers(buf):
@@ -157,7 +158,8 @@ def _producer_batches_small(seg: LogSegment, start_position: int,
                                  ) from None
 
 
-def apply_batch(state: ProducerStateManager, h: BatchHeader, buf) -> AbortedTxn | None:
+def apply_batch(state: ProducerStateManager, h: BatchHeader,
+                buf: Bytes) -> AbortedTxn | None:
     """Apply one batch as Kafka's recovery does (the batch is one append); returns the
     ``.txnindex`` entry when it aborts a transaction."""
     marker = read_control_marker(buf, h) if h.is_control else None
@@ -186,8 +188,8 @@ def scan_segment(seg: LogSegment, state: ProducerStateManager, *, start_position
     return aborted
 
 
-def append_completions(state: ProducerStateManager, headers: Sequence[BatchHeader], buf,
-                       segment: LogSegment) -> None:
+def append_completions(state: ProducerStateManager, headers: Sequence[BatchHeader],
+                       buf: Bytes, segment: LogSegment) -> None:
     """``Log.append``'s step: apply the appended batches, append abort entries to the
     active segment's ``.txnindex``."""
     for h in headers:
@@ -395,7 +397,7 @@ def committed_chunks(chunks: Iterator[memoryview], aborted: Sequence[AbortedTxn]
             yield kept
 
 
-def drop_aborted_batches(chunk, aborted: Sequence[AbortedTxn]) -> memoryview:
+def drop_aborted_batches(chunk: Bytes, aborted: Sequence[AbortedTxn]) -> memoryview:
     """The read_committed step of the read path: ``chunk`` (whole batches) without the
     data batches of ``aborted`` transactions. Returns ``chunk`` itself when nothing goes."""
     if not aborted:

@@ -37,7 +37,7 @@ records than its length.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .log_readers import segment_files
@@ -88,7 +88,7 @@ class SegmentLayout:
     sizes: tuple[int, ...]
     end_offset: int
 
-    def _spans(self):
+    def _spans(self) -> Iterator[tuple[int, int, int]]:
         bases = self.base_offsets
         for i, base in enumerate(bases):
             nxt = bases[i + 1] if i + 1 < len(bases) else max(self.end_offset, base + 1)

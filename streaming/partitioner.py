@@ -24,6 +24,8 @@ normalised) and cached on disk.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import pyarrow as pa
 from numba import njit
@@ -132,7 +134,10 @@ def murmur2_empty() -> int:
     return _EMPTY_HASH[0]
 
 
-def to_positive(h: np.ndarray | int):
+_H = TypeVar("_H", np.ndarray, int)
+
+
+def to_positive(h: _H) -> _H:
     """Kafka's ``Utils.toPositive``: clear the sign bit."""
     return h & 0x7FFFFFFF
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seglog.logstore.errors import SeglogError
+from seglog.logstore.record_format import TopicPartition
 
 from .sink_intent import read_intents, unexplained_tail
-from .sink_ledger import LedgerDamagedError, ledger_dir, read_ledger_file
+from .sink_ledger import LedgerDamagedError, LedgerEntry, ledger_dir, read_ledger_file
 from .sink_replay import newest_sink_batch
 from .sink_staging import producer_id_of, sink_state_dir
 
@@ -66,7 +67,8 @@ def check_sink_state(log_dir: Path) -> list[SinkFinding]:
     return out
 
 
-def _check_entries(log_dir: Path, path: Path, sink: str, entries) -> list[SinkFinding]:
+def _check_entries(log_dir: Path, path: Path, sink: str,
+                   entries: dict[TopicPartition, LedgerEntry]) -> list[SinkFinding]:
     from seglog.logstore.log_dirs_reader import LogDirsReader
 
     pid = producer_id_of(sink)

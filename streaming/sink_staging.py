@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -216,7 +216,8 @@ class PartitionStager:
             rows = batch.take(pa.array(order[s:e]))
             self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
 
-    def _check_timestamps(self, batch, topics, topic_index, partitions) -> None:
+    def _check_timestamps(self, batch: pa.RecordBatch, topics: list[_Topic],
+                          topic_index: np.ndarray, partitions: np.ndarray) -> None:
         """Kafka's producer refuses negative timestamps (-1 is its "no timestamp"); so
         does the sink, before anything of the task is staged."""
         name = self.columns.timestamp
@@ -236,7 +237,8 @@ class PartitionStager:
                 "timestamps (-1 means none): give a timestamp at or after the epoch, or null "
                 "for the time of writing")
 
-    def _route_topics(self, batch) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
+    def _route_topics(self, batch: pa.RecordBatch
+                      ) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
         n = batch.num_rows
         default = self.options.topic
@@ -261,7 +263,8 @@ class PartitionStager:
             return resolved, index, counts[:1].reshape(())
         return resolved, index, counts[index]
 
-    def _partitions(self, batch, topics, topic_index, counts) -> np.ndarray:
+    def _partitions(self, batch: pa.RecordBatch, topics: list[_Topic],
+                    topic_index: np.ndarray, counts: np.ndarray) -> np.ndarray:
         # Imported here, not at the top: the commit process unpickles ``StagedTask`` from
         # this module and must not pay for loading numba (the partitioner's kernel).
         from .partitioner import assign_partitions
@@ -334,7 +337,7 @@ class PartitionStager:
             raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
         return _Topic(name, len(numbers), config, placement)
 
-    def _stage(self, rows, topic: _Topic, partition: int) -> None:
+    def _stage(self, rows: pa.RecordBatch, topic: _Topic, partition: int) -> None:
         c = self.columns
         if c.timestamp is not None and not self.options.allow_expired_timestamps:
             check_retention(topic.name, topic.config, rows.column(c.timestamp),
@@ -489,7 +492,8 @@ def _iso(ms: int) -> str:
     return stamp.isoformat(timespec="milliseconds")
 
 
-def encode_batches_for(values, keys, timestamps, headers, **kwargs) -> bytes:
+def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
+                       **kwargs: Any) -> bytes:
     """``encode_batches`` with the sink's column conventions (headers whose values are
     strings are cast to binary)."""
     from seglog.logstore.record_codec import encode_batches
