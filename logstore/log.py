@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig
@@ -116,17 +117,30 @@ class Log(LogReads):
         self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
                                   read_only=False)
 
+    @overload
+    @classmethod
+    def open(cls, dir_: Path, config: LogConfig, *, clock: Clock = ...,
+             recovery_point: int = ..., log_start_offset: int = ...,
+             high_watermark: int | None = ..., had_clean_shutdown: bool = ...,
+             read_only: Literal[False] = ..., deleter: DelayedDeleter | None = ...) -> Log: ...
+    @overload
+    @classmethod
+    def open(cls, dir_: Path, config: LogConfig, *, clock: Clock = ...,
+             recovery_point: int = ..., log_start_offset: int = ...,
+             high_watermark: int | None = ..., had_clean_shutdown: bool = ...,
+             read_only: Literal[True], deleter: DelayedDeleter | None = ...) -> LogReader: ...
     @classmethod
     def open(cls, dir_: Path, config: LogConfig, *, clock: Clock = SYSTEM_CLOCK,
              recovery_point: int = 0, log_start_offset: int = 0,
              high_watermark: int | None = None, had_clean_shutdown: bool = True,
-             read_only: bool = False, deleter: DelayedDeleter | None = None) -> Log:
+             read_only: bool = False, deleter: DelayedDeleter | None = None
+             ) -> Log | LogReader:
         """Load (and after a crash recover) the partition directory ``dir_``.
 
         ``read_only=True`` (another process's log): a ``LogReader`` instead, which
         loads nothing and only lists the directory."""
         if read_only:
-            return LogReader.open(dir_, config, log_start_offset=log_start_offset,  # type: ignore[return-value]
+            return LogReader.open(dir_, config, log_start_offset=log_start_offset,
                                   high_watermark=high_watermark)
         deleter = deleter if deleter is not None else DelayedDeleter(clock)
         loaded = LogLoader(Path(dir_), config, clock=clock, recovery_point=recovery_point,

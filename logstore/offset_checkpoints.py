@@ -159,8 +159,8 @@ class HighWatermarkCheck:
         out: list[int | None] = [None] * len(keys)
         ok = []
         for i in changed:
-            out[i] = log_end(i)
-            if high_watermarks[i] <= out[i]:  # type: ignore[operator]
+            end = out[i] = log_end(i)
+            if high_watermarks[i] <= end:
                 ok.append((keys[i], high_watermarks[i]))
         if ok:
             with self._lock:

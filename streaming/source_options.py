@@ -250,18 +250,23 @@ class SourceOptions:
                 f"option 'minOffsetsPerTrigger' ({min_rows}) must not exceed "
                 f"'maxOffsetsPerTrigger' ({max_rows})"
             )
-        strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
-        if strategy not in ("error", "latest"):
+        raw_strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+        strategy: Literal["error", "latest"]
+        if raw_strategy == "error":
+            strategy = "error"
+        elif raw_strategy == "latest":
+            strategy = "latest"
+        else:
             raise ConfigError(
-                f"invalid value {strategy!r} for option 'startingOffsetsByTimestampStrategy': "
-                "expected error or latest"
+                f"invalid value {raw_strategy!r} for option "
+                "'startingOffsetsByTimestampStrategy': expected error or latest"
             )
         return cls(
             log_dirs=parse_log_dirs(opts),
             subscription=_parse_subscription(opts),
             starting=starting,
             ending=ending,
-            starting_by_timestamp_strategy=strategy,  # type: ignore[arg-type]
+            starting_by_timestamp_strategy=strategy,
             max_offsets_per_trigger=max_rows,
             min_offsets_per_trigger=min_rows,
             max_trigger_delay_ms=(

@@ -192,10 +192,10 @@ def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[
         *time_index_violations(entries, offset_entries, batches))
 
 
-def dump_index_file(path: Path, report: DumpReporter) -> int:
-    """Report an ``.index`` file; check it against the ``.log`` beside it with the lookup
-    rule (problems) and report what Kafka's stricter dump tool would report (no problem)."""
-    base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
+def dump_index_file(path: Path, base: int, report: DumpReporter) -> int:
+    """Report an ``.index`` file of the segment at ``base``; check it against the ``.log``
+    beside it with the lookup rule (problems) and report what Kafka's stricter dump tool
+    would report (no problem)."""
     report.begin_file(path)
     entries = read_offset_index(path, base)
     for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
@@ -212,11 +212,10 @@ def dump_index_file(path: Path, report: DumpReporter) -> int:
     return len(problems)
 
 
-def dump_time_index_file(path: Path, report: DumpReporter) -> int:
-    """Report a ``.timeindex`` file; check it against the ``.log`` and ``.index`` beside
-    it with the lookup rule (problems) and report what Kafka's stricter dump tool would
-    report (no problem)."""
-    base = parse_segment_file_name(path.name)[0]  # type: ignore[index]
+def dump_time_index_file(path: Path, base: int, report: DumpReporter) -> int:
+    """Report a ``.timeindex`` file of the segment at ``base``; check it against the
+    ``.log`` and ``.index`` beside it with the lookup rule (problems) and report what
+    Kafka's stricter dump tool would report (no problem)."""
     report.begin_file(path)
     entries = read_time_index(path, base)
     for t, o in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
@@ -273,9 +272,9 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
         if ext in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
             problems += dump_log_file(path, report, print_data=args.print_data_log)
         elif ext == INDEX_SUFFIX and parsed:
-            problems += dump_index_file(path, report)
+            problems += dump_index_file(path, parsed[0], report)
         elif ext == TIME_INDEX_SUFFIX and parsed:
-            problems += dump_time_index_file(path, report)
+            problems += dump_time_index_file(path, parsed[0], report)
         elif ext == SNAPSHOT_SUFFIX:
             problems += dump_producer_snapshot(path, report)
         elif ext == TXN_INDEX_SUFFIX:
