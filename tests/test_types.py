@@ -1,0 +1,60 @@
+"""The type checker runs with the tests: mypy over the installed ``seglog`` package and
+``pyspark_seglog`` (the packages and settings are ``[tool.mypy]`` in pyproject.toml).
+
+mypy's incremental cache lives in ``.mypy_cache`` at the repository root (gitignored), so
+a run after the first re-checks only what changed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+         "--cache-dir", str(ROOT / ".mypy_cache"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_mypy_reports_no_error() -> None:
+    run = _mypy("--verbose")  # the packages come from pyproject.toml
+    assert run.returncode == 0, f"mypy found errors:\n{run.stdout}{run.stderr[-3000:]}"
+    assert "Success: no issues found" in run.stdout, run.stdout
+    # A configuration that checked nothing would pass too: each layer and the CLI are in.
+    checked = set(re.findall(r"Found source: .*module='([\w.]+)'", run.stderr))
+    for module in ("seglog.logstore.log_manager", "seglog.logstore.cleaner",
+                   "seglog.streaming.sink_commit", "seglog.datasource.data_source",
+                   "seglog.cli", "pyspark_seglog"):
+        assert module in checked, f"mypy did not check {module}"
+
+
+_USES = '''
+from seglog.logstore.log_dirs_reader import LogDirsReader
+from seglog.logstore.log_manager import LogManager
+
+def uses(mgr: LogManager, reader: LogDirsReader) -> None:
+    reveal_type(mgr.get_log("t", 0))
+    reveal_type(mgr.append("t", 0, b""))
+    reveal_type(mgr.clean())
+    reveal_type(reader.get_log("t", 0))
+    reader.get_log("t", 0).truncate_to(0)
+'''
+
+
+def test_the_manager_api_is_typed(tmp_path: Path) -> None:
+    """What callers get is checked, not ``Any``: a writer's logs are ``Log``s, a reader's
+    ``LogReader``s (on which a writer operation does not type-check)."""
+    uses = tmp_path / "uses.py"
+    uses.write_text(_USES)
+    run = _mypy(str(uses))
+    revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
+    assert revealed == ["seglog.logstore.log.Log", "seglog.logstore.log.AppendInfo",
+                        "seglog.logstore.cleaner.CleanerStats | None",
+                        "seglog.logstore.log_reader.LogReader"], run.stdout
+    assert '"LogReader" has no attribute "truncate_to"' in run.stdout, run.stdout
