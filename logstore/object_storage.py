@@ -137,9 +137,12 @@ class ObjectStorage:
                 self._store: Any = _memory_stores.setdefault(target.bucket, MemoryStore())
             return
         try:
-            self._store = from_url(target.url, config=settings.config or None,
-                                   client_options=settings.client_options,
-                                   retry_config=settings.retry_config)  # type: ignore[arg-type]
+            # obstore types config per scheme (one TypedDict each) and the client and retry
+            # options as TypedDicts; split_options builds plain dicts, and obstore checks
+            # every key itself (UnknownConfigurationKeyError, below).
+            self._store = from_url(  # type: ignore[call-overload]
+                target.url, config=settings.config or None,
+                client_options=settings.client_options, retry_config=settings.retry_config)
         except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
             raise ConfigError(f"{self._uri}: bad object-store option: {_cause(e)}") from e
         except Exception as e:  # obstore reports a bad option value as a generic error

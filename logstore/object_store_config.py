@@ -164,9 +164,9 @@ def split_options(target: ObjectStoreTarget,
     client: dict[str, Any] = dict(DEFAULT_CLIENT)
     env_prefix = _ENV_PREFIX[target.scheme]
     for key in sorted(CLIENT_KEYS):
-        value = os.environ.get(env_prefix + key.upper())
-        if value is not None:
-            client[key] = value
+        env_value = os.environ.get(env_prefix + key.upper())
+        if env_value is not None:
+            client[key] = env_value
     retry: dict[str, object] = {}
     for raw_key, value in options.items():
         key = str(raw_key).lower()
