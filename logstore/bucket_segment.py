@@ -221,7 +221,7 @@ class BucketSegment(LogSegment):
         return data
 
     @property
-    def offset_index(self) -> OffsetIndex:  # type: ignore[override]
+    def offset_index(self) -> OffsetIndex:
         with self._lock:
             if self._oidx is None:
                 name = ObjectPath(f"{self.storage.uri}/{self._object(INDEX_SUFFIX)}")
@@ -230,7 +230,7 @@ class BucketSegment(LogSegment):
             return self._oidx
 
     @property
-    def time_index(self) -> TimeIndex:  # type: ignore[override]
+    def time_index(self) -> TimeIndex:
         with self._lock:
             if self._tidx is None:
                 name = ObjectPath(f"{self.storage.uri}/{self._object(TIMEINDEX_SUFFIX)}")
@@ -263,7 +263,7 @@ class BucketSegment(LogSegment):
             return b""
         return self._range_reader().pread(position, end - position)
 
-    def readinto(self, buf: bytearray, position: int) -> int:
+    def readinto(self, buf: bytearray | memoryview, position: int) -> int:
         data = self.pread(position, len(buf))
         buf[:len(data)] = data
         return len(data)

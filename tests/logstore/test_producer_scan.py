@@ -64,3 +64,24 @@ def test_python_walk_names_the_file_of_a_damaged_header(segment):
         f.write(b"\x07")
     with pytest.raises(CorruptRecordError, match=str(segment.log_path.name)):
         _scan(segment)
+
+
+def test_a_bucket_segment_scans_a_span_above_small_scan():
+    """Above ``SMALL_SCAN`` the walk reads chunks through ``readinto``; a bucket segment
+    fills the buffer by slice assignment, which a numpy array refuses (bytes are no
+    integers): the walk hands it a memoryview of its chunk."""
+    from bucket_helpers import memory_uri
+
+    from seglog.logstore.log_manager import LogManager
+
+    values = pa.array([b"v" * 1000] * 3000)  # ~3 MB: several 1 MiB batches
+    with LogManager(memory_uri()) as mgr:
+        mgr.create_topic("t", 1)
+        mgr.append("t", 0, encode_batches(values, producer_id=7, producer_epoch=0,
+                                          base_sequence=0))
+        seg = mgr.get_log("t", 0).segments[0]
+        assert seg.size > transactions.SMALL_SCAN
+        found = [(h.base_offset, h.last_offset, h.producer_id)
+                 for h, _ in transactions.producer_batches(seg)]
+    assert found[0][0] == 0 and found[-1][1] == 2999 and {p for *_, p in found} == {7}
+    assert all(a[1] + 1 == b[0] for a, b in zip(found, found[1:], strict=False))
