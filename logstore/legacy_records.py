@@ -278,15 +278,15 @@ def _column(typ: pa.DataType, n: int, valid: np.ndarray, nulls: int,
 
 
 def decode_legacy(buf: Bytes, position: int, *, start_offset: int = 0,
-                  end_offset: int = INT64_MAX, include_headers: bool = True,
-                  verify_crc: bool = True) -> tuple[pa.RecordBatch, int]:
+                  end_offset: int = INT64_MAX, verify_crc: bool = True
+                  ) -> tuple[list[pa.Array], int]:
     """Decode the legacy messages starting at ``position`` in ``buf`` up to the first
-    batch of magic 2, a partial tail, or the end, into ``record_codec.RECORD_SCHEMA``
-    columns (records with ``start_offset <= offset < end_offset``). Returns the batch
-    and the position where the legacy messages end. CRCs of messages, and of the inner
-    messages of compressed wrappers, are checked when ``verify_crc``."""
-    from .record_codec import record_schema  # the schema lives with the codec
-
+    batch of magic 2, a partial tail, or the end (records with ``start_offset <= offset
+    < end_offset``). Returns the columns ``key``, ``value``, ``offset``, ``timestamp``,
+    ``timestampType`` of ``record_codec.RECORD_SCHEMA`` (legacy messages have no
+    headers: the codec adds that column) and the position where the legacy messages
+    end. CRCs of messages, and of the inner messages of compressed wrappers, are
+    checked when ``verify_crc``."""
     main = _readonly(np.frombuffer(buf, np.uint8))
     wrappers = np.empty((len(main) - position) // _MIN_MESSAGE + 1, np.int64)
     err, stop, n_wrappers, err_pos = _walk_top_level(main, position, verify_crc,
@@ -353,17 +353,14 @@ def decode_legacy(buf: Bytes, position: int, *, start_offset: int = 0,
             raise CorruptRecordError(f"{where}: {_ERRORS[err]}")
 
     n, key_bytes, val_bytes, key_nulls, val_nulls, ts_nulls, _ = state.tolist()
-    arrays = [
+    columns = [
         _column(pa.binary(), n, key_valid, key_nulls, [key_offs[:n + 1], key_data[:key_bytes]]),
         _column(pa.binary(), n, val_valid, val_nulls, [val_offs[:n + 1], val_data[:val_bytes]]),
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets[:n])]),
         _column(pa.int64(), n, ts_valid, ts_nulls, [timestamps[:n]]),
         pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_types[:n])]),
     ]
-    schema = record_schema(include_headers)
-    if include_headers:
-        arrays.append(pa.nulls(n, schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema), stop
+    return columns, stop
 
 
 def _decompress_wrapper(buf: Bytes, h: BatchHeader) -> bytes:

@@ -48,17 +48,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .checkpoint_file import write_atomically
+from .control_records import ControlRecord, control_records
 from .errors import CorruptRecordError, SeglogError
 from .file_names import SNAPSHOT_SUFFIX, offset_file_name, parse_segment_file_name
-from .record_format import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    BatchHeader,
-    Bytes,
-    ControlRecord,
-    control_records,
-    crc32c,
-)
+from .record_format import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Bytes, crc32c
 
 logger = logging.getLogger(__name__)
 

@@ -557,10 +557,13 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
         if header.magic != 2:
             # a legacy message set runs until the next v2 batch: decoded in one go
             flush()
-            batch, stop = legacy_records.decode_legacy(
+            columns, stop = legacy_records.decode_legacy(
                 view, position, start_offset=start_offset, end_offset=end_offset,
-                include_headers=include_headers, verify_crc=verify_crc)
-            pieces.append(batch)
+                verify_crc=verify_crc)
+            if include_headers:
+                columns.append(pa.nulls(len(columns[0]), HEADERS_TYPE))
+            pieces.append(pa.RecordBatch.from_arrays(
+                columns, schema=RECORD_SCHEMA if include_headers else _SCHEMA_NO_HEADERS))
             if stop <= position:  # cannot happen: the header above saw a whole message
                 raise CorruptRecordError(f"message at position {position} cannot be read")
             position = stop

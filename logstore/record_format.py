@@ -7,8 +7,10 @@ here: the header walk of recovery, the cleaner's batch table, the transaction sc
 and the codec's kernels read these module-level ints (numba compiles module globals
 as constants) through ``record_format_kernels``; the Python paths (append
 validation, ``check``, ``dump-log``, the sink's replay) use ``BatchHeader`` and
-``verify``. This module does not import numba: driver-side processes may import it
-without loading the JIT.
+``verify``. This module imports neither numba nor the compression codecs: driver-side
+processes may import it without loading the JIT, and ``compression`` (which takes its
+codec ids from here) and ``control_records`` (which reads control batches through both)
+sit above it.
 
 Byte layout of a RecordBatch v2 header (big-endian, 61 bytes)::
 
@@ -410,7 +412,7 @@ def stamp_log_append_time(buf: bytearray | memoryview, header: BatchHeader, now_
     restamp_crc(buf, pos, header.end_position)
 
 
-# -- records read in Python (control records: a few per transaction) -------------------------
+# -- record varints read in Python (``control_records``: a few records per transaction) --
 
 def read_varint(buf: Bytes, pos: int, end: int,
                 max_bytes: int = VARINT_MAX_BYTES) -> tuple[int, int]:
@@ -427,58 +429,3 @@ def read_varint(buf: Bytes, pos: int, end: int,
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
     raise ValueError(f"a varint longer than {max_bytes} bytes ends at byte {pos}")
-
-
-@dataclass(frozen=True, slots=True)
-class ControlRecord:
-    """A record of a control batch: its offset, timestamp, type (the key's second
-    int16), key and value; ``coordinator_epoch`` for ABORT/COMMIT markers (-1 else)."""
-
-    offset: int
-    timestamp: int
-    control_type: int
-    key: bytes
-    value: bytes | None
-    coordinator_epoch: int = -1
-
-
-def control_records(buf: Bytes, h: BatchHeader) -> Iterator[ControlRecord]:
-    """The records of control batch ``h`` in ``buf`` (a v2 batch with the control bit).
-    Raises CorruptRecordError naming the batch when a record does not fit the format."""
-    from .compression import decompress
-
-    where = f"control batch at position {h.position} (offsets {h.base_offset}..{h.last_offset})"
-    body = bytes(buf[h.position + RECORDS_OFFSET:h.end_position])
-    if h.compression:
-        body = decompress(h.compression, body)
-    pos = 0
-    try:
-        for _ in range(h.records_count):
-            length, pos = read_varint(body, pos, len(body))
-            end = pos + length
-            if length < 0 or end > len(body):
-                raise ValueError(f"a record of {length} bytes runs past the batch")
-            pos += 1  # attributes
-            ts_delta, pos = read_varint(body, pos, end, VARLONG_MAX_BYTES)
-            offset_delta, pos = read_varint(body, pos, end)
-            key_len, pos = read_varint(body, pos, end)
-            if key_len < CONTROL_KEY.size or pos + key_len > end:
-                raise ValueError(f"record at offset delta {offset_delta} has a control key "
-                                 f"of {key_len} bytes")
-            key = body[pos:pos + key_len]
-            pos += key_len
-            value_len, pos = read_varint(body, pos, end)
-            if value_len < -1 or pos + max(value_len, 0) > end:
-                raise ValueError(f"record at offset delta {offset_delta} has a value of "
-                                 f"{value_len} bytes past its length")
-            value = body[pos:pos + value_len] if value_len >= 0 else None
-            control_type = CONTROL_KEY.unpack_from(key)[1]
-            epoch = -1
-            if (control_type in (CONTROL_ABORT, CONTROL_COMMIT) and value is not None
-                    and len(value) >= END_TXN_MARKER_VALUE.size):
-                epoch = END_TXN_MARKER_VALUE.unpack_from(value)[1]
-            yield ControlRecord(h.base_offset + offset_delta, h.base_timestamp + ts_delta,
-                                control_type, key, value, epoch)
-            pos = end
-    except ValueError as e:
-        raise CorruptRecordError(f"{where}: malformed control record: {e}") from None

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from seglog.logstore.control_records import ControlRecord
 from seglog.logstore.producer_state import ProducerEntry
-from seglog.logstore.record_format import CODEC_NAMES, BatchHeader, ControlRecord
+from seglog.logstore.record_format import CODEC_NAMES, BatchHeader
 
 from .cli_consume import record_fields
 from .cli_output import write_json

@@ -9,7 +9,7 @@
   producerId, firstOffset, lastOffset, lastStableOffset int64.
 * KRaft snapshots ``<20-digit end offset>-<10-digit epoch>.checkpoint`` and
   ``bootstrap.checkpoint``: record batches, dumped as a ``.log`` is.
-* Control records (parsed by ``record_format.control_records``) as the tool prints them.
+* Control records (parsed by ``control_records.control_records``) as the tool prints them.
 
 Every parser raises ``CorruptRecordError`` naming the file or batch when the bytes do not
 fit the format: a damaged file is reported, never read as empty.
@@ -21,16 +21,11 @@ import re
 import struct
 from pathlib import Path
 
+from seglog.logstore.control_records import ControlRecord, control_records
 from seglog.logstore.errors import CorruptRecordError
 from seglog.logstore.file_names import KRAFT_BOOTSTRAP_FILE
 from seglog.logstore.producer_state import CorruptSnapshotError, ProducerEntry, parse_snapshot
-from seglog.logstore.record_format import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    CONTROL_TYPE_NAMES,
-    ControlRecord,
-    control_records,
-)
+from seglog.logstore.record_format import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_TYPE_NAMES
 
 BOOTSTRAP_SNAPSHOT = KRAFT_BOOTSTRAP_FILE
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
