@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceArrowWriter
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import ConfigError, SinkCommitError
+from seglog.logstore.errors import ConfigError
+from seglog.streaming.errors import SinkCommitError
 
 from .stream_writer import SeglogCommitMessage, ShippedOnce, unwrap, validate_sink
 

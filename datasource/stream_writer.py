@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import ConfigError, SinkCommitError
+from seglog.logstore.errors import ConfigError
+from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.kafka_compat import warn_ignored
 from seglog.streaming.sink_options import (
     SinkColumns,

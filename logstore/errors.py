@@ -1,4 +1,7 @@
-"""Every error seglog raises, in Kafka's vocabulary, under one base class.
+"""Every error the storage engine raises, in Kafka's vocabulary, under one base class.
+
+The errors only the streaming layer raises (the sink's) are ``seglog.streaming.errors``,
+also deriving from ``SeglogError``.
 
 Messages carry what a person needs to act: the file or directory, the offsets, the
 option or config key.
@@ -113,11 +116,6 @@ class MissingDataError(DataLossError):
 class OffsetBelowLogStartError(MissingDataError, OffsetOutOfRangeError):
     """A read asked for offsets below the log start offset: ``[start, end)`` were removed
     (retention, DeleteRecords); ``end`` is the log start offset."""
-
-
-class SinkCommitError(SeglogError):
-    """The sink cannot publish a batch as staged (a task left no commit message, the topic
-    changed under the batch, a staging file is missing); nothing of the batch is visible."""
 
 
 class CorruptMetadataError(SeglogError):

@@ -85,3 +85,6 @@ class OptionSpec:
     default: str
     doc: str
     mode: Literal["both", "streaming", "batch"] = "both"
+    only_because: str = ""
+    """Why the option is limited to its ``mode``: what the refusal of it in the other
+    kind of query says (each option's own reason, never a generic one)."""

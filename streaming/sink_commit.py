@@ -92,7 +92,6 @@ from seglog.logstore.errors import (
     CorruptRecordError,
     LogDirLockedError,
     SeglogError,
-    SinkCommitError,
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.log_manager import LogManager
@@ -101,6 +100,7 @@ from seglog.logstore.record_format import TopicPartition, iter_batch_headers
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
 
+from .errors import SinkCommitError
 from .sink_intent import (
     CommitIntent,
     IntentRange,

@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seglog.logstore.checkpoint_file import fsync_dir, write_atomically
-from seglog.logstore.errors import SeglogError, UnknownTopicOrPartitionError
+from seglog.logstore.errors import UnknownTopicOrPartitionError
 
+from .errors import IntentDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
 if TYPE_CHECKING:
@@ -59,10 +60,6 @@ __all__ = ["CommitIntent", "IntentRange", "DirIntents", "IntentDamagedError", "i
 TopicPartition = tuple[str, int]
 VERSION = 1
 _SUFFIX = ".json"
-
-
-class IntentDamagedError(SeglogError, ValueError):
-    """An intent file that does not parse into a valid intent (the message says why)."""
 
 
 @dataclass(frozen=True, slots=True)

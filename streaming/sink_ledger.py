@@ -31,9 +31,9 @@ from enum import Enum
 from pathlib import Path
 
 from seglog.logstore.checkpoint_file import write_atomically
-from seglog.logstore.errors import SeglogError
 from seglog.logstore.record_format import TopicPartition
 
+from .errors import LedgerDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,6 @@ class LedgerEntry:
     batch_id: int
     start: int
     end: int
-
-
-class LedgerDamagedError(SeglogError, ValueError):
-    """A ledger file that does not parse into a valid ledger (the message says why)."""
 
 
 def ledger_dir(log_dir: str | os.PathLike) -> Path:

@@ -48,8 +48,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from seglog.logstore.errors import SinkCommitError
-
+from .errors import SinkCommitError
 from .sink_intent import DirIntents, intent_dir, read_intents
 from .sink_ledger import LedgerEntry
 from .sink_staging import batch_id_of

@@ -35,6 +35,7 @@ EARLIEST = -2
 LATEST = -1
 """In JSON offsets, ``-1`` means the latest offset (the high watermark)."""
 
+_NO_END = "a stream has no end; read the range in batch (spark.read) instead"
 SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("path", "(required)", "The log dir, or several separated by commas."),
     OptionSpec("logDirs", "", "Same as `path` (give one of them)."),
@@ -49,16 +50,17 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                '`earliest`, `latest` or JSON `{"events": {"0": 23, "1": -2}}` (-2 earliest, '
                "-1 latest). A streaming query uses it only on its first start; then the "
                "checkpoint decides."),
-    OptionSpec("endingOffsets", "latest", "`latest` or JSON offsets (exclusive).", "batch"),
+    OptionSpec("endingOffsets", "latest", "`latest` or JSON offsets (exclusive).", "batch",
+               _NO_END),
     OptionSpec("startingTimestamp", "", "Start at the first offset whose timestamp is at or "
                "after this (ms since the epoch), in every partition; wins over "
                "`startingOffsetsByTimestamp` and `startingOffsets`."),
     OptionSpec("startingOffsetsByTimestamp", "", 'A timestamp per partition as JSON: '
                '`{"events": {"0": 1700000000000}}`.'),
     OptionSpec("endingTimestamp", "", "End at the first offset whose timestamp is at or after "
-               "this (ms).", "batch"),
+               "this (ms).", "batch", _NO_END),
     OptionSpec("endingOffsetsByTimestamp", "", "An ending timestamp per partition as JSON.",
-               "batch"),
+               "batch", _NO_END),
     OptionSpec("startingOffsetsByTimestampStrategy", "error", "When no record is that recent: "
                "`error`, or `latest` (start at the end)."),
     OptionSpec("maxOffsetsPerTrigger", "", "At most this many records per micro-batch, split "
@@ -80,7 +82,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "and `timestamp` down to the indexes (needs Spark's "
                "`spark.sql.python.filterPushdown.enabled=true`, which Spark names when it "
                "is off); `false` reads what the other options select and Spark filters.",
-               "batch"),
+               "batch", "PySpark pushes filters only into batch reads (its streaming reader "
+               "has no pushFilters); a streaming query filters rows in Spark as it is"),
     OptionSpec("kafka.isolation.level", "read_uncommitted", "`read_uncommitted`, or "
                "`read_committed`: only committed transactions, and never past a partition's "
                "last stable offset (the first offset of its earliest open transaction), as a "
@@ -89,7 +92,7 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
 _NAMES = tuple(o.name for o in SOURCE_OPTIONS)
 _CANONICAL = {n.lower(): n for n in _NAMES}
 _STREAMING_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "streaming")
-_BATCH_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "batch")
+_BATCH_ONLY = {o.name: o.only_because for o in SOURCE_OPTIONS if o.mode == "batch"}
 
 
 
@@ -236,10 +239,10 @@ class SourceOptions:
             # Kafka's rule: trigger limits mean nothing to a batch read; warn, not fail.
             ignored.extend(n for n in _STREAMING_ONLY if opts.pop(n, None) is not None)
         elif streaming:
-            for name in _BATCH_ONLY:
+            for name, because in _BATCH_ONLY.items():
                 if name in opts:
-                    raise ConfigError(f"option {name!r} is not applicable to streaming queries "
-                                      "(a stream has no end; read it in batch instead)")
+                    raise ConfigError(f"option {name!r} is not applicable to streaming queries: "
+                                      f"{because}")
 
         starting = _parse_start(opts, streaming is not False)
         ending = _parse_end(opts) if not streaming else Latest()

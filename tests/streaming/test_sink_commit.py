@@ -21,11 +21,11 @@ from seglog.logstore.errors import (
     InvalidTopicError,
     LogDirLockedError,
     RecordTooLargeError,
-    SinkCommitError,
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import decode_batches
+from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.partitioner import partitions_for_keys
 from seglog.streaming.sink_commit import (
     CRASH_ENV,

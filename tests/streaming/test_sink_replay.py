@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from power_cut import lose_unflushed_tail
 
 from seglog.logstore.checkpoint_file import OFFSETS, CheckpointFile
-from seglog.logstore.errors import SinkCommitError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import CRASH_ENV, CRASH_STEPS, SinkLedger, commit
 from seglog.streaming.sink_ledger import LedgerState
 from seglog.streaming.sink_options import SinkColumns, SinkOptions

@@ -105,6 +105,30 @@ def test_bad_streaming_options_name_the_option(extra, named):
 
 
 @pytest.mark.parametrize(
+    ("option", "value", "because"),
+    [
+        ("endingOffsets", "latest", "a stream has no end"),
+        ("endingTimestamp", "77", "a stream has no end"),
+        ("endingOffsetsByTimestamp", '{"events": {"0": 77}}', "a stream has no end"),
+        ("filterPushdown", "true", "PySpark pushes filters only into batch reads"),
+    ],
+)
+def test_a_batch_only_option_in_a_stream_is_refused_for_its_own_reason(option, value, because):
+    with pytest.raises(ConfigError) as info:
+        parse(**{option: value})
+    assert str(info.value).startswith(
+        f"option {option!r} is not applicable to streaming queries: {because}")
+    if option == "filterPushdown":
+        assert "no end" not in str(info.value)
+
+
+def test_every_batch_only_option_says_why():
+    from seglog.streaming.source_options import SOURCE_OPTIONS
+
+    assert [o.name for o in SOURCE_OPTIONS if o.mode == "batch" and not o.only_because] == []
+
+
+@pytest.mark.parametrize(
     ("extra", "named"),
     [
         ({"startingOffsets": "latest"}, "startingOffsets"),
