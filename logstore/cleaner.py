@@ -115,7 +115,7 @@ from .record_format import (
     restamp_crc,
     set_length,
 )
-from .segment_indexer import first_crc_mismatch
+from .segment_scan import first_crc_mismatch
 
 if TYPE_CHECKING:
     from .log import Log

@@ -54,14 +54,13 @@ from .record_format import (
     TRANSACTIONAL_MASK,
     V2_HEADER_SIZE,
     BatchHeader,
-    Bytes,
     iter_batch_headers,
     read_batch_header,
     restamp_crc,
     set_length,
 )
 from .record_format_kernels import copy_bytes as _copy
-from .record_format_kernels import header_table
+from .record_format_kernels import header_table, readonly_bytes
 from .record_format_kernels import put_be as _put_be
 from .record_format_kernels import read_varint as _read_varint
 from .record_format_kernels import varint_size as _varint_size
@@ -431,21 +430,13 @@ def decompressed(chunk: memoryview, table: np.ndarray, bufs: ChunkBuffers
     return out[:total], shadow
 
 
-def _readonly_u8(buf: Bytes) -> np.ndarray:
-    a = np.frombuffer(buf, np.uint8)
-    if a.flags.writeable:  # one kernel signature: always read-only input
-        a = a.view()
-        a.flags.writeable = False
-    return a
-
-
 def rebuilt_batch(chunk: memoryview, h: BatchHeader, keep: np.ndarray,
                    horizon: int | None) -> bytes:
     """The batch ``h`` with only the ``keep`` records (see the module docstring)."""
     body = chunk[h.position + V2_HEADER_SIZE:h.end_position]
     codec = h.attributes & COMPRESSION_MASK
     raw = decompress(codec, body) if codec else body
-    src = _readonly_u8(raw)
+    src = readonly_bytes(raw)
     new_base_ts = horizon if horizon is not None else h.base_timestamp
     out = np.empty(len(src) + 16 * len(keep) + 16, np.uint8)
     size, kept, max_ts = rewrite_records(src, len(keep), keep.view(np.uint8), h.base_timestamp,

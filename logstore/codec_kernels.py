@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from .record_format import INT32_MAX, V2_HEADER_SIZE, VARINT_MAX_BYTES, VARLONG_MAX_BYTES
+from .record_format_kernels import append_binary as _append
 from .record_format_kernels import copy_bytes as _copy
 from .record_format_kernels import put_v2_header
 from .record_format_kernels import read_varint as _read_varint
@@ -65,6 +66,66 @@ STATE_SIZE = 12
 
 
 
+# A record's length-prefixed fields (key, value, header key and value), written once: entry
+# i of an Arrow-style column (int64 offsets, data, 0/1 validity); null is length -1.
+
+@njit(cache=True, nogil=True, inline="always")
+def _bytes_size(offs, i):
+    n = offs[i + 1] - offs[i]
+    return _varint_size(n) + n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _nullable_size(offs, valid, i):
+    return _bytes_size(offs, i) if valid[i] else 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_bytes(out, p, offs, data, i):
+    a = offs[i]
+    n = offs[i + 1] - a
+    p = _write_varint(out, p, n)
+    _copy(out, p, data, a, n)
+    return p + n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put_nullable(out, p, offs, data, valid, i):
+    if valid[i]:
+        return _put_bytes(out, p, offs, data, i)
+    out[p] = 1  # zigzag(-1)
+    return p + 1
+
+
+# The record rules of decode_v2, once: a varint within its record, within Kafka's byte
+# cap, not below what the field allows; a length-prefixed field within its record.
+_ANY = -(2**63)  # a field with no lower bound (the deltas)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _record_int(src, pos, end, max_bytes, least):
+    """(value, next position, OK or the error code) of the varint field at ``pos``."""
+    v, pos = _read_varint(src, pos, end, max_bytes)
+    if pos < 0:
+        return v, pos, ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+    if v < least:
+        return v, pos, ERR_BAD_LENGTH
+    return v, pos, OK
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _record_bytes(src, pos, end, least):
+    """(length, where its bytes start, next position, OK or the error code) of the
+    length-prefixed field at ``pos`` (``least`` -1: may be null)."""
+    n, pos, err = _record_int(src, pos, end, VARINT_MAX_BYTES, least)
+    at = pos
+    if err == OK and n > 0:
+        pos += n
+        if pos > end:
+            err = ERR_TRUNCATED
+    return n, at, pos, err
+
+
 @njit(cache=True, nogil=True)
 def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_valid,
             hk_offs, hv_offs, hv_valid, max_batch_bytes, body, batch_first, batch_pos):
@@ -86,27 +147,12 @@ def plan_v2(key_offs, key_valid, val_offs, val_valid, timestamps, hdr_offs, hdr_
     base_ts = np.int64(0)
     for i in range(n):
         s = 1  # attributes
-        if key_valid[i]:
-            k = key_offs[i + 1] - key_offs[i]
-            s += _varint_size(k) + k
-        else:
-            s += 1
-        if val_valid[i]:
-            v = val_offs[i + 1] - val_offs[i]
-            s += _varint_size(v) + v
-        else:
-            s += 1
+        s += _nullable_size(key_offs, key_valid, i) + _nullable_size(val_offs, val_valid, i)
         h0 = hdr_offs[i]
         h1 = hdr_offs[i + 1] if hdr_valid[i] else h0
         s += _varint_size(h1 - h0)
         for h in range(h0, h1):
-            hk = hk_offs[h + 1] - hk_offs[h]
-            s += _varint_size(hk) + hk
-            if hv_valid[h]:
-                hv = hv_offs[h + 1] - hv_offs[h]
-                s += _varint_size(hv) + hv
-            else:
-                s += 1
+            s += _bytes_size(hk_offs, h) + _nullable_size(hv_offs, hv_valid, h)
         if i == 0:
             base_ts = timestamps[0]
             cur_bytes = V2_HEADER_SIZE
@@ -156,42 +202,14 @@ def fill_v2(out, nb, body, batch_first, batch_pos, key_offs, key_data, key_valid
             p += 1
             p = _write_varint(out, p, ts - base_ts)
             p = _write_varint(out, p, i - first)
-            if key_valid[i]:
-                k0 = key_offs[i]
-                k = key_offs[i + 1] - k0
-                p = _write_varint(out, p, k)
-                _copy(out, p, key_data, k0, k)
-                p += k
-            else:
-                out[p] = 1  # zigzag(-1)
-                p += 1
-            if val_valid[i]:
-                v0 = val_offs[i]
-                v = val_offs[i + 1] - v0
-                p = _write_varint(out, p, v)
-                _copy(out, p, val_data, v0, v)
-                p += v
-            else:
-                out[p] = 1
-                p += 1
+            p = _put_nullable(out, p, key_offs, key_data, key_valid, i)
+            p = _put_nullable(out, p, val_offs, val_data, val_valid, i)
             h0 = hdr_offs[i]
             h1 = hdr_offs[i + 1] if hdr_valid[i] else h0
             p = _write_varint(out, p, h1 - h0)
             for h in range(h0, h1):
-                a = hk_offs[h]
-                hk = hk_offs[h + 1] - a
-                p = _write_varint(out, p, hk)
-                _copy(out, p, hk_data, a, hk)
-                p += hk
-                if hv_valid[h]:
-                    a = hv_offs[h]
-                    hv = hv_offs[h + 1] - a
-                    p = _write_varint(out, p, hv)
-                    _copy(out, p, hv_data, a, hv)
-                    p += hv
-                else:
-                    out[p] = 1
-                    p += 1
+                p = _put_bytes(out, p, hk_offs, hk_data, h)  # a header key is never null
+                p = _put_nullable(out, p, hv_offs, hv_data, hv_valid, h)
         if log_append_time >= 0:
             max_ts = log_append_time
         # Like Kafka's producer, each batch's sequence continues the previous one and
@@ -242,87 +260,40 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
         ts_type = segs[j, SEG_TS_TYPE]
         max_ts = segs[j, SEG_MAX_TS]
         for r in range(segs[j, SEG_COUNT]):  # noqa: B007 (r locates an error)
-            length, pos = _read_varint(src, pos, end, VARINT_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
-                break
-            if length < 0:
-                err = ERR_BAD_LENGTH
+            length, pos, err = _record_int(src, pos, end, VARINT_MAX_BYTES, 0)
+            if err != OK:
                 break
             if pos + length > end:
                 err = ERR_TRUNCATED
                 break
             rend = pos + length
             pos += 1  # attributes (unused in v2)
-            ts_delta, pos = _read_varint(src, pos, rend, VARLONG_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+            ts_delta, pos, err = _record_int(src, pos, rend, VARLONG_MAX_BYTES, _ANY)
+            if err != OK:
                 break
-            off_delta, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+            off_delta, pos, err = _record_int(src, pos, rend, VARINT_MAX_BYTES, _ANY)
+            if err != OK:
                 break
-            klen, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+            klen, kpos, pos, err = _record_bytes(src, pos, rend, -1)
+            if err != OK:
                 break
-            if klen < -1:
-                err = ERR_BAD_LENGTH
+            vlen, vpos, pos, err = _record_bytes(src, pos, rend, -1)
+            if err != OK:
                 break
-            kpos = pos
-            if klen > 0:
-                pos += klen
-                if pos > rend:
-                    err = ERR_TRUNCATED
-                    break
-            vlen, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
-                break
-            if vlen < -1:
-                err = ERR_BAD_LENGTH
-                break
-            vpos = pos
-            if vlen > 0:
-                pos += vlen
-                if pos > rend:
-                    err = ERR_TRUNCATED
-                    break
-            hcount, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-            if pos < 0:
-                err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
-                break
-            if hcount < 0:
-                err = ERR_BAD_LENGTH
+            hcount, pos, err = _record_int(src, pos, rend, VARINT_MAX_BYTES, 0)
+            if err != OK:
                 break
             hstart = pos
             rec_hk = 0
             rec_hv = 0
             rec_hv_nulls = 0
             for _ in range(hcount):
-                hk, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-                if pos < 0:
-                    err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
+                hk, _at, pos, err = _record_bytes(src, pos, rend, 0)  # a key is never null
+                if err != OK:
                     break
-                if hk < 0:
-                    err = ERR_BAD_LENGTH
+                hv, _at, pos, err = _record_bytes(src, pos, rend, -1)
+                if err != OK:
                     break
-                pos += hk
-                if pos > rend:
-                    err = ERR_TRUNCATED
-                    break
-                hv, pos = _read_varint(src, pos, rend, VARINT_MAX_BYTES)
-                if pos < 0:
-                    err = ERR_TRUNCATED if pos == -1 else ERR_BAD_VARINT
-                    break
-                if hv < -1:
-                    err = ERR_BAD_LENGTH
-                    break
-                if hv > 0:
-                    pos += hv
-                    if pos > rend:
-                        err = ERR_TRUNCATED
-                        break
                 rec_hk += hk
                 if hv < 0:
                     rec_hv_nulls += 1
@@ -342,22 +313,10 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
             else:
                 timestamps[n] = base_ts + ts_delta
             ts_types[n] = ts_type
-            if klen < 0:
-                key_nulls += 1
-                key_valid[n] = 0
-            else:
-                _copy(key_data, kp, src, kpos, klen)
-                kp += klen
-                key_valid[n] = 1
-            key_offs[n + 1] = kp
-            if vlen < 0:
-                val_nulls += 1
-                val_valid[n] = 0
-            else:
-                _copy(val_data, vp, src, vpos, vlen)
-                vp += vlen
-                val_valid[n] = 1
-            val_offs[n + 1] = vp
+            kp, null = _append(key_data, key_offs, key_valid, n, kp, src, kpos, klen)
+            key_nulls += null
+            vp, null = _append(val_data, val_offs, val_valid, n, vp, src, vpos, vlen)
+            val_nulls += null
             if include_headers:
                 hdr_pos[n] = hstart
                 hdr_cnt[n] = hcount
@@ -377,18 +336,9 @@ def decode_v2(src, segs, start_offset, end_offset, include_headers, offsets, tim
     if err == OK and (kp > INT32_MAX or vp > INT32_MAX or hk_bytes > INT32_MAX
                       or hv_bytes > INT32_MAX):
         err = ERR_TOO_LARGE
-    state[ST_N] = n
-    state[ST_KEY_BYTES] = kp
-    state[ST_VALUE_BYTES] = vp
-    state[ST_KEY_NULLS] = key_nulls
-    state[ST_VALUE_NULLS] = val_nulls
-    state[ST_HEADERS] = n_headers
-    state[ST_HEADER_KEY_BYTES] = hk_bytes
-    state[ST_HEADER_VALUE_BYTES] = hv_bytes
-    state[ST_HEADER_VALUE_NULLS] = hv_nulls
-    state[ST_NO_HEADERS] = hdr_nulls
-    state[ST_ERR_SEG] = j
-    state[ST_ERR_RECORD] = r
+    for slot, value in enumerate((n, kp, vp, key_nulls, val_nulls, n_headers, hk_bytes,
+                                  hv_bytes, hv_nulls, hdr_nulls, j, r)):  # the ST_* order
+        state[slot] = value
     return err
 
 

@@ -31,7 +31,6 @@ from numba import njit
 from .compression import decompress
 from .errors import CorruptRecordError
 from .record_format import (
-    COMPRESSION_MASK,
     INT32_MAX,
     INT64_MAX,
     LEGACY_ATTRIBUTES_OFFSET,
@@ -40,20 +39,25 @@ from .record_format import (
     LEGACY_KEY_LENGTH_OFFSET_V0,
     LEGACY_KEY_LENGTH_OFFSET_V1,
     LEGACY_MIN_MESSAGE,
-    LEGACY_MIN_SIZE_V0,
-    LEGACY_MIN_SIZE_V1,
     LEGACY_TIMESTAMP_OFFSET,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
     MAGIC_V0,
     MAGIC_V1,
     MAGIC_V2,
-    MIN_MAGIC_BYTES,
+    OK,
+    PARTIAL,
+    REASON_MAGIC,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     Bytes,
     read_batch_header,
+)
+from .record_format_kernels import (
+    append_binary,
+    batch_extent,
+    be32,
+    be64,
+    beu32,
+    readonly_bytes,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,16 +95,6 @@ _CRC32_TABLE = _crc32_table()
 
 
 @njit(cache=True)
-def _be(buf, pos, nbytes):
-    v = np.int64(0)
-    for i in range(nbytes):
-        v = (v << 8) | np.int64(buf[pos + i])
-    if nbytes < 8 and v >= (np.int64(1) << (8 * nbytes - 1)):  # sign-extend
-        v -= np.int64(1) << (8 * nbytes)
-    return v
-
-
-@njit(cache=True)
 def _crc32(table, buf, start, end):
     c = np.uint32(0xFFFFFFFF)
     for i in range(start, end):
@@ -111,23 +105,22 @@ def _crc32(table, buf, start, end):
 @njit(cache=True)
 def _crc_ok(table, src, pos, msg_end):
     """Whether the message at ``pos`` holds the CRC-32 of its bytes from the magic on."""
-    crc = np.uint32(_be(src, pos + LEGACY_CRC_OFFSET, 4) & 0xFFFFFFFF)
+    crc = np.uint32(beu32(src, pos + LEGACY_CRC_OFFSET))
     return _crc32(table, src, pos + LEGACY_CRC_START, msg_end) == crc
 
 
-@njit(cache=True)
-def _copy_field(length, at, src, data, valid, offs, n, written):
-    """Append a key or value (``length`` -1: null) to an Arrow column; returns the
-    bytes written after it, and whether it was null."""
-    if length < 0:
-        valid[n] = 0
-    else:
-        valid[n] = 1
-        for b in range(length):
-            data[written + b] = src[at + b]
-        written += length
-    offs[n + 1] = written
-    return written, length < 0
+@njit(cache=True, nogil=True, inline="always")
+def _length_prefixed(src, p, msg_end):
+    """The key or value at ``p`` of a message ending at ``msg_end``: int32 length (-1
+    null), then its bytes. Returns (length, where its bytes start, the position after
+    them, ``_OK`` or an error code)."""
+    if p + 4 > msg_end:
+        return np.int64(0), p, p, _ERR_TRUNCATED
+    n = be32(src, p)
+    p += 4
+    if n < -1:
+        return n, p, p, _ERR_LENGTH
+    return n, p, p + max(n, 0), _OK
 
 
 @njit(cache=True, nogil=True)
@@ -139,22 +132,16 @@ def _walk_top_level(src, pos, verify_crc, crc_table, wrappers):
     end = src.shape[0]
     nw = 0
     while True:
-        if end - pos < MIN_MAGIC_BYTES:  # not even a magic byte: a partial tail
+        code, magic, size, _, _, records = batch_extent(src, pos, end, INT64_MAX)
+        # A v2 batch ends the legacy run whatever it holds, as does a partial tail.
+        if magic == MAGIC_V2 or code == PARTIAL:
             return _OK, pos, nw, pos
-        magic = np.int64(src[pos + MAGIC_OFFSET])
-        if magic == MAGIC_V2:
-            return _OK, pos, nw, pos
-        if magic > MAGIC_V2:
-            return _ERR_MAGIC, pos, nw, pos
-        size = _be(src, pos + LENGTH_OFFSET, 4)
-        if size < (LEGACY_MIN_SIZE_V0 if magic == MAGIC_V0 else LEGACY_MIN_SIZE_V1):
-            return _ERR_TRUNCATED, pos, nw, pos
-        msg_end = pos + LOG_OVERHEAD + size
-        if msg_end > end:
-            return _OK, pos, nw, pos
+        if code != OK:
+            return _ERR_MAGIC if code == REASON_MAGIC else _ERR_TRUNCATED, pos, nw, pos
+        msg_end = pos + size
         if verify_crc and not _crc_ok(crc_table, src, pos, msg_end):
             return _ERR_CRC, pos, nw, pos
-        if src[pos + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK:
+        if records < 0:  # a compressed wrapper
             wrappers[nw] = pos
             nw += 1
         pos = msg_end
@@ -179,44 +166,31 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
     pos = start
     while pos < end:
         state[_ST_ERR_POS] = pos
-        if end - pos < _MIN_MESSAGE:
-            return _ERR_TRUNCATED
-        size = _be(src, pos + LENGTH_OFFSET, 4)
-        magic = np.int64(src[pos + MAGIC_OFFSET])
+        # The region is whole: a message that does not fit in it is truncated.
+        code, magic, size, offset, _, records = batch_extent(src, pos, end, INT64_MAX)
         if magic > MAGIC_V1:
             return _ERR_MAGIC
-        msg_end = pos + LOG_OVERHEAD + size
-        key_at = pos + (LEGACY_KEY_LENGTH_OFFSET_V0 if magic == MAGIC_V0
-                        else LEGACY_KEY_LENGTH_OFFSET_V1)
-        if size < 0 or msg_end > end or key_at + 4 > msg_end:
+        if code != OK:
             return _ERR_TRUNCATED
-        attrs = np.int64(src[pos + LEGACY_ATTRIBUTES_OFFSET])
-        if inner and attrs & COMPRESSION_MASK:
+        msg_end = pos + size
+        if inner and records < 0:
             return _ERR_NESTED
         if inner and verify_crc and not _crc_ok(crc_table, src, pos, msg_end):
             return _ERR_CRC
-        klen = _be(src, key_at, 4)
-        p = key_at + 4
-        if klen < -1:
-            return _ERR_LENGTH
-        kpos = p
-        if klen > 0:
-            p += klen
-        if p + 4 > msg_end:
-            return _ERR_TRUNCATED
-        vlen = _be(src, p, 4)
-        p += 4
-        if vlen < -1:
-            return _ERR_LENGTH
-        vpos = p
-        if vlen > 0:
-            p += vlen
+        klen, kpos, p, err = _length_prefixed(src, pos + (
+            LEGACY_KEY_LENGTH_OFFSET_V0 if magic == MAGIC_V0 else LEGACY_KEY_LENGTH_OFFSET_V1),
+            msg_end)
+        if err != _OK:
+            return err
+        vlen, vpos, p, err = _length_prefixed(src, p, msg_end)
+        if err != _OK:
+            return err
         if p != msg_end:
             return _ERR_SIZE
-        scratch[m, 0] = _be(src, pos, 8)
+        scratch[m, 0] = offset
         scratch[m, 1] = magic
-        scratch[m, 2] = _be(src, pos + LEGACY_TIMESTAMP_OFFSET, 8) if magic == MAGIC_V1 else 0
-        scratch[m, 3] = attrs
+        scratch[m, 2] = be64(src, pos + LEGACY_TIMESTAMP_OFFSET) if magic == MAGIC_V1 else 0
+        scratch[m, 3] = src[pos + LEGACY_ATTRIBUTES_OFFSET]
         scratch[m, 4] = kpos
         scratch[m, 5] = klen
         scratch[m, 6] = vpos
@@ -249,25 +223,17 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
             ts_valid[n] = 1
             timestamps[n] = scratch[i, 2]
             ts_types[n] = 1 if scratch[i, 3] & TIMESTAMP_TYPE_MASK else 0
-        kp, null = _copy_field(scratch[i, 5], scratch[i, 4], src, key_data, key_valid,
-                               key_offs, n, kp)
+        kp, null = append_binary(key_data, key_offs, key_valid, n, kp, src, scratch[i, 4],
+                                 scratch[i, 5])
         state[_ST_KEY_NULLS] += null
-        vp, null = _copy_field(scratch[i, 7], scratch[i, 6], src, val_data, val_valid,
-                               val_offs, n, vp)
+        vp, null = append_binary(val_data, val_offs, val_valid, n, vp, src, scratch[i, 6],
+                                 scratch[i, 7])
         state[_ST_VALUE_NULLS] += null
         n += 1
     state[_ST_N] = n
     state[_ST_KEY_BYTES] = kp
     state[_ST_VALUE_BYTES] = vp
     return _OK
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    # one numba signature: every source array is passed read-only
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
 
 
 def _column(typ: pa.DataType, n: int, valid: np.ndarray, nulls: int,
@@ -287,7 +253,7 @@ def decode_legacy(buf: Bytes, position: int, *, start_offset: int = 0,
     headers: the codec adds that column) and the position where the legacy messages
     end. CRCs of messages, and of the inner messages of compressed wrappers, are
     checked when ``verify_crc``."""
-    main = _readonly(np.frombuffer(buf, np.uint8))
+    main = readonly_bytes(buf)
     wrappers = np.empty((len(main) - position) // _MIN_MESSAGE + 1, np.int64)
     err, stop, n_wrappers, err_pos = _walk_top_level(main, position, verify_crc,
                                                      _CRC32_TABLE, wrappers)
@@ -309,7 +275,7 @@ def decode_legacy(buf: Bytes, position: int, *, start_offset: int = 0,
         if wrapper.last_offset < start_offset:
             continue
         value = _decompress_wrapper(buf, wrapper)
-        regions.append((_readonly(np.frombuffer(value, np.uint8)), 0, len(value), wrapper))
+        regions.append((readonly_bytes(value), 0, len(value), wrapper))
     if stop > run_start:
         regions.append((main, run_start, stop, None))
 

@@ -54,12 +54,12 @@ from .record_format import (
     TRANSACTIONAL_MASK,
     V2_HEADER_SIZE,
     BatchHeader,
-    Bytes,
     read_batch_header,
     restamp_crc,
     set_length,
 )
 from .record_format import verify_crc as _verify_batch_crc
+from .record_format_kernels import readonly, readonly_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +146,6 @@ _EMPTY_U8 = np.zeros(0, np.uint8)
 
 
 # --------------------------------------------------------------------------- encode
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    # One numba signature per kernel: every array argument is passed read-only.
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
-
 
 def _to_array(col: Any, name: str) -> pa.Array:
     if isinstance(col, pa.ChunkedArray):
@@ -317,7 +309,7 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
         attributes |= CONTROL_MASK
     log_append_time = now_ms if ts_type == TimestampType.LOG_APPEND_TIME else -1
 
-    r = _readonly
+    r = readonly
     key_offs, key_valid, val_offs, val_valid, ts, hdr_offs, hdr_valid, hk_offs, hv_offs, \
         hv_valid = (r(a) for a in (key_offs, key_valid, val_offs, val_valid, ts, hdr_offs,
                                    hdr_valid, hk_offs, hv_offs, hv_valid))
@@ -373,11 +365,6 @@ def encode_control_batch(control_type: ControlType | int, *, producer_id: int,
 
 
 # --------------------------------------------------------------------------- decode
-
-def _u8(buf: Bytes) -> np.ndarray:
-    a = np.frombuffer(buf, np.uint8)
-    return _readonly(a)
-
 
 def _buffer(a: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(a)
@@ -439,7 +426,7 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
     hdr_pos = np.empty(capacity if include_headers else 0, np.int64)
     hdr_cnt = np.empty(capacity if include_headers else 0, np.int64)
     state = np.zeros(_k.STATE_SIZE, np.int64)
-    segs = _readonly(segs)
+    segs = readonly(segs)
 
     groups = []  # (source, first record, end record) for the headers pass
     j = 0
@@ -542,7 +529,7 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
     view = memoryview(buf)
     if view.ndim != 1 or view.itemsize != 1:
         view = view.cast("B")
-    main = _u8(view)
+    main = readonly_bytes(view)
     pieces: list[pa.RecordBatch] = []
     run: list[tuple[BatchHeader, np.ndarray | None]] = []
 
@@ -584,7 +571,7 @@ def decode_batches(buf: Any, *, start_offset: int = 0, end_offset: int = MAX_OFF
                                              header.end_position])
             except CorruptRecordError as exc:
                 raise CorruptRecordError(f"{_describe(header)}: {exc}") from exc
-            data = _u8(raw)
+            data = readonly_bytes(raw)
         run.append((header, data))
     flush()
     schema = RECORD_SCHEMA if include_headers else _SCHEMA_NO_HEADERS

@@ -137,6 +137,7 @@ WALK_FULL = 3  # the table is full: call again from the stop position
 
 # Why a batch is invalid (``verify`` and the kernel give the same codes).
 OK = 0
+PARTIAL = -1  # not a reason: the batch does not fit (yet) in the bytes given
 REASON_SIZE = 1
 REASON_TOO_LARGE = 2
 REASON_OFFSETS = 3

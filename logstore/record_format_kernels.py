@@ -62,6 +62,7 @@ from .record_format import (
     MIN_MAGIC_BYTES,
     NO_TIMESTAMP,
     OK,
+    PARTIAL,
     PARTITION_LEADER_EPOCH_OFFSET,
     PRODUCER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
@@ -76,10 +77,29 @@ from .record_format import (
     WALK_FULL,
     WALK_INVALID,
     WALK_LEGACY,
+    Bytes,
 )
 
 _LOW63 = 0x7FFFFFFFFFFFFFFF
 _LOW57 = 0x01FFFFFFFFFFFFFF
+
+
+# -- arguments ------------------------------------------------------------------------------
+
+def readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only array: every kernel gets the arrays it does not write
+    read-only, so numba compiles (and caches) one signature per kernel, not one per
+    caller's flags."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def readonly_bytes(buf: Bytes) -> np.ndarray:
+    """Any buffer (bytes, bytearray, memoryview, mmap) as a read-only uint8 array,
+    without copying."""
+    return readonly(np.frombuffer(buf, np.uint8))
 
 
 # -- big-endian fields -----------------------------------------------------------------------
@@ -122,6 +142,58 @@ def put_be(out, pos, v, nbytes):
         out[pos + i] = np.uint8((v >> (8 * (nbytes - 1 - i))) & 0xFF)
 
 
+# -- one batch's extent: the header rules of every magic -------------------------------------
+
+@njit(cache=True, nogil=True, inline="always")
+def batch_extent(buf, p, n, max_bytes):
+    """Kafka's header rules for the batch at ``buf[p:n]``, any magic: ``(code, magic,
+    size, base offset, last offset, records count)``. ``code`` is ``OK`` (a whole batch
+    fits), ``PARTIAL`` (it does not fit in ``buf[:n]``; magic -1 when fewer than
+    ``MIN_MAGIC_BYTES`` remain) or the ``REASON_*`` it breaks (magic known). The magic
+    decides the format before any size rule: a legacy message can be shorter than a v2
+    header and is not partial for being so. A legacy message is one "batch" whose base
+    and last offset are its offset, with 1 record (-1 for a compressed wrapper). The
+    rules of ``record_format._parse_header``, which must agree."""
+    if n - p < MIN_MAGIC_BYTES:
+        return PARTIAL, np.int64(-1), np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    magic = np.int64(buf[p + MAGIC_OFFSET])
+    code = OK
+    size = base = last = records = np.int64(0)
+    if magic == MAGIC_V2:
+        if n - p < V2_HEADER_SIZE:
+            return PARTIAL, magic, size, base, last, records
+        size = be32(buf, p + LENGTH_OFFSET) + LOG_OVERHEAD
+        last_delta = be32(buf, p + LAST_OFFSET_DELTA_OFFSET)
+        records = be32(buf, p + RECORDS_COUNT_OFFSET)
+        base = be64(buf, p)
+        if size < V2_HEADER_SIZE:
+            code = REASON_SIZE
+        elif records < 0 or last_delta < 0:
+            code = REASON_COUNT
+        # base + last_delta must not pass int64 (checked without computing it: LLVM
+        # may assume a signed add never wraps and drop a "last < base" test)
+        elif base > INT64_MAX - last_delta:
+            code = REASON_OFFSETS
+        else:
+            last = base + last_delta
+    elif magic < MAGIC_V2:  # 0 or 1: a legacy message
+        if n - p < LEGACY_HEADER_SIZE:
+            return PARTIAL, magic, size, base, last, records
+        size = be32(buf, p + LENGTH_OFFSET)
+        if size < (LEGACY_MIN_SIZE_V0 if magic == MAGIC_V0 else LEGACY_MIN_SIZE_V1):
+            code = REASON_SIZE
+        size += LOG_OVERHEAD
+        base = last = be64(buf, p)
+        records = 1 if buf[p + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK == 0 else -1
+    else:
+        code = REASON_MAGIC
+    if code == OK and size > max_bytes:
+        code = REASON_TOO_LARGE
+    if code == OK and size > n - p:
+        code = PARTIAL
+    return code, magic, size, base, last, records
+
+
 # -- the header table -----------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
@@ -141,50 +213,16 @@ def header_table(buf, start, n, out, max_bytes, check_offsets, seg_base, next_of
     status = WALK_END
     reason = OK
     while True:
-        # The magic decides the format before any size rule: a legacy message can be
-        # shorter than a v2 header, and is not a partial batch for being so.
-        if n - p < MIN_MAGIC_BYTES:
+        code, magic, size, base, last, records = batch_extent(buf, p, n, max_bytes)
+        # The magic decides before any size rule: a legacy message the caller leaves to
+        # others stops the walk whatever its sizes say.
+        if stop_at_legacy and 0 <= magic < MAGIC_V2:
+            status = WALK_LEGACY
             break
-        magic = np.int64(buf[p + MAGIC_OFFSET])
-        if magic == MAGIC_V2:
-            if n - p < V2_HEADER_SIZE:
-                break
-            size = be32(buf, p + LENGTH_OFFSET) + LOG_OVERHEAD
-            last_delta = be32(buf, p + LAST_OFFSET_DELTA_OFFSET)
-            records = be32(buf, p + RECORDS_COUNT_OFFSET)
-            base = be64(buf, p)
-            if size < V2_HEADER_SIZE:
-                status, reason = WALK_INVALID, REASON_SIZE
-                break
-            if records < 0 or last_delta < 0:
-                status, reason = WALK_INVALID, REASON_COUNT
-                break
-            # base + last_delta must not pass int64 (checked without computing it: LLVM
-            # may assume a signed add never wraps and drop a "last < base" test)
-            if base > INT64_MAX - last_delta:
-                status, reason = WALK_INVALID, REASON_OFFSETS
-                break
-            last = base + last_delta
-        elif magic < MAGIC_V2:  # 0 or 1: a legacy message
-            if stop_at_legacy:
-                status = WALK_LEGACY
-                break
-            if n - p < LEGACY_HEADER_SIZE:
-                break
-            size = be32(buf, p + LENGTH_OFFSET)
-            if size < (LEGACY_MIN_SIZE_V0 if magic == MAGIC_V0 else LEGACY_MIN_SIZE_V1):
-                status, reason = WALK_INVALID, REASON_SIZE
-                break
-            size += LOG_OVERHEAD
-            base = be64(buf, p)
-            last = base
-        else:
-            status, reason = WALK_INVALID, REASON_MAGIC
+        if code == PARTIAL:
             break
-        if size > max_bytes:
-            status, reason = WALK_INVALID, REASON_TOO_LARGE
-            break
-        if size > n - p:
+        if code != OK:
+            status, reason = WALK_INVALID, code
             break
         if check_offsets and (base < next_offset or last - seg_base > INT32_MAX):
             status, reason = WALK_INVALID, REASON_OFFSETS
@@ -197,6 +235,7 @@ def header_table(buf, start, n, out, max_bytes, check_offsets, seg_base, next_of
         out[count, H_BASE_OFFSET] = base
         out[count, H_LAST_OFFSET] = last
         out[count, H_MAGIC] = magic
+        out[count, H_RECORDS_COUNT] = records
         if magic == MAGIC_V2:
             out[count, H_ATTRIBUTES] = np.int64(be_u(buf, p + ATTRIBUTES_OFFSET, 2))
             out[count, H_BASE_TIMESTAMP] = be64(buf, p + BASE_TIMESTAMP_OFFSET)
@@ -204,7 +243,6 @@ def header_table(buf, start, n, out, max_bytes, check_offsets, seg_base, next_of
             out[count, H_PRODUCER_ID] = be64(buf, p + PRODUCER_ID_OFFSET)
             out[count, H_PRODUCER_EPOCH] = be16(buf, p + PRODUCER_EPOCH_OFFSET)
             out[count, H_BASE_SEQUENCE] = be32(buf, p + BASE_SEQUENCE_OFFSET)
-            out[count, H_RECORDS_COUNT] = records
             out[count, H_CRC] = beu32(buf, p + CRC_OFFSET)
             out[count, H_LEADER_EPOCH] = be32(buf, p + PARTITION_LEADER_EPOCH_OFFSET)
         else:
@@ -218,7 +256,6 @@ def header_table(buf, start, n, out, max_bytes, check_offsets, seg_base, next_of
             out[count, H_PRODUCER_ID] = -1
             out[count, H_PRODUCER_EPOCH] = -1
             out[count, H_BASE_SEQUENCE] = -1
-            out[count, H_RECORDS_COUNT] = 1 if attrs & COMPRESSION_MASK == 0 else -1
             out[count, H_CRC] = beu32(buf, p + LEGACY_CRC_OFFSET)
             out[count, H_LEADER_EPOCH] = -1
         count += 1
@@ -282,6 +319,23 @@ def copy_bytes(dst, dpos, src, spos, n):
     s = np.uintp(spos)
     for i in range(np.uintp(n)):
         dst[d + i] = src[s + i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def append_binary(data, offs, valid, n, written, src, at, length):
+    """Append ``src[at:at + length]`` (``length`` -1: null) as row ``n`` of an Arrow
+    binary column being built (``data`` after ``written`` bytes, int32 ``offs``, 0/1
+    ``valid``). Returns (bytes written after it, 1 if it was null else 0)."""
+    null = 0
+    if length < 0:
+        valid[n] = 0
+        null = 1
+    else:
+        copy_bytes(data, written, src, at, length)
+        written += length
+        valid[n] = 1
+    offs[n + 1] = written
+    return written, null
 
 
 @njit(cache=True, nogil=True)

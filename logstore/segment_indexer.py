@@ -23,7 +23,6 @@ import numpy as np
 
 from . import segment_scan
 from .record_format import (
-    CRC_START,
     H_CRC,
     H_LAST_OFFSET,
     H_MAX_TIMESTAMP,
@@ -35,7 +34,6 @@ from .record_format import (
     REASONS,
     WALK_FULL,
     WALK_INVALID,
-    crc32c,
 )
 from .record_format_kernels import header_table
 
@@ -83,7 +81,7 @@ class SegmentIndexer:
                 self.next_offset, True)
             reason = REASONS[code] if status == WALK_INVALID else ""
             if count:
-                good = first_crc_mismatch(buf, batches, count)
+                good = segment_scan.first_crc_mismatch(buf, batches, count)
                 if good < count:
                     reason, status = REASONS[REASON_CRC], WALK_INVALID
                     end = int(batches[good, H_POSITION])
@@ -142,17 +140,3 @@ def _grown(entries: np.ndarray, need: int, cap: int) -> np.ndarray:
     bigger = np.empty((min(max(need, 2 * len(entries), 1024), cap), 2), np.int64)
     bigger[:len(entries)] = entries
     return bigger
-
-
-def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
-    """Index of the first of ``batches[:count]`` (rows of a header table over ``buf``)
-    whose CRC-32C does not match, or ``count``. The SSE4.2 kernel when there is one, else the crc32c
-    package per batch."""
-    if segment_scan.hardware_crc():
-        return segment_scan.batch_crcs(buf, batches, count)
-    view = buf.data
-    for k in range(count):
-        start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])
-        if crc32c(view[start + CRC_START:start + size]) != batches[k, H_CRC]:
-            return k
-    return count

@@ -9,7 +9,8 @@ increasing offsets that fit the segment; it stops at legacy messages, which go t
 
 * ``batch_crcs`` computes CRC-32C of many batches with the SSE4.2 ``crc32`` instruction,
   four batches interleaved (one stream is latency-bound at a third of the throughput).
-  Without SSE4.2 (``HARDWARE_CRC`` false) callers use the ``crc32c`` package per batch.
+  ``first_crc_mismatch`` (recovery's and the cleaner's check) runs it, or without
+  SSE4.2 (``hardware_crc()`` false) the ``crc32c`` package per batch.
 * ``index_entries`` replays Kafka's indexing rule (an entry when more than
   ``index.interval.bytes`` were appended since the last one, checked before the batch)
   over the valid batches, carrying its state across chunks.
@@ -36,36 +37,37 @@ from .record_format import (
     H_MAX_TIMESTAMP,
     H_POSITION,
     H_SIZE,
+    crc32c,
 )
 
 logger = logging.getLogger(__name__)
 
 
 
-@intrinsic
-def _crc_u64(typingctx, crc, data):
-    sig = types.uint64(types.uint64, types.uint64)
+def _sse42_crc32(data_bits: int):
+    """The SSE4.2 ``crc32`` instruction folding ``data_bits`` of data into a CRC-32C
+    (LLVM's ``llvm.x86.sse42.crc32.<crc bits>.<data bits>``; the CRC is 64-bit wide
+    only with 64-bit data)."""
+    crc_bits = 64 if data_bits == 64 else 32
+    crc_type = getattr(types, f"uint{crc_bits}")
+    data_type = getattr(types, f"uint{data_bits}")
+    name = f"llvm.x86.sse42.crc32.{crc_bits}.{data_bits}"
 
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, i64]),
-                                            "llvm.x86.sse42.crc32.64.64")
-        return builder.call(fn, args)
+    def crc32(typingctx, crc, data):
+        def codegen(context, builder, signature, args):
+            fn_type = ir.FunctionType(ir.IntType(crc_bits),
+                                      [ir.IntType(crc_bits), ir.IntType(data_bits)])
+            return builder.call(cgutils.get_or_insert_function(builder.module, fn_type, name),
+                                args)
 
-    return sig, codegen
+        return crc_type(crc_type, data_type), codegen
+
+    crc32.__name__ = crc32.__qualname__ = f"_crc_u{data_bits}"
+    return intrinsic(crc32)
 
 
-@intrinsic
-def _crc_u8(typingctx, crc, data):
-    sig = types.uint32(types.uint32, types.uint8)
-
-    def codegen(context, builder, signature, args):
-        i32, i8 = ir.IntType(32), ir.IntType(8)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, [i32, i8]),
-                                            "llvm.x86.sse42.crc32.32.8")
-        return builder.call(fn, args)
-
-    return sig, codegen
+_crc_u64 = _sse42_crc32(64)
+_crc_u8 = _sse42_crc32(8)
 
 
 @intrinsic
@@ -196,3 +198,17 @@ def hardware_crc() -> bool:
     if _HARDWARE_CRC is None:
         _HARDWARE_CRC = _probe_hardware_crc()
     return _HARDWARE_CRC
+
+
+def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
+    """Index of the first of ``batches[:count]`` (rows of a header table over ``buf``)
+    whose CRC-32C does not match, or ``count``: the SSE4.2 kernel when there is one, else
+    the crc32c package per batch."""
+    if hardware_crc():
+        return batch_crcs(buf, batches, count)
+    view = buf.data
+    for k in range(count):
+        start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])
+        if crc32c(view[start + CRC_START:start + size]) != batches[k, H_CRC]:
+            return k
+    return count
