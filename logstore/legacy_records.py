@@ -223,12 +223,12 @@ def _parse_message_set(src, start, end, inner, wrapper_offset, wrapper_magic, wr
             ts_valid[n] = 1
             timestamps[n] = scratch[i, 2]
             ts_types[n] = 1 if scratch[i, 3] & TIMESTAMP_TYPE_MASK else 0
-        kp, null = append_binary(key_data, key_offs, key_valid, n, kp, src, scratch[i, 4],
-                                 scratch[i, 5])
-        state[_ST_KEY_NULLS] += null
-        vp, null = append_binary(val_data, val_offs, val_valid, n, vp, src, scratch[i, 6],
-                                 scratch[i, 7])
-        state[_ST_VALUE_NULLS] += null
+        kp = append_binary(key_data, key_offs, key_valid, n, kp, src, scratch[i, 4],
+                           scratch[i, 5])
+        state[_ST_KEY_NULLS] += scratch[i, 5] < 0
+        vp = append_binary(val_data, val_offs, val_valid, n, vp, src, scratch[i, 6],
+                           scratch[i, 7])
+        state[_ST_VALUE_NULLS] += scratch[i, 7] < 0
         n += 1
     state[_ST_N] = n
     state[_ST_KEY_BYTES] = kp
