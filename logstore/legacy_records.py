@@ -12,7 +12,8 @@ v0 inner offsets are absolute; v1 inner offsets are relative and the wrapper's o
 is the absolute offset of the LAST inner message. A LogAppendTime wrapper gives its
 timestamp to every inner message. Magic-0 messages have no timestamp: null, type -1.
 
-numba kernels walk the top-level messages (sizes, magics, CRCs) and parse each
+numba kernels walk the top-level messages (sizes and magics by
+``record_format_kernels.batch_extent``, the header rules every walk shares; CRCs) and parse each
 message set, bounds-checking every field, so corrupt input raises CorruptRecordError
 and never reads out of bounds; Python only decompresses, once per wrapper.
 
