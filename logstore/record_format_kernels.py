@@ -184,7 +184,7 @@ def batch_extent(buf, p, n, max_bytes):
             code = REASON_SIZE
         size += LOG_OVERHEAD
         base = last = be64(buf, p)
-        records = 1 if buf[p + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK == 0 else -1
+        records = np.int64(1 if buf[p + LEGACY_ATTRIBUTES_OFFSET] & COMPRESSION_MASK == 0 else -1)
     else:
         code = REASON_MAGIC
     if code == OK and size > max_bytes:

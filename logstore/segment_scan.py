@@ -86,13 +86,14 @@ def _load_u64(typingctx, arr, idx):
 @njit(cache=True, nogil=True)
 def _crc_finish(buf, c, j, e):
     # The call-arg ignores: numba's stubs type an intrinsic's call as its definition,
-    # with the typing context first; jitted code passes only the operands.
+    # with the typing context first; jitted code passes only the operands. (The CRC
+    # intrinsics come from a factory, so the checker sees them untyped.)
     while j + 8 <= e:
         c = _crc_u64(c, _load_u64(buf, j))  # type: ignore[call-arg]
         j += 8
     c32 = np.uint32(c)
     while j < e:
-        c32 = _crc_u8(c32, buf[j])  # type: ignore[call-arg]
+        c32 = _crc_u8(c32, buf[j])
         j += 1
     return c32 ^ np.uint32(0xFFFFFFFF)
 
