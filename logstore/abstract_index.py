@@ -51,13 +51,13 @@ from __future__ import annotations
 import errno
 import logging
 import mmap
-import os
 import struct
 import threading
 from pathlib import Path
-from typing import BinaryIO, ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from .storage import LOCAL, BytesRangeReader, FileHandle, PosixStorage, RangeReader, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -77,79 +77,94 @@ class AbstractIndex(Generic[E]):
     REL_OFFSET_FIELD: ClassVar[int]  # which unpacked field is the relative offset
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, *,
-                 writable: bool = True, count_leading_nonzero: bool = False) -> None:
+                 writable: bool = True, count_leading_nonzero: bool = False,
+                 storage: Storage = LOCAL, data: bytes | None = None) -> None:
         self.path = Path(path)
         self.base_offset = base_offset
         self.writable = writable
         self._count_leading_nonzero = count_leading_nonzero and not writable
-        # Guards _mmap, _entries, _max_entries and _file: resize/close swap them while
-        # reader threads search.
+        # Guards _mmap, _entries, _max_entries, _file and _closed: resize/close swap them
+        # while reader threads search.
         self._lock = threading.RLock()
         self._mmap: mmap.mmap | None = None
+        self._closed = False
         size = self.ENTRY.size
         # Bytes from the start of the file known to have real blocks: the mapping is
         # stored into (and read through) only below it (see the module docstring).
         self._allocated = 0
+        self._storage = storage
+        self._handle: FileHandle | None = None  # the writer's open file
+        self._file: RangeReader
         if writable:
-            new = not self.path.exists()
+            if not isinstance(storage, PosixStorage):
+                raise KafkaStorageError(f"index {self.path} is not in a filesystem: it cannot "
+                                        "be written")
+            new = not storage.exists(self.path)
             if new and max_index_size < size:
                 raise ValueError(f"max index size {max_index_size} holds no entry")
             try:
-                # Not O_APPEND: pwrite and an emulated posix_fallocate need real offsets.
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                handle = storage.open_file(self.path, "read_write")
             except OSError as e:
                 raise KafkaStorageError(
                     f"cannot open index {self.path} for writing: {e.strerror}") from e
-            self._file: BinaryIO = os.fdopen(fd, "r+b")
+            self._file = self._handle = handle
             try:
-                length = os.fstat(fd).st_size
+                length = handle.size
                 if new:
                     length = max_index_size - max_index_size % size
-                    os.ftruncate(fd, length)
+                    handle.truncate(length)
                 self._entries = 0 if new else length // size
                 self._length = length
-                self._allocated = self._data_prefix(fd, length)
+                self._allocated = handle.data_prefix(length)
                 self._map(length)
             except OSError as e:
-                self._file.close()
+                handle.close()
                 raise KafkaStorageError(f"cannot prepare index {self.path}: {e.strerror}") \
                     from e
             self._max_entries = length // size
             self._max_index_size = max_index_size if max_index_size >= size else length
         else:
-            try:
-                self._file = open(self.path, "rb")  # noqa: SIM115 - lives as long as the index
-            except FileNotFoundError:
-                # A reader may not rebuild anything: a missing index (a hand-made or
-                # half-copied Kafka dir) reads as an empty one, so lookups start at the
-                # segment's first batch and scan forward, which is slower but exact.
-                logger.debug("index %s is missing: reading it as empty", self.path)
-                self._file = open(os.devnull, "rb")  # noqa: SIM115
-            self._length = os.fstat(self._file.fileno()).st_size
+            if data is not None:
+                self._file = BytesRangeReader(data)
+            else:
+                try:
+                    self._file = storage.open_range_reader(self.path)
+                except FileNotFoundError:
+                    # A reader may not rebuild anything: a missing index (a hand-made or
+                    # half-copied Kafka dir) reads as an empty one, so lookups start at the
+                    # segment's first batch and scan forward, which is slower but exact.
+                    logger.debug("index %s is missing: reading it as empty", self.path)
+                    self._file = BytesRangeReader()
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot open index {self.path}: {e}") from e
+            self._length = self._file.size
             self._max_entries = self._length // size
             self._max_index_size = self._length
             self._entries = (self._find_leading_nonzero(0) if self._count_leading_nonzero
                              else self._length // size)
 
+    @classmethod
+    def from_bytes(cls: type[_Index], path: Path, base_offset: int,
+                   data: bytes | None) -> _Index:
+        """A read-only index whose file is ``data`` (None: absent, read as empty), e.g.
+        read whole from an object store; ``path`` only names it in messages. Entries are
+        its whole length, as Kafka counts them."""
+        return cls(path, base_offset, writable=False, data=data or b"")
+
     # -- file mechanics -----------------------------------------------------------------
+
+    def _writer(self) -> FileHandle:
+        handle = self._handle
+        if handle is None:
+            raise InvalidOffsetError(f"index {self.path} is open read-only")
+        return handle
 
     def _map(self, length: int) -> None:
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
         if length > 0:
-            self._mmap = mmap.mmap(self._file.fileno(), length, access=mmap.ACCESS_WRITE)
-
-    @staticmethod
-    def _data_prefix(fd: int, length: int) -> int:
-        """Bytes before the first hole of the file (its length when it has none)."""
-        if length == 0:
-            return 0
-        try:
-            return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
-        except OSError as e:  # ENXIO: nothing but a hole
-            logger.debug("SEEK_HOLE on an index: %s", e)
-            return 0
+            self._mmap = self._writer().map(length, writable=True)
 
     def _raw(self, n: int) -> bytes:
         """Entry ``n`` as bytes (caller holds the lock)."""
@@ -157,8 +172,8 @@ class AbstractIndex(Generic[E]):
         if self._mmap is not None and (n + 1) * size <= self._allocated:
             return self._mmap[n * size:(n + 1) * size]
         try:
-            return os.pread(self._file.fileno(), size, n * size)
-        except (OSError, ValueError) as e:  # ValueError: closed (the segment was deleted)
+            return self._file.pread(n * size, size)
+        except OSError as e:  # EBADF: closed (the segment was deleted)
             raise KafkaStorageError(f"cannot read index {self.path}: {e}") from e
 
     def _unpack(self, n: int) -> tuple:
@@ -169,7 +184,7 @@ class AbstractIndex(Generic[E]):
 
     def _find_leading_nonzero(self, known: int) -> int:
         """Binary search of the first all-zero entry, from ``known`` on."""
-        self._length = os.fstat(self._file.fileno()).st_size
+        self._length = self._file.size
         lo, hi = known, self._length // self.ENTRY.size
         while lo < hi:
             mid = (lo + hi) // 2
@@ -223,7 +238,7 @@ class AbstractIndex(Generic[E]):
             return
         target = min(self._length, end + ALLOCATION_CHUNK)
         try:
-            os.posix_fallocate(self._file.fileno(), self._allocated, target - self._allocated)
+            self._writer().allocate(self._allocated, target - self._allocated)
         except OSError as e:
             raise KafkaStorageError(
                 f"cannot allocate {target - self._allocated} bytes of index {self.path}: "
@@ -248,7 +263,7 @@ class AbstractIndex(Generic[E]):
                 # ENOSPC; the entry count moves only once every byte is written.
                 start = self._entries * size
                 try:
-                    written = os.pwrite(self._file.fileno(), packed, start)
+                    written = self._writer().pwrite(packed, start)
                     if written != len(packed):
                         raise OSError(errno.ENOSPC, f"short write ({written} of "
                                       f"{len(packed)} bytes)")
@@ -273,7 +288,7 @@ class AbstractIndex(Generic[E]):
                 self._mmap.flush()
             self._map(0)
             try:
-                os.ftruncate(self._file.fileno(), length)
+                self._writer().truncate(length)
             except OSError as e:
                 self._map(self._length)
                 raise KafkaStorageError(
@@ -309,7 +324,7 @@ class AbstractIndex(Generic[E]):
         with self._lock:
             self._map(0)
             try:
-                os.ftruncate(self._file.fileno(), 0)
+                self._writer().truncate(0)
             except OSError as e:
                 raise KafkaStorageError(f"cannot reset index {self.path}: {e.strerror}") from e
             self._length = 0
@@ -323,36 +338,40 @@ class AbstractIndex(Generic[E]):
         with self._lock:
             if self._mmap is not None:
                 self._mmap.flush()
-            if self.writable:
-                os.fsync(self._file.fileno())
+            if self._handle is not None:
+                self._handle.fsync()
 
     def close(self) -> None:
         """Trim (writer) and release the file."""
         with self._lock:
-            if self._file.closed:
+            if self._closed:
                 return
             if self.writable:
                 self.trim_to_valid_size()
             self._map(0)
+            self._closed = True
             self._file.close()
 
     def close_handler(self) -> None:
         """Release the file without trimming (the file is being deleted)."""
         with self._lock:
             self._map(0)
-            if not self._file.closed:
+            if not self._closed:
+                self._closed = True
                 self._file.close()
 
+    def _fs(self) -> PosixStorage:
+        if not isinstance(self._storage, PosixStorage):
+            raise KafkaStorageError(f"index {self.path} is not in a filesystem")
+        return self._storage
+
     def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
+        self._fs().rename(self.path, path)
         self.path = Path(path)
 
     def delete(self) -> None:
         self.close_handler()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            logger.debug("index %s was already gone", self.path)
+        self._fs().delete(self.path)
 
     # -- search ---------------------------------------------------------------------------
 
@@ -406,7 +425,7 @@ class AbstractIndex(Generic[E]):
         """Raise CorruptIndexError when the file cannot be this index (Kafka's checks)."""
         size = self.ENTRY.size
         with self._lock:
-            length = os.fstat(self._file.fileno()).st_size
+            length = self._file.size
             if length % size != 0:
                 raise CorruptIndexError(
                     f"index {self.path} has length {length}, not a multiple of {size}")

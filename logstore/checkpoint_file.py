@@ -24,13 +24,13 @@ the file and the line.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from .errors import CorruptCheckpointError, KafkaStorageError
+from .storage import LOCAL, Storage, fsync_dir  # noqa: F401 (fsync_dir: re-exported)
 
 logger = logging.getLogger(__name__)
 
@@ -68,39 +68,12 @@ OFFSETS: CheckpointFormat[tuple[tuple[str, int], int]] = CheckpointFormat(
 """Kafka's ``topic partition offset`` lines (recovery point, log start offset, high watermark)."""
 
 
-def fsync_dir(dir_: Path) -> None:
-    """Make a rename or a new file in ``dir_`` durable."""
-    fd = os.open(dir_, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content.
-
-    ``<path>.tmp`` is written and fsynced, renamed over ``path``, then the directory is
-    fsynced. Raises KafkaStorageError naming the file on an I/O failure.
-    """
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
-        try:  # a failed replace (e.g. a directory in the way) must not leave the .tmp
-            tmp.unlink(missing_ok=True)  # missing: never created, or already renamed
-        except OSError as cleanup:
-            logger.warning("cannot remove %s: %s", tmp, cleanup)
-        raise KafkaStorageError(f"cannot write {path}: {e}") from e
+def write_atomically(path: Path, data: bytes, storage: Storage = LOCAL) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content
+    (``Storage.write_atomic``: on a filesystem ``<path>.tmp`` is written and fsynced,
+    renamed over ``path``, then the directory is fsynced). Raises KafkaStorageError naming
+    the file on an I/O failure."""
+    storage.write_atomic(path, data)
 
 
 class CheckpointFile(Generic[T]):
@@ -108,21 +81,22 @@ class CheckpointFile(Generic[T]):
     writers must be serialized by the caller (one writer per log dir holds its lock)."""
 
     def __init__(self, path: Path | str, fmt: CheckpointFormat[T],
-                 version: int = CURRENT_VERSION) -> None:
+                 version: int = CURRENT_VERSION, *, storage: Storage = LOCAL) -> None:
         self.path = Path(path)
         self.format = fmt
         self.version = version
+        self._storage = storage
 
     def write(self, entries: Iterable[T]) -> None:
         """Atomically replace the file with ``entries`` (see the module's crash policy)."""
         lines = [self.format.format(e) for e in entries]
         text = f"{self.version}\n{len(lines)}\n" + "".join(line + "\n" for line in lines)
-        write_atomically(self.path, text.encode("utf-8"))
+        write_atomically(self.path, text.encode("utf-8"), self._storage)
 
     def read(self) -> list[T]:
         """Every entry; ``[]`` if the file does not exist. Raises CorruptCheckpointError."""
         try:
-            raw = self.path.read_bytes()
+            raw = self._storage.read(self.path)
         except FileNotFoundError:
             return []
         except OSError as e:

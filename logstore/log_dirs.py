@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from .file_names import (
     parse_partition_dir_name,
 )
 from .record_format import TopicPartition
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -130,21 +130,20 @@ def canonical_dirs(raw_dirs: list[str | os.PathLike], read_only: bool) -> list[P
     out = []
     for raw in raw_dirs:
         path = Path(raw).expanduser()
-        if not path.exists():
+        if not LOCAL.exists(path):
             if read_only:
                 raise LogDirError(f"log dir {path} does not exist")
             try:
-                path.mkdir(parents=True, exist_ok=True)
+                LOCAL.makedirs(path)
             except OSError as e:
                 raise LogDirError(f"cannot create log dir {path}: {e}") from e
-        path = path.resolve()
-        if not path.is_dir():
+        path = LOCAL.resolve(path)
+        if not LOCAL.is_dir(path):
             raise LogDirError(f"log dir {path} is not a directory")
-        mode = os.R_OK | os.X_OK | (0 if read_only else os.W_OK)
-        if not os.access(path, mode):
+        if not LOCAL.accessible(path, write=not read_only):
             need = "readable" if read_only else "readable and writable"
             raise LogDirError(f"log dir {path} is not {need} by this process")
-        st = path.stat()
+        st = LOCAL.stat(path)
         key = (st.st_dev, st.st_ino)
         if key in seen:
             raise LogDirError(f"log dir {raw} is given twice (same directory as "
@@ -162,12 +161,12 @@ def list_log_dir(log_dir: LogDir, *, read_only: bool,
     found: list[Partition[Any]] = []
     to_delete: list[Path] = []
     try:
-        entries = list(os.scandir(log_dir.path))
+        entries = LOCAL.scan_dir(log_dir.path)
     except OSError as e:
         raise LogDirError(f"cannot list log dir {log_dir.path}: {e}") from e
     for entry in entries:
         name = entry.name
-        if not entry.is_dir(follow_symlinks=False):
+        if not entry.is_dir:
             if warn and name not in _KNOWN_FILES and not name.endswith(".tmp"):
                 logger.warning("skipping unknown file %s in log dir", entry.path)
             continue
@@ -180,7 +179,7 @@ def list_log_dir(log_dir: LogDir, *, read_only: bool,
             if not read_only:
                 logger.info("removing unfinished partition directory %s", entry.path)
                 try:
-                    shutil.rmtree(entry.path)
+                    LOCAL.rmtree(entry.path)
                 except OSError as e:  # harmless: skipped again by the next open
                     logger.warning("cannot remove %s: %s", entry.path, e)
             continue
@@ -202,7 +201,7 @@ def unchanged_since(path: Path, listed_mtime_ns: int | None) -> tuple[bool, int]
     """(whether ``path`` is surely unchanged since a listing at ``listed_mtime_ns``, its
     mtime now). Filesystem timestamps come from the OS clock, not the engine's."""
     try:
-        mtime = os.stat(path).st_mtime_ns
+        mtime = LOCAL.stat(path).st_mtime_ns
     except OSError:
         return False, -1
     fresh = time.time_ns() - mtime < _RACY_NS
@@ -213,7 +212,7 @@ def first_segment_base(dir_: Path) -> int:
     """The base offset of a partition directory's first segment, from its listing (0
     when it has none or cannot be listed)."""
     try:
-        names = os.listdir(dir_)
+        names = LOCAL.list_names(dir_)
     except OSError as e:
         logger.warning("cannot list %s: %s", dir_, e)
         return 0

@@ -63,6 +63,7 @@ from .offset_checkpoints import (
     warn_beyond_log_end,
 )
 from .partition_table import PartitionTable, warn_start_beyond_log_end
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class LogDirsReader(PartitionTable[LogReader]):
             raise LogDirError("no log dir given")
         try:
             for path in canonical_dirs(raw, True):
-                ld = LogDir(path, None, (path / CLEAN_SHUTDOWN_FILE).exists())
+                ld = LogDir(path, None, LOCAL.exists(path / CLEAN_SHUTDOWN_FILE))
                 self.log_dirs.append(ld)
                 # taken before listing: a change during it shows next time
                 ld.listed_mtime_ns = unchanged_since(path, None)[1]

@@ -60,6 +60,7 @@ from .file_names import (
 )
 from .log_segment import LogSegment
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .storage import LOCAL
 from .transactions import Transactions, may_hold_markers
 from .txn_index import AbortedTxn
 
@@ -70,7 +71,7 @@ def list_segment_bases(dir_: Path) -> list[int]:
     """Base offsets of the ``.log`` files (no temporary suffix) in ``dir_``, sorted."""
     bases = []
     try:
-        names = os.listdir(dir_)
+        names = LOCAL.list_names(dir_)
     except FileNotFoundError:
         return []
     for name in names:

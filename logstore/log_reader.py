@@ -23,7 +23,6 @@ Thread-safety: safe for concurrent readers.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from .file_names import parse_partition_dir_name
 from .log_loader import list_segment_bases
 from .log_read import LogReads
 from .log_segment import LogSegment
+from .storage import LOCAL
 from .transactions import Transactions
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class LogReader(LogReads):
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
             raise LogDirError(f"{self.dir} is not a partition directory (<topic>-<partition>)")
-        if not self.dir.is_dir():
+        if not LOCAL.is_dir(self.dir):
             raise KafkaStorageError(f"partition directory {self.dir} does not exist")
         self.topic, self.partition = parsed
         self.config = config
@@ -149,7 +149,7 @@ class LogReader(LogReads):
         injected clock.
         """
         try:
-            mtime = os.stat(self.dir).st_mtime_ns
+            mtime = LOCAL.stat(self.dir).st_mtime_ns
         except FileNotFoundError:
             mtime = -1
         if not force and mtime == self._listed_mtime and time.time_ns() - mtime > _RACY_NS:

@@ -31,12 +31,21 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
-from .file_names import index_file, log_file, time_index_file, txn_index_file
+from .file_names import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    index_file,
+    log_file,
+    time_index_file,
+    txn_index_file,
+)
 from .index_check import entry_usable_for_lookup
 from .offset_continuity import ContinuityCheck
 from .offset_index import OffsetIndex
@@ -54,6 +63,7 @@ from .record_format import (
     read_batch_header,
     verify,
 )
+from .storage import LOCAL, FileHandle, PosixStorage, RangeReader, Storage, StoragePath
 from .time_index import TimeIndex
 from .txn_index import TransactionIndex
 
@@ -117,12 +127,12 @@ class LazyIndex(Generic[IndexT]):
                 index = self._index
         return index
 
-    def rename_to(self, path: Path) -> None:
+    def rename_to(self, path: Path, fs: PosixStorage) -> None:
         with self._lock:
             if self._index is not None:
                 self._index.rename_to(path)
-            elif os.path.exists(self.path):
-                os.replace(self.path, path)
+            elif fs.exists(self.path):
+                fs.rename(self.path, path)
             self.path = path
 
     def update_path(self, path: Path) -> None:
@@ -155,7 +165,7 @@ class LogSegment:
     def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
                  created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
-                 lazy: bool = False) -> None:
+                 lazy: bool = False, storage: Storage = LOCAL) -> None:
         self.dir = dir_ if isinstance(dir_, Path) else Path(dir_)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -164,26 +174,36 @@ class LogSegment:
         self.read_only = read_only
         self.file_suffix = file_suffix
         self.log_path = log_file(self.dir, base_offset, file_suffix)
+        # Reads need only ``Storage``; writing (and the mtime of retention) needs a
+        # filesystem, ``_fs`` (None for a read-only segment elsewhere, e.g. in a bucket).
+        self._storage = storage
+        self._fs = storage if isinstance(storage, PosixStorage) else None
+        if self._fs is None and not read_only:
+            raise KafkaStorageError(f"segment {self.log_path} is not in a filesystem: it can "
+                                    "only be opened read-only")
+        # The ``.log`` never changes (a bucket's object): its size is known, not asked.
+        self._immutable = False
         # ``lazy``: an existing inactive segment opens its ``.log`` (and learns its size)
         # on first use, so loading a long partition costs no file opens; a sink commit
         # that loads a partition only to append stays as cheap late in a log as early.
         # ``_open_lock`` guards ``_handle`` while it is opened.
         self._open_lock = threading.Lock()
-        self._handle = None
+        # The writer's ``FileHandle``, or a reader's ``RangeReader``.
+        self._handle: FileHandle | RangeReader | None = None
         self._closed = False
         self._known_size: int | None = None
-        creating = not lazy and not read_only and not self.log_path.exists()
+        creating = not lazy and not read_only and not storage.exists(self.log_path)
         if not lazy:
             self._handle = self._open_file()
-            self._known_size = os.fstat(self._handle.fileno()).st_size
+            self._known_size = self._handle.size
         count_nonzero = read_only
         self._offset_index = LazyIndex(
             lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
-                                     count_leading_nonzero=count_nonzero),
+                                     count_leading_nonzero=count_nonzero, storage=storage),
             lambda: index_file(self.dir, base_offset, file_suffix))
         self._time_index = LazyIndex(
             lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
-                                   count_leading_nonzero=count_nonzero),
+                                   count_leading_nonzero=count_nonzero, storage=storage),
             lambda: time_index_file(self.dir, base_offset, file_suffix))
         if not lazy and not read_only and self._size == 0:
             # A new segment gets its index files now, preallocated, as Kafka's do.
@@ -204,15 +224,54 @@ class LogSegment:
         self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
 
-    def _open_file(self) -> BinaryIO:
+    @classmethod
+    def open_read_only(cls, storage: Storage, stem: StoragePath, base_offset: int, *,
+                       size: int, offset_index: bytes | None = None,
+                       time_index: bytes | None = None, txn_index: bytes | None = None,
+                       max_timestamp: tuple[int, int] | None = None,
+                       index_interval_bytes: int = 4096) -> LogSegment:
+        """A read-only segment of any ``Storage`` whose files never change (a bucket's
+        objects): the ``.log`` is ``<stem>.log``, read through one ``RangeReader`` opened
+        on first use; ``size`` is its length (no request asks for it); the indexes are
+        their files' bytes, ``None`` when absent (read as empty: lookups scan from the
+        segment's first batch, slower but exact). ``max_timestamp``: the largest record
+        timestamp and its offset when known (a timestamp lookup skips segments by it);
+        None: the time index's last entry, or without one the batch headers, read once.
+        Only ``Storage`` operations are used, so ``log_read.LogReads`` reads it as it
+        reads a local segment.
+
+        >>> seg = LogSegment.open_read_only(storage, "events-0/00000000000000000000-1f2e",
+        ...                                 0, size=4096, offset_index=idx)  # doctest: +SKIP
+        >>> seg.read(0, 1 << 20)                                            # doctest: +SKIP
+        """
+        stem = os.fspath(stem)
+        seg = cls(Path(stem).parent, base_offset, index_interval_bytes=index_interval_bytes,
+                  read_only=True, lazy=True, storage=storage)
+        seg.log_path = Path(stem + LOG_SUFFIX)
+        seg._immutable = True
+        seg._known_size = size
+        seg._max_ts_and_offset = max_timestamp
+        seg._offset_index = LazyIndex(
+            lambda path: OffsetIndex.from_bytes(path, base_offset, offset_index),
+            Path(stem + INDEX_SUFFIX))
+        seg._time_index = LazyIndex(
+            lambda path: TimeIndex.from_bytes(path, base_offset, time_index),
+            Path(stem + TIME_INDEX_SUFFIX))
+        seg._txn = TransactionIndex.from_bytes(Path(stem + TXN_INDEX_SUFFIX), base_offset,
+                                               txn_index)
+        return seg
+
+    def _open_file(self) -> FileHandle | RangeReader:
         try:
-            return open(self.log_path, "rb" if self.read_only else "a+b",  # noqa: SIM115
-                        buffering=0)
+            if self.read_only:
+                return self._storage.open_range_reader(self.log_path)
+            assert self._fs is not None
+            return self._fs.open_file(self.log_path, "append_read")
         except OSError as e:
             raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
 
     @property
-    def _file(self) -> BinaryIO:
+    def _file(self) -> FileHandle | RangeReader:
         """The open ``.log`` file (opened now if the segment was loaded lazily)."""
         handle = self._handle
         if handle is None:
@@ -225,10 +284,24 @@ class LogSegment:
         return handle
 
     @property
+    def _writer(self) -> FileHandle:
+        """The writer's ``.log`` (a read-only segment has none)."""
+        handle = self._file
+        if not isinstance(handle, FileHandle) or self.read_only:
+            raise InvalidOffsetError(f"segment {self.log_path} is open read-only")
+        return handle
+
+    def _filesystem(self) -> PosixStorage:
+        if self._fs is None:
+            raise KafkaStorageError(f"segment {self.log_path} is not in a filesystem: it "
+                                    "cannot be renamed or deleted through the segment")
+        return self._fs
+
+    @property
     def _size(self) -> int:
         if self._known_size is None:
             try:
-                self._known_size = os.stat(self.log_path).st_size
+                self._known_size = self._storage.size(self.log_path)
             except OSError as e:
                 raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") from e
         return self._known_size
@@ -254,7 +327,7 @@ class LogSegment:
         if txn is None:
             txn = self._txn = TransactionIndex(
                 txn_index_file(self.dir, self.base_offset, self.file_suffix), self.base_offset,
-                writable=not self.read_only)
+                writable=not self.read_only, storage=self._storage)
         return txn
 
     @classmethod
@@ -275,28 +348,52 @@ class LogSegment:
     @property
     def size(self) -> int:
         """Bytes in the ``.log`` (a read-only segment asks the file system: it grows)."""
-        if self.read_only:
-            return os.fstat(self._file.fileno()).st_size
+        if self.read_only and not self._immutable:
+            try:
+                return self._file.size
+            except OSError as e:
+                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") \
+                    from e
         return self._size
 
     def is_file_at_path(self) -> bool:
         """True while the open ``.log`` file is still the one named by ``log_path`` (a
-        compaction swap or retention may have put another file there, or none)."""
+        compaction swap or retention may have put another file there, or none). An
+        immutable segment's object is never replaced: always True."""
+        if self._immutable:
+            return True
+        handle = self._file
+        return isinstance(handle, FileHandle) and handle.is_file_at(self.log_path)
+
+    def file_identity(self) -> tuple[int | str, int] | None:
+        """What tells this version of the ``.log`` from another at the same name (a
+        file's inode and size; an immutable object's name and size), None when unknown
+        (the file is closed)."""
+        if self._immutable:
+            return (str(self.log_path), self._size)
+        handle = self._file
+        if not isinstance(handle, FileHandle):
+            return None
         try:
-            opened = os.fstat(self._file.fileno())
-            named = os.stat(self.log_path)
-        except (OSError, ValueError):  # ValueError: our file is closed
-            return False
-        return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
+            st = handle.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size)
 
     @property
     def closed(self) -> bool:
-        return self._closed or (self._handle is not None and self._handle.closed)
+        return self._closed
 
     def _max_timestamp_and_offset(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
             last = self.time_index.last()
-            self._max_ts_and_offset = (last.timestamp, last.offset)
+            found = (last.timestamp, last.offset)
+            if self._immutable and self.time_index.entries == 0:
+                # Given no time index: the batch headers say (once; the file never changes).
+                for h in self.iter_batches(0):
+                    if h.max_timestamp > found[0]:
+                        found = (h.max_timestamp, h.last_offset)
+            self._max_ts_and_offset = found
         return self._max_ts_and_offset
 
     @property
@@ -312,9 +409,12 @@ class LogSegment:
         """The largest record timestamp, or the file's mtime when no batch has one
         (Kafka's rule, so retention still ages timestamp-less segments)."""
         ts = self.max_timestamp_so_far
-        if ts >= 0:
+        if ts >= 0 or self._fs is None:
             return ts
-        return int(os.stat(self.log_path).st_mtime * 1000) if self.log_path.exists() else 0
+        try:
+            return int(self._fs.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return 0
 
     def rolling_based_timestamp(self) -> int | None:
         """The first batch's max timestamp (read once, lazily: never on open)."""
@@ -397,7 +497,7 @@ class LogSegment:
         self.offset_index.truncate_to_entries(index_counts[0])
         self.time_index.truncate_to_entries(index_counts[1])
         try:
-            os.ftruncate(self._file.fileno(), size)
+            self._writer.truncate(size)
         except OSError as e:
             raise KafkaStorageError(
                 f"cannot cut {self.log_path} back to {size} bytes after a failed append: "
@@ -405,10 +505,11 @@ class LogSegment:
         self._size = size
 
     def _write_all(self, view: memoryview) -> None:
+        handle = self._writer
         try:
             written = 0
             while written < len(view):
-                n = self._file.write(view[written:])
+                n = handle.write(view[written:])
                 if not n:
                     raise OSError(f"short write to {self.log_path}")
                 written += n
@@ -416,7 +517,7 @@ class LogSegment:
             # Leave the file as long as what we know we wrote: a partial batch would
             # otherwise sit before the next append.
             try:
-                os.ftruncate(self._file.fileno(), self._size)
+                handle.truncate(self._size)
             except OSError as cut:
                 raise KafkaStorageError(
                     f"failed to append to {self.log_path}: {e}; cutting it back to "
@@ -429,16 +530,22 @@ class LogSegment:
 
     def pread(self, position: int, size: int) -> bytes:
         try:
-            return os.pread(self._file.fileno(), size, position)
-        except (OSError, ValueError) as e:
+            return self._file.pread(position, size)
+        except OSError as e:
             raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
 
     def readinto(self, buf: bytearray | memoryview, position: int) -> int:
-        """Fill ``buf`` from ``position``; returns the bytes read (short at the end)."""
+        """Fill ``buf`` from ``position``; returns the bytes read (short at the end).
+        A file fills it with one ``preadv``; any other ``RangeReader`` copies once."""
+        handle = self._file
         try:
-            return os.preadv(self._file.fileno(), [buf], position)
-        except (OSError, ValueError) as e:
+            if isinstance(handle, FileHandle):
+                return handle.readinto(buf, position)
+            data = handle.pread(position, len(buf))
+        except OSError as e:
             raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
+        memoryview(buf).cast("B")[:len(data)] = data
+        return len(data)
 
     def update_dir(self, dir_: Path) -> None:
         """The partition directory was renamed: point the paths at the new one."""
@@ -591,7 +698,7 @@ class LogSegment:
         if mapping is None:
             return 0
         removed = self._size - mapping.position
-        os.ftruncate(self._file.fileno(), mapping.position)
+        self._writer.truncate(mapping.position)
         self._size = mapping.position
         self._bytes_since_last_index_entry = 0
         if self._size == 0:
@@ -612,14 +719,14 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
-        fd = self._file.fileno()
-        file_size = os.fstat(fd).st_size
+        handle = self._writer
+        file_size = handle.size
         ix = self.indexer(max_message_bytes)
         chunk = np.empty(min(_RECOVERY_CHUNK, max(file_size, 1)), np.uint8)
         reason = ""
         chunk_pos = 0
         while chunk_pos < file_size:
-            n = os.preadv(fd, [chunk.data], chunk_pos)
+            n = handle.readinto(chunk.data, chunk_pos)
             p, status, reason = ix.scan(chunk, n, chunk_pos)
             if status == WALK_INVALID:
                 break
@@ -657,7 +764,7 @@ class LogSegment:
             logger.warning("recovery of %s: %s at position %d (offset %d); cutting %d bytes",
                            self.log_path, reason or "trailing bytes", ix.valid_end,
                            ix.next_offset, truncated)
-            os.ftruncate(fd, ix.valid_end)
+            handle.truncate(ix.valid_end)
         self.adopt_indexes(ix)
         return truncated
 
@@ -715,7 +822,7 @@ class LogSegment:
         if self.read_only or self.closed or self._handle is None:
             return
         try:
-            os.fsync(self._file.fileno())
+            self._writer.fsync()
             self._offset_index.flush()
             self._time_index.flush()
             if self._txn is not None:
@@ -729,11 +836,12 @@ class LogSegment:
         if self.file_suffix != old_suffix:
             raise ValueError(f"segment {self.log_path} has suffix {self.file_suffix!r}, "
                              f"not {old_suffix!r}")
+        fs = self._filesystem()
         new_log = log_file(self.dir, self.base_offset, new_suffix)
-        os.replace(self.log_path, new_log)
+        fs.rename(self.log_path, new_log)
         self.log_path = new_log
-        self._offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix))
-        self._time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix))
+        self._offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix), fs)
+        self._time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix), fs)
         self.txn_index.rename_to(txn_index_file(self.dir, self.base_offset, new_suffix))
         self.file_suffix = new_suffix
 
@@ -768,7 +876,7 @@ class LogSegment:
     def _close_handle(self) -> None:
         with self._open_lock:
             self._closed = True
-            if self._handle is not None and not self._handle.closed:
+            if self._handle is not None:
                 self._handle.close()
 
     def close_handlers(self) -> None:
@@ -782,11 +890,9 @@ class LogSegment:
     def delete(self) -> None:
         """Close and unlink the three files now."""
         self.close_handlers()
+        fs = self._filesystem()
         for path in self.paths():
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                logger.debug("%s was already gone", path)
+            fs.delete(path)
 
     def __enter__(self) -> LogSegment:
         return self

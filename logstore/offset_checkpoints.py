@@ -33,7 +33,6 @@ Thread-safety: the functions touch only files; ``HighWatermarkCheck`` has its ow
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -48,6 +47,7 @@ from .file_names import (
 )
 from .log_reader import LogReader
 from .record_format import TopicPartition
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +71,13 @@ def read_offset_checkpoint(log_dir: Path, name: str, *, has_partitions: bool
     another checkpoint missing while the dir holds partitions (the message names the file, the
     line where known, and the cause; callers add ``fix_hint`` where it applies)."""
     path = log_dir / name
-    if not os.path.lexists(path):
+    if not LOCAL.lexists(path):
         if has_partitions and name != LOG_START_OFFSET_CHECKPOINT:
             raise CorruptCheckpointError(
                 f"checkpoint file {path} is missing, but {log_dir} holds partitions (a "
                 "seglog writer always writes it)")
         return {}
-    if not path.exists():
+    if not LOCAL.exists(path):
         raise CorruptCheckpointError(f"checkpoint file {path} is a link to nothing readable")
     try:
         return OffsetCheckpointFile(path).read()
@@ -115,11 +115,11 @@ def read_published(log_dir: Path, name: str, *, has_partitions: bool
 def set_aside(path: Path, now_ms: int) -> None:
     """Move a directory found in place of a state file out of the way (renamed, kept as
     evidence), so the file can be written again; a regular file is left to be replaced."""
-    if path.is_dir() and not path.is_symlink():
+    if LOCAL.is_dir(path) and not LOCAL.is_link(path):
         # never "<x>-<digits>": that would list as a partition
         aside = path.with_name(f"{path.name}.damaged.{now_ms}")
         try:
-            os.rename(path, aside)
+            LOCAL.rename(path, aside)
         except OSError as e:
             raise KafkaStorageError(f"cannot move {path} aside: {e}") from e
         logger.warning("moved the directory found in place of %s to %s", path, aside)

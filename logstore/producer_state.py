@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -52,6 +51,7 @@ from .control_records import ControlRecord, control_records
 from .errors import CorruptRecordError, SeglogError
 from .file_names import SNAPSHOT_SUFFIX, offset_file_name, parse_segment_file_name
 from .record_format import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Bytes, crc32c
+from .storage import LOCAL, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ def list_snapshot_offsets(dir_: Path, names: Iterable[str] | None = None) -> lis
     """Offsets of the ``.snapshot`` files in ``dir_`` (no temporary suffix), sorted."""
     if names is None:
         try:
-            names = os.listdir(dir_)
+            names = LOCAL.list_names(dir_)
         except FileNotFoundError:
             return []
     out = []
@@ -248,10 +248,10 @@ def parse_snapshot(data: bytes, path: Path) -> list[ProducerEntry]:
             _SNAPSHOT_ENTRY.iter_unpack(memoryview(data)[_SNAPSHOT_HEAD.size:])]
 
 
-def read_snapshot(path: Path, offset: int) -> ProducerStateManager:
+def read_snapshot(path: Path, offset: int, storage: Storage = LOCAL) -> ProducerStateManager:
     """The state a snapshot file holds (``map_end_offset`` = ``offset``)."""
     try:
-        data = Path(path).read_bytes()
+        data = storage.read(path)
     except OSError as e:
         raise CorruptSnapshotError(f"cannot read producer snapshot {path}: {e}") from e
     return ProducerStateManager(offset, parse_snapshot(data, path))

@@ -36,14 +36,20 @@ The contract (also in docs/internals.md, "Storage contract"):
 from __future__ import annotations
 
 import errno
+import fcntl
+import logging
+import mmap
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import KafkaStorageError
+
+logger = logging.getLogger(__name__)
 
 StoragePath = str | os.PathLike[str]
 
@@ -56,6 +62,17 @@ class Entry:
     size: int
     mtime_ms: int
     is_dir: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DirItem:
+    """One entry of a filesystem directory as ``PosixStorage.scan_dir`` lists it; a
+    symlink is neither a directory nor a file here."""
+
+    name: str
+    path: str
+    is_dir: bool
+    is_file: bool
 
 
 @runtime_checkable
@@ -104,31 +121,166 @@ class Storage(Protocol):
     def delete(self, path: StoragePath) -> None: ...
 
 
-class _FileRangeReader:
-    """An open fd: reads keep working after the file is unlinked or replaced."""
+FileMode = Literal["read", "read_write", "append_read", "append", "append_existing",
+                   "create_new", "truncate"]
+"""How ``PosixStorage.open_file`` opens a file: the ``O_`` flags and creation mode each
+user of a local log dir has always used.
 
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._fd = os.open(path, os.O_RDONLY)
-        self._size = os.fstat(self._fd).st_size
+* ``read``: ``O_RDONLY`` (readers, ``open_range_reader``);
+* ``read_write``: ``O_RDWR | O_CREAT``, 0o644 (an index the writer maps; the ``.lock``);
+  not ``O_APPEND``: ``pwrite`` and an emulated ``posix_fallocate`` need real offsets;
+* ``append_read``: ``O_RDWR | O_CREAT | O_APPEND``, 0o666 (a writer's ``.log``: what
+  ``open(path, "a+b")`` asks for);
+* ``append``: ``O_WRONLY | O_CREAT | O_APPEND``, 0o644 (a ``.txnindex``);
+* ``append_existing``: ``O_WRONLY | O_APPEND`` (the cleaner's ``.cleaned`` segment, which
+  must exist);
+* ``create_new``: ``O_WRONLY | O_CREAT | O_EXCL``, 0o644 (sink fragments and markers: the
+  file must not exist yet);
+* ``truncate``: ``O_WRONLY | O_CREAT | O_TRUNC``, 0o666 (a rebuilt ``.txnindex`` written
+  whole before its rename: what ``open(path, "wb")`` asks for).
+"""
+
+_OPEN_FLAGS: dict[str, tuple[int, int]] = {
+    "read": (os.O_RDONLY, 0),
+    "read_write": (os.O_RDWR | os.O_CREAT, 0o644),
+    "append_read": (os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666),
+    "append": (os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+    "append_existing": (os.O_WRONLY | os.O_APPEND, 0),
+    "create_new": (os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644),
+    "truncate": (os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666),
+}
+
+
+class FileHandle:
+    """One open file of a filesystem: a ``RangeReader`` (``size`` is the file's size now:
+    a file grows while its writer appends) plus what only a file offers, each one system
+    call on the raw fd, nothing buffered and nothing copied.
+
+    An open fd keeps the file readable after an unlink or a replace (readers rely on it).
+    Errors are the ``OSError`` of the call (callers name the file in what they raise); a
+    closed handle raises ``OSError(EBADF)``, never touches a reused fd number.
+
+    Thread-safety: the positioned calls (``pread``, ``readinto``, ``pwrite``) may run from
+    several threads at once; ``write`` appends (``O_APPEND``) from one writer thread;
+    ``close`` must not race the others (owners guard it with their lock).
+    """
+
+    __slots__ = ("path", "_fd")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def fileno(self) -> int:
+        if self._fd < 0:
+            raise OSError(errno.EBADF, f"{self.path} is closed")
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     @property
     def size(self) -> int:
-        return self._size
+        return os.fstat(self._fd).st_size
+
+    def stat(self) -> os.stat_result:
+        return os.fstat(self._fd)
+
+    def is_file_at(self, path: StoragePath) -> bool:
+        """True while this open file is the one named ``path`` (no replace, no unlink)."""
+        try:
+            opened = os.fstat(self._fd)
+            named = os.stat(path)
+        except OSError:
+            return False
+        return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
 
     def pread(self, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``position`` (fewer only at the end)."""
         return os.pread(self._fd, length, position)
 
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+    def readinto(self, buf: bytearray | memoryview | Any, position: int) -> int:
+        """Fill ``buf`` (any writable buffer) from ``position`` with one ``preadv``;
+        returns the bytes read (short only at the end)."""
+        return os.preadv(self._fd, [buf], position)
 
-    def __enter__(self) -> _FileRangeReader:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """One ``write``: the bytes written (at the end of the file with ``O_APPEND``)."""
+        return os.write(self._fd, data)
+
+    def write_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> int:
+        return os.pwrite(self._fd, data, position)
+
+    def fsync(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate(self, length: int) -> None:
+        os.ftruncate(self._fd, length)
+
+    def allocate(self, position: int, length: int) -> None:
+        """Reserve real blocks (``posix_fallocate``): a full filesystem is ENOSPC here, not
+        a SIGBUS at a later store through a mapping."""
+        os.posix_fallocate(self._fd, position, length)
+
+    def data_prefix(self, length: int) -> int:
+        """Bytes before the first hole (``SEEK_HOLE``), at most ``length``."""
+        if length == 0:
+            return 0
+        try:
+            return min(os.lseek(self._fd, 0, os.SEEK_HOLE), length)
+        except OSError as e:  # ENXIO: nothing but a hole
+            logger.debug("SEEK_HOLE on %s: %s", self.path, e)
+            return 0
+
+    def map(self, length: int, *, writable: bool) -> mmap.mmap:
+        """A shared memory map of the first ``length`` bytes (read-only or read-write)."""
+        return mmap.mmap(self._fd, length,
+                         access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+
+    def lock_exclusive(self) -> None:
+        """A non-blocking exclusive ``fcntl.lockf`` lock on the whole file (POSIX record
+        locks hold across NFS); ``BlockingIOError``/``PermissionError`` when held."""
+        fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> FileHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        return f"FileHandle({self.path!r}, fd={self._fd})"
+
+
+class BytesRangeReader:
+    """A ``RangeReader`` over bytes already in memory (an index read whole from an object
+    store, or an absent index read as empty)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes | bytearray | memoryview = b"") -> None:
+        self._data = bytes(data)
+
+    @property
+    def size(self) -> int:
+        return len(self._data)
+
+    def pread(self, position: int, length: int) -> bytes:
+        return self._data[position:position + length]
+
+    def close(self) -> None:
+        self._data = b""
 
 
 def fsync_dir(path: StoragePath) -> None:
@@ -152,7 +304,17 @@ def _write_fsynced(path: str, data: bytes | bytearray | memoryview, flags: int) 
 
 
 class PosixStorage:
-    """A filesystem: today's behaviour of every local log dir."""
+    """A filesystem: today's behaviour of every local log dir.
+
+    Besides ``Storage`` it offers what only a filesystem has, which the local writer
+    (``Log``, ``LogSegment``, the indexes, the dir lock, the cleaner, the sink's staging)
+    is built on: open files (``open_file`` -> ``FileHandle``: append, ``pread``, ``fsync``,
+    ``ftruncate``, ``posix_fallocate``, memory maps, ``fcntl`` locks), ``rename``,
+    directories (``makedirs``, ``rmtree``, ``fsync_dir``, names-only listing) and
+    metadata (``stat``). Every call is the one system call it names, so the engine's
+    syscalls, flags and fsyncs are what they were before the seam. Stateless and
+    thread-safe; ``LOCAL`` is the instance the engine uses.
+    """
 
     def __init__(self, root: StoragePath = "/") -> None:
         self._root = Path(root)
@@ -160,6 +322,8 @@ class PosixStorage:
     @property
     def uri(self) -> str:
         return str(self._root)
+
+    # -- Storage ----------------------------------------------------------------------------
 
     def read(self, path: StoragePath) -> bytes:
         with open(path, "rb") as f:
@@ -172,8 +336,8 @@ class PosixStorage:
         finally:
             os.close(fd)
 
-    def open_range_reader(self, path: StoragePath) -> _FileRangeReader:
-        return _FileRangeReader(os.fspath(path))
+    def open_range_reader(self, path: StoragePath) -> FileHandle:
+        return self.open_file(path, "read")
 
     def size(self, path: StoragePath) -> int:
         return os.stat(path).st_size
@@ -201,11 +365,23 @@ class PosixStorage:
         return [e for e in self.list_dir(path) if not e.is_dir and e.name > start_after]
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
+        """``<path>.tmp`` written and fsynced, renamed over ``path``, the directory fsynced:
+        a crash leaves the old content or the new. A failure removes the ``.tmp`` and
+        raises ``KafkaStorageError`` naming ``path``."""
         target = os.fspath(path)
         tmp = f"{target}.tmp"
-        _write_fsynced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.replace(tmp, target)
-        fsync_dir(os.path.dirname(target) or ".")
+        try:
+            _write_fsynced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.replace(tmp, target)
+            fsync_dir(os.path.dirname(target) or ".")
+        except OSError as e:
+            try:  # a failed replace (e.g. a directory in the way) must not leave the .tmp
+                os.unlink(tmp)
+            except FileNotFoundError:
+                logger.debug("no %s to remove: never created, or already renamed", tmp)
+            except OSError as cleanup:
+                logger.warning("cannot remove %s: %s", tmp, cleanup)
+            raise KafkaStorageError(f"cannot write {target}: {e}") from e
 
     def create(self, path: StoragePath, data: bytes | bytearray | memoryview) -> bool:
         # Written whole under a unique name, then hard-linked: link(2) fails with EEXIST
@@ -232,6 +408,90 @@ class PosixStorage:
         except FileNotFoundError:
             return
 
+    # -- files (filesystem only) -------------------------------------------------------------
+
+    def open_file(self, path: StoragePath, mode: FileMode) -> FileHandle:
+        """``path`` opened with the flags of ``mode`` (see ``FileMode``); ``OSError`` as
+        ``os.open`` raises it."""
+        flags, perm = _OPEN_FLAGS[mode]
+        target = os.fspath(path)
+        return FileHandle(target, os.open(target, flags, perm) if perm else os.open(target, flags))
+
+    def fsync_file(self, path: StoragePath) -> None:
+        """fsync a file by name (one it did not write through a handle it kept)."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def fsync_dir(self, path: StoragePath) -> None:
+        fsync_dir(path)
+
+    def rename(self, source: StoragePath, target: StoragePath) -> None:
+        """``rename(2)``: atomic, replaces a file at ``target``; durable once the
+        directory is fsynced. Open handles keep working."""
+        os.replace(source, target)
+
+    def link(self, source: StoragePath, target: StoragePath) -> None:
+        os.link(source, target)
+
+    def stat(self, path: StoragePath) -> os.stat_result:
+        return os.stat(path)
+
+    def lstat(self, path: StoragePath) -> os.stat_result:
+        return os.lstat(path)
+
+    def is_dir(self, path: StoragePath) -> bool:
+        return os.path.isdir(path)
+
+    def is_file(self, path: StoragePath) -> bool:
+        return os.path.isfile(path)
+
+    def is_link(self, path: StoragePath) -> bool:
+        return os.path.islink(path)
+
+    def lexists(self, path: StoragePath) -> bool:
+        """True when a name exists, even a symlink to nothing."""
+        return os.path.lexists(path)
+
+    def resolve(self, path: StoragePath) -> Path:
+        """The absolute path with symlinks resolved (``realpath``)."""
+        return Path(path).resolve()
+
+    def accessible(self, path: StoragePath, *, write: bool) -> bool:
+        """Readable and searchable (and writable with ``write``) by this process."""
+        return os.access(path, os.R_OK | os.X_OK | (os.W_OK if write else 0))
+
+    def set_mtime(self, path: StoragePath, mtime_ns: int) -> None:
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+    # -- directories (filesystem only) -------------------------------------------------------
+
+    def list_names(self, path: StoragePath) -> list[str]:
+        """The names in a directory, unsorted (one ``listdir``: no ``stat`` per entry)."""
+        return os.listdir(path)
+
+    def scan_dir(self, path: StoragePath) -> list[DirItem]:
+        """A directory's entries with their types (one ``scandir``: the types come from
+        the listing, no ``stat`` per entry), unsorted."""
+        with os.scandir(path) as it:
+            return [DirItem(e.name, e.path, e.is_dir(follow_symlinks=False),
+                            e.is_file(follow_symlinks=False)) for e in it]
+
+    def makedirs(self, path: StoragePath, *, exist_ok: bool = True) -> None:
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def mkdir(self, path: StoragePath) -> None:
+        """One directory; ``FileExistsError`` if it exists."""
+        os.mkdir(path)
+
+    def rmdir(self, path: StoragePath) -> None:
+        os.rmdir(path)
+
+    def rmtree(self, path: StoragePath, *, ignore_errors: bool = False) -> None:
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+
     def walk_files(self, path: StoragePath) -> Iterator[str]:
         """Every file below ``path``, as paths relative to it, sorted."""
         base = os.fspath(path)
@@ -239,3 +499,8 @@ class PosixStorage:
             dirnames.sort()
             for name in sorted(filenames):
                 yield os.path.relpath(os.path.join(dirpath, name), base)
+
+
+LOCAL = PosixStorage()
+"""The filesystem every local log dir lives in (paths are absolute or relative to the
+working directory, as ``os`` takes them)."""

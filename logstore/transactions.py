@@ -34,7 +34,6 @@ the writer thread under the ``Log``'s lock.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -327,11 +326,8 @@ class Transactions:
         return self._computed(i, bases, seg)
 
     def _computed(self, i: int, bases: tuple[int, ...], seg: LogSegment) -> list[AbortedTxn]:
-        try:
-            st = os.fstat(seg._file.fileno())
-            key = (bases[i], st.st_ino, st.st_size)
-        except (OSError, ValueError):
-            key = None
+        identity = seg.file_identity()
+        key = None if identity is None else (bases[i], *identity)
         with self._cache_lock:
             if key is not None and key in self._entries:
                 return self._entries[key]

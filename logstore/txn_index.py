@@ -33,13 +33,13 @@ Thread-safety: one writer thread appends; readers read the file through their ow
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .errors import CorruptIndexError, KafkaStorageError
+from .storage import LOCAL, FileHandle, PosixStorage, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -126,20 +126,41 @@ class TransactionIndex:
     """A segment's ``.txnindex``; see the module docstring. The file exists only once
     an entry was appended (or ``write_all`` wrote it)."""
 
-    def __init__(self, path: Path, base_offset: int, *, writable: bool = True) -> None:
+    def __init__(self, path: Path, base_offset: int, *, writable: bool = True,
+                 storage: Storage = LOCAL) -> None:
         self.path = Path(path)
         self.base_offset = base_offset
         self.writable = writable
-        self._fd: int | None = None
+        self._storage = storage
+        self._handle: FileHandle | None = None
         self._last_offset: int | None = None  # of the last entry, once known
+        self._data: bytes | None = None  # the whole file, for an index given as bytes
+
+    @classmethod
+    def from_bytes(cls, path: Path, base_offset: int, data: bytes | None) -> TransactionIndex:
+        """A read-only index whose file is ``data`` (None: absent, no entries); ``path``
+        only names it in messages."""
+        index = cls(path, base_offset, writable=False)
+        index._data = data or b""
+        return index
+
+    def _fs(self) -> PosixStorage:
+        if not isinstance(self._storage, PosixStorage):
+            raise KafkaStorageError(f"transaction index {self.path} is not in a filesystem: "
+                                    "it cannot be written")
+        return self._storage
 
     def exists(self) -> bool:
-        return self.path.exists()
+        if self._data is not None:
+            return bool(self._data)
+        return self._storage.exists(self.path)
 
     def entries(self) -> list[AbortedTxn]:
         """Every entry, checked (an absent file has none)."""
+        if self._data is not None:
+            return decode_entries(self._data, self.path, self.base_offset)
         try:
-            data = self.path.read_bytes()
+            data = self._storage.read(self.path)
         except FileNotFoundError:
             return []
         except OSError as e:
@@ -149,14 +170,14 @@ class TransactionIndex:
     def sanity_check(self) -> None:
         self.entries()
 
-    def _open(self) -> int:
-        if self._fd is None:
+    def _open(self) -> FileHandle:
+        if self._handle is None:
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._handle = self._fs().open_file(self.path, "append")
             except OSError as e:
                 raise KafkaStorageError(
                     f"cannot open transaction index {self.path}: {e}") from e
-        return self._fd
+        return self._handle
 
     def append(self, txn: AbortedTxn) -> None:
         """Append one entry; its ``last_offset`` must pass every earlier one's."""
@@ -169,19 +190,19 @@ class TransactionIndex:
             raise CorruptIndexError(
                 f"cannot append an aborted transaction ending at {txn.last_offset} to "
                 f"{self.path}: its last entry ends at {self._last_offset}")
-        os.write(self._open(), encode_entries([txn]))
+        self._open().write(encode_entries([txn]))
         self._last_offset = txn.last_offset
 
     def write_all(self, entries: list[AbortedTxn]) -> None:
         """Replace the file with ``entries`` (a rebuild); no entries removes the file."""
         self.close()
         if entries:
+            fs = self._fs()
             tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(encode_entries(entries))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            with fs.open_file(tmp, "truncate") as f:
+                f.write_all(encode_entries(entries))
+                f.fsync()
+            fs.rename(tmp, self.path)
             self._last_offset = entries[-1].last_offset
         else:
             self.delete()
@@ -199,22 +220,20 @@ class TransactionIndex:
             self.write_all(kept)
 
     def flush(self) -> None:
-        if self._fd is not None:
-            os.fsync(self._fd)
+        if self._handle is not None:
+            self._handle.fsync()
 
     def rename_to(self, path: Path) -> None:
-        if self.path.exists():
-            os.replace(self.path, path)
+        fs = self._fs()
+        if fs.exists(self.path):
+            fs.rename(self.path, path)
         self.path = Path(path)
 
     def delete(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            logger.debug("%s was already gone", self.path)
+        self._fs().delete(self.path)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

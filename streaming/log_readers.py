@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
+from seglog.logstore.storage import LOCAL
 
 from .source_options import TopicPartition
 
@@ -121,7 +122,7 @@ def segment_files(
     for d in log_dirs:
         path = os.path.join(d, name)
         try:
-            mtime = os.stat(path).st_mtime_ns
+            mtime = LOCAL.stat(path).st_mtime_ns
         except FileNotFoundError:
             continue
         with _lock:
@@ -146,19 +147,18 @@ def segment_files(
 def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     entries = {}
     try:
-        with os.scandir(path) as it:
-            for e in it:
-                # "<20 digits>.log" only: cheaper than the general parser.
-                n = e.name
-                if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
-                    entries[int(n[:20])] = e
+        for e in LOCAL.scan_dir(path):
+            # "<20 digits>.log" only: cheaper than the general parser.
+            n = e.name
+            if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
+                entries[int(n[:20])] = e.path
     except FileNotFoundError:
         return None
     bases = tuple(sorted(entries))
     sizes = []
     for base in bases:
         try:
-            sizes.append(entries[base].stat().st_size)
+            sizes.append(LOCAL.size(entries[base]))
         except FileNotFoundError:  # deleted by retention while we listed
             sizes.append(0)
     return bases, tuple(sizes)
@@ -166,6 +166,6 @@ def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
 
 def _size(path: str, base: int) -> int:
     try:
-        return os.stat(os.path.join(path, f"{base:020d}{LOG_SUFFIX}")).st_size
+        return LOCAL.size(os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
     except FileNotFoundError:
         return 0

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore import checkpoint_file
 from seglog.logstore.checkpoint_file import (
     CheckpointFile,
     CheckpointFormat,
@@ -102,8 +101,8 @@ def test_write_fsyncs_file_and_directory_before_and_after_rename(tmp_path, monke
         events.append(("replace", os.path.basename(a), os.path.basename(b)))
         real_replace(a, b)
 
-    monkeypatch.setattr(checkpoint_file.os, "fsync", fsync)
-    monkeypatch.setattr(checkpoint_file.os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     OffsetCheckpointFile(tmp_path / "c").write({("t", 0): 1})
     assert events == [("fsync", "c.tmp"), ("replace", "c.tmp", "c"),
                       ("fsync", tmp_path.name)]
@@ -116,7 +115,7 @@ def test_a_failed_write_keeps_the_old_content(tmp_path, monkeypatch):
     def broken_fsync(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(checkpoint_file.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(KafkaStorageError, match=str(tmp_path / "c")):
         f.write({("t", 0): 2})
     monkeypatch.undo()
