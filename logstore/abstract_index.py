@@ -50,14 +50,16 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import struct
 import threading
 from pathlib import Path
-from typing import ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from .storage import LOCAL, BytesRangeReader, FileHandle, PosixStorage, RangeReader, Storage
+
+if TYPE_CHECKING:
+    import mmap
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from .errors import CorruptCheckpointError, KafkaStorageError
-from .storage import LOCAL, Storage, fsync_dir  # noqa: F401 (fsync_dir: re-exported)
+from .storage import LOCAL, Storage
 
 logger = logging.getLogger(__name__)
 

@@ -57,7 +57,6 @@ appends go on meanwhile. Retention must not run concurrently on the same log.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -116,6 +115,7 @@ from .record_format import (
     set_length,
 )
 from .segment_scan import first_crc_mismatch
+from .storage import LOCAL, FileHandle
 
 if TYPE_CHECKING:
     from .log import Log
@@ -246,11 +246,9 @@ def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np
             f"(batches end at {lasts.tolist()[:8]}...); nothing was swapped in")
 
 
-def _write_fully(fd: int, data: bytes | memoryview, path: Path) -> None:
-    view = memoryview(data)
+def _write_fully(handle: FileHandle, data: bytes | memoryview, path: Path) -> None:
     try:
-        while view:
-            view = view[os.write(fd, view):]
+        handle.write_all(data)
     except OSError as e:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
 
@@ -268,7 +266,7 @@ class _CleanedFile:
         self._legacy = False
         # A piece holds at most one chunk's batches: a smaller header table will do.
         self._indexer = segment.indexer(INT32_MAX, scan_capacity=MAX_CHUNK_BATCHES + 1)
-        self._fd = os.open(segment.log_path, os.O_WRONLY | os.O_APPEND)
+        self._handle: FileHandle | None = LOCAL.open_file(segment.log_path, "append_existing")
 
     def write(self, data: bytes | memoryview) -> None:
         if not self._legacy:
@@ -281,7 +279,8 @@ class _CleanedFile:
                     f"the cleaned segment {self.segment.log_path} failed its check at "
                     f"position {self.size + end}: {reason or 'a partial batch'}; nothing "
                     "was swapped in")
-        _write_fully(self._fd, data, self.segment.log_path)
+        assert self._handle is not None, "written after close"
+        _write_fully(self._handle, data, self.segment.log_path)
         self.size += len(data)
 
     def finish(self) -> None:
@@ -297,9 +296,9 @@ class _CleanedFile:
                 "cut); nothing was swapped in")
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 # --------------------------------------------------------------------------- cleaner
@@ -400,7 +399,7 @@ class Cleaner:
                      now: int, stats: CleanerStats, pending: list[int]) -> None:
         base = old[0].base_offset
         for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
-            path.unlink(missing_ok=True)  # left by a failed pass of this process
+            LOCAL.delete(path)  # left by a failed pass of this process
         cleaned = log.new_segment(base)
         out_file = _CleanedFile(cleaned)
         try:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .clock import SYSTEM_CLOCK, Clock
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class DelayedDeleter:
                     logger.exception("closing before deleting %s failed", paths)
             for path in paths:
                 try:
-                    os.unlink(path)
+                    LOCAL.unlink(path)
                     unlinked += 1
                 except FileNotFoundError:
                     logger.debug("%s was already gone", path)

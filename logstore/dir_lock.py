@@ -21,7 +21,6 @@ left in the file is harmless (it is rewritten by the next writer).
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import socket
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from .errors import LogDirError, LogDirLockedError
 from .file_names import LOCK_FILE
+from .storage import LOCAL, FileHandle
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +56,21 @@ class DirLock:
     def __init__(self, log_dir: Path | str) -> None:
         self.dir = Path(log_dir)
         self.path = self.dir / LOCK_FILE
-        self._fd: int | None = None
+        self._handle: FileHandle | None = None  # the open, locked ``.lock``
         self._key: tuple[int, int] | None = None
 
     @property
     def locked(self) -> bool:
-        return self._fd is not None
+        return self._handle is not None
 
     def acquire(self) -> DirLock:
-        if self._fd is not None:
+        if self._handle is not None:
             raise LogDirLockedError(f"log dir {self.dir} is already locked by this DirLock")
         with _registry_lock:
             # Checked before opening: closing a second descriptor of a file this process
             # has locked would silently drop the lock.
             try:
-                st = os.stat(self.path)
+                st = LOCAL.stat(self.path)
             except FileNotFoundError:
                 st = None
             except OSError as e:
@@ -80,36 +80,36 @@ class DirLock:
                     f"log dir {self.dir} is already locked by this process "
                     f"(pid {os.getpid()}): open it with one writer only")
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                handle = LOCAL.open_file(self.path, "read_write")
             except OSError as e:
                 raise LogDirError(f"cannot open the lock file {self.path}: {e}") from e
             try:
-                st = os.fstat(fd)
+                st = handle.fstat()
                 key = (st.st_dev, st.st_ino)
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                handle.lock_exclusive()
             except OSError as e:
-                holder = self._holder(fd)
-                os.close(fd)
+                holder = self._holder(handle)
+                handle.close()
                 if e.errno in (errno.EACCES, errno.EAGAIN):
                     raise LogDirLockedError(
                         f"log dir {self.dir} is locked by another writer ({holder})") from None
                 raise LogDirError(f"cannot lock {self.path}: {e}") from e
             _held[key] = self.dir
-        self._fd, self._key = fd, key
-        self._write_holder(fd)
+        self._handle, self._key = handle, key
+        self._write_holder(handle)
         return self
 
     def release(self) -> None:
         """Drop the lock (idempotent). The holder text stays; the next writer rewrites it."""
-        if self._fd is None:
+        if self._handle is None:
             return
-        fd, key = self._fd, self._key
-        self._fd = self._key = None
-        if key is not None:  # set with _fd
+        handle, key = self._handle, self._key
+        self._handle = self._key = None
+        if key is not None:  # set with _handle
             with _registry_lock:
                 _held.pop(key, None)
         # closing the descriptor releases the POSIX lock; no explicit unlock needed
-        os.close(fd)
+        handle.close()
 
     def __enter__(self) -> DirLock:
         return self.acquire()
@@ -121,21 +121,21 @@ class DirLock:
         return f"DirLock({str(self.dir)!r}, locked={self.locked})"
 
     @staticmethod
-    def _holder(fd: int) -> str:
+    def _holder(handle: FileHandle) -> str:
         try:
-            text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+            text = handle.pread(0, 512).decode("utf-8", "replace").strip()
         except OSError as e:
             logger.debug("cannot read the lock holder: %s", e)
             text = ""
         return f"holder: {text}" if text else "holder unknown"
 
     @staticmethod
-    def _write_holder(fd: int) -> None:
+    def _write_holder(handle: FileHandle) -> None:
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         text = f"pid={os.getpid()} host={socket.gethostname()} since={since}\n".encode()
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, text, 0)
+            handle.truncate(0)
+            handle.pwrite(text, 0)
         except OSError as e:
             # the lock itself is held; only the courtesy text is missing
             logger.warning("cannot record the lock holder in the lock file: %s", e)

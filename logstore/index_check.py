@@ -38,7 +38,6 @@ functions over arrays.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .record_format import BatchHeader
+from .storage import LOCAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class Violation:
 
 
 def _leading_entries(path: Path, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    raw = np.fromfile(path, dtype=np.uint8) if os.path.getsize(path) else np.empty(0, np.uint8)
+    raw = np.frombuffer(LOCAL.read(path), dtype=np.uint8)
     size = dtype.itemsize
     whole = len(raw) // size * size
     entries = raw[:whole].view(dtype)

@@ -23,7 +23,6 @@ take no lock and work on a snapshot of the segment list, so they never block the
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from .log_segments import LogSegments
 from .log_validator import assign_offsets_from, validate_batches
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .record_format import LONG_MAX, BatchHeader
+from .storage import LOCAL
 from .transactions import (
     Transactions,
     append_completions,
@@ -73,14 +73,6 @@ class AppendInfo:
     num_records: int
     size: int
 
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Log(LogReads):
@@ -331,14 +323,14 @@ class Log(LogReads):
         jitter = cfg.random_segment_jitter()
         paths = LogSegment.file_paths(self.dir, base_offset, file_suffix)
         for path in paths:
-            if path.exists() and path.stat().st_size > 0 and path.suffix == ".log":
+            if path.suffix == ".log" and LOCAL.exists(path) and LOCAL.size(path) > 0:
                 raise KafkaStorageError(f"cannot create segment {path}: it already exists")
         for path in paths:
             # Left by an attempt that failed (a full filesystem): an index of an empty
             # segment opened as existing would count its whole length as entries.
-            if path.exists():
+            if LOCAL.exists(path):
                 logger.warning("new segment file %s already exists; deleting it first", path)
-                path.unlink()
+                LOCAL.delete(path)
         self._dir_dirty = True
         return LogSegment.open(self.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
                                max_index_size=cfg.segment_index_bytes, rolling_jitter_ms=jitter,
@@ -360,7 +352,7 @@ class Log(LogReads):
                         break
                     seg.flush()
                 if self._dir_dirty:
-                    _fsync_dir(self.dir)
+                    LOCAL.fsync_dir(self.dir)
                     self._dir_dirty = False
                 self._recovery_point = target
             self._last_flush_ms = self.clock.monotonic_ms()
@@ -414,10 +406,7 @@ class Log(LogReads):
     def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
         for snap in list_snapshot_offsets(self.dir):
             if doomed(snap):
-                try:
-                    os.unlink(snapshot_file(self.dir, snap))
-                except FileNotFoundError:
-                    logger.debug("snapshot %d of %s was already gone", snap, self._tp())
+                LOCAL.delete(snapshot_file(self.dir, snap))
 
     def _reload_producer_state(self) -> None:
         """After a truncation: drop snapshots past the log end, rebuild the state from
@@ -554,7 +543,7 @@ class Log(LogReads):
             for seg in reversed(new_sorted):
                 if seg.file_suffix == CLEANED_SUFFIX:
                     seg.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-            _fsync_dir(self.dir)
+            LOCAL.fsync_dir(self.dir)
             old_bases = {s.base_offset for s in old_sorted}
             kept = [s for s in self._segments if s.base_offset not in old_bases]
             new_bases = {s.base_offset for s in new_sorted}
@@ -565,7 +554,7 @@ class Log(LogReads):
             for seg in new_sorted:
                 if seg.file_suffix == SWAP_SUFFIX:
                     seg.change_file_suffixes(SWAP_SUFFIX, "")
-            _fsync_dir(self.dir)
+            LOCAL.fsync_dir(self.dir)
 
     def _segments_deleted_files(self, seg: LogSegment) -> None:
         seg.change_file_suffixes(seg.file_suffix, DELETED_SUFFIX)
@@ -582,13 +571,13 @@ class Log(LogReads):
             # that fails leaves the log open and whole, still the partition's.
             new_dir = self.dir.parent / delete_dir_name(self.topic, self.partition)
             try:
-                os.rename(self.dir, new_dir)
+                LOCAL.rename(self.dir, new_dir)
             except OSError as e:
                 raise KafkaStorageError(
                     f"cannot rename {self.dir} to {new_dir.name} for deletion: "
                     f"{e.strerror}; the partition is unchanged") from e
             self.close(flush=False)
-            _fsync_dir(self.dir.parent)
+            LOCAL.fsync_dir(self.dir.parent)
             self.dir = new_dir
             for seg in self._segments:
                 seg.update_dir(new_dir)

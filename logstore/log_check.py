@@ -27,9 +27,6 @@ runs this check with ``fix``.
 from __future__ import annotations
 
 import logging
-import mmap
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -64,6 +61,7 @@ from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_
 from .offset_continuity import ContinuityCheck
 from .record_format import TopicPartition, verify_all
 from .scheduler import last_runs_file
+from .storage import LOCAL
 from .topics import read_topic_config, write_topic_config
 
 if TYPE_CHECKING:
@@ -137,15 +135,15 @@ def _check_dir(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
                                    f"{path} says {offset} for {tp[0]}-{tp[1]}, whose log "
                                    f"ends at {end}", fix))
                 rewrite = True
-    for entry in os.scandir(ld.path):
+    for entry in LOCAL.scan_dir(ld.path):
         if entry.name.endswith(".tmp") or entry.name.startswith(".seglog-new-"):
             out.append(Problem("leftover", Path(entry.path),
                                f"{entry.path} is left over from an interrupted write", fix))
             if fix:
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)
+                if entry.is_dir:
+                    LOCAL.rmtree(entry.path)
                 else:
-                    os.unlink(entry.path)
+                    LOCAL.unlink(entry.path)
     if fix and rewrite:
         for p in parts.values():
             mgr.get_log(p.topic, p.partition)  # the logs' own state is the truth to write back
@@ -185,7 +183,7 @@ def _check_state_files(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
             (MAINTENANCE_CHECKPOINT, lambda p: last_runs_file(p.parent).read(),
              "every maintenance task is due")):
         path = ld.path / name
-        if not os.path.lexists(path):
+        if not LOCAL.lexists(path):
             continue  # both are optional: written after the first cleaning or task run
         try:
             read(path)
@@ -291,11 +289,11 @@ def _scan_segment(path: Path, base: int, check: ContinuityCheck
                   ) -> tuple[list[tuple[str, Path, str]], int | None]:
     """Problems of one segment as (kind, file, message), and the first untrustworthy
     offset (None when the batches are good: the log needs no cut)."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    with LOCAL.open_file(path, "read") as f:
+        size = f.size
         if not size:
             return [], None
-        buf = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        buf = f.map(size, writable=False)
     headers = []
     end = 0
     try:
@@ -323,14 +321,14 @@ def _index_problems(path: Path, base: int, batches: SegmentBatches
     rule, as ``seglog check`` applies it); a missing index is no problem (rebuilt)."""
     found: list[tuple[str, str, int | None]] = []
     index, time_index = path.with_suffix(INDEX_SUFFIX), path.with_suffix(TIME_INDEX_SUFFIX)
-    offsets = read_offset_index(index, base) if index.exists() else None
+    offsets = read_offset_index(index, base) if LOCAL.exists(index) else None
     if offsets is not None:
         bad, total = offset_index_violations(offsets, batches, limit=1)
         if total:
             found.append(("bad-index-entry", f"{index}: {bad[0].message} ({total} such "
                           "entries)", None))
             return found  # time lookups go through the offset index: not checked
-    if time_index.exists():
+    if LOCAL.exists(time_index):
         bad, total = time_index_violations(read_time_index(time_index, base), offsets,
                                            batches, limit=1)
         if total:

@@ -40,7 +40,6 @@ Thread-safety: a loader is used once, by one thread.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,8 +113,8 @@ class LogLoader:
                                lazy=lazy)
 
     def load(self) -> LoadedLog:
-        if not self.dir.is_dir():
-            self.dir.mkdir(parents=True, exist_ok=True)
+        if not LOCAL.is_dir(self.dir):
+            LOCAL.makedirs(self.dir)
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
@@ -181,7 +180,7 @@ class LogLoader:
                     return
             except CorruptIndexError:
                 logger.debug("rewriting the damaged %s", txn.path)
-            if entries or txn.exists():
+            if entries or txn.has_file():
                 logger.warning("rebuilding the transaction index %s (%d entries)", txn.path,
                                len(entries))
                 txn.write_all(entries)
@@ -196,14 +195,14 @@ class LogLoader:
     def _unlink(self, path: Path, why: str) -> None:
         logger.info("deleting %s (%s)", path, why)
         try:
-            os.unlink(path)
+            LOCAL.unlink(path)
         except FileNotFoundError:
             logger.debug("%s was already gone", path)
 
     def _remove_temp_files_and_collect_swaps(self) -> dict[int, list[Path]]:
         swaps: dict[int, list[Path]] = {}
         min_cleaned: int | None = None
-        for name in sorted(os.listdir(self.dir)):
+        for name in sorted(LOCAL.list_names(self.dir)):
             parsed = parse_segment_file_name(name)
             if parsed is None:
                 continue
@@ -228,13 +227,13 @@ class LogLoader:
 
     def _complete_swaps(self, swaps: dict[int, list[Path]]) -> None:
         for base in sorted(swaps):
-            if not (self.dir / f"{base:020d}{LOG_SUFFIX}{SWAP_SUFFIX}").exists():
+            if not LOCAL.exists(self.dir / f"{base:020d}{LOG_SUFFIX}{SWAP_SUFFIX}"):
                 for path in swaps[base]:
                     self._unlink(path, "a swap index without its .log.swap")
                 continue
             seg = self._open_segment(base, SWAP_SUFFIX)
             next_offset = seg.read_next_offset()
-            for name in os.listdir(self.dir):
+            for name in LOCAL.list_names(self.dir):
                 parsed = parse_segment_file_name(name)
                 if parsed is None or parsed[2]:
                     continue
@@ -250,7 +249,7 @@ class LogLoader:
         # One listing answers every "does this file exist" question, and the length
         # checks use plain string paths: a clean open costs a few microseconds per
         # segment, so a commit that loads a long partition stays cheap.
-        names = os.listdir(self.dir)
+        names = LOCAL.list_names(self.dir)
         parsed = [(name, parse_segment_file_name(name)) for name in names]
         logs = {p[0] for _n, p in parsed if p is not None and p[1] == LOG_SUFFIX and not p[2]}
         indexes: set[tuple[int, str]] = set()

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -58,7 +57,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .checkpoint_file import OffsetCheckpointFile, fsync_dir, write_atomically
+from .checkpoint_file import OffsetCheckpointFile, write_atomically
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
@@ -109,6 +108,7 @@ from .scheduler import (
     standard_tasks,
     write_shared_last_runs,
 )
+from .storage import LOCAL
 from .topics import (
     altered_overrides,
     parse_overrides,
@@ -227,7 +227,7 @@ class LogManager(PartitionTable["Log"]):
         for path in canonical_dirs(raw_dirs, False):
             lock = DirLock(path).acquire()
             marker = path / CLEAN_SHUTDOWN_FILE
-            self.log_dirs.append(LogDir(path, lock, marker.exists()))
+            self.log_dirs.append(LogDir(path, lock, LOCAL.exists(marker)))
         recover: list[Partition[Log]] = []
         empty_dirs = []
         for log_dir in self.log_dirs:
@@ -246,16 +246,16 @@ class LogManager(PartitionTable["Log"]):
         for ld in empty_dirs:
             # From now on a dir with partitions always has its checkpoints, so a
             # missing one is known to be lost (see offset_checkpoints).
-            if ld.repairing or not all(os.path.lexists(ld.path / n)
+            if ld.repairing or not all(LOCAL.lexists(ld.path / n)
                                        for n in OFFSET_CHECKPOINTS):
                 self._write_checkpoints(ld)
         # Only now: an open that failed above leaves a clean dir clean. From here on
         # this writer may leave unflushed data behind.
         for ld in self.log_dirs:
             marker = ld.path / CLEAN_SHUTDOWN_FILE
-            if marker.exists():
-                marker.unlink()
-                fsync_dir(ld.path)
+            if LOCAL.exists(marker):
+                LOCAL.unlink(marker)
+                LOCAL.fsync_dir(ld.path)
         self.delete_logs(self.clock.milliseconds())
 
     def _read_checkpoints(self, log_dir: LogDir, *, has_partitions: bool) -> None:
@@ -438,13 +438,13 @@ class LogManager(PartitionTable["Log"]):
             final = log_dir.path / partition_dir_name(topic, n)
             staging = log_dir.path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
             try:
-                staging.mkdir()
+                LOCAL.mkdir(staging)
                 write_topic_config(staging, topic, overrides)
-                os.rename(staging, final)
-                fsync_dir(log_dir.path)
+                LOCAL.rename(staging, final)
+                LOCAL.fsync_dir(log_dir.path)
             except (OSError, KafkaStorageError) as e:
                 # best effort: the next writer's open removes staging leftovers anyway
-                shutil.rmtree(staging, ignore_errors=True)
+                LOCAL.rmtree(staging, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
             p: Partition[Log] = Partition(topic, n, final, log_dir)
             self._partitions[p.tp] = p
@@ -469,9 +469,9 @@ class LogManager(PartitionTable["Log"]):
             return p.log.size_in_bytes
         total = 0
         try:
-            for e in os.scandir(p.dir):  # metadata only: no segment data is read
+            for e in LOCAL.scan_dir(p.dir):  # metadata only: no segment data is read
                 if e.name.endswith(LOG_SUFFIX):
-                    total += e.stat().st_size
+                    total += LOCAL.size(e.path)
         except OSError as err:
             logger.warning("cannot size %s: %s", p.dir, err)
         return total
@@ -496,8 +496,8 @@ class LogManager(PartitionTable["Log"]):
                             p.log = None
                         else:
                             target = p.dir.with_name(delete_dir_name(name, n))
-                            os.rename(p.dir, target)
-                            fsync_dir(p.log_dir.path)
+                            LOCAL.rename(p.dir, target)
+                            LOCAL.fsync_dir(p.log_dir.path)
                     except OSError as e:
                         raise KafkaStorageError(
                             f"cannot delete topic {name!r}: renaming {p.dir} for deletion "
@@ -508,7 +508,7 @@ class LogManager(PartitionTable["Log"]):
                 for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
                           p.log_dir.high_watermarks):
                     m.pop(p.tp, None)
-                if (p.log_dir.path / CLEANER_OFFSET_CHECKPOINT).exists():
+                if LOCAL.exists(p.log_dir.path / CLEANER_OFFSET_CHECKPOINT):
                     # a later topic of this name must not inherit the cleaner's progress
                     with self._maintenance_lock:
                         self._log_cleaner().forget(p.log_dir.path, name, n)
@@ -742,8 +742,8 @@ class LogManager(PartitionTable["Log"]):
             self._pending_deletes = [(d, t) for d, t in self._pending_deletes if t > now_ms]
         for d, t in due:
             try:
-                shutil.rmtree(d)
-                fsync_dir(d.parent)
+                LOCAL.rmtree(d)
+                LOCAL.fsync_dir(d.parent)
                 removed += 1
                 logger.info("removed %s", d)
             except FileNotFoundError:

@@ -375,7 +375,7 @@ class LogSegment:
         if not isinstance(handle, FileHandle):
             return None
         try:
-            st = handle.stat()
+            st = handle.fstat()
         except OSError:
             return None
         return (st.st_ino, st.st_size)
@@ -848,7 +848,7 @@ class LogSegment:
     def paths(self) -> list[Path]:
         """The segment's files (the ``.txnindex`` only when it exists)."""
         paths = [self.log_path, self._offset_index.path, self._time_index.path]
-        if self.txn_index.exists():
+        if self.txn_index.has_file():
             paths.append(self.txn_index.path)
         return paths
 

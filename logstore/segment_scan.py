@@ -39,6 +39,7 @@ from .record_format import (
     H_SIZE,
     crc32c,
 )
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +180,8 @@ def _probe_hardware_crc() -> bool:
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
     try:
-        with open("/proc/cpuinfo") as f:
-            if "sse4_2" not in f.read():
-                return False
+        if b"sse4_2" not in LOCAL.read("/proc/cpuinfo"):
+            return False
         probe = np.frombuffer(b"\x00" * 21 + b"123456789", np.uint8)
         return int(_crc_one(probe, 21, 30)) == 0xE3069283  # the CRC-32C check value
     except Exception:  # noqa: BLE001 - any compile/CPU failure means "use the fallback"

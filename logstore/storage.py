@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import logging
 import mmap
 import os
@@ -122,7 +123,7 @@ class Storage(Protocol):
 
 
 FileMode = Literal["read", "read_write", "append_read", "append", "append_existing",
-                   "create_new", "truncate"]
+                   "create_new", "exclusive", "truncate"]
 """How ``PosixStorage.open_file`` opens a file: the ``O_`` flags and creation mode each
 user of a local log dir has always used.
 
@@ -136,6 +137,8 @@ user of a local log dir has always used.
   must exist);
 * ``create_new``: ``O_WRONLY | O_CREAT | O_EXCL``, 0o644 (sink fragments and markers: the
   file must not exist yet);
+* ``exclusive``: ``O_WRONLY | O_CREAT | O_EXCL``, 0o666 (a sink's staging file: what
+  ``open(path, "xb")`` asks for);
 * ``truncate``: ``O_WRONLY | O_CREAT | O_TRUNC``, 0o666 (a rebuilt ``.txnindex`` written
   whole before its rename: what ``open(path, "wb")`` asks for).
 """
@@ -147,6 +150,7 @@ _OPEN_FLAGS: dict[str, tuple[int, int]] = {
     "append": (os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
     "append_existing": (os.O_WRONLY | os.O_APPEND, 0),
     "create_new": (os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644),
+    "exclusive": (os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
     "truncate": (os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666),
 }
 
@@ -184,7 +188,7 @@ class FileHandle:
     def size(self) -> int:
         return os.fstat(self._fd).st_size
 
-    def stat(self) -> os.stat_result:
+    def fstat(self) -> os.stat_result:
         return os.fstat(self._fd)
 
     def is_file_at(self, path: StoragePath) -> bool:
@@ -219,6 +223,17 @@ class FileHandle:
 
     def fsync(self) -> None:
         os.fsync(self._fd)
+
+    def buffered_reader(self) -> io.BufferedReader:
+        """A buffered reader over this fd from its current position (what
+        ``open(path, "rb")`` gives); closing it leaves the fd to this handle."""
+        return open(self._fd, "rb", closefd=False)  # noqa: SIM115 - the caller closes it
+
+    def buffered_writer(self) -> io.BufferedWriter:
+        """A buffered writer over this fd (what ``open(path, "xb")`` gives: small writes
+        coalesce into one ``write``); flush it before ``fsync``. Closing it flushes and
+        leaves the fd to this handle."""
+        return open(self._fd, "wb", closefd=False)  # noqa: SIM115 - the caller closes it
 
     def truncate(self, length: int) -> None:
         os.ftruncate(self._fd, length)
@@ -433,6 +448,10 @@ class PosixStorage:
         directory is fsynced. Open handles keep working."""
         os.replace(source, target)
 
+    def unlink(self, path: StoragePath) -> None:
+        """``unlink(2)``; unlike ``delete``, a missing file raises ``FileNotFoundError``."""
+        os.unlink(path)
+
     def link(self, source: StoragePath, target: StoragePath) -> None:
         os.link(source, target)
 
@@ -459,9 +478,10 @@ class PosixStorage:
         """The absolute path with symlinks resolved (``realpath``)."""
         return Path(path).resolve()
 
-    def accessible(self, path: StoragePath, *, write: bool) -> bool:
-        """Readable and searchable (and writable with ``write``) by this process."""
-        return os.access(path, os.R_OK | os.X_OK | (os.W_OK if write else 0))
+    def accessible(self, path: StoragePath, *, read: bool = True, write: bool = False) -> bool:
+        """A directory this process may search, and read and/or write as asked
+        (``access(2)``: it also refuses root on a read-only mount)."""
+        return os.access(path, os.X_OK | (os.R_OK if read else 0) | (os.W_OK if write else 0))
 
     def set_mtime(self, path: StoragePath, mtime_ns: int) -> None:
         os.utime(path, ns=(mtime_ns, mtime_ns))

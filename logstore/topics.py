@@ -26,6 +26,7 @@ from .checkpoint_file import write_atomically
 from .config import LogConfig
 from .errors import ConfigError, InvalidTopicError, KafkaStorageError
 from .file_names import TOPIC_CONFIG_FILE
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def read_topic_config(partition_dir: Path) -> dict[str, str] | None:
     """
     path = topic_config_path(partition_dir)
     try:
-        raw = path.read_bytes()
+        raw = LOCAL.read(path)
     except FileNotFoundError:
         return None
     except OSError as e:

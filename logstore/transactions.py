@@ -312,7 +312,7 @@ class Transactions:
         seg = get(i)
         txn = seg.txn_index
         try:
-            if txn.exists():
+            if txn.has_file():
                 return txn.entries()
         except CorruptIndexError as e:
             logger.warning("%s; computing its entries from the log instead", e)

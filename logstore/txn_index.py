@@ -150,7 +150,8 @@ class TransactionIndex:
                                     "it cannot be written")
         return self._storage
 
-    def exists(self) -> bool:
+    def has_file(self) -> bool:
+        """Whether the file exists (Kafka creates it with its first entry)."""
         if self._data is not None:
             return bool(self._data)
         return self._storage.exists(self.path)

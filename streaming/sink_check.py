@@ -14,6 +14,7 @@ from pathlib import Path
 
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.record_format import TopicPartition
+from seglog.logstore.storage import LOCAL
 
 from .sink_intent import read_intents, unexplained_tail
 from .sink_ledger import LedgerDamagedError, LedgerEntry, ledger_dir, read_ledger_file
@@ -37,11 +38,12 @@ class SinkFinding:
 def check_sink_state(log_dir: Path) -> list[SinkFinding]:
     """Findings about ``log_dir``'s sink state (none if the dir has no ``.seglog-sink``)."""
     state = sink_state_dir(log_dir)
-    if not state.is_dir():
+    if not LOCAL.is_dir(state):
         return []
     out: list[SinkFinding] = []
     ledgers = ledger_dir(log_dir)
-    files = sorted(ledgers.iterdir()) if ledgers.is_dir() else []
+    files = (sorted(ledgers / n for n in LOCAL.list_names(ledgers)) if LOCAL.is_dir(ledgers)
+             else [])
     for path in files:
         if path.name.endswith(".tmp"):
             out.append(SinkFinding(path, False, "left by an interrupted ledger write: "
@@ -58,8 +60,10 @@ def check_sink_state(log_dir: Path) -> list[SinkFinding]:
     out.extend(_check_intents(log_dir))
     out.extend(_check_maintenance(state / _MAINTENANCE_FILE))
     staging = state / "staging"
-    for sink_dir in sorted(staging.iterdir()) if staging.is_dir() else []:
-        n = sum(1 for p in sink_dir.rglob("*") if p.is_file())
+    sink_dirs = sorted(staging / n for n in LOCAL.list_names(staging)) \
+        if LOCAL.is_dir(staging) else []
+    for sink_dir in sink_dirs:
+        n = sum(1 for _ in LOCAL.walk_files(sink_dir))
         if n:
             out.append(SinkFinding(sink_dir, False, f"{n} staging file(s) of micro-batches "
                                                     "in flight or of failed attempts (swept "
@@ -137,7 +141,7 @@ def _check_intents(log_dir: Path) -> list[SinkFinding]:
 
 def _check_maintenance(path: Path) -> list[SinkFinding]:
     try:
-        doc = json.loads(path.read_bytes())
+        doc = json.loads(LOCAL.read(path))
         int(doc["last_run_ms"])
     except FileNotFoundError:
         return []

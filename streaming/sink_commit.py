@@ -96,6 +96,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_format import TopicPartition, iter_batch_headers
+from seglog.logstore.storage import LOCAL, DirItem
 
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
@@ -150,7 +151,7 @@ def crash_point(step: str, batch_id: int | None = None) -> None:
     once = os.environ.get(CRASH_ONCE_ENV)
     if once:  # for processes that inherit the variable for their whole life (Spark's)
         try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            LOCAL.open_file(once, "create_new").close()
         except FileExistsError:
             return
     logger.warning("%s=%s: killing process %d at step %s", CRASH_ENV, wanted, os.getpid(), step)
@@ -468,12 +469,12 @@ def _write_intents(todo: list[tuple[TopicPartition, Log, SinkLedger]],
 def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
     """Append a staging file in chunks of whole batches (bounded memory)."""
     try:
-        f = open(frag.path, "rb")  # noqa: SIM115
+        handle = LOCAL.open_file(frag.path, "read")
     except FileNotFoundError:
         raise SinkCommitError(
             f"staging file {frag.path} of {frag.topic}-{frag.partition} is missing: was the "
             "batch already cleaned up, or the log dir not shared by every executor?") from None
-    with f:
+    with handle, handle.buffered_reader() as f:
         # One buffer for the whole file: a batch that straddles two reads is moved to
         # the front (less than one batch), never joined into a new bytes object.
         buf = bytearray(_APPEND_CHUNK)
@@ -561,36 +562,36 @@ def sweep_staging(log_dirs: Iterable[str], sink_id: str, up_to_batch: int, *,
         own = staging_root(d, sink_id)
         for child in _children(own):
             if child.name.isdigit() and int(child.name) <= up_to_batch:
-                removed += _count_files(child)
-                remove_tree(child)
+                removed += _count_files(child.path)
+                remove_tree(Path(child.path))
         for other in _children(own.parent):
             if other.name == own.name:
                 continue
-            for child in _children(other):
+            for child in _children(other.path):
                 try:
-                    age_s = now_s - child.stat().st_mtime
+                    age_s = now_s - LOCAL.stat(child.path).st_mtime
                 except FileNotFoundError:  # swept by its own sink meanwhile
                     continue
                 if age_s * 1000 > ttl_ms:
-                    removed += _count_files(child)
-                    remove_tree(child)
-            if not _children(other):
+                    removed += _count_files(child.path)
+                    remove_tree(Path(child.path))
+            if not _children(other.path):
                 try:
-                    other.rmdir()
+                    LOCAL.rmdir(other.path)
                 except OSError as e:  # a task of that sink may be staging right now
-                    logger.debug("keeping %s: %s", other, e)
+                    logger.debug("keeping %s: %s", other.path, e)
     return removed
 
 
-def _children(d: Path) -> list[Path]:
+def _children(d: Path | str) -> list[DirItem]:
     try:
-        return [Path(e.path) for e in os.scandir(d)]
+        return LOCAL.scan_dir(d)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
 
-def _count_files(d: Path) -> int:
-    return sum(1 for c in _children(d) if c.is_file())
+def _count_files(d: Path | str) -> int:
+    return sum(1 for c in _children(d) if c.is_file)
 
 
 # ---------------------------------------------------------------------------- maintenance
@@ -600,7 +601,7 @@ def _maybe_run_maintenance(mgr: LogManager, options: SinkOptions, clock: Clock) 
     state = sink_state_dir(options.log_dirs[0]) / _MAINTENANCE_FILE
     now = clock.milliseconds()
     try:
-        last = int(json.loads(state.read_bytes())["last_run_ms"])
+        last = int(json.loads(LOCAL.read(state))["last_run_ms"])
     except FileNotFoundError:
         last = None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -611,7 +612,7 @@ def _maybe_run_maintenance(mgr: LogManager, options: SinkOptions, clock: Clock) 
     for run in mgr.run_maintenance():
         if not run.ok:
             logger.error("maintenance task %s failed: %s", run.name, run.error)
-    state.parent.mkdir(parents=True, exist_ok=True)
+    LOCAL.makedirs(state.parent)
     write_atomically(state, json.dumps({"last_run_ms": now}).encode())
     return True
 

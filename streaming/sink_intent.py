@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seglog.logstore.checkpoint_file import fsync_dir, write_atomically
+from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.errors import UnknownTopicOrPartitionError
+from seglog.logstore.storage import LOCAL
 
 from .errors import IntentDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
@@ -154,7 +155,7 @@ def read_intents(log_dir: str | os.PathLike) -> DirIntents:
     ignored: the write had not happened)."""
     d = intent_dir(log_dir)
     try:
-        names = sorted(os.listdir(d))
+        names = sorted(LOCAL.list_names(d))
     except FileNotFoundError:
         return DirIntents()
     intents, damaged = [], []
@@ -163,7 +164,7 @@ def read_intents(log_dir: str | os.PathLike) -> DirIntents:
             continue
         path = d / name
         try:
-            intents.append(parse_intent(path, path.read_bytes()))
+            intents.append(parse_intent(path, LOCAL.read(path)))
         except FileNotFoundError:
             continue  # removed by its commit meanwhile (readers take no lock)
         except (OSError, IntentDamagedError) as e:
@@ -174,7 +175,7 @@ def read_intents(log_dir: str | os.PathLike) -> DirIntents:
 def write_intent(log_dir: str | os.PathLike, intent: CommitIntent) -> Path:
     """Make ``intent`` durable in ``log_dir`` (replacing the sink's previous one)."""
     path = intent_file(log_dir, intent.sink_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    LOCAL.makedirs(path.parent)
     write_atomically(path, intent.to_json())
     return path
 
@@ -183,10 +184,10 @@ def remove_intent(path: Path) -> None:
     """Remove an intent file and make the removal durable (a stale intent that comes back
     after a power cut explains nothing and is removed again by the next commit)."""
     try:
-        os.unlink(path)
+        LOCAL.unlink(path)
     except FileNotFoundError:
         return
-    fsync_dir(path.parent)
+    LOCAL.fsync_dir(path.parent)
 
 
 def unexplained_tail(intent: CommitIntent, mgr: LogManager | LogDirsReader

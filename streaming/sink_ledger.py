@@ -32,6 +32,7 @@ from pathlib import Path
 
 from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.record_format import TopicPartition
+from seglog.logstore.storage import LOCAL
 
 from .errors import LedgerDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
@@ -103,7 +104,7 @@ def read_ledger_file(path: Path, expected_sink: str | None = None
     """Parse one ledger file: (sink id, entries). Raises FileNotFoundError, OSError, or
     LedgerDamagedError saying what is wrong (also when the file name does not match the
     sink it names)."""
-    raw = path.read_bytes()
+    raw = LOCAL.read(path)
     if not raw:
         raise LedgerDamagedError("empty file")
     try:
@@ -159,6 +160,6 @@ class SinkLedger:
                "producerId": producer_id_of(self.sink_id),
                "partitions": [[t, p, e.batch_id, e.start, e.end]
                               for (t, p), e in sorted(self.entries.items())]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        LOCAL.makedirs(self.path.parent)
         write_atomically(self.path, json.dumps(doc).encode())
         self.state, self.problem, self.dirty = LedgerState.VALID, None, False

@@ -23,7 +23,6 @@ or long epoch milliseconds). As in Kafka's sink, the ``topic`` option overrides 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from seglog.logstore.errors import (
     LogDirError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.storage import LOCAL
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
 from .kafka_compat import SINK_RULES, refusal, rule_for
@@ -210,20 +210,20 @@ def check_log_dirs(log_dirs: tuple[str, ...], option: str) -> None:
     or an immutable directory.)"""
     for d in log_dirs:
         path = Path(d)
-        if path.exists() and not path.is_dir():
+        if LOCAL.exists(path) and not LOCAL.is_dir(path):
             raise LogDirError(f"option {option!r}: {d} is a file, not a log directory")
-        if path.is_dir():
-            if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        if LOCAL.is_dir(path):
+            if not LOCAL.accessible(path, write=True):
                 raise LogDirError(f"option {option!r}: log dir {d} is not writable by this "
                                   "process (permissions, a read-only mount, or immutable)")
             continue
         parent = path.parent
-        while not parent.exists() and parent != parent.parent:
+        while not LOCAL.exists(parent) and parent != parent.parent:
             parent = parent.parent
-        if not parent.is_dir():
+        if not LOCAL.is_dir(parent):
             raise LogDirError(f"option {option!r}: cannot create log dir {d}: {parent} is a "
                               "file, not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
+        if not LOCAL.accessible(parent, read=False, write=True):
             raise LogDirError(f"option {option!r}: cannot create log dir {d}: {parent} is "
                               "not writable by this process")
 

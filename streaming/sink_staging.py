@@ -29,20 +29,19 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import logging
 import os
-import shutil
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglog.logstore.checkpoint_file import fsync_dir
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import (
@@ -55,6 +54,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
 from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.storage import LOCAL, FileHandle
 from seglog.logstore.topics import validate_topic_name
 
 from .sink_options import SinkColumns, SinkOptions, require_creatable
@@ -157,7 +157,8 @@ class _Topic:
 @dataclass(slots=True)
 class _Open:
     path: Path
-    file: BinaryIO
+    handle: FileHandle
+    file: io.BufferedWriter  # over ``handle``
     size: int = 0
     records: int = 0
 
@@ -310,9 +311,9 @@ class PartitionStager:
 
         dirs = [Path(d) for d in self.options.log_dirs]
         try:
-            if not all(d.is_dir() for d in dirs):
+            if not all(LOCAL.is_dir(d) for d in dirs):
                 for d in dirs:
-                    d.mkdir(parents=True, exist_ok=True)
+                    LOCAL.makedirs(d)
             mgr = LogDirsReader(dirs)
         except OSError as e:
             raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
@@ -330,7 +331,7 @@ class PartitionStager:
         placement = {}
         for n in numbers:
             for d in dirs:
-                if (d / partition_dir_name(name, n)).is_dir():
+                if LOCAL.is_dir(d / partition_dir_name(name, n)):
                     placement[n] = d
                     break
         if numbers != list(range(len(numbers))):
@@ -383,7 +384,7 @@ class PartitionStager:
             log_dir = topic.dirs.get(partition, Path(self.options.log_dirs[0]))
             d = staging_root(log_dir, self.sink_id) / str(self.batch_id)
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                LOCAL.makedirs(d)
             except OSError as e:
                 raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
             if d not in self._dirs:
@@ -395,10 +396,10 @@ class PartitionStager:
                                f"{STAGING_SUFFIX}")
             path = d / name
             try:
-                handle = open(path, "xb")  # noqa: SIM115 (closed in finish/discard)
+                handle = LOCAL.open_file(path, "exclusive")  # closed in finish/discard
             except OSError as e:
                 raise KafkaStorageError(f"cannot create staging file {path}: {e}") from e
-            f = _Open(path, handle)
+            f = _Open(path, handle, handle.buffered_writer())
             self._files[key] = f
         return f
 
@@ -411,12 +412,13 @@ class PartitionStager:
         try:
             for (topic, partition), f in sorted(self._files.items()):
                 f.file.flush()
-                os.fsync(f.file.fileno())
+                f.handle.fsync()
                 f.file.close()
+                f.handle.close()
                 fragments.append(StagedFragment(topic, partition, str(f.path), f.size,
                                                 f.records))
             for d in self._dirs:
-                fsync_dir(d)
+                LOCAL.fsync_dir(d)
         except OSError as e:
             self.discard()
             raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
@@ -432,6 +434,8 @@ class PartitionStager:
                 f.file.close()
             except OSError as e:
                 logger.warning("cannot close staging file %s: %s", f.path, e)
+            finally:
+                f.handle.close()
             remove_files([f.path])
         self._files.clear()
 
@@ -525,7 +529,7 @@ def remove_files(paths: Iterable[str | os.PathLike]) -> int:
     removed = 0
     for p in paths:
         try:
-            os.unlink(p)
+            LOCAL.unlink(p)
             removed += 1
         except FileNotFoundError:
             continue
@@ -537,7 +541,7 @@ def remove_files(paths: Iterable[str | os.PathLike]) -> int:
 def remove_tree(path: Path) -> None:
     """rmtree that tolerates a concurrent removal, and logs anything else."""
     try:
-        shutil.rmtree(path)
+        LOCAL.rmtree(path)
     except FileNotFoundError:
         return
     except OSError as e:

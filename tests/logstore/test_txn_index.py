@@ -63,7 +63,7 @@ def open_log(d: Path, **kw) -> Log:
 
 def test_entries_have_kafkas_34_byte_layout(tmp_path):
     idx = TransactionIndex(tmp_path / "00000000000000000010.txnindex", 10)
-    assert not idx.exists()  # created by the first entry, as Kafka's
+    assert not idx.has_file()  # created by the first entry, as Kafka's
     idx.append(AbortedTxn(7, 3, 12, 5))
     idx.append(AbortedTxn(8, 11, 20, 21))
     raw = idx.path.read_bytes()
