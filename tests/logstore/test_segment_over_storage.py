@@ -81,6 +81,10 @@ class ProtocolOnly:
         self.calls.append(("list_dir", str(path)))
         return self._fs.list_dir(path)
 
+    def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
+        self.calls.append(("list_after", str(path)))
+        return self._fs.list_after(path, start_after)
+
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         raise AssertionError(f"a reader wrote {path}")
 
@@ -135,7 +139,7 @@ def _refuse_local(monkeypatch) -> None:
         return call
 
     for name in (*_FILESYSTEM_ONLY, "read", "read_range", "open_range_reader", "size",
-                 "exists", "list_dir", "write_atomic", "create", "delete"):
+                 "exists", "list_dir", "list_after", "write_atomic", "create", "delete"):
         monkeypatch.setattr(storage_mod.LOCAL, name, refuse(name))
 
 
