@@ -254,8 +254,8 @@ class Transactions:
         self._log_start = log_start
         self.read_only = read_only
         self._cache_lock = threading.Lock()  # guards _entries and _tail
-        # (base, inode, size) -> entries computed for a segment without a usable file
-        self._entries: dict[tuple[int, int, int], list[AbortedTxn]] = {}
+        # (base, inode or object name, size) -> entries computed for a segment without a usable file
+        self._entries: dict[tuple[int, int | str, int], list[AbortedTxn]] = {}
         # read-only LSO: the state reached by the last scan (None: not yet)
         self._tail: ProducerStateManager | None = None
 

@@ -22,6 +22,9 @@ _OS_PATH_CALLS = frozenset({
     "exists", "lexists", "isdir", "isfile", "islink", "ismount", "getsize", "getmtime",
     "getatime", "getctime", "realpath", "samefile"})
 _FILE_MODULES = frozenset({"shutil", "mmap", "fcntl", "tempfile", "glob"})
+# Imported for its type only (``mmap.mmap`` in an annotation or a type alias) is no file
+# operation; a call of it still is.
+_TYPE_MODULES = frozenset({"mmap"})
 _MODULE_CALLS = {"io": frozenset({"open", "FileIO"}), "np": frozenset({"fromfile", "memmap"}),
                  "numpy": frozenset({"fromfile", "memmap"})}
 # Method names only pathlib (or a file object) has: a call of one is file I/O whatever the
@@ -53,7 +56,7 @@ def file_operations(source: str) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in _FILE_MODULES \
+                if alias.name.split(".")[0] in _FILE_MODULES - _TYPE_MODULES \
                         and not _under_type_checking(node, parents):
                     found.append((node.lineno, f"import {alias.name}"))
         elif isinstance(node, ast.ImportFrom):
@@ -87,6 +90,8 @@ def test_the_scanner_finds_each_kind_of_file_operation():
 import os, shutil
 from os import replace
 import mmap
+Buffer = bytes | mmap.mmap
+mmap.mmap(fd, 0)
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import fcntl
@@ -102,7 +107,7 @@ os.fspath(p)
 os.path.join(a, b)
 """
     assert [what for _line, what in file_operations(src)] == [
-        "import shutil", "from os import replace", "import mmap", "open()", "os.pread()",
+        "import shutil", "from os import replace", "mmap.mmap()", "open()", "os.pread()",
         "os.path.exists()", "np.fromfile()", "path.read_bytes()", "path.exists()"]
 
 
