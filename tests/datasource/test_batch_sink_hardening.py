@@ -5,6 +5,7 @@ that leaves nothing behind, as a reader and ``seglog check`` both see."""
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from seglog.cli import main as seglog_main
 from seglog.logstore.clock import MockClock
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.topics import MAX_NAME_LENGTH
+from seglog.streaming.sink_commit import STAGING_TTL_MS, sweep_staging
 
 pytestmark = pytest.mark.spark
 
@@ -73,5 +75,13 @@ def test_refused_rows_leave_no_topic_and_nothing_visible(spark, tmp_path: Path) 
     with LogManager([tmp_path], read_only=True) as reader:
         assert reader.topics() == ["events"]
         assert reader.high_watermarks() == {("events", 0): 3}
+    # Spark calls abort() as soon as the job fails, while it may still be cancelling a
+    # task of that job: such a task can stage after abort() ran. Its file belongs to the
+    # aborted job's sink and batch, and the staging sweep collects it.
+    leftovers = staging_files(tmp_path)
+    assert all(p.parent.name == "0" and p.parent.parent.name.startswith("job-")
+               for p in leftovers), leftovers
+    later = MockClock(int(time.time() * 1000) + STAGING_TTL_MS + 60_000)
+    assert sweep_staging([str(tmp_path)], "job-writing-now", 0, clock=later) == len(leftovers)
     assert staging_files(tmp_path) == []
     _check_says(tmp_path, 3)
