@@ -74,12 +74,12 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
     """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it."""
     from pathlib import Path
 
-    from seglog.logstore.log_manager import LogManager
+    from seglog.streaming.log_readers import reader
     from seglog.streaming.sink_staging import check_partition_count
 
     partitions = None
     if all(Path(d).is_dir() for d in opts.log_dirs):
-        with LogManager(list(opts.log_dirs), read_only=True) as mgr:
+        with reader(opts.log_dirs) as mgr:  # the process's shared reader
             if topic in mgr.topics():
                 partitions = len(mgr.partitions(topic))
     if partitions is not None:

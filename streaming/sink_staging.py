@@ -57,6 +57,7 @@ from seglog.logstore.record_format import iter_batch_headers
 from seglog.logstore.storage import LOCAL, FileHandle
 from seglog.logstore.topics import validate_topic_name
 
+from .log_readers import reader
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 
 logger = logging.getLogger(__name__)
@@ -306,27 +307,30 @@ class PartitionStager:
 
     def _describe_topic(self, name: str) -> _Topic:
         """Partition count, config and placement of a topic, from the directory listing
-        (no segment is read); a missing topic gets the sink's creation settings."""
-        from seglog.logstore.log_dirs_reader import LogDirsReader
+        (no segment is read); a missing topic gets the sink's creation settings.
 
+        Through the process's shared reader (``log_readers``): a reused Python worker
+        describes the topic of every task and micro-batch without opening the log dirs
+        again; the reader re-lists a dir only when its mtime moved (a topic created by a
+        commit since), so nothing published is missed."""
         dirs = [Path(d) for d in self.options.log_dirs]
         try:
             if not all(LOCAL.is_dir(d) for d in dirs):
                 for d in dirs:
                     LOCAL.makedirs(d)
-            mgr = LogDirsReader(dirs)
+            with reader(self.options.log_dirs) as mgr:
+                # topics() first: a missing topic is no error here (the shared reader is
+                # dropped after a call that raises).
+                exists = name in mgr.topics()
+                if exists:
+                    numbers = mgr.partitions(name)
+                    config = mgr.topic_config(name)
         except OSError as e:
             raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
                               f"{e.strerror}") from e
-        try:
-            try:
-                numbers = mgr.partitions(name)
-            except UnknownTopicOrPartitionError:
-                require_creatable(self.options, name)
-                return _Topic(name, self.options.num_partitions, self._default_config, {})
-            config = mgr.topic_config(name)
-        finally:
-            mgr.close()
+        if not exists:
+            require_creatable(self.options, name)
+            return _Topic(name, self.options.num_partitions, self._default_config, {})
         check_partition_count(self.options, name, len(numbers))
         placement = {}
         for n in numbers:

@@ -7,15 +7,19 @@ import time
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
+from seglog.datasource.stream_writer import validate_sink
 from seglog.logstore import log_dirs_reader
 from seglog.logstore.errors import CorruptCheckpointError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 from seglog.streaming import log_readers
 from seglog.streaming.log_readers import reader, segment_files
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.streaming.sink_staging import stage_rows
 from seglog.streaming.source_offsets import snapshot_log_dirs
 
 ONE = encode_batches(pa.array([b"v"] * 5, pa.binary()))
@@ -43,14 +47,7 @@ def test_one_manager_per_process_sees_what_the_writer_publishes(tmp_path):
 
 def test_triggers_reuse_the_shared_manager(tmp_path, monkeypatch):
     write(tmp_path, partitions=3, batches=2)
-    opened = []
-    real_init = log_dirs_reader.LogDirsReader.__init__
-
-    def counting_init(self, *args, **kwargs):
-        opened.append(True)
-        real_init(self, *args, **kwargs)
-
-    monkeypatch.setattr(log_dirs_reader.LogDirsReader, "__init__", counting_init)
+    opened = count_reader_opens(monkeypatch)
     options = {"path": str(tmp_path), "subscribe": "t", "startingOffsets": "earliest",
                "maxBytesPerTrigger": "100", "kafka.isolation.level": "read_committed"}
     r = SeglogStreamReader(options, source_schema(options))
@@ -60,6 +57,40 @@ def test_triggers_reuse_the_shared_manager(tmp_path, monkeypatch):
         r.partitions(start, end)
         r.reportLatestOffset()
         start = end
+    assert opened == [True]
+
+
+def count_reader_opens(monkeypatch) -> list[bool]:
+    opened: list[bool] = []
+    real_init = log_dirs_reader.LogDirsReader.__init__
+
+    def counting_init(self, *args, **kwargs):
+        opened.append(True)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(log_dirs_reader.LogDirsReader, "__init__", counting_init)
+    return opened
+
+
+def test_sink_tasks_and_the_writer_check_reuse_the_shared_manager(tmp_path, monkeypatch):
+    write(tmp_path, partitions=3)
+    opened = count_reader_opens(monkeypatch)
+    options = {"path": str(tmp_path), "topic": "t", "numPartitions": "3",
+               "createTopics": "false"}
+    rows = pa.record_batch({"key": pa.array([b"k%d" % i for i in range(30)]),
+                            "value": pa.array([b"v"] * 30)})
+    opts, _ = validate_sink(options, StructType([StructField("key", BinaryType()),
+                                                 StructField("value", BinaryType())]))
+    columns = SinkColumns.resolve(rows.schema, default_topic="t")
+    for batch in range(3):
+        for task in range(2):  # every task of every micro-batch describes the topic
+            staged = stage_rows(opts, columns, [rows], "sink", batch, task, 0)
+            assert sum(f.records for f in staged.fragments) == 30
+    assert opened == [True]
+    # A topic created since (by another process's commit) is seen: the dir's mtime moved.
+    write(tmp_path, topic="u", partitions=2)
+    stage_rows(SinkOptions.parse({**options, "topic": "u", "numPartitions": "2"}), columns,
+               [rows], "sink", 3, 0, 0)
     assert opened == [True]
 
 
