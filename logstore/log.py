@@ -34,6 +34,7 @@ from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
 from .errors import (
     InvalidOffsetError,
+    InvalidRecordError,
     KafkaStorageError,
     LogDirError,
     OffsetOutOfRangeError,
@@ -73,6 +74,14 @@ class AppendInfo:
     num_records: int
     size: int
 
+
+
+def _writable(records: bytes | bytearray | memoryview, tp: str) -> memoryview:
+    view = memoryview(records)
+    if view.readonly or view.format != "B" or not view.c_contiguous:
+        raise InvalidRecordError(f"append to {tp} in place needs a writable, contiguous "
+                                 f"byte buffer, got a {type(records).__name__}")
+    return view
 
 
 class Log(LogReads):
@@ -196,13 +205,16 @@ class Log(LogReads):
     # -- append ---------------------------------------------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *,
-               assign_offsets: bool = True) -> AppendInfo:
+               assign_offsets: bool = True, in_place: bool = False) -> AppendInfo:
         """Validate and append consecutive v2 batches; see the module docstring.
 
         With ``assign_offsets=False`` (the cleaner, replication-like copies) the batches
         keep their offsets, which must increase and start at or above the log end.
+        ``in_place=True``: ``records`` is a writable buffer the caller gives up (the
+        sink's reusable read buffer); base offsets and LogAppendTime are stamped in it, so
+        the payload is not copied. Otherwise the Log stamps a private copy.
         """
-        buf = bytearray(records)
+        buf = _writable(records, self._tp()) if in_place else bytearray(records)
         headers = validate_batches(buf, self.config, tp=self._tp(),
                                    now_ms=self.clock.milliseconds(),
                                    assign_offsets=assign_offsets)
@@ -227,8 +239,8 @@ class Log(LogReads):
         return AppendInfo(first, last, max_ts, max_ts_offset,
                           sum(max(h.records_count, 0) for h in headers), len(buf))
 
-    def _update_producer_state(self, buf: bytearray, headers: list[BatchHeader],
-                               segment: LogSegment) -> None:
+    def _update_producer_state(self, buf: bytearray | memoryview,
+                               headers: list[BatchHeader], segment: LogSegment) -> None:
         """Kafka's step after a log append: batches with a producer id update the
         producer state; an abort marker appends its entry to ``segment``'s
         ``.txnindex``. Batch by batch, as Kafka's recovery replays them, so a rebuilt

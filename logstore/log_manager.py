@@ -521,8 +521,10 @@ class LogManager(PartitionTable["Log"]):
 
     # -- logs ------------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
-        """Append record batches to a partition; returns the Log's AppendInfo."""
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview, *,
+               in_place: bool = False) -> AppendInfo:
+        """Append record batches to a partition; returns the Log's AppendInfo.
+        ``in_place``: see ``Log.append`` (a writable buffer the caller gives up)."""
         self.check_writable()
         p = self._partition(topic, partition)
         self._load(p)  # not under p.lock: loading takes the manager lock first
@@ -530,7 +532,7 @@ class LogManager(PartitionTable["Log"]):
             if p.log is None:  # deleted since
                 raise UnknownTopicOrPartitionError(
                     f"partition {topic}-{partition} was deleted")
-            return p.log.append(records)
+            return p.log.append(records, in_place=in_place)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the

@@ -25,8 +25,8 @@ from .record_format import (
 )
 
 
-def validate_batches(buf: bytearray, cfg: LogConfig, *, tp: str, now_ms: int,
-                     assign_offsets: bool) -> list[BatchHeader]:
+def validate_batches(buf: bytearray | memoryview, cfg: LogConfig, *, tp: str,
+                     now_ms: int, assign_offsets: bool) -> list[BatchHeader]:
     """Check every batch of an append (Kafka's ``validateMessagesAndAssignOffsets``,
     the checking half) and apply ``message.timestamp.type=LogAppendTime`` in place;
     returns the headers. Errors name the topic-partition and the batch position."""
@@ -74,7 +74,7 @@ def _check_create_time(h: BatchHeader, cfg: LogConfig, tp: str, now: int) -> Non
             f"{h.base_timestamp}, more than message.timestamp.before.max.ms="
             f"{cfg.message_timestamp_before_max_ms} before now ({now})")
 
-def _check_records(buf: bytearray, cfg: LogConfig, tp: str, now: int) -> None:
+def _check_records(buf: bytearray | memoryview, cfg: LogConfig, tp: str, now: int) -> None:
     """Record-level checks (decodes the batches, vectorised): null keys on a
     compacted topic, CreateTime timestamps older than allowed."""
     import pyarrow.compute as pc
@@ -96,7 +96,8 @@ def _check_records(buf: bytearray, cfg: LogConfig, tp: str, now: int) -> None:
                 f"append to {tp}: a record has timestamp {oldest}, more than "
                 f"message.timestamp.before.max.ms={limit} before now ({now})")
 
-def assign_offsets_from(buf: bytearray, headers: list[BatchHeader], next_offset: int, *,
+def assign_offsets_from(buf: bytearray | memoryview, headers: list[BatchHeader],
+                        next_offset: int, *,
                         tp: str, assign: bool) -> list[BatchHeader]:
     """Give the batches consecutive offsets from ``next_offset`` by rewriting each base
     offset (the CRC does not cover it); with ``assign=False`` check that they keep

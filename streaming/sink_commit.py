@@ -489,7 +489,8 @@ def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
                 for h in iter_batch_headers(mv[:filled]):
                     end = h.end_position
                 if end:
-                    mgr.append(frag.topic, frag.partition, mv[:end])
+                    # The bytes are consumed here: the Log stamps offsets in them.
+                    mgr.append(frag.topic, frag.partition, mv[:end], in_place=True)
                     total += end
             if end:
                 buf[:filled - end] = buf[end:filled]

@@ -53,6 +53,34 @@ def test_append_assigns_offsets_from_the_log_end(tmp_path):
     log.close()
 
 
+def test_append_in_place_stamps_the_callers_buffer_without_a_copy(tmp_path):
+    log = _open(tmp_path, **{"message.timestamp.type": "LogAppendTime"})
+    log.append(batch(3))
+    given = bytearray(batch(2) + batch(4))
+    original = bytes(given)
+    kept = log.append(memoryview(given)[:len(given)])  # the default: a private copy
+    assert given == original
+    info = log.append(memoryview(given), in_place=True)
+    assert (info.first_offset, info.last_offset) == (9, 14)
+    # The offsets and LogAppendTime were stamped into the caller's bytes: no copy made.
+    stamped = [(h.base_offset, h.is_log_append_time, h.max_timestamp)
+               for h in iter_batch_headers(given)]
+    assert stamped == [(9, True, BASE_TS), (11, True, BASE_TS)]
+    assert (kept.first_offset, kept.last_offset) == (3, 8)
+    on_disk = log.read(9, max_bytes=10**6).records
+    assert bytes(on_disk) == bytes(given)
+    assert _offsets(log) == list(range(15))
+    log.close()
+
+
+def test_append_in_place_refuses_a_read_only_buffer(tmp_path):
+    log = _open(tmp_path)
+    with pytest.raises(InvalidRecordError, match="events-0 in place needs a writable"):
+        log.append(batch(2), in_place=True)
+    assert log.log_end_offset == 0
+    log.close()
+
+
 @pytest.mark.parametrize("damage, error", [
     (lambda b: b[:-1], CorruptRecordError),  # partial batch
     (lambda b: b[:70] + bytes([b[70] ^ 1]) + b[71:], CorruptRecordError),  # CRC
