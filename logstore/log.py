@@ -281,8 +281,10 @@ class Log(LogReads):
         with self._lock:
             state = self._producer_state
             state.map_end_offset = self._log_end_offset
-            snaps = list_snapshot_offsets(self.dir)
-            if not snaps or snaps[-1] < state.map_end_offset:
+            # One stat, not a listing (a commit's cost must not grow with the segment
+            # count): no snapshot lies past the log end (the loader and truncation delete
+            # those), so "none at the log end" is "the newest is older".
+            if not snapshot_file(self.dir, state.map_end_offset).exists():
                 state.take_snapshot(self.dir)
 
     # -- roll and flush -------------------------------------------------------------------
@@ -606,6 +608,27 @@ class Log(LogReads):
                 # The active segment's final time-index entry is written at close: fsync
                 # it with the trimmed indexes, so a clean shutdown leaves them durable.
                 seg.close(flush=flush and seg is segments[-1])
+
+    def pause(self) -> None:
+        """Writer: leave on disk what ``close()`` leaves (flushed, a producer snapshot at
+        the log end, the active segment's final time-index entry, trimmed indexes) and
+        release every file, but stay loaded; ``resume()`` before the next write. For a
+        ``LogManager`` paused between two writes of one process (``LogManager.pause``)."""
+        with self._lock:
+            self.flush()
+            self.take_producer_snapshot()
+            segments = self._segments.snapshot()
+            for seg in segments:
+                if seg.holds_files:  # cheap: most were never opened by this writer
+                    seg.release(flush=seg is segments[-1])
+
+    def resume(self) -> None:
+        """After ``pause()``, when nothing else wrote the directory: the active segment's
+        indexes get back their preallocated size, as ``LogLoader`` gives them."""
+        with self._lock:
+            active = self._segments.last
+            assert active is not None
+            active.resize_indexes(self.config.segment_index_bytes)
 
     def __enter__(self) -> Log:
         return self

@@ -58,6 +58,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .checkpoint_file import OffsetCheckpointFile, write_atomically
+from .clean_shutdown import Fingerprint, fingerprint, holds_token, marker_content, new_token
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
@@ -124,7 +125,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 CLEANER_TASK = "log-cleaner"
 _T = TypeVar("_T")
 
@@ -198,6 +198,9 @@ class LogManager(PartitionTable["Log"]):
         # _lock (PartitionTable's) also guards _pending_deletes
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
         self._closed = False
+        # Set while paused (pause/resume): the token of the markers written and what
+        # the files looked like then.
+        self._paused: tuple[str, Fingerprint] | None = None
         self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
         self.scheduler = Scheduler(clock)
         # retention and compaction of one log must not overlap (the cleaner reads
@@ -795,10 +798,120 @@ class LogManager(PartitionTable["Log"]):
 
     # -- closing ---------------------------------------------------------------------
 
+    def pause(self) -> None:
+        """Writer: leave the log dirs exactly as ``close()`` does (logs flushed,
+        checkpoints, producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``) and
+        release the locks and every file, but keep what was loaded for ``resume()``.
+
+        For a process that writes the same dirs again and again (the sink's commits): a
+        resumed writer skips the listing, checkpoint parsing and per-segment loading a new
+        ``LogManager`` pays. While paused, other writers may open the dirs. On failure
+        the manager is closed as by an exception (no clean-shutdown claim), and it raises.
+        Not with ``background=True`` (the maintenance thread would need the lock)."""
+        self.check_writable()
+        if self.scheduler.running:
+            raise ConfigError(f"the LogManager of {self._dirs_text()} runs background "
+                              "maintenance: it cannot pause")
+        try:
+            self.flush_all()
+            self._save_last_runs()
+            for ld in self.log_dirs:
+                self._write_checkpoints(ld)
+            for p in self._loaded():
+                with p.lock:
+                    if p.log is not None:
+                        p.log.pause()
+            token = new_token()
+            for ld in self.log_dirs:
+                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(token))
+            self._paused = (token, self._fingerprint())
+        except BaseException:
+            self.__exit__(SeglogError, None, None)
+            raise
+        for ld in self.log_dirs:
+            ld.lock.release()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused is not None
+
+    def resume(self) -> bool:
+        """Take the locks of a paused writer again. True: no writer opened the dirs since
+        ``pause()`` (each marker still holds this pause's token) and no file the manager
+        relies on changed (``clean_shutdown``): the manager goes on with what it had
+        loaded, and removes the markers as an open does. False: the manager is closed,
+        without writing anything, and the caller opens a new one.
+
+        Raises ``LogDirLockedError`` while another writer holds a dir (still paused: try
+        again later)."""
+        if self._paused is None:
+            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is not paused")
+        if os.getpid() != self._pid:
+            raise LogDirError(f"this writer LogManager of {self._dirs_text()} was paused by "
+                              f"process {self._pid}; a forked child must open its own")
+        token, seen = self._paused
+        taken = []
+        try:
+            for ld in self.log_dirs:
+                ld.lock.acquire()
+                taken.append(ld)
+        except BaseException:
+            for ld in taken:
+                ld.lock.release()
+            raise
+        if (not all(holds_token(ld.path, token) for ld in self.log_dirs)
+                or self._fingerprint() != seen):
+            logger.info("%s changed since this writer paused: it opens afresh",
+                        self._dirs_text())
+            self._drop_paused()
+            return False
+        self._paused = None
+        try:
+            for ld in self.log_dirs:
+                LOCAL.unlink(ld.path / CLEAN_SHUTDOWN_FILE)
+                LOCAL.fsync_dir(ld.path)
+            for p in self._loaded():
+                with p.lock:
+                    if p.log is not None:
+                        p.log.resume()
+        except BaseException:
+            self.__exit__(SeglogError, None, None)
+            raise
+        return True
+
+    def _fingerprint(self) -> Fingerprint:
+        """The files a paused writer's state depends on (``clean_shutdown``)."""
+        paths = []
+        for ld in self.log_dirs:
+            paths.append(ld.path / CLEAN_SHUTDOWN_FILE)
+            paths.extend(ld.path / name for name in (*OFFSET_CHECKPOINTS,
+                                                     CLEANER_OFFSET_CHECKPOINT))
+        for p in sorted(self._loaded(), key=lambda p: p.tp):
+            log = p.log
+            if log is not None:
+                paths.append(log.dir)
+                paths.append(log.segments[-1].log_path)
+        return fingerprint(paths)
+
+    def _drop_paused(self) -> None:
+        """Forget a paused writer whose files changed: its logs hold no open file, and
+        nothing may be written (the dirs are someone else's state now)."""
+        self._paused = None
+        self._closed = True
+        for p in self._loaded():
+            p.log = None
+        for ld in self.log_dirs:
+            if ld.lock is not None:
+                ld.lock.release()
+
     def close(self) -> None:
         """Writer: flush every log, write the checkpoints, close the logs, write
-        ``.kafka_cleanshutdown`` and release the locks. Idempotent."""
+        ``.kafka_cleanshutdown`` and release the locks. Idempotent. A paused writer has
+        done all of that already: closing it only forgets its state."""
         if self._closed:
+            return
+        if self._paused is not None:
+            self._drop_paused()
             return
         self._closed = True
         if os.getpid() != self._pid:
@@ -811,7 +924,7 @@ class LogManager(PartitionTable["Log"]):
                 self._write_checkpoints(ld)
             self._close_logs()
             for ld in self.log_dirs:
-                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, _CLEAN_SHUTDOWN_CONTENT)
+                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(new_token()))
         finally:
             self._abandon()
 
@@ -841,7 +954,7 @@ class LogManager(PartitionTable["Log"]):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is None:
+        if exc_type is None or self._paused is not None:
             self.close()
         else:
             # The process failed mid-way: do not claim a clean shutdown.
@@ -858,6 +971,9 @@ class LogManager(PartitionTable["Log"]):
                 f"{self._pid}; a forked child does not hold its .lock: open a new one")
         if self._closed:
             raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is closed")
+        if self._paused is not None:
+            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is paused: "
+                                    "resume() it first")
 
     def __repr__(self) -> str:
         return f"LogManager([{self._dirs_text()}], writer)"

@@ -153,6 +153,13 @@ class LazyIndex(Generic[IndexT]):
         if self._index is not None:
             self._index.close_handler()
 
+    def release(self) -> None:
+        """Release the file as it is (the writer trimmed it); reopened on next use."""
+        with self._lock:
+            if self._index is not None:
+                self._index.close_handler()
+                self._index = None
+
 
 class LogSegment:
     """A ``.log`` with its offset and time indexes. See the module docstring.
@@ -872,6 +879,39 @@ class LogSegment:
         if self._txn is not None:
             self._txn.close()
         self._close_handle()
+
+    @property
+    def holds_files(self) -> bool:
+        """Whether a file of the segment is open (a lazily loaded one opens on use)."""
+        return (self._handle is not None or self._offset_index.is_loaded
+                or self._time_index.is_loaded or self._txn is not None)
+
+    def release(self, *, flush: bool = False) -> None:
+        """Writer: leave the files as ``close(flush=...)`` does (final time-index entry;
+        trimmed indexes, fsynced with ``flush``), then release them, but stay usable: the
+        next use reopens them. The active segment's indexes need ``resize_indexes``
+        before its next append (as after ``LogLoader`` opened them)."""
+        if self.closed:
+            return
+        if not self.read_only:
+            if self._time_index.is_loaded:
+                self.time_index.maybe_append(self.max_timestamp_so_far,
+                                             self.offset_of_max_timestamp_so_far,
+                                             skip_full_check=True)
+            for lazy in (self._offset_index, self._time_index):
+                if lazy.is_loaded:
+                    lazy.get().trim_to_valid_size()
+        if flush:
+            self.flush()
+        self._offset_index.release()
+        self._time_index.release()
+        if self._txn is not None:
+            self._txn.close()
+            self._txn = None
+        with self._open_lock:
+            if self._handle is not None:
+                self._handle.close()
+                self._handle = None
 
     def _close_handle(self) -> None:
         with self._open_lock:

@@ -101,6 +101,7 @@ from seglog.logstore.storage import LOCAL, DirItem
 if TYPE_CHECKING:
     from seglog.logstore.log import Log
 
+from . import log_writers
 from .errors import SinkCommitError
 from .sink_intent import (
     CommitIntent,
@@ -309,7 +310,9 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     except BaseException:
         mgr.close()  # the batch is committed; closing cleanly is right
         raise
-    mgr.close()
+    # As a clean close leaves the dirs, but the next commit of this process resumes it
+    # (log_writers): its cost stays independent of the segments already in the topic.
+    log_writers.pause(options.log_dirs, mgr)
     crash_point("after-commit", batch_id)
     result = CommitResult(batch_id, tuple(published), tuple(skipped), removed)
     logger.info("sink %s committed batch %d: %d records in %d partition(s), %d skipped",
@@ -318,13 +321,14 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
 
 
 def open_writer(options: SinkOptions, *, clock: Clock = SYSTEM_CLOCK) -> LogManager:
-    """A writer LogManager of the sink's log dirs, waiting up to ``lockTimeoutMs`` for
-    another writer to release a ``.lock``."""
+    """A writer LogManager of the sink's log dirs (the process's paused one when nothing
+    changed since: ``log_writers``), waiting up to ``lockTimeoutMs`` for another writer
+    to release a ``.lock``."""
     deadline = time.monotonic() + options.lock_timeout_ms / 1000
     pause = 0.02
     while True:
         try:
-            return LogManager(list(options.log_dirs), clock=clock)
+            return log_writers.open_writer(tuple(options.log_dirs), clock)
         except LogDirLockedError as e:
             if time.monotonic() + pause > deadline:
                 raise LogDirLockedError(

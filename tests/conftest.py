@@ -43,11 +43,13 @@ def spark(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _close_shared_readers():
     """Each test's log dirs are its own: release the process's shared read-only
-    managers (``streaming.log_readers``) after it, so none outlives its tmp_path."""
+    managers (``streaming.log_readers``) and forget its paused sink writers
+    (``streaming.log_writers``) after it, so none outlives its tmp_path."""
     yield
-    from seglog.streaming.log_readers import close_all
+    from seglog.streaming import log_readers, log_writers
 
-    close_all()
+    log_readers.close_all()
+    log_writers.close_all()
 
 
 @pytest.fixture(scope="session")

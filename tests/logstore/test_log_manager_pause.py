@@ -1,0 +1,114 @@
+"""LogManager.pause/resume: the dirs as a clean close leaves them, the state kept only
+while nothing else wrote them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from seglog.logstore.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.dir_lock import DirLock
+from seglog.logstore.errors import KafkaStorageError, LogDirLockedError
+from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT
+from seglog.logstore.log_dirs_reader import LogDirsReader
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import decode_batches, encode_batches
+
+SMALL = {"segment.bytes": "1000", "index.interval.bytes": "256"}
+
+
+def batches(tag: str, n: int = 40, start: int = 0) -> bytes:
+    return encode_batches(pa.array([f"{tag}{i}".encode().ljust(60, b".")
+                                    for i in range(start, start + n)]), max_batch_bytes=600)
+
+
+def append_rolling(mgr: LogManager, tag: str) -> None:
+    """40 records in 4 appends: a roll check before each."""
+    for start in range(0, 40, 10):
+        mgr.append("t", 0, batches(tag, 10, start))
+
+
+def values(d: Path, topic: str = "t", partition: int = 0) -> list[bytes]:
+    with LogDirsReader([d]) as reader:
+        log = reader.get_log(topic, partition)
+        out = []
+        for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
+            out.extend(decode_batches(bytes(chunk)).column("value").to_pylist())
+        return out
+
+
+def test_pause_leaves_a_clean_dir_and_resume_goes_on(tmp_path: Path) -> None:
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t", 1, SMALL)
+    append_rolling(mgr, "a")
+    log = mgr.get_log("t", 0)
+    assert log.num_segments > 3
+    mgr.pause()
+    # As after close(): the marker, a producer snapshot at the log end, trimmed indexes,
+    # the published high watermark, and the lock free for anyone.
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    part = tmp_path / "t-0"
+    assert (part / f"{log.log_end_offset:020d}.snapshot").exists()
+    active = log.segments[-1]
+    assert active.offset_index.path.stat().st_size < 10 << 20
+    assert values(tmp_path) == [f"a{i}".encode().ljust(60, b".") for i in range(40)]
+    with DirLock(tmp_path):
+        pass
+    with pytest.raises(KafkaStorageError, match="paused"):
+        mgr.append("t", 0, batches("x"))
+
+    assert mgr.resume() is True
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    append_rolling(mgr, "b")
+    mgr.pause()
+    assert mgr.resume() is True
+    append_rolling(mgr, "c")
+    mgr.close()
+    with LogManager([tmp_path]) as again:
+        assert again.check(deep=True) == []  # indexes and offsets as a fresh writer's
+        assert again.get_log("t", 0).log_end_offset == 120
+    assert [v[:1] for v in values(tmp_path)] == [b"a"] * 40 + [b"b"] * 40 + [b"c"] * 40
+
+
+def test_resume_after_another_writer_gives_up_the_state(tmp_path: Path) -> None:
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t", 1, SMALL)
+    mgr.append("t", 0, batches("a"))
+    mgr.pause()
+    with LogManager([tmp_path]) as other:
+        other.append("t", 0, batches("o", 10))
+    assert mgr.resume() is False
+    with pytest.raises(KafkaStorageError, match="closed"):
+        mgr.append("t", 0, batches("x"))
+    mgr.close()
+    with LogManager([tmp_path]) as fresh:
+        fresh.append("t", 0, batches("b", 5))
+    assert [v[:1] for v in values(tmp_path)] == [b"a"] * 40 + [b"o"] * 10 + [b"b"] * 5
+
+
+def test_resume_while_another_writer_holds_the_lock_stays_paused(tmp_path: Path) -> None:
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t", 1)
+    mgr.pause()
+    with DirLock(tmp_path), pytest.raises(LogDirLockedError, match=str(tmp_path)):
+        mgr.resume()
+    assert mgr.paused
+    assert mgr.resume() is True  # a bare lock holder wrote nothing
+    mgr.append("t", 0, batches("a", 3))
+    mgr.close()
+    assert len(values(tmp_path)) == 3
+
+
+def test_a_checkpoint_changed_by_hand_gives_up_the_state(tmp_path: Path) -> None:
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t", 1, SMALL)
+    mgr.append("t", 0, batches("a"))
+    mgr.pause()
+    hw_file = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT)
+    hw_file.write({("t", 0): 10})  # no writer did this: the marker is untouched
+    assert mgr.resume() is False
+    mgr.close()
+    with LogManager([tmp_path]) as fresh:
+        assert fresh.high_watermarks() == {("t", 0): 10}
