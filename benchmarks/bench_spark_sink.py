@@ -13,8 +13,11 @@ three sinks), three streaming queries with ``Trigger.AvailableNow``:
 Steady state excludes start-up: rows/s is computed from the query progress of every
 micro-batch but the first; the sinks run interleaved ``--repeats`` times and the best run
 of each counts (the machine is shared, interference only ever slows a run down). Then,
-without Spark, the driver's commit time per micro-batch is measured early and late in a
-long log (it must not grow with the data already there).
+without Spark (``--commit-times-only`` runs just this), the driver's commit time per
+micro-batch is measured with the topic at 10 and at 1,000 segments in the same run (it
+must not grow with the data already there), next to the first commit after another
+writer, which opens the log dirs afresh (what every commit cost before commits resumed
+the process's paused writer).
 """
 
 from __future__ import annotations
@@ -110,10 +113,13 @@ def run_query(spark, logs: str, sink: str, out: Path, per_batch: int) -> tuple[f
     return rows / secs, len(progress)
 
 
-def commit_times(work: Path, batches: int, rows_per_batch: int,
-                 prefill_mb: int) -> tuple[list[float], list[float], int]:
-    """Driver commit seconds of the first and last 10 of ``batches`` micro-batches, with
-    ``prefill_mb`` of data appended between them (many small segments)."""
+def commit_times(work: Path, rows_per_batch: int, segment_counts: tuple[int, ...] = (10, 1000),
+                 commits: int = 10) -> list[tuple[int, float, list[float]]]:
+    """Driver commit seconds per micro-batch (2 tasks of ``rows_per_batch`` rows, 1 MiB
+    segments) with the topic first filled to each of ``segment_counts`` segments (1 MB
+    appends by another writer). Per count: (segments before, the first commit after that
+    writer, which opens the log dirs afresh; the next ``commits``, which resume the
+    process's paused writer)."""
     from seglog.logstore.log_manager import LogManager
     from seglog.logstore.record_codec import encode_batches
     from seglog.streaming.sink_commit import commit
@@ -127,28 +133,49 @@ def commit_times(work: Path, batches: int, rows_per_batch: int,
         "key": pa.array([b"user-%d" % (i % 1000) for i in range(rows_per_batch)]),
         "value": pa.array([b"v" * VALUE_BYTES] * rows_per_batch)})
     cols = SinkColumns.resolve(data.schema, default_topic="t")
+    batch_id = 0
 
-    def one(batch_id: int) -> float:
+    def one() -> float:
+        nonlocal batch_id
         staged = [stage_rows(opts, cols, [data], "bench", batch_id, t, 0) for t in range(2)]
         t0 = time.perf_counter()
         commit(staged, batch_id, opts)
+        batch_id += 1
         return time.perf_counter() - t0
 
-    early = [one(b) for b in range(10)]
-    filler = encode_batches(pa.array([b"f" * 1000] * 1000))
-    with LogManager([logs]) as mgr:
-        for i in range(prefill_mb):
-            mgr.append("t", i % 3, filler)
-    late = [one(b) for b in range(10, 10 + batches)][-10:]
-    segments = len(list(logs.glob("t-*/*.log")))
-    return early, late, segments
+    def segments() -> int:
+        return len(list(logs.glob("t-*/*.log")))
+
+    one()  # creates the topic
+    filler = encode_batches(pa.array([b"f" * 1000] * 1000))  # 1 MB: one segment each
+    out = []
+    for count in segment_counts:
+        with LogManager([logs]) as mgr:
+            for i in range(max(count - segments(), 0)):
+                mgr.append("t", i % 3, filler)
+        before = segments()
+        fresh = one()
+        out.append((before, fresh, [one() for _ in range(commits)]))
+    return out
+
+
+def report_commit_times(work: Path) -> None:
+    runs = commit_times(work, 20_000)
+    for segments, fresh, times in runs:
+        print(f"driver commit per micro-batch (40k rows, Spark-free, 1 MiB segments) at "
+              f"{segments} segments: {statistics.median(times) * 1000:.1f} ms median of "
+              f"{len(times)} (min {min(times) * 1000:.1f}); the first after another writer "
+              f"(a fresh open): {fresh * 1000:.1f} ms")
+    first, last = (statistics.median(t) for _, _, t in (runs[0], runs[-1]))
+    print(f"  at {runs[-1][0]} / at {runs[0][0]} segments: {last / first:.2f} (must not grow)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="seglog Spark sink benchmark")
     parser.add_argument("--rows", type=int, default=1_200_000)
     parser.add_argument("--per-batch", type=int, default=200_000)
-    parser.add_argument("--prefill-mb", type=int, default=500)
+    parser.add_argument("--commit-times-only", action="store_true",
+                        help="only the Spark-free driver commit times")
     parser.add_argument("--repeats", type=int, default=2,
                         help="interleaved runs per sink; the best counts (noisy machines)")
     args = parser.parse_args()
@@ -158,6 +185,12 @@ def main() -> None:
     from seglog.datasource import SeglogDataSource
 
     work = Path(tempfile.mkdtemp(prefix="seglog-bench-sink-"))
+    if args.commit_times_only:
+        try:
+            report_commit_times(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         logs = work / "in-logs"
         fill_input(logs, args.rows)
@@ -187,11 +220,7 @@ def main() -> None:
               f"(goal >= 0.80)")
         print(f"seglog / Spark parquet file sink:                 {seg / parquet:.2f}")
 
-        early, late, segments = commit_times(work, 30, 20_000, args.prefill_mb)
-        e, la = statistics.median(early), statistics.median(late)
-        print(f"driver commit per micro-batch (40k rows, Spark-free, 1 MiB segments): early "
-              f"{e * 1000:.1f} ms, late {la * 1000:.1f} ms after +{args.prefill_mb} MB "
-              f"({segments} segments) in the log (late / early = {la / e:.2f}; must not grow)")
+        report_commit_times(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
