@@ -829,7 +829,8 @@ class LogManager(PartitionTable["Log"]):
             self.__exit__(SeglogError, None, None)
             raise
         for ld in self.log_dirs:
-            ld.lock.release()
+            if ld.lock is not None:
+                ld.lock.release()
 
     @property
     def paused(self) -> bool:
@@ -850,14 +851,16 @@ class LogManager(PartitionTable["Log"]):
             raise LogDirError(f"this writer LogManager of {self._dirs_text()} was paused by "
                               f"process {self._pid}; a forked child must open its own")
         token, seen = self._paused
-        taken = []
+        taken: list[DirLock] = []
         try:
             for ld in self.log_dirs:
-                ld.lock.acquire()
-                taken.append(ld)
+                # A writer's dirs keep their DirLock (released, not dropped, by pause).
+                lock = ld.lock if ld.lock is not None else DirLock(ld.path)
+                taken.append(lock.acquire())
+                ld.lock = lock
         except BaseException:
-            for ld in taken:
-                ld.lock.release()
+            for lock in taken:
+                lock.release()
             raise
         if (not all(holds_token(ld.path, token) for ld in self.log_dirs)
                 or self._fingerprint() != seen):
