@@ -1,13 +1,15 @@
 """One paused writer ``LogManager`` per process and set of log dirs, for the sink's commits.
 
-A commit opens a writer of the sink's log dirs, publishes, and closes it. A fresh open
+A commit opened a writer of the sink's log dirs, published, and closed it. A fresh open
 lists every partition directory it loads and builds every segment of it, so that cost
 grew with the topic's history (a micro-batch's commit took 29.5 -> 45.4 ms early in a
-log and 40.8 -> 69.2 ms after 1,000 segments). PySpark reuses the Python process that
-runs a query's commits, so the commit instead *pauses* its writer (``LogManager.pause``:
-the dirs are left exactly as a clean close leaves them, the locks released) and the next
-commit of the process resumes it (``LogManager.resume``): the lock again, one marker read
-and a few ``stat`` calls per log dir and loaded partition, no listing.
+log and 40.8 -> 69.2 ms after 1,000 segments). PySpark 4.3 reuses the Python worker that
+runs a query's commits (``spark.python.worker.reuse``, on by default: the dir's ``.lock``
+names the same pid for every micro-batch), so a commit now *pauses* its writer
+(``LogManager.pause``: the dirs are left exactly as a clean close leaves them, the locks
+released) and the next commit of the process resumes it (``LogManager.resume``): the
+locks again, one marker read and a few ``stat`` calls per log dir and loaded partition,
+no listing.
 
 Nothing is trusted that another writer may have changed: ``resume`` fails when a marker
 no longer holds the token the pause wrote (any writer that opened the dir removed it) or
