@@ -18,12 +18,12 @@ a listing. A paused writer whose proof fails is dropped, and the caller opens af
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
 from .file_names import CLEAN_SHUTDOWN_FILE
+from .storage import LOCAL
 
 Fingerprint = tuple[tuple[str, int, int, int, int] | tuple[str], ...]
 """Per path: (path, st_dev, st_ino, st_size, st_mtime_ns), or (path,) if it is missing."""
@@ -44,7 +44,7 @@ def new_token() -> str:
 def holds_token(log_dir: Path, token: str) -> bool:
     """Whether ``log_dir``'s marker exists and is the one written with ``token``."""
     try:
-        return (log_dir / CLEAN_SHUTDOWN_FILE).read_bytes() == marker_content(token)
+        return LOCAL.read(log_dir / CLEAN_SHUTDOWN_FILE) == marker_content(token)
     except FileNotFoundError:
         return False
 
@@ -53,7 +53,7 @@ def fingerprint(paths: Iterable[Path]) -> Fingerprint:
     out: list[tuple[str, int, int, int, int] | tuple[str]] = []
     for path in paths:
         try:
-            st = os.stat(path)
+            st = LOCAL.stat(path)
         except FileNotFoundError:
             out.append((str(path),))
             continue

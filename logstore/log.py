@@ -284,7 +284,7 @@ class Log(LogReads):
             # One stat, not a listing (a commit's cost must not grow with the segment
             # count): no snapshot lies past the log end (the loader and truncation delete
             # those), so "none at the log end" is "the newest is older".
-            if not snapshot_file(self.dir, state.map_end_offset).exists():
+            if not LOCAL.exists(snapshot_file(self.dir, state.map_end_offset)):
                 state.take_snapshot(self.dir)
 
     # -- roll and flush -------------------------------------------------------------------
