@@ -1,0 +1,222 @@
+"""The bucket engine against plain PUT/GET of the same bytes to the same S3 server, same
+run; and the cost of a topic with 10,000 segments.
+
+Run: ``python benchmarks/bench_bucket.py [--append-mib 1 8] [--appends 8] [--repeat 3]
+[--segments 10000] [--segments-per-commit 500]``
+
+A moto server (the test suite's, ``tests/s3_server.py``) is started on 127.0.0.1.
+
+* **Append**: ``LogManager("s3://...").append`` of one buffer of encoded v2 batches
+  (64 KiB batches of 1 KiB records; ``--append-mib`` MiB per append, ``--appends`` per
+  round, each round a new topic) against plain PUTs of the same bytes, one object per
+  append, by obstore and by boto3. An append validates its batches (CRC, sizes), cuts them
+  into a segment, uploads the ``.log``, ``.index`` and ``.timeindex`` objects and creates
+  the commit object; the peer only PUTs. Ratio: seglog's MB/s over the faster peer's
+  (goal >= 0.8).
+* **Read**: a partition of those segments read whole through the bucket reader
+  (``get_log(...).read_chunks``, a fresh read-only manager per round) against plain GETs
+  of the same ``.log`` objects (obstore and boto3). Ratio as above (goal >= 0.8).
+* **10,000 segments**: one partition built by real appends whose batches each become a
+  segment (``segment.bytes`` below two batches), ``--segments-per-commit`` segments per
+  commit. Through a counting ``Storage`` wrapper (the tests' ``CountingStorage``): the
+  requests and time of opening it (a fresh manager), of one refresh that finds one new
+  commit, and of one append commit (an append of one batch).
+
+Each figure is the best of ``--repeat`` rounds, contenders interleaved so a slow moment
+of the shared machine hits each. moto is slow and single-process, so absolute figures say
+little; the ratios say what seglog's layers cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import obstore
+import pyarrow as pa
+from obstore.store import from_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "logstore"))
+from bucket_helpers import CountingStorage  # noqa: E402
+from s3_server import MotoServer  # noqa: E402
+
+from seglog.logstore.bucket_manager import BucketLogManager  # noqa: E402
+from seglog.logstore.log_manager import LogManager  # noqa: E402
+from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
+from seglog.logstore.record_codec import encode_batches  # noqa: E402
+
+TS = 1_700_000_000_000
+RECORD_BYTES = 1024
+BATCH_BYTES = 64 << 10
+
+
+def records(mib: int) -> bytearray:
+    """About ``mib`` MiB of 64 KiB v2 batches of 1 KiB records (half random, half
+    repeated: neither all-zero nor incompressible, though uncompressed here)."""
+    n = (mib << 20) // (RECORD_BYTES + 12)
+    body = os.urandom(RECORD_BYTES // 2)
+    values = pa.array([body + b"%0512d" % i for i in range(n)])
+    keys = pa.array([b"key-%d" % (i % 1000) for i in range(n)])
+    return encode_batches(values, keys, pa.array([TS + i for i in range(n)], pa.int64()),
+                          max_batch_bytes=BATCH_BYTES)
+
+
+def best_seconds(run: Callable[[int], None], repeat: int) -> float:
+    best = float("inf")
+    for r in range(repeat):
+        start = time.perf_counter()
+        run(r)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def interleaved(contenders: dict[str, Callable[[int], None]], repeat: int) -> dict[str, float]:
+    """Best seconds of each contender; round r runs every contender once."""
+    best = dict.fromkeys(contenders, float("inf"))
+    for r in range(repeat):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            fn(r)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def bench_append_and_read(uri: str, plain, boto, bucket: str, mib: int, appends: int,
+                          repeat: int) -> list[tuple[str, float]]:
+    buf = records(mib)
+    total = len(buf) * appends
+    mgr = LogManager(uri)
+    topics = []
+
+    def seglog_append(r: int) -> None:
+        topic = f"a{mib}-{r}"
+        mgr.create_topic(topic, 1)
+        for _ in range(appends):
+            mgr.append(topic, 0, buf)
+        topics.append(topic)
+
+    def obstore_put(r: int) -> None:
+        for i in range(appends):
+            obstore.put(plain, f"plain/put{mib}/{r}/{i:08d}.log", buf)
+
+    def boto_put(r: int) -> None:
+        for i in range(appends):
+            boto.put_object(Bucket=bucket, Key=f"plain/boto{mib}/{r}/{i:08d}.log",
+                            Body=bytes(buf))
+
+    put = interleaved({"seglog append": seglog_append, "obstore put": obstore_put,
+                       "boto3 put": boto_put}, repeat)
+    topic = topics[0]
+    keys = [s.key + ".log" for s in mgr.state.partition(topic, 0).segments]
+    mgr.close()
+
+    # A fresh read-only manager per round (nothing cached), opened before the clock
+    # starts: the peer is not timed listing or finding its keys either.
+    readers = [LogManager(uri, read_only=True) for _ in range(repeat)]
+
+    def seglog_read(r: int) -> None:
+        log = readers[r].get_log(topic, 0)
+        got = sum(len(c) for c in log.read_chunks(log.log_start_offset, log.high_watermark))
+        assert got == total, (got, total)
+
+    prefix = uri.split(f"s3://{bucket}/", 1)[1]
+
+    def obstore_get(_: int) -> None:
+        got = sum(len(bytes(obstore.get(plain, f"{prefix}/{k}").bytes())) for k in keys)
+        assert got == total, (got, total)
+
+    def boto_get(_: int) -> None:
+        got = sum(len(boto.get_object(Bucket=bucket, Key=f"{prefix}/{k}")["Body"].read())
+                  for k in keys)
+        assert got == total, (got, total)
+
+    get = interleaved({"seglog read": seglog_read, "obstore get": obstore_get,
+                       "boto3 get": boto_get}, repeat)
+    for reader in readers:
+        reader.close()
+    out = [(f"{name} {mib} MiB x {appends}", total / s / 1e6) for name, s in put.items()]
+    out.append((f"ratio append/best PUT ({mib} MiB)",
+                min(put["obstore put"], put["boto3 put"]) / put["seglog append"]))
+    out += [(f"{name} {mib} MiB x {appends}", total / s / 1e6) for name, s in get.items()]
+    out.append((f"ratio read/best GET ({mib} MiB)",
+                min(get["obstore get"], get["boto3 get"]) / get["seglog read"]))
+    return out
+
+
+def bench_many_segments(uri: str, segments: int, per_commit: int) -> list[str]:
+    one = encode_batches(pa.array([b"x" * 100]), timestamps=pa.array([TS], pa.int64()))
+    config = {"segment.bytes": str(len(one) + 1)}
+    lines = []
+    start = time.perf_counter()
+    with BucketLogManager(uri) as mgr:
+        mgr.create_topic("big", 1, config)
+        done = 0
+        while done < segments:
+            n = min(per_commit, segments - done)
+            mgr.append("big", 0, bytes(one) * n)
+            done += n
+        version = mgr.state.version
+    lines.append(f"built {segments} segments in {version} commits of up to {per_commit} "
+                 f"segments: {time.perf_counter() - start:.1f} s")
+
+    counting = CountingStorage(ObjectStorage(uri))
+    start = time.perf_counter()
+    reader = BucketLogManager(counting, read_only=True)
+    open_s = time.perf_counter() - start
+    n_segments = len(reader.state.partition("big", 0).segments)
+    lines.append(f"open (fresh manager, state at version {reader.state.version}, "
+                 f"{n_segments} segments): {open_s * 1000:.0f} ms, "
+                 f"{counting.total()} requests {dict(counting.counts)}")
+    writer_storage = CountingStorage(ObjectStorage(uri))
+    with BucketLogManager(writer_storage) as writer:
+        writer_storage.reset()
+        start = time.perf_counter()
+        writer.append("big", 0, one)
+        commit_s = time.perf_counter() - start
+        lines.append(f"one append commit (version {writer.state.version}): "
+                     f"{commit_s * 1000:.0f} ms, {writer_storage.total()} requests "
+                     f"{dict(writer_storage.counts)}")
+    counting.reset()
+    start = time.perf_counter()
+    reader.refresh()
+    refresh_s = time.perf_counter() - start
+    lines.append(f"one refresh finding 1 new commit: {refresh_s * 1000:.0f} ms, "
+                 f"{counting.total()} requests {dict(counting.counts)}")
+    reader.close()
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--append-mib", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--appends", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--segments", type=int, default=10_000)
+    parser.add_argument("--segments-per-commit", type=int, default=500)
+    args = parser.parse_args()
+
+    with MotoServer() as server:
+        os.environ.update(server.env)
+        bucket = server.create_bucket("seglog-bench")
+        plain = from_url(f"s3://{bucket}", client_options={"allow_http": True})
+        boto = server.client()
+        print(f"moto at {server.endpoint}; best of {args.repeat}")
+        for mib in args.append_mib:
+            for name, value in bench_append_and_read(
+                    f"s3://{bucket}/logs{mib}", plain, boto, bucket, mib, args.appends,
+                    args.repeat):
+                unit = "" if name.startswith("ratio") else " MB/s"
+                print(f"  {name:36s} {value:8.2f}{unit}")
+        if args.segments:
+            for line in bench_many_segments(f"s3://{bucket}/many", args.segments,
+                                            args.segments_per_commit):
+                print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()
