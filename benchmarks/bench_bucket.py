@@ -49,6 +49,7 @@ from seglog.logstore.bucket_manager import BucketLogManager  # noqa: E402
 from seglog.logstore.log_manager import LogManager  # noqa: E402
 from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
 from seglog.logstore.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.record_format import read_batch_header  # noqa: E402
 
 TS = 1_700_000_000_000
 RECORD_BYTES = 1024
@@ -56,14 +57,18 @@ BATCH_BYTES = 64 << 10
 
 
 def records(mib: int) -> bytearray:
-    """About ``mib`` MiB of 64 KiB v2 batches of 1 KiB records (half random, half
-    repeated: neither all-zero nor incompressible, though uncompressed here)."""
-    n = (mib << 20) // (RECORD_BYTES + 12)
+    """Whole 64 KiB v2 batches of 1 KiB records (half random, half repeated), as many as
+    fit in ``mib`` MiB."""
+    n = (mib << 20) // RECORD_BYTES
     body = os.urandom(RECORD_BYTES // 2)
     values = pa.array([body + b"%0512d" % i for i in range(n)])
     keys = pa.array([b"key-%d" % (i % 1000) for i in range(n)])
-    return encode_batches(values, keys, pa.array([TS + i for i in range(n)], pa.int64()),
-                          max_batch_bytes=BATCH_BYTES)
+    buf = encode_batches(values, keys, pa.array([TS + i for i in range(n)], pa.int64()),
+                         max_batch_bytes=BATCH_BYTES)
+    end = 0
+    while (h := read_batch_header(buf, end)) is not None and h.end_position <= mib << 20:
+        end = h.end_position
+    return buf[:end]
 
 
 def best_seconds(run: Callable[[int], None], repeat: int) -> float:
@@ -102,7 +107,7 @@ def bench_append_and_read(uri: str, plain, boto, bucket: str, mib: int, appends:
 
     def obstore_put(r: int) -> None:
         for i in range(appends):
-            obstore.put(plain, f"plain/put{mib}/{r}/{i:08d}.log", buf)
+            obstore.put(plain, f"plain/put{mib}/{r}/{i:08d}.log", buf, use_multipart=False)
 
     def boto_put(r: int) -> None:
         for i in range(appends):
@@ -127,7 +132,7 @@ def bench_append_and_read(uri: str, plain, boto, bucket: str, mib: int, appends:
     prefix = uri.split(f"s3://{bucket}/", 1)[1]
 
     def obstore_get(_: int) -> None:
-        got = sum(len(bytes(obstore.get(plain, f"{prefix}/{k}").bytes())) for k in keys)
+        got = sum(len(obstore.get(plain, f"{prefix}/{k}").bytes()) for k in keys)
         assert got == total, (got, total)
 
     def boto_get(_: int) -> None:

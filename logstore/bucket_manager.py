@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .bucket_commit_log import Change, CommitLog
@@ -53,6 +54,9 @@ from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 
 logger = logging.getLogger(__name__)
+
+UPLOAD_THREADS = 16
+"""The most objects an append uploads at once."""
 
 
 def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
@@ -311,9 +315,19 @@ class BucketLogManager:
                           sum(h.records_count for h in hs), len(buf))
 
     def _upload(self, segments: list[SegmentObjects]) -> None:
-        for seg in segments:
-            for key, data in seg.uploads():
-                self.storage.write_atomic(key, data)
+        """PUT every object at once (the commit that follows waits for all): one round
+        trip, not one per object. A pool per call, not per process: a forked worker would
+        inherit a process-wide pool without its threads."""
+        uploads = [u for seg in segments for u in seg.uploads()]
+        if len(uploads) == 1:
+            self.storage.write_atomic(*uploads[0])
+            return
+        with ThreadPoolExecutor(min(len(uploads), UPLOAD_THREADS),
+                                thread_name_prefix="seglog-upload") as pool:
+            futures = [pool.submit(self.storage.write_atomic, key, data)
+                       for key, data in uploads]
+        for future in futures:
+            future.result()  # the first failure, once none is still running
 
     def _discard(self, segments: list[SegmentObjects]) -> None:
         """Uploads of a lost attempt: no commit references them, nobody else knows them."""

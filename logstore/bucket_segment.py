@@ -18,6 +18,7 @@ lazily fetched indexes).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 from dataclasses import dataclass
@@ -25,12 +26,20 @@ from pathlib import PurePosixPath
 
 from .abstract_index import AbstractIndex
 from .bucket_state import SegmentEntry, segment_key
-from .errors import CorruptMetadataError, KafkaStorageError
+from .errors import (
+    CorruptMetadataError,
+    CorruptRecordError,
+    KafkaStorageError,
+    MissingSegmentError,
+    SeglogError,
+)
 from .log_segment import LogSegment
 from .offset_index import OffsetIndex
 from .record_format import INT32_MAX, BatchHeader
-from .storage import RangeReader, Storage
+from .storage import Storage
 from .time_index import TimeIndex
+
+logger = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -184,8 +193,7 @@ class BucketSegment(LogSegment):
         self.file_suffix = ""
         self.dir = ObjectPath(storage.uri) / entry.key.rpartition("/")[0]  # type: ignore
         self.log_path = ObjectPath(f"{storage.uri}/{entry.key}{LOG_SUFFIX}")  # type: ignore
-        self._lock = threading.Lock()  # guards _reader, _oidx, _tidx
-        self._reader: RangeReader | None = None
+        self._lock = threading.Lock()  # guards _oidx, _tidx
         self._oidx: BytesOffsetIndex | None = None
         self._tidx: BytesTimeIndex | None = None
         self._index_warned = False
@@ -197,28 +205,41 @@ class BucketSegment(LogSegment):
     def _object(self, suffix: str) -> str:
         return self.entry.key + suffix
 
-    def _range_reader(self) -> RangeReader:
-        with self._lock:
-            if self._reader is None:
-                if self._closed:
-                    raise KafkaStorageError(f"segment {self.log_path} is closed")
-                reader = self.storage.open_range_reader(self._object(LOG_SUFFIX))
-                if reader.size != self.entry.size:
-                    raise CorruptMetadataError(
-                        f"{self.log_path} has {reader.size} bytes, but the commit that "
-                        f"added it says {self.entry.size}")
-                self._reader = reader
-            return self._reader
+    def _what(self) -> str:
+        e = self.entry
+        return f"offsets [{e.base_offset}, {e.next_offset}) of {e.key.rpartition('/')[0]}"
+
+    def _size_error(self, actual: int) -> SeglogError:
+        """The object is not the one committed (its size is in the commit)."""
+        expected = self.entry.size
+        if actual < expected:
+            return MissingSegmentError(
+                f"{self.log_path} has {actual} bytes, but the commit that added it says "
+                f"{expected}: {self._what()} cannot all be read (the object was cut short "
+                f"or replaced)", self.entry.base_offset, self.entry.next_offset)
+        return CorruptRecordError(
+            f"{self.log_path} has {actual} bytes, but the commit that added it says "
+            f"{expected}: the object holding {self._what()} is not the one committed "
+            f"(replaced or damaged); nothing of it is read")
 
     def _index_bytes(self, suffix: str, expected: int) -> bytes:
+        """An index object's bytes, or ``b""`` (no index: reads scan the segment from its
+        start, as a local reader does past a corrupt index) when the object is missing
+        or not the size the commit says. The data itself is checked as it is read."""
         if expected == 0:
             return b""
-        data = self.storage.read(self._object(suffix))
-        if len(data) != expected:
-            raise CorruptMetadataError(
-                f"{self.storage.uri}/{self._object(suffix)} has {len(data)} bytes, but the "
-                f"commit that added it says {expected}")
-        return data
+        where = f"{self.storage.uri}/{self._object(suffix)}"
+        try:
+            data = self.storage.read(self._object(suffix))
+        except FileNotFoundError:
+            problem = "is missing"
+        else:
+            if len(data) == expected:
+                return data
+            problem = f"has {len(data)} bytes, but the commit that added it says {expected}"
+        logger.warning("index object %s %s; reading %s without it (scanning the segment "
+                       "from its start)", where, problem, self._what())
+        return b""
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -257,26 +278,47 @@ class BucketSegment(LogSegment):
     def closed(self) -> bool:
         return self._closed
 
-    def pread(self, position: int, size: int) -> bytes:
-        end = min(position + size, self.entry.size)
+    def _get(self, position: int, size: int) -> memoryview:
+        """Ranged GETs, no HEAD: the commit gives the size. A read that reaches the
+        segment's end asks for one byte more, so an object longer than committed shows
+        (an object is never rewritten: no ETag to pin); a shorter one gives fewer bytes."""
+        expected = self.entry.size
+        end = min(position + size, expected)
         if end <= position:
-            return b""
-        return self._range_reader().pread(position, end - position)
+            return memoryview(b"")
+        if self._closed:
+            raise KafkaStorageError(f"segment {self.log_path} is closed")
+        want = end - position
+        try:
+            data = self.storage.read_range_view(self._object(LOG_SUFFIX), position,
+                                                want + (end == expected))
+        except FileNotFoundError:
+            raise MissingSegmentError(
+                f"{self.log_path} is missing, though the commits reference it: "
+                f"{self._what()} cannot be read", self.entry.base_offset,
+                self.entry.next_offset) from None
+        if len(data) == want:
+            return data
+        raise self._size_error(position + len(data) if len(data) < want
+                               else self.storage.size(self._object(LOG_SUFFIX)))
+
+    def pread(self, position: int, size: int) -> bytes:
+        return bytes(self._get(position, size))
 
     def readinto(self, buf: bytearray | memoryview, position: int) -> int:
-        data = self.pread(position, len(buf))
+        data = self._get(position, len(buf))
         buf[:len(data)] = data
         return len(data)
+
+    def read_chunk(self, position: int, max_bytes: int) -> tuple[memoryview, int]:
+        data = self._get(position, max_bytes)  # the buffer the answer came in: no copy
+        return data, len(data)
 
     def close(self, *, flush: bool = False) -> None:
         self.close_handlers()
 
     def close_handlers(self) -> None:
-        with self._lock:
-            self._closed = True
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
+        self._closed = True  # no handle to release: each read is its own GET
 
     def __repr__(self) -> str:
         return f"BucketSegment({self.log_path}, size={self.entry.size})"

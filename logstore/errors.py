@@ -118,6 +118,13 @@ class OffsetBelowLogStartError(MissingDataError, OffsetOutOfRangeError):
     (retention, DeleteRecords); ``end`` is the log start offset."""
 
 
+class MissingSegmentError(MissingDataError, KafkaStorageError):
+    """A segment object a bucket's commits reference is gone, or shorter than the commit
+    says: offsets ``[start, end)`` (the segment's) cannot be read. A ``MissingDataError``
+    (``failOnDataLoss`` decides, as for a local segment file deleted or cut short) and a
+    ``KafkaStorageError`` (the read path lists again, once, before reporting it)."""
+
+
 class CorruptMetadataError(SeglogError):
     """A bucket's commit, snapshot or segment entry cannot be what the format says (it
     fails to parse, or applying it would break the log); the message names the object."""

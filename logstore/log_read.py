@@ -325,8 +325,7 @@ class LogReads:
             else:
                 position = 0
             while True:
-                buf = bytearray(chunk_bytes)
-                n = seg.readinto(buf, position)
+                buf, n = seg.read_chunk(position, chunk_bytes)
                 p = 0
                 stop = False
                 while True:

@@ -554,6 +554,14 @@ class LogSegment:
         memoryview(buf).cast("B")[:len(data)] = data
         return len(data)
 
+    def read_chunk(self, position: int, max_bytes: int
+                   ) -> tuple[bytes | bytearray | memoryview, int]:
+        """A fresh buffer of up to ``max_bytes`` from ``position`` and how many bytes it
+        holds (fewer at the end). A bucket segment returns its GET's bytes instead of
+        copying them into a zero-filled buffer."""
+        buf = bytearray(max_bytes)
+        return buf, self.readinto(buf, position)
+
     def update_dir(self, dir_: Path) -> None:
         """The partition directory was renamed: point the paths at the new one."""
         self.dir = Path(dir_)
@@ -599,6 +607,8 @@ class LogSegment:
         largest entry <= ``offset`` when ``index_check.entry_usable_for_lookup`` accepts
         it, else 0. A garbled index (a reader's view of an active index is never
         recovered) then costs a longer scan, never skipped rows."""
+        if offset <= self.base_offset:
+            return 0  # no index needed (nor fetched, for a bucket segment)
         entry = self.offset_index.lookup(offset)
         if entry.position == 0:
             return 0  # no entry (a segment's first batch never gets one)

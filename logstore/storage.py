@@ -18,6 +18,8 @@ The contract (also in docs/internals.md, "Storage contract"):
   keeps it readable after an unlink or a replace; an object reader checks its ETag, so a
   replaced object is an error, never mixed bytes (the engines never rewrite a data object,
   and delete one only ``file.delete.delay.ms`` after it left the log).
+- ``read_range_view`` is ``read_range`` as a read-only ``memoryview``: an object store
+  hands over the buffer its answer arrived in (a segment read copies nothing).
 - ``write_atomic`` makes the whole new content visible at once, durably, or leaves the old
   content (or absence): a reader never sees part of it.
 - ``create`` is ``write_atomic`` only if nothing exists at the path; of any number of
@@ -100,6 +102,9 @@ class Storage(Protocol):
     def read(self, path: StoragePath) -> bytes: ...
 
     def read_range(self, path: StoragePath, position: int, length: int) -> bytes: ...
+
+    def read_range_view(self, path: StoragePath, position: int, length: int) -> memoryview:
+        """``read_range``'s bytes, read-only, without a copy where the backend can."""
 
     def open_range_reader(self, path: StoragePath) -> RangeReader: ...
 
@@ -350,6 +355,9 @@ class PosixStorage:
             return os.pread(fd, length, position)
         finally:
             os.close(fd)
+
+    def read_range_view(self, path: StoragePath, position: int, length: int) -> memoryview:
+        return memoryview(self.read_range(path, position, length))
 
     def open_range_reader(self, path: StoragePath) -> FileHandle:
         return self.open_file(path, "read")

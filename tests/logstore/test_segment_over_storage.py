@@ -65,6 +65,10 @@ class ProtocolOnly:
         self.calls.append(("read_range", str(path)))
         return self._fs.read_range(path, position, length)
 
+    def read_range_view(self, path: StoragePath, position: int, length: int) -> memoryview:
+        self.calls.append(("read_range_view", str(path)))
+        return self._fs.read_range_view(path, position, length)
+
     def open_range_reader(self, path: StoragePath) -> RangeReader:
         self.calls.append(("open_range_reader", str(path)))
         return _Ranges(self._fs.open_range_reader(path), self.calls)
@@ -138,8 +142,9 @@ def _refuse_local(monkeypatch) -> None:
             raise AssertionError(f"LOCAL.{name} used by a read over another Storage")
         return call
 
-    for name in (*_FILESYSTEM_ONLY, "read", "read_range", "open_range_reader", "size",
-                 "exists", "list_dir", "list_after", "write_atomic", "create", "delete"):
+    for name in (*_FILESYSTEM_ONLY, "read", "read_range", "read_range_view",
+                 "open_range_reader", "size", "exists", "list_dir", "list_after",
+                 "write_atomic", "create", "delete"):
         monkeypatch.setattr(storage_mod.LOCAL, name, refuse(name))
 
 

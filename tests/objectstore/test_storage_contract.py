@@ -31,6 +31,10 @@ def test_reads_return_the_bytes_last_written(storage):
     assert st.read_range(path, len(data), 10) == b""
     assert st.read_range(path, len(data) + 10, 10) == b""
     assert st.read_range(path, 0, 0) == b""
+    view = st.read_range_view(path, 1000, 300)
+    assert isinstance(view, memoryview) and view.readonly and view == data[1000:1300]
+    assert st.read_range_view(path, len(data) - 5, 100) == data[-5:]
+    assert st.read_range_view(path, len(data), 10) == b""
     reader = st.open_range_reader(path)
     try:
         assert isinstance(reader, RangeReader)
