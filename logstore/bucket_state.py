@@ -326,14 +326,23 @@ class BucketState:
 
 def _apply_change(current: PartitionState, change: PartitionChange, where: str
                   ) -> PartitionState:
-    keys = {s.key for s in current.segments}
-    missing = [k for k in change.remove if k not in keys]
-    if missing:
-        raise CorruptMetadataError(f"{where}: removes segments it does not hold: {missing}")
-    removed = set(change.remove)
-    kept = [s for s in current.segments if s.key not in removed]
-    segments = tuple(sorted(kept + list(change.add), key=lambda s: s.base_offset))
-    _check_order(segments, where)
+    added = tuple(sorted(change.add, key=lambda s: s.base_offset))
+    if not change.remove and (not current.segments or not added
+                              or added[0].base_offset >= current.segments[-1].next_offset):
+        # An append: only the new segments need checking, so a commit's cost does not
+        # grow with the partition's history.
+        _check_order(added, where)
+        segments = current.segments + added
+    else:
+        keys = {s.key for s in current.segments}
+        missing = [k for k in change.remove if k not in keys]
+        if missing:
+            raise CorruptMetadataError(f"{where}: removes segments it does not hold: "
+                                       f"{missing}")
+        removed = set(change.remove)
+        kept = [s for s in current.segments if s.key not in removed]
+        segments = tuple(sorted(kept + list(added), key=lambda s: s.base_offset))
+        _check_order(segments, where)
     lso = current.log_start_offset
     if change.log_start_offset is not None:
         lso = max(lso, change.log_start_offset)
