@@ -104,6 +104,7 @@ class CommitLog:
         self._sleep = sleep
         self._lock = threading.RLock()  # guards _state
         self._state = BucketState()
+        self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._load()
 
     @property
@@ -142,12 +143,21 @@ class CommitLog:
         return self._read_snapshot(version)
 
     def _read_snapshot(self, version: int) -> BucketState | None:
+        """The snapshot of ``version``; None when it is gone or damaged. A damaged one is
+        skipped (logged, and named if the commits it stood for are gone too): the state
+        is then folded from an older snapshot and the commits, which are what a
+        snapshot only summarises."""
         key = snapshot_key(version)
         try:
             data = self.storage.read(key)
         except FileNotFoundError:
             return None  # collected after a newer one: the caller lists them
-        return BucketState.decode(data, f"{self.uri}/{key}", version)
+        try:
+            return BucketState.decode(data, f"{self.uri}/{key}", version)
+        except CorruptMetadataError as e:
+            logger.warning("%s; folding the commits from an older snapshot instead", e)
+            self._damaged.add(f"{self.uri}/{key}")
+            return None
 
     def _newest_listed_snapshot(self) -> BucketState | None:
         versions = sorted(v for v in (parse_version_name(e.name)
@@ -168,17 +178,15 @@ class CommitLog:
             listed = sorted(v for v in (parse_version_name(e.name)
                                         for e in self.storage.list_after(COMMIT_DIR, after))
                             if v is not None and v > state.version)
-            if listed and listed[0] != state.version + 1:
-                # Commits after our version were collected (we are older than
-                # file.delete.delay.ms): a newer snapshot holds them.
-                newer = self._newest_listed_snapshot()
-                if newer is None or newer.version < listed[0] - 1:
-                    raise CorruptMetadataError(
-                        f"{self.uri}: commit {state.version + 1} is missing (the log lists "
-                        f"{listed[0]} next) and no snapshot covers it")
-                state = newer
-                listed = [v for v in listed if v > state.version]
             for version in listed:
+                if version <= state.version:
+                    continue  # a snapshot below already holds it
+                if version != state.version + 1:
+                    # Commits after our version were collected (we are older than
+                    # file.delete.delay.ms): a newer snapshot holds them.
+                    state = self._snapshot_over_gap(state, version)
+                    if version <= state.version:
+                        continue
                 key = commit_key(version)
                 where = f"{self.uri}/{key}"
                 try:
@@ -190,6 +198,19 @@ class CommitLog:
             changed = state.version != self._state.version
             self._state = state
             return changed
+
+    def _snapshot_over_gap(self, state: BucketState, listed_next: int) -> BucketState:
+        """The newest snapshot, when it covers the commits missing before ``listed_next``;
+        else CorruptMetadataError naming the first missing one (and any damaged snapshot
+        that might have held it)."""
+        newer = self._newest_listed_snapshot()
+        if newer is None or newer.version < listed_next - 1:
+            damaged = (f" (damaged, so not used: {', '.join(sorted(self._damaged))})"
+                       if self._damaged else "")
+            raise CorruptMetadataError(
+                f"{self.uri}: commit {state.version + 1} is missing (the log lists "
+                f"{listed_next} next) and no snapshot covers it{damaged}")
+        return newer
 
     # -- writing ---------------------------------------------------------------------
 

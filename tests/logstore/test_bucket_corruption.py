@@ -1,0 +1,176 @@
+"""Objects of a bucket that are not what its commits say, over memory:// and a moto S3
+server: a ``.log`` shorter or longer than its entry, a batch whose CRC fails, a missing
+``.log`` or index object, a damaged commit or snapshot. Each is an error naming the URI,
+the key and the offsets (``MissingDataError`` where data is missing, which
+``failOnDataLoss`` governs as for a local segment file; ``CorruptRecordError`` where the
+bytes are wrong, never skipped); nothing damaged is returned as data."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, commit_key, snapshot_key
+from seglog.logstore.errors import (
+    CorruptMetadataError,
+    CorruptRecordError,
+    KafkaStorageError,
+    MissingDataError,
+)
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.record_codec import decode_batches, encode_batches
+
+TS = 1_700_000_000_000
+
+
+@pytest.fixture(params=("memory", "s3"))
+def uri(request) -> str:
+    if request.param == "memory":
+        return f"memory://bucket-corruption-{uuid.uuid4().hex}"
+    return request.getfixturevalue("s3_uri")
+
+
+def batches(n: int, start: int = 0) -> bytearray:
+    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+                          timestamps=pa.array([TS + i for i in range(start, start + n)],
+                                              pa.int64()),
+                          max_batch_bytes=200)
+
+
+def three_segments(uri: str) -> tuple[LogManager, list]:
+    """Partition t-0 with segments [0, 20), [20, 40), [40, 60), each of several batches
+    (an offset index object each)."""
+    mgr = LogManager(uri)
+    mgr.create_topic("t", 1, {"index.interval.bytes": "100"})
+    for i in range(3):
+        mgr.append("t", 0, batches(20, 20 * i))
+    segments = list(mgr.state.partition("t", 0).segments)
+    assert [(s.base_offset, s.next_offset) for s in segments] == [(0, 20), (20, 40), (40, 60)]
+    assert all(s.index_bytes for s in segments)
+    return mgr, segments
+
+
+def read_all(mgr: LogManager, start: int = 0, end: int | None = None) -> list[int]:
+    log = mgr.get_log("t", 0)
+    end = log.high_watermark if end is None else end
+    return [o for c in log.read_chunks(start, end)
+            for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()]
+
+
+def test_a_log_object_shorter_than_its_entry_is_missing_data(uri):
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    key = segs[1].key + ".log"
+    storage.write_atomic(key, storage.read(key)[:-7])  # cut short: the last batch is partial
+    reader = LogManager(uri, read_only=True)
+    with pytest.raises(MissingDataError) as e:
+        read_all(reader)
+    assert f"{uri}/{key}" in str(e.value) and "offsets [20, 40) of t-0" in str(e.value)
+    assert (e.value.start, e.value.end) == (20, 40)  # a reader with failOnDataLoss=false
+    # goes on from the end, past the segment: the next one reads whole
+    assert read_all(reader, 40) == list(range(40, 60))
+    with pytest.raises(MissingDataError, match=key):
+        reader.get_log("t", 0).read(25)
+
+
+def test_a_log_object_longer_than_its_entry_is_corruption(uri):
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    key = segs[2].key + ".log"
+    storage.write_atomic(key, storage.read(key) + bytes(batches(1, 60)))
+    reader = LogManager(uri, read_only=True)
+    with pytest.raises(CorruptRecordError) as e:
+        read_all(reader)
+    assert f"{uri}/{key}" in str(e.value) and "offsets [40, 60) of t-0" in str(e.value)
+    assert not isinstance(e.value, MissingDataError)  # never skipped
+    assert read_all(reader, 0, 40) == list(range(40))  # the segments before it are sound
+    with pytest.raises(CorruptRecordError, match="not the one committed"):
+        reader.get_log("t", 0).read(45)
+
+
+def test_a_batch_whose_crc_fails_is_never_returned(uri):
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    key = segs[1].key + ".log"
+    data = bytearray(storage.read(key))
+    data[-3] ^= 0x40  # inside the last batch's records: same size, only the CRC knows
+    storage.write_atomic(key, data)
+    reader = LogManager(uri, read_only=True)
+    log = reader.get_log("t", 0)
+    seen: list[int] = []
+    with pytest.raises(CorruptRecordError) as e:
+        for chunk in log.read_chunks(0, log.high_watermark):
+            seen += decode_batches(bytes(chunk), start_offset=0).column("offset").to_pylist()
+    assert f"{uri}/{key}" in str(e.value) and "CRC" in str(e.value)
+    assert "t-0" in str(e.value) and "..39 has CRC" in str(e.value)
+    assert seen == list(range(20))  # the damaged segment gave nothing
+    with pytest.raises(CorruptRecordError, match=key):
+        log.read(20, max_bytes=1 << 20)
+
+
+def test_a_missing_log_object_is_missing_data_after_one_refresh(uri):
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    key = segs[0].key + ".log"
+    storage.delete(key)
+    reader = LogManager(uri, read_only=True)
+    with pytest.raises(MissingDataError) as e:
+        read_all(reader)
+    assert isinstance(e.value, KafkaStorageError)
+    assert f"{uri}/{key} is missing" in str(e.value)
+    assert "offsets [0, 20) of t-0" in str(e.value) and (e.value.start, e.value.end) == (0, 20)
+    assert read_all(reader, 20) == list(range(20, 60))
+
+
+def test_a_missing_or_wrong_sized_index_object_reads_by_scanning(uri, caplog):
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    missing, cut = segs[1].key + ".index", segs[2].key + ".index"
+    storage.delete(missing)
+    storage.write_atomic(cut, storage.read(cut)[:-8])
+    reader = LogManager(uri, read_only=True)
+    log = reader.get_log("t", 0)
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket_segment"):
+        assert log.read(35).first_offset <= 35 < log.read(35).next_offset
+        assert log.read(55).first_offset <= 55 < log.read(55).next_offset
+    text = caplog.text
+    assert f"{uri}/{missing} is missing" in text
+    assert f"{uri}/{cut} has" in text and "offsets [40, 60)" in text
+    assert read_all(reader) == list(range(60))
+
+
+def test_a_damaged_commit_is_an_error_naming_it(uri):
+    mgr, _segs = three_segments(uri)
+    version = mgr.state.version
+    ObjectStorage(uri).write_atomic(commit_key(version + 1), b'{"format": 1, "version": ')
+    with pytest.raises(CorruptMetadataError, match=rf"{uri}/_seglog/log/0*{version + 1}\.json"):
+        LogManager(uri, read_only=True)
+    with pytest.raises(CorruptMetadataError, match="not valid JSON"):
+        mgr.refresh()
+    assert mgr.state.version == version  # nothing of it was taken
+
+
+def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, caplog):
+    mgr = LogManager(uri)
+    mgr.create_topic("t", 1)
+    for i in range(SNAPSHOT_EVERY + 2):
+        mgr.append("t", 0, batches(2, 2 * i))
+    storage = ObjectStorage(uri)
+    snapshot = snapshot_key(SNAPSHOT_EVERY)
+    assert storage.read(HINT_KEY) == b'{"version": %d}' % SNAPSHOT_EVERY
+    storage.write_atomic(snapshot, storage.read(snapshot)[:-30])
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket_commit_log"):
+        reader = LogManager(uri, read_only=True)
+    assert f"{uri}/{snapshot}" in caplog.text
+    assert reader.state == mgr.state  # folded from version 0 instead
+    assert read_all(reader) == list(range(2 * (SNAPSHOT_EVERY + 2)))
+    # With a commit it stood for gone as well, nothing is durable to rebuild from.
+    storage.delete(commit_key(SNAPSHOT_EVERY - 3))
+    with pytest.raises(CorruptMetadataError) as e:
+        LogManager(uri, read_only=True)
+    assert f"commit {SNAPSHOT_EVERY - 3} is missing" in str(e.value)
+    assert f"{uri}/{snapshot}" in str(e.value)
