@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from docker_engine import docker_unavailable
 from storage_cases import StorageUnderTest
 from test_conditional_writes import *  # noqa: F403 (the same tests, collected here again)
 from test_storage_contract import *  # noqa: F403
@@ -19,22 +20,7 @@ from seglog.logstore.object_storage import ObjectStorage
 MINIO_IMAGE = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 
 
-def _docker_unavailable() -> str | None:
-    """Why no container can run here, or None; asks the engine once, with a short timeout."""
-    try:
-        import docker
-
-        client = docker.from_env(timeout=5)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except Exception as e:  # no socket, refused, or an engine that does not answer
-        return f"no reachable Docker engine ({type(e).__name__}: {str(e)[:200]})"
-    return None
-
-
-_UNAVAILABLE = _docker_unavailable()
+_UNAVAILABLE = docker_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=_UNAVAILABLE or "")
 
 
