@@ -35,7 +35,7 @@ from .errors import (
 )
 from .log_segment import LogSegment
 from .offset_index import OffsetIndex
-from .record_format import INT32_MAX, BatchHeader
+from .record_format import INT32_MAX, LOG_OVERHEAD, BatchHeader, set_base_offset
 from .storage import Storage
 from .time_index import TimeIndex
 
@@ -93,8 +93,18 @@ def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, t
     return out
 
 
+def build_fragment(buf: bytearray | memoryview, headers: list[BatchHeader], key: str, *,
+                   index_interval_bytes: int) -> SegmentObjects:
+    """One segment's objects under ``key`` (the Spark sink's fragments: uploaded to
+    ``_seglog/staging/...`` before their offsets are known, with base offsets relative to
+    the fragment, first batch 0). Kafka's index entries hold offsets relative to the
+    segment base, so the indexes built here stay valid once a commit gives the fragment
+    its real base (``SegmentEntry.offset_delta``)."""
+    return _segment(memoryview(buf), headers, "", 0, index_interval_bytes, key=key)
+
+
 def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition: int,
-             interval: int) -> SegmentObjects:
+             interval: int, *, key: str | None = None) -> SegmentObjects:
     base = headers[0].base_offset
     start = headers[0].position
     offsets = bytearray()
@@ -115,7 +125,7 @@ def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition
     if max_ts > last_ts:  # the final entry of a segment that becomes inactive
         times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)
     end = headers[-1].end_position
-    entry = SegmentEntry(segment_key(topic, partition, base, new_segment_id()), base,
+    entry = SegmentEntry(key or segment_key(topic, partition, base, new_segment_id()), base,
                          headers[-1].last_offset + 1, end - start, max_ts, len(offsets),
                          len(times))
     return SegmentObjects(entry, view[start:end], bytes(offsets), bytes(times))
@@ -182,10 +192,6 @@ class BucketSegment(LogSegment):
     ``log_path`` is ``<uri>/<key>.log`` (as a ``PurePosixPath``, for messages)."""
 
     def __init__(self, storage: Storage, entry: SegmentEntry) -> None:
-        if entry.offset_delta:
-            raise CorruptMetadataError(
-                f"{storage.uri}/{entry.key}: segments with an offset_delta are not readable "
-                f"by this seglog yet")
         self.storage = storage
         self.entry = entry
         self.base_offset = entry.base_offset
@@ -289,21 +295,52 @@ class BucketSegment(LogSegment):
         if self._closed:
             raise KafkaStorageError(f"segment {self.log_path} is closed")
         want = end - position
+        # A fragment (offset_delta): 8 more bytes, so a batch starting before ``end`` has
+        # its whole baseOffset field here to patch.
+        fetch_end = min(end + 8, expected) if self.entry.offset_delta else end
+        fetch = fetch_end - position
         try:
             data = self.storage.read_range_view(self._object(LOG_SUFFIX), position,
-                                                want + (end == expected))
+                                                fetch + (fetch_end == expected))
         except FileNotFoundError:
             raise MissingSegmentError(
                 f"{self.log_path} is missing, though the commits reference it: "
                 f"{self._what()} cannot be read", self.entry.base_offset,
                 self.entry.next_offset) from None
-        if len(data) == want:
+        if len(data) != fetch:
+            raise self._size_error(position + len(data) if len(data) < fetch
+                                   else self.storage.size(self._object(LOG_SUFFIX)))
+        if not self.entry.offset_delta:
             return data
-        raise self._size_error(position + len(data) if len(data) < want
-                               else self.storage.size(self._object(LOG_SUFFIX)))
+        patched = bytearray(data)
+        self._patch_base_offsets(patched, position)
+        return memoryview(patched)[:want]
 
     def pread(self, position: int, size: int) -> bytes:
         return bytes(self._get(position, size))
+
+    def _patch_base_offsets(self, data: bytearray, position: int) -> None:
+        """Add ``offset_delta`` to the baseOffset of every batch starting in ``data``
+        (read from ``position``, a batch start: the read path only reads from batch
+        starts, found by the index or by walking headers). The CRC does not cover the
+        field, so the patched batches are exactly what Kafka would store. A stored offset
+        outside the fragment's range means ``position`` was no batch start or the object
+        is not what its commit says: corruption, never data."""
+        entry = self.entry
+        low = entry.base_offset - entry.offset_delta
+        high = entry.next_offset - entry.offset_delta
+        pos = 0
+        while pos + 8 <= len(data):
+            stored = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+            if not low <= stored < high:
+                raise CorruptRecordError(
+                    f"{self.log_path} at position {position + pos}: stored base offset "
+                    f"{stored} is outside the fragment's [{low}, {high}) (the commit gives "
+                    f"it offset_delta {entry.offset_delta})")
+            set_base_offset(data, pos, stored + entry.offset_delta)
+            if pos + LOG_OVERHEAD > len(data):
+                return
+            pos += LOG_OVERHEAD + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
 
     def readinto(self, buf: bytearray | memoryview, position: int) -> int:
         data = self._get(position, len(buf))

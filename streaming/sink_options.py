@@ -36,6 +36,7 @@ from seglog.logstore.errors import (
     LogDirError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.storage import LOCAL
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
@@ -108,6 +109,12 @@ class SinkOptions:
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
 
+    @property
+    def bucket_uri(self) -> str | None:
+        """The bucket URI when the log dir is one (``parse`` allows one URI alone)."""
+        first = self.log_dirs[0] if self.log_dirs else None
+        return first if is_object_uri(first) else None
+
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SinkOptions:
         """Validate ``options`` (any case). Raises ConfigError naming the option."""
@@ -163,8 +170,14 @@ class SinkOptions:
         except ConfigError as e:
             raise ConfigError(f"invalid topic config option "
                               f"({TOPIC_CONFIG_PREFIX}<name>): {e}") from None
+        log_dirs = parse_log_dirs(opts)
+        if len(log_dirs) > 1 and any(is_object_uri(d) for d in log_dirs):
+            raise ConfigError(
+                f"option {'logDirs' if 'logDirs' in opts else 'path'!r} lists "
+                f"{', '.join(log_dirs)}: a bucket URI is the only log dir of a sink (a "
+                "bucket has no per-disk placement to spread partitions over)")
         return cls(
-            log_dirs=parse_log_dirs(opts),
+            log_dirs=log_dirs,
             topic=topic,
             compression=compression,
             create_topics=option_bool(opts, "createTopics", True),
