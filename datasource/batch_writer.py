@@ -20,7 +20,14 @@ from pyspark.sql.types import StructType
 from seglog.logstore.errors import ConfigError
 from seglog.streaming.errors import SinkCommitError
 
-from .stream_writer import SeglogCommitMessage, ShippedOnce, unwrap, validate_sink
+from .stream_writer import (
+    SeglogCommitMessage,
+    ShippedOnce,
+    commit_module,
+    staging_module,
+    unwrap,
+    validate_sink,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,21 +53,21 @@ class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
-        from seglog.streaming.sink_staging import stage_rows
-
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
+        stage_rows = staging_module(self.options).stage_rows
         staged = stage_rows(self.options, self.columns, iterator, self.job_id, _BATCH_ID,
                             ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     def commit(self, messages) -> None:
-        from seglog.streaming import sink_commit
-
-        sink_commit.commit(unwrap(messages), _BATCH_ID, self.options, use_ledger=False)
+        commit_module(self.options).commit(unwrap(messages), _BATCH_ID, self.options,
+                                           use_ledger=False)
 
     def abort(self, messages) -> None:
-        from seglog.streaming import sink_commit
-
-        sink_commit.abort(unwrap(messages), _BATCH_ID, self.options, sink_ids=[self.job_id])
+        if self.options.bucket_uri is not None:  # uploads are named by the messages
+            commit_module(self.options).abort(unwrap(messages), _BATCH_ID, self.options)
+            return
+        commit_module(self.options).abort(unwrap(messages), _BATCH_ID, self.options,
+                                          sink_ids=[self.job_id])

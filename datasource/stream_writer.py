@@ -24,6 +24,7 @@ import hashlib
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
@@ -63,7 +64,8 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
                   ) -> tuple[SinkOptions, SinkColumns]:
     """Parse the options and check the input columns (driver side, before any task)."""
     opts = SinkOptions.parse(options)
-    check_log_dirs(opts.log_dirs, log_dirs_option(options))
+    if opts.bucket_uri is None:
+        check_log_dirs(opts.log_dirs, log_dirs_option(options))
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
     if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
         _check_existing_topic(opts, opts.topic)
@@ -78,8 +80,8 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
     from seglog.streaming.sink_staging import check_partition_count
 
     partitions = None
-    if all(Path(d).is_dir() for d in opts.log_dirs):
-        with reader(opts.log_dirs) as mgr:  # the process's shared reader
+    if opts.bucket_uri is not None or all(Path(d).is_dir() for d in opts.log_dirs):
+        with reader(opts.log_dirs) as mgr:  # the process's shared reader (a bucket's too)
             if topic in mgr.topics():
                 partitions = len(mgr.partitions(topic))
     if partitions is not None:
@@ -114,6 +116,31 @@ def describe_sink(options_ignored: tuple[str, ...], columns_ignored: tuple[str, 
                     ", ".join(repr(c) for c in columns_ignored))
 
 
+def staging_module(options: SinkOptions) -> ModuleType:
+    """Where tasks stage: ``sink_bucket_staging`` (uploads) for a bucket URI, else
+    ``sink_staging`` (files in the log dir). Imported in the task only: both load the
+    codec."""
+    if options.bucket_uri is not None:
+        from seglog.streaming import sink_bucket_staging
+
+        return sink_bucket_staging
+    from seglog.streaming import sink_staging
+
+    return sink_staging
+
+
+def commit_module(options: SinkOptions) -> ModuleType:
+    """Who publishes: ``sink_bucket_commit`` (one conditional commit, metadata only)
+    for a bucket URI, else ``sink_commit`` (appends under the dir lock)."""
+    if options.bucket_uri is not None:
+        from seglog.streaming import sink_bucket_commit
+
+        return sink_bucket_commit
+    from seglog.streaming import sink_commit
+
+    return sink_commit
+
+
 def unwrap(messages) -> list[StagedTask | None]:
     out: list[StagedTask | None] = []
     for m in messages:
@@ -136,11 +163,10 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
-        from seglog.streaming.sink_staging import stage_rows
-
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
+        stage_rows = staging_module(self.options).stage_rows
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         if raw_batch is None:
             raise SinkCommitError(
@@ -159,11 +185,7 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
         return f"chk-{digest[:32]}"
 
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 (PySpark's name)
-        from seglog.streaming import sink_commit
-
-        sink_commit.commit(unwrap(messages), batchId, self.options)
+        commit_module(self.options).commit(unwrap(messages), batchId, self.options)
 
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
-        from seglog.streaming import sink_commit
-
-        sink_commit.abort(unwrap(messages), batchId, self.options)
+        commit_module(self.options).abort(unwrap(messages), batchId, self.options)

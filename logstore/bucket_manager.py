@@ -361,6 +361,11 @@ class BucketLogManager:
         self.refresh()
         return {_parse_tp(k): p.high_watermark for k, p in self.state.partitions.items()}
 
+    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Any, int, int]]:
+        """Always empty (the reader-of-log-dirs interface): a bucket's high watermark IS
+        its committed log end, so none can be published beyond it."""
+        return {}
+
     def log_start_offsets(self) -> dict[TopicPartition, int]:
         self.refresh()
         return {_parse_tp(k): p.log_start_offset for k, p in self.state.partitions.items()}

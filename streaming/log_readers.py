@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
+from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.storage import LOCAL
 
 from .source_options import TopicPartition
@@ -74,20 +75,30 @@ def reader(log_dirs: Iterable[str]) -> Iterator[LogDirsReader]:
     >>> with reader(["/data/logs"]) as mgr:            # doctest: +SKIP
     ...     mgr.high_watermarks()
     """
-    from seglog.logstore.log_dirs_reader import LogDirsReader
-
     key = tuple(log_dirs)
     with _lock:
         _forget_parent()
         mgr = _readers.get(key)
         if mgr is None:
-            mgr = LogDirsReader(list(key))
+            mgr = _open(key)
             _readers[key] = mgr
     try:
         yield mgr
     except (SeglogError, OSError):
         discard(key, mgr)
         raise
+
+
+def _open(key: tuple[str, ...]) -> LogDirsReader:
+    """A reader of local log dirs, or (one bucket URI) the bucket's read-only manager,
+    which answers the same calls from the bucket's commit log (one LIST per refresh)."""
+    if any(is_object_uri(d) for d in key):
+        from seglog.logstore.log_manager import LogManager
+
+        return LogManager(list(key), read_only=True)  # type: ignore[return-value]
+    from seglog.logstore.log_dirs_reader import LogDirsReader
+
+    return LogDirsReader(list(key))
 
 
 def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None) -> None:
@@ -118,8 +129,11 @@ def segment_files(
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """A partition's segment base offsets and ``.log`` sizes, oldest first; None if
     no log dir holds the partition. Sizes of segments deleted while listing read as 0."""
+    dirs = tuple(log_dirs)
+    if any(is_object_uri(d) for d in dirs):
+        return _bucket_segments(dirs, tp)
     name = partition_dir_name(*tp)
-    for d in log_dirs:
+    for d in dirs:
         path = os.path.join(d, name)
         try:
             mtime = LOCAL.stat(path).st_mtime_ns
@@ -142,6 +156,17 @@ def segment_files(
             _layouts[path] = (mtime, bases, sizes[:-1])
         return bases, sizes
     return None
+
+
+def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition
+                     ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """A bucket partition's segments, from the state the shared reader last refreshed
+    (the trigger's snapshot just did): no request."""
+    with reader(dirs) as mgr:
+        ps = mgr.state.partition(*tp)  # type: ignore[attr-defined]
+    if ps is None:
+        return None
+    return (tuple(s.base_offset for s in ps.segments), tuple(s.size for s in ps.segments))
 
 
 def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:

@@ -1,0 +1,75 @@
+"""The source and the exactly-once sink on a bucket (a real S3 server, moto, on
+127.0.0.1), in the shared session: a batch write, a seglog -> transform -> seglog stream
+whose commit is SIGKILLed after its conditional PUT and which is restarted from its
+checkpoint, batch reads; what the bucket holds is read back by kafka-python."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+from _bucket_checks import bucket_records, check_offsets, forget_worker_env, point_workers_at
+from _sink_checks import kafka_partition
+
+from seglog.logstore.log_manager import LogManager
+from seglog.streaming.sink_staging import producer_id_of
+
+pytestmark = pytest.mark.spark
+
+N = 3000
+
+
+@pytest.fixture
+def bucket(spark, s3_uri, moto_server, tmp_path):
+    point_workers_at(spark, dict(moto_server.env))
+    yield s3_uri
+    forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
+
+
+def _run(spark, uri: str, chk: Path):
+    q = (spark.readStream.format("seglog").option("path", uri).option("subscribe", "in")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1000")
+         .load()
+         .selectExpr("key", "concat('out-', cast(value AS string)) AS value")
+         .writeStream.format("seglog").option("path", uri).option("topic", "out")
+         .option("numPartitions", "2").option("checkpointLocation", str(chk))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(300)
+    except Exception as e:  # the run whose commit is killed
+        return e
+    return q.exception()
+
+
+def test_pipeline_on_a_bucket_is_exactly_once_across_a_killed_commit(spark, bucket, tmp_path):
+    (spark.range(0, N, numPartitions=3)
+     .selectExpr("cast(id % 17 AS string) AS key", "concat('e', id) AS value")
+     .write.format("seglog").option("path", bucket).option("topic", "in")
+     .option("numPartitions", "3").mode("append").save())
+    crashed = tmp_path / "crashed"
+    point_workers_at(spark, {"SEGLOG_CRASH_AT": "bucket-after-commit@1",
+                             "SEGLOG_CRASH_ONCE": str(crashed)})
+    first = _run(spark, bucket, tmp_path / "chk")
+    assert crashed.exists(), "the commit was never killed"
+    assert first is not None
+    forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
+    assert _run(spark, bucket, tmp_path / "chk") is None  # restarted from the checkpoint
+
+    expected = collections.Counter((str(i % 17).encode(), f"out-e{i}".encode())
+                                   for i in range(N))
+    records = bucket_records(bucket, "out", tmp_path / "export")
+    assert collections.Counter((r[2], r[3]) for r in records) == expected
+    check_offsets(records)
+    assert all(p == kafka_partition(k, 2) for p, _, k, _, _ in records)
+    with LogManager(bucket, read_only=True) as mgr:
+        (sink_id,) = [s for s in mgr.state.sinks]
+        assert mgr.state.sinks[sink_id]["batch_id"] == 2  # three micro-batches, 0..2
+        ops = [mgr.storage.read(f"_seglog/log/{v:020d}.json") for v in
+               range(mgr.state.version + 1)]
+    assert {r[4] for r in records} == {producer_id_of(sink_id)}
+    assert sum(b'"operation":"sink_append"' in o for o in ops) == 4  # 3 streaming + 1 batch
+    # batch reads of the bucket, through Spark
+    out = spark.read.format("seglog").option("path", bucket).option("subscribe", "out").load()
+    assert out.count() == N
+    assert out.selectExpr("max(offset)").first()[0] < N
