@@ -73,3 +73,30 @@ def test_pipeline_on_a_bucket_is_exactly_once_across_a_killed_commit(spark, buck
     out = spark.read.format("seglog").option("path", bucket).option("subscribe", "out").load()
     assert out.count() == N
     assert out.selectExpr("max(offset)").first()[0] < N
+
+
+def test_two_queries_write_one_topic_at_once_both_exactly_once(spark, bucket, tmp_path):
+    for name in ("a", "b"):
+        (spark.range(0, 2000, numPartitions=2)
+         .selectExpr("cast(id % 7 AS string) AS key", f"concat('{name}', id) AS value")
+         .write.format("seglog").option("path", bucket).option("topic", name)
+         .option("numPartitions", "2").mode("append").save())
+    queries = [
+        (spark.readStream.format("seglog").option("path", bucket).option("subscribe", name)
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "500").load()
+         .selectExpr("key", "value")
+         .writeStream.format("seglog").option("path", bucket).option("topic", "shared")
+         .option("numPartitions", "3").option("checkpointLocation", str(tmp_path / name))
+         .trigger(availableNow=True).start())
+        for name in ("a", "b")]
+    for q in queries:
+        q.awaitTermination(300)
+        assert q.exception() is None
+    records = bucket_records(bucket, "shared", tmp_path / "export")
+    check_offsets(records)
+    expected = collections.Counter((str(i % 7).encode(), f"{n}{i}".encode())
+                                   for n in ("a", "b") for i in range(2000))
+    assert collections.Counter((r[2], r[3]) for r in records) == expected
+    with LogManager(bucket, read_only=True) as mgr:
+        assert {v["batch_id"] for v in mgr.state.sinks.values()} == {3}  # 4 batches each
+        assert len(mgr.state.sinks) == 2
