@@ -160,7 +160,8 @@ class BucketStager(PartitionStager):
         key = (topic.name, partition)
         f = self._files.get(key)
         if f is None:
-            f = self._files[key] = _Open(Path(topic.name), _Buffer(self, topic, partition))
+            buf = _Buffer(self, topic, partition)
+            f = self._files[key] = _Open(Path(topic.name), None, buf)  # type: ignore[arg-type]
         return f
 
     def _upload(self, topic: _Topic, partition: int, data: bytearray) -> None:
