@@ -198,7 +198,8 @@ def _ledger_batch(state: BucketState, sink_id: str) -> int:
 def _fragments(chosen: list[StagedTask]) -> dict[TopicPartition, list[BucketFragment]]:
     plan: dict[TopicPartition, list[BucketFragment]] = {}
     for m in chosen:  # ordered by task: the deterministic publish order
-        for f in m.fragments:
+        found: tuple[Any, ...] = m.fragments
+        for f in found:
             if not isinstance(f, BucketFragment):
                 raise SinkCommitError(f"task {m.task} staged {f.path} in a local dir, but the "
                                       "sink writes to a bucket")
@@ -208,7 +209,8 @@ def _fragments(chosen: list[StagedTask]) -> dict[TopicPartition, list[BucketFrag
 
 
 def _all(tasks: Iterable[StagedTask]) -> list[BucketFragment]:
-    return [f for m in tasks for f in m.fragments if isinstance(f, BucketFragment)]
+    found: list[Any] = [f for m in tasks for f in m.fragments]
+    return [f for f in found if isinstance(f, BucketFragment)]
 
 
 def _unreferenced(state: BucketState, fragments: list[BucketFragment]) -> list[BucketFragment]:

@@ -32,6 +32,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import build_fragment
@@ -45,6 +46,7 @@ from .sink_commit import crash_point
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
     PartitionStager,
+    StagedFragment,
     StagedTask,
     _Open,
     _safe,
@@ -200,7 +202,10 @@ class BucketStager(PartitionStager):
             raise
         return StagedTask(
             self.sink_id, self.batch_id, self.task, self.attempt, self.attempt_uid,
-            tuple(sorted(self._uploaded, key=lambda f: (f.topic, f.partition, f.key))),
+            # StagedTask names local fragments; the bucket's travel in the same field
+            # (sink_bucket_commit checks each one's type).
+            cast("tuple[StagedFragment, ...]", tuple(sorted(
+                self._uploaded, key=lambda f: (f.topic, f.partition, f.key)))),
             tuple(sorted((t.name, t.partitions) for t in self._topics.values())))
 
     def discard(self) -> None:
