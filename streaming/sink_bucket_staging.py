@@ -196,7 +196,7 @@ class BucketStager(PartitionStager):
         self._finished = True
         try:
             for f in self._files.values():
-                f.file.flush()  # type: ignore[attr-defined]
+                f.file.flush()
         except BaseException:
             self.discard()
             raise
