@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
-from .bucket_state import PartitionState
+from .bucket_state import NO_VERSION, PartitionState
 from .config import LogConfig
 from .errors import CorruptRecordError, ReadOnlyError
 from .log_read import FetchData, LogReads
@@ -42,15 +42,15 @@ _WRITER_OPERATIONS = frozenset({
 
 class BucketLog(LogReads):
     """A partition of a bucket; see the module docstring. ``source(refresh)`` returns the
-    partition's current committed state (``refresh``: ask the bucket first), or None when
-    the partition is gone."""
+    version of the bucket state it read and the partition's committed state in it
+    (``refresh``: ask the bucket first), None when the partition is gone."""
 
     _ATTEMPTS = 2
     _READ_END_NAME = "high watermark"
     read_only = True
 
     def __init__(self, storage: Storage, topic: str, partition: int, config: LogConfig,
-                 source: Callable[[bool], PartitionState | None]) -> None:
+                 source: Callable[[bool], tuple[int, PartitionState | None]]) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
@@ -58,18 +58,25 @@ class BucketLog(LogReads):
         self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")  # type: ignore[assignment]
         self._source = source
         self._contiguous = not config.compact
-        self._lock = threading.Lock()  # guards _state, _open
+        self._lock = threading.Lock()  # guards _version, _state, _open
         self._open: dict[str, BucketSegment] = {}
+        self._version = NO_VERSION
         self._state = PartitionState()
         self._high_watermark = 0
         self._log_start_offset = 0
         self._sync(False)
 
     def _sync(self, refresh: bool) -> bool:
-        state = self._source(refresh)
+        version, state = self._source(refresh)
         if state is None:
             state = PartitionState()
         with self._lock:
+            # The source is asked outside the lock, so a thread may come back with a
+            # state older than one another thread stored meanwhile: only newer ones count
+            # (a high watermark never goes back).
+            if version <= self._version:
+                return False
+            self._version = version
             if state == self._state and self._high_watermark == state.high_watermark:
                 return False
             keys = {s.key for s in state.segments}

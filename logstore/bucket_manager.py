@@ -254,10 +254,11 @@ class BucketLogManager:
             if log is None:
                 config = self.topic_config(topic)
 
-                def source(refresh: bool) -> PartitionState | None:
+                def source(refresh: bool) -> tuple[int, PartitionState | None]:
                     if refresh:
                         self.refresh()
-                    return self.state.partition(topic, partition)
+                    state = self.state
+                    return state.version, state.partition(topic, partition)
 
                 log = self._logs[(topic, partition)] = BucketLog(
                     self.storage, topic, partition, config, source)
