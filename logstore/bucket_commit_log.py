@@ -14,7 +14,10 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   reader: it reloads from the newest snapshot.
 - **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
   commit will reference (unique names) and returns the change (or None: nothing to do).
-  The change is checked by folding it into the state (``BucketState.apply``), then
+  A check of ``build`` that fails (``SeglogError``) on a state this process cached
+  refreshes it and builds again if it changed: an error is only raised on a state just
+  read from the bucket. The change is checked by folding it into the state
+  (``BucketState.apply``), then
   created as the next version. A create answered "exists" whose object holds our very
   bytes was ours (the client retried a PUT that had succeeded). On a lost race the
   writer reads the new commits and calls
@@ -62,7 +65,7 @@ from .bucket_state import (
     version_name,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import CommitConflictError, CorruptMetadataError, KafkaStorageError
+from .errors import CommitConflictError, CorruptMetadataError, KafkaStorageError, SeglogError
 from .storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -220,9 +223,24 @@ class CommitLog:
         ``build`` said there is nothing to do. Retries a lost race (see the module
         docstring); raises CommitConflictError after ``max_attempts``."""
         with self._lock:
+            fresh = False  # whether the state was read from the bucket during this call
             for attempt in range(self.max_attempts):
                 state = self._state
-                change = build(state)
+                try:
+                    change = build(state)
+                except KafkaStorageError:
+                    raise
+                except SeglogError:
+                    # A check failed on what this process knew; another process may have
+                    # changed it since (created the topic, appended the offsets): only a
+                    # state just read from the bucket can say no.
+                    if fresh:
+                        raise
+                    self.refresh()
+                    fresh = True
+                    if self._state.version == state.version:
+                        raise
+                    continue
                 if change is None:
                     return None
                 version = state.version + 1
@@ -241,6 +259,7 @@ class CommitLog:
                 logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
                             self.uri, version, operation, attempt + 1)
                 self.refresh()
+                fresh = True
                 cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
                 self._sleep(random.uniform(0, cap) / 1000)
             raise CommitConflictError(

@@ -220,3 +220,30 @@ def test_a_writers_open_log_sees_its_own_appends_and_others():
     other.append("t", 0, batches(2, 3))
     assert log.high_watermark == 3  # not asked yet
     assert mgr.high_watermarks() == {("t", 0): 5} and log.high_watermark == 5
+
+
+# ------------------------------------------------------- checks on a fresh state only
+
+def test_a_check_that_fails_on_a_stale_state_is_made_again_on_a_fresh_one():
+    """Another process changed the bucket since this writer last looked: its checks
+    (an offset beyond the log end it knew, a topic it did not know or knew alive) are
+    made again on the refreshed state before any error."""
+    uri = memory_uri()
+    a = BucketLogManager(uri)
+    a.create_topic("t", 1)
+    b = BucketLogManager(uri)
+    a.append("t", 0, batches(10))
+    assert b.delete_records("t", 0, 5) == 5
+    a.create_topic("u", 1)
+    c = BucketLogManager(uri)
+    assert b.alter_topic_config("u", {"retention.ms": "1"}) == {"retention.ms": "1"}
+    b.add_partitions("u", 3)
+    a.create_topic("v", 1)
+    b.delete_topic("v")
+    c.create_topic("v", 2)  # c knew v, b deleted it
+    assert BucketLogManager(uri).partitions("v") == [0, 1]
+    # a fresh state that says no still says no, naming the real state
+    with pytest.raises(OffsetOutOfRangeError, match=r"holds \[5, 10\)"):
+        c.delete_records("t", 0, 11)
+    with pytest.raises(TopicExistsError):
+        b.create_topic("u", 1)
