@@ -19,7 +19,10 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   read from the bucket. The change is checked by folding it into the state
   (``BucketState.apply``), then
   created as the next version. A create answered "exists" whose object holds our very
-  bytes was ours (the client retried a PUT that had succeeded). On a lost race the
+  bytes was ours (the client retried a PUT that had succeeded); a create that failed on
+  the wire is settled by reading the key (ours, another writer's, or nothing there: the
+  same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
+  visible. On a lost race the
   writer reads the new commits and calls
   ``build`` again with the new state (an append re-stamps its offsets and re-uploads;
   an operation whose inputs vanished raises), after a bounded, jittered backoff; after
@@ -65,7 +68,15 @@ from .bucket_state import (
     version_name,
 )
 from .clock import SYSTEM_CLOCK, Clock
-from .errors import CommitConflictError, CorruptMetadataError, KafkaStorageError, SeglogError
+from .errors import (
+    BucketNotFoundError,
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    CorruptMetadataError,
+    KafkaStorageError,
+    SeglogError,
+    StorageAccessDeniedError,
+)
 from .storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -250,7 +261,7 @@ class CommitLog:
                 new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
                 crash_point("after-upload")
                 data = commit.encode()
-                if self.storage.create(key, data) or self._is_ours(key, data):
+                if self._create(key, data, operation):
                     self._state = new_state
                     crash_point("after-commit")
                     if version % SNAPSHOT_EVERY == 0:
@@ -267,14 +278,36 @@ class CommitLog:
                 f"other writers committed first every time (the log is at version "
                 f"{self._state.version}); nothing of this {operation} is visible")
 
-    def _is_ours(self, key: str, data: bytes) -> bool:
-        """A create answered "exists" may be our own: the client retries a PUT whose first
-        attempt succeeded unseen, and its retry is refused. Our commit's bytes (writer id,
-        timestamp) are unique to this attempt."""
-        try:
-            return self.storage.read(key) == data
-        except FileNotFoundError:
-            return False
+    def _create(self, key: str, data: bytes, operation: str) -> bool:
+        """Create commit ``key``: True if the object there is ours, False if another
+        writer's. Our commit's bytes (writer id, timestamp) are unique to this attempt, so
+        reading the key settles what the answer did not say: a create answered "exists"
+        may be the client's retry of our own PUT that succeeded unseen, and one that
+        failed on the wire may have landed. When nothing is there the same bytes are
+        created again: if the first PUT lands late the server refuses it."""
+        cause: KafkaStorageError | None = None
+        for _ in range(2):
+            try:
+                if self.storage.create(key, data):
+                    return True
+                cause = None
+            except (StorageAccessDeniedError, BucketNotFoundError):
+                raise  # refused outright: nothing was written
+            except KafkaStorageError as e:
+                cause = e
+            try:
+                return self.storage.read(key) == data
+            except FileNotFoundError:
+                if cause is None:
+                    return False  # "exists" yet gone: not ours, the refresh will tell
+            except KafkaStorageError as e:
+                cause = e
+                break
+        raise CommitOutcomeUnknownError(
+            f"{self.uri}/{key}: the outcome of this {operation} is unknown: the create of "
+            f"the commit failed ({cause}) and the bucket could not say whether it landed; "
+            f"it may be visible. Refresh and look before doing it again (a blindly "
+            f"retried append may duplicate its records)") from cause
 
     def _write_snapshot(self, state: BucketState) -> None:
         try:

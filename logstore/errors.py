@@ -134,3 +134,10 @@ class CommitConflictError(SeglogError):
     """A bucket writer lost the race for the next commit version too often (other
     writers kept committing first), or what it was committing was changed under it;
     nothing of its operation is visible."""
+
+
+class CommitOutcomeUnknownError(KafkaStorageError):
+    """A bucket writer's create of the next commit failed on the wire and neither a read
+    of that commit nor the same create again could tell whether it landed: the operation
+    may be visible. Refresh and look before doing it again (a blindly retried append may
+    duplicate its records)."""

@@ -7,7 +7,7 @@ import json
 import logging
 
 import pytest
-from bucket_helpers import counting_memory_storage
+from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
 from seglog.logstore.bucket_commit_log import Change, CommitLog
 from seglog.logstore.bucket_state import (
@@ -21,7 +21,13 @@ from seglog.logstore.bucket_state import (
     snapshot_key,
 )
 from seglog.logstore.clock import MockClock
-from seglog.logstore.errors import CommitConflictError, CorruptMetadataError
+from seglog.logstore.errors import (
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    CorruptMetadataError,
+    StorageUnreachableError,
+)
+from seglog.logstore.object_storage import ObjectStorage
 
 
 def entry(base: int, n: int, tag: str = "0123456789abcdef") -> SegmentEntry:
@@ -224,3 +230,47 @@ def test_a_build_error_on_the_new_state_stops_the_commit():
     with pytest.raises(KeyError, match="gone"):
         b.commit("append", build)
     assert b.state.version == 1
+
+
+class LostAnswers(CountingStorage):
+    """Creates that land on the server but whose answer is lost (``lose``), creates that
+    fail before landing (``fail``), and reads that fail (``fail_reads``)."""
+
+    lose = 0
+    fail = 0
+    fail_reads = 0
+
+    def create(self, key, data):
+        self.counts["create"] += 1
+        if self.fail:
+            self.fail -= 1
+            raise StorageUnreachableError(f"PUT {self.uri}/{key}: no answer (not sent)")
+        created = self.inner.create(key, data)
+        if self.lose:
+            self.lose -= 1
+            raise StorageUnreachableError(f"PUT {self.uri}/{key}: no answer (landed)")
+        return created
+
+    def read(self, key):
+        if self.fail_reads:
+            self.fail_reads -= 1
+            raise StorageUnreachableError(f"GET {self.uri}/{key}: no answer")
+        return self.inner.read(key)
+
+
+def test_a_create_that_fails_on_the_wire_is_settled_by_reading_the_commit():
+    storage = LostAnswers(ObjectStorage(memory_uri()))
+    log = CommitLog(storage, sleep=lambda s: None)
+    log.commit("create_topic", lambda s: topic_change())
+    storage.lose = 1  # landed: ours, committed once
+    assert log.commit("append", append_change).version == 1
+    storage.fail = 1  # did not land: the same bytes again
+    assert log.commit("append", append_change).version == 2
+    assert CommitLog(storage.inner).state == log.state
+    assert log.state.partition("t", 0).high_watermark == 10
+    storage.lose, storage.fail_reads = 1, 1  # landed, and the read cannot tell
+    with pytest.raises(CommitOutcomeUnknownError,
+                       match=r"memory://.*/_seglog/log/0+3\.json: the outcome of this append "
+                             r"is unknown.*may be visible"):
+        log.commit("append", append_change)
+    assert CommitLog(storage.inner).state.version == 3

@@ -247,3 +247,15 @@ def test_a_check_that_fails_on_a_stale_state_is_made_again_on_a_fresh_one():
         c.delete_records("t", 0, 11)
     with pytest.raises(TopicExistsError):
         b.create_topic("u", 1)
+
+
+def test_an_append_whose_commit_answer_is_lost_is_committed_once():
+    from test_bucket_commit_log import LostAnswers
+
+    storage = LostAnswers(ObjectStorage(memory_uri()))
+    mgr = BucketLogManager(storage)
+    mgr.create_topic("t", 1)
+    storage.lose = 1  # the commit lands, its answer does not
+    info = mgr.append("t", 0, batches(2))
+    assert (info.first_offset, info.last_offset) == (0, 1)
+    assert offsets(BucketLogManager(storage.inner, read_only=True)) == [0, 1]
