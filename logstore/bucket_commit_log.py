@@ -49,7 +49,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,7 @@ from .errors import (
     SeglogError,
     StorageAccessDeniedError,
 )
-from .storage import Storage
+from .storage import Entry, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_STEPS = ("after-upload", "after-commit", "after-snapshot")
 """Named steps of a bucket commit where a test may kill the process (``crash_point``)."""
 MAX_ATTEMPTS = 20
+DEFAULT_DELETE_DELAY_MS = 60_000
+"""Kafka's default ``file.delete.delay.ms``: the age below which no commit is collected."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 
@@ -94,6 +96,33 @@ def crash_point(step: str) -> None:
     if os.environ.get(CRASH_ENV) == step:
         logger.warning("%s=%s: killing process %d", CRASH_ENV, step, os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def collectable_metadata(commits: Sequence[Entry], snapshots: Sequence[Entry], now_ms: int,
+                         delete_delay_ms: int) -> tuple[list[int], list[int]]:
+    """The commit and snapshot versions a collector may delete, from listings of
+    ``_seglog/log/`` and ``_seglog/snapshots/`` (``mtime_ms`` the store's timestamps).
+
+    The rule writers rely on (``CommitLog.refresh`` and the idle refresh before a
+    commit): a commit goes only when (1) a newer snapshot is older than
+    ``delete_delay_ms`` (every reader that opened before it can still fold on), (2) the
+    commit itself is older than ``delete_delay_ms`` (a writer that looked within half of
+    it still finds its version taken) and (3) it is not the newest commit (an empty
+    listing after a version then means "nothing new", never "all collected"). A snapshot
+    goes under (1) and (2) alike."""
+    def versions(entries: Sequence[Entry]) -> list[tuple[int, int]]:
+        out = [(parse_version_name(e.name), e.mtime_ms) for e in entries]
+        return sorted((v, t) for v, t in out if v is not None)
+
+    listed_commits, listed_snapshots = versions(commits), versions(snapshots)
+    old_snapshots = [v for v, t in listed_snapshots if now_ms - t >= delete_delay_ms]
+    if not old_snapshots or not listed_commits:
+        return [], []
+    covered = old_snapshots[-1]
+    newest = listed_commits[-1][0]
+    return ([v for v, t in listed_commits
+             if v < covered and v != newest and now_ms - t >= delete_delay_ms],
+            [v for v in old_snapshots if v < covered])
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +139,18 @@ class CommitLog:
 
     def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
                  writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS) -> None:
         self.storage = storage
         self.clock = clock
         self.writer_id = writer_id or uuid.uuid4().hex[:16]
         self.max_attempts = max_attempts
+        self.delete_delay_ms = delete_delay_ms
         self._sleep = sleep
-        self._lock = threading.RLock()  # guards _state
+        self._lock = threading.RLock()  # guards _state, _refreshed_ms
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
+        self._refreshed_ms = clock.monotonic_ms()
         self._load()
 
     @property
@@ -187,11 +219,23 @@ class CommitLog:
         """Fold the commits newer than the state (one LIST, a GET per new commit); True
         if the state changed."""
         with self._lock:
+            started_ms = self.clock.monotonic_ms()
             state = self._state
-            after = version_name(state.version) if state.version >= 0 else ""
-            listed = sorted(v for v in (parse_version_name(e.name)
-                                        for e in self.storage.list_after(COMMIT_DIR, after))
-                            if v is not None and v > state.version)
+            # Listed from our own version on: an empty answer must mean "nothing new",
+            # never "everything we knew was collected" (the collector keeps the newest
+            # commit, so commit V gone with nothing after it is damage).
+            after = version_name(state.version - 1) if state.version >= 1 else ""
+            names = (parse_version_name(e.name)
+                     for e in self.storage.list_after(COMMIT_DIR, after))
+            listed = sorted(v for v in names if v is not None and v >= state.version)
+            if state.version >= 0:
+                if listed[:1] == [state.version]:
+                    listed = listed[1:]
+                elif not listed:
+                    raise CorruptMetadataError(
+                        f"{self.uri}: commit {state.version}, the newest this process knows, "
+                        f"is gone and no newer commit is listed: the newest commit must "
+                        f"never be collected; refusing to write over a log it cannot see")
             for version in listed:
                 if version <= state.version:
                     continue  # a snapshot below already holds it
@@ -211,6 +255,7 @@ class CommitLog:
                 state = state.apply(Commit.decode(data, where, version), where)
             changed = state.version != self._state.version
             self._state = state
+            self._refreshed_ms = started_ms
             return changed
 
     def _snapshot_over_gap(self, state: BucketState, listed_next: int) -> BucketState:
@@ -235,6 +280,13 @@ class CommitLog:
         docstring); raises CommitConflictError after ``max_attempts``."""
         with self._lock:
             fresh = False  # whether the state was read from the bucket during this call
+            if self.clock.monotonic_ms() - self._refreshed_ms > self.delete_delay_ms // 2:
+                # Commits older than file.delete.delay.ms may be collected, so after an
+                # idle spell version ``current + 1`` may be a free name again: creating
+                # it would fork the log. Commits made since our last look are younger
+                # than half the delay, still there, and win the create against us.
+                self.refresh()
+                fresh = True
             for attempt in range(self.max_attempts):
                 state = self._state
                 try:

@@ -93,7 +93,9 @@ class BucketLogManager:
         self.default_topic_config = (
             default_topic_config if isinstance(default_topic_config, LogConfig)
             else LogConfig.from_properties(default_topic_config))
-        self.commits = commit_log or CommitLog(self.storage, clock=clock)
+        self.commits = commit_log or CommitLog(
+            self.storage, clock=clock,
+            delete_delay_ms=self.default_topic_config.file_delete_delay_ms)
         self._lock = threading.RLock()  # guards _logs, _configs
         self._logs: dict[TopicPartition, BucketLog] = {}
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}

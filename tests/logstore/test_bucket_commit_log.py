@@ -9,7 +9,7 @@ import logging
 import pytest
 from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
-from seglog.logstore.bucket_commit_log import Change, CommitLog
+from seglog.logstore.bucket_commit_log import Change, CommitLog, collectable_metadata
 from seglog.logstore.bucket_state import (
     HINT_KEY,
     BucketState,
@@ -19,6 +19,7 @@ from seglog.logstore.bucket_state import (
     TopicSpec,
     commit_key,
     snapshot_key,
+    version_name,
 )
 from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import (
@@ -28,6 +29,7 @@ from seglog.logstore.errors import (
     StorageUnreachableError,
 )
 from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage import Entry
 
 
 def entry(base: int, n: int, tag: str = "0123456789abcdef") -> SegmentEntry:
@@ -274,3 +276,45 @@ def test_a_create_that_fails_on_the_wire_is_settled_by_reading_the_commit():
                              r"is unknown.*may be visible"):
         log.commit("append", append_change)
     assert CommitLog(storage.inner).state.version == 3
+
+
+def test_a_writer_whose_newest_commit_is_gone_with_nothing_after_it_refuses():
+    """The newest commit is never collected: if it is gone, an empty listing cannot be
+    told from "everything was collected", and writing the next version could fork."""
+    storage = counting_memory_storage()
+    clock = MockClock()
+    log = CommitLog(storage, clock=clock, delete_delay_ms=60_000)
+    history(log, 3)
+    storage.inner.delete(commit_key(3))
+    with pytest.raises(CorruptMetadataError, match=r"commit 3, the newest this process "
+                                                   r"knows, is gone"):
+        log.refresh()
+    clock.advance(30_001)  # idle: the writer looks before it commits
+    with pytest.raises(CorruptMetadataError, match="commit 3"):
+        log.commit("append", append_change)
+    assert CommitLog(storage).state.version == 2  # nothing written
+
+
+def test_the_collector_keeps_young_commits_and_the_newest():
+    delay = 60_000
+
+    def listed(versions_and_ages: dict[int, int]) -> list[Entry]:
+        return [Entry(version_name(v), 10, NOW - age) for v, age in versions_and_ages.items()]
+
+    NOW = 10_000_000
+    old, young = delay + 1, delay - 1
+    commits = listed({v: old for v in range(25)} | {25: young, 26: young})
+    # snapshot 20 is old: commits and snapshots before it go
+    assert collectable_metadata(commits, listed({10: old, 20: old}), NOW, delay) == (
+        list(range(20)), [10])
+    # snapshot 20 is young: only what snapshot 10 covers
+    assert collectable_metadata(commits, listed({10: old, 20: young}), NOW, delay) == (
+        list(range(10)), [])
+    # commits younger than the delay stay, though a snapshot covers them
+    commits = listed({v: old for v in range(15)} | {v: young for v in range(15, 22)})
+    assert collectable_metadata(commits, listed({20: old}), NOW, delay)[0] == list(range(15))
+    # the newest commit stays, however old
+    commits = listed({v: old for v in range(21)})
+    assert collectable_metadata(commits, listed({20: old}), NOW, delay)[0] == list(range(20))
+    commits = listed({v: old for v in range(20)})
+    assert 19 not in collectable_metadata(commits, listed({20: old}), NOW, delay)[0]
