@@ -85,6 +85,9 @@ CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_STEPS = ("after-upload", "after-commit", "after-snapshot")
 """Named steps of a bucket commit where a test may kill the process (``crash_point``)."""
 MAX_ATTEMPTS = 20
+SNAPSHOT_PROBES = 3
+"""Snapshot names an open tries (GETs from the newest listed version down) before it
+LISTs the snapshots."""
 DEFAULT_DELETE_DELAY_MS = 60_000
 """Kafka's default ``file.delete.delay.ms``: the age below which no commit is collected."""
 BACKOFF_MS = (10, 1000)
@@ -164,15 +167,15 @@ class CommitLog:
     # -- reading ---------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Open: the newest snapshot the hint (or a LIST) finds, then the newer commits."""
-        base = self._snapshot_from_hint()
-        if base is None:
-            base = self._newest_listed_snapshot()
+        """Open: the snapshot the hint names, one LIST of the commits from there, a newer
+        snapshot if the hint is stale, then the newer commits."""
         with self._lock:
-            self._state = base or BucketState()
-        self.refresh()
+            started_ms = self.clock.monotonic_ms()
+            hint = self._hint_version()
+            base = (self._read_snapshot(hint) if hint is not None else None) or BucketState()
+            self._fold(base, self._list_commits(base.version), started_ms, open_=True)
 
-    def _snapshot_from_hint(self) -> BucketState | None:
+    def _hint_version(self) -> int | None:
         try:
             raw = self.storage.read(HINT_KEY)
         except FileNotFoundError:
@@ -182,11 +185,11 @@ class CommitLog:
             if isinstance(version, bool) or not isinstance(version, int) or version < 0:
                 raise ValueError(f"version {version!r}")
         except (ValueError, KeyError, TypeError) as e:
-            # Only a hint: the snapshots themselves are listed instead (nothing is lost).
-            logger.warning("%s/%s is damaged (%s); listing the snapshots instead", self.uri,
-                           HINT_KEY, e)
+            # Only a hint: the snapshot names are probed instead (nothing is lost).
+            logger.warning("%s/%s is damaged (%s); looking for the snapshots instead",
+                           self.uri, HINT_KEY, e)
             return None
-        return self._read_snapshot(version)
+        return version
 
     def _read_snapshot(self, version: int) -> BucketState | None:
         """The snapshot of ``version``; None when it is gone or damaged. A damaged one is
@@ -197,7 +200,7 @@ class CommitLog:
         try:
             data = self.storage.read(key)
         except FileNotFoundError:
-            return None  # collected after a newer one: the caller lists them
+            return None  # collected after a newer one, or its writer died
         try:
             return BucketState.decode(data, f"{self.uri}/{key}", version)
         except CorruptMetadataError as e:
@@ -205,15 +208,31 @@ class CommitLog:
             self._damaged.add(f"{self.uri}/{key}")
             return None
 
-    def _newest_listed_snapshot(self) -> BucketState | None:
-        versions = sorted(v for v in (parse_version_name(e.name)
-                                      for e in self.storage.list_dir(SNAPSHOT_DIR))
-                          if v is not None)
-        for version in reversed(versions):
+    def _newer_snapshot(self, above: int, newest: int) -> BucketState | None:
+        """The newest snapshot of a version in ``(above, newest]``: snapshot names are
+        known (every ``SNAPSHOT_EVERY``-th version), so a few GETs from the top find it;
+        only when they all miss (dead snapshot writers) are the snapshots LISTed."""
+        top = newest - newest % SNAPSHOT_EVERY
+        for version in range(top, above, -SNAPSHOT_EVERY)[:SNAPSHOT_PROBES]:
+            state = self._read_snapshot(version)
+            if state is not None:
+                return state
+        listed = sorted(v for v in (parse_version_name(e.name)
+                                    for e in self.storage.list_dir(SNAPSHOT_DIR))
+                        if v is not None and above < v <= newest)
+        for version in reversed(listed):
             state = self._read_snapshot(version)
             if state is not None:
                 return state
         return None
+
+    def _list_commits(self, version: int) -> list[int]:
+        """The commit versions from ``version`` on (one LIST). Listed from our own
+        version: an empty answer must mean "nothing new", never "everything we knew was
+        collected" (the collector keeps the newest commit)."""
+        after = version_name(version - 1) if version >= 1 else ""
+        names = (parse_version_name(e.name) for e in self.storage.list_after(COMMIT_DIR, after))
+        return sorted(v for v in names if v is not None and v >= version)
 
     def refresh(self) -> bool:
         """Fold the commits newer than the state (one LIST, a GET per new commit); True
@@ -221,48 +240,50 @@ class CommitLog:
         with self._lock:
             started_ms = self.clock.monotonic_ms()
             state = self._state
-            # Listed from our own version on: an empty answer must mean "nothing new",
-            # never "everything we knew was collected" (the collector keeps the newest
-            # commit, so commit V gone with nothing after it is damage).
-            after = version_name(state.version - 1) if state.version >= 1 else ""
-            names = (parse_version_name(e.name)
-                     for e in self.storage.list_after(COMMIT_DIR, after))
-            listed = sorted(v for v in names if v is not None and v >= state.version)
-            if state.version >= 0:
-                if listed[:1] == [state.version]:
-                    listed = listed[1:]
-                elif not listed:
-                    raise CorruptMetadataError(
-                        f"{self.uri}: commit {state.version}, the newest this process knows, "
-                        f"is gone and no newer commit is listed: the newest commit must "
-                        f"never be collected; refusing to write over a log it cannot see")
-            for version in listed:
-                if version <= state.version:
-                    continue  # a snapshot below already holds it
-                if version != state.version + 1:
-                    # Commits after our version were collected (we are older than
-                    # file.delete.delay.ms): a newer snapshot holds them.
-                    state = self._snapshot_over_gap(state, version)
-                    if version <= state.version:
-                        continue
-                key = commit_key(version)
-                where = f"{self.uri}/{key}"
-                try:
-                    data = self.storage.read(key)
-                except FileNotFoundError:
-                    raise CorruptMetadataError(f"{where} was listed but cannot be read") \
-                        from None
-                state = state.apply(Commit.decode(data, where, version), where)
-            changed = state.version != self._state.version
-            self._state = state
-            self._refreshed_ms = started_ms
-            return changed
+            return self._fold(state, self._list_commits(state.version), started_ms)
 
-    def _snapshot_over_gap(self, state: BucketState, listed_next: int) -> BucketState:
+    def _fold(self, state: BucketState, listed: list[int], started_ms: int, *,
+              open_: bool = False) -> bool:
+        """Take ``state`` plus the ``listed`` commits after it as this log's state.
+        ``open_``: more than ``SNAPSHOT_EVERY`` newer commits mean a stale hint, and a
+        newer snapshot is cheaper than folding them all."""
+        if state.version >= 0:
+            if listed[:1] == [state.version]:
+                listed = listed[1:]
+            elif not listed:
+                raise CorruptMetadataError(
+                    f"{self.uri}: commit {state.version}, the newest this process knows, "
+                    f"is gone and no newer commit is listed: the newest commit must "
+                    f"never be collected; refusing to write over a log it cannot see")
+        if open_ and len(listed) > SNAPSHOT_EVERY:
+            state = self._newer_snapshot(state.version, listed[-1]) or state
+        for version in listed:
+            if version <= state.version:
+                continue  # a snapshot below already holds it
+            if version != state.version + 1:
+                # Commits after our version were collected (we are older than
+                # file.delete.delay.ms): a newer snapshot holds them.
+                state = self._snapshot_over_gap(state, version, listed[-1])
+                if version <= state.version:
+                    continue
+            key = commit_key(version)
+            where = f"{self.uri}/{key}"
+            try:
+                data = self.storage.read(key)
+            except FileNotFoundError:
+                raise CorruptMetadataError(f"{where} was listed but cannot be read") from None
+            state = state.apply(Commit.decode(data, where, version), where)
+        changed = state.version != self._state.version
+        self._state = state
+        self._refreshed_ms = started_ms
+        return changed
+
+    def _snapshot_over_gap(self, state: BucketState, listed_next: int, newest: int
+                           ) -> BucketState:
         """The newest snapshot, when it covers the commits missing before ``listed_next``;
         else CorruptMetadataError naming the first missing one (and any damaged snapshot
         that might have held it)."""
-        newer = self._newest_listed_snapshot()
+        newer = self._newer_snapshot(state.version, newest)
         if newer is None or newer.version < listed_next - 1:
             damaged = (f" (damaged, so not used: {', '.join(sorted(self._damaged))})"
                        if self._damaged else "")
@@ -365,6 +386,11 @@ class CommitLog:
         try:
             self.storage.write_atomic(snapshot_key(state.version), state.encode())
             crash_point("after-snapshot")
+            hint = self._hint_version()
+            if hint is not None and hint >= state.version:
+                # A slow writer: a newer snapshot's hint is there already. (A plain PUT
+                # racing another can still lose; opens then probe for newer snapshots.)
+                return
             self.storage.write_atomic(HINT_KEY, json.dumps({"version": state.version}).encode())
         except KafkaStorageError as e:
             # The commit stands; a later writer's snapshot covers it. Readers just fold

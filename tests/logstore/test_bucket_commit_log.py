@@ -128,7 +128,7 @@ def test_a_commit_costs_the_same_late_in_history():
         log.commit("append", append_change)
         costs.append(dict(storage.counts))
     plain = {"create": 1}
-    with_snapshot = {"create": 1, "write_atomic": 2}  # snapshot + hint
+    with_snapshot = {"create": 1, "write_atomic": 2, "read": 1}  # snapshot, hint (read first)
     assert all(c in (plain, with_snapshot) for c in costs), costs
     assert costs.count(with_snapshot) == 2  # versions 10 and 20
 
@@ -318,3 +318,36 @@ def test_the_collector_keeps_young_commits_and_the_newest():
     assert collectable_metadata(commits, listed({20: old}), NOW, delay)[0] == list(range(20))
     commits = listed({v: old for v in range(20)})
     assert 19 not in collectable_metadata(commits, listed({20: old}), NOW, delay)[0]
+
+
+def test_a_slow_snapshot_writer_never_moves_the_hint_back():
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    history(log, 9)
+    version_10 = log.commit("append", append_change)
+    for _ in range(12):
+        log.commit("append", append_change)
+    assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
+    log._write_snapshot(version_10)  # the writer of 10, late
+    assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
+
+
+@pytest.mark.parametrize("collected", [False, True])
+def test_an_open_from_a_stale_hint_reads_a_bounded_number_of_objects(collected):
+    """A hint left behind (a lost race of plain PUTs), or naming a collected snapshot:
+    the open GETs the newest snapshot by name, not every commit since, and lists no
+    snapshots."""
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    history(log, 22)
+    storage.inner.write_atomic(HINT_KEY, json.dumps({"version": 10}).encode())
+    if collected:
+        for v in range(20):
+            storage.inner.delete(commit_key(v))
+        for v in (0, 10):
+            storage.inner.delete(snapshot_key(v))
+    storage.reset()
+    assert CommitLog(storage).state == log.state
+    # the hint, snapshot 10 (or its absence), snapshot 20, commits 21 and 22; one LIST
+    assert storage.counts["read"] == 5 and storage.counts["list_after"] == 1
+    assert storage.counts["list_dir"] == 0
