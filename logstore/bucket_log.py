@@ -109,7 +109,8 @@ class BucketLog(LogReads):
             with self._lock:
                 seg = self._open.get(entry.key)
                 if seg is None:
-                    seg = self._open[entry.key] = BucketSegment(self.storage, entry)
+                    seg = self._open[entry.key] = BucketSegment(self.storage, entry,
+                                                                self._version)
                 return seg
 
         return bases, get

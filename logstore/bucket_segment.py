@@ -191,9 +191,11 @@ class BucketSegment(LogSegment):
 
     ``log_path`` is ``<uri>/<key>.log`` (as a ``PurePosixPath``, for messages)."""
 
-    def __init__(self, storage: Storage, entry: SegmentEntry) -> None:
+    def __init__(self, storage: Storage, entry: SegmentEntry, version: int | None = None
+                 ) -> None:
         self.storage = storage
         self.entry = entry
+        self.version = version  # of the state the segment was found in (for messages)
         self.base_offset = entry.base_offset
         self.read_only = True
         self.file_suffix = ""
@@ -303,10 +305,11 @@ class BucketSegment(LogSegment):
             data = self.storage.read_range_view(self._object(LOG_SUFFIX), position,
                                                 fetch + (fetch_end == expected))
         except FileNotFoundError:
+            at = f"version {self.version} of " if self.version is not None else ""
             raise MissingSegmentError(
-                f"{self.log_path} is missing, though the commits reference it: "
-                f"{self._what()} cannot be read", self.entry.base_offset,
-                self.entry.next_offset) from None
+                f"{self.log_path} is missing, though {at}the bucket's state references it "
+                f"(segment {self.entry.key}): {self._what()} cannot be read; the bucket is "
+                f"damaged", self.entry.base_offset, self.entry.next_offset) from None
         if len(data) != fetch:
             raise self._size_error(position + len(data) if len(data) < fetch
                                    else self.storage.size(self._object(LOG_SUFFIX)))

@@ -141,3 +141,4 @@ class CommitOutcomeUnknownError(KafkaStorageError):
     of that commit nor the same create again could tell whether it landed: the operation
     may be visible. Refresh and look before doing it again (a blindly retried append may
     duplicate its records)."""
+

@@ -288,9 +288,10 @@ class LogReads:
             self._check_start(check.expected)
             try:
                 done = yield from self._walk_chunks(check, end_offset, chunk_bytes)
-            except KafkaStorageError:
-                # Retention took a segment (out of range when listed again) or a
-                # compaction swap replaced it (same base offset, new file).
+            except (FileNotFoundError, KafkaStorageError):
+                # Retention took a segment (out of range when listed again; its files or
+                # objects may be gone) or a compaction swap replaced it (same base
+                # offset, new file).
                 if last_attempt:
                     raise
                 continue
@@ -370,7 +371,20 @@ class LogReads:
         above the log start), or None when every visible record is older."""
         hw = self._high_watermark
         lso = self._log_start_offset
-        self._relist()
+        for attempt in range(self._ATTEMPTS):
+            self._relist(force=attempt > 0)
+            if attempt:
+                hw, lso = self._high_watermark, self._log_start_offset
+            try:
+                return self._offset_for_timestamp(timestamp_ms, hw, lso)
+            except (FileNotFoundError, KafkaStorageError):
+                # Retention took a segment under the lookup (its files or objects may be
+                # gone): list again, as read does.
+                if attempt == self._ATTEMPTS - 1:
+                    raise
+        return None
+
+    def _offset_for_timestamp(self, timestamp_ms: int, hw: int, lso: int) -> int | None:
         bases, get = self._view()
         for i in range(len(bases)):
             seg = get(i)

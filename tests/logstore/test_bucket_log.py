@@ -6,18 +6,24 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pytest
 from bucket_helpers import memory_uri
 
+from seglog.logstore.bucket_commit_log import Change
 from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_segment import object_keys
+from seglog.logstore.bucket_state import PartitionChange
+from seglog.logstore.errors import MissingSegmentError, OffsetBelowLogStartError
 from seglog.logstore.record_codec import encode_batches
 
 TS = 1_700_000_000_000
 
 
 def batches(n: int, start: int = 0) -> bytearray:
+    """Several small batches (so a segment has index entries)."""
     return encode_batches(pa.array([b"v%d" % i for i in range(start, start + n)]),
                           timestamps=pa.array([TS + i for i in range(start, start + n)],
-                                              pa.int64()))
+                                              pa.int64()), max_batch_bytes=100)
 
 
 def test_a_slow_sync_never_takes_the_high_watermark_back():
@@ -46,3 +52,57 @@ def test_a_slow_sync_never_takes_the_high_watermark_back():
     slow.join()
     assert log.high_watermark == 7
     assert log.read(3).next_offset == 7
+
+
+def two_segments_then_the_first_collected() -> tuple[BucketLogManager, str]:
+    """Two segments [0, 10) and [10, 20); then a retention-like commit removes the first
+    and its objects are deleted, as the collector will once the delay is over."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1, {"index.interval.bytes": 1})
+    writer.append("t", 0, batches(10))
+    writer.append("t", 0, batches(10, 10))
+    return writer, uri
+
+
+def collect_first(writer: BucketLogManager) -> None:
+    first = writer.state.partitions["t-0"].segments[0]
+    writer.commits.commit("retention", lambda s: Change(partitions={"t-0": PartitionChange(
+        remove=(first.key,), log_start_offset=10)}))
+    for key in object_keys(first):
+        writer.storage.delete(key)
+
+
+@pytest.mark.parametrize("operation", ["read", "read_chunks", "offset_for_timestamp"])
+def test_a_reader_whose_segment_was_collected_looks_again(operation):
+    writer, uri = two_segments_then_the_first_collected()
+    log = BucketLogManager(uri, read_only=True).get_log("t", 0)
+    collect_first(writer)
+    if operation == "offset_for_timestamp":
+        assert log.offset_for_timestamp(TS) == 10  # the earliest record left
+        return
+    with pytest.raises(OffsetBelowLogStartError, match=r"\[0, 10\) of t-0 were removed"):
+        if operation == "read":
+            log.read(0)
+        else:
+            list(log.read_chunks(0, 20))
+
+
+@pytest.mark.parametrize("operation", ["read", "read_chunks", "offset_for_timestamp"])
+def test_a_referenced_object_that_is_missing_is_reported_as_damage(operation):
+    """Still referenced once the state was read again: the bucket is damaged, and the
+    error says which state references which segment."""
+    writer, uri = two_segments_then_the_first_collected()
+    second = writer.state.partitions["t-0"].segments[1]
+    writer.storage.delete(second.key + ".log")
+    log = BucketLogManager(uri, read_only=True).get_log("t", 0)
+    message = (rf"{second.key}\.log is missing, though version 2 of the bucket's state "
+               rf"references it \(segment {second.key}\): offsets \[10, 20\) of t-0 "
+               rf"cannot be read; the bucket is damaged")
+    with pytest.raises(MissingSegmentError, match=message):
+        if operation == "offset_for_timestamp":
+            log.offset_for_timestamp(TS + 15)
+        elif operation == "read":
+            log.read(15)
+        else:
+            list(log.read_chunks(10, 20))
