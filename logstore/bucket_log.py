@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import NoReturn
 
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
-from .bucket_state import NO_VERSION, PartitionState
+from .bucket_state import NO_VERSION, PartitionState, index_of
 from .config import LogConfig
 from .errors import CorruptRecordError, ReadOnlyError
 from .log_read import FetchData, LogReads
@@ -79,8 +79,7 @@ class BucketLog(LogReads):
             self._version = version
             if state == self._state and self._high_watermark == state.high_watermark:
                 return False
-            keys = {s.key for s in state.segments}
-            for key in [k for k in self._open if k not in keys]:
+            for key in [k for k in self._open if index_of(state.segments, k) is None]:
                 self._open.pop(key).close_handlers()
             self._state = state
             self._log_start_offset = state.log_start_offset

@@ -21,10 +21,11 @@ commit is evidence, never read as "nothing happened".
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CorruptMetadataError
@@ -40,6 +41,13 @@ SNAPSHOT_EVERY = 10
 reads at most this many commits after a snapshot."""
 NO_VERSION = -1
 """The version of the empty state (the first commit is version 0)."""
+
+OPERATIONS = frozenset({"create_topic", "alter_config", "add_partitions", "delete_topic",
+                        "append", "delete_records", "merge", "retention", "compact"})
+"""What a commit's ``operation`` may say; another word is damage (or a newer format)."""
+GAPS_ALLOWED = frozenset({"compact"})
+"""Operations that may leave offsets no segment holds (compaction's removed records);
+any other commit keeps a partition's segments as contiguous as it found them."""
 
 _VERSION_NAME = re.compile(r"^(\d{20})\.json$")
 _SEGMENT_NAME = re.compile(r"^(\d{20})-([0-9a-f]{16})$")
@@ -203,13 +211,19 @@ class Commit:
         if doc.get("version") != expected_version:
             raise CorruptMetadataError(f"{where}: holds version {doc.get('version')!r}, "
                                        f"expected {expected_version}")
-        writer, ts, op = doc.get("writer"), doc.get("timestamp_ms"), doc.get("operation")
-        topics, parts, sinks = (doc.get("topics", {}), doc.get("partitions", {}),
-                                doc.get("sinks", {}))
-        if not isinstance(writer, str) or not isinstance(op, str) or not isinstance(ts, int) \
-                or not isinstance(topics, dict) or not isinstance(parts, dict) \
-                or not isinstance(sinks, dict):
-            raise CorruptMetadataError(f"{where}: not a commit: {doc!r:.200}")
+        for name, kind in (("writer", str), ("timestamp_ms", int), ("operation", str),
+                           ("topics", dict), ("partitions", dict)):
+            if not isinstance(doc.get(name), kind) or isinstance(doc.get(name), bool):
+                raise CorruptMetadataError(
+                    f"{where}: field {name!r} is missing or not a {kind.__name__}: "
+                    f"{doc.get(name)!r:.100}")
+        writer, ts, op = doc["writer"], doc["timestamp_ms"], doc["operation"]
+        topics, parts, sinks = doc["topics"], doc["partitions"], doc.get("sinks", {})
+        if op not in OPERATIONS:
+            raise CorruptMetadataError(f"{where}: field 'operation' is {op!r}, not one of "
+                                       f"{sorted(OPERATIONS)}")
+        if not isinstance(sinks, dict):
+            raise CorruptMetadataError(f"{where}: field 'sinks' is not an object: {sinks!r:.100}")
         return cls(expected_version, writer, ts, op,
                    {t: (TopicSpec.from_json(s, where, t) if s is not None else None)
                     for t, s in topics.items()},
@@ -259,7 +273,10 @@ class BucketState:
 
     def apply(self, commit: Commit, where: str = "commit") -> BucketState:
         """The state after ``commit``; CorruptMetadataError when it does not follow this
-        state (wrong version, a removed segment that is not there, overlapping offsets)."""
+        state (wrong version, a removed segment that is not there, overlapping offsets, a
+        new gap, a key of another partition, a log start beyond the log end). Costs what
+        the commit touches: untouched partitions are shared, a partition's segments are
+        searched (bisect) and checked only around the change."""
         if commit.version != self.version + 1:
             raise CorruptMetadataError(f"{where}: version {commit.version} does not follow "
                                        f"version {self.version}")
@@ -283,7 +300,8 @@ class BucketState:
             if current is None:
                 raise CorruptMetadataError(f"{where}: changes partition {key}, which does "
                                            f"not exist")
-            parts[key] = _apply_change(current, change, f"{where}: partition {key}")
+            parts[key] = _apply_change(current, change, f"{where}: partition {key}", key,
+                                       gaps_allowed=commit.operation in GAPS_ALLOWED)
         sinks = dict(self.sinks)
         sinks.update(commit.sinks)
         return BucketState(commit.version, topics, parts, sinks)
@@ -310,46 +328,130 @@ class BucketState:
         if not isinstance(topics, dict) or not isinstance(parts, dict) \
                 or not isinstance(sinks, dict):
             raise CorruptMetadataError(f"{where}: not a snapshot")
+        specs = {t: TopicSpec.from_json(s, where, t) for t, s in topics.items()}
+        expected = {tp_key(t, n) for t, spec in specs.items() for n in range(spec.partitions)}
+        if set(parts) != expected:
+            raise CorruptMetadataError(
+                f"{where}: field 'partitions' does not match its topics: missing "
+                f"{sorted(expected - set(parts))}, of no topic {sorted(set(parts) - expected)}")
         out: dict[str, PartitionState] = {}
         for key, raw in parts.items():
+            here = f"{where}: partition {key}"
             lso = raw.get("log_start_offset") if isinstance(raw, dict) else None
             segs = raw.get("segments") if isinstance(raw, dict) else None
-            if isinstance(lso, bool) or not isinstance(lso, int) or not isinstance(segs, list):
-                raise CorruptMetadataError(f"{where}: partition {key} is invalid")
-            entries = tuple(SegmentEntry.from_json(e, f"{where}: partition {key}")
-                            for e in segs)
-            _check_order(entries, f"{where}: partition {key}")
+            if isinstance(lso, bool) or not isinstance(lso, int) or lso < 0 \
+                    or not isinstance(segs, list):
+                raise CorruptMetadataError(f"{here}: field 'log_start_offset' or 'segments' "
+                                           f"is invalid: {raw!r:.200}")
+            entries = tuple(SegmentEntry.from_json(e, here) for e in segs)
+            for e in entries:
+                check_entry_key(e, key, here)
+            _check_order(entries, here)
+            if entries and not entries[0].base_offset <= lso <= entries[-1].next_offset:
+                raise CorruptMetadataError(
+                    f"{here}: field 'log_start_offset' {lso} is outside its segments "
+                    f"[{entries[0].base_offset}, {entries[-1].next_offset})")
             out[key] = PartitionState(entries, lso)
-        return cls(expected_version, {t: TopicSpec.from_json(s, where, t)
-                                      for t, s in topics.items()}, out, sinks)
+        return cls(expected_version, specs, out, sinks)
 
 
-def _apply_change(current: PartitionState, change: PartitionChange, where: str
-                  ) -> PartitionState:
-    added = tuple(sorted(change.add, key=lambda s: s.base_offset))
-    if not change.remove and (not current.segments or not added
-                              or added[0].base_offset >= current.segments[-1].next_offset):
-        # An append: only the new segments need checking, so a commit's cost does not
-        # grow with the partition's history.
-        _check_order(added, where)
-        segments = current.segments + added
-    else:
-        keys = {s.key for s in current.segments}
-        missing = [k for k in change.remove if k not in keys]
-        if missing:
-            raise CorruptMetadataError(f"{where}: removes segments it does not hold: "
-                                       f"{missing}")
-        removed = set(change.remove)
-        kept = [s for s in current.segments if s.key not in removed]
-        segments = tuple(sorted(kept + list(added), key=lambda s: s.base_offset))
-        _check_order(segments, where)
+def index_of(segments: tuple[SegmentEntry, ...], key: str) -> int | None:
+    """The position of the segment named ``key`` (a bisect on the base offset its name
+    carries, which is its entry's: ``check_entry_key``)."""
+    parsed = parse_segment_stem(key.rpartition("/")[2])
+    if parsed is None:
+        return None
+    i = bisect.bisect_left(segments, parsed[0], key=_base)
+    return i if i < len(segments) and segments[i].key == key else None
+
+
+def _base(entry: SegmentEntry) -> int:
+    return entry.base_offset
+
+
+def check_entry_key(entry: SegmentEntry, partition_key: str, where: str) -> None:
+    """An entry's key is ``<partition>/<its base offset, 20 digits>-<16 hex digits>``."""
+    prefix, _, stem = entry.key.rpartition("/")
+    parsed = parse_segment_stem(stem)
+    if prefix != partition_key or parsed is None:
+        raise CorruptMetadataError(
+            f"{where}: segment key {entry.key!r} is not an object of partition "
+            f"{partition_key} (expected {partition_key}/<20-digit base>-<16 hex digits>)")
+    if parsed[0] != entry.base_offset:
+        raise CorruptMetadataError(f"{where}: segment key {entry.key!r} names base offset "
+                                   f"{parsed[0]}, its field 'base_offset' says "
+                                   f"{entry.base_offset}")
+
+
+def _apply_change(current: PartitionState, change: PartitionChange, where: str,
+                  partition_key: str, *, gaps_allowed: bool) -> PartitionState:
+    segments = current.segments
+    removed: set[int] = set()
+    for key in change.remove:
+        i = index_of(segments, key)
+        if i is None:
+            raise CorruptMetadataError(f"{where}: removes segment {key}, which it does not "
+                                       f"hold")
+        if i in removed:
+            raise CorruptMetadataError(f"{where}: removes segment {key} twice")
+        removed.add(i)
+    adds = tuple(sorted(change.add, key=_base))
+    seen: set[str] = set()
+    points = []
+    for e in adds:
+        check_entry_key(e, partition_key, where)
+        i = index_of(segments, e.key)
+        if e.key in seen or (i is not None and i not in removed):
+            raise CorruptMetadataError(f"{where}: adds segment {e.key}, which it holds "
+                                       f"already")
+        seen.add(e.key)
+        points.append(bisect.bisect_left(segments, e.base_offset, key=_base))
+    # The window the change touches; everything outside it is kept as it is.
+    lo = min([*removed, *points], default=len(segments))
+    hi = max([i + 1 for i in removed] + points, default=lo)
+    middle = tuple(sorted([e for i, e in enumerate(segments[lo:hi], lo) if i not in removed]
+                          + list(adds), key=_base))
+    new = segments[:lo] + middle + segments[hi:]
+    before = segments[max(lo - 1, 0):hi + 1]
+    after = new[max(lo - 1, 0):lo + len(middle) + 1]
+    _check_order(after, where)
+    old_end = current.high_watermark
+    if adds and hi == len(segments) and lo == len(segments) and adds[0].base_offset != old_end \
+            and not gaps_allowed:
+        raise CorruptMetadataError(
+            f"{where}: segment {adds[0].key} starts at {adds[0].base_offset}, not at the log "
+            f"end {old_end}")
+    if not gaps_allowed:
+        _check_no_new_gap(before, after, where)
+    end = new[-1].next_offset if new else old_end
+    if end < old_end:
+        raise CorruptMetadataError(f"{where}: the log end would go back from {old_end} to "
+                                   f"{end}")
     lso = current.log_start_offset
     if change.log_start_offset is not None:
+        if change.log_start_offset > end:
+            raise CorruptMetadataError(
+                f"{where}: field 'log_start_offset' {change.log_start_offset} is beyond the "
+                f"log end {end}")
         lso = max(lso, change.log_start_offset)
-    if segments:
-        lso = max(lso, segments[0].base_offset)
-        lso = min(lso, segments[-1].next_offset)
-    return replace(current, segments=segments, log_start_offset=lso)
+    lso = max(lso, new[0].base_offset) if new else end
+    return PartitionState(new, lso)
+
+
+def _gaps(segments: tuple[SegmentEntry, ...]) -> list[tuple[int, int]]:
+    return [(a.next_offset, b.base_offset)
+            for a, b in zip(segments, segments[1:], strict=False)
+            if b.base_offset > a.next_offset]
+
+
+def _check_no_new_gap(before: tuple[SegmentEntry, ...], after: tuple[SegmentEntry, ...],
+                      where: str) -> None:
+    old = _gaps(before)
+    for x, y in _gaps(after):
+        if not any(ox <= x and y <= oy for ox, oy in old):
+            raise CorruptMetadataError(
+                f"{where}: offsets [{x}, {y}) would be held by no segment (only compaction "
+                f"may leave such a gap)")
 
 
 def _check_order(segments: tuple[SegmentEntry, ...], where: str) -> None:
