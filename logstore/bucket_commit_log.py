@@ -35,8 +35,10 @@ uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-sn
 (snapshot written, hint not). A crash anywhere leaves either the old or the new version
 visible, whole; uploads no commit references are collected later.
 
-Thread-safety: one ``CommitLog`` is used under its owner's lock (``_lock`` guards the
-state it caches; concurrent ``commit`` calls in one process serialize on it).
+Thread-safety: thread-safe. ``_lock`` guards the state it caches and is held only to
+refresh and to create a commit: ``build`` (the uploads) and the snapshot run outside it,
+so one large append does not hold up the other commits of the process; a thread whose
+state moved while it built (another thread committed) builds again, as after a lost race.
 """
 
 from __future__ import annotations
@@ -299,57 +301,69 @@ class CommitLog:
         """Make ``build``'s change the next version; returns the new state, or None when
         ``build`` said there is nothing to do. Retries a lost race (see the module
         docstring); raises CommitConflictError after ``max_attempts``."""
-        with self._lock:
-            fresh = False  # whether the state was read from the bucket during this call
-            if self.clock.monotonic_ms() - self._refreshed_ms > self.delete_delay_ms // 2:
-                # Commits older than file.delete.delay.ms may be collected, so after an
-                # idle spell version ``current + 1`` may be a free name again: creating
-                # it would fork the log. Commits made since our last look are younger
-                # than half the delay, still there, and win the create against us.
-                self.refresh()
-                fresh = True
-            for attempt in range(self.max_attempts):
-                state = self._state
-                try:
-                    change = build(state)
-                except KafkaStorageError:
+        fresh = False  # whether the state was read from the bucket during this call
+        if self.clock.monotonic_ms() - self._refreshed_ms > self.delete_delay_ms // 2:
+            # Commits older than file.delete.delay.ms may be collected, so after an idle
+            # spell version ``current + 1`` may be a free name again: creating it would
+            # fork the log. Commits made since our last look are younger than half the
+            # delay, still there, and win the create against us.
+            self.refresh()
+            fresh = True
+        for attempt in range(self.max_attempts):
+            state = self._state
+            try:
+                # Outside the lock: build uploads (a large append must not hold up the
+                # other partitions' commits of this process).
+                change = build(state)
+            except KafkaStorageError:
+                raise
+            except SeglogError:
+                # A check failed on what this process knew; another process may have
+                # changed it since (created the topic, appended the offsets): only a
+                # state just read from the bucket can say no.
+                if fresh:
                     raise
-                except SeglogError:
-                    # A check failed on what this process knew; another process may have
-                    # changed it since (created the topic, appended the offsets): only a
-                    # state just read from the bucket can say no.
-                    if fresh:
-                        raise
-                    self.refresh()
-                    fresh = True
-                    if self._state.version == state.version:
-                        raise
-                    continue
-                if change is None:
-                    return None
-                version = state.version + 1
-                commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
-                                change.topics, change.partitions, change.sinks)
-                key = commit_key(version)
-                new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
-                crash_point("after-upload")
-                data = commit.encode()
-                if self._create(key, data, operation):
-                    self._state = new_state
-                    crash_point("after-commit")
-                    if version % SNAPSHOT_EVERY == 0:
-                        self._write_snapshot(new_state)
-                    return new_state
-                logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
-                            self.uri, version, operation, attempt + 1)
                 self.refresh()
                 fresh = True
-                cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
-                self._sleep(random.uniform(0, cap) / 1000)
-            raise CommitConflictError(
-                f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
-                f"other writers committed first every time (the log is at version "
-                f"{self._state.version}); nothing of this {operation} is visible")
+                if self._state.version == state.version:
+                    raise
+                continue
+            if change is None:
+                return None
+            version = state.version + 1
+            commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
+                            change.topics, change.partitions, change.sinks)
+            key = commit_key(version)
+            new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
+            crash_point("after-upload")
+            data = commit.encode()
+            with self._lock:
+                if self._state.version != state.version:
+                    # Another thread of this process committed (or refreshed) since
+                    # build: a lost race the bucket need not be asked about.
+                    won = None
+                else:
+                    won = self._create(key, data, operation)
+                    if won:
+                        self._state = new_state
+                    else:
+                        self.refresh()
+            if won:
+                crash_point("after-commit")
+                if version % SNAPSHOT_EVERY == 0:
+                    self._write_snapshot(new_state)  # outside the lock too
+                return new_state
+            fresh = True
+            if won is None:
+                continue
+            logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
+                        self.uri, version, operation, attempt + 1)
+            cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
+            self._sleep(random.uniform(0, cap) / 1000)
+        raise CommitConflictError(
+            f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
+            f"other writers committed first every time (the log is at version "
+            f"{self._state.version}); nothing of this {operation} is visible")
 
     def _create(self, key: str, data: bytes, operation: str) -> bool:
         """Create commit ``key``: True if the object there is ours, False if another

@@ -351,3 +351,37 @@ def test_an_open_from_a_stale_hint_reads_a_bounded_number_of_objects(collected):
     # the hint, snapshot 10 (or its absence), snapshot 20, commits 21 and 22; one LIST
     assert storage.counts["read"] == 5 and storage.counts["list_after"] == 1
     assert storage.counts["list_dir"] == 0
+
+
+def test_a_slow_build_does_not_hold_up_other_commits_of_the_process():
+    """build (an append's uploads) runs outside the lock: another thread commits while it
+    runs, and the slow one then builds again on the new state."""
+    import threading
+
+    storage = counting_memory_storage()
+    log = CommitLog(storage, sleep=lambda s: None)
+    log.commit("create_topic", lambda s: topic_change(2))
+    uploading, go = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def slow_build(state: BucketState) -> Change:
+        seen.append(state.version)
+        uploading.set()
+        go.wait()
+        return append_change(state)
+
+    slow = threading.Thread(target=log.commit, args=("append", slow_build))
+    slow.start()
+    uploading.wait()
+    other = threading.Thread(target=log.commit, args=("append", lambda s: Change(
+        partitions={"t-1": PartitionChange(add=(SegmentEntry(
+            f"t-1/{0:020d}-{'e' * 16}", 0, 3, 30, 1),))})))
+    other.start()
+    other.join(timeout=60)  # a bound so a regression fails instead of hanging
+    finished = not other.is_alive()
+    go.set()
+    other.join()
+    slow.join()
+    assert finished, "a commit waited for another thread's build"
+    assert seen == [0, 1]  # the slow build ran again on the other thread's commit
+    assert CommitLog(storage).state == log.state and log.state.version == 2
