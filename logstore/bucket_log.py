@@ -26,7 +26,7 @@ from typing import NoReturn
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
 from .bucket_state import NO_VERSION, PartitionState, index_of
 from .config import LogConfig
-from .errors import CorruptRecordError, ReadOnlyError
+from .errors import CorruptRecordError, ReadOnlyError, UnknownTopicOrPartitionError
 from .log_read import FetchData, LogReads
 from .log_segment import LogSegment
 from .record_format import compute_crc, read_batch_header
@@ -69,7 +69,10 @@ class BucketLog(LogReads):
     def _sync(self, refresh: bool) -> bool:
         version, state = self._source(refresh)
         if state is None:
-            state = PartitionState()
+            # Never read as an empty partition (high watermark 0): its topic is gone.
+            raise UnknownTopicOrPartitionError(
+                f"partition {self._tp()} of {self.storage.uri} no longer exists (its topic "
+                f"was deleted; the bucket is at version {version})")
         with self._lock:
             # The source is asked outside the lock, so a thread may come back with a
             # state older than one another thread stored meanwhile: only newer ones count

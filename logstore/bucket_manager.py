@@ -120,9 +120,14 @@ class BucketLogManager:
 
     def _sync_logs(self) -> None:
         with self._lock:
-            logs = list(self._logs.values())
-        for log in logs:
-            log.sync()
+            logs = list(self._logs.items())
+        for tp, log in logs:
+            try:
+                log.sync()
+            except UnknownTopicOrPartitionError:  # deleted by another process
+                with self._lock:
+                    if self._logs.get(tp) is log:
+                        self._logs.pop(tp).close()
 
     def _commit(self, operation: str, build: Callable[[BucketState], Change | None]) -> None:
         try:

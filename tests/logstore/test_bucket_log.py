@@ -13,7 +13,11 @@ from seglog.logstore.bucket_commit_log import Change
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
 from seglog.logstore.bucket_state import PartitionChange
-from seglog.logstore.errors import MissingSegmentError, OffsetBelowLogStartError
+from seglog.logstore.errors import (
+    MissingSegmentError,
+    OffsetBelowLogStartError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.logstore.record_codec import encode_batches
 
 TS = 1_700_000_000_000
@@ -106,3 +110,20 @@ def test_a_referenced_object_that_is_missing_is_reported_as_damage(operation):
             log.read(15)
         else:
             list(log.read_chunks(10, 20))
+
+
+def test_a_reader_of_a_deleted_topic_is_told_so_not_shown_an_empty_partition():
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    writer.append("t", 0, batches(3))
+    reader = BucketLogManager(uri, read_only=True)
+    log = reader.get_log("t", 0)
+    writer.delete_topic("t")
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"partition t-0 of memory://.* "
+                                                           r"no longer exists"):
+        log.refresh()
+    assert log.high_watermark == 3  # what it knew stays, never 0
+    assert ("t", 0) not in reader.high_watermarks()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        reader.get_log("t", 0)
