@@ -37,12 +37,13 @@ from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpe
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .errors import (
-    CommitConflictError,
     ConfigError,
     InvalidRecordError,
+    KafkaStorageError,
     LogDirError,
     OffsetOutOfRangeError,
     ReadOnlyError,
+    SeglogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -276,10 +277,12 @@ class BucketLogManager:
         self.check_writable()
         key = tp_key(topic, partition)
         self._partition_state(topic, partition)
+        spec = self._spec(topic)
         config = self.topic_config(topic)
         buf = bytearray(records)
         headers = validate_batches(buf, config, tp=key, now_ms=self.clock.milliseconds(),
                                    assign_offsets=True)
+        validated = {"spec": spec, "config": config}
         if any(h.is_transactional or h.is_control for h in headers):
             raise InvalidRecordError(f"append to {key} in {self.uri}: transactional and "
                                      f"control batches are not supported on a bucket yet")
@@ -295,14 +298,26 @@ class BucketLogManager:
                 raise UnknownTopicOrPartitionError(
                     f"partition {key} of {self.uri} was deleted during the append")
             end = ps.high_watermark
+            spec_now = state.topics[topic]
+            if spec_now != validated["spec"]:
+                # The topic's config changed (another process): check the batches again
+                # against it (max.message.bytes, timestamps) and cut them by its
+                # segment.bytes.
+                cfg = LogConfig.from_properties(dict(spec_now.config),
+                                                base=self.default_topic_config)
+                validate_batches(buf, cfg, tp=key, now_ms=self.clock.milliseconds(),
+                                 assign_offsets=True)
+                validated.update(spec=spec_now, config=cfg)
+                stamped.pop("end", None)
+            cfg = validated["config"]
             if stamped.get("end") != end:
                 self._discard(uploaded)
                 stamped["headers"] = assign_offsets_from(buf, headers, end, tp=key,
                                                          assign=True)
                 segments = build_segments(buf, stamped["headers"], topic=topic,
                                           partition=partition,
-                                          segment_bytes=config.segment_bytes,
-                                          index_interval_bytes=config.index_interval_bytes)
+                                          segment_bytes=cfg.segment_bytes,
+                                          index_interval_bytes=cfg.index_interval_bytes)
                 self._upload(segments)
                 uploaded[:] = segments
                 stamped["end"] = end
@@ -311,8 +326,13 @@ class BucketLogManager:
 
         try:
             self._commit("append", build)
-        except (CommitConflictError, UnknownTopicOrPartitionError):
-            self._discard(uploaded)  # certainly not committed (unlike a failed request)
+        except KafkaStorageError:
+            raise  # a failed request: the commit may have landed, the uploads stay
+        except SeglogError:
+            # A lost race given up, or a check that failed on a fresh state (the
+            # partition deleted, a new config refusing the batches): certainly not
+            # committed.
+            self._discard(uploaded)
             raise
         hs = stamped["headers"]
         max_ts, max_ts_offset = -1, hs[0].last_offset

@@ -284,3 +284,21 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     info = idle.append("t", 0, batches(5, 22))
     assert (info.first_offset, info.last_offset) == (22, 26)
     assert offsets(BucketLogManager(uri, read_only=True)) == list(range(27))
+
+
+def test_an_append_is_checked_against_the_config_another_process_just_set():
+    from seglog.logstore.errors import RecordTooLargeError
+
+    uri = memory_uri()
+    a = BucketLogManager(uri)
+    a.create_topic("t", 1)
+    a.append("t", 0, batches(1))  # a caches t's config
+    b = BucketLogManager(uri)
+    b.alter_topic_config("t", {"max.message.bytes": "100"})
+    big = batches(50)
+    assert len(big) > 100
+    with pytest.raises(RecordTooLargeError, match="100"):
+        a.append("t", 0, big)
+    assert offsets(BucketLogManager(uri, read_only=True)) == [0]
+    logs = [n for n in objects(a.storage, "t-0") if n.endswith(".log")]
+    assert len(logs) == 1  # the refused attempt's upload is gone
