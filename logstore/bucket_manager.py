@@ -282,7 +282,7 @@ class BucketLogManager:
         buf = bytearray(records)
         headers = validate_batches(buf, config, tp=key, now_ms=self.clock.milliseconds(),
                                    assign_offsets=True)
-        validated = {"spec": spec, "config": config}
+        validated: list[tuple[TopicSpec, LogConfig]] = [(spec, config)]  # the last check
         if any(h.is_transactional or h.is_control for h in headers):
             raise InvalidRecordError(f"append to {key} in {self.uri}: transactional and "
                                      f"control batches are not supported on a bucket yet")
@@ -299,7 +299,7 @@ class BucketLogManager:
                     f"partition {key} of {self.uri} was deleted during the append")
             end = ps.high_watermark
             spec_now = state.topics[topic]
-            if spec_now != validated["spec"]:
+            if spec_now != validated[0][0]:
                 # The topic's config changed (another process): check the batches again
                 # against it (max.message.bytes, timestamps) and cut them by its
                 # segment.bytes.
@@ -307,9 +307,9 @@ class BucketLogManager:
                                                 base=self.default_topic_config)
                 validate_batches(buf, cfg, tp=key, now_ms=self.clock.milliseconds(),
                                  assign_offsets=True)
-                validated.update(spec=spec_now, config=cfg)
+                validated[0] = (spec_now, cfg)
                 stamped.pop("end", None)
-            cfg = validated["config"]
+            cfg = validated[0][1]
             if stamped.get("end") != end:
                 self._discard(uploaded)
                 stamped["headers"] = assign_offsets_from(buf, headers, end, tp=key,
