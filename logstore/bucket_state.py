@@ -43,7 +43,8 @@ NO_VERSION = -1
 """The version of the empty state (the first commit is version 0)."""
 
 OPERATIONS = frozenset({"create_topic", "alter_config", "add_partitions", "delete_topic",
-                        "append", "delete_records", "merge", "retention", "compact"})
+                        "append", "sink_append", "delete_records", "merge", "retention",
+                        "compact"})
 """What a commit's ``operation`` may say; another word is damage (or a newer format)."""
 GAPS_ALLOWED = frozenset({"compact"})
 """Operations that may leave offsets no segment holds (compaction's removed records);
@@ -360,7 +361,12 @@ def index_of(segments: tuple[SegmentEntry, ...], key: str) -> int | None:
     carries, which is its entry's: ``check_entry_key``)."""
     parsed = parse_segment_stem(key.rpartition("/")[2])
     if parsed is None:
-        return None
+        if not key.startswith(STAGING_DIR + "/"):
+            return None
+        # A sink fragment's name carries no offset; fragments are the newest segments
+        # until a merge replaces them, so look from the end.
+        return next((i for i in range(len(segments) - 1, -1, -1) if segments[i].key == key),
+                    None)
     i = bisect.bisect_left(segments, parsed[0], key=_base)
     return i if i < len(segments) and segments[i].key == key else None
 
@@ -370,7 +376,16 @@ def _base(entry: SegmentEntry) -> int:
 
 
 def check_entry_key(entry: SegmentEntry, partition_key: str, where: str) -> None:
-    """An entry's key is ``<partition>/<its base offset, 20 digits>-<16 hex digits>``."""
+    """An entry's key is ``<partition>/<its base offset, 20 digits>-<16 hex digits>``, or,
+    for a Spark sink fragment committed where its task uploaded it, a key under
+    ``_seglog/staging/`` whose stored offsets start at 0 (``offset_delta`` = base offset)."""
+    if entry.key.startswith(STAGING_DIR + "/"):
+        if entry.offset_delta != entry.base_offset:
+            raise CorruptMetadataError(
+                f"{where}: fragment {entry.key!r} of partition {partition_key} has "
+                f"offset_delta {entry.offset_delta}, but its stored offsets start at 0, so "
+                f"it must equal its base_offset {entry.base_offset}")
+        return
     prefix, _, stem = entry.key.rpartition("/")
     parsed = parse_segment_stem(stem)
     if prefix != partition_key or parsed is None:
