@@ -28,7 +28,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
 from .bucket_log import BucketLog
@@ -53,6 +53,12 @@ from .log_validator import assign_offsets_from, validate_batches
 from .object_storage import ObjectStorage, is_object_uri
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
+
+if TYPE_CHECKING:
+    from .bucket_collect import CollectStats
+    from .bucket_compact import CompactStats
+    from .bucket_maintenance import BucketMaintenance
+    from .scheduler import TaskRun
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +90,8 @@ class BucketLogManager:
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
                  clock: Clock = SYSTEM_CLOCK, storage_options: Mapping[str, str] | None = None,
-                 commit_log: CommitLog | None = None) -> None:
+                 commit_log: CommitLog | None = None,
+                 orphan_grace_ms: int | None = None) -> None:
         self.storage: Storage = (ObjectStorage(uri, dict(storage_options or {}))
                                  if isinstance(uri, str) else uri)
         self.read_only = read_only
@@ -101,6 +108,8 @@ class BucketLogManager:
         self._logs: dict[TopicPartition, BucketLog] = {}
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
         self._closed = False
+        self._orphan_grace_ms = orphan_grace_ms
+        self._maintenance: BucketMaintenance | None = None
 
     @property
     def uri(self) -> str:
@@ -118,6 +127,10 @@ class BucketLogManager:
         if changed:
             self._sync_logs()
         return changed
+
+    def sync_logs(self) -> None:
+        """Give the logs opened so far the state the commit log holds (no request)."""
+        self._sync_logs()
 
     def _sync_logs(self) -> None:
         with self._lock:
@@ -397,6 +410,42 @@ class BucketLogManager:
     def log_start_offsets(self) -> dict[TopicPartition, int]:
         self.refresh()
         return {_parse_tp(k): p.log_start_offset for k, p in self.state.partitions.items()}
+
+    # -- maintenance (bucket_maintenance) ---------------------------------------------
+
+    @property
+    def maintenance(self) -> BucketMaintenance:
+        self.check_writable()
+        with self._lock:
+            if self._maintenance is None:
+                from .bucket_maintenance import BucketMaintenance
+
+                self._maintenance = BucketMaintenance(self, self._orphan_grace_ms)
+            return self._maintenance
+
+    def run_maintenance(self, *, force: bool = False,
+                        before_task: Callable[[str, int, int], None] | None = None
+                        ) -> list[TaskRun]:
+        """Retention, merging, compaction and collection, each once (a bucket keeps no
+        schedule between processes: every call runs every task; ``force`` is accepted
+        for the local manager's signature)."""
+        return self.maintenance.run(before_task)
+
+    def delete_old_segments(self) -> int:
+        """Retention over every partition (one commit); the segments removed."""
+        return self.maintenance.delete_old_segments()
+
+    def merge_segments(self) -> int:
+        """Merge small adjacent segments into ``segment.bytes``-sized ones."""
+        return self.maintenance.merge_segments()
+
+    def clean(self, now_ms: int | None = None) -> CompactStats | None:
+        """One compaction pass over the dirtiest compacted partition, or None."""
+        return self.maintenance.clean()
+
+    def collect(self) -> CollectStats:
+        """Delete objects no reader can need any more (``bucket_collect``)."""
+        return self.maintenance.collect()
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -122,7 +122,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CleanableRange", "Cleaner", "CleanerStats", "LogCleaner", "group_segments"]
+__all__ = ["CleanableRange", "Cleaner", "CleanerStats", "LogCleaner", "SegmentSizes",
+           "group_segments"]
 
 MIN_CHUNK_BYTES = 4 << 20
 """Segments are read in chunks of at least this much (``log.cleaner.io.buffer.size`` is
@@ -169,7 +170,9 @@ class CleanerStats:
 
 
 @dataclass(frozen=True, slots=True)
-class _SegInfo:
+class SegmentSizes:
+    """What ``group_segments`` needs of a segment (a local one, or a bucket's entry)."""
+
     base_offset: int
     next_offset: int  # the next segment's base: an upper bound of this one's last + 1
     size: int
@@ -177,7 +180,7 @@ class _SegInfo:
     time_index_bytes: int
 
 
-def group_segments(segments: Sequence[_SegInfo], max_size: int,
+def group_segments(segments: Sequence[SegmentSizes], max_size: int,
                    max_index_size: int) -> list[list[int]]:
     """Kafka's ``groupSegmentsBySize``: consecutive runs (as index lists) whose summed
     log size fits ``max_size``, summed index sizes fit ``max_index_size`` and whose
@@ -348,8 +351,9 @@ class Cleaner:
             if seg.base_offset >= stats.end_offset:
                 break
             nxt = segs[i + 1].base_offset if i + 1 < len(segs) else log.segments[-1].base_offset
-            infos.append(_SegInfo(seg.base_offset, nxt, seg.size,
-                                  seg.offset_index.size_in_bytes, seg.time_index.size_in_bytes))
+            infos.append(SegmentSizes(seg.base_offset, nxt, seg.size,
+                                      seg.offset_index.size_in_bytes,
+                                      seg.time_index.size_in_bytes))
         cfg = log.config
         pending: list[int] = []
         for group in group_segments(infos, cfg.segment_bytes, cfg.segment_index_bytes):

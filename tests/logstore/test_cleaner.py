@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.cleaner import LogCleaner, _SegInfo, group_segments
+from seglog.logstore.cleaner import LogCleaner, SegmentSizes, group_segments
 from seglog.logstore.clock import MockClock
 from seglog.logstore.config import LogConfig, ManagerConfig
 from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
@@ -383,7 +383,7 @@ def test_crash_leftovers_are_repaired_on_open(tmp_path):
 
 def test_group_segments_respects_size_index_and_offset_limits():
     def info(base, nxt, size, idx=0):
-        return _SegInfo(base, nxt, size, idx, idx)
+        return SegmentSizes(base, nxt, size, idx, idx)
 
     segs = [info(0, 10, 40), info(10, 20, 40), info(20, 30, 40), info(30, 40, 10)]
     assert group_segments(segs, 100, 1000) == [[0, 1], [2, 3]]
