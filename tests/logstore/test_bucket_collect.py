@@ -1,0 +1,162 @@
+"""The bucket's collector (bucket_collect, through BucketLogManager.collect) over
+memory://: removed objects after file.delete.delay.ms while a reader holding an older view
+keeps reading, orphans after the grace, deleted topics, old commits and snapshots, and a
+writer idle past the collection of its version."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+from bucket_helpers import memory_uri
+
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_segment import object_keys
+from seglog.logstore.bucket_state import COMMIT_DIR, SNAPSHOT_DIR, parse_version_name
+from seglog.logstore.clock import MockClock
+from seglog.logstore.record_codec import decode_batches, encode_batches
+
+TS = 1_700_000_000_000
+HOUR = 3_600_000
+
+
+def batch(i: int, n: int = 4) -> bytearray:
+    return encode_batches(pa.array([f"v{i}-{j}".encode() for j in range(n)]),
+                          timestamps=pa.array([TS + i] * n, pa.int64()))
+
+
+def read_all(log, start: int = 0) -> list[int]:
+    return [o for chunk in log.read_chunks(start, log.high_watermark)
+            for o in decode_batches(bytes(chunk), start_offset=start)
+            .column("offset").to_pylist()]
+
+
+def now_clock() -> MockClock:
+    """A test clock at the wall time (object stores stamp objects with it)."""
+    return MockClock(int(time.time() * 1000))
+
+
+def names(mgr: BucketLogManager, prefix: str) -> set[str]:
+    return {e.name for e in mgr.storage.list_dir(prefix) if not e.is_dir}
+
+
+def versions(mgr: BucketLogManager, prefix: str) -> list[int]:
+    return sorted(v for v in (parse_version_name(n) for n in names(mgr, prefix))
+                  if v is not None)
+
+
+def test_a_reader_holding_an_older_view_reads_until_the_delay_passes():
+    uri = memory_uri()
+    clock = now_clock()
+    mgr = BucketLogManager(uri, clock=clock)
+    mgr.create_topic("t", 1, {"file.delete.delay.ms": 1000, "retention.ms": -1})
+    for i in range(6):
+        mgr.append("t", 0, batch(i))
+    reader = BucketLogManager(uri, read_only=True)
+    planned = reader.get_log("t", 0)  # holds the view of six segments
+    assert planned.num_segments == 6
+    old_objects = names(mgr, "t-0")
+
+    mgr.delete_records("t", 0, 8)
+    assert mgr.delete_old_segments() == 2
+    assert mgr.merge_segments() == 4
+    stats = mgr.collect()
+    assert stats.removed_objects == 0 and stats.waiting == len(old_objects)
+    assert read_all(planned) == list(range(24))  # everything it planned on is still there
+
+    clock.advance(1001)
+    stats = mgr.collect()
+    assert stats.removed_objects == len(old_objects) and stats.orphans == 0
+    (merged,) = mgr.state.partition("t", 0).segments
+    assert {f"t-0/{n}" for n in names(mgr, "t-0")} == set(object_keys(merged))
+    fresh = BucketLogManager(uri, read_only=True).get_log("t", 0)
+    assert read_all(fresh, 8) == list(range(8, 24))
+    # The stale reader finds its objects gone, refreshes once and reads the new view.
+    assert read_all(planned, 8) == list(range(8, 24))
+
+
+def test_orphans_are_deleted_after_the_grace_only():
+    clock = now_clock()
+    mgr = BucketLogManager(memory_uri(), clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    mgr.append("t", 0, batch(0))
+    committed = names(mgr, "t-0")
+    orphan = "t-0/00000000000000000004-0123456789abcdef.log"
+    mgr.storage.write_atomic(orphan, b"a dead writer's upload")
+    mgr.storage.write_atomic("_seglog/staging/q1/part-0.bin", b"a dead sink task's")
+    mgr.storage.write_atomic("gone-0/00000000000000000000-0123456789abcdef.log", b"x")
+    stats = mgr.collect()
+    assert (stats.orphans, stats.orphans_waiting) == (0, 3)
+    clock.advance(HOUR - 10_000)
+    assert mgr.collect().orphans == 0
+    clock.advance(20_000)
+    stats = mgr.collect()
+    assert (stats.orphans, stats.orphans_waiting) == (3, 0)
+    assert names(mgr, "t-0") == committed
+    assert not mgr.storage.list_dir("_seglog/staging") and not mgr.storage.list_dir("gone-0")
+
+
+def test_a_configured_orphan_grace():
+    clock = now_clock()
+    mgr = BucketLogManager(memory_uri(), clock=clock, orphan_grace_ms=5_000)
+    mgr.create_topic("t", 1)
+    mgr.storage.write_atomic("t-0/00000000000000000000-0123456789abcdef.log", b"x")
+    assert mgr.collect().orphans == 0
+    clock.advance(5_000)
+    assert mgr.collect().orphans == 1
+
+
+def test_a_deleted_topics_objects_go_after_its_delay():
+    clock = now_clock()
+    mgr = BucketLogManager(memory_uri(), clock=clock,
+                           default_topic_config={"file.delete.delay.ms": 2000})
+    mgr.create_topic("gone", 2, {"retention.ms": -1})
+    mgr.append("gone", 0, batch(0))
+    mgr.append("gone", 1, batch(1))
+    mgr.delete_topic("gone")
+    assert mgr.collect().removed_objects == 0
+    clock.advance(2000)
+    assert mgr.collect().removed_objects == 4  # a .log and a .timeindex per partition
+    assert not mgr.storage.list_dir("gone-0") and not mgr.storage.list_dir("gone-1")
+
+
+def test_old_commits_and_snapshots_go_and_every_view_still_opens():
+    uri = memory_uri()
+    clock = now_clock()
+    mgr = BucketLogManager(uri, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    stale = BucketLogManager(uri, read_only=True)  # at version 0
+    for i in range(25):
+        mgr.append("t", 0, batch(i))
+    assert versions(mgr, SNAPSHOT_DIR) == [0, 10, 20]
+    assert mgr.collect().commits == 0  # younger than a minute: kept
+    clock.advance(60_000)
+    stats = mgr.collect()
+    assert (stats.commits, stats.snapshots) == (21, 2)
+    assert versions(mgr, COMMIT_DIR) == list(range(21, 26))
+    assert versions(mgr, SNAPSHOT_DIR) == [20]
+    assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 100}
+    assert stale.high_watermarks() == {("t", 0): 100}  # reloads from the snapshot
+    assert mgr.collect().commits == 0
+
+
+def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
+    """A writer still at version 1 must not create the collected version 2 again: its
+    commit would be invisible to everyone past it (an acknowledged append lost)."""
+    uri = memory_uri()
+    clock = now_clock()
+    mgr = BucketLogManager(uri, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    mgr.append("t", 0, batch(0))
+    idle_clock = MockClock(clock.milliseconds())
+    idle = BucketLogManager(uri, clock=idle_clock)  # at version 1
+    for i in range(1, 12):
+        mgr.append("t", 0, batch(i))
+    clock.advance(60_000)
+    assert mgr.collect().commits == 11  # versions 0..10
+    idle_clock.advance(11_000)
+    info = idle.append("t", 0, batch(99))
+    assert info.first_offset == 48
+    fresh = BucketLogManager(uri, read_only=True)
+    assert fresh.high_watermarks() == {("t", 0): 52}
+    assert read_all(fresh.get_log("t", 0), 44) == list(range(44, 52))
