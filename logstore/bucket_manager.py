@@ -25,6 +25,7 @@ the ``CommitLog`` serializes commits of this process).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,7 @@ from .topics import altered_overrides, parse_overrides, validate_topic_name, war
 if TYPE_CHECKING:
     from .bucket_collect import CollectStats
     from .bucket_compact import CompactStats
+    from .bucket_export import ExportStats
     from .bucket_maintenance import BucketMaintenance
     from .scheduler import TaskRun
 
@@ -446,6 +448,12 @@ class BucketLogManager:
     def collect(self) -> CollectStats:
         """Delete objects no reader can need any more (``bucket_collect``)."""
         return self.maintenance.collect()
+
+    def export(self, target: str | os.PathLike[str]) -> ExportStats:
+        """Write the committed state as a plain Kafka log dir (``bucket_export``)."""
+        from .bucket_export import export_log_dir
+
+        return export_log_dir(self, target)
 
     # -- lifecycle -------------------------------------------------------------------
 
