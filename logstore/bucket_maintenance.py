@@ -37,7 +37,7 @@ from .config import LogConfig
 from .scheduler import RETENTION, TaskRun
 
 if TYPE_CHECKING:
-    from .bucket_compact import CompactStats
+    from .bucket_compact import BucketCompactor, CompactStats
     from .bucket_manager import BucketLogManager
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ class BucketMaintenance:
         self.clock = manager.clock
         self._orphan_grace = orphan_grace_ms
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
-        self._lock = threading.Lock()  # one pass at a time; guards _configs
+        self._compactor: BucketCompactor | None = None
+        self._lock = threading.Lock()  # one pass at a time; guards _configs, _compactor
 
     # -- configs --------------------------------------------------------------------------
 
@@ -145,10 +146,11 @@ class BucketMaintenance:
 
         with self._lock:
             self.manager.refresh()
-            compactor = BucketCompactor(self.commits, self.manager.config, self.clock,
-                                        self._config, self.grace_ms() // 2,
-                                        self.manager.sync_logs)
-            return compactor.clean_dirtiest()
+            if self._compactor is None:
+                self._compactor = BucketCompactor(
+                    self.commits, self.manager.config, self.clock, self._config,
+                    lambda: self.grace_ms() // 2, self.manager.sync_logs)
+            return self._compactor.clean_dirtiest()
 
     def collect(self) -> CollectStats:
         """Delete what no reader can need (see ``bucket_collect``)."""

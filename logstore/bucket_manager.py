@@ -399,6 +399,10 @@ class BucketLogManager:
         self._commit("delete_records", build)
         return self._partition_state(topic, partition).log_start_offset
 
+    def checkpoint_high_watermarks(self) -> None:
+        """Nothing to do: on a bucket every commit is its own high watermark (kept for
+        callers of the local manager's API)."""
+
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the committed log end (refreshed: one LIST)."""
         self.refresh()

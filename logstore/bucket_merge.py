@@ -77,7 +77,8 @@ def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
     buf, headers = concatenated([read_segment(storage, e) for e in run])
     segments = build_segments(buf, headers, topic=topic, partition=partition,
                               segment_bytes=max(len(buf), config.segment_bytes),
-                              index_interval_bytes=config.index_interval_bytes)
+                              index_interval_bytes=config.index_interval_bytes,
+                              base_offset=run[0].base_offset)
     if len(segments) != 1:  # group_segments keeps offsets within 32 bits of the base
         raise AssertionError(f"merging {len(run)} segments of {topic}-{partition} gave "
                              f"{len(segments)}")

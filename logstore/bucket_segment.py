@@ -72,23 +72,27 @@ class SegmentObjects:
 
 
 def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, topic: str,
-                   partition: int, segment_bytes: int, index_interval_bytes: int
-                   ) -> list[SegmentObjects]:
+                   partition: int, segment_bytes: int, index_interval_bytes: int,
+                   base_offset: int | None = None) -> list[SegmentObjects]:
     """The segments holding ``headers``' batches of ``buf`` (consecutive, offsets
-    assigned, ``headers[i].position`` their positions in ``buf``)."""
+    assigned, ``headers[i].position`` their positions in ``buf``). ``base_offset``: the
+    first segment's, when below its first batch's (a rewritten segment keeps the base of
+    what it replaces, as Kafka's cleaner names its output; index entries are relative
+    to it)."""
     view = memoryview(buf)
     out: list[SegmentObjects] = []
     i = 0
     while i < len(headers):
         first = headers[i]
+        base = base_offset if i == 0 and base_offset is not None else first.base_offset
         j = i + 1
         while j < len(headers):
             h = headers[j]
             if h.end_position - first.position > segment_bytes \
-                    or h.last_offset - first.base_offset > INT32_MAX:
+                    or h.last_offset - base > INT32_MAX:
                 break
             j += 1
-        out.append(_segment(view, headers[i:j], topic, partition, index_interval_bytes))
+        out.append(_segment(view, headers[i:j], topic, partition, index_interval_bytes, base))
         i = j
     return out
 
@@ -104,8 +108,10 @@ def build_fragment(buf: bytearray | memoryview, headers: list[BatchHeader], key:
 
 
 def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition: int,
-             interval: int, *, key: str | None = None) -> SegmentObjects:
-    base = headers[0].base_offset
+             interval: int, base: int | None = None, *, key: str | None = None
+             ) -> SegmentObjects:
+    if base is None:
+        base = headers[0].base_offset
     start = headers[0].position
     offsets = bytearray()
     times = bytearray()

@@ -25,7 +25,7 @@ import bisect
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import CorruptMetadataError
@@ -155,15 +155,21 @@ class TopicSpec:
 
 @dataclass(frozen=True, slots=True)
 class PartitionChange:
+    """``cleaner_offset``: compaction cleaned the partition up to there (Kafka's
+    ``cleaner-offset-checkpoint`` entry; optional, set by ``compact`` commits)."""
+
     add: tuple[SegmentEntry, ...] = ()
     remove: tuple[str, ...] = ()
     log_start_offset: int | None = None
+    cleaner_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"add": [e.to_json() for e in self.add],
                                "remove": list(self.remove)}
         if self.log_start_offset is not None:
             out["log_start_offset"] = self.log_start_offset
+        if self.cleaner_offset is not None:
+            out["cleaner_offset"] = self.cleaner_offset
         return out
 
     @classmethod
@@ -171,14 +177,21 @@ class PartitionChange:
         if not isinstance(raw, dict) or not isinstance(raw.get("add", []), list) \
                 or not isinstance(raw.get("remove", []), list):
             raise CorruptMetadataError(f"{where}: invalid partition change {raw!r}")
-        lso = raw.get("log_start_offset")
-        if lso is not None and (isinstance(lso, bool) or not isinstance(lso, int) or lso < 0):
-            raise CorruptMetadataError(f"{where}: invalid log_start_offset {lso!r}")
+        lso = _optional_offset(raw, "log_start_offset", where)
+        cleaned = _optional_offset(raw, "cleaner_offset", where)
         remove = raw.get("remove", [])
         if not all(isinstance(k, str) for k in remove):
             raise CorruptMetadataError(f"{where}: invalid remove list {remove!r}")
         return cls(tuple(SegmentEntry.from_json(e, where) for e in raw.get("add", [])),
-                   tuple(remove), lso)
+                   tuple(remove), lso, cleaned)
+
+
+def _optional_offset(raw: dict[str, Any], name: str, where: str) -> int | None:
+    value = raw.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < 0):
+        raise CorruptMetadataError(f"{where}: invalid {name} {value!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,8 +260,11 @@ def _load_json(data: bytes, where: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
+    """``cleaner_offset``: where compaction's cleaned section ends (None: never cleaned)."""
+
     segments: tuple[SegmentEntry, ...] = ()
     log_start_offset: int = 0
+    cleaner_offset: int | None = None
 
     @property
     def high_watermark(self) -> int:
@@ -312,9 +328,7 @@ class BucketState:
     def encode(self) -> bytes:
         doc = {"format": FORMAT, "version": self.version,
                "topics": {t: s.to_json() for t, s in sorted(self.topics.items())},
-               "partitions": {k: {"log_start_offset": p.log_start_offset,
-                                  "segments": [e.to_json() for e in p.segments]}
-                              for k, p in sorted(self.partitions.items())},
+               "partitions": {k: _partition_json(p) for k, p in sorted(self.partitions.items())},
                "sinks": dict(self.sinks)}
         return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -352,8 +366,17 @@ class BucketState:
                 raise CorruptMetadataError(
                     f"{here}: field 'log_start_offset' {lso} is outside its segments "
                     f"[{entries[0].base_offset}, {entries[-1].next_offset})")
-            out[key] = PartitionState(entries, lso)
+            out[key] = PartitionState(entries, lso,
+                                      _optional_offset(raw, "cleaner_offset", here))
         return cls(expected_version, specs, out, sinks)
+
+
+def _partition_json(p: PartitionState) -> dict[str, Any]:
+    out: dict[str, Any] = {"log_start_offset": p.log_start_offset,
+                           "segments": [e.to_json() for e in p.segments]}
+    if p.cleaner_offset is not None:
+        out["cleaner_offset"] = p.cleaner_offset
+    return out
 
 
 def index_of(segments: tuple[SegmentEntry, ...], key: str) -> int | None:
@@ -450,7 +473,8 @@ def _apply_change(current: PartitionState, change: PartitionChange, where: str,
                 f"log end {end}")
         lso = max(lso, change.log_start_offset)
     lso = max(lso, new[0].base_offset) if new else end
-    return PartitionState(new, lso)
+    cleaned = current.cleaner_offset if change.cleaner_offset is None else change.cleaner_offset
+    return replace(current, segments=new, log_start_offset=lso, cleaner_offset=cleaned)
 
 
 def _gaps(segments: tuple[SegmentEntry, ...]) -> list[tuple[int, int]]:

@@ -31,6 +31,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_store_config import is_object_uri
 
 PATH_ENV = "SEGLOG_PATH"
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
@@ -75,7 +76,7 @@ def log_dirs(args: argparse.Namespace, extra: Iterable[str] = ()) -> list[str]:
     dirs = [d.strip() for item in raw for d in item.split(",") if d.strip()]
     if not dirs:
         raise ConfigError(f"no log dir given: pass --path DIR or set {PATH_ENV}")
-    canonical = [os.path.realpath(d) for d in dirs]
+    canonical = [d if is_object_uri(d) else os.path.realpath(d) for d in dirs]
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"{source} names a log dir twice: {', '.join(dirs)}")
     return dirs
@@ -83,15 +84,18 @@ def log_dirs(args: argparse.Namespace, extra: Iterable[str] = ()) -> list[str]:
 
 def open_reader(args: argparse.Namespace) -> LogDirsReader:
     """A reader of the log dirs: takes no lock and writes nothing. The dirs must exist (a
-    reader never creates one)."""
+    reader never creates one). A bucket URI gives a read-only bucket manager (the same
+    reader API)."""
     dirs = log_dirs(args)
     _require_dirs(dirs)
+    if any(is_object_uri(d) for d in dirs):
+        return LogManager(dirs, read_only=True, clock=CLOCK)  # type: ignore[return-value]
     return LogDirsReader(dirs, clock=CLOCK)
 
 
 def _require_dirs(dirs: list[str]) -> None:
     for d in dirs:
-        if not os.path.isdir(d):
+        if not is_object_uri(d) and not os.path.isdir(d):
             raise ConfigError(f"log dir {d} does not exist (--path)")
 
 

@@ -10,6 +10,11 @@ and close the manager cleanly (the dirs keep ``.kafka_cleanshutdown``).
 Segments removed by retention or compaction are renamed ``.deleted`` and unlinked after
 ``file.delete.delay.ms`` (readers may still have them open): by a running ``--loop``, or
 else by the next writer that loads the partition (the next ``maintain``).
+
+On a bucket URI (``seglog maintain s3://bucket/logs``) a pass is the bucket's
+maintenance (``logstore.bucket_maintenance``: retention, merging small segments,
+compaction, collection of unreferenced objects); ``--loop`` runs a pass every
+``log.retention.check.interval.ms``. Any number of processes may run it at once.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from seglog.logstore.log_manager import CLEANER_TASK, LogManager
+from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
 from . import cli_common
@@ -38,8 +44,11 @@ from .cli_output import Progress, write_json
 if TYPE_CHECKING:
     from seglog.logstore.cleaner import CleanerStats  # not imported at run time: numba
 
+COLLECT_TASK = "object-collect"  # bucket_maintenance's (not imported: it loads numba)
+MERGE_TASK = "segment-merge"
 _COUNTS = {RETENTION: "segment(s) deleted by retention", FLUSH: "log(s) flushed",
-           DELETE_LOGS: "file(s) and directories removed"}
+           DELETE_LOGS: "file(s) and directories removed",
+           MERGE_TASK: "small segment(s) merged"}
 
 
 def task_json(run: TaskRun) -> dict[str, Any]:
@@ -65,6 +74,12 @@ def task_text(run: TaskRun) -> str | None:
                 f"{r.bytes_read} -> {r.bytes_written} bytes")
     if run.name in _COUNTS and isinstance(r, int) and r:
         return f"{run.name}: {r} {_COUNTS[run.name]}"
+    if run.name == COLLECT_TASK and r is not None:
+        done = {k: getattr(r, k) for k in ("removed_objects", "orphans", "commits", "snapshots")}
+        if any(done.values()):
+            return (f"{run.name}: deleted {done['removed_objects']} removed object(s), "
+                    f"{done['orphans']} orphan(s), {done['commits']} old commit(s), "
+                    f"{done['snapshots']} old snapshot(s)")
     return None
 
 
@@ -79,9 +94,16 @@ def one_pass(mgr: LogManager, *, force: bool) -> list[TaskRun]:
         return mgr.run_maintenance(force=force, before_task=before)
 
 
+def _pending(mgr: LogManager, runs: list[TaskRun]) -> int:
+    """Files (objects, on a bucket) waiting for ``file.delete.delay.ms``."""
+    if not is_object_uri(getattr(mgr, "uri", None)):
+        return mgr.deleter.pending
+    return sum(getattr(r.result, "waiting", 0) for r in runs if r.name == COLLECT_TASK)
+
+
 def report(out: TextIO, mgr: LogManager, runs: list[TaskRun], number: int,
            as_json: bool, *, quiet_if_idle: bool) -> None:
-    pending = mgr.deleter.pending
+    pending = _pending(mgr, runs)
     lines = [t for t in (task_text(r) for r in runs) if t]
     if quiet_if_idle and not lines:
         return
@@ -111,9 +133,12 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
             failed |= not all(r.ok for r in runs)
             report(out, mgr, runs, number, args.json, quiet_if_idle=False)
             while args.loop and not stop.is_set():
-                next_due = mgr.scheduler.next_due_ms()
-                clock = cli_common.CLOCK
-                wait_ms = 1000 if next_due is None else next_due - clock.monotonic_ms()
+                if is_object_uri(getattr(mgr, "uri", None)):
+                    wait_ms = mgr.config.log_retention_check_interval_ms
+                else:
+                    next_due = mgr.scheduler.next_due_ms()
+                    clock = cli_common.CLOCK
+                    wait_ms = 1000 if next_due is None else next_due - clock.monotonic_ms()
                 if wait_ms > 0 and stop.wait(wait_ms / 1000):
                     break
                 number += 1

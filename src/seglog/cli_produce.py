@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.record_codec import CompressionType, encode_batches
 from seglog.streaming.partitioner import assign_partitions
 
@@ -191,7 +192,12 @@ class Producer:
             self.records[p] = self.records.get(p, 0) + len(idx)
 
     def abort(self) -> None:
-        """Truncate what this run appended (it was never published)."""
+        """Truncate what this run appended (it was never published). On a bucket every
+        append is a commit, visible at once: nothing can be taken back."""
+        if is_object_uri(getattr(self.mgr, "uri", None)):
+            logger.warning("%s: the records appended before the failure stay committed "
+                           "(a bucket commits every chunk): %s", self.topic, self.start)
+            return
         for p, offset in self.start.items():
             self.mgr.get_log(self.topic, p).truncate_to(offset)
 

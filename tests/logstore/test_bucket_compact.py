@@ -1,0 +1,131 @@
+"""Compaction of bucket partitions (bucket_compact, through BucketLogManager.clean) over
+memory://: the local cleaner's output byte for byte, tombstones through their delete
+horizon, the dirty ratio and compaction lag, the cleaner offset in the state, conflicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from bucket_helpers import memory_uri
+
+from seglog.logstore import bucket_compact
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.clock import MockClock
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import decode_batches, encode_batches
+
+TS = 1_700_000_000_000
+COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
+           "segment.bytes": 400, "delete.retention.ms": 1000}
+
+
+def keyed(round_: int, keys: list[str], tombstones: tuple[str, ...] = ()) -> bytearray:
+    return encode_batches(
+        pa.array([None if k in tombstones else f"{k}@{round_}".encode() for k in keys],
+                 pa.binary()),
+        keys=pa.array([k.encode() for k in keys]),
+        timestamps=pa.array([TS + round_] * len(keys), pa.int64()))
+
+
+def records(log) -> list[tuple[int, bytes, bytes | None]]:
+    if hasattr(log, "sync"):  # a bucket log: take the newest commits
+        log.refresh()
+    out = []
+    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
+        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
+        out += list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
+                        t.column("value").to_pylist(), strict=True))
+    return out
+
+
+ROUNDS = [(["a", "b", "c"], ()), (["a", "d"], ()), (["b", "c"], ("c",)), (["a", "e"], ()),
+          (["d", "b"], ("d",)), (["a"], ())]
+
+
+def test_bucket_compaction_writes_what_the_local_cleaner_writes(tmp_path: Path):
+    clock = MockClock(TS + 10)
+    with LogManager([tmp_path], clock=clock) as local:
+        local.create_topic("c", 1, COMPACT)
+        for i, (keys, tombs) in enumerate(ROUNDS):
+            local.append("c", 0, keyed(i, keys, tombs))
+        local.get_log("c", 0).roll()  # every appended segment inactive, as in a bucket
+        local_stats = local.clean()
+        local_records = records(local.get_log("c", 0))
+        local_files = {p.name: p.read_bytes() for p in (tmp_path / "c-0").glob("*.log")
+                       if p.stat().st_size}
+    bucket = BucketLogManager(memory_uri(), clock=clock)
+    bucket.create_topic("c", 1, COMPACT)
+    for i, (keys, tombs) in enumerate(ROUNDS):
+        bucket.append("c", 0, keyed(i, keys, tombs))
+    stats = bucket.clean()
+    assert stats is not None and local_stats is not None
+    assert (stats.end_offset, stats.records_retained, stats.groups) == \
+        (local_stats.end_offset, local_stats.records_retained, local_stats.groups)
+    assert records(bucket.get_log("c", 0)) == local_records
+    ps = bucket.state.partition("c", 0)
+    assert ps.cleaner_offset == stats.end_offset == 12
+    bucket_files = {f"{s.base_offset:020d}.log": bucket.storage.read(s.key + ".log")
+                    for s in ps.segments}
+    assert bucket_files == local_files
+    # Latest value per key; the tombstones stay until their delete horizon has passed.
+    assert [(k, v) for _o, k, v in local_records] == \
+        [(b"c", None), (b"e", b"e@3"), (b"d", None), (b"b", b"b@4"), (b"a", b"a@5")]
+    assert bucket.clean() is None  # nothing dirty any more
+
+
+def test_tombstones_go_after_delete_retention_ms():
+    clock = MockClock(TS + 10)
+    mgr = BucketLogManager(memory_uri(), clock=clock)
+    mgr.create_topic("c", 1, COMPACT)
+    for i, (keys, tombs) in enumerate(ROUNDS):
+        mgr.append("c", 0, keyed(i, keys, tombs))
+    mgr.clean()  # stamps the delete horizon: now + delete.retention.ms
+    mgr.append("c", 0, keyed(9, ["f"]))  # some dirt, so a pass runs
+    clock.advance(1001)
+    assert mgr.clean() is not None
+    assert [(k, v) for _o, k, v in records(mgr.get_log("c", 0))] == \
+        [(b"e", b"e@3"), (b"b", b"b@4"), (b"a", b"a@5"), (b"f", b"f@9")]
+
+
+def test_the_dirty_ratio_and_the_compaction_lag_hold_a_pass_back():
+    clock = MockClock(TS + 10)
+    mgr = BucketLogManager(memory_uri(), clock=clock)
+    mgr.create_topic("c", 1, {**COMPACT, "min.cleanable.dirty.ratio": 0.9})
+    mgr.append("c", 0, keyed(0, ["a", "b"]))
+    mgr.append("c", 0, keyed(1, ["a", "b"]))
+    assert mgr.clean() is not None  # never cleaned: everything is dirty (ratio 1)
+    mgr.append("c", 0, keyed(2, ["a"]))
+    assert mgr.clean() is None  # dirty 1 segment of 2: below 0.9
+    mgr.alter_topic_config("c", {"min.cleanable.dirty.ratio": 0.01,
+                                 "min.compaction.lag.ms": 60_000})
+    assert mgr.clean() is None  # the dirty segment is younger than the lag
+    clock.advance(60_000)
+    assert mgr.clean() is not None
+    assert [(k, v) for _o, k, v in records(mgr.get_log("c", 0))] == \
+        [(b"b", b"b@1"), (b"a", b"a@2")]
+
+
+def test_a_compaction_whose_source_left_the_log_is_abandoned(monkeypatch):
+    uri = memory_uri()
+    clock = MockClock(TS + 10)
+    mgr, other = BucketLogManager(uri, clock=clock), BucketLogManager(uri, clock=clock)
+    mgr.create_topic("c", 1, COMPACT)
+    for i, (keys, tombs) in enumerate(ROUNDS):
+        mgr.append("c", 0, keyed(i, keys, tombs))
+    before = mgr.state.partition("c", 0)
+    real_upload = bucket_compact.upload
+
+    def upload_then_race(storage, built):
+        real_upload(storage, built)
+        other.refresh()
+        other.merge_segments()  # another maintainer rewrote the same segments first
+
+    monkeypatch.setattr(bucket_compact, "upload", upload_then_race)
+    assert mgr.clean() is None
+    mgr.refresh()
+    after = mgr.state.partition("c", 0)
+    assert after.cleaner_offset is None and after.segments != before.segments
+    referenced = {s.key for s in after.segments} | {s.key for s in before.segments}
+    assert {f"c-0/{e.name.rsplit('.', 1)[0]}" for e in mgr.storage.list_dir("c-0")} \
+        <= referenced  # the abandoned pass's uploads were deleted
