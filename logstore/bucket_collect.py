@@ -107,7 +107,7 @@ def collect(storage: Storage, *, now_ms: int, delete_delay_ms: Callable[[str], i
             deletable.update(object_keys(r.entry))
         else:
             waiting.update(object_keys(r.entry))
-    for key, entry in _data_objects(storage):
+    for key, entry in data_objects(storage):
         stem = key.rsplit(".", 1)[0]
         if stem in referenced or key in waiting:
             stats.waiting += key in waiting
@@ -175,7 +175,7 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int]
     return state, times, removals, known
 
 
-def _data_objects(storage: Storage) -> list[tuple[str, Entry]]:
+def data_objects(storage: Storage) -> list[tuple[str, Entry]]:
     """Every object under a partition prefix or the staging prefix, as (key, entry)."""
     out: list[tuple[str, Entry]] = []
     prefixes = [e.name for e in storage.list_dir("") if e.is_dir and e.name != META_DIR]

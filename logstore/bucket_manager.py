@@ -56,6 +56,7 @@ from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 
 if TYPE_CHECKING:
+    from .bucket_check import BucketFinding, PartitionReport
     from .bucket_collect import CollectStats
     from .bucket_compact import CompactStats
     from .bucket_export import ExportStats
@@ -452,6 +453,14 @@ class BucketLogManager:
     def collect(self) -> CollectStats:
         """Delete objects no reader can need any more (``bucket_collect``)."""
         return self.maintenance.collect()
+
+    def check_objects(self) -> tuple[list[BucketFinding], list[PartitionReport]]:
+        """The committed state against the objects (``bucket_check``); read-only."""
+        from .bucket_check import check_bucket
+
+        self.refresh()
+        state = self.state
+        return check_bucket(self.storage, state, {t: self.topic_config(t) for t in state.topics})
 
     def export(self, target: str | os.PathLike[str]) -> ExportStats:
         """Write the committed state as a plain Kafka log dir (``bucket_export``)."""

@@ -88,8 +88,12 @@ class Violation:
     message: str
 
 
-def _leading_entries(path: Path, dtype: np.dtype) -> tuple[np.ndarray, int]:
-    raw = np.frombuffer(LOCAL.read(path), dtype=np.uint8)
+_OFFSET_ENTRY = np.dtype([("rel", ">i4"), ("pos", ">i4")])
+_TIME_ENTRY = np.dtype([("ts", ">i8"), ("rel", ">i4")])
+
+
+def _leading_entries(data: bytes, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    raw = np.frombuffer(data, dtype=np.uint8)
     size = dtype.itemsize
     whole = len(raw) // size * size
     entries = raw[:whole].view(dtype)
@@ -100,14 +104,24 @@ def _leading_entries(path: Path, dtype: np.dtype) -> tuple[np.ndarray, int]:
 
 def read_offset_index(path: Path, base_offset: int) -> IndexEntries:
     """An ``.index`` file's entries (offset = base + relative offset, position)."""
-    entries, torn = _leading_entries(path, np.dtype([("rel", ">i4"), ("pos", ">i4")]))
+    return offset_index_entries(LOCAL.read(path), base_offset)
+
+
+def offset_index_entries(data: bytes, base_offset: int) -> IndexEntries:
+    """The entries of an offset index's bytes (a file's, or a bucket's index object)."""
+    entries, torn = _leading_entries(data, _OFFSET_ENTRY)
     return IndexEntries(entries["rel"].astype(np.int64) + base_offset,
                         entries["pos"].astype(np.int64), torn)
 
 
 def read_time_index(path: Path, base_offset: int) -> IndexEntries:
     """A ``.timeindex`` file's entries (timestamp, offset = base + relative offset)."""
-    entries, torn = _leading_entries(path, np.dtype([("ts", ">i8"), ("rel", ">i4")]))
+    return time_index_entries(LOCAL.read(path), base_offset)
+
+
+def time_index_entries(data: bytes, base_offset: int) -> IndexEntries:
+    """The entries of a time index's bytes (a file's, or a bucket's index object)."""
+    entries, torn = _leading_entries(data, _TIME_ENTRY)
     return IndexEntries(entries["ts"].astype(np.int64),
                         entries["rel"].astype(np.int64) + base_offset, torn)
 

@@ -70,6 +70,8 @@ from seglog.logstore.index_check import (
     read_time_index,
     time_index_violations,
 )
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
 from seglog.logstore.record_format import verify_all
 
@@ -95,19 +97,23 @@ def _map(path: Path) -> mmap.mmap | bytes:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def dump_log_file(path: Path, report: DumpReporter, *, print_data: bool = False) -> int:
+def dump_log_file(path: Path, report: DumpReporter, *, print_data: bool = False,
+                  data: bytes | None = None, base_offset: int | None = None) -> int:
     """Report the batches of a ``.log`` file or a KRaft ``.checkpoint`` snapshot (records
-    and control records too with ``print_data``); returns the number of problems."""
+    and control records too with ``print_data``); returns the number of problems.
+    ``data``/``base_offset``: a bucket's ``.log`` object, already read."""
     parsed = parse_segment_file_name(path.name)
     heading = None
-    if parsed is not None:
+    if base_offset is not None:
+        heading = f"Log starting offset: {base_offset}"
+    elif parsed is not None:
         heading = f"Log starting offset: {parsed[0]}"
     elif path.name == BOOTSTRAP_SNAPSHOT:
         heading = "KRaft bootstrap snapshot"
     elif (snap := parse_kraft_snapshot_name(path.name)) is not None:
         heading = f"Snapshot end offset: {snap[0]}, epoch: {snap[1]}"
     report.begin_file(path, heading)
-    buf = _map(path)
+    buf = _map(path) if data is None else data
     problems = 0
     bar = Progress(f"dump-log {path.name}", len(buf), unit=" bytes",
                    hide_if_tty=report.out)
@@ -262,6 +268,9 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
     report: DumpReporter = JsonDumpReport(out) if args.json else TextDumpReport(out)
     problems = 0
     for name in args.files:
+        if is_object_uri(name):
+            problems += _dump_object(name, report, print_data=args.print_data_log)
+            continue
         path = Path(name)
         if not path.is_file():
             report.problem(path, "no such file", text=f"{path}: no such file")
@@ -284,6 +293,31 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
             # meta.properties, ...) the same way, without failing.
             report.ignored(path)
     return 1 if problems else 0
+
+
+def _dump_object(uri: str, report: DumpReporter, *, print_data: bool) -> int:
+    """``dump-log`` of a bucket's ``.log`` object (``<uri>/<topic>-<p>/<base>-<id>.log``):
+    its stored bytes, as Kafka's tool shows a file (an ``offset_delta`` of its commit is
+    not applied: this is what the object holds)."""
+    from seglog.logstore.bucket_segment import ObjectPath
+    from seglog.logstore.bucket_state import parse_segment_stem
+    from seglog.logstore.object_storage import ObjectStorage
+
+    path = ObjectPath(uri)
+    root, _, name = uri.rpartition("/")
+    parsed = parse_segment_stem(name[:-len(LOG_SUFFIX)]) if name.endswith(LOG_SUFFIX) else None
+    if parsed is None:
+        message = ("dump-log reads a bucket's .log objects "
+                   "(<topic>-<p>/<20-digit base>-<16 hex id>.log)")
+        report.problem(path, message, text=f"{uri}: {message}")  # type: ignore[arg-type]
+        return 1
+    try:
+        data = ObjectStorage(root).read(name)
+    except FileNotFoundError:
+        report.problem(path, "no such object", text=f"{uri}: no such object")  # type: ignore[arg-type]
+        return 1
+    return dump_log_file(path, report, print_data=print_data, data=data,  # type: ignore[arg-type]
+                         base_offset=parsed[0])
 
 
 def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
@@ -419,6 +453,9 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     report: CheckReporter = JsonCheckReport(out) if args.json else TextCheckReport(out)
     problems = 0
     for name in args.dirs:
+        if is_object_uri(name):
+            problems += _check_bucket(name, report, fix=args.fix)
+            continue
         path = Path(name)
         report.begin_dir(path)
         if not path.is_dir():
@@ -447,6 +484,31 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     code = 1 if problems else 0
     report.finish(code)
     return code
+
+
+def _check_bucket(uri: str, report: CheckReporter, *, fix: bool) -> int:
+    """A bucket log dir: its committed state against its objects (``bucket_check``);
+    returns the number of problems. Unreferenced objects are notes."""
+    from seglog.logstore.bucket_segment import ObjectPath
+
+    path = ObjectPath(uri)
+    report.begin_dir(path)  # type: ignore[arg-type]
+    if fix:
+        report.dir_problem(path, "--fix is for local log dirs (a bucket is repaired by "  # type: ignore[arg-type]
+                                 "its commits; seglog maintain collects leftovers)")
+        return 1
+    with LogManager(uri, read_only=True) as mgr:
+        findings, partitions = mgr.check_objects()
+    for f in findings:
+        where = ObjectPath(f.where)
+        if f.problem:
+            report.problem(where, f.message)  # type: ignore[arg-type]
+        else:
+            report.note(where, f.message)  # type: ignore[arg-type]
+    for p in partitions:
+        report.end_partition(ObjectPath(p.where), p.segments, p.batches,  # type: ignore[arg-type]
+                             p.log_end_offset, p.problems, p.notes)
+    return sum(f.problem for f in findings)
 
 
 def _check_sink_state(log_dir: Path, report: CheckReporter) -> int:
