@@ -32,7 +32,6 @@ half the orphan grace are never committed. Not thread-safe: one pass at a time.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -124,8 +123,7 @@ class BucketCompactor:
     def clean_dirtiest(self) -> CleanerStats | None:
         """Clean the dirtiest compacted partition once; None when none needs it."""
         state = self.commits.state
-        with tempfile.TemporaryDirectory(prefix="seglog-compact-") as tmp:
-            work = Path(tmp)
+        with LOCAL.temp_dir("seglog-compact-") as work:
             logs = [_CleaningLog(self.commits.storage, work, topic, n,
                                  self.config_of(topic, spec), ps, self.clock)
                     for topic, spec in sorted(state.topics.items())
@@ -148,7 +146,7 @@ class BucketCompactor:
             return None
         log, cleanable = picked
         assert isinstance(log, _CleaningLog)
-        stats = self.cleaner.clean(log, cleanable, self.clock.milliseconds())  # type: ignore[arg-type]
+        stats = self.cleaner.clean(log, cleanable, self.clock.milliseconds())
         built = [self._objects(log, new, old) for new, old in log.replaced]
         uploaded_at = self.clock.milliseconds()
         max_age = self.max_upload_age_ms()

@@ -22,6 +22,7 @@ local engine's atomic write (temp file, fsync, rename). The bucket is not change
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from .bucket_objects import read_segment, stored_indexes
 from .bucket_segment import build_segments
 from .bucket_state import SegmentEntry
 from .checkpoint_file import OffsetCheckpointFile
+from .clean_shutdown import marker_content
 from .errors import LogDirError
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -40,7 +42,6 @@ from .file_names import (
     log_file,
     time_index_file,
 )
-from .log_manager import _CLEAN_SHUTDOWN_CONTENT
 from .storage import LOCAL, Storage
 from .topics import write_topic_config
 
@@ -57,14 +58,14 @@ class ExportStats:
     bytes: int
 
 
-def export_log_dir(manager: BucketLogManager, target: Path | str) -> ExportStats:
+def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) -> ExportStats:
     """Write the committed state of ``manager``'s bucket as a Kafka log dir at
     ``target``; see the module docstring. Raises LogDirError when ``target`` is a file or
     a non-empty directory."""
     target = Path(target)
     manager.refresh()
     storage, state = manager.storage, manager.state
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    if LOCAL.exists(target) and (not LOCAL.is_dir(target) or LOCAL.list_names(target)):
         raise LogDirError(f"export target {target} exists and is not an empty directory")
     LOCAL.makedirs(target)
     segments = size = 0
@@ -91,7 +92,7 @@ def export_log_dir(manager: BucketLogManager, target: Path | str) -> ExportStats
     OffsetCheckpointFile(target / RECOVERY_POINT_CHECKPOINT).write(hw)
     OffsetCheckpointFile(target / HIGH_WATERMARK_CHECKPOINT).write(hw)
     OffsetCheckpointFile(target / LOG_START_OFFSET_CHECKPOINT).write(lso)
-    LOCAL.write_atomic(target / CLEAN_SHUTDOWN_FILE, _CLEAN_SHUTDOWN_CONTENT)
+    LOCAL.write_atomic(target / CLEAN_SHUTDOWN_FILE, marker_content())
     LOCAL.fsync_dir(target)
     logger.info("exported version %d of %s to %s: %d partition(s), %d segment(s), %d bytes",
                 state.version, storage.uri, target, len(hw), segments, size)

@@ -37,6 +37,7 @@ The contract (also in docs/internals.md, "Storage contract"):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import io
@@ -44,6 +45,7 @@ import logging
 import mmap
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -519,6 +521,13 @@ class PosixStorage:
 
     def rmtree(self, path: StoragePath, *, ignore_errors: bool = False) -> None:
         shutil.rmtree(path, ignore_errors=ignore_errors)
+
+    @contextlib.contextmanager
+    def temp_dir(self, prefix: str) -> Iterator[Path]:
+        """A new private directory (in the system's temp dir), removed with everything in
+        it on exit: scratch space, e.g. for a bucket compaction's cleaned segments."""
+        with tempfile.TemporaryDirectory(prefix=prefix) as path:
+            yield Path(path)
 
     def walk_files(self, path: StoragePath) -> Iterator[str]:
         """Every file below ``path``, as paths relative to it, sorted."""

@@ -70,7 +70,6 @@ from seglog.logstore.index_check import (
     read_time_index,
     time_index_violations,
 )
-from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
 from seglog.logstore.record_format import verify_all
@@ -489,6 +488,7 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
 def _check_bucket(uri: str, report: CheckReporter, *, fix: bool) -> int:
     """A bucket log dir: its committed state against its objects (``bucket_check``);
     returns the number of problems. Unreferenced objects are notes."""
+    from seglog.logstore.bucket_manager import BucketLogManager
     from seglog.logstore.bucket_segment import ObjectPath
 
     path = ObjectPath(uri)
@@ -497,7 +497,7 @@ def _check_bucket(uri: str, report: CheckReporter, *, fix: bool) -> int:
         report.dir_problem(path, "--fix is for local log dirs (a bucket is repaired by "  # type: ignore[arg-type]
                                  "its commits; seglog maintain collects leftovers)")
         return 1
-    with LogManager(uri, read_only=True) as mgr:
+    with BucketLogManager(uri, read_only=True) as mgr:
         findings, partitions = mgr.check_objects()
     for f in findings:
         where = ObjectPath(f.where)

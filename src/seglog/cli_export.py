@@ -9,7 +9,6 @@ import argparse
 from typing import TextIO
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
 
 from . import cli_common
@@ -21,7 +20,9 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     if not is_object_uri(args.uri):
         raise ConfigError(f"export reads a bucket log dir (s3://, gs://, az://, memory://), "
                           f"got {args.uri!r}; a local log dir is already a Kafka log dir")
-    with LogManager(args.uri, read_only=True, clock=cli_common.CLOCK) as mgr:
+    from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
+
+    with BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK) as mgr:
         stats = mgr.export(args.dir)
         version = mgr.state.version
     if args.json:
