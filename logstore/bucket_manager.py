@@ -12,7 +12,9 @@ uploaded as ``.log``/``.index``/``.timeindex`` objects under unique names, and c
 a lost race re-stamps the offsets from the new end and uploads again (the first upload
 is deleted at once: no commit references it). Nothing is deleted when it leaves the
 state: removed segments, deleted topics and dead writers' uploads are collected later
-(``file.delete.delay.ms``).
+(``file.delete.delay.ms``) by maintenance (``run_maintenance``, ``delete_old_segments``,
+``merge_segments``, ``clean``, ``collect``: ``bucket_maintenance``, loaded on first use).
+``export`` writes a Kafka log dir, ``check_objects`` checks the state against the objects.
 
 Reads go through ``get_log(topic, partition)``, a ``bucket_log.BucketLog`` (the shared
 read path). ``high_watermarks()``, ``log_start_offsets()`` and ``topics()`` refresh the

@@ -21,6 +21,9 @@ Subcommands (``seglog <command> --help`` for each):
   running) repairs them: damaged high-watermark / log-start-offset checkpoints are
   rebuilt from the recovered logs (``docs/checkpoints.md``).
 
+Both take bucket URIs too: ``dump-log`` a ``.log`` object, ``check`` a bucket log dir
+(its committed state against the objects, ``logstore.bucket_check``).
+
 Exit status: 0 when everything read is valid (or was fixed), 1 when a batch is invalid,
 an index disagrees with its log, a state file is damaged, or a sink ledger is damaged or
 contradicts the data, 2 on bad usage. New subcommands register in ``_COMMANDS``.
