@@ -11,9 +11,9 @@ group's offset range). Only the log it works on differs: ``_CleaningLog`` offers
 cleaner reads of a ``Log`` (segments, offsets, config, ``new_segment``,
 ``replace_segments``) over the bucket:
 
-- its segments are the committed ones, read with ranged GETs (``BucketSegment``);
-  a segment with an ``offset_delta`` is first patched into a local file
-  (``bucket_objects.read_segment``). An empty "active" segment at the log end stands
+- its segments are the committed ones, read with ranged GETs (``BucketSegment``, which
+  patches the base offsets of an ``offset_delta`` entry). An empty "active" segment at
+  the log end stands
   for Kafka's (never cleaned): every committed segment is inactive, since nothing is
   ever appended to one.
 - the cleaner writes its ``.cleaned`` segments into a private local work directory, and
@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .bucket_commit_log import Change, CommitLog, crash_point
-from .bucket_objects import discard, read_segment, upload
+from .bucket_objects import discard, upload
 from .bucket_segment import BucketSegment, SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, TopicSpec
 from .checkpoint_file import OffsetCheckpointFile
@@ -74,19 +74,10 @@ class _CleaningLog:
         self.log_end_offset = self.high_watermark = ps.high_watermark
         self.replaced: list[tuple[LogSegment, list[LogSegment]]] = []
         self.entries: dict[int, SegmentEntry] = {s.base_offset: s for s in ps.segments}
-        self.segments: list[LogSegment] = [self._segment(storage, e) for e in ps.segments]
+        self.segments: list[LogSegment] = [BucketSegment(storage, e) for e in ps.segments]
         self.segments.append(LogSegment.open(self.dir, ps.high_watermark,
                                              index_interval_bytes=config.index_interval_bytes,
                                              max_index_size=config.segment_index_bytes))
-
-    def _segment(self, storage: Storage, entry: SegmentEntry) -> LogSegment:
-        if not entry.offset_delta:
-            return BucketSegment(storage, entry)
-        data = read_segment(storage, entry).data
-        stem = self.dir / f"patched-{entry.base_offset:020d}"
-        LOCAL.write_atomic(f"{stem}.log", data)
-        return LogSegment.open_read_only(LOCAL, stem, entry.base_offset, size=len(data),
-                                         index_interval_bytes=self.config.index_interval_bytes)
 
     def new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.open(self.dir, base_offset,

@@ -129,3 +129,17 @@ def test_a_compaction_whose_source_left_the_log_is_abandoned(monkeypatch):
     referenced = {s.key for s in after.segments} | {s.key for s in before.segments}
     assert {f"c-0/{e.name.rsplit('.', 1)[0]}" for e in mgr.storage.list_dir("c-0")} \
         <= referenced  # the abandoned pass's uploads were deleted
+
+
+def test_compaction_reads_sink_fragments_with_an_offset_delta():
+    from test_bucket_merge_retention import _commit_fragment, batch
+
+    mgr = BucketLogManager(memory_uri(), clock=MockClock(TS + 10))
+    mgr.create_topic("t", 1, COMPACT)
+    mgr.append("t", 0, batch(0))  # keys k0..k3
+    _commit_fragment(mgr, 0, 4, 1)  # the same keys, stored at 0.., committed at 4..
+    assert mgr.clean() is not None
+    assert records(mgr.get_log("t", 0)) == \
+        [(4 + j, f"k{j}".encode(), f"v1-{j}".encode()) for j in range(4)]
+    (seg,) = mgr.state.partition("t", 0).segments
+    assert seg.offset_delta == 0 and (seg.base_offset, seg.next_offset) == (0, 8)
