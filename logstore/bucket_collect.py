@@ -16,8 +16,8 @@ keeps reading its objects. The collector deletes, in this order:
    half the grace (``bucket_merge``, ``bucket_compact``).
 3. **Old metadata**: with ``s`` the newest snapshot whose commits are all older than the
    largest ``file.delete.delay.ms`` (and than ``METADATA_MIN_DELAY_MS``), the commits up
-   to ``s`` (oldest first, so the log never has a hole a reader cannot explain) and the
-   snapshots before ``s``. The hint is
+   to ``s`` but never the newest commit (oldest first, so the log never has a hole a reader
+   cannot explain) and the snapshots before ``s``. The hint is
    moved to ``s`` when it names an older one.
 
 The collector folds the commits still present from the snapshot they start after (or
@@ -58,9 +58,9 @@ logger = logging.getLogger(__name__)
 COLLECT_STEPS = ("collect-after-data",)
 METADATA_MIN_DELAY_MS = 60_000
 """Commits and snapshots are kept at least this long, whatever ``file.delete.delay.ms``
-says: a writer refreshes a view older than ``bucket_commit_log.MAX_VIEW_AGE_MS`` before
-it commits, and this margin (commit time and clock skew included) keeps it from
-re-creating a collected version."""
+says: a writer refreshes a view older than half its ``file.delete.delay.ms`` (60 s by
+default) before it commits, and this margin (commit time and clock skew included) keeps
+it from re-creating a collected version."""
 ORPHAN_GRACE_MIN_MS = 3_600_000
 """The least orphan grace: an upload younger than this may still be committed."""
 
@@ -202,7 +202,10 @@ def _collect_metadata(storage: Storage, commits: list[int], snapshots: list[int]
     if not qualifying:
         return
     s = qualifying[-1]
-    for version in (v for v in commits if v <= s):
+    # The newest commit stays whatever its age: a writer's refresh then tells "nothing
+    # new" from "collected" (bucket_commit_log.collectable_metadata states the rule).
+    newest = commits[-1] if commits else None
+    for version in (v for v in commits if v <= s and v != newest):
         storage.delete(commit_key(version))
         stats.commits += 1
     for version in (v for v in snapshots if v < s):

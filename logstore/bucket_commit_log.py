@@ -94,12 +94,6 @@ DEFAULT_DELETE_DELAY_MS = 60_000
 """Kafka's default ``file.delete.delay.ms``: the age below which no commit is collected."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
-MAX_VIEW_AGE_MS = 10_000
-"""A writer whose view is older than this refreshes before it commits. The collector
-deletes a commit only once it is older than ``bucket_collect.METADATA_MIN_DELAY_MS``
-(far more): a writer still at a version before a collected commit would otherwise
-*create* that collected version again, and its "successful" commit would be invisible
-to everyone past it."""
 
 
 def crash_point(step: str) -> None:

@@ -154,9 +154,26 @@ def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
         mgr.append("t", 0, batch(i))
     clock.advance(60_000)
     assert mgr.collect().commits == 11  # versions 0..10
-    idle_clock.advance(11_000)
+    idle_clock.advance(60_000)  # the same wall time as the collector: its view is stale
     info = idle.append("t", 0, batch(99))
     assert info.first_offset == 48
     fresh = BucketLogManager(uri, read_only=True)
     assert fresh.high_watermarks() == {("t", 0): 52}
     assert read_all(fresh.get_log("t", 0), 44) == list(range(44, 52))
+
+
+def test_the_newest_commit_is_never_collected():
+    """An empty listing after a writer's version must mean "nothing new": the collector
+    keeps the newest commit however old, even when a snapshot covers it."""
+    uri = memory_uri()
+    clock = now_clock()
+    mgr = BucketLogManager(uri, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    for i in range(10):
+        mgr.append("t", 0, batch(i))
+    assert versions(mgr, SNAPSHOT_DIR)[-1] == 10 == versions(mgr, COMMIT_DIR)[-1]
+    clock.advance(120_000)
+    mgr.collect()
+    assert versions(mgr, COMMIT_DIR) == [10]
+    mgr.append("t", 0, batch(10))
+    assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 44}
