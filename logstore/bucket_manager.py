@@ -30,29 +30,24 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
 from .bucket_log import BucketLog
-from .bucket_segment import SegmentObjects, build_segments
+from .bucket_segment import INLINE_INDEX_BYTES
 from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .errors import (
     ConfigError,
-    InvalidRecordError,
-    KafkaStorageError,
     LogDirError,
     OffsetOutOfRangeError,
     ReadOnlyError,
-    SeglogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
 from .log_dirs import TopicPartition
-from .log_validator import assign_offsets_from, validate_batches
 from .object_storage import ObjectStorage, is_object_uri
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
@@ -66,9 +61,6 @@ if TYPE_CHECKING:
     from .scheduler import TaskRun
 
 logger = logging.getLogger(__name__)
-
-UPLOAD_THREADS = 16
-"""The most objects an append uploads at once."""
 
 
 def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
@@ -90,6 +82,10 @@ def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
 
 class BucketLogManager:
     """Every partition of one bucket log dir; see the module docstring."""
+
+    inline_index_bytes: int = INLINE_INDEX_BYTES
+    """New segments whose indexes together are at most this size carry them in their
+    commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index objects."""
 
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
@@ -290,96 +286,22 @@ class BucketLogManager:
                     self.storage, topic, partition, config, source)
             return log
 
-    def append(self, topic: str, partition: int, records: bytes | bytearray) -> AppendInfo:
-        """Validate, upload and commit record batches; returns their ``AppendInfo``."""
-        self.check_writable()
-        key = tp_key(topic, partition)
-        self._partition_state(topic, partition)
-        spec = self._spec(topic)
-        config = self.topic_config(topic)
-        buf = bytearray(records)
-        headers = validate_batches(buf, config, tp=key, now_ms=self.clock.milliseconds(),
-                                   assign_offsets=True)
-        validated: list[tuple[TopicSpec, LogConfig]] = [(spec, config)]  # the last check
-        if any(h.is_transactional or h.is_control for h in headers):
-            raise InvalidRecordError(f"append to {key} in {self.uri}: transactional and "
-                                     f"control batches are not supported on a bucket yet")
-        if not headers:
-            hw = self._partition_state(topic, partition).high_watermark
-            return AppendInfo(hw, hw - 1, -1, -1, 0, 0)
-        uploaded: list[SegmentObjects] = []
-        stamped: dict[str, Any] = {}
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview
+               ) -> AppendInfo:
+        """Validate, upload and commit record batches (one commit); returns their
+        ``AppendInfo``."""
+        return self.append_many({(topic, partition): records})[(topic, partition)]
 
-        def build(state: BucketState) -> Change:
-            ps = state.partitions.get(key)
-            if ps is None:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {key} of {self.uri} was deleted during the append")
-            end = ps.high_watermark
-            spec_now = state.topics[topic]
-            if spec_now != validated[0][0]:
-                # The topic's config changed (another process): check the batches again
-                # against it (max.message.bytes, timestamps) and cut them by its
-                # segment.bytes.
-                cfg = LogConfig.from_properties(dict(spec_now.config),
-                                                base=self.default_topic_config)
-                validate_batches(buf, cfg, tp=key, now_ms=self.clock.milliseconds(),
-                                 assign_offsets=True)
-                validated[0] = (spec_now, cfg)
-                stamped.pop("end", None)
-            cfg = validated[0][1]
-            if stamped.get("end") != end:
-                self._discard(uploaded)
-                stamped["headers"] = assign_offsets_from(buf, headers, end, tp=key,
-                                                         assign=True)
-                segments = build_segments(buf, stamped["headers"], topic=topic,
-                                          partition=partition,
-                                          segment_bytes=cfg.segment_bytes,
-                                          index_interval_bytes=cfg.index_interval_bytes)
-                self._upload(segments)
-                uploaded[:] = segments
-                stamped["end"] = end
-            return Change(partitions={key: PartitionChange(
-                add=tuple(s.entry for s in uploaded))})
+    def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],
+                    *, publish: bool = True) -> dict[TopicPartition, AppendInfo]:
+        """Append to several partitions in ONE commit (``bucket_append``: every ``.log``
+        uploaded at once, then one conditional PUT); each partition's ``AppendInfo``.
+        All or nothing: a bad batch in any partition fails the call before any upload.
+        ``publish`` is accepted for the local manager's signature: a bucket commit is
+        visible at once."""
+        from .bucket_append import append_many
 
-        try:
-            self._commit("append", build)
-        except KafkaStorageError:
-            raise  # a failed request: the commit may have landed, the uploads stay
-        except SeglogError:
-            # A lost race given up, or a check that failed on a fresh state (the
-            # partition deleted, a new config refusing the batches): certainly not
-            # committed.
-            self._discard(uploaded)
-            raise
-        hs = stamped["headers"]
-        max_ts, max_ts_offset = -1, hs[0].last_offset
-        for h in hs:
-            if h.max_timestamp > max_ts:
-                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
-        return AppendInfo(hs[0].base_offset, hs[-1].last_offset, max_ts, max_ts_offset,
-                          sum(h.records_count for h in hs), len(buf))
-
-    def _upload(self, segments: list[SegmentObjects]) -> None:
-        """PUT every object at once (the commit that follows waits for all): one round
-        trip, not one per object. A pool per call, not per process: a forked worker would
-        inherit a process-wide pool without its threads."""
-        uploads = [u for seg in segments for u in seg.uploads()]
-        if len(uploads) == 1:
-            self.storage.write_atomic(*uploads[0])
-            return
-        with ThreadPoolExecutor(min(len(uploads), UPLOAD_THREADS),
-                                thread_name_prefix="seglog-upload") as pool:
-            futures = [pool.submit(self.storage.write_atomic, key, data)
-                       for key, data in uploads]
-        for future in futures:
-            future.result()  # the first failure, once none is still running
-
-    def _discard(self, segments: list[SegmentObjects]) -> None:
-        """Uploads of a lost attempt: no commit references them, nobody else knows them."""
-        for seg in segments:
-            for key, _data in seg.uploads():
-                self.storage.delete(key)
+        return append_many(self, records)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: raise the log start offset to ``offset`` (one commit);

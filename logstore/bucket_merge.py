@@ -56,8 +56,9 @@ class MergeResult:
 def plan_merges(ps: PartitionState, config: LogConfig) -> list[tuple[SegmentEntry, ...]]:
     """The runs of adjacent segments to merge (see the module docstring)."""
     segs = [s for s in ps.segments if s.next_offset > ps.log_start_offset]
-    infos = [SegmentSizes(s.base_offset, s.next_offset, s.size, s.index_bytes,
-                          s.timeindex_bytes) for s in segs]
+    infos = [SegmentSizes(s.base_offset, s.next_offset, s.size,
+                          s.index_bytes or len(s.inline_index),
+                          s.timeindex_bytes or len(s.inline_timeindex)) for s in segs]
     runs: list[tuple[SegmentEntry, ...]] = []
     for group in group_segments(infos, config.segment_bytes, config.segment_index_bytes):
         run: list[SegmentEntry] = []

@@ -81,12 +81,16 @@ def concatenated(parts: list[SegmentData]) -> tuple[bytearray, list[BatchHeader]
 
 
 def stored_indexes(storage: Storage, entry: SegmentEntry) -> tuple[bytes, bytes]:
-    """The ``.index`` and ``.timeindex`` objects of ``entry`` (``b""`` where the commit
-    says there is none), size-checked. An offset delta does not change them: their
-    entries are relative to the segment's base offset."""
+    """The ``.index`` and ``.timeindex`` bytes of ``entry``: inline in the entry, else the
+    objects (``b""`` where the commit says there is none), size-checked. An offset delta
+    does not change them: their entries are relative to the segment's base offset."""
     out = []
-    for suffix, expected in ((INDEX_SUFFIX, entry.index_bytes),
-                             (TIMEINDEX_SUFFIX, entry.timeindex_bytes)):
+    for suffix, expected, inline in (
+            (INDEX_SUFFIX, entry.index_bytes, entry.inline_index),
+            (TIMEINDEX_SUFFIX, entry.timeindex_bytes, entry.inline_timeindex)):
+        if inline:
+            out.append(inline)
+            continue
         if expected == 0:
             out.append(b"")
             continue

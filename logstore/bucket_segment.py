@@ -7,13 +7,16 @@ computes each one's ``.index`` and ``.timeindex`` bytes exactly as ``LogSegment.
 followed by the roll's final time-index entry would leave them (Kafka's rules: an entry
 once more than ``index.interval.bytes`` were appended since the last one, checked
 before a batch; the time index only when the max timestamp grows). The objects are
-immutable, so an empty index is no object at all (its size 0 in the commit).
+immutable, so an empty index is no object at all (its size 0 in the commit). Indexes of
+at most ``INLINE_INDEX_BYTES`` together travel inline in the segment's commit entry
+instead of as objects (``SegmentEntry.inline_index``/``inline_timeindex``): an append is
+then the ``.log`` PUT and the commit, two sequential requests.
 
 **Reading.** ``BucketSegment`` is a read-only ``LogSegment`` whose ``.log`` is read with
-ranged GETs and whose indexes are the index objects' bytes (fetched on first use, kept:
-objects never change), so ``LogSegment``'s lookups, batch walks and checks serve bucket
-partitions unchanged. Thread-safety: safe for concurrent readers (``_lock`` guards the
-lazily fetched indexes).
+ranged GETs and whose indexes are the entry's inline bytes or the index objects' bytes
+(fetched on first use, kept: objects never change), so ``LogSegment``'s lookups, batch
+walks and checks serve bucket partitions unchanged. Thread-safety: safe for concurrent
+readers (``_lock`` guards the lazily fetched indexes).
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ logger = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+INLINE_INDEX_BYTES = 16 << 10
+"""A new segment whose ``.index`` and ``.timeindex`` together hold at most this many bytes
+carries them inline in its commit entry (base64: a third more) instead of as two more
+objects to PUT before the commit. 16 KiB covers segments up to about 3 MB at the default
+``index.interval.bytes`` (4096); commits and snapshots grow by what they carry, until a
+merge replaces the segment by one whose indexes are objects."""
 
 
 def new_segment_id() -> str:
@@ -62,23 +71,26 @@ class SegmentObjects:
     timeindex: bytes
 
     def uploads(self) -> list[tuple[str, memoryview | bytes]]:
-        """(key, bytes) of each object to put; an empty index has none."""
+        """(key, bytes) of each object to put; an empty or inline index has none."""
         out: list[tuple[str, memoryview | bytes]] = [(self.entry.key + LOG_SUFFIX, self.log)]
-        if self.index:
+        if self.index and not self.entry.inline_index:
             out.append((self.entry.key + INDEX_SUFFIX, self.index))
-        if self.timeindex:
+        if self.timeindex and not self.entry.inline_timeindex:
             out.append((self.entry.key + TIMEINDEX_SUFFIX, self.timeindex))
         return out
 
 
 def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, topic: str,
                    partition: int, segment_bytes: int, index_interval_bytes: int,
-                   base_offset: int | None = None) -> list[SegmentObjects]:
+                   base_offset: int | None = None, inline_index_bytes: int = 0
+                   ) -> list[SegmentObjects]:
     """The segments holding ``headers``' batches of ``buf`` (consecutive, offsets
     assigned, ``headers[i].position`` their positions in ``buf``). ``base_offset``: the
     first segment's, when below its first batch's (a rewritten segment keeps the base of
     what it replaces, as Kafka's cleaner names its output; index entries are relative
-    to it)."""
+    to it). ``inline_index_bytes``: indexes of at most this many bytes together go inline
+    in the entry (appends pass ``INLINE_INDEX_BYTES``; 0, for rewrites: always objects,
+    so a merge leaves snapshots without them)."""
     view = memoryview(buf)
     out: list[SegmentObjects] = []
     i = 0
@@ -92,7 +104,8 @@ def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, t
                     or h.last_offset - base > INT32_MAX:
                 break
             j += 1
-        out.append(_segment(view, headers[i:j], topic, partition, index_interval_bytes, base))
+        out.append(_segment(view, headers[i:j], topic, partition, index_interval_bytes, base,
+                            inline_max=inline_index_bytes))
         i = j
     return out
 
@@ -103,13 +116,15 @@ def build_fragment(buf: bytearray | memoryview, headers: list[BatchHeader], key:
     ``_seglog/staging/...`` before their offsets are known, with base offsets relative to
     the fragment, first batch 0). Kafka's index entries hold offsets relative to the
     segment base, so the indexes built here stay valid once a commit gives the fragment
-    its real base (``SegmentEntry.offset_delta``)."""
-    return _segment(memoryview(buf), headers, "", 0, index_interval_bytes, key=key)
+    its real base (``SegmentEntry.offset_delta``). Its indexes are objects: a fragment's
+    description travels to the driver without their bytes."""
+    return _segment(memoryview(buf), headers, "", 0, index_interval_bytes, key=key,
+                    inline_max=0)
 
 
 def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition: int,
-             interval: int, base: int | None = None, *, key: str | None = None
-             ) -> SegmentObjects:
+             interval: int, base: int | None = None, *, key: str | None = None,
+             inline_max: int) -> SegmentObjects:
     if base is None:
         base = headers[0].base_offset
     start = headers[0].position
@@ -131,9 +146,13 @@ def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition
     if max_ts > last_ts:  # the final entry of a segment that becomes inactive
         times += TimeIndex.ENTRY.pack(max_ts, max_ts_offset - base)
     end = headers[-1].end_position
-    entry = SegmentEntry(key or segment_key(topic, partition, base, new_segment_id()), base,
-                         headers[-1].last_offset + 1, end - start, max_ts, len(offsets),
-                         len(times))
+    name = key or segment_key(topic, partition, base, new_segment_id())
+    if len(offsets) + len(times) <= inline_max:
+        entry = SegmentEntry(name, base, headers[-1].last_offset + 1, end - start, max_ts,
+                             inline_index=bytes(offsets), inline_timeindex=bytes(times))
+    else:
+        entry = SegmentEntry(name, base, headers[-1].last_offset + 1, end - start, max_ts,
+                             len(offsets), len(times))
     return SegmentObjects(entry, view[start:end], bytes(offsets), bytes(times))
 
 
@@ -236,10 +255,13 @@ class BucketSegment(LogSegment):
             f"{expected}: the object holding {self._what()} is not the one committed "
             f"(replaced or damaged); nothing of it is read")
 
-    def _index_bytes(self, suffix: str, expected: int) -> bytes:
-        """An index object's bytes, or ``b""`` (no index: reads scan the segment from its
-        start, as a local reader does past a corrupt index) when the object is missing
-        or not the size the commit says. The data itself is checked as it is read."""
+    def _index_bytes(self, suffix: str, expected: int, inline: bytes) -> bytes:
+        """The entry's inline index, an index object's bytes, or ``b""`` (no index: reads
+        scan the segment from its start, as a local reader does past a corrupt index)
+        when the object is missing or not the size the commit says. The data itself is
+        checked as it is read."""
+        if inline:
+            return inline
         if expected == 0:
             return b""
         where = f"{self.storage.uri}/{self._object(suffix)}"
@@ -261,7 +283,7 @@ class BucketSegment(LogSegment):
             if self._oidx is None:
                 name = ObjectPath(f"{self.storage.uri}/{self._object(INDEX_SUFFIX)}")
                 self._oidx = BytesOffsetIndex(name, self.base_offset, self._index_bytes(
-                    INDEX_SUFFIX, self.entry.index_bytes))
+                    INDEX_SUFFIX, self.entry.index_bytes, self.entry.inline_index))
             return self._oidx
 
     @property
@@ -270,7 +292,8 @@ class BucketSegment(LogSegment):
             if self._tidx is None:
                 name = ObjectPath(f"{self.storage.uri}/{self._object(TIMEINDEX_SUFFIX)}")
                 self._tidx = BytesTimeIndex(name, self.base_offset, self._index_bytes(
-                    TIMEINDEX_SUFFIX, self.entry.timeindex_bytes))
+                    TIMEINDEX_SUFFIX, self.entry.timeindex_bytes,
+                    self.entry.inline_timeindex))
             return self._tidx
 
     @property

@@ -21,6 +21,8 @@ commit is evidence, never read as "nothing happened".
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import json
 import re
@@ -93,7 +95,13 @@ def parse_segment_stem(name: str) -> tuple[int, str] | None:
 class SegmentEntry:
     """One segment's objects as a commit names them. ``index_bytes``/``timeindex_bytes``
     0 mean no object. ``offset_delta``: the stored batches' base offsets + delta = the
-    real offsets (readers patch the 8-byte base offset, outside Kafka's CRC)."""
+    real offsets (readers patch the 8-byte base offset, outside Kafka's CRC).
+
+    ``inline_index``/``inline_timeindex``: the segment's ``.index``/``.timeindex`` bytes
+    carried in the entry itself (base64 in JSON, keys present only when non-empty)
+    instead of as objects, when they are small (``bucket_segment.INLINE_INDEX_BYTES``):
+    an append then costs two sequential requests, not one per object plus the commit.
+    Each index is either an object (``*_bytes > 0``), inline, or absent; never both."""
 
     key: str
     base_offset: int
@@ -103,6 +111,8 @@ class SegmentEntry:
     index_bytes: int = 0
     timeindex_bytes: int = 0
     offset_delta: int = 0
+    inline_index: bytes = b""
+    inline_timeindex: bytes = b""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -111,6 +121,10 @@ class SegmentEntry:
             "index_bytes": self.index_bytes, "timeindex_bytes": self.timeindex_bytes}
         if self.offset_delta:
             out["offset_delta"] = self.offset_delta
+        if self.inline_index:
+            out["inline_index"] = base64.b64encode(self.inline_index).decode("ascii")
+        if self.inline_timeindex:
+            out["inline_timeindex"] = base64.b64encode(self.inline_timeindex).decode("ascii")
         return out
 
     @classmethod
@@ -128,11 +142,36 @@ class SegmentEntry:
                 raise CorruptMetadataError(
                     f"{where}: segment {key}: {name} is not an integer: {value!r}")
             ints[name] = value
-        entry = cls(key, **ints)
+        here = f"{where}: segment {key}"
+        entry = cls(key, **ints, inline_index=_inline_index(raw, "inline_index", 8, here),
+                    inline_timeindex=_inline_index(raw, "inline_timeindex", 12, here))
         if not (0 <= entry.base_offset < entry.next_offset) or entry.size <= 0 \
                 or entry.index_bytes < 0 or entry.timeindex_bytes < 0:
             raise CorruptMetadataError(f"{where}: segment {key} has impossible values: {raw!r}")
+        if (entry.inline_index and entry.index_bytes) \
+                or (entry.inline_timeindex and entry.timeindex_bytes):
+            raise CorruptMetadataError(
+                f"{where}: segment {key} names an index both as an object and inline: "
+                f"{raw!r:.300}")
         return entry
+
+
+def _inline_index(raw: dict[str, Any], name: str, entry_size: int, where: str) -> bytes:
+    """An inline index's bytes: base64 of whole entries, or an error naming the field (a
+    damaged index is evidence, never read as "no index")."""
+    text = raw.get(name)
+    if text is None:
+        return b""
+    if not isinstance(text, str):
+        raise CorruptMetadataError(f"{where}: {name} is not a base64 string: {text!r:.100}")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise CorruptMetadataError(f"{where}: {name} is not valid base64 ({e})") from None
+    if not data or len(data) % entry_size:
+        raise CorruptMetadataError(f"{where}: {name} holds {len(data)} bytes, not whole "
+                                   f"{entry_size}-byte index entries")
+    return data
 
 
 @dataclass(frozen=True, slots=True)

@@ -537,6 +537,24 @@ class LogManager(PartitionTable["Log"]):
                     f"partition {topic}-{partition} was deleted")
             return p.log.append(records, in_place=in_place)
 
+    def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],
+                    *, publish: bool = True) -> dict[TopicPartition, AppendInfo]:
+        """Append to several partitions, one after another, then (``publish``) write the
+        high-watermark checkpoint once: other processes see them all at the same time.
+        Every partition is looked up first (an unknown one fails the call before any
+        append); a bad batch fails its partition's append, the earlier ones stay
+        appended, unpublished. ``publish=False`` leaves publishing to a later
+        ``checkpoint_high_watermarks()`` (a caller that may still take them back). The
+        same call as the bucket manager's, which makes them visible in one commit."""
+        self.check_writable()
+        for topic, partition in records:
+            self._partition(topic, partition)
+        out = {(topic, partition): self.append(topic, partition, data)
+               for (topic, partition), data in records.items()}
+        if publish and out:
+            self.checkpoint_high_watermarks()
+        return out
+
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the
         checkpoint value read at open under the rules of ``partition_table``."""

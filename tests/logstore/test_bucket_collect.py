@@ -116,7 +116,7 @@ def test_a_deleted_topics_objects_go_after_its_delay():
     mgr.delete_topic("gone")
     assert mgr.collect().removed_objects == 0
     clock.advance(2000)
-    assert mgr.collect().removed_objects == 4  # a .log and a .timeindex per partition
+    assert mgr.collect().removed_objects == 2  # a .log per partition (indexes inline)
     assert not mgr.storage.list_dir("gone-0") and not mgr.storage.list_dir("gone-1")
 
 

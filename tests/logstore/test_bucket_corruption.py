@@ -43,8 +43,9 @@ def batches(n: int, start: int = 0) -> bytearray:
 
 def three_segments(uri: str) -> tuple[LogManager, list]:
     """Partition t-0 with segments [0, 20), [20, 40), [40, 60), each of several batches
-    (an offset index object each)."""
+    (an offset index object each, not inline: the objects are what these tests damage)."""
     mgr = LogManager(uri)
+    mgr.inline_index_bytes = 0
     mgr.create_topic("t", 1, {"index.interval.bytes": "100"})
     for i in range(3):
         mgr.append("t", 0, batches(20, 20 * i))

@@ -11,6 +11,7 @@ from bucket_helpers import CountingStorage, memory_uri
 from kafka.record.memory_records import MemoryRecords
 
 from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_segment import INLINE_INDEX_BYTES
 from seglog.logstore.errors import (
     ConfigError,
     CorruptRecordError,
@@ -138,10 +139,16 @@ def test_an_append_larger_than_segment_bytes_makes_several_segments():
     assert offsets(mgr) == list(range(400))
 
 
-def test_index_objects_equal_the_local_engines_index_files(tmp_path: Path):
-    """The same append to a local log dir and to a bucket gives the same index bytes."""
-    cfg = {"index.interval.bytes": 500}
-    buf = batches(300, batch_bytes=180)
+@pytest.mark.parametrize("records, interval, inline", [
+    (300, 500, True),  # 17 + 17 entries: inline in the commit entry
+    (1000, 1, False),  # an entry per batch: 20 KB of indexes, above INLINE_INDEX_BYTES
+])
+def test_index_bytes_equal_the_local_engines_index_files(tmp_path: Path, records: int,
+                                                         interval: int, inline: bool):
+    """The same append to a local log dir and to a bucket gives the same index bytes,
+    inline in the segment's entry when small, else as objects."""
+    cfg = {"index.interval.bytes": interval}
+    buf = batches(records, batch_bytes=180 if inline else 1)
     with LogManager([tmp_path]) as local:
         local.create_topic("t", 1, cfg)
         local.append("t", 0, bytes(buf))
@@ -149,10 +156,19 @@ def test_index_objects_equal_the_local_engines_index_files(tmp_path: Path):
     mgr.create_topic("t", 1, cfg)
     mgr.append("t", 0, bytes(buf))
     (seg,) = mgr.state.partition("t", 0).segments
-    assert seg.index_bytes > 0 and seg.timeindex_bytes > 0
-    for suffix in (".log", ".index", ".timeindex"):
-        local_bytes = (tmp_path / "t-0" / f"{0:020d}{suffix}").read_bytes()
-        assert mgr.storage.read(seg.key + suffix) == local_bytes, suffix
+    local_bytes = {suffix: (tmp_path / "t-0" / f"{0:020d}{suffix}").read_bytes()
+                   for suffix in (".log", ".index", ".timeindex")}
+    assert mgr.storage.read(seg.key + ".log") == local_bytes[".log"]
+    if inline:
+        assert (seg.index_bytes, seg.timeindex_bytes) == (0, 0)
+        assert seg.inline_index == local_bytes[".index"] != b""
+        assert seg.inline_timeindex == local_bytes[".timeindex"] != b""
+        assert objects(mgr.storage, "t-0") == [seg.key.rpartition("/")[2] + ".log"]
+    else:
+        assert seg.index_bytes + seg.timeindex_bytes > INLINE_INDEX_BYTES
+        assert seg.inline_index == seg.inline_timeindex == b""
+        for suffix in (".index", ".timeindex"):
+            assert mgr.storage.read(seg.key + suffix) == local_bytes[suffix], suffix
 
 
 def test_a_published_log_object_is_read_by_kafka_python():
@@ -194,20 +210,28 @@ def test_delete_records_moves_the_log_start():
         mgr.delete_records("t", 0, 11)
 
 
-def test_a_read_fetches_only_the_ranges_it_needs():
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_read_fetches_only_the_ranges_it_needs(inline: bool):
     storage = CountingStorage(ObjectStorage(memory_uri()))
     mgr = BucketLogManager(storage)
+    if not inline:
+        mgr.inline_index_bytes = 0
     mgr.create_topic("t", 1, {"segment.bytes": 1 << 30})
     mgr.append("t", 0, batches(20_000, batch_bytes=1024))
     (seg,) = mgr.state.partition("t", 0).segments
-    log = mgr.get_log("t", 0)
+    assert bool(seg.inline_index) == inline and bool(seg.index_bytes) != inline
+    reader = BucketLogManager(storage, read_only=True)
+    log = reader.get_log("t", 0)
     storage.reset()
-    fetched = log.read(19_000, max_bytes=2048)
-    assert decode_batches(fetched.records, start_offset=19_000).column("offset")[0].as_py() \
-        == 19_000
-    # the index object once, then a few ranged GETs: never the whole segment
-    assert storage.counts["read"] == 1 and storage.counts["read_range"] <= 4
-    assert len(fetched.records) < seg.size // 50
+    for _ in range(2):  # the second read uses the index the first one parsed
+        fetched = log.read(19_000, max_bytes=2048)
+        assert decode_batches(fetched.records, start_offset=19_000).column("offset")[0] \
+            .as_py() == 19_000
+        assert len(fetched.records) < seg.size // 50
+    # the index object once (none when inline), then a few ranged GETs: never the
+    # whole segment
+    assert storage.counts["read"] == (0 if inline else 1)
+    assert storage.counts["read_range"] <= 8
 
 
 def test_a_writers_open_log_sees_its_own_appends_and_others():
