@@ -179,17 +179,23 @@ class Producer:
             target = np.full(len(rows), self.partition, dtype=np.int32)
         else:
             target = assign_partitions(keys, values, len(self.partitions))
+        chunk: dict[tuple[str, int], bytearray] = {}
+        counts: dict[int, int] = {}
         for p in np.unique(target).tolist():
             idx = pa.array(np.flatnonzero(target == p))
-            buf = encode_batches(values.take(idx), keys.take(idx) if keys is not None else None,
-                                 None, headers.take(idx) if headers is not None else None,
-                                 compression=self.compression,
-                                 now_ms=cli_common.CLOCK.milliseconds(),
-                                 max_batch_bytes=self.max_batch_bytes)
+            chunk[(self.topic, p)] = encode_batches(
+                values.take(idx), keys.take(idx) if keys is not None else None, None,
+                headers.take(idx) if headers is not None else None,
+                compression=self.compression, now_ms=cli_common.CLOCK.milliseconds(),
+                max_batch_bytes=self.max_batch_bytes)
+            counts[p] = len(idx)
             self.start.setdefault(p, self.mgr.get_log(self.topic, p).log_end_offset)
-            info = self.mgr.append(self.topic, p, buf)
+        # Every partition of the chunk at once: one commit on a bucket. A local log dir
+        # publishes at the end (``produce``), so ``abort`` can still take them back.
+        infos = self.mgr.append_many(chunk, publish=False)
+        for (_, p), info in infos.items():
             self.last[p] = info.last_offset
-            self.records[p] = self.records.get(p, 0) + len(idx)
+            self.records[p] = self.records.get(p, 0) + counts[p]
 
     def abort(self) -> None:
         """Truncate what this run appended (it was never published). On a bucket every

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 
 import pyarrow as pa
 from _cli import one_line_error, run, run_process
@@ -128,3 +129,17 @@ def _lines(tmp_path, n):
     path = tmp_path / f"{n}.txt"
     path.write_bytes(b"".join(b"value-%d\n" % i for i in range(n)))
     return path
+
+
+def test_a_chunk_over_several_partitions_of_a_bucket_is_one_commit():
+    """``produce`` appends each chunk with ``append_many``: on a bucket, every partition
+    the chunk touches in one commit (one conditional PUT), not a commit per partition."""
+    mgr = LogManager(f"memory://cli-produce-{uuid.uuid4().hex}")
+    mgr.create_topic("t", 4)
+    producer = cli_produce.Producer(mgr, "t", None, cli_produce.CompressionType.NONE)
+    version = mgr.state.version
+    producer.add([cli_produce.Row(b"k%d" % i, b"v%d" % i, None) for i in range(40)])
+    assert mgr.state.version == version + 1
+    assert producer.summary()["records"] == 40
+    hws = mgr.high_watermarks()
+    assert sum(hws.values()) == 40 and all(hws.values())
