@@ -163,3 +163,27 @@ def test_the_local_append_many_publishes_every_partition_with_one_checkpoint(tmp
         mgr.append_many({("t", 1): batches(2, 5)})
         assert LogManager([tmp_path], read_only=True).high_watermarks() \
             == {("t", 0): 3, ("t", 1): 7}
+
+
+# ------------------------------------------------- maintenance and export of inline indexes
+
+def test_export_writes_inline_indexes_as_real_files_and_a_merge_makes_them_objects(
+        tmp_path: Path):
+    mgr = LogManager(memory_uri())
+    mgr.create_topic("t", 1, {"index.interval.bytes": 100, "segment.bytes": 1 << 20})
+    for i in range(3):
+        mgr.append("t", 0, batches(300, 300 * i, batch_bytes=200))
+    segments = mgr.state.partition("t", 0).segments
+    assert all(s.inline_index and s.inline_timeindex for s in segments)
+    mgr.export(tmp_path / "out")
+    for s in segments:
+        stem = tmp_path / "out" / "t-0" / f"{s.base_offset:020d}"
+        assert stem.with_suffix(".index").read_bytes() == s.inline_index
+        assert stem.with_suffix(".timeindex").read_bytes() == s.inline_timeindex
+    with LogManager([tmp_path / "out"]) as local:  # the local engine trusts those files
+        assert local.get_log("t", 0).offset_for_timestamp(TS + 555) == 555
+    assert mgr.merge_segments() == 3  # the segments merged
+    (merged,) = mgr.state.partition("t", 0).segments
+    assert merged.inline_index == merged.inline_timeindex == b""
+    assert merged.index_bytes and merged.timeindex_bytes  # objects: snapshots stay small
+    assert offsets(mgr, "t", 0) == list(range(900))
