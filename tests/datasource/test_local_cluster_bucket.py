@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 N = 4000
 
 _JOB = textwrap.dedent('''
-    import json, os, sys
+    import json, os, sys, time
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, concat, lit, udf
     from seglog.datasource import SeglogDataSource
@@ -31,10 +31,19 @@ _JOB = textwrap.dedent('''
     uri, chk = sys.argv[1], sys.argv[2]
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.executor.memory", "512m").getOrCreate())
+             .config("spark.executor.memory", "512m")
+             # the first job waits for both executors (a loaded machine registers them late)
+             .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
+             .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "180s")
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(SeglogDataSource)
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    deadline = time.monotonic() + 180
+    while True:  # executors register after the session starts
+        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        if executors >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
 
     @udf("string")
     def executor_dir(v):  # a worker runs in its executor's work dir: <app>/<executor id>
