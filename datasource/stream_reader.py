@@ -112,7 +112,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 limits = AdmissionLimits(limits.max_offsets, None, 0, limits.max_bytes)
             end = admit(
                 current, latest, limits, now_ms=now, last_trigger_ms=stamp,
-                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp]),
+                layouts=lambda tp: segment_layout(o.log_dirs, tp, latest[tp], o.storage),
             ).end
         if o.min_offsets_per_trigger is None:
             stamp = None  # keep Kafka's plain offsets when no delay is configured
@@ -135,7 +135,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # warning here on the driver (executors only log theirs).
         known = () if o.fail_on_data_loss else tuple(tp for tp in until if tp in begin)
         if new or known:
-            snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp in until)
+            snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp in until,
+                                     storage=o.storage)
             for tp in new:  # partitions that appeared in this batch start at earliest
                 begin[tp] = min(snap.earliest(tp), until[tp])
             begin = skip_removed(begin, until, snap, o.fail_on_data_loss)
@@ -160,7 +161,7 @@ def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPart
         start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
         fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
         max_records_per_partition=o.max_records_per_partition,
-        isolation_level=o.isolation_level,
+        isolation_level=o.isolation_level, storage=o.storage,
     )
     return [InputPartition(r) for r in ranges]
 

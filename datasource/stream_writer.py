@@ -66,6 +66,12 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
     opts = SinkOptions.parse(options)
     if opts.bucket_uri is None:
         check_log_dirs(opts.log_dirs, log_dirs_option(options))
+    else:
+        from seglog.logstore.object_storage import ObjectStorage
+
+        # Builds the client only (no request): an unknown or malformed storage.* option
+        # fails here, on the driver, before any task uploads.
+        ObjectStorage(opts.bucket_uri, opts.storage)
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
     if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
         _check_existing_topic(opts, opts.topic)
@@ -81,7 +87,7 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
 
     partitions = None
     if opts.bucket_uri is not None or all(Path(d).is_dir() for d in opts.log_dirs):
-        with reader(opts.log_dirs) as mgr:  # the process's shared reader (a bucket's too)
+        with reader(opts.log_dirs, opts.storage) as mgr:  # the process's shared reader
             if topic in mgr.topics():
                 partitions = len(mgr.partitions(topic))
     if partitions is not None:

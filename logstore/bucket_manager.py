@@ -48,7 +48,7 @@ from .errors import (
 )
 from .log import AppendInfo
 from .log_dirs import TopicPartition
-from .object_storage import ObjectStorage, is_object_uri
+from .object_storage import ObjectStorage, StorageOptions, is_object_uri
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 
@@ -90,10 +90,11 @@ class BucketLogManager:
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
-                 clock: Clock = SYSTEM_CLOCK, storage_options: Mapping[str, str] | None = None,
+                 clock: Clock = SYSTEM_CLOCK,
+                 storage_options: Mapping[str, object] | StorageOptions | None = None,
                  commit_log: CommitLog | None = None,
                  orphan_grace_ms: int | None = None) -> None:
-        self.storage: Storage = (ObjectStorage(uri, dict(storage_options or {}))
+        self.storage: Storage = (ObjectStorage(uri, storage_options)
                                  if isinstance(uri, str) else uri)
         self.read_only = read_only
         self.clock = clock

@@ -92,6 +92,7 @@ from .log_dirs import (
     list_log_dir,
 )
 from .log_dirs_reader import LogDirsReader
+from .object_store_config import StorageOptions
 from .offset_checkpoints import (
     OFFSET_CHECKPOINTS,
     PUBLISHING_CHECKPOINTS,
@@ -151,6 +152,11 @@ def _bucket_uri(log_dirs: Any) -> str | None:
     return bucket_uri(dirs)
 
 
+def _describe_dirs(log_dirs: Iterable[str | os.PathLike] | str | os.PathLike) -> str:
+    dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)
+    return ", ".join(os.fspath(d) for d in dirs)
+
+
 class LogManager(PartitionTable["Log"]):
     """Every partition log of ``log_dirs``, for the one process that writes them.
     Thread-safe (see the module docstring).
@@ -160,13 +166,16 @@ class LogManager(PartitionTable["Log"]):
     ``background``: run the maintenance tasks on a daemon thread;
     ``repair``: a damaged high-watermark or log-start-offset checkpoint is rebuilt from
     the recovered logs instead of refusing to open (``seglog check --fix``);
-    ``read_only=True``: returns a ``LogDirsReader`` instead (see ``__new__``).
+    ``read_only=True``: returns a ``LogDirsReader`` instead (see ``__new__``);
+    ``storage_options``: endpoint, credentials... of a bucket URI (``object_store_config``),
+    refused for local dirs.
     """
 
     read_only = False
 
     def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
                 read_only: bool = False, repair: bool = False, background: bool = False,
+                storage_options: Mapping[str, object] | StorageOptions | None = None,
                 **kwargs: Any) -> Any:
         # ``LogManager(dirs, read_only=True)`` is how every caller asked for a reader
         # before the reader was its own class: returning one here keeps that spelling
@@ -180,7 +189,16 @@ class LogManager(PartitionTable["Log"]):
 
             if repair:
                 raise ConfigError(f"repair=True is for local log dirs, not {uri}")
-            return BucketLogManager(uri, read_only=read_only, **kwargs)
+            return BucketLogManager(uri, read_only=read_only, storage_options=storage_options,
+                                    **kwargs)
+        if storage_options:
+            # Endpoint and credentials mean nothing to a directory; taking them silently
+            # would hide a path that was meant to be a bucket URI.
+            raise ConfigError(
+                f"storage_options ({', '.join(StorageOptions.of(storage_options).as_dict())}) "
+                f"are for an "
+                f"object-store URI (s3://, gs://, az://...), not the local log dir(s) "
+                f"{_describe_dirs(log_dirs)}")
         if not read_only:
             return super().__new__(cls)
         if repair:
@@ -192,7 +210,9 @@ class LogManager(PartitionTable["Log"]):
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
                  clock: Clock = SYSTEM_CLOCK, background: bool = False,
-                 repair: bool = False) -> None:
+                 repair: bool = False,
+                 storage_options: Mapping[str, object] | StorageOptions | None = None) -> None:
+        # storage_options: for a bucket URI only (__new__ refuses them for local dirs)
         super().__init__(config, default_topic_config, clock)
         self.repair = repair
         # _lock (PartitionTable's) also guards _pending_deletes

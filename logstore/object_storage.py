@@ -47,13 +47,14 @@ from .errors import (
 )
 from .object_store_config import (
     OBJECT_SCHEMES,
+    StorageOptions,
     is_object_uri,
     parse_object_uri,
     split_options,
 )
 from .storage import Entry, StoragePath
 
-__all__ = ["OBJECT_SCHEMES", "ObjectStorage", "is_object_uri"]
+__all__ = ["OBJECT_SCHEMES", "ObjectStorage", "StorageOptions", "is_object_uri"]
 
 _memory_stores: dict[str, MemoryStore] = {}
 _memory_lock = threading.Lock()  # guards _memory_stores
@@ -126,10 +127,12 @@ class ObjectStorage:
     True
     """
 
-    def __init__(self, uri: str, options: Mapping[str, object] | None = None) -> None:
+    def __init__(self, uri: str,
+                 options: Mapping[str, object] | StorageOptions | None = None) -> None:
         target = parse_object_uri(uri)
         self._uri = target.uri
-        settings = split_options(target, dict(options or {}))
+        self._options = StorageOptions.of(options)
+        settings = split_options(target, self._options.as_dict())
         self._retry = settings.retry_config
         self._bucket_seen = target.scheme == "memory"
         if target.scheme == "memory":
@@ -144,10 +147,21 @@ class ObjectStorage:
                 target.url, config=settings.config or None,
                 client_options=settings.client_options, retry_config=settings.retry_config)
         except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
-            raise ConfigError(f"{self._uri}: bad object-store option: {_cause(e)}") from e
+            raise ConfigError(f"{self._uri}: bad object-store option: "
+                              f"{self._cause(e)}") from None
         except Exception as e:  # obstore reports a bad option value as a generic error
             raise ConfigError(f"{self._uri}: cannot configure the object store: "
-                              f"{_cause(e)}") from e
+                              f"{self._cause(e)}") from None
+
+    @property
+    def options(self) -> StorageOptions:
+        """The options given (their ``repr`` hides secrets)."""
+        return self._options
+
+    def _cause(self, e: BaseException) -> str:
+        # The store's own text may quote a credential (a bad value, an access key id in
+        # an S3 error body): redacted before it reaches a message.
+        return self._options.redact(_cause(e))
 
     @property
     def uri(self) -> str:
@@ -163,7 +177,7 @@ class ObjectStorage:
         except (PermissionDeniedError, UnauthenticatedError) as e:
             raise StorageAccessDeniedError(
                 f"{op} {where}: access denied; check the credentials (AWS_ACCESS_KEY_ID... or "
-                f"options) and their permissions: {_cause(e)}") from e
+                f"options) and their permissions: {self._cause(e)}") from e
         except FileNotFoundError as e:
             if "NoSuchBucket" in str(e):
                 raise self._no_bucket(op, where, e) from e
@@ -176,21 +190,22 @@ class ObjectStorage:
             if "NoSuchBucket" in text:
                 raise self._no_bucket(op, where, e) from e
             if any(s in text for s in _DENIED):
-                raise StorageAccessDeniedError(f"{op} {where}: access denied: {_cause(e)}") from e
+                raise StorageAccessDeniedError(
+                    f"{op} {where}: access denied: {self._cause(e)}") from e
             if any(s in text.lower() for s in _UNREACHABLE):
                 raise StorageUnreachableError(
                     f"{op} {where}: the object store did not answer (up to "
                     f"{self._retry['max_retries']} retries within "
                     f"{self._retry['retry_timeout'].total_seconds():g} s; options "
                     f"max_retries, retry_timeout, connect_timeout, read_timeout, timeout): "
-                    f"{_cause(e)}") from e
-            raise KafkaStorageError(f"{op} {where} failed: {_cause(e)}") from e
+                    f"{self._cause(e)}") from e
+            raise KafkaStorageError(f"{op} {where} failed: {self._cause(e)}") from e
         self._bucket_seen = True
         return result
 
     def _no_bucket(self, op: str, where: str, e: BaseException) -> BucketNotFoundError:
         return BucketNotFoundError(f"{op} {where}: the bucket of {self._uri} does not exist "
-                                   f"({_cause(e).splitlines()[0]})")
+                                   f"({self._cause(e).splitlines()[0]})")
 
     def _check_bucket(self) -> None:
         # One LIST of at most a page, once per instance: a missing bucket raises from _call.

@@ -15,12 +15,17 @@ Options are obstore's config keys, case-insensitive, with or without the provide
 retry keys (``max_retries``, ``retry_timeout``, ``init_backoff``, ``max_backoff``). An
 option overrides the environment variable of the same meaning. docs/object-storage.md
 lists them.
+
+``StorageOptions`` is how options travel (to Spark executors, into cache keys): a
+hashable, picklable value whose ``repr`` and ``redact`` hide every value that may be a
+secret, so credentials never reach a log line or an error message.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -54,6 +59,19 @@ DEFAULT_INIT_BACKOFF = timedelta(milliseconds=100)
 DEFAULT_MAX_BACKOFF = timedelta(seconds=5)
 RETRY_KEYS = ("max_retries", "retry_timeout", "init_backoff", "max_backoff")
 
+# Options whose values are shown in reprs and messages; every other value (keys, secrets,
+# tokens, SAS, service-account JSON, and names nobody listed here) is redacted. A list of
+# what is safe rather than of what is secret: a provider's new credential key is then
+# hidden by default.
+PUBLIC_KEYS = frozenset({
+    "endpoint", "endpoint_url", "region", "default_region", "bucket", "bucket_name",
+    "virtual_hosted_style_request", "conditional_put", "s3_express", "unsigned_payload",
+    "skip_signature", "checksum_algorithm", "imdsv1_fallback", "metadata_endpoint",
+    "request_payer", "disable_tagging", "account_name", "storage_account_name",
+    "container_name", "use_emulator", "use_fabric_endpoint", "use_azure_cli",
+}) | CLIENT_KEYS | frozenset(RETRY_KEYS)
+REDACTED = "***"
+
 _S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _OTHER_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,221}")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min)?\s*")
@@ -66,6 +84,73 @@ def is_object_uri(location: object) -> bool:
         return False
     scheme, sep, _ = location.partition("://")
     return bool(sep) and scheme.lower() in OBJECT_SCHEMES
+
+
+def _bare(key: str) -> str:
+    key = key.lower()
+    return next((key[len(p):] for p in _PROVIDER_PREFIXES if key.startswith(p)), key)
+
+
+def is_public_key(key: str) -> bool:
+    """Whether an option's value may be shown (see ``PUBLIC_KEYS``)."""
+    return _bare(key) in PUBLIC_KEYS
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOptions:
+    """Object-store options as a value: names lowercased, sorted; values strings.
+
+    Hashable (it keys the per-process reader cache, so two queries with different
+    credentials never share a reader) and picklable (it travels to executors). Its
+    ``repr`` shows public values only:
+
+    >>> StorageOptions.of({"AWS_REGION": "eu-west-1", "aws_secret_access_key": "s3cr3t"})
+    StorageOptions(aws_region='eu-west-1', aws_secret_access_key='***')
+    """
+
+    items: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, options: Mapping[str, object] | StorageOptions | None) -> StorageOptions:
+        """From a mapping; a name given twice (in two spellings of case) is refused."""
+        if isinstance(options, StorageOptions):
+            return options
+        found: dict[str, str] = {}
+        for raw_key, value in (options or {}).items():
+            key = str(raw_key).lower()
+            if key in found:
+                raise ConfigError(f"object-store option {key!r} is given twice")
+            if not isinstance(value, (str, int, float, bool, timedelta)):
+                raise ConfigError(f"object-store option {raw_key!r} must be a string, not "
+                                  f"{type(value).__name__}")
+            if isinstance(value, timedelta):
+                # whole milliseconds: both seglog's and obstore's duration parsers read it
+                found[key] = f"{round(value.total_seconds() * 1000)}ms"
+            else:
+                found[key] = str(value).lower() if isinstance(value, bool) else str(value)
+        return cls(tuple(sorted(found.items())))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.items)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every non-public option value replaced by ``***``."""
+        for key, value in self.items:
+            if value and not is_public_key(key):
+                text = text.replace(value, REDACTED)
+        return text
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={(v if is_public_key(k) else REDACTED)!r}"
+                          for k, v in self.items)
+        return f"StorageOptions({shown})"
+
+
+NO_STORAGE_OPTIONS = StorageOptions()
+"""No options: the environment decides (the default everywhere options are taken)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +231,7 @@ def _retry_config(uri: str, given: dict[str, object]) -> dict[str, Any]:
 
 
 def split_options(target: ObjectStoreTarget,
-                  options: dict[str, object] | None) -> ObjectStoreSettings:
+                  options: Mapping[str, object] | None) -> ObjectStoreSettings:
     """Sorts ``options`` into obstore's store config, client options and retry config.
 
     Store keys are left for obstore to validate (it knows each provider's names); a key it
@@ -176,7 +261,8 @@ def split_options(target: ObjectStoreTarget,
         elif bare in CLIENT_KEYS:
             client[bare] = value if isinstance(value, timedelta) else str(value)
         elif not isinstance(value, str):
-            raise ConfigError(f"{target.uri}: option {raw_key}={value!r} must be a string")
+            raise ConfigError(f"{target.uri}: option {raw_key} must be a string, not "
+                              f"{type(value).__name__}")
         else:
             config[key] = value
     return ObjectStoreSettings(config, client, _retry_config(target.uri, retry))

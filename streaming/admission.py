@@ -40,6 +40,8 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+
 from .log_readers import segment_files
 from .source_options import SourceOptions, TopicPartition
 
@@ -125,12 +127,13 @@ class SegmentLayout:
 
 
 def segment_layout(
-    log_dirs: Sequence[str], tp: TopicPartition, end_offset: int
+    log_dirs: Sequence[str], tp: TopicPartition, end_offset: int,
+    storage: StorageOptions = NO_STORAGE_OPTIONS,
 ) -> SegmentLayout | None:
     """A partition's segment bases and ``.log`` sizes (``log_readers.segment_files``:
     listed again only when the directory changed, so a trigger stats one growing file
     per partition); None if not found."""
-    found = segment_files(log_dirs, tp)
+    found = segment_files(log_dirs, tp, storage)
     if found is None:
         return None
     bases, sizes = found

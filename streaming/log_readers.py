@@ -17,6 +17,10 @@ directory that vanished) closes and drops the shared manager, so the next call s
 from a fresh open instead of a state that may be half-updated. A forked child never uses
 its parent's manager (the cache is keyed by process id).
 
+The cache is keyed by the log dirs and the object-store options together
+(``StorageOptions``: endpoint, credentials): two queries that reach one bucket with
+different credentials never share a reader, so neither reads with the other's rights.
+
 ``segment_files`` is the same idea for admission's byte estimates: a partition's segment
 bases and the sizes of its inactive segments are kept while the directory's mtime is
 unchanged (a roll, retention or compaction swap renames or creates files there, which
@@ -37,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
 from seglog.logstore.storage import LOCAL
 
 from .source_options import TopicPartition
@@ -52,7 +56,8 @@ _RACY_NS = 2_000_000_000
 timestamp granularity would not move them (the engine's readers use the same rule)."""
 
 _lock = threading.Lock()  # guards _readers, _layouts and _pid
-_readers: dict[tuple[str, ...], LogDirsReader] = {}
+_Key = tuple[tuple[str, ...], StorageOptions]
+_readers: dict[_Key, LogDirsReader] = {}
 # partition dir -> (dir mtime, segment bases, sizes of every segment but the last)
 _layouts: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
 _pid = os.getpid()
@@ -69,13 +74,15 @@ def _forget_parent() -> None:
 
 
 @contextmanager
-def reader(log_dirs: Iterable[str]) -> Iterator[LogDirsReader]:
-    """The process's ``LogDirsReader`` of ``log_dirs``, opened on first use.
+def reader(log_dirs: Iterable[str],
+           storage: StorageOptions = NO_STORAGE_OPTIONS) -> Iterator[LogDirsReader]:
+    """The process's ``LogDirsReader`` of ``log_dirs`` (a bucket's opened with the
+    object-store options ``storage``), opened on first use.
 
     >>> with reader(["/data/logs"]) as mgr:            # doctest: +SKIP
     ...     mgr.high_watermarks()
     """
-    key = tuple(log_dirs)
+    key = (tuple(log_dirs), storage)
     with _lock:
         _forget_parent()
         mgr = _readers.get(key)
@@ -85,25 +92,30 @@ def reader(log_dirs: Iterable[str]) -> Iterator[LogDirsReader]:
     try:
         yield mgr
     except (SeglogError, OSError):
-        discard(key, mgr)
+        discard(key[0], mgr, storage)
         raise
 
 
-def _open(key: tuple[str, ...]) -> LogDirsReader:
+def _open(key: _Key) -> LogDirsReader:
     """A reader of local log dirs, or (one bucket URI) the bucket's read-only manager,
     which answers the same calls from the bucket's commit log (one LIST per refresh)."""
-    if any(is_object_uri(d) for d in key):
+    dirs, storage = key
+    if storage or any(is_object_uri(d) for d in dirs):
         from seglog.logstore.log_manager import LogManager
 
-        return LogManager(list(key), read_only=True)  # type: ignore[return-value]
+        # (options with local dirs: refused there, naming them, as the parsers do)
+        return LogManager(list(dirs), read_only=True,  # type: ignore[return-value]
+                          storage_options=storage)
     from seglog.logstore.log_dirs_reader import LogDirsReader
 
-    return LogDirsReader(list(key))
+    return LogDirsReader(list(dirs))
 
 
-def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None) -> None:
-    """Close and forget the shared reader of ``log_dirs`` (only ``mgr``, if given)."""
-    key = tuple(log_dirs)
+def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None,
+            storage: StorageOptions = NO_STORAGE_OPTIONS) -> None:
+    """Close and forget the shared reader of ``log_dirs`` and ``storage`` (only ``mgr``,
+    if given)."""
+    key = (tuple(log_dirs), storage)
     with _lock:
         current = _readers.get(key)
         if current is None or (mgr is not None and current is not mgr):
@@ -112,7 +124,7 @@ def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None) -> None:
     try:
         current.close()
     except (SeglogError, OSError) as e:  # closing read-only files: nothing to lose
-        logger.warning("cannot close the shared reader of %s: %s", ", ".join(key), e)
+        logger.warning("cannot close the shared reader of %s: %s", ", ".join(key[0]), e)
 
 
 def close_all() -> None:
@@ -120,18 +132,18 @@ def close_all() -> None:
     with _lock:
         keys = list(_readers)
         _layouts.clear()
-    for key in keys:
-        discard(key)
+    for dirs, storage in keys:
+        discard(dirs, storage=storage)
 
 
 def segment_files(
-    log_dirs: Iterable[str], tp: TopicPartition
+    log_dirs: Iterable[str], tp: TopicPartition, storage: StorageOptions = NO_STORAGE_OPTIONS
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """A partition's segment base offsets and ``.log`` sizes, oldest first; None if
     no log dir holds the partition. Sizes of segments deleted while listing read as 0."""
     dirs = tuple(log_dirs)
     if any(is_object_uri(d) for d in dirs):
-        return _bucket_segments(dirs, tp)
+        return _bucket_segments(dirs, tp, storage)
     name = partition_dir_name(*tp)
     for d in dirs:
         path = os.path.join(d, name)
@@ -158,11 +170,11 @@ def segment_files(
     return None
 
 
-def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition
+def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition, storage: StorageOptions
                      ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """A bucket partition's segments, from the state the shared reader last refreshed
     (the trigger's snapshot just did): no request."""
-    with reader(dirs) as mgr:
+    with reader(dirs, storage) as mgr:
         ps = mgr.state.partition(*tp)  # type: ignore[attr-defined]
     if ps is None:
         return None

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Literal, overload
 
 from seglog.logstore.errors import ConfigError
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
+
+STORAGE_PREFIX = "storage."
 
 
 def parse_log_dirs(opts: Mapping[str, str]) -> tuple[str, ...]:
@@ -88,3 +91,43 @@ class OptionSpec:
     only_because: str = ""
     """Why the option is limited to its ``mode``: what the refusal of it in the other
     kind of query says (each option's own reason, never a generic one)."""
+
+
+STORAGE_OPTION = OptionSpec(
+    "storage.<name>", "", "An object-store option for a bucket `path` (`s3://`, `gs://`, "
+    "`az://`): obstore's name, e.g. `storage.aws_endpoint`, `storage.aws_region`, "
+    "`storage.aws_access_key_id`, `storage.aws_secret_access_key`, "
+    "`storage.aws_allow_http`. It overrides the environment variable of the same meaning "
+    "and reaches the driver and every executor with the query, so executors need no "
+    "environment. Values are hidden from logs and errors: "
+    "[object-storage.md](object-storage.md#options).")
+
+
+def take_storage_options(key: str, value: object, found: dict[str, str]) -> bool:
+    """Collects ``storage.<name>`` into ``found`` (``<name>`` lowercased: Spark lowercases
+    option names, and obstore's are lowercase); False for any other option."""
+    if not key.lower().startswith(STORAGE_PREFIX):
+        return False
+    name = key[len(STORAGE_PREFIX):].strip().lower()
+    if not name:
+        raise ConfigError(f"option {key!r} names no object-store option (storage.<name>, "
+                          "e.g. storage.aws_region)")
+    if name in found:
+        raise ConfigError(f"option {key!r} is given twice")
+    found[name] = str(value)
+    return True
+
+
+def storage_options_for(log_dirs: tuple[str, ...], found: dict[str, str],
+                        dirs_option: str) -> StorageOptions:
+    """The ``storage.*`` options as a value, refused (by name, never by value) unless
+    the log dir is a bucket URI: they would be ignored, and a path meant to be a bucket
+    would silently be a local directory."""
+    if not found:
+        return NO_STORAGE_OPTIONS
+    if not any(is_object_uri(d) for d in log_dirs):
+        names = ", ".join(f"{STORAGE_PREFIX}{n}" for n in sorted(found))
+        raise ConfigError(f"options {names} are for an object-store log dir (s3://, gs://, "
+                          f"az://...), but option {dirs_option!r} is the local path "
+                          f"{', '.join(log_dirs)}")
+    return StorageOptions.of(found)

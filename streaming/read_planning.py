@@ -10,15 +10,19 @@ further in proportion to their size.
 >>> plan_ranges({("t", 0): 0}, {("t", 0): 10}, log_dirs=("/d",), min_partitions=2)
 ... # doctest: +NORMALIZE_WHITESPACE
 [ReadRange(log_dirs=('/d',), topic='t', partition=0, start=0, end=5, include_headers=False,
-           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted'),
+           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted',
+           storage=StorageOptions()),
  ReadRange(log_dirs=('/d',), topic='t', partition=0, start=5, end=10, include_headers=False,
-           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted')]
+           fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted',
+           storage=StorageOptions())]
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 from .source_options import TopicPartition
 
@@ -41,6 +45,9 @@ class ReadRange:
     fail_on_data_loss: bool = True
     timestamp_range: tuple[int, int] | None = None
     isolation_level: str = "read_uncommitted"  # or read_committed (Kafka's isolation.level)
+    storage: StorageOptions = NO_STORAGE_OPTIONS
+    """A bucket's object-store options: the task opens the bucket with them (``repr``
+    hides secrets)."""
 
     @property
     def size(self) -> int:
@@ -58,11 +65,12 @@ def plan_ranges(
     max_records_per_partition: int | None = None,
     timestamp_range: tuple[int, int] | None = None,
     isolation_level: str = "read_uncommitted",
+    storage: StorageOptions = NO_STORAGE_OPTIONS,
 ) -> list[ReadRange]:
     """Non-empty ranges for every partition in ``end`` (missing starts read from 0)."""
     ranges = [
         ReadRange(tuple(log_dirs), t, p, start.get((t, p), 0), end[(t, p)], include_headers,
-                  fail_on_data_loss, timestamp_range, isolation_level)
+                  fail_on_data_loss, timestamp_range, isolation_level, storage)
         for t, p in sorted(end)
         if end[(t, p)] > start.get((t, p), 0)
     ]

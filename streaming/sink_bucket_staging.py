@@ -72,11 +72,13 @@ def staging_prefix(sink_id: str, batch_id: int | None = None) -> str:
 
 def open_bucket(options: SinkOptions, *, read_only: bool,
                 clock: Clock = SYSTEM_CLOCK) -> BucketLogManager:
-    """A manager of the sink's bucket (endpoint and credentials from the environment)."""
+    """A manager of the sink's bucket, with its ``storage.*`` options (endpoint,
+    credentials...; the environment supplies what they do not)."""
     uri = options.bucket_uri
     if uri is None:
         raise SeglogError(f"log dirs {', '.join(options.log_dirs)} are not a bucket URI")
-    return BucketLogManager(uri, read_only=read_only, clock=clock)
+    return BucketLogManager(uri, read_only=read_only, clock=clock,
+                            storage_options=options.storage)
 
 
 @dataclass(frozen=True, slots=True)

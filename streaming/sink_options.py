@@ -36,17 +36,20 @@ from seglog.logstore.errors import (
     LogDirError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
 from seglog.logstore.storage import LOCAL
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
 from .kafka_compat import SINK_RULES, refusal, rule_for
 from .option_values import (
+    STORAGE_OPTION,
     OptionSpec,
     option_bool,
     option_non_negative_int,
     option_positive_int,
     parse_log_dirs,
+    storage_options_for,
+    take_storage_options,
 )
 
 __all__ = ["SinkOptions", "SinkColumns", "SINK_OPTIONS", "COMPRESSION_TYPES",
@@ -84,8 +87,10 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "compaction); Kafka's `log.retention.check.interval.ms`."),
     OptionSpec("checkpointLocation", "", "Spark's own option; the sink uses it only to name "
                "itself when Spark gives no query id."),
+    STORAGE_OPTION,
 )
-_NAMES = tuple(o.name for o in SINK_OPTIONS if o.name != "topic.<config>")
+_NAMES = tuple(o.name for o in SINK_OPTIONS
+               if o.name != "topic.<config>" and o is not STORAGE_OPTION)
 _CANONICAL = {n.lower(): n for n in _NAMES}
 
 
@@ -108,6 +113,9 @@ class SinkOptions:
     allow_expired_timestamps: bool = False
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
+    storage: StorageOptions = NO_STORAGE_OPTIONS
+    """The ``storage.<name>`` options: endpoint, credentials... of a bucket log dir (its
+    ``repr`` hides secrets; never written to a commit, ledger or checkpoint)."""
 
     @property
     def bucket_uri(self) -> str | None:
@@ -123,10 +131,13 @@ class SinkOptions:
         spelled: dict[str, str] = {n: n for n in _NAMES}  # the name given, for errors
         ignored: list[str] = []
         topic_props: dict[str, str] = {}
+        storage: dict[str, str] = {}
         for raw_key, value in options.items():
             if value is None:
                 continue
             key = str(raw_key)
+            if take_storage_options(key, value, storage):
+                continue
             if key.lower().startswith(TOPIC_CONFIG_PREFIX):
                 topic_props[key[len(TOPIC_CONFIG_PREFIX):]] = str(value)
                 continue
@@ -136,7 +147,8 @@ class SinkOptions:
                 if rule is None:
                     raise ConfigError(
                         f"unknown option {raw_key!r} for the seglog sink (known: "
-                        f"{', '.join(_NAMES)}, and {TOPIC_CONFIG_PREFIX}<kafka topic config>)")
+                        f"{', '.join(_NAMES)}, {TOPIC_CONFIG_PREFIX}<kafka topic config> and "
+                        f"{STORAGE_OPTION.name})")
                 if rule.action == "refuse":
                     raise ConfigError(refusal(key, rule, "sink"))
                 if rule.action == "ignore":
@@ -194,6 +206,8 @@ class SinkOptions:
             num_partitions_given="numPartitions" in opts,
             allow_expired_timestamps=option_bool(opts, "allowExpiredTimestamps", False),
             ignored=tuple(ignored),
+            storage=storage_options_for(
+                log_dirs, storage, "logDirs" if "logDirs" in opts else "path"),
         )
 
 

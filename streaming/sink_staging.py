@@ -318,7 +318,7 @@ class PartitionStager:
             if not all(LOCAL.is_dir(d) for d in dirs):
                 for d in dirs:
                     LOCAL.makedirs(d)
-            with reader(self.options.log_dirs) as mgr:
+            with reader(self.options.log_dirs, self.options.storage) as mgr:
                 # topics() first: a missing topic is no error here (the shared reader is
                 # dropped after a call that raises).
                 exists = name in mgr.topics()

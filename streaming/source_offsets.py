@@ -31,6 +31,7 @@ from seglog.logstore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 from .log_readers import reader
 from .source_options import (
@@ -133,6 +134,7 @@ def snapshot_log_dirs(
     *,
     start_offsets_for: Callable[[TopicPartition], bool] | None = None,
     options: SourceOptions | None = None,
+    storage: StorageOptions = NO_STORAGE_OPTIONS,
 ) -> LogSnapshot:
     """Take a ``LogSnapshot`` through the process's shared read-only ``LogManager``
     (``log_readers``: checkpoint files, re-read every call; listings only where changed).
@@ -147,9 +149,13 @@ def snapshot_log_dirs(
     snapshot and the batches after it, at most the active segment when the writer left
     snapshots), not its high watermark. The shared manager's logs keep their producer
     state, so a trigger scans only the batches appended since the previous one.
+
+    ``storage``: a bucket's object-store options (``options.storage`` when given).
     """
     dirs = tuple(log_dirs)
-    with reader(dirs) as mgr:
+    if options is not None:
+        storage = options.storage
+    with reader(dirs, storage) as mgr:
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
         if options is not None:
@@ -172,7 +178,7 @@ def snapshot_log_dirs(
         lsos = {tp: all_lsos[tp] for tp in wanted if tp in all_lsos}
 
     def lookup(tp: TopicPartition, ts_ms: int) -> int | None:
-        return offset_for_timestamp(dirs, tp, ts_ms)
+        return offset_for_timestamp(dirs, tp, ts_ms, storage)
 
     return LogSnapshot(parts, lsos, hws, lookup)
 
@@ -193,9 +199,10 @@ def _report_beyond_log_end(beyond: dict[TopicPartition, tuple[Path, int, int]],
                 f"checkpoint value: `seglog check {checkpoint.parent}` tells which)")
 
 
-def offset_for_timestamp(log_dirs: Iterable[str], tp: TopicPartition, ts_ms: int) -> int | None:
+def offset_for_timestamp(log_dirs: Iterable[str], tp: TopicPartition, ts_ms: int,
+                         storage: StorageOptions = NO_STORAGE_OPTIONS) -> int | None:
     """The first offset of ``tp`` with a timestamp ≥ ``ts_ms`` (time index), or None."""
-    with reader(log_dirs) as mgr:
+    with reader(log_dirs, storage) as mgr:
         log = mgr.get_log(*tp)
         try:
             return log.offset_for_timestamp(ts_ms)

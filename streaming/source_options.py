@@ -20,14 +20,18 @@ from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.file_names import INTERNAL_TOPICS
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 from seglog.logstore.record_format import TopicPartition
 
 from .kafka_compat import SOURCE_RULES, refusal, rule_for
 from .option_values import (
+    STORAGE_OPTION,
     OptionSpec,
     option_bool,
     option_positive_int,
     parse_log_dirs,
+    storage_options_for,
+    take_storage_options,
 )
 
 EARLIEST = -2
@@ -88,8 +92,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "`read_committed`: only committed transactions, and never past a partition's "
                "last stable offset (the first offset of its earliest open transaction), as a "
                "Kafka consumer with `isolation.level=read_committed` reads."),
+    STORAGE_OPTION,
 )
-_NAMES = tuple(o.name for o in SOURCE_OPTIONS)
+_NAMES = tuple(o.name for o in SOURCE_OPTIONS if o is not STORAGE_OPTION)
 _CANONICAL = {n.lower(): n for n in _NAMES}
 _STREAMING_ONLY = tuple(o.name for o in SOURCE_OPTIONS if o.mode == "streaming")
 _BATCH_ONLY = {o.name: o.only_because for o in SOURCE_OPTIONS if o.mode == "batch"}
@@ -196,6 +201,9 @@ class SourceOptions:
     isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
     """Kafka's ``isolation.level`` (option ``kafka.isolation.level``): ``read_committed``
     reads only below each partition's last stable offset and drops aborted transactions."""
+    storage: StorageOptions = NO_STORAGE_OPTIONS
+    """The ``storage.<name>`` options: endpoint, credentials... of a bucket log dir (its
+    ``repr`` hides secrets; never part of an offset)."""
 
     @property
     def has_limits(self) -> bool:
@@ -219,14 +227,17 @@ class SourceOptions:
         """
         opts: dict[str, str] = {}
         ignored: list[str] = []
+        storage: dict[str, str] = {}
         for raw_key, value in options.items():
+            if value is not None and take_storage_options(str(raw_key), value, storage):
+                continue
             name = _CANONICAL.get(str(raw_key).lower())
             if name is None:
                 rule = rule_for(str(raw_key), SOURCE_RULES)
                 if rule is None:
                     raise ConfigError(
                         f"unknown option {raw_key!r} for the seglog source "
-                        f"(known: {', '.join(_NAMES)})"
+                        f"(known: {', '.join(_NAMES)}, {STORAGE_OPTION.name})"
                     )
                 if rule.action == "refuse":
                     raise ConfigError(refusal(str(raw_key), rule, "source"))
@@ -264,8 +275,9 @@ class SourceOptions:
                 f"invalid value {raw_strategy!r} for option "
                 "'startingOffsetsByTimestampStrategy': expected error or latest"
             )
+        log_dirs = parse_log_dirs(opts)
         return cls(
-            log_dirs=parse_log_dirs(opts),
+            log_dirs=log_dirs,
             subscription=_parse_subscription(opts),
             starting=starting,
             ending=ending,
@@ -286,6 +298,8 @@ class SourceOptions:
             ignored=tuple(ignored),
             isolation_level=_isolation_level(opts),
             filter_pushdown=option_bool(opts, "filterPushdown", False),
+            storage=storage_options_for(
+                log_dirs, storage, "logDirs" if "logDirs" in opts else "path"),
         )
 
 

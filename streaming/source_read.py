@@ -51,7 +51,7 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
                chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as Arrow batches in ``schema`` (see the module
     docstring for the steps)."""
-    with reader(r.log_dirs) as mgr:
+    with reader(r.log_dirs, r.storage) as mgr:
         try:
             log = mgr.get_log(r.topic, r.partition)
         except UnknownTopicOrPartitionError:
