@@ -31,10 +31,11 @@ def forget_worker_env(spark, names) -> None:
     spark.dataSource.register(SeglogDataSource)
 
 
-def export_segments(uri: str, topic: str, out: Path) -> list[Path]:
+def export_segments(uri: str, topic: str, out: Path,
+                    storage_options: dict[str, str] | None = None) -> list[Path]:
     """Each committed segment of ``topic`` as ``<out>/<topic>-<p>/<base>.log``."""
     files = []
-    with LogManager(uri, read_only=True) as mgr:
+    with LogManager(uri, read_only=True, storage_options=storage_options) as mgr:
         for p in mgr.partitions(topic):
             d = out / f"{topic}-{p}"
             d.mkdir(parents=True, exist_ok=True)
@@ -45,11 +46,12 @@ def export_segments(uri: str, topic: str, out: Path) -> list[Path]:
     return files
 
 
-def bucket_records(uri: str, topic: str, tmp: Path) -> list[tuple]:
+def bucket_records(uri: str, topic: str, tmp: Path,
+                   storage_options: dict[str, str] | None = None) -> list[tuple]:
     """(partition, offset, key, value, producer_id) of every record, by kafka-python,
     with every batch's CRC validated."""
     out = []
-    for path in export_segments(uri, topic, tmp):
+    for path in export_segments(uri, topic, tmp, storage_options):
         partition = int(path.parent.name.rpartition("-")[2])
         records = MemoryRecords(path.read_bytes())
         while records.has_next():
