@@ -79,7 +79,7 @@ from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import register as _register_operations
-from .cli_common import add_json_arg
+from .cli_common import add_json_arg, add_storage_args, storage_options
 from .cli_dump_report import DumpReporter, JsonDumpReport, TextDumpReport
 from .cli_output import Progress
 from .kafka_files import (
@@ -269,9 +269,11 @@ def dump_txn_index(path: Path, report: DumpReporter) -> int:
 def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
     report: DumpReporter = JsonDumpReport(out) if args.json else TextDumpReport(out)
     problems = 0
+    options = storage_options(args, args.files)
     for name in args.files:
         if is_object_uri(name):
-            problems += _dump_object(name, report, print_data=args.print_data_log)
+            problems += _dump_object(name, report, print_data=args.print_data_log,
+                                     options=options)
             continue
         path = Path(name)
         if not path.is_file():
@@ -297,7 +299,8 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
     return 1 if problems else 0
 
 
-def _dump_object(uri: str, report: DumpReporter, *, print_data: bool) -> int:
+def _dump_object(uri: str, report: DumpReporter, *, print_data: bool,
+                 options: dict[str, str]) -> int:
     """``dump-log`` of a bucket's ``.log`` object (``<uri>/<topic>-<p>/<base>-<id>.log``):
     its stored bytes, as Kafka's tool shows a file (an ``offset_delta`` of its commit is
     not applied: this is what the object holds)."""
@@ -314,7 +317,7 @@ def _dump_object(uri: str, report: DumpReporter, *, print_data: bool) -> int:
         report.problem(path, message, text=f"{uri}: {message}")  # type: ignore[arg-type]
         return 1
     try:
-        data = ObjectStorage(root).read(name)
+        data = ObjectStorage(root, options).read(name)
     except FileNotFoundError:
         report.problem(path, "no such object", text=f"{uri}: no such object")  # type: ignore[arg-type]
         return 1
@@ -454,9 +457,10 @@ def check_txn_index(dir_: Path, base: int, markers: set[tuple[int, int]],
 def _check(args: argparse.Namespace, out: TextIO) -> int:
     report: CheckReporter = JsonCheckReport(out) if args.json else TextCheckReport(out)
     problems = 0
+    options = storage_options(args, args.dirs)
     for name in args.dirs:
         if is_object_uri(name):
-            problems += _check_bucket(name, report, fix=args.fix)
+            problems += _check_bucket(name, report, fix=args.fix, options=options)
             continue
         path = Path(name)
         report.begin_dir(path)
@@ -488,7 +492,8 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     return code
 
 
-def _check_bucket(uri: str, report: CheckReporter, *, fix: bool) -> int:
+def _check_bucket(uri: str, report: CheckReporter, *, fix: bool,
+                  options: dict[str, str]) -> int:
     """A bucket log dir: its committed state against its objects (``bucket_check``);
     returns the number of problems. Unreferenced objects are notes."""
     from seglog.logstore.bucket_manager import BucketLogManager
@@ -500,7 +505,7 @@ def _check_bucket(uri: str, report: CheckReporter, *, fix: bool) -> int:
         report.dir_problem(path, "--fix is for local log dirs (a bucket is repaired by "  # type: ignore[arg-type]
                                  "its commits; seglog maintain collects leftovers)")
         return 1
-    with BucketLogManager(uri, read_only=True) as mgr:
+    with BucketLogManager(uri, read_only=True, storage_options=options) as mgr:
         findings, partitions = mgr.check_objects()
     for f in findings:
         where = ObjectPath(f.where)
@@ -533,6 +538,7 @@ def _dump_log_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--print-data-log", action="store_true",
                    help="print every record (offset, timestamp, key, payload, headers)")
     add_json_arg(p)
+    add_storage_args(p)
 
 
 _COMMANDS["dump-log"] = ("print the batches and index entries of segment files "
@@ -545,6 +551,7 @@ def _check_args(p: argparse.ArgumentParser) -> None:
                    help="repair the log dirs (no writer may run): rebuild damaged checkpoints "
                         "from the recovered logs, rewrite bad state files")
     add_json_arg(p)
+    add_storage_args(p)
 
 
 _COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) and log dirs "

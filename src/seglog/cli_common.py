@@ -6,7 +6,10 @@ Log dirs are named as the Spark source and sink name them (``path`` / ``logDirs`
 ``--path DIR``, repeatable and/or comma-separated, defaulting to the ``SEGLOG_PATH``
 environment variable (comma-separated too). Writers wait up to ``--lock-timeout`` ms for
 another writer (a Spark sink commit, another ``seglog`` command) to release a log dir's
-``.lock``, as the sink waits ``lockTimeoutMs``.
+``.lock``, as the sink waits ``lockTimeoutMs``. A bucket URI's endpoint and credentials
+come from the environment, or from ``--storage-option KEY=VALUE`` (repeatable; obstore's
+names, as the Spark options ``storage.<name>``), which overrides it; options with local
+dirs are refused.
 """
 
 from __future__ import annotations
@@ -51,6 +54,28 @@ Run = Callable[[argparse.Namespace, TextIO], int]
 def add_path_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help=f"a log dir (repeatable, or comma-separated; default: ${PATH_ENV})")
+    add_storage_args(p)
+
+
+def add_storage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   dest="storage_option",
+                   help="an object-store option of a bucket URI, e.g. aws_endpoint=URL, "
+                        "aws_region=R (repeatable; overrides the AWS_*/GOOGLE_*/AZURE_* "
+                        "environment; keep secrets in the environment: a command line is "
+                        "visible to other users)")
+
+
+def storage_options(args: argparse.Namespace, names: Iterable[str] = ()) -> dict[str, str]:
+    """The ``--storage-option`` pairs (names lowercased, as obstore spells them); refused
+    when one of ``names`` (a command's positional files or dirs) is local, as a manager
+    refuses them for local log dirs."""
+    pairs = parse_key_values(getattr(args, "storage_option", None) or [], "--storage-option")
+    local = [n for n in names if not is_object_uri(n)]
+    if pairs and local:
+        raise ConfigError(f"--storage-option ({', '.join(pairs)}) is for bucket URIs "
+                          f"(s3://, gs://, az://...), not the local {', '.join(local)}")
+    return {k.lower(): v for k, v in pairs.items()}
 
 
 def add_writer_args(p: argparse.ArgumentParser) -> None:
@@ -88,8 +113,11 @@ def open_reader(args: argparse.Namespace) -> LogDirsReader:
     reader API)."""
     dirs = log_dirs(args)
     _require_dirs(dirs)
-    if any(is_object_uri(d) for d in dirs):
-        return LogManager(dirs, read_only=True, clock=CLOCK)  # type: ignore[return-value]
+    options = storage_options(args)
+    if options or any(is_object_uri(d) for d in dirs):
+        # (LogManager refuses options for local dirs, naming them)
+        return LogManager(dirs, read_only=True, clock=CLOCK,  # type: ignore[return-value]
+                          storage_options=options)
     return LogDirsReader(dirs, clock=CLOCK)
 
 
@@ -110,6 +138,7 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     if timeout_ms < 0:
         raise ConfigError(f"--lock-timeout must not be negative, got {timeout_ms}")
     dirs = dirs if dirs is not None else log_dirs(args)
+    options = storage_options(args)
     if not create_dirs:
         _require_dirs(dirs)
     deadline = time.monotonic() + timeout_ms / 1000
@@ -117,7 +146,7 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     told = False
     while True:
         try:
-            return LogManager(dirs, clock=CLOCK, config=config)
+            return LogManager(dirs, clock=CLOCK, config=config, storage_options=options)
         except LogDirLockedError as e:
             if time.monotonic() + pause > deadline:
                 raise LogDirLockedError(

@@ -12,7 +12,7 @@ from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_store_config import is_object_uri
 
 from . import cli_common
-from .cli_common import EXIT_OK, add_json_arg
+from .cli_common import EXIT_OK, add_json_arg, add_storage_args
 from .cli_output import write_json
 
 
@@ -22,7 +22,8 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
                           f"got {args.uri!r}; a local log dir is already a Kafka log dir")
     from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
 
-    with BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK) as mgr:
+    with BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK,
+                          storage_options=cli_common.storage_options(args)) as mgr:
         stats = mgr.export(args.dir)
         version = mgr.state.version
     if args.json:
@@ -40,6 +41,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("uri", metavar="URI", help="the bucket log dir, e.g. s3://bucket/logs")
     p.add_argument("dir", metavar="DIR", help="a new (or empty) local directory")
     add_json_arg(p)
+    add_storage_args(p)
 
 
 COMMANDS = {
