@@ -3,18 +3,20 @@
     python examples/bucket_pipeline.py [--work-dir DIR]
 
 For the demo it starts a local S3-compatible server (moto's, installed with seglog's
-test extras: ``pip install 'moto[server]'``) on 127.0.0.1, creates the bucket
-``seglog-demo`` and points the standard ``AWS_*`` variables at it, so the driver and
-every Python worker Spark starts reach it. Then it runs the same steps as
-``examples/pipeline.py`` with ``option("path", "s3://seglog-demo/logs")``:
+test extras: ``pip install 'moto[server]'``) on 127.0.0.1 and creates the bucket
+``seglog-demo``. Then it runs the same steps as ``examples/pipeline.py`` with
+``option("path", "s3://seglog-demo/logs")`` and the server's endpoint and credentials
+as ``storage.*`` options, which travel with the query to the driver's and every
+executor's Python workers (no ``AWS_*`` variable is needed anywhere):
 
 1. writes shop events to the topic ``events`` (tasks upload their fragments; the
    driver's commit is one small conditional PUT);
 2. streams ``events`` -> ``purchases`` exactly once (checkpointed, AvailableNow);
 3. reads ``purchases`` back and checks that every purchase arrived exactly once,
 
-and lists what the bucket holds. On a real cluster, drop the server and give the
-executors the bucket's endpoint and credentials (docs/cluster.md).
+and lists what the bucket holds. On a real cluster, drop the server; give the endpoint
+and region as ``storage.*`` options and the credentials through the machines' identity
+or the environment (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -59,10 +61,11 @@ class DemoS3Server:
             else:
                 time.sleep(0.05)
 
-    def env(self) -> dict[str, str]:
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "demo",
-                "AWS_SECRET_ACCESS_KEY": "demo", "AWS_REGION": "us-east-1",
-                "AWS_ALLOW_HTTP": "true"}
+    def storage_options(self) -> dict[str, str]:
+        """obstore's names (docs/object-storage.md); moto takes any credentials."""
+        return {"aws_endpoint": self.endpoint, "aws_access_key_id": "demo",
+                "aws_secret_access_key": "demo", "aws_region": "us-east-1",
+                "aws_allow_http": "true"}
 
     def create_bucket(self, name: str) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"))
@@ -73,10 +76,10 @@ class DemoS3Server:
         self._log.close()
 
 
-def describe_bucket(uri: str) -> None:
+def describe_bucket(uri: str, storage_options: dict[str, str]) -> None:
     from seglog.logstore.log_manager import LogManager
 
-    with LogManager(uri, read_only=True) as mgr:
+    with LogManager(uri, read_only=True, storage_options=storage_options) as mgr:
         state = mgr.state
         print(f"bucket {uri}: commit log at version {state.version}")
         for v in range(max(0, state.version - 2), state.version + 1):
@@ -102,28 +105,32 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = str(work / "checkpoints" / "purchases")
     uri = f"s3://{BUCKET}/logs"
 
+    # The demo's server is reached through options alone: a shell's AWS_* variables
+    # (a real endpoint, a profile, a session token) must not mix into its requests.
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        del os.environ[name]
     server = DemoS3Server()
     try:
-        # Before the session starts: Spark's Python workers inherit the environment.
-        os.environ.update(server.env())
         server.create_bucket(BUCKET)
         print(f"local S3 server at {server.endpoint}, bucket {BUCKET}")
+        storage = server.storage_options()
+        spark_options = {f"storage.{k}": v for k, v in storage.items()}
         started = time.monotonic()
         spark = pipeline.spark_session()
         try:
             t = time.monotonic()
-            expected = pipeline.generate_events(spark, uri)
+            expected = pipeline.generate_events(spark, uri, spark_options)
             print(f"generated {pipeline.EVENTS} events into {uri} topic 'events' in "
                   f"{time.monotonic() - t:.1f} s")
             t = time.monotonic()
-            query = pipeline.run_transform(spark, uri, checkpoint)
+            query = pipeline.run_transform(spark, uri, checkpoint, spark_options)
             batches = (query.lastProgress or {}).get("batchId", -1) + 1
             print(f"streamed events -> purchases in {batches} micro-batches "
                   f"({time.monotonic() - t:.1f} s)")
-            ok = pipeline.summarize(spark, uri, expected)
+            ok = pipeline.summarize(spark, uri, expected, spark_options)
         finally:
             spark.stop()
-        describe_bucket(uri)
+        describe_bucket(uri, storage)
         print(f"done in {time.monotonic() - started:.1f} s")
     finally:
         server.stop()

@@ -45,8 +45,9 @@ def spark_session():
     return spark
 
 
-def generate_events(spark, logs: str) -> int:
-    """Write EVENTS shop events to the topic ``events`` (4 partitions, lz4)."""
+def generate_events(spark, logs: str, options: dict[str, str] | None = None) -> int:
+    """Write EVENTS shop events to the topic ``events`` (4 partitions, lz4). ``options``:
+    more sink options (the bucket example's ``storage.*``)."""
     events = spark.range(0, EVENTS, numPartitions=4).selectExpr(
         f"concat('user-', cast(pmod(id * 7919, {USERS}) AS string)) AS user",
         "CASE WHEN id % 10 = 0 THEN 'purchase' WHEN id % 3 = 0 THEN 'cart' "
@@ -61,18 +62,18 @@ def generate_events(spark, logs: str) -> int:
                        "cast('example-generator' AS binary))) AS headers")
      .write.format("seglog").option("path", logs).option("topic", "events")
      .option("numPartitions", "4").option("compression.type", "lz4")
-     .option("topic.retention.ms", "-1").mode("append").save())
+     .option("topic.retention.ms", "-1").options(**(options or {})).mode("append").save())
     return events.filter("kind = 'purchase'").count()
 
 
-def run_transform(spark, logs: str, checkpoint: str):
+def run_transform(spark, logs: str, checkpoint: str, options: dict[str, str] | None = None):
     """events → purchases, exactly once, as micro-batches of at most 15 000 records."""
     from pyspark.sql import functions as F
 
     schema = "id long, kind string, sku string, cents int"
     events = (spark.readStream.format("seglog").option("path", logs)
               .option("subscribe", "events").option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", "15000").load())
+              .option("maxOffsetsPerTrigger", "15000").options(**(options or {})).load())
     purchases = (events
                  .select(F.col("key"), F.col("timestamp"),
                          F.from_json(F.col("value").cast("string"), schema).alias("e"))
@@ -86,17 +87,17 @@ def run_transform(spark, logs: str, checkpoint: str):
              .option("topic", "purchases").option("numPartitions", "2")
              # events of January 2026 keep their time: keep them past the 7-day default
              .option("topic.retention.ms", "-1")
-             .option("checkpointLocation", checkpoint)
+             .option("checkpointLocation", checkpoint).options(**(options or {}))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     return query
 
 
-def summarize(spark, logs: str, expected: int) -> bool:
+def summarize(spark, logs: str, expected: int, options: dict[str, str] | None = None) -> bool:
     from pyspark.sql import functions as F
 
     out = (spark.read.format("seglog").option("path", logs).option("subscribe", "purchases")
-           .load()
+           .options(**(options or {})).load()
            .select("partition", "offset", F.col("key").cast("string").alias("user"),
                    F.from_json(F.col("value").cast("string"),
                                "id long, sku string, euros double, size string").alias("p"))
