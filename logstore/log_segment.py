@@ -1,17 +1,17 @@
-"""One segment of a partition: ``<base>.log`` + ``<base>.index`` + ``<base>.timeindex``
-(+ ``<base>.txnindex`` once it holds an aborted transaction) (Kafka's ``LogSegment``).
+"""One segment of a partition, the writer's half: ``<base>.log`` + ``<base>.index`` +
+``<base>.timeindex`` (+ ``<base>.txnindex`` once it holds an aborted transaction) (Kafka's
+``LogSegment``).
 
 The ``.log`` holds consecutive record batches exactly as Kafka writes them (see
-``record_format``); the two indexes are sparse caches of it. This class appends validated
-batches (the ``Log`` validates), translates an offset to a file position (index lookup,
-then a forward scan over batch headers), reads whole batches, finds an offset by
-timestamp, truncates, recovers (walks and checks every batch, rebuilding the indexes),
-flushes with a real fsync, renames its files with a temporary suffix and deletes them.
+``record_format``); the two indexes are sparse caches of it. ``LogSegment`` adds to the
+read path of ``segment_reads.SegmentReads`` what only a writer does: it appends validated
+batches (the ``Log`` validates), decides when to roll, truncates, recovers (walks and
+checks every batch, rebuilding the indexes), flushes with a real fsync, renames its files
+with a temporary suffix and deletes them. A read-only segment is a ``LogSegment`` too
+(``read_only=True`` or ``LogSegment.open_read_only``): its writer operations raise.
 
-File access: the ``.log`` is written with ``write`` and read with ``pread``, never
-memory-mapped, so a reader survives the writer truncating the file. Read-only segments
-(readers in other processes) open every file read-only and count the entries of a
-preallocated index by its leading non-zero entries (see ``abstract_index``).
+File access: the ``.log`` is written with ``write`` (and read with ``pread``, never
+memory-mapped, so a reader survives the writer truncating the file).
 
 Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover`` (the
 transaction index by the loader, which knows the producer state at the segment's base). Bytes
@@ -24,144 +24,38 @@ recover, flush, close, rename, delete); reads (``read``, ``translate_offset``,
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import CorruptRecordError, InvalidOffsetError, KafkaStorageError
-from .file_names import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    index_file,
-    log_file,
-    time_index_file,
-    txn_index_file,
-)
-from .index_check import entry_usable_for_lookup
-from .offset_continuity import ContinuityCheck
-from .offset_index import OffsetIndex
+from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from .file_names import index_file, log_file, time_index_file, txn_index_file
 from .record_format import (
     INT32_MAX,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    V2_HEADER_SIZE,
     WALK_INVALID,
     WALK_LEGACY,
     BatchHeader,
     Bytes,
     iter_batch_headers,
-    read_batch_header,
     verify,
 )
-from .storage import LOCAL, FileHandle, PosixStorage, RangeReader, Storage, StoragePath
-from .time_index import TimeIndex
-from .txn_index import TransactionIndex
+from .segment_reads import SegmentReads
+from .storage import LOCAL, FileHandle, PosixStorage, Storage
 
 if TYPE_CHECKING:
     from .segment_indexer import SegmentIndexer
 
 logger = logging.getLogger(__name__)
 
-_SCAN_CHUNK = 64 * 1024
 _RECOVERY_CHUNK = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentSlice:
-    """Whole batches read from one segment."""
-
-    records: bytes
-    position: int  # file position of the first batch
-    first_offset: int  # base offset of the first batch
-    next_offset: int  # last offset of the last batch + 1
-    batch_count: int
-
-
-IndexT = TypeVar("IndexT", OffsetIndex, TimeIndex)
-
-
-class LazyIndex(Generic[IndexT]):
-    """An index opened on first use (Kafka's ``LazyIndex``): a loaded log holds one open
-    file per untouched segment instead of three. Thread-safe: ``_lock`` guards
-    ``_index`` and ``path``."""
-
-    def __init__(self, factory: Callable[[Path], IndexT],
-                 path: Path | Callable[[], Path]) -> None:
-        self._factory: Callable[[Path], IndexT] = factory
-        # A function defers building the Path until the index is used (loading a long
-        # partition then builds none for its untouched segments).
-        self._path = path
-        self._index: IndexT | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def path(self) -> Path:
-        if callable(self._path):
-            self._path = self._path()
-        return self._path
-
-    @path.setter
-    def path(self, value: Path) -> None:
-        self._path = value
-
-    @property
-    def is_loaded(self) -> bool:
-        return self._index is not None
-
-    def get(self) -> IndexT:
-        index = self._index
-        if index is None:
-            with self._lock:
-                if self._index is None:
-                    self._index = self._factory(self.path)
-                index = self._index
-        return index
-
-    def rename_to(self, path: Path, fs: PosixStorage) -> None:
-        with self._lock:
-            if self._index is not None:
-                self._index.rename_to(path)
-            elif fs.exists(self.path):
-                fs.rename(self.path, path)
-            self.path = path
-
-    def update_path(self, path: Path) -> None:
-        with self._lock:
-            self.path = path
-            if self._index is not None:
-                self._index.path = path
-
-    def flush(self) -> None:
-        if self._index is not None:
-            self._index.flush()
-
-    def close(self) -> None:
-        if self._index is not None:
-            self._index.close()
-
-    def close_handler(self) -> None:
-        if self._index is not None:
-            self._index.close_handler()
-
-    def release(self) -> None:
-        """Release the file as it is (the writer trimmed it); reopened on next use."""
-        with self._lock:
-            if self._index is not None:
-                self._index.close_handler()
-                self._index = None
-
-
-class LogSegment:
+class LogSegment(SegmentReads):
     """A ``.log`` with its offset and time indexes. See the module docstring.
 
     >>> seg = LogSegment.open(dir_, 0, index_interval_bytes=4096,
@@ -173,45 +67,14 @@ class LogSegment:
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
                  created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
                  lazy: bool = False, storage: Storage = LOCAL) -> None:
-        self.dir = dir_ if isinstance(dir_, Path) else Path(dir_)
-        self.base_offset = base_offset
-        self.index_interval_bytes = index_interval_bytes
-        self.rolling_jitter_ms = rolling_jitter_ms
-        self.created_ms = created_ms
-        self.read_only = read_only
-        self.file_suffix = file_suffix
-        self.log_path = log_file(self.dir, base_offset, file_suffix)
-        # Reads need only ``Storage``; writing (and the mtime of retention) needs a
-        # filesystem, ``_fs`` (None for a read-only segment elsewhere, e.g. in a bucket).
-        self._storage = storage
-        self._fs = storage if isinstance(storage, PosixStorage) else None
-        if self._fs is None and not read_only:
-            raise KafkaStorageError(f"segment {self.log_path} is not in a filesystem: it can "
-                                    "only be opened read-only")
-        # The ``.log`` never changes (a bucket's object): its size is known, not asked.
-        self._immutable = False
-        # ``lazy``: an existing inactive segment opens its ``.log`` (and learns its size)
-        # on first use, so loading a long partition costs no file opens; a sink commit
-        # that loads a partition only to append stays as cheap late in a log as early.
-        # ``_open_lock`` guards ``_handle`` while it is opened.
-        self._open_lock = threading.Lock()
-        # The writer's ``FileHandle``, or a reader's ``RangeReader``.
-        self._handle: FileHandle | RangeReader | None = None
-        self._closed = False
-        self._known_size: int | None = None
-        creating = not lazy and not read_only and not storage.exists(self.log_path)
-        if not lazy:
-            self._handle = self._open_file()
-            self._known_size = self._handle.size
-        count_nonzero = read_only
-        self._offset_index = LazyIndex(
-            lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
-                                     count_leading_nonzero=count_nonzero, storage=storage),
-            lambda: index_file(self.dir, base_offset, file_suffix))
-        self._time_index = LazyIndex(
-            lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
-                                   count_leading_nonzero=count_nonzero, storage=storage),
-            lambda: time_index_file(self.dir, base_offset, file_suffix))
+        # Asked before the open creates the ``.log``: a segment this call creates is
+        # removed again when its indexes cannot be made.
+        creating = (not lazy and not read_only and isinstance(storage, PosixStorage)
+                    and not storage.exists(log_file(Path(dir_), base_offset, file_suffix)))
+        super().__init__(dir_, base_offset, index_interval_bytes=index_interval_bytes,
+                         max_index_size=max_index_size, rolling_jitter_ms=rolling_jitter_ms,
+                         created_ms=created_ms, file_suffix=file_suffix,
+                         read_only=read_only, lazy=lazy, storage=storage)
         if not lazy and not read_only and self._size == 0:
             # A new segment gets its index files now, preallocated, as Kafka's do.
             try:
@@ -225,70 +88,6 @@ class LogSegment:
                     self.close_handlers()
                 raise KafkaStorageError(f"cannot create the indexes of {self.log_path}: {e}") \
                     from e
-        self._txn: TransactionIndex | None = None  # built on first use (no Path on open)
-        self._bytes_since_last_index_entry = 0
-        self._index_warned = False  # a corrupt offset index was reported once
-        self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
-        self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
-
-    @classmethod
-    def open_read_only(cls, storage: Storage, stem: StoragePath, base_offset: int, *,
-                       size: int, offset_index: bytes | None = None,
-                       time_index: bytes | None = None, txn_index: bytes | None = None,
-                       max_timestamp: tuple[int, int] | None = None,
-                       index_interval_bytes: int = 4096) -> LogSegment:
-        """A read-only segment of any ``Storage`` whose files never change (a bucket's
-        objects): the ``.log`` is ``<stem>.log``, read through one ``RangeReader`` opened
-        on first use; ``size`` is its length (no request asks for it); the indexes are
-        their files' bytes, ``None`` when absent (read as empty: lookups scan from the
-        segment's first batch, slower but exact). ``max_timestamp``: the largest record
-        timestamp and its offset when known (a timestamp lookup skips segments by it);
-        None: the time index's last entry, or without one the batch headers, read once.
-        Only ``Storage`` operations are used, so ``log_read.LogReads`` reads it as it
-        reads a local segment.
-
-        >>> seg = LogSegment.open_read_only(storage, "events-0/00000000000000000000-1f2e",
-        ...                                 0, size=4096, offset_index=idx)  # doctest: +SKIP
-        >>> seg.read(0, 1 << 20)                                            # doctest: +SKIP
-        """
-        stem = os.fspath(stem)
-        seg = cls(Path(stem).parent, base_offset, index_interval_bytes=index_interval_bytes,
-                  read_only=True, lazy=True, storage=storage)
-        seg.log_path = Path(stem + LOG_SUFFIX)
-        seg._immutable = True
-        seg._known_size = size
-        seg._max_ts_and_offset = max_timestamp
-        seg._offset_index = LazyIndex(
-            lambda path: OffsetIndex.from_bytes(path, base_offset, offset_index),
-            Path(stem + INDEX_SUFFIX))
-        seg._time_index = LazyIndex(
-            lambda path: TimeIndex.from_bytes(path, base_offset, time_index),
-            Path(stem + TIME_INDEX_SUFFIX))
-        seg._txn = TransactionIndex.from_bytes(Path(stem + TXN_INDEX_SUFFIX), base_offset,
-                                               txn_index)
-        return seg
-
-    def _open_file(self) -> FileHandle | RangeReader:
-        try:
-            if self.read_only:
-                return self._storage.open_range_reader(self.log_path)
-            assert self._fs is not None
-            return self._fs.open_file(self.log_path, "append_read")
-        except OSError as e:
-            raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
-
-    @property
-    def _file(self) -> FileHandle | RangeReader:
-        """The open ``.log`` file (opened now if the segment was loaded lazily)."""
-        handle = self._handle
-        if handle is None:
-            with self._open_lock:
-                if self._handle is None:
-                    if self._closed:
-                        raise KafkaStorageError(f"segment {self.log_path} is closed")
-                    self._handle = self._open_file()
-                handle = self._handle
-        return handle
 
     @property
     def _writer(self) -> FileHandle:
@@ -304,39 +103,6 @@ class LogSegment:
                                     "cannot be renamed or deleted through the segment")
         return self._fs
 
-    @property
-    def _size(self) -> int:
-        if self._known_size is None:
-            try:
-                self._known_size = self._storage.size(self.log_path)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") from e
-        return self._known_size
-
-    @_size.setter
-    def _size(self, value: int) -> None:
-        self._known_size = value
-
-    @property
-    def offset_index(self) -> OffsetIndex:
-        """The offset index, opened on first use."""
-        return self._offset_index.get()
-
-    @property
-    def time_index(self) -> TimeIndex:
-        """The time index, opened on first use."""
-        return self._time_index.get()
-
-    @property
-    def txn_index(self) -> TransactionIndex:
-        """The transaction index (its file exists only once it holds an entry)."""
-        txn = self._txn
-        if txn is None:
-            txn = self._txn = TransactionIndex(
-                txn_index_file(self.dir, self.base_offset, self.file_suffix), self.base_offset,
-                writable=not self.read_only, storage=self._storage)
-        return txn
-
     @classmethod
     def open(cls, dir_: Path, base_offset: int, **kwargs: Any) -> LogSegment:
         """Open (creating when missing) the segment's three files; keyword arguments as
@@ -350,86 +116,7 @@ class LogSegment:
                 index_file(dir_, base_offset, file_suffix),
                 time_index_file(dir_, base_offset, file_suffix)]
 
-    # -- sizes and timestamps ------------------------------------------------------------
-
-    @property
-    def size(self) -> int:
-        """Bytes in the ``.log`` (a read-only segment asks the file system: it grows)."""
-        if self.read_only and not self._immutable:
-            try:
-                return self._file.size
-            except OSError as e:
-                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") \
-                    from e
-        return self._size
-
-    def is_file_at_path(self) -> bool:
-        """True while the open ``.log`` file is still the one named by ``log_path`` (a
-        compaction swap or retention may have put another file there, or none). An
-        immutable segment's object is never replaced: always True."""
-        if self._immutable:
-            return True
-        handle = self._file
-        return isinstance(handle, FileHandle) and handle.is_file_at(self.log_path)
-
-    def file_identity(self) -> tuple[int | str, int] | None:
-        """What tells this version of the ``.log`` from another at the same name (a
-        file's inode and size; an immutable object's name and size), None when unknown
-        (the file is closed)."""
-        if self._immutable:
-            return (str(self.log_path), self._size)
-        handle = self._file
-        if not isinstance(handle, FileHandle):
-            return None
-        try:
-            st = handle.fstat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _max_timestamp_and_offset(self) -> tuple[int, int]:
-        if self._max_ts_and_offset is None:
-            last = self.time_index.last()
-            found = (last.timestamp, last.offset)
-            if self._immutable and self.time_index.entries == 0:
-                # Given no time index: the batch headers say (once; the file never changes).
-                for h in self.iter_batches(0):
-                    if h.max_timestamp > found[0]:
-                        found = (h.max_timestamp, h.last_offset)
-            self._max_ts_and_offset = found
-        return self._max_ts_and_offset
-
-    @property
-    def max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_and_offset()[0]
-
-    @property
-    def offset_of_max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_and_offset()[1]
-
-    @property
-    def largest_timestamp(self) -> int:
-        """The largest record timestamp, or the file's mtime when no batch has one
-        (Kafka's rule, so retention still ages timestamp-less segments)."""
-        ts = self.max_timestamp_so_far
-        if ts >= 0 or self._fs is None:
-            return ts
-        try:
-            return int(self._fs.stat(self.log_path).st_mtime * 1000)
-        except FileNotFoundError:
-            return 0
-
-    def rolling_based_timestamp(self) -> int | None:
-        """The first batch's max timestamp (read once, lazily: never on open)."""
-        if self._rolling_based_timestamp is None and self.size > 0:
-            first = next(self.iter_batches(0), None)
-            if first is not None:
-                self._rolling_based_timestamp = first.max_timestamp
-        return self._rolling_based_timestamp
+    # -- rolling --------------------------------------------------------------------------
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         first = self.rolling_based_timestamp()
@@ -533,35 +220,6 @@ class LogSegment:
             raise KafkaStorageError(f"failed to append to {self.log_path}: {e}") from e
         self._size += len(view)
 
-    # -- reading --------------------------------------------------------------------------
-
-    def pread(self, position: int, size: int) -> bytes:
-        try:
-            return self._file.pread(position, size)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
-
-    def readinto(self, buf: bytearray | memoryview, position: int) -> int:
-        """Fill ``buf`` from ``position``; returns the bytes read (short at the end).
-        A file fills it with one ``preadv``; any other ``RangeReader`` copies once."""
-        handle = self._file
-        try:
-            if isinstance(handle, FileHandle):
-                return handle.readinto(buf, position)
-            data = handle.pread(position, len(buf))
-        except OSError as e:
-            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
-        memoryview(buf).cast("B")[:len(data)] = data
-        return len(data)
-
-    def read_chunk(self, position: int, max_bytes: int
-                   ) -> tuple[bytes | bytearray | memoryview, int]:
-        """A fresh buffer of up to ``max_bytes`` from ``position`` and how many bytes it
-        holds (fewer at the end). A bucket segment returns its GET's bytes instead of
-        copying them into a zero-filled buffer."""
-        buf = bytearray(max_bytes)
-        return buf, self.readinto(buf, position)
-
     def update_dir(self, dir_: Path) -> None:
         """The partition directory was renamed: point the paths at the new one."""
         self.dir = Path(dir_)
@@ -571,137 +229,6 @@ class LogSegment:
                                                      self.file_suffix))
         if self._txn is not None:
             self._txn.path = txn_index_file(self.dir, self.base_offset, self.file_suffix)
-
-    def iter_batches(self, start_position: int = 0,
-                     end_position: int | None = None) -> Iterator[BatchHeader]:
-        """Headers of the whole batches from ``start_position`` on (positions are file
-        positions); reads in 64 KiB chunks and never reads a large batch's body."""
-        end = self.size if end_position is None else end_position
-        pos = start_position
-        while end - pos > MAGIC_OFFSET:
-            want = min(_SCAN_CHUNK, end - pos)
-            buf = self.pread(pos, want)
-            if len(buf) < want:  # the file shrank under us (a truncation)
-                end = pos + len(buf)
-            p = 0
-            while p < len(buf):
-                if len(buf) - p < V2_HEADER_SIZE and pos + len(buf) < end:
-                    break  # the next header straddles the chunk: refill from it
-                # The limit is the end of the file, so a batch whose body lies past the
-                # chunk still yields its header and is skipped without being read.
-                try:
-                    h = read_batch_header(buf, p, end - pos)
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(f"{self.log_path}: {e} (file position "
-                                             f"{pos + p})") from None
-                if h is None:
-                    return  # a partial batch at the end
-                yield dataclasses.replace(h, position=pos + p)
-                p += h.size
-            if p == 0:
-                return
-            pos += p
-
-    def index_position(self, offset: int) -> int:
-        """Where a scan for ``offset`` may start: the position of the offset index's
-        largest entry <= ``offset`` when ``index_check.entry_usable_for_lookup`` accepts
-        it, else 0. A garbled index (a reader's view of an active index is never
-        recovered) then costs a longer scan, never skipped rows."""
-        if offset <= self.base_offset:
-            return 0  # no index needed (nor fetched, for a bucket segment)
-        entry = self.offset_index.lookup(offset)
-        if entry.position == 0:
-            return 0  # no entry (a segment's first batch never gets one)
-        buf = self.pread(entry.position, V2_HEADER_SIZE)
-        try:
-            h = read_batch_header(buf, 0, len(buf) if len(buf) < V2_HEADER_SIZE else 1 << 62)
-        except CorruptRecordError:
-            h = None
-        if entry_usable_for_lookup(entry.offset, h):
-            return entry.position
-        if not self._index_warned:
-            self._index_warned = True
-            found = "no batch" if h is None else f"a batch starting at offset {h.base_offset}"
-            logger.warning("offset index %s is corrupt: its entry for offset %d points at "
-                           "position %d of %s, where there is %s; scanning the segment from "
-                           "its start instead (recovery or `seglog check --fix` rebuilds "
-                           "the index)", self.offset_index.path, entry.offset, entry.position,
-                           self.log_path, found)
-        return 0
-
-    def translate_offset(self, offset: int, starting_position: int = 0) -> BatchHeader | None:
-        """The first batch whose last offset is >= ``offset`` (index lookup, then a
-        forward scan), or None when there is none in this segment."""
-        return self.find_batch(offset, starting_position)[0]
-
-    def find_batch(self, offset: int, starting_position: int = 0
-                   ) -> tuple[BatchHeader | None, int]:
-        """``translate_offset``, and when it finds nothing, the position where the whole
-        batches end (a partial batch may follow)."""
-        position = max(self.index_position(offset), starting_position)
-        for h in self.iter_batches(position):
-            if h.last_offset >= offset:
-                return h, h.position
-            position = h.end_position
-        return None, position
-
-    def read(self, start_offset: int, max_size: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True, from_start: bool = False,
-             check: ContinuityCheck | None = None) -> SegmentSlice | None:
-        """Whole batches from the one holding ``start_offset`` (``from_start``: from the
-        segment's first batch): at most ``max_size`` bytes (but at least one batch when
-        ``min_one_batch``), only batches whose last offset is below ``max_offset``. None
-        when there is nothing to read. ``check`` sees every batch read, and the one that
-        stopped the read."""
-        first, end = self.find_batch(-1 if from_start else start_offset)
-        if first is None:
-            if check is not None:
-                check.segment_end(end, self.size)
-            return None
-        if check is not None:
-            check.batch(first)
-        if max_offset is not None and first.last_offset >= max_offset:
-            return None
-        want = max(max_size, first.size) if min_one_batch else max_size
-        buf = self.pread(first.position, want)
-        end = 0
-        count = 0
-        next_offset = first.base_offset
-        for h in iter_batch_headers(buf):
-            if count and check is not None:
-                check.batch(h, first.position)
-            if (max_offset is not None and h.last_offset >= max_offset) \
-                    or (count and h.end_position > max_size) or h.end_position > want:
-                break
-            end = h.end_position
-            next_offset = h.next_offset
-            count += 1
-        else:
-            if check is not None and len(buf) < want:  # whole batches ran out before EOF
-                check.segment_end(first.position + end, self.size)
-        if count == 0:
-            return None
-        return SegmentSlice(buf[:end] if end < len(buf) else buf, first.position,
-                            first.base_offset, next_offset, count)
-
-    def read_next_offset(self) -> int:
-        """The offset after the last batch (reads only the tail past the last index
-        entry, as Kafka does), or the base offset when the segment is empty."""
-        next_offset = self.base_offset
-        for h in self.iter_batches(self.index_position(2**62)):
-            next_offset = h.next_offset
-        return next_offset
-
-    def find_offset_by_timestamp(self, timestamp: int,
-                                 starting_offset: int = 0) -> BatchHeader | None:
-        """The first batch with a max timestamp >= ``timestamp`` and a last offset >=
-        ``starting_offset`` (time index, offset index, then a scan)."""
-        ts_entry = self.time_index.lookup(timestamp)
-        position = self.index_position(max(ts_entry.offset, starting_offset))
-        for h in self.iter_batches(position):
-            if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
-                return h
-        return None
 
     # -- mutation -------------------------------------------------------------------------
 
@@ -827,8 +354,6 @@ class LogSegment:
         self.time_index.sanity_check()
         last = self.offset_index.last_entry()
         if last is not None and last.position >= self.size:
-            from .errors import CorruptIndexError
-
             raise CorruptIndexError(
                 f"index {self.offset_index.path} points at position {last.position}, past "
                 f"the end of {self.log_path} ({self.size} bytes)")

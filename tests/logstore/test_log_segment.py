@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 from kafka_batches import BASE_TS, batch
 
+from seglog.logstore.errors import KafkaStorageError
 from seglog.logstore.file_names import DELETED_SUFFIX
 from seglog.logstore.log_segment import LogSegment
 from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.storage import PosixStorage
 
 
 def _segment(tmp_path, base=0, interval=100, **kw) -> LogSegment:
@@ -185,6 +188,33 @@ def test_flush_fsyncs_log_and_indexes(tmp_path, monkeypatch):
     assert names == ["00000000000000000000.index", "00000000000000000000.log",
                      "00000000000000000000.timeindex"]
     seg.close()
+
+
+def test_a_new_segment_whose_index_cannot_be_opened_is_removed(tmp_path, monkeypatch):
+    """The process is out of file descriptors when a new segment opens its index: the
+    error names the segment, and no half-made segment is left for the next open to find
+    (it used to fail with an AttributeError and leave the ``.log`` behind). An existing
+    segment is kept: only its files are released."""
+    real_open = PosixStorage.open_file
+
+    def no_fd_for_indexes(fs, path, mode):
+        if str(path).endswith(".index"):
+            raise OSError(errno.EMFILE, "Too many open files", str(path))
+        return real_open(fs, path, mode)
+
+    monkeypatch.setattr(PosixStorage, "open_file", no_fd_for_indexes)
+    with pytest.raises(KafkaStorageError, match=r"cannot create the indexes of .*"
+                                                r"00000000000000000100\.log.*Too many"):
+        _segment(tmp_path, base=100)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    _segment(tmp_path).close()  # empty, and its index files are gone again
+    (tmp_path / "00000000000000000000.index").unlink()
+    monkeypatch.setattr(PosixStorage, "open_file", no_fd_for_indexes)
+    with pytest.raises(KafkaStorageError, match="cannot create the indexes"):
+        _segment(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["00000000000000000000.log",
+                                            "00000000000000000000.timeindex"]
 
 
 def test_rename_and_delete(tmp_path):
