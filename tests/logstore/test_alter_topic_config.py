@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seglog.logstore import log_manager as log_manager_module
+from seglog.logstore import log_manager_topics
 from seglog.logstore.errors import ConfigError, ReadOnlyError, UnknownTopicOrPartitionError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.topics import altered_overrides, read_topic_config
@@ -52,7 +52,7 @@ def test_a_crash_part_way_leaves_the_old_config_in_force(tmp_path, monkeypatch):
     with LogManager([tmp_path]) as mgr:
         mgr.create_topic("t", 3, {"retention.ms": 1000})
     written = []
-    real = log_manager_module.write_topic_config
+    real = log_manager_topics.write_topic_config
 
     def failing(partition_dir, topic, overrides):
         if partition_dir.name == "t-0":
@@ -60,7 +60,7 @@ def test_a_crash_part_way_leaves_the_old_config_in_force(tmp_path, monkeypatch):
         written.append(partition_dir.name)
         real(partition_dir, topic, overrides)
 
-    monkeypatch.setattr(log_manager_module, "write_topic_config", failing)
+    monkeypatch.setattr(log_manager_topics, "write_topic_config", failing)
     with LogManager([tmp_path]) as mgr, pytest.raises(OSError):
         mgr.alter_topic_config("t", {"retention.ms": 5})
     monkeypatch.undo()

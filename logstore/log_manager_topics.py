@@ -1,0 +1,207 @@
+"""The writer ``LogManager``'s topic administration: create a topic, add partitions, alter
+its persisted config overrides, delete it (Kafka's ``kafka-topics.sh``/``kafka-configs.sh``
+operations, without a controller).
+
+A partition directory is made under a staging name with its topic config, then renamed
+into place and its log dir fsynced: a crash leaves no half-made partition (the next
+writer's open removes staging leftovers). New partitions go to the log dir holding the
+fewest bytes. A deleted topic's directories are renamed ``<tp>.<id>-delete`` at once and
+removed after ``file.delete.delay.ms`` by the maintenance (``log_manager_maintenance``).
+
+``TopicAdmin`` is a base of ``log_manager.LogManager``. Thread-safety: as ``LogManager``
+(the lock order is in ``log_manager``'s docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import LogConfig
+from .errors import ConfigError, KafkaStorageError, TopicExistsError
+from .file_names import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    delete_dir_name,
+    partition_dir_name,
+)
+from .log_dirs import STAGING_PREFIX, LogDir, Partition
+from .log_manager_maintenance import ManagerMaintenance
+from .storage import LOCAL
+from .topics import (
+    altered_overrides,
+    parse_overrides,
+    read_topic_config,
+    validate_topic_name,
+    warn_on_collision,
+    write_topic_config,
+)
+
+if TYPE_CHECKING:
+    from .log import Log
+
+# The LogManager's messages keep the one logger name users configure, whichever of its
+# modules logs them.
+logger = logging.getLogger("seglog.logstore.log_manager")
+
+
+class TopicAdmin(ManagerMaintenance):
+    """Creating, growing, reconfiguring and deleting the writer's topics; a base of
+    ``LogManager``."""
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions and config overrides.
+
+        Raises InvalidTopicError (bad name), TopicExistsError, ConfigError (bad config or
+        partition count), ReadOnlyError.
+        """
+        self.check_writable()
+        validate_topic_name(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ConfigError(f"partitions must be an integer of at least 1, got {partitions!r}")
+        overrides = parse_overrides(config, base=self.default_topic_config)
+        with self._lock:
+            existing = {t for t, _ in self._partitions}
+            if name in existing:
+                raise TopicExistsError(f"topic {name!r} already exists in {self._dirs_text()}")
+            warn_on_collision(name, existing)
+            self._topic_configs.pop(name, None)
+            self._create_partitions(name, range(partitions), overrides)
+        created = LogConfig.from_properties(overrides, base=self.default_topic_config)
+        # Said at creation because retention deletes silently later (Kafka's 7-day default).
+        logger.info("created topic %s with %d partition(s) in %s; retention.ms=%d%s, "
+                    "cleanup.policy=%s", name, partitions, self._dirs_text(),
+                    created.retention_ms, "" if created.retention_ms < 0 else
+                    f" ({created.retention_ms / 86_400_000:.3g} days: older records are deleted)",
+                    ",".join(sorted(created.cleanup_policy)))
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> dict[str, str]:
+        """Set and delete persisted config overrides of ``name`` (``kafka-configs.sh
+        --alter --add-config/--delete-config``); returns the new overrides.
+
+        The change takes effect for logs opened afterwards (the next writer or reader
+        that opens the log dir); logs this manager has loaded keep their config. Every
+        partition directory's file is replaced atomically, the lowest partition last:
+        readers and ``check --fix`` take the lowest partition's file as the topic's, so a
+        crash part-way leaves the old config in force (``check`` reports the partitions
+        that disagree; running the alter again completes it).
+
+        Raises ConfigError naming the key, UnknownTopicOrPartitionError, ReadOnlyError.
+        """
+        self.check_writable()
+        with self._lock:
+            numbers = self.partitions(name)
+            current = self.topic_overrides(name)
+            new = altered_overrides(current, set_configs, delete, base=self.default_topic_config)
+            for n in sorted(numbers, reverse=True):
+                write_topic_config(self._partition(name, n).dir, name, new)
+            self._topic_configs.pop(name, None)
+        logger.info("altered the config of topic %s: %s", name, new)
+        return new
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        self.check_writable()
+        with self._lock:
+            current = self.partitions(name)
+            if isinstance(total, bool) or not isinstance(total, int) or total <= len(current):
+                raise ConfigError(f"topic {name!r} has {len(current)} partitions; the new "
+                                  f"total must be higher, got {total!r}")
+            first = self._partition(name, current[0])
+            overrides = read_topic_config(first.dir) or {}
+            self._create_partitions(name, range(len(current), total), overrides)
+
+    def _create_partitions(self, topic: str, numbers: Iterable[int],
+                           overrides: Mapping[str, str]) -> None:
+        placed: dict[Path, int] = {}
+        for n in numbers:
+            log_dir = self._place(placed)
+            placed[log_dir.path] = placed.get(log_dir.path, 0) + 1
+            final = log_dir.path / partition_dir_name(topic, n)
+            staging = log_dir.path / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+            try:
+                LOCAL.mkdir(staging)
+                write_topic_config(staging, topic, overrides)
+                LOCAL.rename(staging, final)
+                LOCAL.fsync_dir(log_dir.path)
+            except (OSError, KafkaStorageError) as e:
+                # best effort: the next writer's open removes staging leftovers anyway
+                LOCAL.rmtree(staging, ignore_errors=True)
+                raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
+            p: Partition[Log] = Partition(topic, n, final, log_dir)
+            self._partitions[p.tp] = p
+            self._load(p)
+            logger.info("created partition %s", final)
+
+    def _place(self, placed: Mapping[Path, int]) -> LogDir:
+        """The log dir holding the fewest bytes; ties: fewest partitions (Kafka picks by
+        partition count alone, which piles data on one dir when partitions differ)."""
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
+        counts = {id(d): placed.get(d.path, 0) for d in self.log_dirs}
+        sizes = {id(d): 0 for d in self.log_dirs}
+        for p in self._partitions.values():
+            counts[id(p.log_dir)] += 1
+            sizes[id(p.log_dir)] += self._size_of(p)
+        return min(self.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
+
+    @staticmethod
+    def _size_of(p: Partition[Log]) -> int:
+        if p.log is not None:
+            return p.log.size_in_bytes
+        total = 0
+        try:
+            for e in LOCAL.scan_dir(p.dir):  # metadata only: no segment data is read
+                if e.name.endswith(LOG_SUFFIX):
+                    total += LOCAL.size(e.path)
+        except OSError as err:
+            logger.warning("cannot size %s: %s", p.dir, err)
+        return total
+
+    def delete_topic(self, name: str) -> None:
+        """Rename every partition dir of ``name`` to ``<tp>.<id>-delete``; the directories
+        are removed asynchronously after ``file.delete.delay.ms`` (a crash in between:
+        by the next writer that opens the dir)."""
+        self.check_writable()
+        with self._lock:
+            numbers = self.partitions(name)
+            delay = self._config_of(self._partition(name, numbers[0])).file_delete_delay_ms
+            touched = {}
+            for n in numbers:
+                p = self._partitions[(name, n)]
+                with p.lock:
+                    # A partition leaves the manager only once its directory is renamed:
+                    # a failed rename keeps the topic (the error says so; retrying works).
+                    try:
+                        if p.log is not None:
+                            target = p.log.rename_for_deletion()
+                            p.log = None
+                        else:
+                            target = p.dir.with_name(delete_dir_name(name, n))
+                            LOCAL.rename(p.dir, target)
+                            LOCAL.fsync_dir(p.log_dir.path)
+                    except OSError as e:
+                        raise KafkaStorageError(
+                            f"cannot delete topic {name!r}: renaming {p.dir} for deletion "
+                            f"failed: {e}; the partition is unchanged") from e
+                    p.deleted = True
+                del self._partitions[(name, n)]
+                touched[id(p.log_dir)] = p.log_dir
+                for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
+                          p.log_dir.high_watermarks):
+                    m.pop(p.tp, None)
+                if LOCAL.exists(p.log_dir.path / CLEANER_OFFSET_CHECKPOINT):
+                    # a later topic of this name must not inherit the cleaner's progress
+                    with self._maintenance_lock:
+                        self._log_cleaner().forget(p.log_dir.path, name, n)
+                self._pending_deletes.append((target, self.clock.milliseconds() + delay))
+            self._topic_configs.pop(name, None)
+            for log_dir in touched.values():
+                self._write_checkpoints(log_dir)
+        self.scheduler.wake()
+        logger.info("deleted topic %s (%d partitions), removal pending", name, len(numbers))
