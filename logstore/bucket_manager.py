@@ -98,11 +98,8 @@ class BucketLogManager:
                                  if isinstance(uri, str) else uri)
         self.read_only = read_only
         self.clock = clock
-        self.config = (config if isinstance(config, ManagerConfig)
-                       else ManagerConfig.from_properties(config))
-        self.default_topic_config = (
-            default_topic_config if isinstance(default_topic_config, LogConfig)
-            else LogConfig.from_properties(default_topic_config))
+        self.config = ManagerConfig.of(config)
+        self.default_topic_config = LogConfig.of(default_topic_config)
         self.commits = commit_log or CommitLog(
             self.storage, clock=clock,
             delete_delay_ms=self.default_topic_config.file_delete_delay_ms)

@@ -118,6 +118,12 @@ class _Config:
             values[key.field] = value
         return cls(**values)
 
+    @classmethod
+    def of(cls: type[_C], config: _C | Mapping[str, Any] | None) -> _C:
+        """``config`` when it is already this config, else built from a mapping of keys
+        (None: the defaults) by ``from_properties``: how a manager takes its configs."""
+        return config if isinstance(config, cls) else cls.from_properties(config)
+
     def overrides(self) -> dict[str, str]:
         """The keys that differ from the defaults, as strings (what a topic persists)."""
         out = {}

@@ -43,11 +43,8 @@ class PartitionTable(Generic[LogT]):
                  default_topic_config: LogConfig | Mapping[str, Any] | None,
                  clock: Clock) -> None:
         self.clock = clock
-        self.config = (config if isinstance(config, ManagerConfig)
-                       else ManagerConfig.from_properties(config))
-        self.default_topic_config = (
-            default_topic_config if isinstance(default_topic_config, LogConfig)
-            else LogConfig.from_properties(default_topic_config))
+        self.config = ManagerConfig.of(config)
+        self.default_topic_config = LogConfig.of(default_topic_config)
         self._lock = threading.RLock()  # guards _partitions, _topic_configs
         self._partitions: dict[TopicPartition, Partition[LogT]] = {}
         self._topic_configs: dict[str, LogConfig] = {}

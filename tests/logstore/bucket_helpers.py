@@ -1,5 +1,5 @@
-"""Helpers of the bucket engine's tests: a ``Storage`` wrapper that counts requests, and
-unique memory:// stores."""
+"""Helpers of the bucket engine's tests: a ``Storage`` wrapper that counts requests,
+unique memory:// stores, and the records a log holds."""
 
 from __future__ import annotations
 
@@ -8,11 +8,31 @@ from collections import Counter
 from typing import Any
 
 from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.storage import Storage
 
 
 def memory_uri() -> str:
     return f"memory://bucket-test-{uuid.uuid4().hex}"
+
+
+def log_records(log: Any) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every record of ``log`` from its log start offset to its
+    high watermark; a bucket partition's log is refreshed first (the newest commits)."""
+    if hasattr(log, "sync"):  # a bucket log
+        log.refresh()
+    out = []
+    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
+        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
+        out += list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
+                        t.column("value").to_pylist(), strict=True))
+    return out
+
+
+def log_values(mgr: Any, topic: str = "t", partition: int = 0
+               ) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record of a partition (``log_records``)."""
+    return [(o, v) for o, _k, v in log_records(mgr.get_log(topic, partition))]
 
 
 class CountingStorage:

@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from bucket_helpers import memory_uri
+from bucket_helpers import log_records, memory_uri
 
 from seglog.logstore import bucket_compact
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.clock import MockClock
 from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_codec import encode_batches
 
 TS = 1_700_000_000_000
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
@@ -28,17 +28,6 @@ def keyed(round_: int, keys: list[str], tombstones: tuple[str, ...] = ()) -> byt
         timestamps=pa.array([TS + round_] * len(keys), pa.int64()))
 
 
-def records(log) -> list[tuple[int, bytes, bytes | None]]:
-    if hasattr(log, "sync"):  # a bucket log: take the newest commits
-        log.refresh()
-    out = []
-    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
-        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
-        out += list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
-                        t.column("value").to_pylist(), strict=True))
-    return out
-
-
 ROUNDS = [(["a", "b", "c"], ()), (["a", "d"], ()), (["b", "c"], ("c",)), (["a", "e"], ()),
           (["d", "b"], ("d",)), (["a"], ())]
 
@@ -51,7 +40,7 @@ def test_bucket_compaction_writes_what_the_local_cleaner_writes(tmp_path: Path):
             local.append("c", 0, keyed(i, keys, tombs))
         local.get_log("c", 0).roll()  # every appended segment inactive, as in a bucket
         local_stats = local.clean()
-        local_records = records(local.get_log("c", 0))
+        local_records = log_records(local.get_log("c", 0))
         local_files = {p.name: p.read_bytes() for p in (tmp_path / "c-0").glob("*.log")
                        if p.stat().st_size}
     bucket = BucketLogManager(memory_uri(), clock=clock)
@@ -62,7 +51,7 @@ def test_bucket_compaction_writes_what_the_local_cleaner_writes(tmp_path: Path):
     assert stats is not None and local_stats is not None
     assert (stats.end_offset, stats.records_retained, stats.groups) == \
         (local_stats.end_offset, local_stats.records_retained, local_stats.groups)
-    assert records(bucket.get_log("c", 0)) == local_records
+    assert log_records(bucket.get_log("c", 0)) == local_records
     ps = bucket.state.partition("c", 0)
     assert ps.cleaner_offset == stats.end_offset == 12
     bucket_files = {f"{s.base_offset:020d}.log": bucket.storage.read(s.key + ".log")
@@ -84,7 +73,7 @@ def test_tombstones_go_after_delete_retention_ms():
     mgr.append("c", 0, keyed(9, ["f"]))  # some dirt, so a pass runs
     clock.advance(1001)
     assert mgr.clean() is not None
-    assert [(k, v) for _o, k, v in records(mgr.get_log("c", 0))] == \
+    assert [(k, v) for _o, k, v in log_records(mgr.get_log("c", 0))] == \
         [(b"e", b"e@3"), (b"b", b"b@4"), (b"a", b"a@5"), (b"f", b"f@9")]
 
 
@@ -102,7 +91,7 @@ def test_the_dirty_ratio_and_the_compaction_lag_hold_a_pass_back():
     assert mgr.clean() is None  # the dirty segment is younger than the lag
     clock.advance(60_000)
     assert mgr.clean() is not None
-    assert [(k, v) for _o, k, v in records(mgr.get_log("c", 0))] == \
+    assert [(k, v) for _o, k, v in log_records(mgr.get_log("c", 0))] == \
         [(b"b", b"b@1"), (b"a", b"a@2")]
 
 
@@ -139,7 +128,7 @@ def test_compaction_reads_sink_fragments_with_an_offset_delta():
     mgr.append("t", 0, batch(0))  # keys k0..k3
     _commit_fragment(mgr, 0, 4, 1)  # the same keys, stored at 0.., committed at 4..
     assert mgr.clean() is not None
-    assert records(mgr.get_log("t", 0)) == \
+    assert log_records(mgr.get_log("t", 0)) == \
         [(4 + j, f"k{j}".encode(), f"v1-{j}".encode()) for j in range(4)]
     (seg,) = mgr.state.partition("t", 0).segments
     assert seg.offset_delta == 0 and (seg.base_offset, seg.next_offset) == (0, 8)

@@ -7,23 +7,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from bucket_helpers import memory_uri
+from bucket_helpers import log_values, memory_uri
 from kafka.record.memory_records import MemoryRecords
 from test_bucket_merge_retention import _commit_fragment, batch
 
 from seglog.logstore.errors import LogDirError
 from seglog.logstore.log_manager import LogManager, check_log_dirs
-from seglog.logstore.record_codec import decode_batches, encode_batches
-
-
-def local_values(mgr, topic: str, partition: int) -> list[tuple[int, bytes]]:
-    log = mgr.get_log(topic, partition)
-    out = []
-    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
-        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
-        out += list(zip(t.column("offset").to_pylist(), t.column("value").to_pylist(),
-                        strict=True))
-    return out
+from seglog.logstore.record_codec import encode_batches
 
 
 def kafka_python_records(path: Path) -> list[tuple[int, bytes | None]]:
@@ -73,9 +63,9 @@ def test_export_writes_a_kafka_log_dir_every_reader_reads(bucket: LogManager, tm
         assert local.high_watermarks() == bucket.high_watermarks()
         assert local.log_start_offsets() == bucket.log_start_offsets()
         assert local.topic_overrides("c") == {"cleanup.policy": "compact"}
-        assert local_values(local, "t", 0) == \
+        assert log_values(local, "t", 0) == \
             [(4 * i + j, f"v{i}-{j}".encode()) for i in range(7) for j in range(4)]
-        assert local_values(local, "t", 1) == [(2, b"v7-2"), (3, b"v7-3")]
+        assert log_values(local, "t", 1) == [(2, b"v7-2"), (3, b"v7-3")]
         assert local.append("t", 2, batch(0)).first_offset == 0
 
 

@@ -12,28 +12,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from bucket_helpers import log_records
 
 from seglog.logstore.bucket_commit_log import CRASH_ENV
 from seglog.logstore.bucket_maintenance import MAINTENANCE_CRASH_STEPS
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_codec import encode_batches
 
 SEGLOG = Path(sys.executable).parent / "seglog"
 TOPIC = {"retention.ms": -1, "file.delete.delay.ms": 0}
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,
            "file.delete.delay.ms": 0}
-
-
-def rows(mgr: BucketLogManager, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    log = mgr.get_log(topic, 0)
-    log.refresh()
-    out = []
-    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
-        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
-        out += list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(),
-                        t.column("value").to_pylist(), strict=True))
-    return out
 
 
 def fill(uri: str) -> None:
@@ -60,9 +50,9 @@ def test_maintain_killed_at_each_step_loses_nothing_and_leaves_nothing(s3_uri: s
     assert proc.returncode == -9, proc.stderr[-3000:]
 
     mgr = BucketLogManager(uri, orphan_grace_ms=0)  # another process: this one
-    assert [(o, v) for o, _k, v in rows(mgr, "t")] == \
+    assert [(o, v) for o, _k, v in log_records(mgr.get_log("t", 0))] == \
         [(4 * i + j, f"t{i}-{j}".encode()) for i in range(1, 8) for j in range(4)]
-    latest = {k: v for _o, k, v in rows(mgr, "c")}
+    latest = {k: v for _o, k, v in log_records(mgr.get_log("c", 0))}
     assert latest == {k.encode(): f"{k}@3".encode() for k in "abc"}
     mgr.collect()  # the dead maintainer's uploads (no grace now) and removed objects
     referenced = {key for ps in mgr.state.partitions.values() for s in ps.segments

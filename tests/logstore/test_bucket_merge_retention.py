@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from bucket_helpers import memory_uri
+from bucket_helpers import log_values, memory_uri
 from kafka.record.memory_records import MemoryRecords
 
 from seglog.logstore import bucket_merge
@@ -20,7 +20,7 @@ from seglog.logstore.bucket_state import PartitionChange, SegmentEntry, segment_
 from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import CorruptRecordError
 from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_codec import encode_batches
 from seglog.logstore.record_format import iter_batch_headers
 
 TS = 1_700_000_000_000
@@ -32,17 +32,6 @@ def batch(i: int, n: int = 4, ts: int | None = None) -> bytearray:
     return encode_batches(pa.array([f"v{i}-{j}".encode() for j in range(n)]),
                           keys=pa.array([f"k{j}".encode() for j in range(n)]),
                           timestamps=pa.array([t] * n, pa.int64()))
-
-
-def values(mgr, topic: str = "t", partition: int = 0) -> list[tuple[int, bytes]]:
-    log = mgr.get_log(topic, partition)
-    log.refresh()
-    out = []
-    for chunk in log.read_chunks(log.log_start_offset, log.high_watermark):
-        t = decode_batches(bytes(chunk), start_offset=log.log_start_offset)
-        out += list(zip(t.column("offset").to_pylist(), t.column("value").to_pylist(),
-                        strict=True))
-    return out
 
 
 def segments(mgr, topic: str = "t", partition: int = 0) -> tuple[SegmentEntry, ...]:
@@ -65,12 +54,12 @@ def test_merge_gives_the_segments_a_local_log_dir_rolls(tmp_path: Path):
     mgr.create_topic("t", 1, cfg)
     for b in appends:
         mgr.append("t", 0, bytes(b))
-    before = values(mgr)
+    before = log_values(mgr)
     assert len(segments(mgr)) == 20
     merged_away = mgr.merge_segments()
     after = segments(mgr)
     assert merged_away == 20 and 1 < len(after) < 20
-    assert values(mgr) == before
+    assert log_values(mgr) == before
     local_logs = sorted((tmp_path / "t-0").glob("*.log"))
     assert [f"{s.base_offset:020d}.log" for s in after] == [p.name for p in local_logs]
     for seg in after[:-1]:  # the local dir's last segment is still active (no final entry)
@@ -127,7 +116,8 @@ def test_merge_patches_segments_committed_with_an_offset_delta():
     data = mgr.storage.read(seg.key + ".log")
     assert [(h.base_offset, h.last_offset) for h in iter_batch_headers(data)] == \
         [(0, 3), (4, 7), (8, 11)]
-    assert values(mgr) == [(4 * i + j, f"v{i}-{j}".encode()) for i in range(3) for j in range(4)]
+    assert log_values(mgr) == [(4 * i + j, f"v{i}-{j}".encode())
+                               for i in range(3) for j in range(4)]
 
 
 def test_merge_refuses_a_source_object_that_is_not_what_its_commit_says():
@@ -206,7 +196,7 @@ def test_retention_by_time_removes_old_segments_and_moves_the_log_start():
         mgr.append("t", 0, batch(i, ts=ts))
     assert mgr.delete_old_segments() == 2
     assert mgr.log_start_offsets() == {("t", 0): 8}
-    assert [o for o, _v in values(mgr)] == [8, 9, 10, 11]
+    assert [o for o, _v in log_values(mgr)] == [8, 9, 10, 11]
     clock.advance(10_000)
     assert mgr.delete_old_segments() == 1
     # Every segment gone: the log is empty at its old end, as Kafka leaves it.

@@ -58,3 +58,14 @@ def test_manager_config():
     assert m.log_retention_check_interval_ms == 100
     with pytest.raises(ConfigError, match="segment.bytes"):
         ManagerConfig.from_properties({"segment.bytes": "1"})
+
+
+def test_a_manager_takes_a_config_or_a_mapping_of_keys():
+    given = LogConfig.from_properties({"segment.bytes": "2048"})
+    assert LogConfig.of(given) is given
+    assert LogConfig.of({"segment.bytes": "2048"}) == given
+    assert LogConfig.of(None) == LogConfig.from_properties()
+    assert ManagerConfig.of({"log.retention.check.interval.ms": 100}) \
+        .log_retention_check_interval_ms == 100
+    with pytest.raises(ConfigError, match="'retention.bytes'"):
+        ManagerConfig.of({"retention.bytes": 1})  # a topic key is no manager key
