@@ -98,6 +98,16 @@ def commit_times(uri: str, sizes_mb: list[int], history: int) -> list[tuple[str,
     return out
 
 
+def print_rates(title: str, best: dict[str, float], ceiling: str) -> None:
+    """Each rate of ``best``, then the bucket's against the no-op ``ceiling`` and against
+    the local log dir (measured in the same run)."""
+    print(title)
+    for label, rate in best.items():
+        print(f"  {label:28s} {rate:12,.0f}")
+    print(f"  bucket / no-op ceiling {best['seglog bucket'] / best[ceiling]:.2f} (goal >= "
+          f"0.8), bucket / local dir {best['seglog bucket'] / best['seglog local dir']:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=600_000)
@@ -151,21 +161,9 @@ def main() -> None:
                 rate = run(spark, make(), str(work / f"chk-src-{r}-{label[:8]}"))[0]
                 best_source[label] = max(rate, best_source.get(label, 0.0))
         spark.stop()
-        print(f"sink, steady-state rows/s ({args.per_batch:,} rows per micro-batch, best of "
-              f"{args.repeats}):")
-        for label, rate in best_sink.items():
-            print(f"  {label:28s} {rate:12,.0f}")
-        ceiling = best_sink["no-op Python Arrow writer"]
-        print(f"  bucket / no-op ceiling {best_sink['seglog bucket'] / ceiling:.2f} (goal >= "
-              f"0.8), bucket / local dir "
-              f"{best_sink['seglog bucket'] / best_sink['seglog local dir']:.2f}")
-        print("source, steady-state rows/s:")
-        for label, rate in best_source.items():
-            print(f"  {label:28s} {rate:12,.0f}")
-        ceiling = best_source["no-op Python Arrow reader"]
-        print(f"  bucket / no-op ceiling {best_source['seglog bucket'] / ceiling:.2f} (goal >= "
-              f"0.8), bucket / local dir "
-              f"{best_source['seglog bucket'] / best_source['seglog local dir']:.2f}")
+        print_rates(f"sink, steady-state rows/s ({args.per_batch:,} rows per micro-batch, "
+                    f"best of {args.repeats}):", best_sink, "no-op Python Arrow writer")
+        print_rates("source, steady-state rows/s:", best_source, "no-op Python Arrow reader")
         sizes = [int(s) for s in args.commit_mb.split(",") if s]
         print("driver commit per micro-batch on the bucket (median of 3, uploads excluded):")
         for label, secs in commit_times(uri, sizes, args.history):

@@ -21,11 +21,9 @@ or the environment (docs/cluster.md).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,12 +94,9 @@ def describe_bucket(uri: str, storage_options: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", default="work-data-bucket",
-                        help="where Spark's checkpoint goes (cleaned first)")
-    args = parser.parse_args(argv)
-    work = Path(args.work_dir).resolve()
-    shutil.rmtree(work, ignore_errors=True)
+    work = pipeline.clean_work_dir(argv, description=__doc__.splitlines()[0],
+                                   default="work-data-bucket",
+                                   holds="Spark's checkpoint goes")
     checkpoint = str(work / "checkpoints" / "purchases")
     uri = f"s3://{BUCKET}/logs"
 

@@ -119,13 +119,20 @@ def summarize(spark, logs: str, expected: int, options: dict[str, str] | None = 
     return ok
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", default="work-data",
-                        help="where the log dir and checkpoint go (cleaned first)")
-    args = parser.parse_args(argv)
-    work = Path(args.work_dir).resolve()
+def clean_work_dir(argv: list[str] | None, *, description: str, default: str,
+                   holds: str) -> Path:
+    """The ``--work-dir`` given in ``argv`` (``default`` otherwise), resolved and emptied:
+    each run of an example starts from nothing."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--work-dir", default=default, help=f"where {holds} (cleaned first)")
+    work = Path(parser.parse_args(argv).work_dir).resolve()
     shutil.rmtree(work, ignore_errors=True)
+    return work
+
+
+def main(argv: list[str] | None = None) -> int:
+    work = clean_work_dir(argv, description=__doc__.splitlines()[0], default="work-data",
+                          holds="the log dir and checkpoint go")
     logs, checkpoint = str(work / "logs"), str(work / "checkpoints" / "purchases")
 
     started = time.monotonic()
