@@ -7,48 +7,20 @@ no log dir, staging file or ``.lock`` appears on local disk."""
 from __future__ import annotations
 
 import collections
-import json
-import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from _bucket_checks import bucket_records, check_offsets
+from _local_cluster import JOB_START, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 
 N = 4000
 
-_JOB = textwrap.dedent('''
-    import json, os, sys, time
-    from pyspark.sql import SparkSession
-    from pyspark.sql.functions import col, concat, lit, udf
-    from seglog.datasource import SeglogDataSource
-
+_JOB = JOB_START + textwrap.dedent('''
     uri, chk = sys.argv[1], sys.argv[2]
-    spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.executor.memory", "512m")
-             # the first job waits for both executors (a loaded machine registers them late)
-             .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
-             .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "180s")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SeglogDataSource)
-    deadline = time.monotonic() + 180
-    while True:  # executors register after the session starts
-        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        if executors >= 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-
-    @udf("string")
-    def executor_dir(v):  # a worker runs in its executor's work dir: <app>/<executor id>
-        return os.getcwd()
-
     (spark.range(0, %(n)d, numPartitions=8)
      .selectExpr("cast(id %% 5 AS string) AS key", "concat('v', id) AS value")
      .select("key", concat(col("value"), lit("@"), executor_dir("value")).alias("value"))
@@ -76,18 +48,7 @@ def test_two_executors_write_and_read_through_the_bucket_only(tmp_path: Path,
                                                               s3_uri: str) -> None:
     work = tmp_path / "cwd"
     work.mkdir()
-    script = tmp_path / "job.py"
-    script.write_text(_JOB)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    proc = subprocess.run([sys.executable, str(script), s3_uri, "spark-checkpoint"], env=env,
-                          cwd=work, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if not lines and ("Executor" in proc.stderr and "exited" in proc.stderr
-                      or "local-cluster" in proc.stderr and "Exception" in proc.stderr):
-        pytest.skip("local-cluster could not start executors here: "
-                    + proc.stderr.strip().splitlines()[-1][:300])
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    result = json.loads(lines[-1][len("RESULT "):])
+    result = run_job(_JOB, [s3_uri, "spark-checkpoint"], tmp_path, timeout=600, cwd=work)
     assert result["executors"] == 2
 
     records = bucket_records(s3_uri, "t2", tmp_path / "export")
