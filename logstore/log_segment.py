@@ -339,10 +339,15 @@ class LogSegment(SegmentReads):
 
     def on_become_inactive(self) -> None:
         """The segment stops being active: final time-index entry, trimmed indexes."""
-        self.time_index.maybe_append(self.max_timestamp_so_far,
-                                     self.offset_of_max_timestamp_so_far, skip_full_check=True)
+        self._final_time_index_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+
+    def _final_time_index_entry(self) -> None:
+        """Kafka's last time-index entry of a segment that stops taking appends: its
+        largest timestamp, written even into a full index."""
+        self.time_index.maybe_append(self.max_timestamp_so_far,
+                                     self.offset_of_max_timestamp_so_far, skip_full_check=True)
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
@@ -400,9 +405,7 @@ class LogSegment(SegmentReads):
         if self.closed:
             return
         if not self.read_only and self._time_index.is_loaded:
-            self.time_index.maybe_append(self.max_timestamp_so_far,
-                                         self.offset_of_max_timestamp_so_far,
-                                         skip_full_check=True)
+            self._final_time_index_entry()
             if flush:
                 self.offset_index.trim_to_valid_size()
                 self.time_index.trim_to_valid_size()
@@ -430,9 +433,7 @@ class LogSegment(SegmentReads):
             return
         if not self.read_only:
             if self._time_index.is_loaded:
-                self.time_index.maybe_append(self.max_timestamp_so_far,
-                                             self.offset_of_max_timestamp_so_far,
-                                             skip_full_check=True)
+                self._final_time_index_entry()
             for lazy in (self._offset_index, self._time_index):
                 if lazy.is_loaded:
                     lazy.get().trim_to_valid_size()
