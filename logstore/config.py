@@ -122,7 +122,12 @@ class _Config:
     def of(cls: type[_C], config: _C | Mapping[str, Any] | None) -> _C:
         """``config`` when it is already this config, else built from a mapping of keys
         (None: the defaults) by ``from_properties``: how a manager takes its configs."""
-        return config if isinstance(config, cls) else cls.from_properties(config)
+        if config is None or isinstance(config, Mapping):
+            return cls.from_properties(config)
+        if isinstance(config, cls):
+            return config
+        raise ConfigError(f"expected a {cls.__name__} or a mapping of its keys, got a "
+                          f"{type(config).__name__}")
 
     def overrides(self) -> dict[str, str]:
         """The keys that differ from the defaults, as strings (what a topic persists)."""

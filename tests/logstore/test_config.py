@@ -69,3 +69,5 @@ def test_a_manager_takes_a_config_or_a_mapping_of_keys():
         .log_retention_check_interval_ms == 100
     with pytest.raises(ConfigError, match="'retention.bytes'"):
         ManagerConfig.of({"retention.bytes": 1})  # a topic key is no manager key
+    with pytest.raises(ConfigError, match="expected a LogConfig .* got a ManagerConfig"):
+        LogConfig.of(ManagerConfig.of(None))
