@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -173,27 +173,67 @@ class ObjectStoreSettings:
     retry_config: dict[str, Any] = field(default_factory=dict)
 
 
+def _userinfo(scheme: str, authority: str) -> str | None:
+    """The ``user[:password]`` part of a URI's authority, if it has one. Azure's
+    ``container@account`` is a name, not credentials: there only ``user:password@``
+    (a colon before the ``@``) counts."""
+    if "@" not in authority:
+        return None
+    info = authority.rpartition("@")[0]
+    if scheme.lower() in ("s3", "s3a", "gs", "memory") or ":" in info:
+        return info
+    return None
+
+
+def redact_uri(text: object) -> str:
+    """``text`` with the credentials of an object-store URI replaced by ``***``
+    (``s3a://KEY:SECRET@bucket/logs`` -> ``s3a://***@bucket/logs``): what every message
+    quoting a URI must show. Other text is returned as it is."""
+    s = str(text)
+    scheme, sep, rest = s.partition("://")
+    if not sep:
+        return s
+    authority, slash, path = rest.partition("/")
+    info = _userinfo(scheme, authority)
+    if info is None:
+        return s
+    return f"{scheme}://***@{authority[len(info) + 1:]}{slash}{path}"
+
+
+def redact_uris(locations: Iterable[object]) -> str:
+    """Log dirs joined for a message, each through ``redact_uri``."""
+    return ", ".join(redact_uri(d) for d in locations)
+
+
 def parse_object_uri(uri: str) -> ObjectStoreTarget:
-    """Checks an object-store URI; a bad one raises ``InvalidStorageUriError`` naming it."""
+    """Checks an object-store URI; a bad one raises ``InvalidStorageUriError`` naming it
+    (credentials in the URI are refused, and never quoted: ``redact_uri``)."""
     if not is_object_uri(uri):
         raise InvalidStorageUriError(
-            f"{uri!r} is not an object-store URI (scheme://bucket/prefix with a scheme in "
-            f"{', '.join(OBJECT_SCHEMES)})")
+            f"{redact_uri(uri)!r} is not an object-store URI (scheme://bucket/prefix with a "
+            f"scheme in {', '.join(OBJECT_SCHEMES)})")
+    shown = redact_uri(uri)
     if any(c in uri for c in "?#") or any(c.isspace() for c in uri):
-        raise InvalidStorageUriError(f"object-store URI {uri!r}: no query, fragment or "
+        raise InvalidStorageUriError(f"object-store URI {shown!r}: no query, fragment or "
                                      "whitespace allowed")
     scheme, _, rest = uri.rstrip("/").partition("://")
     scheme = scheme.lower()
+    if _userinfo(scheme, rest.partition("/")[0]) is not None:
+        raise InvalidStorageUriError(
+            f"object-store URI {shown!r} carries credentials before its bucket name; seglog "
+            f"never takes them from a URI (it would echo them): give them as the store's "
+            f"options or environment variables ({_ENV_PREFIX.get(scheme, '')}...)")
     bucket, _, prefix = rest.partition("/")
     if scheme == "memory":
         return ObjectStoreTarget(uri.rstrip("/"), scheme, bucket, prefix, "")
     pattern = _S3_BUCKET if scheme in ("s3", "s3a") else _OTHER_BUCKET
     if not pattern.fullmatch(bucket):
         raise InvalidStorageUriError(
-            f"object-store URI {uri!r}: {bucket!r} is not a valid bucket or container name")
+            f"object-store URI {shown!r}: {bucket!r} is not a valid bucket or container "
+            "name")
     if prefix and any(part in ("", ".", "..") for part in prefix.split("/")):
         raise InvalidStorageUriError(
-            f"object-store URI {uri!r}: the prefix {prefix!r} has an empty, '.' or '..' part")
+            f"object-store URI {shown!r}: the prefix {prefix!r} has an empty, '.' or '..' part")
     url = f"{'s3' if scheme == 's3a' else scheme}://{rest}"
     return ObjectStoreTarget(uri.rstrip("/"), scheme, bucket, prefix, url.rstrip("/"))
 

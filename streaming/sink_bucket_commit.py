@@ -53,7 +53,7 @@ from seglog.logstore.bucket_state import (
     tp_key,
 )
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.errors import KafkaStorageError
+from seglog.logstore.errors import KafkaStorageError, SeglogError
 from seglog.logstore.record_format import TopicPartition
 from seglog.logstore.topics import parse_overrides, validate_topic_name, warn_on_collision
 
@@ -124,7 +124,14 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
                         batch_id, sink_id, mgr.uri)
             return CommitResult(batch_id, skipped=tuple(sorted(plan)), removed_files=removed)
         if done.sweep:
-            removed += sweep_staging(mgr, clock=clock)
+            try:
+                removed += sweep_staging(mgr, clock=clock)
+            except SeglogError as e:
+                # Best effort after the publish: the batch is visible, so failing the
+                # commit now would make Spark (or a batch job's caller) run it again.
+                logger.warning("sink %s published batch %d to %s, but the sweep of its "
+                               "dead uploads failed (the next sweep retries): %s",
+                               sink_id, batch_id, mgr.uri, e)
         crash_point("bucket-after-cleanup", batch_id)
     finally:
         mgr.close()

@@ -40,6 +40,7 @@ from seglog.logstore.bucket_state import STAGING_DIR
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import SeglogError, UnknownTopicOrPartitionError
 from seglog.logstore.log_validator import validate_batches
+from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import iter_batch_headers, set_base_offset
 
 from .sink_commit import crash_point
@@ -76,7 +77,7 @@ def open_bucket(options: SinkOptions, *, read_only: bool,
     credentials...; the environment supplies what they do not)."""
     uri = options.bucket_uri
     if uri is None:
-        raise SeglogError(f"log dirs {', '.join(options.log_dirs)} are not a bucket URI")
+        raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
     return BucketLogManager(uri, read_only=read_only, clock=clock,
                             storage_options=options.storage)
 

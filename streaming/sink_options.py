@@ -36,7 +36,12 @@ from seglog.logstore.errors import (
     LogDirError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
+from seglog.logstore.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    is_object_uri,
+    redact_uris,
+)
 from seglog.logstore.storage import LOCAL
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
@@ -186,7 +191,7 @@ class SinkOptions:
         if len(log_dirs) > 1 and any(is_object_uri(d) for d in log_dirs):
             raise ConfigError(
                 f"option {'logDirs' if 'logDirs' in opts else 'path'!r} lists "
-                f"{', '.join(log_dirs)}: a bucket URI is the only log dir of a sink (a "
+                f"{redact_uris(log_dirs)}: a bucket URI is the only log dir of a sink (a "
                 "bucket has no per-disk placement to spread partitions over)")
         return cls(
             log_dirs=log_dirs,
@@ -226,7 +231,7 @@ def require_creatable(options: SinkOptions, topic: str, *, named_by: str = "") -
         return
     prefix = f"option {named_by!r}: " if named_by else ""
     raise UnknownTopicOrPartitionError(
-        f"{prefix}topic {topic!r} does not exist in {', '.join(options.log_dirs)} and the "
+        f"{prefix}topic {topic!r} does not exist in {redact_uris(options.log_dirs)} and the "
         "option 'createTopics' is false")
 
 

@@ -53,6 +53,7 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
+from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import iter_batch_headers
 from seglog.logstore.storage import LOCAL, FileHandle
 from seglog.logstore.topics import validate_topic_name
@@ -449,7 +450,7 @@ def check_partition_count(options: SinkOptions, topic: str, actual: int) -> None
     if options.num_partitions_given and actual != options.num_partitions:
         raise ConfigError(
             f"option 'numPartitions' is {options.num_partitions} but topic {topic!r} already "
-            f"exists with {actual} partition(s) in {', '.join(options.log_dirs)}; the sink "
+            f"exists with {actual} partition(s) in {redact_uris(options.log_dirs)}; the sink "
             "does not change a topic's partition count: drop the option or make it match")
 
 

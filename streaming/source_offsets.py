@@ -31,7 +31,7 @@ from seglog.logstore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, redact_uris
 
 from .log_readers import reader
 from .source_options import (
@@ -325,7 +325,7 @@ def check_assigned_partitions(options: SourceOptions, snap: LogSnapshot) -> None
     if missing:
         raise UnknownTopicOrPartitionError(
             f"option 'assign' names {_fmt(missing)}, which do not exist in "
-            f"{', '.join(options.log_dirs)}"
+            f"{redact_uris(options.log_dirs)}"
         )
 
 
