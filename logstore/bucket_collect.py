@@ -11,9 +11,12 @@ keeps reading its objects. The collector deletes, in this order:
    differ, and the rule must hold for every older view.)
 2. **Orphans**: objects under a partition's prefix or ``_seglog/staging/`` that neither
    the state nor any commit kept names, last modified more than the orphan grace ago
-   (``max(file.delete.delay.ms, 1 h)`` by default): uploads of dead or losing writers,
-   and leftovers of a collector that died. A writer never commits an upload older than
-   half the grace (``bucket_merge``, ``bucket_compact``).
+   (``max(file.delete.delay.ms, 1 h)`` by default) by the store's clock
+   (``bucket_staging.store_now_ms``: object times are the store's, so "now" is too):
+   uploads of dead or losing writers, and leftovers of a collector that died. A writer
+   never commits an upload older than half the grace (``bucket_merge``,
+   ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever
+   their age (``bucket_staging.InFlight``).
 3. **Old metadata**: with ``s`` the newest snapshot whose commits are all older than the
    largest ``file.delete.delay.ms`` (and than ``METADATA_MIN_DELAY_MS``), the commits up
    to ``s`` but never the newest commit (oldest first, so the log never has a hole a reader
@@ -22,7 +25,8 @@ keeps reading its objects. The collector deletes, in this order:
 
 The collector folds the commits still present from the snapshot they start after (or
 from version 0), so its cost is the commits of the last ``file.delete.delay.ms`` plus
-a LIST per partition prefix; it keeps no state between runs, and a collector killed at
+one flat listing of each partition prefix and of the staging area (paged, never a
+LIST per directory); it keeps no state between runs, and a collector killed at
 any point leaves only objects a later run deletes (``collect-after-data``: objects
 deleted, metadata not yet).
 """
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 
 from .bucket_commit_log import crash_point
 from .bucket_segment import object_keys
+from .bucket_staging import InFlight, store_now_ms
 from .bucket_state import (
     COMMIT_DIR,
     HINT_KEY,
@@ -107,7 +112,10 @@ def collect(storage: Storage, *, now_ms: int, delete_delay_ms: Callable[[str], i
             deletable.update(object_keys(r.entry))
         else:
             waiting.update(object_keys(r.entry))
-    for key, entry in data_objects(storage):
+    objects = data_objects(storage)
+    store_now = store_now_ms(storage)
+    in_flight = InFlight.build(state.sinks, known, objects, store_now)
+    for key, entry in objects:
         stem = key.rsplit(".", 1)[0]
         if stem in referenced or key in waiting:
             stats.waiting += key in waiting
@@ -115,7 +123,9 @@ def collect(storage: Storage, *, now_ms: int, delete_delay_ms: Callable[[str], i
         if key in deletable:
             storage.delete(key)
             stats.removed_objects += 1
-        elif stem not in known and now_ms - entry.mtime_ms >= orphan_grace:
+        elif stem not in known and in_flight.holds(key):
+            stats.orphans_waiting += 1
+        elif stem not in known and store_now - entry.mtime_ms >= orphan_grace:
             logger.info("%s/%s: no commit references it and it is older than the orphan "
                         "grace (%d ms): deleting it", storage.uri, key, orphan_grace)
             storage.delete(key)
@@ -176,18 +186,11 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int]
 
 
 def data_objects(storage: Storage) -> list[tuple[str, Entry]]:
-    """Every object under a partition prefix or the staging prefix, as (key, entry)."""
-    out: list[tuple[str, Entry]] = []
+    """Every object under a partition prefix or the staging prefix, as (key, entry): one
+    flat listing per prefix."""
     prefixes = [e.name for e in storage.list_dir("") if e.is_dir and e.name != META_DIR]
-    pending = [*prefixes, STAGING_DIR]
-    while pending:
-        prefix = pending.pop()
-        for e in storage.list_dir(prefix):
-            if e.is_dir:
-                pending.append(f"{prefix}/{e.name}")
-            else:
-                out.append((f"{prefix}/{e.name}", e))
-    return out
+    return [(f"{prefix}/{e.name}", e) for prefix in (*prefixes, STAGING_DIR)
+            for e in storage.list_tree(prefix)]
 
 
 def _collect_metadata(storage: Storage, commits: list[int], snapshots: list[int],

@@ -294,6 +294,20 @@ class ObjectStorage:
         entries.sort(key=lambda e: e.name)
         return entries
 
+    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+        """Every object under ``path``, flat (no delimiter: a page of 1,000 names per
+        request however many "directories" they sit in), after ``start_after``."""
+        prefix = _key(path)
+        offset = (f"{prefix}/{start_after}" if prefix else start_after) or None
+        stream = self._call("LIST", prefix, obstore.list, self._store,
+                            f"{prefix}/" if prefix else None, offset=offset, chunk_size=1000)
+        objects = self._call("LIST", prefix, stream.collect)
+        cut = len(prefix) + 1 if prefix else 0
+        entries = [Entry(o["path"][cut:], int(o["size"]),
+                         int(o["last_modified"].timestamp() * 1000)) for o in objects]
+        entries.sort(key=lambda e: e.name)
+        return entries
+
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         key = _key(path)
         # One PUT, never a multipart upload (obstore's default above 5 MiB): three more

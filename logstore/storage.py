@@ -122,6 +122,11 @@ class Storage(Protocol):
         """Files directly in ``path`` named after ``start_after`` (``""``: all), in name
         order."""
 
+    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+        """Every file under ``path`` at any depth, named by its path below ``path``
+        (``a/b/c.log``), in name order, only names after ``start_after``: one flat
+        listing (paged requests on a bucket, never one per directory)."""
+
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None: ...
 
     def create(self, path: StoragePath, data: bytes | bytearray | memoryview) -> bool: ...
@@ -388,6 +393,23 @@ class PosixStorage:
 
     def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
         return [e for e in self.list_dir(path) if not e.is_dir and e.name > start_after]
+
+    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+        root = os.fspath(path)
+        out = []
+        for d, _dirs, files in os.walk(root):
+            rel = os.path.relpath(d, root)
+            for f in files:
+                name = f if rel == "." else f"{rel}/{f}".replace(os.sep, "/")
+                if name <= start_after:
+                    continue
+                try:
+                    st = os.stat(os.path.join(d, f))
+                except FileNotFoundError:  # removed while walking
+                    continue
+                out.append(Entry(name, st.st_size, st.st_mtime_ns // 1_000_000))
+        out.sort(key=lambda e: e.name)
+        return out
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         """``<path>.tmp`` written and fsynced, renamed over ``path``, the directory fsynced:

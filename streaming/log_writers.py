@@ -1,4 +1,5 @@
-"""One paused writer ``LogManager`` per process and set of log dirs, for the sink's commits.
+"""One paused writer ``LogManager`` per process and set of log dirs, for the sink's commits
+(and one ``BucketLogManager`` per bucket: ``bucket_writer``).
 
 A commit opened a writer of the sink's log dirs, published, and closed it. A fresh open
 lists every partition directory it loads and builds every segment of it, so that cost
@@ -27,14 +28,16 @@ import logging
 import os
 import threading
 
+from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.clock import Clock
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
 
-_lock = threading.Lock()  # guards _paused and _pid
+_lock = threading.Lock()  # guards _paused, _buckets and _pid
 _paused: dict[tuple[str, ...], LogManager] = {}
+_buckets: dict[str, BucketLogManager] = {}
 _pid = os.getpid()
 
 
@@ -43,6 +46,7 @@ def _forget_parent() -> None:
     global _pid
     if os.getpid() != _pid:
         _paused.clear()
+        _buckets.clear()
         _pid = os.getpid()
 
 
@@ -79,10 +83,26 @@ def pause(log_dirs: tuple[str, ...], mgr: LogManager) -> None:
         mgr.close()
 
 
-def close_all() -> None:
-    """Forget every paused writer (tests; nothing is written: they are paused)."""
+def bucket_writer(uri: str, clock: Clock) -> BucketLogManager:
+    """This process's writer of the bucket ``uri``, opened on first use. A bucket has no
+    lock to release, so nothing is paused: the caller refreshes it (one LIST, a GET per
+    commit made since), and a commit on a stale state loses its create and builds again.
+    Opening reads the newest snapshot, whose size grows with the history: once per
+    process, not once per micro-batch."""
     with _lock:
-        writers = list(_paused.values())
+        _forget_parent()
+        mgr = _buckets.get(uri)
+        if mgr is None or mgr.clock is not clock:  # another clock: tests
+            mgr = _buckets[uri] = BucketLogManager(uri, clock=clock)
+        return mgr
+
+
+def close_all() -> None:
+    """Forget every paused writer and bucket writer (tests; nothing is written: they are
+    paused, and a bucket writer holds nothing)."""
+    with _lock:
+        writers: list[LogManager | BucketLogManager] = [*_paused.values(), *_buckets.values()]
         _paused.clear()
+        _buckets.clear()
     for mgr in writers:
         mgr.close()

@@ -5,24 +5,29 @@ batch_id)`` reads and writes no data byte. It:
 
 1. picks one attempt per task (``sink_commit.select_attempts``: the lowest attempt
    wins) and orders each partition's fragments by task, as the local sink does;
-2. refuses fragments uploaded longer ago than half the orphan grace
-   (``ORPHAN_GRACE_MS``): the sweep may delete unreferenced uploads after the grace,
-   and a commit must never reference an object that may be gone (Spark reruns the
-   batch on restart, uploading afresh);
-3. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
+2. refreshes this process's writer of the bucket (``bucket_writer``: one manager per
+   process, so a commit reads the commits made since the last one, never the history),
+   then reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
+   already, whatever its uploads look like; an empty batch commits nothing;
+3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
+   is there with the size its task uploaded (uploads are never judged by their age: the
+   collector keeps the uploads of a batch in flight, ``bucket_staging``);
+4. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
    assigned now (readers patch the stored base offsets; ``bucket_segment``), and sets
    the sink's ledger entry ``sinks[<sink id>] = {"batch_id": B, ...}``, all atomically.
-   If the ledger already holds ``B`` or later, the batch is a replay: nothing is
-   committed. A lost race re-runs this step on the new state: offsets are reassigned
-   (metadata only), a topic created meanwhile is checked instead of created, and a
-   ledger that moved to ``B`` means another attempt of this very batch won;
-4. deletes the uploads no commit references: other attempts, and a replay's own;
-5. when ``maintenanceIntervalMs`` has passed since the ledger's last sweep (kept in
-   the ledger, so every process agrees), sweeps ``_seglog/staging/``: objects no
-   segment references and older than ``ORPHAN_GRACE_MS`` (dead tasks, crashed
-   commits, other sinks' dead runs).
+   The topic's partition count and config must be what the tasks routed and checked the
+   rows with (``StagedTask.topic_configs``), else ``SinkCommitError`` names topic and key.
+   A lost race re-runs this step on the new state: offsets are reassigned (metadata
+   only), a topic created meanwhile is checked instead of created, and a ledger that
+   moved to ``B`` means another attempt of this very batch won. A request failing
+   around the create is settled by a refresh (``_settle``): landed means published;
+5. deletes the uploads no commit references: other attempts, and a replay's own;
+6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
+   in the ledger, so every process agrees), runs retention and collection (metadata
+   commits, listings, deletes); merging runs in the write tasks
+   (``sink_bucket_staging``). Best effort after the publish: a failure is logged.
 
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-
@@ -38,14 +43,13 @@ any number of sinks and processes may commit to one bucket at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from seglog.logstore.bucket_commit_log import Change
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_state import (
-    STAGING_DIR,
     BucketState,
     PartitionChange,
     SegmentEntry,
@@ -54,14 +58,15 @@ from seglog.logstore.bucket_state import (
 )
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import KafkaStorageError, SeglogError
+from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import TopicPartition
 from seglog.logstore.topics import parse_overrides, validate_topic_name, warn_on_collision
 
+from . import log_writers
 from .errors import SinkCommitError
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
-    open_bucket,
     staging_prefix,
 )
 from .sink_commit import CommitResult, PublishedPartition, crash_point, select_attempts
@@ -70,15 +75,11 @@ from .sink_staging import StagedTask
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["commit", "abort", "sweep_staging", "BUCKET_CRASH_STEPS", "ORPHAN_GRACE_MS",
+__all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BUCKET_CRASH_STEPS",
            "OPERATION"]
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
-ORPHAN_GRACE_MS = 3600 * 1000
-"""Uploads no commit references are deleted after this (the design's orphan grace,
-``max(file.delete.delay.ms, 1 h)`` with Kafka's default delay)."""
 OPERATION = "sink_append"
-_SUFFIXES = (".log", ".index", ".timeindex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,7 @@ class _Plan:
     """What ``build`` decided on the state it was given (read after the commit)."""
 
     published: tuple[PublishedPartition, ...]
-    sweep: bool
+    maintain: bool
 
 
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
@@ -95,54 +96,118 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     chosen, losers = select_attempts(messages, batch_id)
     plan = _fragments(chosen)
     sink_id = chosen[0].sink_id if chosen else None
-    mgr = open_bucket(options, read_only=False, clock=clock)
+    mgr = bucket_writer(options, clock)
+    mgr.refresh()  # one LIST: the commits of other writers since this process last looked
+    removed = delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
+    if sink_id is None:
+        return CommitResult(batch_id, removed_files=removed)
+    if use_ledger and _ledger_batch(mgr.state, sink_id) >= batch_id:
+        # The ledger first: a replay is recognised whatever its uploads look like.
+        return _replayed(mgr, chosen, plan, sink_id, batch_id, removed)
+    if not plan:
+        return CommitResult(batch_id, removed_files=removed)  # an empty batch: no commit
+    _check_uploads(mgr, sink_id, batch_id, plan)
+    assumed = _assumed_topics(chosen)
+    decided: list[_Plan] = []
+
+    def build(state: BucketState) -> Change | None:
+        decided.clear()
+        change, decision = _build(state, mgr, options, plan, assumed, sink_id, batch_id,
+                                  use_ledger, clock)
+        if decision is not None:
+            decided.append(decision)
+        crash_point("bucket-after-plan", batch_id)
+        return change
+
     try:
-        removed = delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
-        if sink_id is None:
-            return CommitResult(batch_id, removed_files=removed)
-        _check_age(plan, clock, mgr.uri)
-        assumed = _assumed_partition_counts(chosen)
-        decided: list[_Plan] = []
-
-        def build(state: BucketState) -> Change | None:
-            decided.clear()
-            change, decision = _build(state, mgr, options, plan, assumed, sink_id, batch_id,
-                                      use_ledger, clock)
-            if decision is not None:
-                decided.append(decision)
-            crash_point("bucket-after-plan", batch_id)
-            return change
-
-        if plan:  # an empty batch commits nothing: its replay is empty too
-            mgr.commits.commit(OPERATION, build)
-        done = decided[0] if decided else None
-        crash_point("bucket-after-commit", batch_id)
-        mine = _unreferenced(mgr.state, _all(chosen))
-        removed += delete_fragments(mgr, mine)
-        if done is None:
-            logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
-                        batch_id, sink_id, mgr.uri)
-            return CommitResult(batch_id, skipped=tuple(sorted(plan)), removed_files=removed)
-        if done.sweep:
-            try:
-                removed += sweep_staging(mgr, clock=clock)
-            except SeglogError as e:
-                # Best effort after the publish: the batch is visible, so failing the
-                # commit now would make Spark (or a batch job's caller) run it again.
-                logger.warning("sink %s published batch %d to %s, but the sweep of its "
-                               "dead uploads failed (the next sweep retries): %s",
-                               sink_id, batch_id, mgr.uri, e)
-        crash_point("bucket-after-cleanup", batch_id)
-    finally:
-        mgr.close()
+        mgr.commits.commit(OPERATION, build)
+    except KafkaStorageError as e:
+        _settle(mgr, plan, sink_id, batch_id, e)  # raises unless the commit landed
+    done = decided[0] if decided else None
+    crash_point("bucket-after-commit", batch_id)
+    if done is None:  # another attempt of this very batch won the race
+        return _replayed(mgr, chosen, plan, sink_id, batch_id, removed)
+    removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
+    if done.maintain:
+        _run_maintenance(mgr, sink_id, batch_id)
+    crash_point("bucket-after-cleanup", batch_id)
     result = CommitResult(batch_id, done.published, (), removed)
     logger.info("sink %s committed batch %d to %s: %d records in %d partition(s)", sink_id,
-                batch_id, options.bucket_uri, result.records, len(done.published))
+                batch_id, mgr.uri, result.records, len(done.published))
     return result
 
 
+def _replayed(mgr: BucketLogManager, chosen: list[StagedTask],
+              plan: dict[TopicPartition, list[BucketFragment]], sink_id: str, batch_id: int,
+              removed: int) -> CommitResult:
+    """The ledger holds the batch: delete this run's uploads, commit nothing."""
+    removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
+    logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
+                batch_id, sink_id, mgr.uri)
+    return CommitResult(batch_id, skipped=tuple(sorted(plan)), removed_files=removed)
+
+
+def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],
+            sink_id: str, batch_id: int, cause: KafkaStorageError) -> None:
+    """After a request failed during the commit: return if the commit landed anyway (the
+    batch is published: failing now would make a rerun write it twice), else raise a
+    ``SinkCommitError`` that says whether the data is visible."""
+    keys = [f.key for frags in plan.values() for f in frags]
+    try:
+        mgr.refresh()
+    except SeglogError as e:
+        raise SinkCommitError(
+            f"the commit of batch {batch_id} of sink {sink_id} to {mgr.uri} failed ({cause}) "
+            f"and the bucket cannot say whether it landed ({e}): its data MAY BE VISIBLE; "
+            f"check the sink's ledger ('seglog check {mgr.uri}') before writing it "
+            "again") from cause
+    referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
+    if all(k in referenced for k in keys):
+        logger.warning("the commit of batch %d of sink %s reported a failure (%s), but it "
+                       "landed in %s: the batch is published", batch_id, sink_id, cause,
+                       mgr.uri)
+        return
+    raise SinkCommitError(f"the commit of batch {batch_id} of sink {sink_id} to {mgr.uri} "
+                          f"failed ({cause}); nothing of it is visible") from cause
+
+
+def _check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
+                   plan: dict[TopicPartition, list[BucketFragment]]) -> None:
+    """One flat LIST of ``<sink>/<batch>/``: every object the commit will reference must be
+    there with the size its task uploaded. Nothing should have removed one (the
+    collector keeps a batch in flight), so a gap is refused, never published."""
+    prefix = staging_prefix(sink_id, batch_id)
+    listed = {e.name: e.size for e in mgr.storage.list_tree(prefix)}
+    for frags in plan.values():
+        for f in frags:
+            for key, size in f.object_sizes():
+                name = key[len(prefix) + 1:] if key.startswith(prefix + "/") else None
+                found = listed.get(name) if name is not None else None
+                if found != size:
+                    what = ("is not under " + prefix if name is None
+                            else "is missing" if found is None
+                            else f"has {found} bytes, not {size}")
+                    raise SinkCommitError(
+                        f"fragment {mgr.uri}/{key} of {f.topic}-{f.partition} {what}: batch "
+                        f"{batch_id} of sink {sink_id} is not published (a restart of the "
+                        "query runs it again)")
+
+
+def _run_maintenance(mgr: BucketLogManager, sink_id: str, batch_id: int) -> None:
+    """Retention and collection (metadata commits, listings and deletes: no data byte
+    passes through the driver); merging runs in the write tasks. Best effort: the batch
+    is published, so a failure is logged and the next interval tries again."""
+    try:
+        mgr.maintenance.delete_old_segments()
+        mgr.maintenance.collect()
+    except SeglogError as e:
+        logger.warning("sink %s published batch %d to %s, but its maintenance failed (the "
+                       "next interval retries): %s", sink_id, batch_id, mgr.uri, e)
+
+
 def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
-           plan: dict[TopicPartition, list[BucketFragment]], assumed: dict[str, int],
+           plan: dict[TopicPartition, list[BucketFragment]],
+           assumed: dict[str, tuple[int, dict[str, str] | None]],
            sink_id: str, batch_id: int, use_ledger: bool, clock: Clock
            ) -> tuple[Change | None, _Plan | None]:
     """The commit of this batch on ``state``, or None when the ledger holds it."""
@@ -150,7 +215,7 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
     if use_ledger and _ledger_batch(state, sink_id) >= batch_id:
         return None, None
     topics: dict[str, TopicSpec] = {}
-    for topic, n in sorted(assumed.items()):
+    for topic, (n, validated) in sorted(assumed.items()):
         spec = state.topics.get(topic)
         if spec is None:
             require_creatable(options, topic)
@@ -158,12 +223,20 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
             warn_on_collision(topic, state.topics)
             overrides = parse_overrides(dict(options.topic_config or {}),
                                         base=mgr.default_topic_config)
-            topics[topic] = TopicSpec(n, overrides)
+            spec = topics[topic] = TopicSpec(n, overrides)
         elif spec.partitions != n:
             raise SinkCommitError(
                 f"topic {topic!r} in {mgr.uri} has {spec.partitions} partition(s) but the "
                 f"tasks routed rows for {n}: it changed during the batch; batch {batch_id} "
                 "is not published")
+        if validated is not None and dict(spec.config) != validated:
+            # The tasks checked keys, sizes and timestamps against another config (the
+            # topic was created or altered meanwhile): what they accepted may break it.
+            raise SinkCommitError(
+                f"topic {topic!r} in {mgr.uri} changed its config during batch {batch_id} "
+                f"({_differences(validated, spec.config)}; before: what the tasks checked "
+                f"the rows against): batch {batch_id} is not published (a restart of the "
+                "query runs it again against the new config)")
     parts: dict[str, PartitionChange] = {}
     published = []
     for (topic, partition), frags in sorted(plan.items()):
@@ -179,14 +252,15 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
         published.append(PublishedPartition(topic, partition, start, end,
                                             sum(f.records for f in frags)))
     now = clock.milliseconds()
-    sweep = False
+    maintain = False
     sinks: dict[str, Any] = {}
     if use_ledger:
-        last = ledger.get("swept_ms") if isinstance(ledger, dict) else None
-        sweep = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
+        last = ledger.get("maintained_ms") if isinstance(ledger, dict) else None
+        maintain = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
         sinks[sink_id] = {"batch_id": batch_id, "timestamp_ms": now,
-                          "swept_ms": now if sweep else last}
-    return Change(topics=topics, partitions=parts, sinks=sinks), _Plan(tuple(published), sweep)
+                          "maintained_ms": now if maintain else last}
+    return (Change(topics=topics, partitions=parts, sinks=sinks),
+            _Plan(tuple(published), maintain))
 
 
 def _ledger_batch(state: BucketState, sink_id: str) -> int:
@@ -227,20 +301,9 @@ def _unreferenced(state: BucketState, fragments: list[BucketFragment]) -> list[B
     return [f for f in fragments if f.key not in referenced]
 
 
-def _check_age(plan: dict[TopicPartition, list[BucketFragment]], clock: Clock,
-               uri: str) -> None:
-    now = clock.milliseconds()
-    for frags in plan.values():
-        for f in frags:
-            if now - f.uploaded_ms > ORPHAN_GRACE_MS // 2:
-                raise SinkCommitError(
-                    f"fragment {uri}/{f.key} was uploaded {(now - f.uploaded_ms) // 1000} s "
-                    f"ago, more than half the orphan grace ({ORPHAN_GRACE_MS // 1000} s): it "
-                    "may be collected, so it is never committed; the batch is not published "
-                    "(a restart of the query runs it again)")
-
-
-def _assumed_partition_counts(chosen: list[StagedTask]) -> dict[str, int]:
+def _assumed_topics(chosen: list[StagedTask]) -> dict[str, tuple[int, dict[str, str] | None]]:
+    """Per topic, the partition count the tasks routed with and the config overrides
+    they checked the rows against (None: a task that recorded none)."""
     counts: dict[str, int] = {}
     for m in chosen:
         for topic, n in m.topic_partitions:
@@ -248,7 +311,22 @@ def _assumed_partition_counts(chosen: list[StagedTask]) -> dict[str, int]:
                 raise SinkCommitError(
                     f"tasks routed rows of topic {topic!r} with different partition counts "
                     f"({counts[topic]} and {n}): the topic changed during the batch")
-    return counts
+    configs: dict[str, dict[str, str]] = {}
+    for m in chosen:
+        for topic, pairs in m.topic_configs:
+            config = dict(pairs)
+            if configs.setdefault(topic, config) != config:
+                raise SinkCommitError(
+                    f"tasks checked rows of topic {topic!r} against different configs "
+                    f"({_differences(configs[topic], config)}): the topic changed during "
+                    "the batch")
+    return {t: (n, configs.get(t)) for t, n in counts.items()}
+
+
+def _differences(was: Mapping[str, str], now: Mapping[str, str]) -> str:
+    keys = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
+    return "; ".join(f"{k}: {was.get(k, '(default)')!r} then {now.get(k, '(default)')!r}"
+                     for k in keys)
 
 
 # ---------------------------------------------------------------------------- abort/sweep
@@ -259,57 +337,32 @@ def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOpt
     tasks = [m for m in messages if m is not None]
     if not tasks:
         return 0
-    mgr = open_bucket(options, read_only=False, clock=clock)
-    try:
-        removed = delete_fragments(mgr, _unreferenced(mgr.state, _all(tasks)))
-    finally:
-        mgr.close()
+    mgr = bucket_writer(options, clock)
+    mgr.refresh()
+    fragments = _all(tasks)
+    dead = _unreferenced(mgr.state, fragments)
+    if len(dead) < len(fragments):
+        # Spark aborts after a commit() that raised; if its commit landed regardless,
+        # the rows ARE visible and writing them again would duplicate them.
+        logger.error("batch %d of sink %s is aborted, but its commit landed in %s (%d "
+                     "fragment(s) are published): its data IS visible; do not write it "
+                     "again", batch_id, tasks[0].sink_id, mgr.uri, len(fragments) - len(dead))
+    removed = delete_fragments(mgr, dead)
     logger.info("aborted batch %d: deleted %d uploaded object(s)", batch_id, removed)
     return removed
 
 
-def sweep_staging(mgr: BucketLogManager, *, clock: Clock = SYSTEM_CLOCK,
-                  grace_ms: int = ORPHAN_GRACE_MS) -> int:
-    """Delete staging objects that no segment of the state references and that are older
-    than ``grace_ms`` (uploads of dead tasks and crashed or losing commits, of every
-    sink); returns how many. The state is refreshed first, so a fragment committed by
-    another process meanwhile is seen as referenced."""
-    mgr.refresh()
-    referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
-    now = clock.milliseconds()
-    removed = 0
-    for key, mtime_ms in _walk(mgr, STAGING_DIR, depth=4):
-        stem = _stem(key)
-        if stem is None or stem in referenced or now - mtime_ms <= grace_ms:
-            continue
-        try:
-            mgr.storage.delete(key)
-            removed += 1
-        except KafkaStorageError as e:
-            logger.warning("cannot delete orphan upload %s/%s: %s", mgr.uri, key, e)
-    if removed:
-        logger.info("deleted %d orphan upload(s) from %s/%s", removed, mgr.uri, STAGING_DIR)
-    return removed
-
-
-def _walk(mgr: BucketLogManager, prefix: str, depth: int) -> Iterable[tuple[str, int]]:
-    """(key, mtime) of the objects under ``prefix``, at most ``depth`` levels down."""
-    for e in mgr.storage.list_dir(prefix):
-        key = f"{prefix}/{e.name}"
-        if e.is_dir:
-            if depth > 1:
-                yield from _walk(mgr, key, depth - 1)
-        else:
-            yield key, e.mtime_ms
-
-
-def _stem(key: str) -> str | None:
-    for suffix in _SUFFIXES:
-        if key.endswith(suffix):
-            return key[:-len(suffix)]
-    return None
+def bucket_writer(options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> BucketLogManager:
+    """This process's writer of the sink's bucket (``log_writers.bucket_writer``): opened
+    once, refreshed by each commit, so a commit reads the commits made since the last
+    one, never the whole history."""
+    uri = options.bucket_uri
+    if uri is None:
+        raise SinkCommitError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
+    return log_writers.bucket_writer(uri, clock)
 
 
 def staged_keys(mgr: BucketLogManager, sink_id: str) -> list[str]:
-    """Every staging object of a sink (tests and ``seglog check``)."""
-    return [k for k, _ in _walk(mgr, staging_prefix(sink_id), depth=3)]
+    """Every staging object of a sink (tests and ``seglog check``): one flat listing."""
+    prefix = staging_prefix(sink_id)
+    return [f"{prefix}/{e.name}" for e in mgr.storage.list_tree(prefix)]

@@ -4,24 +4,35 @@ A write task does what it does for a local dir (``sink_staging.PartitionStager``
 same routing, murmur2 placement, encoder, producerId/micro-batch stamping and checks),
 but its output goes to the bucket, never through the driver:
 
-1. Each topic-partition's encoded batches collect in memory; base offsets are made
+1. The topic's partition count and config come from this process's shared reader of
+   the bucket (``log_readers.reader``: opened once per Python worker, refreshed once per
+   task, so a task reads the commits made since the last one, never the history).
+2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
-2. A fragment is cut at ``FRAGMENT_BYTES`` (or the topic's ``segment.bytes``, if
-   smaller), so a task holds at most one fragment per partition it writes.
-3. The fragment is checked as an append is (``log_validator``: CRC, sizes, timestamps;
+3. A fragment is cut at ``FRAGMENT_BYTES`` (or the topic's ``segment.bytes``, if
+   smaller), between record batches (one Arrow batch's output is split too), so a task
+   holds at most one fragment per partition it writes and offsets stay within 32 bits
+   of a fragment's base; only a single record batch larger than the cut (it is within
+   ``max.message.bytes``) makes a larger fragment.
+4. The fragment is checked as an append is (``log_validator``: CRC, sizes, timestamps;
    ``LogAppendTime`` stamped here), its ``.index`` and ``.timeindex`` are built by the
    engine's own segment builder (``bucket_segment.build_fragment``: Kafka's entries hold
    offsets relative to the segment base, so they stay valid at any base), and the three
    objects are uploaded under
-   ``_seglog/staging/<sink id>/<batch id>/<attempt uid>/<topic>-<p>.<n>`` (``.log``,
-   ``.index``, ``.timeindex``; an empty index is no object).
-4. The task returns a ``StagedTask`` whose fragments are ``BucketFragment`` values
-   (object key, counts, sizes): the commit message. ``sink_bucket_commit`` turns them
-   into segment entries in one conditional commit.
+   ``_seglog/staging/<sink dir>/<batch, 20 digits>/<attempt uid>/<topic>-<p>.<n>``
+   (``.log``, ``.index``, ``.timeindex``; an empty index is no object; the layout and
+   what the collector keeps: ``logstore/bucket_staging``).
+5. The task returns a ``StagedTask`` whose fragments are ``BucketFragment`` values
+   (object key, counts, sizes) and which records each topic's partition count and
+   config overrides: the commit message. ``sink_bucket_commit`` turns them into segment
+   entries in one conditional commit.
+6. Task 0 of a batch then merges the small committed segments of the topics it wrote
+   (``merge_small_segments``): maintenance for a long-lived query, bounded per task, with
+   no data through the driver.
 
 A failing task deletes what it uploaded; a task killed mid-way leaves objects no commit
-references (collected as orphans; see ``sink_bucket_commit.sweep_staging``).
+references (the collector deletes them once their batch is settled).
 
 Not thread-safe: one ``BucketStager`` per task.
 """
@@ -36,13 +47,16 @@ from typing import cast
 
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import build_fragment
-from seglog.logstore.bucket_state import STAGING_DIR
+from seglog.logstore.bucket_staging import staging_prefix
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.errors import SeglogError, UnknownTopicOrPartitionError
+from seglog.logstore.config import LogConfig
+from seglog.logstore.errors import SeglogError
 from seglog.logstore.log_validator import validate_batches
 from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import iter_batch_headers, set_base_offset
+from seglog.logstore.topics import parse_overrides
 
+from .log_readers import reader
 from .sink_commit import crash_point
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
@@ -50,7 +64,6 @@ from .sink_staging import (
     StagedFragment,
     StagedTask,
     _Open,
-    _safe,
     _Topic,
     check_partition_count,
 )
@@ -63,12 +76,6 @@ __all__ = ["BucketFragment", "BucketStager", "stage_rows", "staging_prefix",
 FRAGMENT_BYTES = 64 << 20
 """A fragment is cut when it would grow past this (or the topic's ``segment.bytes``):
 it bounds a task's memory per partition and the size of one upload."""
-
-
-def staging_prefix(sink_id: str, batch_id: int | None = None) -> str:
-    """``_seglog/staging/<sink id>[/<batch id>]``: where a sink's tasks upload."""
-    prefix = f"{STAGING_DIR}/{_safe(sink_id)}"
-    return prefix if batch_id is None else f"{prefix}/{batch_id}"
 
 
 def open_bucket(options: SinkOptions, *, read_only: bool,
@@ -86,8 +93,7 @@ def open_bucket(options: SinkOptions, *, read_only: bool,
 class BucketFragment:
     """One uploaded fragment: a task's batches for one topic-partition.
 
-    ``offsets``: how many offsets it takes (its stored offsets are ``[0, offsets)``);
-    ``uploaded_ms``: when the task uploaded it (its clock), for the commit's age check."""
+    ``offsets``: how many offsets it takes (its stored offsets are ``[0, offsets)``)."""
 
     topic: str
     partition: int
@@ -98,19 +104,22 @@ class BucketFragment:
     max_timestamp: int
     index_bytes: int
     timeindex_bytes: int
-    uploaded_ms: int
 
     @property
     def path(self) -> str:
         return self.key
 
-    def object_keys(self) -> list[str]:
-        keys = [self.key + ".log"]
+    def object_sizes(self) -> list[tuple[str, int]]:
+        """(object key, size) of each object it uploaded."""
+        out = [(self.key + ".log", self.size)]
         if self.index_bytes:
-            keys.append(self.key + ".index")
+            out.append((self.key + ".index", self.index_bytes))
         if self.timeindex_bytes:
-            keys.append(self.key + ".timeindex")
-        return keys
+            out.append((self.key + ".timeindex", self.timeindex_bytes))
+        return out
+
+    def object_keys(self) -> list[str]:
+        return [k for k, _ in self.object_sizes()]
 
 
 class _Buffer:
@@ -125,9 +134,19 @@ class _Buffer:
         self.cut = min(FRAGMENT_BYTES, topic.config.segment_bytes)
 
     def write(self, data: bytes) -> None:
-        if self.data and len(self.data) + len(data) > self.cut:
-            self.flush()
-        self.data += data
+        if len(self.data) + len(data) <= self.cut:
+            self.data += data
+            return
+        # Cut between record batches: one Arrow batch may encode to many cuts.
+        view = memoryview(data)
+        start = 0
+        for h in iter_batch_headers(data):
+            pending = len(self.data) + h.position - start
+            if pending and pending + h.size > self.cut:
+                self.data += view[start:h.position]
+                start = h.position
+                self.flush()
+        self.data += view[start:]
 
     def flush(self) -> None:
         if self.data:
@@ -145,21 +164,27 @@ class BucketStager(PartitionStager):
     bucket: BucketLogManager | None = None
     _uploaded: list[BucketFragment] = field(default_factory=list)
     _counter: int = 0
+    _validated: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def _mgr(self) -> BucketLogManager:
         if self.bucket is None:
-            self.bucket = open_bucket(self.options, read_only=True, clock=self.clock)
+            self.bucket = shared_bucket(self.options)
+            self.bucket.refresh()  # once per task: the commits since the last task
         return self.bucket
 
     def _describe_topic(self, name: str) -> _Topic:
         mgr = self._mgr()
-        try:
-            count = len(mgr.partitions(name))
-        except UnknownTopicOrPartitionError:
+        spec = mgr.state.topics.get(name)
+        if spec is None:
             require_creatable(self.options, name)
-            return _Topic(name, self.options.num_partitions, self._default_config, {})
-        check_partition_count(self.options, name, count)
-        return _Topic(name, count, mgr.topic_config(name), {})
+            overrides = parse_overrides(dict(self.options.topic_config or {}),
+                                        base=mgr.default_topic_config)
+            self._validated[name] = overrides
+            config = LogConfig.from_properties(overrides, base=mgr.default_topic_config)
+            return _Topic(name, self.options.num_partitions, config, {})
+        check_partition_count(self.options, name, spec.partitions)
+        self._validated[name] = dict(spec.config)
+        return _Topic(name, spec.partitions, mgr.topic_config(name), {})
 
     def _file(self, topic: _Topic, partition: int) -> _Open:
         key = (topic.name, partition)
@@ -185,8 +210,7 @@ class BucketStager(PartitionStager):
         e = objects.entry
         fragment = BucketFragment(topic.name, partition, key, e.size,
                                   sum(h.records_count for h in headers), e.next_offset,
-                                  e.max_timestamp, e.index_bytes, e.timeindex_bytes,
-                                  self.clock.milliseconds())
+                                  e.max_timestamp, e.index_bytes, e.timeindex_bytes)
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
         storage = self._mgr().storage
@@ -209,7 +233,9 @@ class BucketStager(PartitionStager):
             # (sink_bucket_commit checks each one's type).
             cast("tuple[StagedFragment, ...]", tuple(sorted(
                 self._uploaded, key=lambda f: (f.topic, f.partition, f.key)))),
-            tuple(sorted((t.name, t.partitions) for t in self._topics.values())))
+            tuple(sorted((t.name, t.partitions) for t in self._topics.values())),
+            tuple(sorted((name, tuple(sorted(config.items())))
+                         for name, config in self._validated.items())))
 
     def discard(self) -> None:
         """Delete what this task uploaded (a failed task leaves nothing behind)."""
@@ -234,6 +260,16 @@ def delete_fragments(mgr: BucketLogManager, fragments: Iterable[BucketFragment])
     return removed
 
 
+def shared_bucket(options: SinkOptions) -> BucketLogManager:
+    """This process's manager of the sink's bucket (``log_readers.reader``: the source's
+    shared one, opened once per Python worker). Tasks only read its state and PUT and
+    DELETE their own objects through its storage."""
+    if options.bucket_uri is None:
+        raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
+    with reader(options.log_dirs) as mgr:
+        return cast(BucketLogManager, mgr)
+
+
 def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
                sink_id: str, batch_id: int, task: int, attempt: int,
                clock: Clock = SYSTEM_CLOCK) -> StagedTask:
@@ -246,6 +282,3 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
     except BaseException:
         stager.discard()
         raise
-    finally:
-        if stager.bucket is not None:
-            stager.bucket.close()

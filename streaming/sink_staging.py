@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from seglog.logstore.bucket_staging import sink_dir_name
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import (
@@ -84,10 +85,9 @@ def staging_root(log_dir: str | os.PathLike, sink_id: str) -> Path:
 
 
 def _safe(sink_id: str) -> str:
-    """A file-name-safe form of a sink id (query ids are UUIDs; job ids are ours)."""
-    if all(c.isalnum() or c in "-_." for c in sink_id) and sink_id not in ("", ".", ".."):
-        return sink_id
-    return hashlib.sha256(sink_id.encode()).hexdigest()[:32]
+    """A file-name-safe form of a sink id (query ids are UUIDs; job ids are ours): the
+    same name on a local dir and in a bucket (``bucket_staging.sink_dir_name``)."""
+    return sink_dir_name(sink_id)
 
 
 def producer_id_of(sink_id: str) -> int:
@@ -129,7 +129,8 @@ class StagedTask:
     """What one task attempt staged (the payload of a Spark commit message).
 
     ``topic_partitions`` records the partition count each topic was routed with, so the
-    commit can refuse a batch whose key placement no longer matches the topic."""
+    commit can refuse a batch whose key placement no longer matches the topic;
+    ``topic_configs`` the configs the rows were checked against."""
 
     sink_id: str
     batch_id: int
@@ -138,6 +139,10 @@ class StagedTask:
     attempt_uid: str
     fragments: tuple[StagedFragment, ...] = ()
     topic_partitions: tuple[tuple[str, int], ...] = ()
+    topic_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    """Per topic, the config overrides the rows were checked against (the bucket sink's
+    commit refuses a topic whose config changed since; the local commit appends through
+    ``Log.append``, which checks again)."""
 
     @property
     def records(self) -> int:

@@ -149,18 +149,17 @@ def test_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path) -> None:
 def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path,
                                                                 s3_uri: str) -> None:
     """The same on a bucket (moto S3; the job inherits the ``AWS_*`` environment): the
-    killed runs leave only uploads no commit references, which the sweep deletes after
-    the orphan grace without touching the output."""
+    killed runs leave only uploads no commit references, which the collector deletes
+    once their batches are settled (here with no orphan grace) without touching the
+    output."""
+    from seglog.logstore.bucket_manager import BucketLogManager
     from seglog.logstore.bucket_state import STAGING_DIR
-    from seglog.logstore.clock import MockClock
-    from seglog.streaming.sink_bucket_commit import ORPHAN_GRACE_MS, _walk, sweep_staging
 
     expected = _kill_and_restart(tmp_path, s3_uri)
-    with LogManager(s3_uri) as mgr:
-        future = MockClock(mgr.clock.milliseconds() + ORPHAN_GRACE_MS + 60_000)
-        sweep_staging(mgr, clock=future)
+    with BucketLogManager(s3_uri, orphan_grace_ms=0) as mgr:
+        mgr.collect()
         referenced = {seg.key for p in mgr.state.partitions.values() for seg in p.segments}
-        left = {key for key, _ in _walk(mgr, STAGING_DIR, depth=4)}
+        left = {f"{STAGING_DIR}/{e.name}" for e in mgr.storage.list_tree(STAGING_DIR)}
     assert left <= {k + suffix for k in referenced for suffix in (".log", ".index",
                                                                    ".timeindex")}
     assert _output(s3_uri) == expected

@@ -96,3 +96,54 @@ class _CountingReader:
 def counting_memory_storage() -> CountingStorage:
     return CountingStorage(ObjectStorage(memory_uri()))
 
+
+
+class StoreClockStorage:
+    """Forwards to ``inner``, but the store's clock follows ``clock``: an object written
+    after ``clock`` advanced by ``d`` is listed ``d`` later than the store stamped it
+    (the collector judges ages by the store's clock, which a test cannot otherwise
+    move)."""
+
+    def __init__(self, inner: Storage, clock: Any) -> None:
+        self.inner = inner
+        self.clock = clock
+        self._start = clock.milliseconds()
+        self._shifts: dict[str, int] = {}  # key -> how far the clock had moved at its write
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def _shift(self, path: Any, entries: list) -> list:
+        from dataclasses import replace
+        prefix = f"{path}/" if str(path) else ""
+        return [e if e.is_dir else replace(
+            e, mtime_ms=e.mtime_ms + self._shifts.get(f"{prefix}{e.name}", 0))
+            for e in entries]
+
+    def write_atomic(self, path: Any, data: Any) -> None:
+        self.inner.write_atomic(path, data)
+        self._shifts[str(path)] = self.clock.milliseconds() - self._start
+
+    def create(self, path: Any, data: Any) -> bool:
+        made = self.inner.create(path, data)
+        if made:
+            self._shifts[str(path)] = self.clock.milliseconds() - self._start
+        return made
+
+    def list_dir(self, path: Any) -> list:
+        return self._shift(path, self.inner.list_dir(path))
+
+    def list_after(self, path: Any, start_after: str) -> list:
+        return self._shift(path, self.inner.list_after(path, start_after))
+
+    def list_tree(self, path: Any, start_after: str = "") -> list:
+        return self._shift(path, self.inner.list_tree(path, start_after))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def store_moving_with(clock: Any, uri: str | None = None) -> StoreClockStorage:
+    """A memory:// store whose clock advances with ``clock`` (see ``StoreClockStorage``)."""
+    return StoreClockStorage(ObjectStorage(uri or memory_uri()), clock)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pyarrow as pa
-from bucket_helpers import memory_uri
+from bucket_helpers import memory_uri, store_moving_with
 
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
@@ -77,13 +77,13 @@ def test_a_reader_holding_an_older_view_reads_until_the_delay_passes():
 
 def test_orphans_are_deleted_after_the_grace_only():
     clock = now_clock()
-    mgr = BucketLogManager(memory_uri(), clock=clock)
+    mgr = BucketLogManager(store_moving_with(clock), clock=clock)
     mgr.create_topic("t", 1, {"retention.ms": -1})
     mgr.append("t", 0, batch(0))
     committed = names(mgr, "t-0")
     orphan = "t-0/00000000000000000004-0123456789abcdef.log"
     mgr.storage.write_atomic(orphan, b"a dead writer's upload")
-    mgr.storage.write_atomic("_seglog/staging/q1/part-0.bin", b"a dead sink task's")
+    mgr.storage.write_atomic("_seglog/staging/q1/part-0.bin", b"not a sink's upload")
     mgr.storage.write_atomic("gone-0/00000000000000000000-0123456789abcdef.log", b"x")
     stats = mgr.collect()
     assert (stats.orphans, stats.orphans_waiting) == (0, 3)
@@ -98,7 +98,7 @@ def test_orphans_are_deleted_after_the_grace_only():
 
 def test_a_configured_orphan_grace():
     clock = now_clock()
-    mgr = BucketLogManager(memory_uri(), clock=clock, orphan_grace_ms=5_000)
+    mgr = BucketLogManager(store_moving_with(clock), clock=clock, orphan_grace_ms=5_000)
     mgr.create_topic("t", 1)
     mgr.storage.write_atomic("t-0/00000000000000000000-0123456789abcdef.log", b"x")
     # The store stamps the object with the wall time of the write, after the clock's start.

@@ -162,6 +162,27 @@ def test_list_after_lists_files_after_a_name(storage):
     assert st.list_after(storage.path("nothing-here"), "") == []
 
 
+# Clause: list_tree is every file below a path, flat, by relative name, after a name.
+def test_list_tree_lists_every_file_below_a_path(storage):
+    st = storage.storage
+    d = storage.makedirs("_seglog", "staging")
+    storage.makedirs("_seglog", "staging", "q", "00000000000000000001", "u")
+    storage.makedirs("_seglog", "staging", "q", "00000000000000000002", "u")
+    storage.makedirs("_seglog", "staging-other")
+    for name in ("q/00000000000000000001/u/t-0.1.log", "q/00000000000000000002/u/t-0.1.log",
+                 "q/00000000000000000002/u/t-0.1.index", "top"):
+        st.write_atomic(f"{d}/{name}", b"abc")
+    st.write_atomic(storage.path("_seglog", "staging-other", "x"), b"1")  # a sibling prefix
+    listed = st.list_tree(d)
+    assert [e.name for e in listed] == [
+        "q/00000000000000000001/u/t-0.1.log", "q/00000000000000000002/u/t-0.1.index",
+        "q/00000000000000000002/u/t-0.1.log", "top"]
+    assert all(e.size == 3 and not e.is_dir and e.mtime_ms > 0 for e in listed)
+    assert [e.name for e in st.list_tree(d, "q/00000000000000000002")] == [
+        "q/00000000000000000002/u/t-0.1.index", "q/00000000000000000002/u/t-0.1.log", "top"]
+    assert st.list_tree(storage.path("nothing-here")) == []
+
+
 # Clause: delete of a missing path is not an error.
 def test_delete_of_a_missing_path(storage):
     st = storage.storage
