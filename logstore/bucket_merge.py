@@ -72,6 +72,27 @@ def plan_merges(ps: PartitionState, config: LogConfig) -> list[tuple[SegmentEntr
     return [r for r in runs if len(r) > 1]
 
 
+def plan_small_merges(ps: PartitionState, config: LogConfig, *, target_bytes: int,
+                      min_segments: int) -> list[tuple[SegmentEntry, ...]]:
+    """Runs of at least ``min_segments`` adjacent *small* segments (each under half of
+    ``target_bytes``), grouped as ``plan_merges`` groups them but into at most
+    ``target_bytes``: what a running Spark sink merges in its tasks. A segment that
+    reached half the target is never rewritten again, so each byte is rewritten a few
+    times at most, not once per merge as when everything merges into one growing
+    segment."""
+    small = replace(config, segment_bytes=min(config.segment_bytes, target_bytes))
+    runs: list[tuple[SegmentEntry, ...]] = []
+    stretch: list[SegmentEntry] = []
+    for seg in (*ps.segments, None):
+        if seg is not None and seg.size < target_bytes // 2:
+            stretch.append(seg)
+            continue
+        if len(stretch) >= min_segments:
+            runs += plan_merges(replace(ps, segments=tuple(stretch)), small)
+        stretch = []
+    return [r for r in runs if len(r) >= min_segments]
+
+
 def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
                    partition: int, config: LogConfig) -> SegmentObjects:
     """One Kafka segment holding ``run``'s batches, with rebuilt indexes."""
@@ -90,12 +111,15 @@ def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
 
 def merge_partition(commits: CommitLog, topic: str, partition: int, config: LogConfig,
                     clock: Clock, max_upload_age_ms: int,
-                    on_commit: Callable[[], None] = lambda: None) -> MergeResult:
-    """Plan, rewrite, upload and commit the merges of one partition (one commit)."""
+                    on_commit: Callable[[], None] = lambda: None,
+                    runs: list[tuple[SegmentEntry, ...]] | None = None) -> MergeResult:
+    """Plan (or take ``runs``), rewrite, upload and commit the merges of one partition
+    (one commit)."""
     storage = commits.storage
     key = tp_key(topic, partition)
     ps = commits.state.partitions.get(key)
-    runs = plan_merges(ps, config) if ps is not None else []
+    if runs is None:
+        runs = plan_merges(ps, config) if ps is not None else []
     if not runs:
         return MergeResult(0, 0, 0)
     built = [merged_segment(storage, run, topic, partition, config) for run in runs]

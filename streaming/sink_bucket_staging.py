@@ -57,6 +57,7 @@ from seglog.logstore.record_format import iter_batch_headers, set_base_offset
 from seglog.logstore.topics import parse_overrides
 
 from .log_readers import reader
+from .sink_bucket_merge import MERGING_TASK, merge_small_segments
 from .sink_commit import crash_point
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
@@ -278,7 +279,18 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
     try:
         for rb in batches:
             stager.add(rb)
-        return stager.finish()
+        staged = stager.finish()
     except BaseException:
         stager.discard()
         raise
+    if task == MERGING_TASK:
+        topics = [t for t, _ in staged.topic_partitions]
+        if options.topic is not None:
+            topics.append(options.topic)
+        try:
+            merge_small_segments(stager._mgr(), topics, clock)
+        except SeglogError as e:  # best effort: the rows are staged, the next batch retries
+            logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
+                           "%s", task, batch_id, ", ".join(sorted(set(topics))),
+                           redact_uris(options.log_dirs), e)
+    return staged

@@ -16,6 +16,8 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_staging import SINK_EXPIRY_MS, staging_prefix
 from seglog.logstore.bucket_state import STAGING_DIR
 from seglog.logstore.clock import MockClock
 from seglog.logstore.log_manager import LogManager
@@ -24,8 +26,6 @@ from seglog.logstore.record_codec import decode_batches
 from seglog.streaming import sink_bucket_commit
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.partitioner import partitions_for_keys
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_staging import SINK_EXPIRY_MS, staging_prefix
 from seglog.streaming.sink_bucket_commit import (
     BUCKET_CRASH_STEPS,
     abort,

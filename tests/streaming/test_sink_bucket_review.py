@@ -8,6 +8,8 @@ echoed."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 
 import pyarrow as pa
@@ -257,3 +259,37 @@ def test_a_commit_that_landed_though_its_request_failed_is_published(monkeypatch
     abort(tasks, 0, opts)
     assert "its data IS visible" in caplog.text
     check_exactly_once(uri, values(0))
+
+
+def test_a_long_stream_merges_its_fragments_and_collects_them_exactly_once():
+    """Maintenance for a running query, with no data through the driver: task 0 merges
+    runs of small committed segments, the driver's maintenance collects the fragments
+    merged away after file.delete.delay.ms."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "logstore"))
+    from bucket_helpers import StoreClockStorage
+
+    from seglog.logstore.bucket_state import STAGING_DIR
+    from seglog.streaming.sink_bucket_merge import MERGE_MIN_SEGMENTS
+
+    uri = memory_uri()
+    opts = options(uri, numPartitions="2", maintenanceIntervalMs="0")
+    expected = []
+    batches = 4 * MERGE_MIN_SEGMENTS
+    for b in range(batches):
+        tasks = [stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(3)]
+        commit(tasks, b, opts)
+        expected += [v for t in range(3) for v in values(b, 30, f"t{t}")]
+    with LogManager(uri, read_only=True) as mgr:
+        segments = {tp: len(mgr.state.partition(*tp).segments) for tp in
+                    ((TOPIC, 0), (TOPIC, 1))}
+    # 3 fragments per partition per batch without merging; merged: a few each
+    assert all(n < 2 * MERGE_MIN_SEGMENTS for n in segments.values()), segments
+    check_exactly_once(uri, expected)
+    clock = MockClock(int(time.time() * 1000))
+    with BucketLogManager(StoreClockStorage(ObjectStorage(uri), clock), clock=clock) as mgr:
+        clock.advance(61_000)  # file.delete.delay.ms (60 s) after the merges
+        assert mgr.collect().removed_objects > 0
+        staged = mgr.storage.list_tree(STAGING_DIR)
+        referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
+        assert {f"{STAGING_DIR}/{e.name}".rsplit(".", 1)[0] for e in staged} <= referenced
+    check_exactly_once(uri, expected)
