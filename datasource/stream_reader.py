@@ -121,8 +121,10 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(end, stamp)
 
     def reportLatestOffset(self) -> dict | None:
+        # Spark asks right after latestOffset, in the same process: on a bucket, the
+        # state that call refreshed answers (no second LIST per trigger).
         snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
-                                 options=self._options)
+                                 options=self._options, refresh=False)
         return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(self._options)})
 
     # ------------------------------------------------------------------ planning

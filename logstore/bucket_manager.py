@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
@@ -104,6 +105,7 @@ class BucketLogManager:
             self.storage, clock=clock,
             delete_delay_ms=self.default_topic_config.file_delete_delay_ms)
         self._lock = threading.RLock()  # guards _logs, _configs
+        self._held = threading.local()  # depth of one_refresh blocks of this thread
         self._logs: dict[TopicPartition, BucketLog] = {}
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
         self._closed = False
@@ -121,11 +123,27 @@ class BucketLogManager:
     def refresh(self) -> bool:
         """Fold the commits other processes made since (one LIST), and give the logs
         opened so far the new state (as a reader of log dirs pushes a new high
-        watermark into its logs); True if there were any."""
+        watermark into its logs); True if there were any. Inside ``one_refresh`` of
+        this thread, no request: the state that block refreshed."""
+        if getattr(self._held, "depth", 0):
+            return False
         changed = self.commits.refresh()
         if changed:
             self._sync_logs()
         return changed
+
+    @contextmanager
+    def one_refresh(self, refresh: bool = True) -> Iterator[None]:
+        """Refresh once (unless ``refresh`` is False), then answer every call of the
+        block that would refresh (``topics``, ``high_watermarks``, ...) from that state:
+        a source's trigger asks several questions of one state, with one LIST."""
+        if refresh:
+            self.refresh()
+        self._held.depth = getattr(self._held, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._held.depth -= 1
 
     def sync_logs(self) -> None:
         """Give the logs opened so far the state the commit log holds (no request)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,9 +136,14 @@ def snapshot_log_dirs(
     start_offsets_for: Callable[[TopicPartition], bool] | None = None,
     options: SourceOptions | None = None,
     storage: StorageOptions = NO_STORAGE_OPTIONS,
+    refresh: bool = True,
 ) -> LogSnapshot:
     """Take a ``LogSnapshot`` through the process's shared read-only ``LogManager``
     (``log_readers``: checkpoint files, re-read every call; listings only where changed).
+
+    On a bucket every answer comes from one refresh of the state (one LIST), or, with
+    ``refresh=False``, from the state the shared manager holds (no request: a trigger's
+    ``reportLatestOffset`` right after its ``latestOffset``).
 
     Log start offsets cost a directory listing per partition, so a streaming trigger
     asks only for the partitions it needs them for (``start_offsets_for``, e.g. new
@@ -155,7 +161,7 @@ def snapshot_log_dirs(
     dirs = tuple(log_dirs)
     if options is not None:
         storage = options.storage
-    with reader(dirs, storage) as mgr:
+    with reader(dirs, storage) as mgr, _one_refresh(mgr, refresh):
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
         if options is not None:
@@ -181,6 +187,13 @@ def snapshot_log_dirs(
         return offset_for_timestamp(dirs, tp, ts_ms, storage)
 
     return LogSnapshot(parts, lsos, hws, lookup)
+
+
+def _one_refresh(mgr: object, refresh: bool) -> AbstractContextManager[object]:
+    """A bucket manager's ``one_refresh`` block; nothing for local dirs (their
+    checkpoints are read on each call, and their listings are cached by mtime)."""
+    hold = getattr(mgr, "one_refresh", None)
+    return hold(refresh) if hold is not None else nullcontext()
 
 
 def _report_beyond_log_end(beyond: dict[TopicPartition, tuple[Path, int, int]],

@@ -71,9 +71,17 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
 
 def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
-    log.refresh()  # a reused reader's log start offset is as old as its last listing
-    if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
-        mgr.high_watermarks()  # also tells every loaded Log its high watermark
+    if hasattr(log, "sync"):
+        # A bucket log: its state comes from commits. The worker's shared manager asks
+        # the bucket (one LIST) only when what it knows ends before the range; a range
+        # of removed data shows as missing objects, which the read path refreshes on.
+        log.sync()
+        if log.high_watermark < r.end:
+            log.refresh()
+    else:
+        log.refresh()  # a reused reader's log start offset is as old as its last listing
+        if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
+            mgr.high_watermarks()  # also tells every loaded Log its high watermark
     start = r.start
     if r.timestamp_range is not None:
         first = log.offset_for_timestamp(r.timestamp_range[0])

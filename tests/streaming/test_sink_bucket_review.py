@@ -296,3 +296,47 @@ def test_a_long_stream_merges_its_fragments_and_collects_them_exactly_once():
         referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
         assert {f"{STAGING_DIR}/{e.name}".rsplit(".", 1)[0] for e in staged} <= referenced
     check_exactly_once(uri, expected)
+
+
+def test_source_planning_lists_once_per_trigger_and_reads_list_only_when_behind(monkeypatch):
+    """Review (source): the driver made ~4 LISTs per trigger, and every read task one;
+    now one per trigger (none for reportLatestOffset), and a reused worker's reads list
+    only when what it knows ends before the range."""
+    from seglog.datasource.schema import arrow_schema
+    from seglog.streaming.read_planning import ReadRange
+    from seglog.streaming.source_offsets import snapshot_log_dirs
+    from seglog.streaming.source_options import SourceOptions
+    from seglog.streaming.source_read import read_range
+
+    uri = memory_uri()
+    opts = options(uri, numPartitions="8")
+    commit([stage(opts, 0, task=t, n=200) for t in range(2)], 0, opts)
+    src = SourceOptions.parse({"path": uri, "subscribe": TOPIC}, streaming=True)
+    lists = []
+    real = ObjectStorage.list_after
+    monkeypatch.setattr(ObjectStorage, "list_after",
+                        lambda self, *a: lists.append(a) or real(self, *a))
+
+    def snapshot(**kw):
+        lists.clear()
+        snap = snapshot_log_dirs(src.log_dirs, start_offsets_for=lambda tp: True,
+                                 options=src, **kw)
+        return snap, len(lists)
+
+    snap, first = snapshot()
+    assert first <= 1
+    assert snapshot()[1] == 1  # latestOffset: one LIST
+    assert snapshot(refresh=False)[1] == 0  # reportLatestOffset: none
+    schema = arrow_schema(False)
+    ends = {tp: snap.latest(tp) for tp in snap.subscribed(src)}
+    lists.clear()
+    for (t, p), end in sorted(ends.items()):  # this trigger's ranges: known, no LIST
+        list(read_range(ReadRange(src.log_dirs, t, p, 0, end), schema))
+    assert lists == []
+    commit([stage(opts, 1, task=0, n=200)], 1, opts)
+    with LogManager(uri, read_only=True) as other:  # the driver, another process
+        new_ends = other.high_watermarks()
+    lists.clear()
+    for (t, p), end in sorted(ends.items()):  # the next trigger: the first range behind
+        list(read_range(ReadRange(src.log_dirs, t, p, end, new_ends[(t, p)]), schema))
+    assert len(lists) == 1  # refreshes the worker's state for all the others
