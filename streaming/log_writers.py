@@ -32,12 +32,13 @@ from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.clock import Clock
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()  # guards _paused, _buckets and _pid
 _paused: dict[tuple[str, ...], LogManager] = {}
-_buckets: dict[str, BucketLogManager] = {}
+_buckets: dict[tuple[str, StorageOptions], BucketLogManager] = {}
 _pid = os.getpid()
 
 
@@ -83,17 +84,20 @@ def pause(log_dirs: tuple[str, ...], mgr: LogManager) -> None:
         mgr.close()
 
 
-def bucket_writer(uri: str, clock: Clock) -> BucketLogManager:
-    """This process's writer of the bucket ``uri``, opened on first use. A bucket has no
+def bucket_writer(uri: str, clock: Clock,
+                  storage: StorageOptions = NO_STORAGE_OPTIONS) -> BucketLogManager:
+    """This process's writer of the bucket ``uri`` with object-store options ``storage``
+    (the key, as ``log_readers``'), opened on first use. A bucket has no
     lock to release, so nothing is paused: the caller refreshes it (one LIST, a GET per
     commit made since), and a commit on a stale state loses its create and builds again.
     Opening reads the newest snapshot, whose size grows with the history: once per
     process, not once per micro-batch."""
     with _lock:
         _forget_parent()
-        mgr = _buckets.get(uri)
+        mgr = _buckets.get((uri, storage))
         if mgr is None or mgr.clock is not clock:  # another clock: tests
-            mgr = _buckets[uri] = BucketLogManager(uri, clock=clock)
+            mgr = _buckets[(uri, storage)] = BucketLogManager(uri, clock=clock,
+                                                              storage_options=storage)
         return mgr
 
 

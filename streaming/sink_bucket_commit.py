@@ -359,7 +359,7 @@ def bucket_writer(options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> BucketLo
     uri = options.bucket_uri
     if uri is None:
         raise SinkCommitError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
-    return log_writers.bucket_writer(uri, clock)
+    return log_writers.bucket_writer(uri, clock, options.storage)
 
 
 def staged_keys(mgr: BucketLogManager, sink_id: str) -> list[str]:

@@ -267,7 +267,7 @@ def shared_bucket(options: SinkOptions) -> BucketLogManager:
     DELETE their own objects through its storage."""
     if options.bucket_uri is None:
         raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
-    with reader(options.log_dirs) as mgr:
+    with reader(options.log_dirs, options.storage) as mgr:
         return cast(BucketLogManager, mgr)
 
 
