@@ -59,6 +59,7 @@ from .file_names import (
 )
 from .log_segment import LogSegment
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .recovered_batches import MAX_ROWS, ProducerBatchCollector, RecoveredBatches
 from .storage import LOCAL
 from .transactions import Transactions, may_hold_markers
 from .txn_index import AbortedTxn
@@ -104,6 +105,25 @@ class LogLoader:
         self.log_start_offset = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
         self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
+        # base offset -> what recovering the segment kept for producer state (pass 6)
+        self._recovered: dict[int, RecoveredBatches] = {}
+        self._rows_left = MAX_ROWS  # of the memory bound in recovered_batches
+
+    def _recover_segment(self, seg: LogSegment) -> int:
+        """``seg.recover``, keeping its producer batches for pass 6; returns bytes cut."""
+        earlier = self._recovered.pop(seg.base_offset, None)
+        if earlier is not None:
+            self._rows_left += len(earlier.rows)
+        collector = ProducerBatchCollector(seg.log_path, self._rows_left)
+        truncated = seg.recover(self.config.max_message_bytes, producers=collector)
+        kept = collector.result()
+        if kept is None:
+            logger.info("recovery of %s kept too many producer batches; producer state "
+                        "reads the segment again", seg.log_path)
+        else:
+            self._recovered[seg.base_offset] = kept
+            self._rows_left -= len(kept.rows)
+        return truncated
 
     def _open_segment(self, base: int, suffix: str = "", *, lazy: bool = False) -> LogSegment:
         cfg = self.config
@@ -118,10 +138,16 @@ class LogLoader:
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
+        # Pass 4 walks every segment from the one holding the recovery point: a segment
+        # it will recover is not recovered here too (a crashed writer's active segment
+        # has an untrimmed index that fails its check), so its bytes are read once.
+        unclean_from = None if self.had_clean_shutdown else self._recovery_start(segments)
+        needs_recovery = [s for s in needs_recovery
+                          if unclean_from is None or s.base_offset < unclean_from]
         recovered = {s.base_offset for s in needs_recovery}
         for seg in needs_recovery:
             logger.warning("rebuilding the indexes of %s", seg.log_path)
-            seg.recover(self.config.max_message_bytes)
+            self._recover_segment(seg)
             if seg is not segments[-1]:
                 seg.on_become_inactive()
         if not self.had_clean_shutdown:
@@ -185,10 +211,14 @@ class LogLoader:
                                len(entries))
                 txn.write_all(entries)
 
+        # What recovery kept of the segments still in the log (a truncation in pass 4
+        # deletes the segments after it): those are not read again.
+        kept = {s.base_offset: self._recovered[s.base_offset] for s in segments
+                if s.base_offset in self._recovered}
         if rebuild:
-            state = txns.state_at(min(rebuild), on_segment=verify)
-            return txns.advance(state, leo, on_segment=verify)
-        return txns.state_at(leo, on_segment=verify)
+            state = txns.state_at(min(rebuild), on_segment=verify, recovered=kept)
+            return txns.advance(state, leo, on_segment=verify, recovered=kept)
+        return txns.state_at(leo, on_segment=verify, recovered=kept)
 
     # -- pass 1: temporary files ----------------------------------------------------------
 
@@ -292,17 +322,24 @@ class LogLoader:
 
     # -- pass 4: recovery -----------------------------------------------------------------
 
+    def _recovery_start(self, segments: list[LogSegment]) -> int:
+        """Base offset of the first segment pass 4 recovers: the one holding the
+        recovery point (the first segment when none does)."""
+        start = segments[0].base_offset if segments else 0
+        for seg in segments:
+            if seg.base_offset <= self.recovery_point:
+                start = seg.base_offset
+        return start
+
     def _recover(self, segments: list[LogSegment]) -> tuple[list[LogSegment], set[int]]:
         """Pass 4; returns the segments kept and the base offsets of those replayed."""
         replayed: set[int] = set()
-        start = 0
-        for i, seg in enumerate(segments):
-            if seg.base_offset <= self.recovery_point:
-                start = i
+        first = self._recovery_start(segments)
+        start = next((i for i, s in enumerate(segments) if s.base_offset == first), 0)
         for i in range(start, len(segments)):
             seg = segments[i]
             replayed.add(seg.base_offset)
-            truncated = seg.recover(self.config.max_message_bytes)
+            truncated = self._recover_segment(seg)
             if truncated:
                 later = segments[i + 1:]
                 for doomed in later:

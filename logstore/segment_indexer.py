@@ -19,6 +19,8 @@ Not thread-safe: one indexer belongs to one rebuild.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from . import segment_scan
@@ -36,6 +38,9 @@ from .record_format import (
     WALK_INVALID,
 )
 from .record_format_kernels import header_table
+
+if TYPE_CHECKING:
+    from .recovered_batches import ProducerBatchCollector
 
 SCAN_CAPACITY = 65_536
 """Batches per header-walk kernel call."""
@@ -65,6 +70,8 @@ class SegmentIndexer:
         self._tidx = np.empty((0, 2), np.int64)
         # since last entry, max ts, its offset, offset entries, time entries, last entry ts
         self._state = np.array([0, NO_TIMESTAMP, base_offset, 0, 0, NO_TIMESTAMP], np.int64)
+        # Recovery sets it: the valid batches' rows also feed producer state
+        self.producers: ProducerBatchCollector | None = None
 
     def scan(self, buf: np.ndarray, n: int, chunk_pos: int) -> tuple[int, int, str]:
         """Check and index the whole v2 batches at the start of ``buf[:n]`` (a uint8
@@ -87,6 +94,8 @@ class SegmentIndexer:
                     end = int(batches[good, H_POSITION])
                 if good:
                     self._index(batches, good, chunk_pos)
+                    if self.producers is not None:
+                        self.producers.add(buf, batches[:good], chunk_pos)
                     self.valid_end = chunk_pos + int(batches[good - 1, H_POSITION]
                                                      + batches[good - 1, H_SIZE])
             p = end

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .control_records import ControlRecord
 from .errors import CorruptIndexError, CorruptRecordError
 from .log_segment import LogSegment
 from .producer_state import (
@@ -67,6 +68,7 @@ from .record_format import (
     Bytes,
     iter_batch_headers,
 )
+from .recovered_batches import RecoveredBatches
 from .txn_index import AbortedTxn, collect_aborted
 
 logger = logging.getLogger(__name__)
@@ -161,7 +163,11 @@ def apply_batch(state: ProducerStateManager, h: BatchHeader,
                 buf: Bytes) -> AbortedTxn | None:
     """Apply one batch as Kafka's recovery does (the batch is one append); returns the
     ``.txnindex`` entry when it aborts a transaction."""
-    marker = read_control_marker(buf, h) if h.is_control else None
+    return _apply(state, h, read_control_marker(buf, h) if h.is_control else None)
+
+
+def _apply(state: ProducerStateManager, h: BatchHeader,
+           marker: ControlRecord | None) -> AbortedTxn | None:
     completed = state.append_batch(h, marker)
     if completed is None:
         return None
@@ -184,6 +190,19 @@ def scan_segment(seg: LogSegment, state: ProducerStateManager, *, start_position
             aborted.append(entry)
     state.map_end_offset = max(state.map_end_offset,
                                min(end_offset, seg.read_next_offset()))
+    return aborted
+
+
+def replay_recovered(state: ProducerStateManager, batches: RecoveredBatches
+                     ) -> list[AbortedTxn]:
+    """``scan_segment`` of a whole segment from what its recovery kept (no read)."""
+    aborted = []
+    for row in batches.rows.tolist():
+        h = BatchHeader.from_row(row)
+        entry = _apply(state, h, batches.marker(h) if h.is_control else None)
+        if entry is not None:
+            aborted.append(entry)
+    state.map_end_offset = max(state.map_end_offset, batches.next_offset)
     return aborted
 
 
@@ -262,9 +281,11 @@ class Transactions:
     # -- state at an offset ---------------------------------------------------------------
 
     def state_at(self, offset: int, *,
-                 on_segment: Callable[[int, list[AbortedTxn]], None] | None = None
+                 on_segment: Callable[[int, list[AbortedTxn]], None] | None = None,
+                 recovered: Mapping[int, RecoveredBatches] | None = None
                  ) -> ProducerStateManager:
-        """Producer state of the batches below ``offset`` (a batch boundary)."""
+        """Producer state of the batches below ``offset`` (a batch boundary); see
+        ``advance`` for ``on_segment`` and ``recovered``."""
         dir_ = self._dir()
         bases, get = self._view()
         state = None
@@ -276,13 +297,16 @@ class Transactions:
         if state is None:
             start = bases[0] if bases else offset
             state = ProducerStateManager(max(start, 0))
-        return self.advance(state, offset, on_segment=on_segment)
+        return self.advance(state, offset, on_segment=on_segment, recovered=recovered)
 
     def advance(self, state: ProducerStateManager, offset: int, *,
-                on_segment: Callable[[int, list[AbortedTxn]], None] | None = None
+                on_segment: Callable[[int, list[AbortedTxn]], None] | None = None,
+                recovered: Mapping[int, RecoveredBatches] | None = None
                 ) -> ProducerStateManager:
         """Scan ``state`` forward from its map end offset to ``offset``. ``on_segment(i,
-        entries)`` hears of every segment scanned from its base to its end."""
+        entries)`` hears of every segment scanned from its base to its end. A segment
+        applied whole whose base is in ``recovered`` (what the loader's recovery kept of
+        it) is not read."""
         bases, get = self._view()
         import bisect
 
@@ -297,7 +321,11 @@ class Transactions:
                     i += 1
                     continue
                 start = h.position
-            entries = scan_segment(seg, state, start_position=start, end_offset=offset)
+            kept = recovered.get(bases[i]) if recovered and whole else None
+            if kept is not None and kept.next_offset <= offset:
+                entries = replay_recovered(state, kept)
+            else:
+                entries = scan_segment(seg, state, start_position=start, end_offset=offset)
             if whole and on_segment is not None:
                 on_segment(i, entries)
             i += 1
