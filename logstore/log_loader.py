@@ -12,24 +12,28 @@ nothing: ``log_reader``):
    the ``.swap`` suffix is dropped (``Log.replace_segments`` crashed half way).
 3. **Segment files.** Index files without a ``.log`` are unlinked (orphans). Every
    ``.log`` is opened; a missing time index is created empty; a missing offset index or
-   one failing its sanity check (reads only the index file) gets the segment recovered.
+   one failing its sanity check (reads only the index file) gets the segment recovered,
+   unless pass 4 recovers it anyway.
 4. **Recovery** (only without a clean shutdown): from the segment holding the recovery
    point on, each segment's indexes are reset and its batches walked (size, CRC,
    increasing offsets, ``max.message.bytes``) while the indexes are rebuilt; at the first
    invalid or partial batch the segment is cut there and every later segment deleted.
+   The walk keeps the batches with a producer id for pass 6 (``recovered_batches``).
 5. **Offsets.** An empty directory gets a segment at the log start offset; the log end
    offset comes from the last segment's tail (past its last index entry); the active
    segment's indexes are preallocated again.
 6. **Producer state and transaction indexes.** Producer snapshots past the log end or
    below the first segment are deleted (Kafka's ``truncateAndReload``). The state is
    loaded from the newest valid snapshot and the batches after it are replayed
-   (``transactions``). The ``.txnindex`` of every segment replayed from its base is
-   compared with what the replay computed and rewritten when it differs or is missing;
-   the replay starts early enough to cover every recovered segment and every segment
-   whose existing ``.txnindex`` fails its checks (the files are few: one per segment
-   holding an aborted transaction), and, when the producer snapshots cannot rule out a
-   marker in it, the active segment when it has no ``.txnindex``. A missing ``.txnindex``
-   of an older segment is rebuilt on the first read_committed read that needs it.
+   (``transactions``); a segment recovered in pass 3 or 4 is replayed from what its
+   recovery kept, not read again. The ``.txnindex`` of every segment replayed from its
+   base is compared with what the replay computed and rewritten when it differs or is
+   missing; the replay starts early enough to cover every recovered segment and every
+   segment whose existing ``.txnindex`` fails its checks (the files are few: one per
+   segment holding an aborted transaction), and, when the producer snapshots cannot rule
+   out a marker in it, the active segment when it has no ``.txnindex``. A missing
+   ``.txnindex`` of an older segment is rebuilt on the first read_committed read that
+   needs it.
 
 A clean open therefore reads no segment data except the few bytes past the last offset
 index entry of the last segment, the newest producer snapshot and the ``.txnindex``
