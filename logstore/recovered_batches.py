@@ -13,8 +13,8 @@ Memory is bounded: a plain (non-transactional) data batch whose producer's next 
 the segment is a data batch is dropped, because that batch overwrites every field the
 dropped one set (``ProducerStateManager.append_batch``), so an idempotent producer costs
 a row per segment, not a row per batch. Transactional batches and markers are all kept.
-Past ``max_rows`` rows the collector gives up (``result()`` is None) and the loader
-reads the segment again, as without a collector.
+Past ``max_rows`` rows kept (counted after that reduction) the collector gives up
+(``result()`` is None) and the loader reads the segment again, as without a collector.
 
 A control record that fails to parse is not raised during recovery (the batch's CRC
 holds, so recovery keeps it): it is kept and raised when the batch is applied, as a scan
@@ -102,7 +102,9 @@ class ProducerBatchCollector:
         found[:, H_POSITION] += chunk_pos
         self._parts.append(found)
         self._count += len(found)
-        if self._count > 2 * self._reduced + 1024:
+        # Reducing is amortised (when the rows doubled), and always done before giving up:
+        # the bound is on the rows kept, and an idempotent producer's reduce to one.
+        if self._count > 2 * self._reduced + 1024 or self._count > self.max_rows:
             kept = drop_overwritten(np.concatenate(self._parts))
             self._parts = [kept]
             self._count = self._reduced = len(kept)

@@ -219,3 +219,27 @@ def test_dropping_overwritten_rows_changes_no_state(ops, ongoing):
     assert results[0] == results[1]
     if ops and all(kind == "plain" for _p, kind in ops):
         assert len(reduced.rows) == len({p for p, _k in ops})  # one row per producer
+
+
+def test_the_bound_counts_rows_after_dropping_overwritten_ones():
+    """An idempotent producer's batches reduce to one row: a chunk of more batches than
+    the bound is kept, not left to be read again."""
+    from seglog.logstore.recovered_batches import ProducerBatchCollector
+
+    chunk = _rows([(7, "plain")] * 500)
+    collector = ProducerBatchCollector(chunk.log_path, max_rows=100)
+    collector.add(np.zeros(0, np.uint8), chunk.rows, chunk_pos=0)
+    collector.finish(chunk.next_offset)
+    kept = collector.result()
+    assert kept is not None
+    assert kept.rows.tolist() == chunk.rows[-1:].tolist()
+
+
+def test_a_collector_over_its_bound_after_reduction_gives_up():
+    from seglog.logstore.recovered_batches import ProducerBatchCollector
+
+    chunk = _rows([(7, "txn")] * 500)  # transactional rows are all kept
+    collector = ProducerBatchCollector(chunk.log_path, max_rows=100)
+    collector.add(np.zeros(0, np.uint8), chunk.rows, chunk_pos=0)
+    collector.finish(chunk.next_offset)
+    assert collector.result() is None
