@@ -243,3 +243,61 @@ def test_a_collector_over_its_bound_after_reduction_gives_up():
     collector.add(np.zeros(0, np.uint8), chunk.rows, chunk_pos=0)
     collector.finish(chunk.next_offset)
     assert collector.result() is None
+
+
+def _scanned_state(d: Path) -> tuple[dict, list]:
+    """The state a scan of every segment left in ``d`` computes (no recovery involved)."""
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS), read_only=True)
+    state = ProducerStateManager(0)
+    for seg in log.segments:
+        transactions.scan_segment(seg, state)
+    log.close()
+    return state.producers, state.ongoing_txns()
+
+
+def test_a_truncation_in_recovery_drops_what_later_segments_would_have_kept(tmp_path, reads):
+    """A CRC mismatch in the second segment cuts it and deletes the later ones: producer
+    state is that of the batches left, none of the deleted segments' batches count."""
+    d = tmp_path / "t-0"
+    _write_crashed(d)
+    bases = _bases(d)
+    second = d / f"{bases[1]:020d}.log"
+    raw = bytearray(second.read_bytes())
+    raw[-30] ^= 0xFF  # inside the last batch: its CRC fails
+    second.write_bytes(raw)
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0,
+                   had_clean_shutdown=False)
+    assert reads == {"recover": bases[:2], "scan": []}
+    assert _bases(d) == bases[:2]
+    producers, ongoing = log._producer_state.producers, log._producer_state.ongoing_txns()
+    log.close()
+    assert (producers, ongoing) == _scanned_state(d)
+
+
+def test_legacy_messages_before_producer_batches(tmp_path, reads):
+    """A segment upgraded from magic 1 to 2 (Kafka's message-format upgrade): the legacy
+    messages carry no producer, the v2 batches after them are kept for producer state."""
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    from seglog.logstore.record_format import set_base_offset
+
+    d = tmp_path / "t-0"
+    d.mkdir()
+    raw = bytearray()
+    for offset in range(3):
+        b = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+        b.append(offset, timestamp=BASE_TS, key=b"k", value=b"v" * 50)
+        raw += bytes(b.build())
+    for i in range(4):
+        one = _data(8, i, txn=i > 1)
+        set_base_offset(one, 0, 3 + 2 * i)
+        raw += one
+    (d / "00000000000000000000.log").write_bytes(bytes(raw))
+    log = Log.open(d, LogConfig.from_properties(), clock=MockClock(BASE_TS),
+                   had_clean_shutdown=False)
+    assert reads == {"recover": [0], "scan": []}
+    assert log.log_end_offset == 11
+    state = log._producer_state
+    assert state.ongoing_txns() == [(7, 8)]
+    assert state.producers[8].last_offset == 10 and state.producers[8].last_sequence == 7
+    log.close()
