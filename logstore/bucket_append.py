@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from .bucket_commit_log import Change
 from .bucket_segment import SegmentObjects, build_segments
-from .bucket_state import BucketState, PartitionChange, TopicSpec, tp_key
+from .bucket_state import BucketState, PartitionChange, SegmentEntry, TopicSpec, tp_key
 from .config import LogConfig
 from .errors import (
     InvalidRecordError,
@@ -131,37 +131,8 @@ def _checked(mgr: BucketLogManager, topic: str, partition: int,
 
 def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
     def build(state: BucketState) -> Change:
-        fresh: list[SegmentObjects] = []
-        for part in pending:
-            ps = state.partitions.get(part.key)
-            if ps is None:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {part.key} of {mgr.uri} was deleted during the append")
-            end = ps.high_watermark
-            spec = state.topics[part.topic]
-            if spec != part.spec:
-                # Another process changed the topic's config: check the batches again
-                # against it (max.message.bytes, timestamps), cut them by its segment.bytes.
-                config = LogConfig.from_properties(dict(spec.config),
-                                                   base=mgr.default_topic_config)
-                validate_batches(part.buf, config, tp=part.key,
-                                 now_ms=mgr.clock.milliseconds(), assign_offsets=True)
-                part.spec, part.config, part.end = spec, config, None
-            if part.end != end:
-                discard(mgr.storage, part.segments)
-                part.segments = []
-                part.stamped = assign_offsets_from(part.buf, part.headers, end, tp=part.key,
-                                                   assign=True)
-                part.segments = build_segments(
-                    part.buf, part.stamped, topic=part.topic, partition=part.partition,
-                    segment_bytes=part.config.segment_bytes,
-                    index_interval_bytes=part.config.index_interval_bytes,
-                    inline_index_bytes=mgr.inline_index_bytes)
-                part.end = end
-                fresh += part.segments
-        upload(mgr.storage, fresh)
-        return Change(partitions={p.key: PartitionChange(add=tuple(s.entry for s in p.segments))
-                                  for p in pending})
+        upload(mgr.storage, restamp(mgr, state, pending))
+        return change_of(pending)
 
     try:
         mgr._commit("append", build)
@@ -173,6 +144,58 @@ def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
         for part in pending:
             discard(mgr.storage, part.segments)
         raise
+
+
+def restamp(mgr: BucketLogManager, state: BucketState,
+            parts: list[PartitionAppend]) -> list[SegmentObjects]:
+    """Make ``parts`` (in commit order; several may be of one partition) follow ``state``:
+    each partition's first part from its committed log end, each later one from the end
+    of the one before. A part whose offsets moved is re-stamped and cut again (its old
+    uploads deleted: no commit references them); returns the segments to upload."""
+    fresh: list[SegmentObjects] = []
+    ends: dict[str, int] = {}
+    for part in parts:
+        ps = state.partitions.get(part.key)
+        if ps is None:
+            raise UnknownTopicOrPartitionError(
+                f"partition {part.key} of {mgr.uri} was deleted during the append")
+        end = ends.get(part.key, ps.high_watermark)
+        spec = state.topics[part.topic]
+        if spec != part.spec:
+            # Another process changed the topic's config: check the batches again
+            # against it (max.message.bytes, timestamps), cut them by its segment.bytes.
+            config = LogConfig.from_properties(dict(spec.config),
+                                               base=mgr.default_topic_config)
+            validate_batches(part.buf, config, tp=part.key,
+                             now_ms=mgr.clock.milliseconds(), assign_offsets=True)
+            part.spec, part.config, part.end = spec, config, None
+        if part.end != end:
+            discard(mgr.storage, part.segments)
+            part.segments = []
+            stamp(mgr, part, end)
+            fresh += part.segments
+        ends[part.key] = part.stamped[-1].last_offset + 1
+    return fresh
+
+
+def stamp(mgr: BucketLogManager, part: PartitionAppend, end: int) -> None:
+    """Give ``part``'s batches offsets from ``end`` and cut them into segments (nothing
+    uploaded yet)."""
+    part.stamped = assign_offsets_from(part.buf, part.headers, end, tp=part.key, assign=True)
+    part.segments = build_segments(
+        part.buf, part.stamped, topic=part.topic, partition=part.partition,
+        segment_bytes=part.config.segment_bytes,
+        index_interval_bytes=part.config.index_interval_bytes,
+        inline_index_bytes=mgr.inline_index_bytes)
+    part.end = end
+
+
+def change_of(parts: list[PartitionAppend]) -> Change:
+    """One commit adding every part's segments, each partition's in the parts' order."""
+    adds: dict[str, tuple[SegmentEntry, ...]] = {}
+    for part in parts:
+        adds[part.key] = adds.get(part.key, ()) + tuple(s.entry for s in part.segments)
+    return Change(partitions={key: PartitionChange(add=add) for key, add in adds.items()})
 
 
 def upload(storage: Storage, segments: list[SegmentObjects]) -> None:
