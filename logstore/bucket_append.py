@@ -98,7 +98,7 @@ def append_many(mgr: BucketLogManager,
     pending: list[PartitionAppend] = []
     empty: list[TopicPartition] = []
     for (topic, partition), data in records.items():
-        part = _checked(mgr, topic, partition, data)
+        part = checked_append(mgr, topic, partition, data)
         if part is None:
             empty.append((topic, partition))
         else:
@@ -113,8 +113,8 @@ def append_many(mgr: BucketLogManager,
     return {tp: out[tp] for tp in records}
 
 
-def _checked(mgr: BucketLogManager, topic: str, partition: int,
-             data: bytes | bytearray | memoryview) -> PartitionAppend | None:
+def checked_append(mgr: BucketLogManager, topic: str, partition: int,
+                   data: bytes | bytearray | memoryview) -> PartitionAppend | None:
     """The partition's batches, checked (offsets relative); None when there are none."""
     key = tp_key(topic, partition)
     mgr._partition_state(topic, partition)  # UnknownTopicOrPartitionError before any upload

@@ -142,3 +142,9 @@ class CommitOutcomeUnknownError(KafkaStorageError):
     may be visible. Refresh and look before doing it again (a blindly retried append may
     duplicate its records)."""
 
+
+class AppendAbortedError(SeglogError):
+    """A pipelined append (``append_async``) that was never committed because an earlier
+    append of its partition failed: the offsets it was given
+    followed that one's and are void. Nothing of it is visible; ``__cause__`` is the
+    earlier failure."""
