@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ from .errors import (
     LogDirError,
     OffsetOutOfRangeError,
     ReadOnlyError,
+    SeglogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from .bucket_compact import CompactStats
     from .bucket_export import ExportStats
     from .bucket_maintenance import BucketMaintenance
+    from .bucket_pipeline import AppendPipeline
     from .scheduler import TaskRun
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,17 @@ class BucketLogManager:
     """New segments whose indexes together are at most this size carry them in their
     commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index objects."""
 
+    max_in_flight_appends: int = 5
+    """``append_async``: the most appends between their call and their commit (Kafka's
+    producer ``max.in.flight.requests.per.connection``, whose default this is; also the
+    concurrent uploads). A caller beyond it blocks until one is committed. Set it on the
+    manager before its first ``append_async``."""
+
+    max_in_flight_bytes: int = 32 << 20
+    """``append_async``: the most bytes of appends between their call and their commit
+    (Kafka's producer ``buffer.memory``, whose default this is); a caller beyond it blocks.
+    A single larger append is still taken, alone."""
+
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
@@ -111,6 +125,7 @@ class BucketLogManager:
         self._closed = False
         self._orphan_grace_ms = orphan_grace_ms
         self._maintenance: BucketMaintenance | None = None
+        self._pipeline: AppendPipeline | None = None  # guarded by _lock; on first use
 
     @property
     def uri(self) -> str:
@@ -319,6 +334,42 @@ class BucketLogManager:
 
         return append_many(self, records)
 
+    def append_async(self, topic: str, partition: int,
+                     records: bytes | bytearray | memoryview) -> Future[AppendInfo]:
+        """Append without waiting for the commit (``bucket_pipeline``): the batches are
+        checked at once (a bad batch, an unknown partition: a failed future, nothing
+        uploaded), given offsets after the appends still in flight, uploaded
+        concurrently and committed in call order, many appends per commit. The future's
+        ``AppendInfo`` comes once its commit landed; a failure also fails every later
+        append of the partition in flight (``AppendAbortedError``). Blocks while
+        ``max_in_flight_appends``/``max_in_flight_bytes`` are reached.
+
+        >>> futures = [mgr.append_async("events", 0, batch) for batch in batches]
+        >>> mgr.flush()
+        >>> last = futures[-1].result().last_offset
+        """
+        with self._lock:
+            pipeline = self._pipeline
+            if pipeline is None:
+                try:
+                    self.check_writable()
+                except SeglogError as e:
+                    failed: Future[AppendInfo] = Future()
+                    failed.set_exception(e)
+                    return failed
+                from .bucket_pipeline import AppendPipeline
+
+                pipeline = self._pipeline = AppendPipeline(
+                    self, self.max_in_flight_appends, self.max_in_flight_bytes)
+        return pipeline.submit(topic, partition, records)
+
+    def flush(self) -> None:
+        """Wait until every ``append_async`` made before is committed or failed."""
+        with self._lock:
+            pipeline = self._pipeline
+        if pipeline is not None:
+            pipeline.flush()
+
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: raise the log start offset to ``offset`` (one commit);
         returns the new log start offset."""
@@ -411,8 +462,15 @@ class BucketLogManager:
     # -- lifecycle -------------------------------------------------------------------
 
     def close(self) -> None:
+        """Flush the appends in flight (``append_async``), then close. Idempotent."""
         with self._lock:
+            # Closed first: an append called while the pipeline drains is refused, not
+            # taken by a pipeline nobody would close.
             self._closed = True
+            pipeline = self._pipeline
+        if pipeline is not None:
+            pipeline.close()
+        with self._lock:
             for log in self._logs.values():
                 log.close()
             self._logs.clear()

@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -381,6 +381,23 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         if publish and out:
             self.checkpoint_high_watermarks()
         return out
+
+    def append_async(self, topic: str, partition: int,
+                     records: bytes | bytearray | memoryview) -> Future[AppendInfo]:
+        """``append``, as a future that is already complete (its result, or the
+        ``SeglogError`` it raised): the bucket manager's pipelined call, so code written
+        for one runs on the other. A local append is a write to the page cache: there is
+        no request to overlap."""
+        future: Future[AppendInfo] = Future()
+        try:
+            future.set_result(self.append(topic, partition, records))
+        except SeglogError as e:
+            future.set_exception(e)
+        return future
+
+    def flush(self) -> None:
+        """Nothing to wait for: every ``append_async`` completed in its call (the bucket
+        manager's signature). Durability is ``flush_all`` (fsync)."""
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the
