@@ -92,10 +92,10 @@ class BucketLogManager:
     commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index objects."""
 
     max_in_flight_appends: int = 5
-    """``append_async``: the most appends between their call and their commit (Kafka's
-    producer ``max.in.flight.requests.per.connection``, whose default this is; also the
-    concurrent uploads). A caller beyond it blocks until one is committed. Set it on the
-    manager before its first ``append_async``."""
+    """``append_async``: the most appends uploading at once (Kafka's producer
+    ``max.in.flight.requests.per.connection``, whose default this is). A caller beyond it
+    blocks until an upload ends; appends uploaded and waiting for their commit count only
+    in ``max_in_flight_bytes``. Set it on the manager before its first ``append_async``."""
 
     max_in_flight_bytes: int = 32 << 20
     """``append_async``: the most bytes of appends between their call and their commit

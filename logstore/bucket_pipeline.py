@@ -6,11 +6,14 @@ A synchronous append is two requests one after the other: the ``.log`` PUT, then
 conditional commit PUT. A pipeline overlaps them across appends:
 
 1. ``submit`` checks the batches at once (``bucket_append.checked_append``: a bad batch fails
-   its future and nothing is uploaded), waits for room (back-pressure: at most
-   ``max_in_flight`` appends and ``max_in_flight_bytes`` bytes between their call and
-   their commit; the caller blocks), reserves offsets from the partition's predicted end
-   (its committed end plus its appends in flight, in call order), stamps the batches and
-   hands their upload to a pool of ``max_in_flight`` threads.
+   its future and nothing is uploaded), waits for room (back-pressure, the caller blocks:
+   at most ``max_in_flight`` appends uploading, Kafka's in-flight requests, and at most
+   ``max_in_flight_bytes`` bytes between their call and their commit, Kafka's
+   ``buffer.memory``), reserves offsets from the partition's predicted end (its committed
+   end plus its appends in flight, in call order), stamps the batches and hands their
+   upload to a pool of ``max_in_flight`` threads. An append whose upload finished waits
+   for its commit without holding an upload slot: the next upload starts while the commit
+   is out, as the peer of plain PUTs with the same concurrency would start it.
 2. One committer thread commits in call order: every consecutive append at the head of the
    queue whose upload finished goes into ONE conditional commit (group commit across
    time: the commit request is paid once for all of them, whatever their partitions).
@@ -98,11 +101,13 @@ class AppendPipeline:
         self.max_in_flight_bytes = max_in_flight_bytes
         self._cond = threading.Condition(threading.Lock())
         # Guarded by _cond: appends not yet taken by the committer, in call order; the
-        # batch it is committing; the in-flight totals; per partition, the end its next
+        # batch it is committing; the in-flight totals (appends and bytes between call
+        # and commit, appends whose upload has not ended); per partition, the end its next
         # append is reserved at, the appends in flight and how far lost races moved it.
         self._queue: deque[_InFlight] = deque()
         self._committing: list[_InFlight] = []
         self._count = 0
+        self._uploading = 0
         self._bytes = 0
         self._predicted: dict[str, int] = {}
         self._per_partition: dict[str, int] = {}
@@ -132,9 +137,9 @@ class AppendPipeline:
         span = part.headers[-1].last_offset + 1 - part.headers[0].base_offset
         size = len(part.buf)
         with self._cond:
-            while not self._closed and self._count and (
-                    self._count >= self.max_in_flight
-                    or self._bytes + size > self.max_in_flight_bytes):
+            while not self._closed and (
+                    self._uploading >= self.max_in_flight
+                    or (self._count and self._bytes + size > self.max_in_flight_bytes)):
                 self._cond.wait()
             if self._closed:
                 future.set_exception(LogDirError(
@@ -147,6 +152,7 @@ class AppendPipeline:
             self._predicted[key] = entry.end
             self._per_partition[key] = self._per_partition.get(key, 0) + 1
             self._count += 1
+            self._uploading += 1
             self._bytes += size
             self._queue.append(entry)
         try:
@@ -197,6 +203,7 @@ class AppendPipeline:
     def _finished(self, entry: _InFlight, error: BaseException | None) -> None:
         with self._cond:
             entry.finished, entry.error = True, error
+            self._uploading -= 1
             void = entry.void
             self._cond.notify_all()
         if void:  # failed while uploading: no commit will ever name these objects

@@ -208,10 +208,12 @@ class RacedStorage(CountingStorage):
 def test_a_lost_race_mid_pipeline_restamps_the_appends_in_order():
     storage = RacedStorage(ObjectStorage(memory_uri()))
     mgr = BucketLogManager(storage)
-    mgr.max_in_flight_appends = 3
     mgr.create_topic("t", 1)
     storage.racer = tagged("other", 5)
-    futures = [mgr.append_async("t", 0, tagged(f"a{i}", 2 + i % 3)) for i in range(8)]
+    appends = [tagged(f"a{i}", 2 + i % 3) for i in range(8)]
+    # At most three appends between their call and their commit: four never fit.
+    mgr.max_in_flight_bytes = sum(sorted(len(a) for a in appends)[:3])
+    futures = [mgr.append_async("t", 0, data) for data in appends]
     mgr.close()
     in_log = appends_in_log(rows(BucketLogManager(storage.inner)))
     # The other writer's commit took the version the first commit wanted: it went first.
@@ -257,24 +259,34 @@ def test_a_failed_commit_fails_the_appends_it_covers_and_every_later_one():
     objects_are_the_committed_segments(BucketLogManager(storage.inner))
 
 
-@pytest.mark.parametrize(("appends", "size_of", "bound"), [
-    (2, 1000, 2),  # the count limit
-    (100, 2, 2),  # the bytes limit: two appends' bytes
-    (100, 0.5, 1),  # an append larger than the bytes limit is still taken, alone
-])
-def test_a_caller_beyond_the_in_flight_limits_waits_for_a_commit(storage, appends, size_of,
-                                                                   bound):
+class UploadCountingStorage(CountingStorage):
+    """Counts the ``.log`` uploads that ended (``counts["log"]``)."""
+
+    def write_atomic(self, key: str, data: Any) -> None:
+        self.inner.write_atomic(key, data)
+        self.counts["log" if key.endswith(".log") else "write_atomic"] += 1
+
+
+@pytest.mark.parametrize("limit", ("uploads", "bytes", "one-too-big"))
+def test_a_caller_beyond_the_in_flight_limits_waits(storage, limit):
+    storage = UploadCountingStorage(storage.inner)
     mgr = BucketLogManager(storage)
     mgr.create_topic("t", 1)
     size = len(tagged("a00", 1))
-    mgr.max_in_flight_appends = appends
-    mgr.max_in_flight_bytes = int(size * size_of)
+    # uploads: two uploading, any number awaiting their commit; bytes: two appends' bytes
+    # between call and commit; an append larger than the bytes limit is taken alone.
+    mgr.max_in_flight_appends = {"uploads": 2}.get(limit, 100)
+    mgr.max_in_flight_bytes = {"uploads": 1 << 30, "bytes": 2 * size}.get(limit, size - 1)
     futures = []
     for k in range(1, 13):
         futures.append(mgr.append_async("t", 0, tagged(f"a{k:02d}", 1)))
-        # Back-pressure: the call returned only once all but ``bound`` appends were
-        # committed (the manager's state moves before a waiting caller is woken).
-        assert mgr.state.partition("t", 0).high_watermark >= k - bound
+        # The call returned only once all but two uploads ended / all but the limit's
+        # appends were committed (the counts move before a waiting caller is woken).
+        if limit == "uploads":
+            assert storage.counts["log"] >= k - 2
+        else:
+            committed = mgr.state.partition("t", 0).high_watermark
+            assert committed >= k - (2 if limit == "bytes" else 1)
     mgr.close()
     assert [f.result().first_offset for f in futures] == list(range(12))
 
