@@ -2,8 +2,8 @@
 run; and the cost of a topic with 10,000 segments.
 
 Run: ``python benchmarks/bench_bucket.py [--append-mib 1 8] [--appends 16]
-[--group-partitions 8] [--group-mib 1] [--group-commits 8] [--repeat 3]
-[--segments 10000] [--segments-per-commit 500]``
+[--pipeline-mib 1 8] [--window 4] [--group-partitions 8] [--group-mib 1]
+[--group-commits 8] [--repeat 3] [--segments 10000] [--segments-per-commit 500]``
 
 A moto server (the test suite's, ``tests/s3_server.py``) is started on 127.0.0.1.
 
@@ -14,6 +14,12 @@ A moto server (the test suite's, ``tests/s3_server.py``) is started on 127.0.0.1
   sizes), cuts them into a segment, uploads the ``.log`` (its small indexes travel inline
   in the commit) and creates the commit object; the peer only PUTs. Ratio: seglog's MB/s
   over the faster peer's (goal >= 0.8).
+* **Pipelined append** (one partition): ``--appends`` appends of ``--pipeline-mib`` MiB
+  through ``append_async`` with ``max_in_flight_appends = --window``, then ``flush``,
+  against the same PUTs made by ``--window`` threads (at most ``--window`` in flight, the
+  same concurrency). Uploads overlap each other and the commits, and every append whose
+  upload finished while a commit was out goes into the next one: "commits/append" is the
+  commit requests paid per append.
 * **Group commit** (several partitions): ``append_many`` of ``--group-mib`` MiB to each of
   ``--group-partitions`` partitions per commit (``--group-commits`` per round): every
   ``.log`` uploaded at once, then one commit. The peers PUT the same objects with the same
@@ -178,6 +184,50 @@ def bench_append_and_read(uri: str, plain, boto, bucket: str, mib: int, appends:
     return out
 
 
+def bench_pipeline(uri: str, plain, boto, bucket: str, mib: int, appends: int, window: int,
+                   repeat: int) -> list[tuple[str, float]]:
+    buf = records(mib)
+    total = len(buf) * appends
+    data = bytes(buf)
+    mgr = BucketLogManager(uri)
+    mgr.max_in_flight_appends = window
+    commits = []
+    for r in range(repeat):  # not timed: the peer creates nothing either
+        mgr.create_topic(f"p{mib}-{r}", 1)
+
+    def seglog_async(r: int) -> None:
+        topic = f"p{mib}-{r}"
+        before = mgr.state.version
+        futures = [mgr.append_async(topic, 0, buf) for _ in range(appends)]
+        mgr.flush()
+        end = mgr.state.partition(topic, 0).high_watermark
+        assert futures[-1].result().last_offset + 1 == end, (futures[-1].result(), end)
+        commits.append(mgr.state.version - before)
+
+    def windowed(put: Callable[[str], None], name: str, r: int) -> None:
+        with ThreadPoolExecutor(window) as pool:
+            futures = [pool.submit(put, f"plain/{name}{mib}w{window}/{r}/{i:08d}.log")
+                       for i in range(appends)]
+        for future in futures:
+            future.result()
+
+    def obstore_put(r: int) -> None:
+        windowed(lambda key: obstore.put(plain, key, buf, use_multipart=False), "pipe", r)
+
+    def boto_put(r: int) -> None:
+        windowed(lambda key: boto.put_object(Bucket=bucket, Key=key, Body=data), "bpipe", r)
+
+    put = interleaved({"seglog append_async": seglog_async, "obstore put": obstore_put,
+                       "boto3 put": boto_put}, repeat)
+    mgr.close()
+    what = f"{mib} MiB x {appends}, window {window}"
+    out = [(f"{name} {what}", total / s / 1e6) for name, s in put.items()]
+    out.append((f"commits/append ({mib} MiB, window {window})", min(commits) / appends))
+    out.append((f"ratio async/best PUT ({mib} MiB, w {window})",
+                min(put["obstore put"], put["boto3 put"]) / put["seglog append_async"]))
+    return out
+
+
 def bench_group_commit(uri: str, plain, boto, bucket: str, partitions: int, mib: int,
                        commits: int, repeat: int) -> list[tuple[str, float]]:
     buf = records(mib)
@@ -264,14 +314,16 @@ def bench_many_segments(uri: str, segments: int, per_commit: int) -> list[str]:
 def _line(name: str, value: float | tuple[float, float]) -> str:
     if isinstance(value, tuple):
         return f"  {name:36s} {value[0]:8.2f} ms {value[1]:8.2f} ms"
-    unit = "" if name.startswith(("ratio", "floor")) else " MB/s"
+    unit = "" if name.startswith(("ratio", "floor", "commits/")) else " MB/s"
     return f"  {name:36s} {value:8.2f}{unit}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--append-mib", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--append-mib", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--appends", type=int, default=16)
+    parser.add_argument("--pipeline-mib", type=int, nargs="*", default=[1, 8])
+    parser.add_argument("--window", type=int, default=4)
     parser.add_argument("--group-partitions", type=int, default=8)
     parser.add_argument("--group-mib", type=int, default=1)
     parser.add_argument("--group-commits", type=int, default=8)
@@ -290,6 +342,11 @@ def main() -> None:
             for name, value in bench_append_and_read(
                     f"s3://{bucket}/logs{mib}", plain, boto, bucket, mib, args.appends,
                     args.repeat):
+                print(_line(name, value))
+        for mib in args.pipeline_mib:
+            for name, value in bench_pipeline(
+                    f"s3://{bucket}/pipeline{mib}", plain, boto, bucket, mib, args.appends,
+                    args.window, args.repeat):
                 print(_line(name, value))
         if args.group_partitions:
             for name, value in bench_group_commit(
