@@ -1,22 +1,29 @@
 """Spark on a bucket: sink and source rows/s against the no-op Python Arrow ceilings and
 against seglog on a local dir, and the driver's commit time per micro-batch.
 
-    python benchmarks/bench_spark_bucket.py [--rows 600000] [--per-batch 150000]
-                                            [--commit-mb 1,100] [--history 200]
+    python benchmarks/bench_spark_bucket.py [--rows 3000000] [--per-batch 500000]
+        [--repeats 3] [--commit-mb 1,100,1000] [--history 10,1000] [--skip-spark]
+        [--skip-commit] [--phases]
 
 The bucket is moto's S3 server on 127.0.0.1 (``tests/s3_server.py``), started before the
-session so every Python worker inherits its ``AWS_*`` environment. moto is a Python
-server, far slower than S3 or MinIO: the bucket's rows/s here are a floor.
+session so every Python worker inherits its ``AWS_*`` environment. moto is one Python
+process, far slower than S3 or MinIO: the bucket's rows/s here are a floor.
 
 1. Sink: one input (a local seglog topic read by the seglog source), three AvailableNow
-   queries: the no-op Python Arrow writer, seglog on a local dir, seglog on the bucket.
-2. Source: the same data in a local dir and in the bucket, read by the seglog source into
-   Spark's ``noop`` sink, against the no-op Python Arrow reader (``bench_spark_source``).
-3. Driver commit per micro-batch, Spark-free: tasks' fragments of 1 MB and 100 MB (and
-   1 GB with ``--commit-mb 1,100,1000``) are uploaded first; only ``commit()`` is timed.
-   Then again after ``--history`` more commits (a long history: snapshots every 10).
-Steady-state rates exclude each query's first micro-batch; runs alternate and the best
-of ``--repeats`` counts (the machine is shared).
+   queries per round, alternating: the no-op Python Arrow writer, seglog on a local dir,
+   seglog on the bucket. The input is the same for all three, so its cost is in each.
+2. Source: the same rows in a local dir and in the bucket, read by the seglog source into
+   Spark's ``noop`` sink, alternating with the no-op Python Arrow reader.
+   Each query's steady-state rate is sum(numInputRows) / sum(triggerExecution) over every
+   micro-batch but its first (the ~13 s query start-up is left out). Per case: the best
+   round (interference only ever slows a run down) and the median; ratios of the bests.
+3. Driver commit per micro-batch, Spark-free: two tasks stage and upload their fragments
+   (``sink_bucket_staging.stage_rows``, what a write task runs, 64 MB fragments) for 1 MB,
+   100 MB and 1 GB micro-batches; the objects are listed in the bucket before the commit;
+   only ``sink_bucket_commit.commit()`` (the driver's whole commit) is timed. Then a 1 MB
+   micro-batch's commit with 10 and with 1,000 commits already in the bucket's history.
+4. ``--phases``: where a write task's time goes, Spark-free, on the functions the task
+   calls (route and encode, validate, index, upload), for the local dir and the bucket.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -44,8 +52,14 @@ from bench_spark_source import NoopDataSource, run, write_seglog  # noqa: E402
 from s3_server import MotoServer  # noqa: E402
 
 VALUE_BYTES = 100
+TASKS = 2  # local[2]: a micro-batch's data comes from two write tasks
 
 
+def load() -> str:
+    return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+
+
+# ---------------------------------------------------------------------- Spark rates
 def sink_rate(spark, source: str, target: str, out: Path, per_batch: int) -> float:
     df = (spark.readStream.format("seglog").option("path", source).option("subscribe", "in")
           .option("startingOffsets", "earliest")
@@ -64,110 +78,266 @@ def sink_rate(spark, source: str, target: str, out: Path, per_batch: int) -> flo
             / (sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000))
 
 
-def commit_times(uri: str, sizes_mb: list[int], history: int) -> list[tuple[str, float]]:
-    """(label, median seconds) of the driver's commit for each micro-batch size, early
-    and after ``history`` more commits."""
-    from seglog.streaming.sink_bucket_commit import commit
-    from seglog.streaming.sink_bucket_staging import stage_rows
-    from seglog.streaming.sink_options import SinkColumns, SinkOptions
-
-    opts = SinkOptions.parse({"path": uri, "topic": "c", "numPartitions": "3"})
-    rows = 10_000
-    data = pa.record_batch({"key": pa.array([b"user-%d" % (i % 1000) for i in range(rows)]),
-                            "value": pa.array([b"v" * VALUE_BYTES] * rows)})
-    cols = SinkColumns.resolve(data.schema, default_topic="c")
-    per_mb = max(1, round((1 << 20) / (rows * (VALUE_BYTES + 20))))
-    batch = [0]
-
-    def one(mb: int, tasks: int = 2) -> float:
-        reps = max(1, mb * per_mb // tasks)
-        staged = [stage_rows(opts, cols, [data] * reps, "bench", batch[0], t, 0)
-                  for t in range(tasks)]
-        t0 = time.perf_counter()
-        commit(staged, batch[0], opts)
-        batch[0] += 1
-        return time.perf_counter() - t0
-
-    out = []
-    for mb in sizes_mb:
-        out.append((f"{mb} MB", statistics.median(one(mb) for _ in range(3))))
-    for _ in range(history):
-        one(0)
-    out.append((f"1 MB after {history} more commits",
-                statistics.median(one(1) for _ in range(3))))
-    return out
-
-
-def print_rates(title: str, best: dict[str, float], ceiling: str) -> None:
-    """Each rate of ``best``, then the bucket's against the no-op ``ceiling`` and against
-    the local log dir (measured in the same run)."""
+def print_rates(title: str, rates: dict[str, list[float]], ceiling: str) -> None:
+    """Each case's best and median, then the bucket's best against the no-op ``ceiling``
+    and against the local log dir (measured in the same run)."""
     print(title)
-    for label, rate in best.items():
-        print(f"  {label:28s} {rate:12,.0f}")
-    print(f"  bucket / no-op ceiling {best['seglog bucket'] / best[ceiling]:.2f} (goal >= "
-          f"0.8), bucket / local dir {best['seglog bucket'] / best['seglog local dir']:.2f}")
+    for label, runs in rates.items():
+        print(f"  {label:28s} best {max(runs):12,.0f}  median {statistics.median(runs):12,.0f}"
+              f"  ({', '.join(f'{r:,.0f}' for r in runs)})")
+    best = {label: max(runs) for label, runs in rates.items()}
+    med = {label: statistics.median(runs) for label, runs in rates.items()}
+    for name, v in (("best", best), ("median", med)):
+        print(f"  {name:6s} bucket / no-op ceiling {v['seglog bucket'] / v[ceiling]:.2f} "
+              f"(goal >= 0.8), bucket / local dir {v['seglog bucket'] / v['seglog local dir']:.2f}"
+              f", local dir / no-op ceiling {v['seglog local dir'] / v[ceiling]:.2f}")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=600_000)
-    ap.add_argument("--per-batch", type=int, default=150_000)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--commit-mb", default="1,100")
-    ap.add_argument("--history", type=int, default=200)
-    args = ap.parse_args()
-
+def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     from seglog.datasource import SeglogDataSource
 
-    with MotoServer() as server, tempfile.TemporaryDirectory() as tmp:
+    uri = f"s3://{server.create_bucket('bench')}/logs"
+    local_in = work / "in-logs"
+    t = time.perf_counter()
+    fill_input(local_in, args.rows)
+    write_seglog(str(work / "src-logs"), args.rows)
+    write_seglog(uri, args.rows)
+    print(f"data: {args.rows:,} rows in the sink's input and in each source's log dir "
+          f"({time.perf_counter() - t:.0f} s)", flush=True)
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "2g")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(SeglogDataSource)
+    spark.dataSource.register(noop_source())
+    spark.dataSource.register(NoopDataSource)
+    sinks = {"no-op Python Arrow writer": "noop", "seglog local dir": str(work / "out"),
+             "seglog bucket": uri}
+    readers = {
+        "no-op Python Arrow reader": lambda: spark.readStream.format("noop_arrow_bench")
+        .option("rows", str(args.rows)).option("perTrigger", str(args.per_batch)),
+        "seglog local dir": lambda: spark.readStream.format("seglog")
+        .option("path", str(work / "src-logs")).option("subscribe", "bench")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_batch)),
+        "seglog bucket": lambda: spark.readStream.format("seglog").option("path", uri)
+        .option("subscribe", "bench").option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.per_batch)),
+    }
+    # warm-up: Python workers, the JVM's JIT, both sides of the bucket path
+    sink_rate(spark, str(local_in), uri, work, args.per_batch)
+    sink_rates: dict[str, list[float]] = {label: [] for label in sinks}
+    source_rates: dict[str, list[float]] = {label: [] for label in readers}
+    for r in range(args.repeats):
+        # Rotate the order each round: a load spike should not always hit the same case.
+        for label in _rotated(list(sinks), r):
+            rate = sink_rate(spark, str(local_in), sinks[label], work, args.per_batch)
+            sink_rates[label].append(rate)
+            print(f"  round {r} sink   {label:28s} {rate:12,.0f} rows/s ({load()})", flush=True)
+        for label in _rotated(list(readers), r):
+            rate = run(spark, readers[label](), str(work / f"chk-src-{r}-{label[:8]}"))[0]
+            source_rates[label].append(rate)
+            print(f"  round {r} source {label:28s} {rate:12,.0f} rows/s ({load()})", flush=True)
+    spark.stop()
+    print_rates(f"sink, steady-state rows/s ({args.rows:,} rows in micro-batches of "
+                f"{args.per_batch:,}, {args.repeats} rounds):", sink_rates,
+                "no-op Python Arrow writer")
+    print_rates("source, steady-state rows/s (same rows and micro-batches):", source_rates,
+                "no-op Python Arrow reader")
+
+
+def _rotated(items: list[str], by: int) -> list[str]:
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+# ---------------------------------------------------------------------- driver commit
+class CommitHarness:
+    """Stages micro-batches as write tasks do and times the driver's commit of each."""
+
+    ROWS = 10_000
+
+    def __init__(self, server: MotoServer, uri: str, topic: str) -> None:
+        from seglog.streaming.sink_options import SinkColumns, SinkOptions
+
+        self.server = server
+        self.uri = uri
+        self.opts = SinkOptions.parse({"path": uri, "topic": topic, "numPartitions": "3"})
+        self.data = pa.record_batch({
+            "key": pa.array([b"user-%d" % (i % 1000) for i in range(self.ROWS)]),
+            "value": pa.array([b"v" * VALUE_BYTES] * self.ROWS)})
+        self.cols = SinkColumns.resolve(self.data.schema, default_topic=topic)
+        self.sink_id = f"bench-{topic}"
+        self.batch_id = 0
+
+    def stage(self, mb: float) -> list:
+        """Two tasks' uploads of about ``mb`` MB in all (~118 B a row once encoded)."""
+        from seglog.streaming.sink_bucket_staging import stage_rows
+
+        rows = max(3, round(mb * 1e6 / 118))
+        per_task = -(-rows // TASKS)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            left = per_task
+            while left > 0:
+                n = min(left, self.ROWS)
+                yield self.data.slice(0, n)
+                left -= n
+
+        return [stage_rows(self.opts, self.cols, batches(), self.sink_id, self.batch_id, t, 0)
+                for t in range(TASKS)]
+
+    def staged_in_bucket(self) -> tuple[int, int]:
+        """(objects, bytes) under this batch's staging prefix, listed by a plain S3
+        client: the fragments really are in the bucket before the commit."""
+        from seglog.streaming.sink_bucket_staging import staging_prefix
+
+        bucket, _, root = self.uri[len("s3://"):].partition("/")
+        prefix = f"{root}/{staging_prefix(self.sink_id, self.batch_id)}/"
+        objects = size = 0
+        pages = self.server.client().get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=bucket, Prefix=prefix):
+            for o in page.get("Contents", []):
+                objects += 1
+                size += o["Size"]
+        return objects, size
+
+    def commit(self, staged: list) -> float:
+        from seglog.streaming.sink_bucket_commit import commit
+
+        t0 = time.perf_counter()
+        result = commit(staged, self.batch_id, self.opts)
+        secs = time.perf_counter() - t0
+        if not result.published:
+            raise RuntimeError(f"batch {self.batch_id} published nothing: {result}")
+        self.batch_id += 1
+        return secs
+
+
+def commit_by_size(server: MotoServer, sizes_mb: list[float], repeats: int) -> None:
+    h = CommitHarness(server, f"s3://{server.create_bucket('commit-size')}/logs", "c")
+    print(f"driver commit per micro-batch by its size ({TASKS} tasks' fragments uploaded "
+          f"first, listed in the bucket; only commit() timed):", flush=True)
+    for mb in sizes_mb:
+        times, staged_s = [], []
+        for _ in range(repeats if mb < 1000 else max(1, repeats - 1)):
+            t = time.perf_counter()
+            staged = h.stage(mb)
+            staged_s.append(time.perf_counter() - t)
+            fragments = sum(len(s.fragments) for s in staged)
+            objects, size = h.staged_in_bucket()
+            if size < sum(f.size for s in staged for f in s.fragments):
+                raise RuntimeError(f"batch {h.batch_id}: the fragments are not all uploaded")
+            times.append(h.commit(staged))
+        print(f"  {size / 1e6:8,.0f} MB, {fragments:3d} fragments ({objects} objects): commit "
+              f"median {statistics.median(times) * 1000:6.1f} ms, min {min(times) * 1000:6.1f}"
+              f" ms of {len(times)} (uploads before it: {statistics.median(staged_s):.1f} s; "
+              f"{load()})", flush=True)
+
+
+def commit_by_history(server: MotoServer, histories: list[int], repeats: int) -> None:
+    h = CommitHarness(server, f"s3://{server.create_bucket('commit-history')}/logs", "h")
+    print("driver commit of a 1 MB micro-batch by the bucket's history (prior commits, "
+          "each a micro-batch of 3 fragments):", flush=True)
+    for history in sorted(histories):
+        while h.batch_id < history:
+            h.commit(h.stage(0.0001))
+        times = [h.commit(h.stage(1)) for _ in range(repeats)]
+        print(f"  after {history:5d} commits: median {statistics.median(times) * 1000:6.1f} ms,"
+              f" min {min(times) * 1000:6.1f} ms of {len(times)} ({load()})", flush=True)
+
+
+# ---------------------------------------------------------------------- phases
+class _Timed:
+    """Wraps module attributes so each call's wall time adds up under a phase name."""
+
+    def __init__(self) -> None:
+        self.secs: dict[str, float] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, module: object, attr: str, phase: str) -> None:
+        inner = getattr(module, attr)
+
+        def timed(*a: object, **kw: object) -> object:
+            t = time.perf_counter()
+            try:
+                return inner(*a, **kw)
+            finally:
+                self.secs[phase] = self.secs.get(phase, 0.0) + time.perf_counter() - t
+
+        setattr(module, attr, timed)
+        self._undo.append(lambda: setattr(module, attr, inner))
+
+    def restore(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+
+def phases(server: MotoServer, work: Path, rows: int) -> None:
+    """Where a write task's and a read task's time goes, Spark-free."""
+    from seglog.logstore import object_storage
+    from seglog.streaming import sink_bucket_staging, sink_staging
+    from seglog.streaming.sink_options import SinkColumns, SinkOptions
+
+    data = pa.record_batch({
+        "key": pa.array([b"user-%d" % (i % 1000) for i in range(10_000)]),
+        "value": pa.array([(b"%012d" % i).ljust(VALUE_BYTES, b"x") for i in range(10_000)])})
+    uri = f"s3://{server.create_bucket('phases')}/logs"
+    print(f"write task phases, {rows:,} rows ({load()}):")
+    for label, path, stage in (
+            ("local dir", str(work / "phase-logs"), sink_staging.stage_rows),
+            ("bucket", uri, sink_bucket_staging.stage_rows)):
+        opts = SinkOptions.parse({"path": path, "topic": "p", "numPartitions": "3"})
+        cols = SinkColumns.resolve(data.schema, default_topic="p")
+        timed = _Timed()
+        timed.wrap(sink_bucket_staging, "validate_batches", "validate (CRC, headers)")
+        timed.wrap(sink_bucket_staging, "build_fragment", "build .index/.timeindex")
+        timed.wrap(object_storage.ObjectStorage, "write_atomic", "upload (PUT)")
+        timed.wrap(sink_staging.PartitionStager, "add", "add (route, encode, stage)")
+        t = time.perf_counter()
+        try:
+            stage(opts, cols, (data for _ in range(rows // 10_000)), "phases", 0, 0, 0)
+        finally:
+            timed.restore()
+        total = time.perf_counter() - t
+        print(f"  {label}: {total:.2f} s, {rows / total:,.0f} rows/s")
+        for phase, secs in sorted(timed.secs.items(), key=lambda kv: -kv[1]):
+            print(f"    {phase:28s} {secs:6.2f} s ({secs / total:4.0%})")
+
+
+# ---------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=3_000_000)
+    ap.add_argument("--per-batch", type=int, default=500_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--commit-mb", default="1,100,1000",
+                    help="micro-batch sizes (MB) whose driver commit is timed")
+    ap.add_argument("--history", default="10,1000",
+                    help="prior commits at which a 1 MB micro-batch's commit is timed")
+    ap.add_argument("--skip-spark", action="store_true", help="only the Spark-free parts")
+    ap.add_argument("--skip-commit", action="store_true", help="no driver commit times")
+    ap.add_argument("--phases", action="store_true", help="time a write task's phases")
+    args = ap.parse_args()
+
+    print(f"start: {load()}, {os.cpu_count()} cores", flush=True)
+    with MotoServer() as server, tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         os.environ.update(server.env)
-        uri = f"s3://{server.create_bucket('bench')}/logs"
         work = Path(tmp)
-        local_in = work / "in-logs"
-        fill_input(local_in, args.rows)
-        write_seglog(str(work / "src-logs"), args.rows)
-        write_seglog(uri, args.rows)
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.memory", "2g")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        spark.dataSource.register(SeglogDataSource)
-        spark.dataSource.register(noop_source())
-        spark.dataSource.register(NoopDataSource)
-        sinks = {"no-op Python Arrow writer": "noop", "seglog local dir": str(work / "out"),
-                 "seglog bucket": uri}
-        readers = {
-            "no-op Python Arrow reader": lambda: spark.readStream.format("noop_arrow_bench")
-            .option("rows", str(args.rows)).option("perTrigger", str(args.per_batch)),
-            "seglog local dir": lambda: spark.readStream.format("seglog")
-            .option("path", str(work / "src-logs")).option("subscribe", "bench")
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(args.per_batch)),
-            "seglog bucket": lambda: spark.readStream.format("seglog").option("path", uri)
-            .option("subscribe", "bench").option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(args.per_batch)),
-        }
-        sink_rate(spark, str(local_in), "noop", work, args.per_batch)  # warm-up
-        best_sink: dict[str, float] = {}
-        best_source: dict[str, float] = {}
-        for r in range(args.repeats):
-            for label, target in sinks.items():
-                rate = sink_rate(spark, str(local_in), target, work, args.per_batch)
-                best_sink[label] = max(rate, best_sink.get(label, 0.0))
-            for label, make in readers.items():
-                rate = run(spark, make(), str(work / f"chk-src-{r}-{label[:8]}"))[0]
-                best_source[label] = max(rate, best_source.get(label, 0.0))
-        spark.stop()
-        print_rates(f"sink, steady-state rows/s ({args.per_batch:,} rows per micro-batch, "
-                    f"best of {args.repeats}):", best_sink, "no-op Python Arrow writer")
-        print_rates("source, steady-state rows/s:", best_source, "no-op Python Arrow reader")
-        sizes = [int(s) for s in args.commit_mb.split(",") if s]
-        print("driver commit per micro-batch on the bucket (median of 3, uploads excluded):")
-        for label, secs in commit_times(uri, sizes, args.history):
-            print(f"  {label:32s} {secs * 1000:8.1f} ms")
+        if not args.skip_spark:
+            spark_rates(server, work, args)
+        if args.phases:
+            phases(server, work, min(args.rows, 1_000_000))
+        if not args.skip_commit:
+            commit_by_size(server, [float(s) for s in args.commit_mb.split(",") if s],
+                           args.repeats)
+            commit_by_history(server, [int(s) for s in args.history.split(",") if s],
+                              args.repeats)
+    print(f"end: {load()}")
 
 
 if __name__ == "__main__":
