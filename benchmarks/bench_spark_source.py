@@ -114,7 +114,9 @@ def write_seglog(log_dir: str, rows: int) -> None:
     rng = np.random.default_rng(7)
     chunk = 100_000
     with LogManager([log_dir]) as mgr:
-        mgr.create_topic("bench", 2)
+        # The rows carry a fixed 2023 timestamp: without this, retention.ms (7 days) lets
+        # any maintenance pass (a bucket sink's driver runs one) delete them as expired.
+        mgr.create_topic("bench", 2, {"retention.ms": -1})
         for p in (0, 1):
             for lo in range(0, rows // 2, chunk):
                 n = min(chunk, rows // 2 - lo)

@@ -46,6 +46,13 @@ class MotoServer:
         self.endpoint = ""
 
     @property
+    def pid(self) -> int:
+        """The server process's id (benchmarks read its CPU time)."""
+        if self._proc is None:
+            raise RuntimeError("the S3 server is not running")
+        return self._proc.pid
+
+    @property
     def env(self) -> dict[str, str]:
         """The standard variables that point S3 clients (obstore, boto3) at this server."""
         return {
