@@ -9,8 +9,6 @@ Pure functions over the caller's buffer: no file, no lock (``log.Log.append`` ca
 
 from __future__ import annotations
 
-import dataclasses
-
 from .config import LogConfig
 from .errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError, RecordTooLargeError
 from .record_format import (
@@ -104,11 +102,9 @@ def assign_offsets_from(buf: bytearray | memoryview, headers: list[BatchHeader],
     increasing from there instead. Returns the updated headers."""
     out = []
     for h in headers:
-        delta = h.last_offset - h.base_offset
         if assign:
             set_base_offset(buf, h.position, next_offset)
-            h = dataclasses.replace(h, base_offset=next_offset,
-                                    last_offset=next_offset + delta)
+            h = h.with_base_offset(next_offset)
         elif h.base_offset < next_offset:
             raise InvalidOffsetError(
                 f"append to {tp}: batch at position {h.position} starts at offset "

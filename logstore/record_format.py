@@ -190,6 +190,17 @@ class BatchHeader:
     def end_position(self) -> int:
         return self.position + self.size
 
+    def with_base_offset(self, base_offset: int) -> BatchHeader:
+        """This header with its offsets moved to start at ``base_offset`` (what
+        ``set_base_offset`` wrote). Built directly: ``dataclasses.replace`` costs more
+        than the rewrite itself, once per batch of every append."""
+        return BatchHeader(self.position, base_offset,
+                           base_offset + self.last_offset - self.base_offset, self.size,
+                           self.magic, self.attributes, self.crc, self.base_timestamp,
+                           self.max_timestamp, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self.records_count,
+                           self.partition_leader_epoch)
+
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
@@ -351,19 +362,24 @@ def verify(buf: Bytes, position: int = 0, limit: int | None = None, *,
     if h is None:
         return BatchCheck(None, OK, f"{end - position} trailing bytes at position "
                           f"{position} (a partial batch)", partial=True)
-    where = f"batch at position {h.position} (offsets {h.base_offset}..{h.last_offset})"
     if next_offset is not None and h.base_offset < next_offset:
-        return BatchCheck(h, REASON_OFFSETS, f"{where} starts at offset {h.base_offset}, "
-                          f"below {next_offset}")
+        return BatchCheck(h, REASON_OFFSETS, f"{_where(h)} starts at offset "
+                          f"{h.base_offset}, below {next_offset}")
     if segment_base is not None and h.last_offset - segment_base > INT32_MAX:
-        return BatchCheck(h, REASON_OFFSETS, f"{where} ends more than {INT32_MAX} offsets "
-                          f"above the segment's base {segment_base}")
+        return BatchCheck(h, REASON_OFFSETS, f"{_where(h)} ends more than {INT32_MAX} "
+                          f"offsets above the segment's base {segment_base}")
     if check_crc:
         actual = compute_crc(buf, h)
         if actual != h.crc:
-            return BatchCheck(h, REASON_CRC, f"{where} has a bad CRC: {actual:#010x}, its "
-                              f"header says {h.crc:#010x}")
+            return BatchCheck(h, REASON_CRC, f"{_where(h)} has a bad CRC: {actual:#010x}, "
+                              f"its header says {h.crc:#010x}")
     return BatchCheck(h)
+
+
+def _where(h: BatchHeader) -> str:
+    # Built only for a batch that breaks a rule: a valid one (every batch of every
+    # append) need not pay for the words.
+    return f"batch at position {h.position} (offsets {h.base_offset}..{h.last_offset})"
 
 
 def verify_all(buf: Bytes, position: int = 0, limit: int | None = None, *,
