@@ -7,13 +7,16 @@ conditional commit PUT. A pipeline overlaps them across appends:
 
 1. ``submit`` checks the batches at once (``bucket_append.checked_append``: a bad batch fails
    its future and nothing is uploaded), waits for room (back-pressure, the caller blocks:
-   at most ``max_in_flight`` appends uploading, Kafka's in-flight requests, and at most
-   ``max_in_flight_bytes`` bytes between their call and their commit, Kafka's
+   at most ``max_in_flight_bytes`` bytes between their call and their commit, Kafka's
    ``buffer.memory``), reserves offsets from the partition's predicted end (its committed
-   end plus its appends in flight, in call order), stamps the batches and hands their
-   upload to a pool of ``max_in_flight`` threads. An append whose upload finished waits
-   for its commit without holding an upload slot: the next upload starts while the commit
-   is out, as the peer of plain PUTs with the same concurrency would start it.
+   end plus its appends in flight, in call order), stamps the batches and queues them for
+   upload. At most ``max_in_flight`` uploads run at once (Kafka's in-flight requests),
+   each on an upload thread that takes the next queued append as soon as its PUT ends:
+   as Kafka's sender drains its accumulator, no hand-off to the caller's thread and back
+   sits between one upload and the next (on a busy machine each hand-off waits for a
+   core). An append whose upload finished waits for its commit without holding an upload
+   slot: the next upload starts while the commit is out, as the peer of plain PUTs with
+   the same concurrency would start it.
 2. One committer thread commits in call order: every consecutive append at the head of the
    queue whose upload finished goes into ONE conditional commit (group commit across
    time: the commit request is paid once for all of them, whatever their partitions).
@@ -34,7 +37,8 @@ visible or absent (one commit holds all of it). ``flush()`` waits for every appe
 submitted before it; ``close()`` flushes, then stops the threads.
 
 Thread-safety: thread-safe. ``_cond`` (on one lock) guards the queue, the predictions and
-the in-flight counts; checks, stamping, uploads and commits run outside it. A future's
+the in-flight counts and the appends waiting for an upload thread; checks, stamping,
+uploads and commits run outside it. A future's
 callbacks run on the committer thread: one that blocks (a ``submit`` waiting for room)
 stalls the pipeline.
 """
@@ -101,13 +105,15 @@ class AppendPipeline:
         self.max_in_flight_bytes = max_in_flight_bytes
         self._cond = threading.Condition(threading.Lock())
         # Guarded by _cond: appends not yet taken by the committer, in call order; the
-        # batch it is committing; the in-flight totals (appends and bytes between call
-        # and commit, appends whose upload has not ended); per partition, the end its next
-        # append is reserved at, the appends in flight and how far lost races moved it.
+        # batch it is committing; stamped appends waiting for an upload thread; the
+        # in-flight totals (appends and bytes between call and commit, upload threads
+        # running); per partition, the end its next append is reserved at, the appends in
+        # flight and how far lost races moved it.
         self._queue: deque[_InFlight] = deque()
         self._committing: list[_InFlight] = []
+        self._ready: deque[_InFlight] = deque()
         self._count = 0
-        self._uploading = 0
+        self._uploaders = 0
         self._bytes = 0
         self._predicted: dict[str, int] = {}
         self._per_partition: dict[str, int] = {}
@@ -137,9 +143,8 @@ class AppendPipeline:
         span = part.headers[-1].last_offset + 1 - part.headers[0].base_offset
         size = len(part.buf)
         with self._cond:
-            while not self._closed and (
-                    self._uploading >= self.max_in_flight
-                    or (self._count and self._bytes + size > self.max_in_flight_bytes)):
+            while not self._closed and self._count \
+                    and self._bytes + size > self.max_in_flight_bytes:
                 self._cond.wait()
             if self._closed:
                 future.set_exception(LogDirError(
@@ -152,15 +157,20 @@ class AppendPipeline:
             self._predicted[key] = entry.end
             self._per_partition[key] = self._per_partition.get(key, 0) + 1
             self._count += 1
-            self._uploading += 1
             self._bytes += size
             self._queue.append(entry)
         try:
             stamp(self._mgr, part, base)
         except BaseException as e:  # noqa: BLE001 - handed to the committer, which fails it
-            self._finished(entry, e)
+            self._finished(entry, e, uploaded=False)
             return future
-        self._pool.submit(self._upload, entry)
+        with self._cond:
+            self._ready.append(entry)
+            start = self._uploaders < self.max_in_flight
+            if start:
+                self._uploaders += 1
+        if start:
+            self._pool.submit(self._upload_ready)
         return future
 
     def _next_end(self, key: str) -> int:
@@ -189,24 +199,32 @@ class AppendPipeline:
 
     # -- uploads -------------------------------------------------------------------------
 
-    def _upload(self, entry: _InFlight) -> None:
-        with self._cond:
-            void = entry.void
-        error: BaseException | None = None
-        if not void:
+    def _upload_ready(self) -> None:
+        """One upload thread: uploads the queued appends in turn, until none is left."""
+        while True:
+            with self._cond:
+                if not self._ready:
+                    self._uploaders -= 1
+                    return
+                entry = self._ready.popleft()
+                void = entry.void
+            if void:  # failed before its upload started: nothing to upload or delete
+                self._finished(entry, None, uploaded=False)
+                continue
+            error: BaseException | None = None
             try:
                 upload(self._mgr.storage, entry.part.segments)
             except BaseException as e:  # noqa: BLE001 - the committer fails its future
                 error = e
-        self._finished(entry, error)
+            self._finished(entry, error, uploaded=True)
 
-    def _finished(self, entry: _InFlight, error: BaseException | None) -> None:
+    def _finished(self, entry: _InFlight, error: BaseException | None, *,
+                  uploaded: bool) -> None:
         with self._cond:
             entry.finished, entry.error = True, error
-            self._uploading -= 1
             void = entry.void
             self._cond.notify_all()
-        if void:  # failed while uploading: no commit will ever name these objects
+        if void and uploaded:  # failed while uploading: no commit will name these objects
             self._discard([entry])
 
     # -- the committer -------------------------------------------------------------------
