@@ -93,9 +93,10 @@ class BucketLogManager:
 
     max_in_flight_appends: int = 5
     """``append_async``: the most appends uploading at once (Kafka's producer
-    ``max.in.flight.requests.per.connection``, whose default this is). A caller beyond it
-    blocks until an upload ends; appends uploaded and waiting for their commit count only
-    in ``max_in_flight_bytes``. Set it on the manager before its first ``append_async``."""
+    ``max.in.flight.requests.per.connection``, whose default this is). Appends beyond it
+    wait, checked and stamped, for an upload thread (the caller does not: it blocks only
+    on ``max_in_flight_bytes``, as Kafka's producer blocks only on ``buffer.memory``).
+    Set it on the manager before its first ``append_async``."""
 
     max_in_flight_bytes: int = 32 << 20
     """``append_async``: the most bytes of appends between their call and their commit
@@ -342,7 +343,7 @@ class BucketLogManager:
         concurrently and committed in call order, many appends per commit. The future's
         ``AppendInfo`` comes once its commit landed; a failure also fails every later
         append of the partition in flight (``AppendAbortedError``). Blocks while
-        ``max_in_flight_appends``/``max_in_flight_bytes`` are reached.
+        ``max_in_flight_bytes`` are between their call and their commit.
 
         >>> futures = [mgr.append_async("events", 0, batch) for batch in batches]
         >>> mgr.flush()
