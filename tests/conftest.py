@@ -76,6 +76,15 @@ def s3_uri(moto_server, monkeypatch) -> str:
     return f"s3://{moto_server.create_bucket()}/logs"
 
 
+@pytest.fixture
+def no_aws_env(monkeypatch) -> None:
+    """No ``AWS_*`` variable in this process for this test: a bucket is reached through
+    options alone (``moto_server.storage_options()``)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture(params=("posix", "memory", "s3"))
 def storage(request, tmp_path):
     """One test, three backends: a ``StorageUnderTest`` (``tests/storage_cases.py``) over a

@@ -52,6 +52,12 @@ class MotoServer:
             raise RuntimeError("the S3 server is not running")
         return self._proc.pid
 
+    def storage_options(self) -> dict[str, str]:
+        """seglog's storage options that reach this server with no ``AWS_*`` variable."""
+        return {"aws_endpoint": self.endpoint, "aws_region": REGION,
+                "aws_access_key_id": ACCESS_KEY_ID, "aws_secret_access_key": SECRET_ACCESS_KEY,
+                "aws_allow_http": "true"}
+
     @property
     def env(self) -> dict[str, str]:
         """The standard variables that point S3 clients (obstore, boto3) at this server."""

@@ -14,15 +14,10 @@ from seglog.logstore.log_manager import LogManager
 
 
 @pytest.fixture
-def bucket(moto_server, monkeypatch) -> tuple[str, list[str]]:
+def bucket(moto_server, no_aws_env) -> tuple[str, list[str]]:
     """A fresh bucket, no AWS_* variable, and the --storage-option arguments to reach it."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    env = moto_server.env
-    pairs = {"aws_endpoint": env["AWS_ENDPOINT_URL"], "AWS_REGION": env["AWS_REGION"],
-             "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-             "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"], "aws_allow_http": "true"}
+    pairs = moto_server.storage_options()
+    pairs["AWS_REGION"] = pairs.pop("aws_region")  # keys are case-insensitive, as obstore's
     args = [a for k, v in pairs.items() for a in ("--storage-option", f"{k}={v}")]
     return f"s3://{moto_server.create_bucket()}/logs", args
 

@@ -19,23 +19,9 @@ from seglog.logstore.record_codec import encode_batches
 SECRET = "wJalrXUtnFEMI-not-a-real-secret"
 
 
-@pytest.fixture
-def no_aws_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-
-
-def moto_options(moto_server) -> dict[str, str]:
-    env = moto_server.env
-    return {"aws_endpoint": env["AWS_ENDPOINT_URL"], "aws_region": env["AWS_REGION"],
-            "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-            "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"], "aws_allow_http": "true"}
-
-
 def test_a_manager_reaches_the_bucket_through_options_alone(moto_server, no_aws_env):
     uri = f"s3://{moto_server.create_bucket()}/logs"
-    options = moto_options(moto_server)
+    options = moto_server.storage_options()
     with LogManager(uri, storage_options=options) as mgr:
         mgr.create_topic("t", 1)
         mgr.append("t", 0, encode_batches(pa.array([b"a", b"b"], pa.binary())))

@@ -4,7 +4,6 @@ errors, and part of the key of the process's shared readers."""
 
 from __future__ import annotations
 
-import os
 import pickle
 
 import pytest
@@ -72,15 +71,8 @@ def test_a_storage_option_without_a_name_is_refused():
 
 
 @pytest.fixture
-def bucket(moto_server, monkeypatch) -> tuple[str, dict[str, str]]:
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    env = moto_server.env
-    options = {"aws_endpoint": env["AWS_ENDPOINT_URL"], "aws_region": env["AWS_REGION"],
-               "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-               "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-               "aws_allow_http": "true"}
+def bucket(moto_server, no_aws_env) -> tuple[str, dict[str, str]]:
+    options = moto_server.storage_options()
     uri = f"s3://{moto_server.create_bucket()}/logs"
     with LogManager(uri, storage_options=options) as mgr:
         mgr.create_topic("t", 2)
