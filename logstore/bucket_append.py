@@ -61,8 +61,11 @@ UPLOAD_THREADS = 16
 @dataclass
 class PartitionAppend:
     """One partition's part of an append: its batches, checked against ``config`` (the
-    topic's ``spec``), and what was uploaded for the log end ``end`` (None: nothing yet).
-    Not thread-safe (one call owns it)."""
+    topic's ``spec``), stamped from the log end ``end`` (None: not yet) and cut into
+    ``segments``, which are in the bucket once ``uploaded``. Stamped and uploaded are
+    apart: a build that stamps a part and then fails on a later one uploads nothing, and
+    the next build must upload it, not take it as done. Not thread-safe (one call owns
+    it)."""
 
     topic: str
     partition: int
@@ -71,6 +74,7 @@ class PartitionAppend:
     buf: bytearray
     headers: list[BatchHeader]
     end: int | None = None
+    uploaded: bool = False
     stamped: list[BatchHeader] = field(default_factory=list)
     segments: list[SegmentObjects] = field(default_factory=list)
 
@@ -131,7 +135,7 @@ def checked_append(mgr: BucketLogManager, topic: str, partition: int,
 
 def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
     def build(state: BucketState) -> Change:
-        upload(mgr.storage, restamp(mgr, state, pending))
+        upload_parts(mgr.storage, restamp(mgr, state, pending))
         return change_of(pending)
 
     try:
@@ -142,40 +146,54 @@ def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
         # A lost race given up, or a check that failed on a fresh state: certainly not
         # committed.
         for part in pending:
-            discard(mgr.storage, part.segments)
+            if part.uploaded:
+                discard(mgr.storage, part.segments)
         raise
 
 
-def restamp(mgr: BucketLogManager, state: BucketState,
-            parts: list[PartitionAppend]) -> list[SegmentObjects]:
+def restamp(mgr: BucketLogManager, state: BucketState, parts: list[PartitionAppend],
+            failed: list[PartitionAppend] | None = None) -> list[PartitionAppend]:
     """Make ``parts`` (in commit order; several may be of one partition) follow ``state``:
     each partition's first part from its committed log end, each later one from the end
     of the one before. A part whose offsets moved is re-stamped and cut again (its old
-    uploads deleted: no commit references them); returns the segments to upload."""
-    fresh: list[SegmentObjects] = []
+    uploads deleted: no commit references them); returns the parts to upload (every part
+    not uploaded for its offsets, including one stamped by an earlier build that failed
+    before its upload). A part whose check raises is appended to ``failed`` (the caller
+    may drop its partition and commit the others)."""
     ends: dict[str, int] = {}
     for part in parts:
-        ps = state.partitions.get(part.key)
-        if ps is None:
-            raise UnknownTopicOrPartitionError(
-                f"partition {part.key} of {mgr.uri} was deleted during the append")
-        end = ends.get(part.key, ps.high_watermark)
-        spec = state.topics[part.topic]
-        if spec != part.spec:
-            # Another process changed the topic's config: check the batches again
-            # against it (max.message.bytes, timestamps), cut them by its segment.bytes.
-            config = LogConfig.from_properties(dict(spec.config),
-                                               base=mgr.default_topic_config)
-            validate_batches(part.buf, config, tp=part.key,
-                             now_ms=mgr.clock.milliseconds(), assign_offsets=True)
-            part.spec, part.config, part.end = spec, config, None
-        if part.end != end:
+        try:
+            _restamp_part(mgr, state, part, ends)
+        except SeglogError:
+            if failed is not None:
+                failed.append(part)
+            raise
+    return [part for part in parts if not part.uploaded]
+
+
+def _restamp_part(mgr: BucketLogManager, state: BucketState, part: PartitionAppend,
+                  ends: dict[str, int]) -> None:
+    """``restamp`` of one part; ``ends``: the end of the partitions' parts before it."""
+    ps = state.partitions.get(part.key)
+    if ps is None:
+        raise UnknownTopicOrPartitionError(
+            f"partition {part.key} of {mgr.uri} was deleted during the append")
+    end = ends.get(part.key, ps.high_watermark)
+    spec = state.topics[part.topic]
+    if spec != part.spec:
+        # Another process changed the topic's config: check the batches again
+        # against it (max.message.bytes, timestamps), cut them by its segment.bytes.
+        config = LogConfig.from_properties(dict(spec.config),
+                                           base=mgr.default_topic_config)
+        validate_batches(part.buf, config, tp=part.key,
+                         now_ms=mgr.clock.milliseconds(), assign_offsets=True)
+        part.spec, part.config, part.end = spec, config, None
+    if part.end != end:
+        if part.uploaded:
             discard(mgr.storage, part.segments)
-            part.segments = []
-            stamp(mgr, part, end)
-            fresh += part.segments
-        ends[part.key] = part.stamped[-1].last_offset + 1
-    return fresh
+        part.segments = []
+        stamp(mgr, part, end)
+    ends[part.key] = part.stamped[-1].last_offset + 1
 
 
 def stamp(mgr: BucketLogManager, part: PartitionAppend, end: int) -> None:
@@ -187,7 +205,7 @@ def stamp(mgr: BucketLogManager, part: PartitionAppend, end: int) -> None:
         segment_bytes=part.config.segment_bytes,
         index_interval_bytes=part.config.index_interval_bytes,
         inline_index_bytes=mgr.inline_index_bytes)
-    part.end = end
+    part.end, part.uploaded = end, False
 
 
 def change_of(parts: list[PartitionAppend]) -> Change:
@@ -212,6 +230,14 @@ def upload(storage: Storage, segments: list[SegmentObjects]) -> None:
         futures = [pool.submit(storage.write_atomic, key, data) for key, data in uploads]
     for future in futures:
         future.result()  # the first failure, once none is still running
+
+
+def upload_parts(storage: Storage, parts: list[PartitionAppend]) -> None:
+    """``upload`` every part's segments; only then is a part ``uploaded`` (a failed
+    upload leaves it to be uploaded again, never taken as done)."""
+    upload(storage, [seg for part in parts for seg in part.segments])
+    for part in parts:
+        part.uploaded = True
 
 
 def discard(storage: Storage, segments: list[SegmentObjects]) -> None:

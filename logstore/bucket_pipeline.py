@@ -61,6 +61,7 @@ from .bucket_append import (
     restamp,
     stamp,
     upload,
+    upload_parts,
 )
 from .bucket_commit_log import Change
 from .bucket_state import BucketState
@@ -214,6 +215,7 @@ class AppendPipeline:
             error: BaseException | None = None
             try:
                 upload(self._mgr.storage, entry.part.segments)
+                entry.part.uploaded = True  # read by the committer once finished is set
             except BaseException as e:  # noqa: BLE001 - the committer fails its future
                 error = e
             self._finished(entry, error, uploaded=True)
@@ -269,7 +271,7 @@ class AppendPipeline:
         def build(state: BucketState) -> Change:
             # Nothing to upload unless a lost race moved the offsets: the pipeline's
             # uploads are done, which is why these appends were taken.
-            upload(self._mgr.storage, restamp(self._mgr, state, parts))
+            upload_parts(self._mgr.storage, restamp(self._mgr, state, parts))
             return change_of(parts)
 
         self._mgr._commit("append", build)

@@ -187,3 +187,30 @@ def test_export_writes_inline_indexes_as_real_files_and_a_merge_makes_them_objec
     assert merged.inline_index == merged.inline_timeindex == b""
     assert merged.index_bytes and merged.timeindex_bytes  # objects: snapshots stay small
     assert offsets(mgr, "t", 0) == list(range(900))
+
+
+def test_a_part_stamped_by_a_build_that_failed_is_uploaded_by_the_next(monkeypatch):
+    """A build that stamped y-0, then failed on x-0 (deleted, as far as this process
+    knew), uploaded nothing of y-0: the build after the refresh (x-0 recreated meanwhile)
+    must upload it, not take it as done, or the commit names objects never uploaded."""
+    uri = memory_uri()
+    mgr, other = BucketLogManager(ObjectStorage(uri)), BucketLogManager(ObjectStorage(uri))
+    mgr.create_topic("y", 1)
+    mgr.create_topic("x", 1)
+    commit = mgr.commits.commit
+
+    def x_deleted_then_recreated(operation, build):
+        # Between the append's checks and its commit another process deletes x, this
+        # process folds that (as a reader's refresh would), and x is created again
+        # before the commit's retry reads the bucket.
+        other.delete_topic("x")
+        mgr.commits.refresh()
+        other.create_topic("x", 1)
+        return commit(operation, build)
+
+    monkeypatch.setattr(mgr.commits, "commit", x_deleted_then_recreated)
+    infos = mgr.append_many({("y", 0): batches(3), ("x", 0): batches(2)})
+    assert infos[("y", 0)].first_offset == 0 and infos[("x", 0)].first_offset == 0
+    reader = BucketLogManager(ObjectStorage(uri), read_only=True)
+    assert offsets(reader, "y", 0) == [0, 1, 2]
+    assert offsets(reader, "x", 0) == [0, 1]
