@@ -342,8 +342,10 @@ class BucketLogManager:
         uploaded), given offsets after the appends still in flight, uploaded
         concurrently and committed in call order, many appends per commit. The future's
         ``AppendInfo`` comes once its commit landed; a failure also fails every later
-        append of the partition in flight (``AppendAbortedError``). Blocks while
-        ``max_in_flight_bytes`` are between their call and their commit.
+        append of the partition in flight (``AppendAbortedError``), not the other
+        partitions'. The future cannot be cancelled (``cancel()`` is False: the append is
+        committed regardless). Blocks while ``max_in_flight_bytes`` are between their
+        call and their commit.
 
         >>> futures = [mgr.append_async("events", 0, batch) for batch in batches]
         >>> mgr.flush()

@@ -29,15 +29,25 @@ conditional commit PUT. A pipeline overlaps them across appends:
    (``AppendAbortedError``: their offsets are void). The pipeline never retries a failed
    append, so nothing is reordered or duplicated. Uploads certainly not committed are
    deleted; after a failed commit request (``KafkaStorageError``) the covered appends'
-   uploads stay (the commit may have landed; the collector removes orphans).
+   uploads stay (the commit may have landed; the collector removes orphans). A check that
+   fails for one partition on a fresh state (its topic deleted, a new config refusing the
+   batches) fails only that append and the later ones of its partition: the rest of the
+   group commit is committed again without them.
 
 A future completes only once its commit landed: acknowledged means committed, and
 survives any crash. An append not yet acknowledged when its process dies is wholly
-visible or absent (one commit holds all of it). ``flush()`` waits for every append
-submitted before it; ``close()`` flushes, then stops the threads.
+visible or absent (one commit holds all of it). A future is running from the call on:
+``cancel()`` returns False, since an append the pipeline took is uploaded and committed
+regardless (only the pipeline completes its futures; one completed by someone else is
+logged and skipped, the committer goes on). An empty append completes in order with its
+partition's others: with the last append before it (the log end after that one, or
+``AppendAbortedError`` if it failed), at once with the committed end if none is in flight.
+``flush()`` returns once the future of every append submitted before it is completed;
+``close()`` flushes, then stops the threads.
 
 Thread-safety: thread-safe. ``_cond`` (on one lock) guards the queue, the predictions and
-the in-flight counts and the appends waiting for an upload thread; checks, stamping,
+the in-flight counts, the appends waiting for an upload thread and the futures not yet
+completed; checks, stamping,
 uploads and commits run outside it. A future's
 callbacks run on the committer thread: one that blocks (a ``submit`` waiting for room)
 stalls the pipeline.
@@ -48,9 +58,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .bucket_append import (
@@ -78,7 +87,8 @@ logger = logging.getLogger(__name__)
 class _InFlight:
     """One append between its call and its future's completion. ``finished``: its upload
     ended (``error`` says how); ``void``: its future was failed, so its uploads are
-    deleted by whoever touches them last. Guarded by the pipeline's lock."""
+    deleted by whoever touches them last; ``followers``: the futures of empty appends of
+    its partition called after it, completed with it. Guarded by the pipeline's lock."""
 
     part: PartitionAppend
     future: Future[AppendInfo]
@@ -89,6 +99,10 @@ class _InFlight:
     finished: bool = False
     error: BaseException | None = None
     void: bool = False
+    followers: list[Future[AppendInfo]] = field(default_factory=list)
+
+
+Outcome = tuple["Future[AppendInfo]", "AppendInfo | BaseException"]
 
 
 class AppendPipeline:
@@ -105,19 +119,21 @@ class AppendPipeline:
         self.max_in_flight = max_in_flight
         self.max_in_flight_bytes = max_in_flight_bytes
         self._cond = threading.Condition(threading.Lock())
-        # Guarded by _cond: appends not yet taken by the committer, in call order; the
-        # batch it is committing; stamped appends waiting for an upload thread; the
-        # in-flight totals (appends and bytes between call and commit, upload threads
-        # running); per partition, the end its next append is reserved at, the appends in
-        # flight and how far lost races moved it.
+        # Guarded by _cond: appends not yet taken by the committer, in call order;
+        # stamped appends waiting for an upload thread; the futures accepted and not yet
+        # completed (what flush waits for); the in-flight totals (appends and bytes
+        # between call and commit, upload threads running); per partition, the end its
+        # next append is reserved at, the appends in flight, the last of them and how far
+        # lost races moved it.
         self._queue: deque[_InFlight] = deque()
-        self._committing: list[_InFlight] = []
         self._ready: deque[_InFlight] = deque()
+        self._open: set[Future[AppendInfo]] = set()
         self._count = 0
         self._uploaders = 0
         self._bytes = 0
         self._predicted: dict[str, int] = {}
         self._per_partition: dict[str, int] = {}
+        self._last: dict[str, _InFlight] = {}
         self._shift: dict[str, int] = {}
         self._closed = False
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="seglog-pipeline-put")
@@ -130,17 +146,17 @@ class AppendPipeline:
     def submit(self, topic: str, partition: int, data: bytes | bytearray | memoryview
                ) -> Future[AppendInfo]:
         future: Future[AppendInfo] = Future()
+        # Running from the start: an append the pipeline took cannot be withdrawn (its
+        # upload and commit go on), so cancel() must say False, not pretend.
+        future.set_running_or_notify_cancel()
         try:
             self._mgr.check_writable()
             part = checked_append(self._mgr, topic, partition, data)
         except SeglogError as e:
             future.set_exception(e)
             return future
-        if part is None:  # no batches: the predicted end, nothing appended
-            with self._cond:
-                end = self._next_end(f"{topic}-{partition}")
-            future.set_result(AppendInfo(end, end - 1, -1, -1, 0, 0))
-            return future
+        if part is None:
+            return self._empty(f"{topic}-{partition}", future)
         span = part.headers[-1].last_offset + 1 - part.headers[0].base_offset
         size = len(part.buf)
         with self._cond:
@@ -157,9 +173,11 @@ class AppendPipeline:
             entry = _InFlight(part, future, size, base, base + span, self._shift.get(key, 0))
             self._predicted[key] = entry.end
             self._per_partition[key] = self._per_partition.get(key, 0) + 1
+            self._last[key] = entry
             self._count += 1
             self._bytes += size
             self._queue.append(entry)
+            self._open.add(future)
         try:
             stamp(self._mgr, part, base)
         except BaseException as e:  # noqa: BLE001 - handed to the committer, which fails it
@@ -174,6 +192,21 @@ class AppendPipeline:
             self._pool.submit(self._upload_ready)
         return future
 
+    def _empty(self, key: str, future: Future[AppendInfo]) -> Future[AppendInfo]:
+        """An append without batches completes in order with its partition's others: with
+        the last append before it (the end after it; AppendAbortedError if it failed), or
+        at once with the committed end when none is in flight."""
+        with self._cond:
+            last = self._last.get(key)
+            if last is not None:
+                last.followers.append(future)
+                self._open.add(future)
+                return future
+            ps = self._mgr.state.partitions.get(key)
+            end = ps.high_watermark if ps is not None else 0
+        future.set_result(AppendInfo(end, end - 1, -1, -1, 0, 0))
+        return future
+
     def _next_end(self, key: str) -> int:
         """Under the lock: where the partition's next append goes."""
         if self._per_partition.get(key):
@@ -182,10 +215,11 @@ class AppendPipeline:
         return ps.high_watermark if ps is not None else 0
 
     def flush(self) -> None:
-        """Wait until every append submitted before this call is committed or failed."""
+        """Wait until the future of every append submitted before this call is completed
+        (committed or failed). Not from a future's callback: those run on the committer."""
         with self._cond:
-            pending = [e.future for e in self._queue] + [e.future for e in self._committing]
-        wait_futures(pending)
+            pending = set(self._open)
+            self._cond.wait_for(lambda: pending.isdisjoint(self._open))
 
     def close(self) -> None:
         """Flush, then stop the committer and the upload threads. Idempotent."""
@@ -233,50 +267,70 @@ class AppendPipeline:
 
     def _run(self) -> None:
         while True:
-            batch: list[_InFlight] = []
             with self._cond:
                 while not (self._queue and self._queue[0].finished):
                     if self._closed and not self._queue:
                         return
                     self._cond.wait()
                 head = self._queue[0]
+                batch: list[_InFlight] = []
                 if head.error is not None:
                     self._queue.popleft()
-                    failed = head
                 else:
-                    failed = None
                     while self._queue and self._queue[0].finished \
                             and self._queue[0].error is None:
-                        self._committing.append(self._queue.popleft())
-                    batch = list(self._committing)
-            if failed is not None:
-                assert failed.error is not None
-                self._fail([failed], failed.error, certain=True)
-                continue
+                        batch.append(self._queue.popleft())
             try:
-                self._commit(batch)
+                if head.error is not None:
+                    self._fail([head], head.error, certain=True)
+                else:
+                    self._commit_batch(batch)
+            except BaseException:  # noqa: BLE001 - the committer must outlive any one append
+                logger.exception("%s: the append pipeline's committer failed settling "
+                                 "appends; it goes on with the next", self._mgr.uri)
+
+    def _commit_batch(self, batch: list[_InFlight]) -> None:
+        """Commit ``batch``. When a partition's append fails a check on a fresh state
+        (its partition deleted, a new config refusing it) only that append and the later
+        ones of its partition fail: the others are committed again without them."""
+        while batch:
+            failed: list[PartitionAppend] = []
+            try:
+                self._commit(batch, failed)
             except KafkaStorageError as e:  # the commit may have landed: uploads stay
                 self._fail(batch, e, certain=False)
             except SeglogError as e:  # certainly not committed
-                self._fail(batch, e, certain=True)
+                culprit = next((x for x in batch if failed and x.part is failed[-1]), None)
+                if culprit is None:  # not one partition's (a lost race given up)
+                    self._fail(batch, e, certain=True)
+                    return
+                key, at = culprit.part.key, batch.index(culprit)
+                behind = [x for x in batch[at + 1:] if x.part.key == key]
+                batch = [x for x in batch if x is not culprit and x not in behind]
+                self._fail([culprit], e, certain=True, behind=behind)
+                continue
             except BaseException as e:  # noqa: BLE001 - a bug must fail the futures, not hang them
                 logger.exception("%s: the append pipeline's commit failed", self._mgr.uri)
                 self._fail(batch, e, certain=False)
             else:
                 self._committed(batch)
+            return
 
-    def _commit(self, batch: list[_InFlight]) -> None:
+    def _commit(self, batch: list[_InFlight], failed: list[PartitionAppend]) -> None:
         parts = [e.part for e in batch]
 
         def build(state: BucketState) -> Change:
             # Nothing to upload unless a lost race moved the offsets: the pipeline's
-            # uploads are done, which is why these appends were taken.
-            upload_parts(self._mgr.storage, restamp(self._mgr, state, parts))
+            # uploads are done, which is why these appends were taken. ``failed`` says
+            # which part the last build's check refused.
+            failed.clear()
+            upload_parts(self._mgr.storage, restamp(self._mgr, state, parts, failed))
             return change_of(parts)
 
         self._mgr._commit("append", build)
 
     def _committed(self, batch: list[_InFlight]) -> None:
+        outcomes: list[Outcome] = []
         with self._cond:
             last: dict[str, _InFlight] = {}
             for entry in batch:
@@ -291,34 +345,67 @@ class AppendPipeline:
                     self._shift[key] = self._shift.get(key, 0) + moved
                     self._predicted[key] += moved
             self._release(batch)
-            self._committing.clear()
-        for entry in batch:
-            entry.future.set_result(entry.part.info())
+            for entry in batch:
+                info = entry.part.info()
+                outcomes.append((entry.future, info))
+                end = info.last_offset + 1
+                outcomes += [(f, AppendInfo(end, end - 1, -1, -1, 0, 0))
+                             for f in entry.followers]
+        self._settle(outcomes)
 
-    def _fail(self, covered: list[_InFlight], error: BaseException, *, certain: bool) -> None:
-        """Fail ``covered`` with ``error`` and every later append of their partitions
-        with ``AppendAbortedError``; delete what is certainly not committed."""
+    def _fail(self, covered: list[_InFlight], error: BaseException, *, certain: bool,
+              behind: list[_InFlight] | None = None) -> None:
+        """Fail ``covered`` with ``error``; ``behind`` (later appends of their partitions
+        taken off a batch) and every later append of their partitions still queued with
+        ``AppendAbortedError``; delete what is certainly not committed."""
         keys = {e.part.key for e in covered}
         with self._cond:
-            later = [e for e in self._queue if e.part.key in keys]
-            for entry in later:
+            queued = [e for e in self._queue if e.part.key in keys]
+            for entry in queued:
                 self._queue.remove(entry)
+            later = (behind or []) + queued
             doomed = covered + later
             for entry in doomed:
                 entry.void = True
             self._release(doomed)
-            self._committing.clear()
             gone = [e for e in later if e.finished] + (covered if certain else [])
         self._discard(gone)
-        for entry in covered:
-            entry.future.set_exception(error)
+        outcomes: list[Outcome] = [(e.future, error) for e in covered]
         for entry in later:
-            aborted = AppendAbortedError(
-                f"append to {entry.part.key} of {self._mgr.uri} (offsets {entry.base}.."
-                f"{entry.end - 1} reserved) was not committed: an earlier append of the "
-                f"partition failed ({error}); nothing of it is visible")
-            aborted.__cause__ = error
-            entry.future.set_exception(aborted)
+            outcomes.append((entry.future, self._aborted(
+                error, f"append to {entry.part.key} of {self._mgr.uri} (offsets "
+                f"{entry.base}..{entry.end - 1} reserved)")))
+        for entry in doomed:
+            outcomes += [(f, self._aborted(error, f"empty append to {entry.part.key} of "
+                                                  f"{self._mgr.uri}"))
+                         for f in entry.followers]
+        self._settle(outcomes)
+
+    @staticmethod
+    def _aborted(error: BaseException, what: str) -> AppendAbortedError:
+        aborted = AppendAbortedError(
+            f"{what} was not committed: an earlier append of the partition failed "
+            f"({error}); nothing of it is visible")
+        aborted.__cause__ = error
+        return aborted
+
+    def _settle(self, outcomes: list[Outcome]) -> None:
+        """Complete the futures (outside the lock: their callbacks run here), then let
+        ``flush`` see them done. A future its caller completed already (misuse: only the
+        pipeline may) is logged and skipped: the committer must go on."""
+        for future, outcome in outcomes:
+            try:
+                if isinstance(outcome, BaseException):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
+            except InvalidStateError:
+                logger.warning("%s: an append_async future was completed by someone else "
+                               "before the pipeline (%s); the append's outcome was %r",
+                               self._mgr.uri, future, outcome)
+        with self._cond:
+            self._open.difference_update(f for f, _ in outcomes)
+            self._cond.notify_all()
 
     def _release(self, entries: list[_InFlight]) -> None:
         """Under the lock: ``entries`` leave the in-flight totals; wake blocked callers."""
@@ -333,6 +420,7 @@ class AppendPipeline:
                 del self._per_partition[key]
                 self._predicted.pop(key, None)
                 self._shift.pop(key, None)
+                self._last.pop(key, None)
         self._cond.notify_all()
 
     def _discard(self, entries: list[_InFlight]) -> None:

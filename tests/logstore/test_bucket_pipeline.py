@@ -391,3 +391,112 @@ def test_a_writer_killed_with_appends_in_flight_keeps_every_acknowledged_one(s3_
     visible = {t: (first, last) for t, first, last in in_log}
     for tag, offsets in acked.items():
         assert visible[tag] == offsets
+
+
+class HeldUploads(CountingStorage):
+    """Holds every ``.log`` upload until ``go`` is set (a bounded wait: a hang fails)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.go = threading.Event()
+
+    def write_atomic(self, key: str, data: Any) -> None:
+        if key.endswith(".log"):
+            assert self.go.wait(10), "the test never let the uploads go"
+        self.inner.write_atomic(key, data)
+
+
+def test_an_accepted_append_cannot_be_cancelled_and_a_meddled_future_stops_nothing():
+    storage = HeldUploads(ObjectStorage(memory_uri()))
+    mgr = BucketLogManager(storage)
+    mgr.create_topic("t", 2)
+    first = mgr.append_async("t", 0, tagged("a", 3))
+    # Still uploading, yet taken: its commit goes on, so cancel() must say so.
+    assert first.cancel() is False and not first.cancelled()
+    meddled = mgr.append_async("t", 0, tagged("b", 2))
+    meddled.set_exception(RuntimeError("completed by its caller"))  # misuse
+    storage.go.set()
+    later = mgr.append_async("t", 1, tagged("c", 2))
+    # The committer outlived the future it could not complete.
+    assert later.result(timeout=10).first_offset == 0
+    assert first.result(timeout=10).first_offset == 0
+    mgr.close()
+    assert [t for t, _, _ in appends_in_log(rows(mgr.__class__(storage.inner)))] == ["a", "b"]
+
+
+def test_a_partition_failing_in_a_group_commit_fails_only_its_own_appends(storage):
+    held = HeldUploads(storage.inner)
+    mgr = BucketLogManager(held)
+    mgr.create_topic("t", 1)
+    mgr.create_topic("gone", 1)
+    good = mgr.append_async("t", 0, tagged("g", 3))
+    gone = mgr.append_async("gone", 0, tagged("x", 3))
+    good2 = mgr.append_async("t", 0, tagged("g2", 3))
+    gone2 = mgr.append_async("gone", 0, tagged("x2", 3))
+    with BucketLogManager(storage.inner) as other:
+        other.delete_topic("gone")  # the four then commit together, and lose the race
+    held.go.set()
+    mgr.flush()
+    assert (good.result().first_offset, good2.result().first_offset) == (0, 3)
+    with pytest.raises(UnknownTopicOrPartitionError, match="gone-0"):
+        gone.result()
+    with pytest.raises(AppendAbortedError, match="gone-0"):
+        gone2.result()
+    mgr.close()
+    reader = BucketLogManager(storage.inner, read_only=True)
+    assert [t for t, _, _ in appends_in_log(rows(reader))] == ["g", "g2"]
+    objects_are_the_committed_segments(reader)
+    assert list(storage.inner.list_dir("gone-0")) == []  # its uploads deleted
+
+
+class SecondUploadFirst(CountingStorage):
+    """The first ``.log`` upload ends only after the second: both appends finish
+    together, so one commit takes both."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self._lock = threading.Lock()  # guards logs
+        self.logs = 0
+        self.second_done = threading.Event()
+
+    def write_atomic(self, key: str, data: Any) -> None:
+        if not key.endswith(".log"):
+            self.inner.write_atomic(key, data)
+            return
+        with self._lock:
+            self.logs += 1
+            n = self.logs
+        if n == 1:
+            assert self.second_done.wait(10), "the second upload never ended"
+        self.inner.write_atomic(key, data)
+        if n == 2:
+            self.second_done.set()
+
+
+def test_flush_returns_only_once_every_future_before_it_is_completed():
+    mgr = BucketLogManager(SecondUploadFirst(ObjectStorage(memory_uri())))
+    mgr.create_topic("t", 2)
+    seen: list[bool] = []
+    flushed = threading.Event()
+    later: list[Future[AppendInfo]] = []
+
+    def flusher() -> None:
+        mgr.flush()
+        seen.append(all(f.done() for f in later))
+        flushed.set()
+
+    def on_first(_future: Future[AppendInfo]) -> None:
+        # Runs on the committer while it completes the commit's futures: the others of
+        # that commit are not completed yet, so a flush now must wait for them. (The
+        # bound only keeps a pre-fix flush, which returns at once, from being missed.)
+        threading.Thread(target=flusher).start()
+        flushed.wait(0.5)
+
+    first = mgr.append_async("t", 0, tagged("a", 3))
+    first.add_done_callback(on_first)
+    later.append(mgr.append_async("t", 0, b""))  # empty: completes with "a", the end after it
+    later.append(mgr.append_async("t", 1, tagged("b", 2)))
+    assert flushed.wait(10), "flush hung"
+    assert seen == [True]
+    assert [(f.result().first_offset, f.result().last_offset) for f in later] == [(3, 2), (0, 1)]
+    mgr.close()
