@@ -22,7 +22,8 @@ batch_id)`` reads and writes no data byte. It:
    A lost race re-runs this step on the new state: offsets are reassigned (metadata
    only), a topic created meanwhile is checked instead of created, and a ledger that
    moved to ``B`` means another attempt of this very batch won. A request failing
-   around the create is settled by a refresh (``_settle``): landed means published;
+   around the create is settled by a refresh (``_settle``): landed (the ledger holds the
+   batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
    in the ledger, so every process agrees), runs retention and collection (metadata
@@ -119,15 +120,21 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
         crash_point("bucket-after-plan", batch_id)
         return change
 
+    settled = False
     try:
         mgr.commits.commit(OPERATION, build)
     except KafkaStorageError as e:
-        _settle(mgr, plan, sink_id, batch_id, e)  # raises unless the commit landed
+        _settle(mgr, plan, sink_id, batch_id, use_ledger, e)  # raises unless it landed
+        settled = True
     done = decided[0] if decided else None
     crash_point("bucket-after-commit", batch_id)
     if done is None:  # another attempt of this very batch won the race
         return _replayed(mgr, chosen, plan, sink_id, batch_id, removed)
-    removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
+    if not settled:
+        # After a settled commit, a fragment no longer referenced may have been merged
+        # away just now, while readers may still read it: the collector deletes it after
+        # file.delete.delay.ms instead.
+        removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
     if done.maintain:
         _run_maintenance(mgr, sink_id, batch_id)
     crash_point("bucket-after-cleanup", batch_id)
@@ -148,10 +155,12 @@ def _replayed(mgr: BucketLogManager, chosen: list[StagedTask],
 
 
 def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],
-            sink_id: str, batch_id: int, cause: KafkaStorageError) -> None:
+            sink_id: str, batch_id: int, use_ledger: bool, cause: KafkaStorageError) -> None:
     """After a request failed during the commit: return if the commit landed anyway (the
     batch is published: failing now would make a rerun write it twice), else raise a
-    ``SinkCommitError`` that says whether the data is visible."""
+    ``SinkCommitError`` that says whether the data is visible. Landed is what the sink's
+    ledger says (the commit carries it): the fragments it referenced may be merged away
+    by another process already. Without the ledger, every fragment must be referenced."""
     keys = [f.key for frags in plan.values() for f in frags]
     try:
         mgr.refresh()
@@ -161,8 +170,12 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
             f"and the bucket cannot say whether it landed ({e}): its data MAY BE VISIBLE; "
             f"check the sink's ledger ('seglog check {mgr.uri}') before writing it "
             "again") from cause
-    referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
-    if all(k in referenced for k in keys):
+    if use_ledger:
+        landed = _ledger_batch(mgr.state, sink_id) >= batch_id
+    else:
+        referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
+        landed = all(k in referenced for k in keys)
+    if landed:
         logger.warning("the commit of batch %d of sink %s reported a failure (%s), but it "
                        "landed in %s: the batch is published", batch_id, sink_id, cause,
                        mgr.uri)

@@ -340,3 +340,48 @@ def test_source_planning_lists_once_per_trigger_and_reads_list_only_when_behind(
     for (t, p), end in sorted(ends.items()):  # the next trigger: the first range behind
         list(read_range(ReadRange(src.log_dirs, t, p, end, new_ends[(t, p)]), schema))
     assert len(lists) == 1  # refreshes the worker's state for all the others
+
+
+def test_a_landed_commit_whose_fragments_were_merged_before_the_settle_is_published(
+        monkeypatch, caplog):
+    """The create of batch 1's commit lands but fails on the wire, and before the sink
+    settles it another process merges batch 0's and batch 1's segments: the fragments are
+    no longer referenced, yet the ledger (carried by the very commit) says batch 1 landed,
+    so commit() succeeds instead of calling a published batch invisible."""
+    uri = memory_uri()
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    tasks = [stage(opts, 1)]
+    real_create, real_read = ObjectStorage.create, ObjectStorage.read
+    failing: list[str] = []
+    merged: list[int] = []
+    armed = [True]  # only the sink's first commit create fails
+
+    def create(self, path, data):
+        made = real_create(self, path, data)
+        if str(path).startswith("_seglog/log/") and armed:
+            armed.clear()
+            failing.append(path)
+            raise KafkaStorageError(f"PUT {path}: connection reset")
+        return made
+
+    def read(self, path):
+        if failing and str(path) == failing[0]:
+            failing.clear()
+            with BucketLogManager(uri) as other:  # before the sink looks again
+                merged.append(other.merge_segments())
+            raise KafkaStorageError(f"GET {path}: timed out")
+        return real_read(self, path)
+
+    monkeypatch.setattr(ObjectStorage, "create", create)
+    monkeypatch.setattr(ObjectStorage, "read", read)
+    caplog.set_level(logging.WARNING)
+    assert commit(tasks, 1, opts).records == 300
+    monkeypatch.undo()
+    assert merged and merged[0] > 0
+    assert "landed" in caplog.text
+    check_exactly_once(uri, values(0) + values(1))
+    with LogManager(uri, read_only=True) as mgr:
+        assert mgr.state.sinks[SINK]["batch_id"] == 1
+        staged = {s.key for p in mgr.state.partitions.values() for s in p.segments}
+    assert not any(k.startswith("_seglog/staging") for k in staged)  # merged away indeed
