@@ -42,22 +42,24 @@ _WRITER_OPERATIONS = frozenset({
 
 class BucketLog(LogReads):
     """A partition of a bucket; see the module docstring. ``source(refresh)`` returns the
-    version of the bucket state it read and the partition's committed state in it
-    (``refresh``: ask the bucket first), None when the partition is gone."""
+    version of the bucket state it read, the partition's committed state in it and the
+    topic's config in it (``refresh``: ask the bucket first); the state is None when the
+    partition is gone."""
 
     _ATTEMPTS = 2
     _READ_END_NAME = "high watermark"
     read_only = True
 
     def __init__(self, storage: Storage, topic: str, partition: int, config: LogConfig,
-                 source: Callable[[bool], tuple[int, PartitionState | None]]) -> None:
+                 source: Callable[[bool], tuple[int, PartitionState | None,
+                                                LogConfig | None]]) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
         self.config = config
         self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")  # type: ignore[assignment]
         self._source = source
-        self._contiguous = not config.compact
+        self._contiguous = not config.compact  # set again by every _sync that changes
         self._lock = threading.Lock()  # guards _version, _state, _open
         self._open: dict[str, BucketSegment] = {}
         self._version = NO_VERSION
@@ -67,7 +69,7 @@ class BucketLog(LogReads):
         self._sync(False)
 
     def _sync(self, refresh: bool) -> bool:
-        version, state = self._source(refresh)
+        version, state, config = self._source(refresh)
         if state is None:
             # Never read as an empty partition (high watermark 0): its topic is gone.
             raise UnknownTopicOrPartitionError(
@@ -80,6 +82,13 @@ class BucketLog(LogReads):
             if version <= self._version:
                 return False
             self._version = version
+            # A cached log outlives alter_topic_config: take the config of this state.
+            # Offsets are contiguous only in a topic that is not compacted AND was never
+            # cleaned (compaction's gaps stay after the policy goes back to delete: the
+            # local rule, offset_continuity.offsets_contiguous).
+            if config is not None:
+                self.config = config
+            self._contiguous = not self.config.compact and state.cleaner_offset is None
             if state == self._state and self._high_watermark == state.high_watermark:
                 return False
             for key in [k for k in self._open if index_of(state.segments, k) is None]:

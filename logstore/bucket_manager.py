@@ -210,7 +210,10 @@ class BucketLogManager:
         return dict(self._spec(name).config)
 
     def topic_config(self, topic: str) -> LogConfig:
-        spec = self._spec(topic)
+        return self._config_of(topic, self._spec(topic))
+
+    def _config_of(self, topic: str, spec: TopicSpec) -> LogConfig:
+        """``topic``'s config under ``spec`` (parsed once per spec; no request)."""
         with self._lock:
             cached = self._configs.get(topic)
             if cached is not None and cached[0] == spec:
@@ -308,11 +311,17 @@ class BucketLogManager:
             if log is None:
                 config = self.topic_config(topic)
 
-                def source(refresh: bool) -> tuple[int, PartitionState | None]:
+                def source(refresh: bool
+                           ) -> tuple[int, PartitionState | None, LogConfig | None]:
                     if refresh:
                         self.refresh()
                     state = self.state
-                    return state.version, state.partition(topic, partition)
+                    # The config of the same state: a log kept across an
+                    # alter_topic_config (a worker's cached reader) must not check a
+                    # now-compacted topic's gaps with the policy it was opened under.
+                    spec = state.topics.get(topic)
+                    return (state.version, state.partition(topic, partition),
+                            None if spec is None else self._config_of(topic, spec))
 
                 log = self._logs[(topic, partition)] = BucketLog(
                     self.storage, topic, partition, config, source)

@@ -18,7 +18,7 @@ from seglog.logstore.errors import (
     OffsetBelowLogStartError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.record_codec import decode_batches, encode_batches
 
 TS = 1_700_000_000_000
 
@@ -127,3 +127,32 @@ def test_a_reader_of_a_deleted_topic_is_told_so_not_shown_an_empty_partition():
     assert ("t", 0) not in reader.high_watermarks()
     with pytest.raises(UnknownTopicOrPartitionError):
         reader.get_log("t", 0)
+
+
+def keyed(keys: list[bytes]) -> bytearray:
+    return encode_batches(pa.array([b"v%d" % i for i in range(len(keys))]),
+                          keys=pa.array(keys), max_batch_bytes=60)
+
+
+@pytest.mark.parametrize("back_to_delete", [False, True])
+def test_a_cached_log_takes_the_config_of_an_altered_then_compacted_topic(back_to_delete):
+    """A reader's log opened while the topic was cleanup.policy=delete reads the gaps
+    compaction left once the topic is altered to compact and cleaned, and still after the
+    policy goes back to delete (the gaps stay: the partition has a cleaner offset)."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri, config={"log.cleaner.dedupe.buffer.size": 1 << 20})
+    writer.create_topic("t", 1, {"min.cleanable.dirty.ratio": 0.01})
+    writer.append("t", 0, keyed([b"k0", b"k1", b"k1", b"k2", b"k2", b"k3"]))
+    writer.append("t", 0, keyed([b"k9"]))  # rolls: the first segment is cleanable
+    reader = BucketLogManager(uri, read_only=True)
+    log = reader.get_log("t", 0)
+    assert not log.config.compact
+    writer.alter_topic_config("t", {"cleanup.policy": "compact"})
+    assert writer.clean() is not None
+    if back_to_delete:
+        writer.alter_topic_config("t", {"cleanup.policy": "delete"})
+    reader.refresh()
+    assert log.config.compact is not back_to_delete
+    offsets = [o for chunk in log.read_chunks(0, 7)
+               for o in decode_batches(chunk).column("offset").to_pylist()]
+    assert offsets == [0, 2, 4, 5, 6]
