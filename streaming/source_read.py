@@ -8,9 +8,10 @@ What a task does, in order:
    worker keeps it from task to task). Its view of the high watermark is refreshed from
    the checkpoint when it is below the range's end (the planner saw a newer one) and
    always under ``read_committed`` (the last stable offset depends on it).
-2. A partition that disappeared, or offsets removed by retention since planning, are data
-   loss (``failOnDataLoss``: raised, else logged and skipped). Corruption
-   (``CorruptRecordError``) is never skipped.
+2. A partition that disappeared (found at any step of the read), offsets removed by
+   retention since planning, and offsets the refreshed log no longer reaches (its high
+   watermark is below the range's end) are data loss (``failOnDataLoss``: raised, else
+   logged and skipped). Corruption (``CorruptRecordError``) is never skipped.
 3. ``timestamp_range`` (batch pushdown) seeks through the time index first.
 4. ``read_committed``: the range ends at the last stable offset at the latest, and the
    data batches of aborted transactions are dropped before decoding
@@ -52,21 +53,27 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
     """Yield the records of ``r`` as Arrow batches in ``schema`` (see the module
     docstring for the steps)."""
     with reader(r.log_dirs, r.storage) as mgr:
+        # The partition may be found gone at any step, not only by get_log: a cached log
+        # learns it when it syncs or refreshes, or when a read that met a vanished object
+        # looks again. All of it is data loss for what was not read yet.
+        next_offset = r.start
         try:
             log = mgr.get_log(r.topic, r.partition)
-        except UnknownTopicOrPartitionError:
+            try:
+                for batch in _read_log(mgr, log, r, schema, chunk_bytes):
+                    next_offset = batch.column("offset")[-1].as_py() + 1
+                    yield batch
+            finally:
+                # Segment files only: the Log keeps its listing and producer-state tail
+                # for the next task, and a worker that reads many partitions holds no
+                # file open.
+                log.close()
+        except UnknownTopicOrPartitionError as e:
             report_data_loss(
                 r.fail_on_data_loss,
                 f"topic {r.topic!r} partition {r.partition} disappeared before offsets "
-                f"[{r.start}, {r.end}) were read",
+                f"[{next_offset}, {r.end}) were read ({e})",
             )
-            return
-        try:
-            yield from _read_log(mgr, log, r, schema, chunk_bytes)
-        finally:
-            # Segment files only: the Log keeps its listing and producer-state tail for
-            # the next task, and a worker that reads many partitions holds no file open.
-            log.close()
 
 
 def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
@@ -82,6 +89,20 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
         log.refresh()  # a reused reader's log start offset is as old as its last listing
         if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
             mgr.high_watermarks()  # also tells every loaded Log its high watermark
+    # The planner saw a high watermark of at least ``r.end``; a log that, refreshed,
+    # still ends before it lost what it had (deleted and recreated, truncated): data
+    # loss, never a silently short range (nor an out-of-range error for a start past
+    # its end). One rule for a bucket and a local log dir.
+    hw = log.high_watermark
+    if hw < r.end:
+        report_data_loss(
+            r.fail_on_data_loss,
+            f"topic {r.topic!r} partition {r.partition}: offsets [{max(hw, r.start)}, "
+            f"{r.end}) were planned but the log ends at {hw} (log dir {log.dir}); "
+            "some data may have been lost",
+        )
+        if r.start >= hw:
+            return
     start = r.start
     if r.timestamp_range is not None:
         first = log.offset_for_timestamp(r.timestamp_range[0])
@@ -97,7 +118,7 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
             "some data may have been lost",
         )
         start = lso
-    end = r.end
+    end = min(r.end, hw)
     if r.isolation_level == READ_COMMITTED:
         end = min(end, log.last_stable_offset)
     while start < end:

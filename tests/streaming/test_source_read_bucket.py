@@ -1,0 +1,123 @@
+"""The source's task read (``source_read.read_range``) over a bucket and a local log dir
+when the log changed since planning: a deleted topic found at any step, a log that no
+longer reaches the planned range. Both are data loss (``failOnDataLoss``), never an
+unrelated error nor a silently short range."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from seglog.datasource.schema import arrow_schema
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_segment import object_keys
+from seglog.logstore.errors import DataLossError
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import encode_batches
+from seglog.streaming import log_readers
+from seglog.streaming.read_planning import ReadRange
+from seglog.streaming.source_read import read_range
+
+SCHEMA = arrow_schema(False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_readers():
+    log_readers.close_all()
+    yield
+    log_readers.close_all()
+
+
+def memory_uri() -> str:
+    return f"memory://source-read-{uuid.uuid4().hex}"
+
+
+def values(prefix: str, n: int) -> bytearray:
+    return encode_batches(pa.array([f"{prefix}{i}".encode() for i in range(n)]),
+                          max_batch_bytes=80)
+
+
+def offsets(r: ReadRange) -> list[int]:
+    return [o for b in read_range(r, SCHEMA) for o in b.column("offset").to_pylist()]
+
+
+@pytest.mark.parametrize("end", [10, 12], ids=["within-cached-hw", "beyond-cached-hw"])
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_topic_deleted_under_a_workers_cached_log_is_data_loss(end, fail, caplog):
+    """The worker's log was cached by an earlier task; the topic is then deleted and its
+    objects collected. Found by the read's retry (a vanished object, range within what
+    the cache knew) or by the refresh (range beyond it), never by get_log."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    writer.append("t", 0, values("a", 10))
+    assert offsets(ReadRange((uri,), "t", 0, 0, 5)) == [0, 1, 2, 3, 4]
+    segments = writer.state.partitions["t-0"].segments
+    writer.delete_topic("t")
+    for s in segments:
+        for key in object_keys(s):
+            writer.storage.delete(key)
+    r = ReadRange((uri,), "t", 0, 5, end, fail_on_data_loss=fail)
+    message = rf"topic 't' partition 0 disappeared before offsets \[5, {end}\) were read"
+    if fail:
+        with pytest.raises(DataLossError, match=message):
+            offsets(r)
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert offsets(r) == []
+        assert any("disappeared before offsets [5, " in m for m in caplog.messages)
+
+
+def recreated_with_4_records() -> str:
+    """A bucket whose t-0 held 10 records, deleted and recreated with 4."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    writer.append("t", 0, values("old", 10))
+    writer.delete_topic("t")
+    writer.create_topic("t", 1)
+    writer.append("t", 0, values("new", 4))
+    return uri
+
+
+def local_dir_with_4_records(tmp_path: Path) -> str:
+    with LogManager([str(tmp_path)]) as mgr:
+        mgr.create_topic("t", 1)
+        mgr.append("t", 0, values("new", 4))
+    return str(tmp_path)
+
+
+@pytest.fixture(params=["bucket", "local"])
+def log_dir(request, tmp_path: Path) -> str:
+    return (recreated_with_4_records() if request.param == "bucket"
+            else local_dir_with_4_records(tmp_path))
+
+
+def test_a_log_that_ends_before_the_planned_range_fails_the_task(log_dir):
+    with pytest.raises(DataLossError, match=r"offsets \[4, 10\) were planned but the log "
+                                            r"ends at 4"):
+        offsets(ReadRange((log_dir,), "t", 0, 0, 10))
+
+
+def test_a_log_that_ends_before_the_planned_range_warns_and_reads_what_exists(
+        log_dir, caplog):
+    with caplog.at_level(logging.WARNING):
+        got = offsets(ReadRange((log_dir,), "t", 0, 0, 10, fail_on_data_loss=False))
+    assert got == [0, 1, 2, 3]
+    assert any("offsets [4, 10) were planned" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_start_beyond_the_log_end_is_data_loss_not_out_of_range(log_dir, fail, caplog):
+    r = ReadRange((log_dir,), "t", 0, 6, 10, fail_on_data_loss=fail)
+    if fail:
+        with pytest.raises(DataLossError, match=r"offsets \[6, 10\) were planned"):
+            offsets(r)
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert offsets(r) == []
+        assert any("offsets [6, 10) were planned" in m for m in caplog.messages)
