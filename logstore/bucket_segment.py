@@ -34,7 +34,6 @@ from .errors import (
     CorruptRecordError,
     KafkaStorageError,
     MissingSegmentError,
-    SeglogError,
 )
 from .log_segment import LogSegment
 from .offset_index import OffsetIndex
@@ -242,18 +241,19 @@ class BucketSegment(LogSegment):
         e = self.entry
         return f"offsets [{e.base_offset}, {e.next_offset}) of {e.key.rpartition('/')[0]}"
 
-    def _size_error(self, actual: int) -> SeglogError:
-        """The object is not the one committed (its size is in the commit)."""
+    def _size_error(self, actual: int) -> CorruptRecordError:
+        """The object is not the one committed (its size is in the commit). Shorter or
+        longer alike: objects are immutable and written whole, so either is damage or a
+        replacement, never data retention took. Corruption, which ``failOnDataLoss``
+        never skips (skipping a cut-short object's tail would pass damage off as data
+        loss); only an object that is gone is ``MissingSegmentError``."""
         expected = self.entry.size
-        if actual < expected:
-            return MissingSegmentError(
-                f"{self.log_path} has {actual} bytes, but the commit that added it says "
-                f"{expected}: {self._what()} cannot all be read (the object was cut short "
-                f"or replaced)", self.entry.base_offset, self.entry.next_offset)
+        how = "cut short" if actual < expected else "longer"
         return CorruptRecordError(
-            f"{self.log_path} has {actual} bytes, but the commit that added it says "
-            f"{expected}: the object holding {self._what()} is not the one committed "
-            f"(replaced or damaged); nothing of it is read")
+            f"{self.log_path} (key {self.entry.key}{LOG_SUFFIX} of {self.storage.uri}) has "
+            f"{actual} bytes, but the commit that added it says {expected}: the object "
+            f"holding {self._what()} is not the one committed ({how}: replaced or "
+            f"damaged); the read stops at it")
 
     def _index_bytes(self, suffix: str, expected: int, inline: bytes) -> bytes:
         """The entry's inline index, an index object's bytes, or ``b""`` (no index: reads

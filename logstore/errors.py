@@ -119,8 +119,9 @@ class OffsetBelowLogStartError(MissingDataError, OffsetOutOfRangeError):
 
 
 class MissingSegmentError(MissingDataError, KafkaStorageError):
-    """A segment object a bucket's commits reference is gone, or shorter than the commit
-    says: offsets ``[start, end)`` (the segment's) cannot be read. A ``MissingDataError``
+    """A segment object a bucket's commits reference is gone: offsets ``[start, end)``
+    (the segment's) cannot be read. (One of another size than its commit says is a
+    ``CorruptRecordError``: damaged or replaced, never skipped.) A ``MissingDataError``
     (``failOnDataLoss`` decides, as for a local segment file deleted or cut short) and a
     ``KafkaStorageError`` (the read path lists again, once, before reporting it)."""
 

@@ -62,19 +62,25 @@ def read_all(mgr: LogManager, start: int = 0, end: int | None = None) -> list[in
             for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()]
 
 
-def test_a_log_object_shorter_than_its_entry_is_missing_data(uri):
+def test_a_log_object_shorter_than_its_entry_is_corruption(uri):
+    """Not data loss: objects are written whole and never rewritten, so a short one is
+    damaged or replaced; failOnDataLoss=false must not skip it (its readable half would
+    pass for the data)."""
     mgr, segs = three_segments(uri)
     storage = ObjectStorage(uri)
     key = segs[1].key + ".log"
+    size = len(storage.read(key))
     storage.write_atomic(key, storage.read(key)[:-7])  # cut short: the last batch is partial
     reader = LogManager(uri, read_only=True)
-    with pytest.raises(MissingDataError) as e:
+    with pytest.raises(CorruptRecordError) as e:
         read_all(reader)
-    assert f"{uri}/{key}" in str(e.value) and "offsets [20, 40) of t-0" in str(e.value)
-    assert (e.value.start, e.value.end) == (20, 40)  # a reader with failOnDataLoss=false
-    # goes on from the end, past the segment: the next one reads whole
-    assert read_all(reader, 40) == list(range(40, 60))
-    with pytest.raises(MissingDataError, match=key):
+    message = str(e.value)
+    assert f"{uri}/{key}" in message and f"key {key} of {uri}" in message
+    assert f"has {size - 7} bytes, but the commit that added it says {size}" in message
+    assert "offsets [20, 40) of t-0" in message
+    assert not isinstance(e.value, MissingDataError)  # never skipped
+    assert read_all(reader, 40) == list(range(40, 60))  # the next segment is sound
+    with pytest.raises(CorruptRecordError, match=key):
         reader.get_log("t", 0).read(25)
 
 

@@ -15,7 +15,7 @@ import pytest
 from seglog.datasource.schema import arrow_schema
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.errors import DataLossError
+from seglog.logstore.errors import CorruptRecordError, DataLossError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 from seglog.streaming import log_readers
@@ -121,3 +121,37 @@ def test_a_start_beyond_the_log_end_is_data_loss_not_out_of_range(log_dir, fail,
         with caplog.at_level(logging.WARNING):
             assert offsets(r) == []
         assert any("offsets [6, 10) were planned" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize("cut", [-1, 1], ids=["shorter", "longer"])
+def test_an_object_of_another_size_than_committed_fails_even_without_fail_on_data_loss(cut):
+    """Damage, not data loss: the task fails naming the object, whatever failOnDataLoss
+    says, rather than skip the segment's offsets."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    for prefix in "abc":
+        writer.append("t", 0, values(prefix, 10))
+    seg = writer.state.partitions["t-0"].segments[1]
+    key = seg.key + ".log"
+    data = bytes(writer.storage.read(key))
+    damaged = data[:len(data) // 2] if cut < 0 else data + b"\0"
+    writer.storage.write_atomic(key, damaged)
+    message = (rf"{uri}/{key} .*has {len(damaged)} bytes, but the commit that added it "
+               rf"says {len(data)}")
+    with pytest.raises(CorruptRecordError, match=message):
+        offsets(ReadRange((uri,), "t", 0, 0, 30, fail_on_data_loss=False))
+
+
+def test_a_referenced_object_missing_after_a_refresh_stays_data_loss(caplog):
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    for prefix in "abc":
+        writer.append("t", 0, values(prefix, 10))
+    writer.storage.delete(writer.state.partitions["t-0"].segments[1].key + ".log")
+    with caplog.at_level(logging.WARNING):
+        got = offsets(ReadRange((uri,), "t", 0, 0, 30, fail_on_data_loss=False))
+    assert got == list(range(10)) + list(range(20, 30))
+    assert any("offsets [10, 20) cannot be read" in m and "is missing" in m
+               for m in caplog.messages)
