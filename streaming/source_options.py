@@ -76,7 +76,9 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("maxBytesPerTrigger", "", "At most about this many bytes of records per "
                "micro-batch (whole record batches).", "streaming"),
     OptionSpec("failOnDataLoss", "true", "Fail when offsets the query should read were "
-               "removed (retention, a deleted topic); `false` logs a warning and goes on."),
+               "removed (retention, a deleted topic, a log that now ends before them); "
+               "`false` logs a warning and goes on. Corruption (a damaged batch, an object "
+               "of another size than its commit says) fails whatever this says."),
     OptionSpec("includeHeaders", "false", "Add the `headers` column."),
     OptionSpec("minPartitions", "", "Split offset ranges so a batch has at least this many "
                "Spark tasks."),
