@@ -18,7 +18,11 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   refreshes it and builds again if it changed: an error is only raised on a state just
   read from the bucket. The change is checked by folding it into the state
   (``BucketState.apply``), then
-  created as the next version. A create answered "exists" whose object holds our very
+  created as the next version, never from a view older than ``MAX_VIEW_AGE_MS``: the
+  age of the last LIST is checked before ``build`` and again under the lock just before
+  the create (``build`` uploads, which may take minutes); a view too old is refreshed, and
+  a state that moved is built on again. Otherwise ``current + 1`` could be a name the
+  collector freed, and the create would fork the log. A create answered "exists" whose object holds our very
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
@@ -91,7 +95,13 @@ SNAPSHOT_PROBES = 3
 """Snapshot names an open tries (GETs from the newest listed version down) before it
 LISTs the snapshots."""
 DEFAULT_DELETE_DELAY_MS = 60_000
-"""Kafka's default ``file.delete.delay.ms``: the age below which no commit is collected."""
+"""Kafka's default ``file.delete.delay.ms``."""
+MAX_VIEW_AGE_MS = 10_000
+"""A writer never creates a commit from a view (its last LIST of the commits) older than
+this: it refreshes first. Fixed, not derived from any config: the collector keeps every
+commit and snapshot at least ``bucket_collect.METADATA_MIN_DELAY_MS`` (60 s, well above
+this) by the store's clock, whatever anyone's ``file.delete.delay.ms``, so every commit
+made since the writer looked is still there and wins the create against it."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 
@@ -144,13 +154,11 @@ class CommitLog:
 
     def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
                  writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
-                 sleep: Callable[[float], None] = time.sleep,
-                 delete_delay_ms: int = DEFAULT_DELETE_DELAY_MS) -> None:
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.storage = storage
         self.clock = clock
         self.writer_id = writer_id or uuid.uuid4().hex[:16]
         self.max_attempts = max_attempts
-        self.delete_delay_ms = delete_delay_ms
         self._sleep = sleep
         self._lock = threading.RLock()  # guards _state, _refreshed_ms
         self._state = BucketState()
@@ -302,11 +310,9 @@ class CommitLog:
         ``build`` said there is nothing to do. Retries a lost race (see the module
         docstring); raises CommitConflictError after ``max_attempts``."""
         fresh = False  # whether the state was read from the bucket during this call
-        if self.clock.monotonic_ms() - self._refreshed_ms > self.delete_delay_ms // 2:
-            # Commits older than file.delete.delay.ms may be collected, so after an idle
-            # spell version ``current + 1`` may be a free name again: creating it would
-            # fork the log. Commits made since our last look are younger than half the
-            # delay, still there, and win the create against us.
+        if self._view_too_old():
+            # Cheap to do now rather than build on a state the create check below would
+            # throw away anyway.
             self.refresh()
             fresh = True
         for attempt in range(self.max_attempts):
@@ -338,6 +344,12 @@ class CommitLog:
             crash_point("after-upload")
             data = commit.encode()
             with self._lock:
+                if self._state.version == state.version and self._view_too_old():
+                    # build may have uploaded for minutes: commits made before our last
+                    # LIST may be collected meanwhile, making ``version`` a free name
+                    # again; creating it would fork the log (an acknowledged commit no
+                    # one sees). Look again: a moved state rebuilds, as after a lost race.
+                    self.refresh()
                 if self._state.version != state.version:
                     # Another thread of this process committed (or refreshed) since
                     # build: a lost race the bucket need not be asked about.
@@ -364,6 +376,10 @@ class CommitLog:
             f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
             f"other writers committed first every time (the log is at version "
             f"{self._state.version}); nothing of this {operation} is visible")
+
+    def _view_too_old(self) -> bool:
+        """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""
+        return self.clock.monotonic_ms() - self._refreshed_ms > MAX_VIEW_AGE_MS
 
     def _create(self, key: str, data: bytes, operation: str) -> bool:
         """Create commit ``key``: True if the object there is ours, False if another

@@ -116,9 +116,7 @@ class BucketLogManager:
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
-        self.commits = commit_log or CommitLog(
-            self.storage, clock=clock,
-            delete_delay_ms=self.default_topic_config.file_delete_delay_ms)
+        self.commits = commit_log or CommitLog(self.storage, clock=clock)
         self._lock = threading.RLock()  # guards _logs, _configs
         self._held = threading.local()  # depth of one_refresh blocks of this thread
         self._logs: dict[TopicPartition, BucketLog] = {}

@@ -10,6 +10,7 @@ import time
 import pyarrow as pa
 from bucket_helpers import memory_uri, store_moving_with
 
+from seglog.logstore import bucket_append
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
 from seglog.logstore.bucket_state import COMMIT_DIR, SNAPSHOT_DIR, parse_version_name
@@ -179,3 +180,35 @@ def test_the_newest_commit_is_never_collected():
     assert versions(mgr, COMMIT_DIR) == [10]
     mgr.append("t", 0, batch(10))
     assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 44}
+
+
+def test_a_build_slower_than_the_collection_of_the_next_version_does_not_fork(monkeypatch):
+    """An append's build uploads (minutes, possibly): others commit and the collector frees
+    the version the writer is about to create. The writer looks again just before the
+    create and builds on the new state: its append is visible, no offset twice."""
+    clock = now_clock()
+    storage = store_moving_with(clock)
+    other = BucketLogManager(storage, clock=clock)
+    other.create_topic("t", 1, {"retention.ms": -1})
+    other.create_topic("u", 1, {"retention.ms": -1})
+    writer = BucketLogManager(storage, clock=clock)
+    writer.refresh()
+    upload = bucket_append.upload_parts
+    slow: list[int] = []
+
+    def slow_upload(storage, parts):  # the writer's first upload "takes 70 s"
+        if not slow:
+            slow.append(1)
+            for i in range(12):
+                other.append("u", 0, batch(i))
+            clock.advance(70_000)
+            assert other.collect().commits > 0  # the version it builds on is gone
+        upload(storage, parts)
+
+    monkeypatch.setattr(bucket_append, "upload_parts", slow_upload)
+    info = writer.append("t", 0, batch(99))
+    assert info.first_offset == 0
+    fresh = BucketLogManager(storage, read_only=True)
+    assert fresh.high_watermarks() == {("t", 0): 4, ("u", 0): 48}
+    assert fresh.state.version == writer.state.version == 14
+    assert read_all(fresh.get_log("t", 0)) == [0, 1, 2, 3]

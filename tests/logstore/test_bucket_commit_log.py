@@ -9,7 +9,12 @@ import logging
 import pytest
 from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
-from seglog.logstore.bucket_commit_log import Change, CommitLog, collectable_metadata
+from seglog.logstore.bucket_commit_log import (
+    MAX_VIEW_AGE_MS,
+    Change,
+    CommitLog,
+    collectable_metadata,
+)
 from seglog.logstore.bucket_state import (
     HINT_KEY,
     BucketState,
@@ -283,13 +288,13 @@ def test_a_writer_whose_newest_commit_is_gone_with_nothing_after_it_refuses():
     told from "everything was collected", and writing the next version could fork."""
     storage = counting_memory_storage()
     clock = MockClock()
-    log = CommitLog(storage, clock=clock, delete_delay_ms=60_000)
+    log = CommitLog(storage, clock=clock)
     history(log, 3)
     storage.inner.delete(commit_key(3))
     with pytest.raises(CorruptMetadataError, match=r"commit 3, the newest this process "
                                                    r"knows, is gone"):
         log.refresh()
-    clock.advance(30_001)  # idle: the writer looks before it commits
+    clock.advance(MAX_VIEW_AGE_MS + 1)  # idle: the writer looks before it commits
     with pytest.raises(CorruptMetadataError, match="commit 3"):
         log.commit("append", append_change)
     assert CommitLog(storage).state.version == 2  # nothing written
