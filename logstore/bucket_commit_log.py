@@ -22,7 +22,8 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   age of the last LIST is checked before ``build`` and again under the lock just before
   the create (``build`` uploads, which may take minutes); a view too old is refreshed, and
   a state that moved is built on again. Otherwise ``current + 1`` could be a name the
-  collector freed, and the create would fork the log. A create answered "exists" whose object holds our very
+  collector freed, and the create would fork the log. A create answered "exists" whose
+  object holds our very
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
