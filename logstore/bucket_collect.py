@@ -5,10 +5,12 @@ keeps reading its objects. The collector deletes, in this order:
 
 1. **Removed objects**: the objects of a segment removed by commit ``v`` (explicitly, or
    with its topic) once ``file.delete.delay.ms`` (of its topic; the default for a
-   deleted topic) has passed since every commit up to ``v`` was made. A reader's view
-   becomes stale at the commit after it, so it keeps at least that long to finish.
-   (The newest timestamp of commits ``<= v`` is used, not ``v``'s own: writers' clocks
-   differ, and the rule must hold for every older view.)
+   deleted topic) has passed since every commit up to ``v`` was made, by the store's
+   clock (the commits' last-modified times against ``store_now_ms``: neither the
+   writers' clocks nor the collector's count, so no skew can shorten the wait). A
+   reader's view becomes stale at the commit after it, so it keeps at least that long to
+   finish. (The newest time of commits ``<= v`` is used, not ``v``'s own: the rule must
+   hold for every older view.)
 2. **Orphans**: objects under a partition's prefix or ``_seglog/staging/`` that neither
    the state nor any commit kept names, last modified more than the orphan grace ago
    (``max(file.delete.delay.ms, 1 h)`` by default) by the store's clock
@@ -17,11 +19,16 @@ keeps reading its objects. The collector deletes, in this order:
    never commits an upload older than half the grace (``bucket_merge``,
    ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever
    their age (``bucket_staging.InFlight``).
-3. **Old metadata**: with ``s`` the newest snapshot whose commits are all older than the
-   largest ``file.delete.delay.ms`` (and than ``METADATA_MIN_DELAY_MS``), the commits up
-   to ``s`` but never the newest commit (oldest first, so the log never has a hole a reader
-   cannot explain) and the snapshots before ``s``. The hint is
-   moved to ``s`` when it names an older one.
+3. **Old metadata** (``bucket_commit_log.collectable_metadata`` decides, by the store's
+   timestamps): with ``s`` the newest snapshot older than the delay that decodes, the
+   commits before ``s`` that are older than the delay, but never the newest commit
+   (oldest first, so the log never has a hole a reader cannot explain), and the snapshots
+   before ``s``. The delay is the largest ``file.delete.delay.ms``, never less than
+   ``METADATA_MIN_DELAY_MS``: writers refresh a view older than
+   ``bucket_commit_log.MAX_VIEW_AGE_MS`` whatever their config, and this floor keeps
+   every commit they may not have seen. A damaged snapshot is logged (an error naming
+   it) and never taken as ``s``: the commits it stands for stay. The hint is moved to
+   ``s`` when it names an older one.
 
 The collector folds the commits still present from the snapshot they start after (or
 from version 0), so its cost is the commits of the last ``file.delete.delay.ms`` plus
@@ -38,7 +45,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bucket_commit_log import crash_point
+from .bucket_commit_log import (
+    MAX_VIEW_AGE_MS,
+    collectable_metadata,
+    covering_snapshot,
+    crash_point,
+)
 from .bucket_segment import object_keys
 from .bucket_staging import InFlight, store_now_ms
 from .bucket_state import (
@@ -62,10 +74,13 @@ logger = logging.getLogger(__name__)
 
 COLLECT_STEPS = ("collect-after-data",)
 METADATA_MIN_DELAY_MS = 60_000
-"""Commits and snapshots are kept at least this long, whatever ``file.delete.delay.ms``
-says: a writer refreshes a view older than half its ``file.delete.delay.ms`` (60 s by
-default) before it commits, and this margin (commit time and clock skew included) keeps
-it from re-creating a collected version."""
+"""Commits and snapshots are kept at least this long (by the store's clock), whatever
+``file.delete.delay.ms`` says: a writer refreshes a view older than ``MAX_VIEW_AGE_MS``
+(10 s) before it creates a commit, so every commit made since it looked is still there
+and wins the create against it; the margin above 10 s covers the create's own time."""
+if METADATA_MIN_DELAY_MS <= MAX_VIEW_AGE_MS:  # pragma: no cover - a constant's edit
+    raise AssertionError("METADATA_MIN_DELAY_MS must exceed MAX_VIEW_AGE_MS: writers "
+                         "could otherwise re-create collected versions")
 ORPHAN_GRACE_MIN_MS = 3_600_000
 """The least orphan grace: an upload younger than this may still be committed."""
 
@@ -95,25 +110,30 @@ def orphan_grace_ms(delete_delay_ms: int, configured: int | None = None) -> int:
     return configured if configured is not None else max(delete_delay_ms, ORPHAN_GRACE_MIN_MS)
 
 
-def collect(storage: Storage, *, now_ms: int, delete_delay_ms: Callable[[str], int],
+def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
             max_delete_delay_ms: int, orphan_grace: int) -> CollectStats:
     """One collection (see the module docstring). ``delete_delay_ms(topic)`` is the
     topic's ``file.delete.delay.ms`` (the default for a deleted topic);
-    ``max_delete_delay_ms`` the largest of them (it protects the metadata)."""
+    ``max_delete_delay_ms`` the largest of them (it protects the metadata). Every age is
+    judged by the store's clock (``store_now_ms``), none by this process's."""
     stats = CollectStats()
-    commits = _versions(storage.list_dir(COMMIT_DIR))
-    snapshots = _versions(storage.list_dir(SNAPSHOT_DIR))
-    state, times, removals, known = _fold(storage, commits, snapshots)
+    commit_entries = [e for e in storage.list_dir(COMMIT_DIR) if not e.is_dir]
+    snapshot_entries = [e for e in storage.list_dir(SNAPSHOT_DIR) if not e.is_dir]
+    commits = _versions(commit_entries)
+    snapshots = _versions(snapshot_entries)
+    # Read after the listings: every listed object is at most this old.
+    store_now = store_now_ms(storage)
+    made_ms = {v: e.mtime_ms for v, e in _by_version(commit_entries).items()}
+    state, removals, known = _fold(storage, commits, snapshots, made_ms)
     referenced = {s.key for p in state.partitions.values() for s in p.segments}
     deletable: set[str] = set()
     waiting: set[str] = set()
     for r in removals:
-        if now_ms - r.newest_commit_ms >= delete_delay_ms(r.topic):
+        if store_now - r.newest_commit_ms >= delete_delay_ms(r.topic):
             deletable.update(object_keys(r.entry))
         else:
             waiting.update(object_keys(r.entry))
     objects = data_objects(storage)
-    store_now = store_now_ms(storage)
     in_flight = InFlight.build(state.sinks, known, objects, store_now)
     for key, entry in objects:
         stem = key.rsplit(".", 1)[0]
@@ -133,7 +153,7 @@ def collect(storage: Storage, *, now_ms: int, delete_delay_ms: Callable[[str], i
         elif stem not in known:
             stats.orphans_waiting += 1
     crash_point("collect-after-data")
-    _collect_metadata(storage, commits, snapshots, times, now_ms,
+    _collect_metadata(storage, commit_entries, snapshot_entries, store_now,
                       max(max_delete_delay_ms, METADATA_MIN_DELAY_MS), stats)
     return stats
 
@@ -142,10 +162,15 @@ def _versions(entries: list[Entry]) -> list[int]:
     return sorted(v for v in (parse_version_name(e.name) for e in entries) if v is not None)
 
 
-def _fold(storage: Storage, commits: list[int], snapshots: list[int]
-          ) -> tuple[BucketState, dict[int, int], list[_Removal], set[str]]:
-    """The state after the last commit present, the newest commit timestamp up to each
-    version, what each commit removed, and every segment key the fold saw."""
+def _by_version(entries: list[Entry]) -> dict[int, Entry]:
+    return {v: e for v, e in ((parse_version_name(e.name), e) for e in entries)
+            if v is not None}
+
+
+def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: dict[int, int]
+          ) -> tuple[BucketState, list[_Removal], set[str]]:
+    """The state after the last commit present, what each commit removed (with the newest
+    store time ``made_ms`` of the commits up to it), and every segment key the fold saw."""
     start = NO_VERSION
     if commits and commits[0] != 0:
         # Older commits were collected: the snapshot they were folded into starts the fold
@@ -161,14 +186,13 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int]
         state = BucketState.decode(storage.read(snapshot_key(start)),
                                    f"{storage.uri}/{snapshot_key(start)}", start)
     known = {s.key for p in state.partitions.values() for s in p.segments}
-    times: dict[int, int] = {}
     removals: list[_Removal] = []
     newest = -1
     for version in (v for v in commits if v > start):
         where = f"{storage.uri}/{commit_key(version)}"
         commit = Commit.decode(storage.read(commit_key(version)), where, version)
-        newest = max(newest, commit.timestamp_ms)
-        times[version] = newest
+        # The store's time, not the commit's timestamp_ms: that is a writer's clock.
+        newest = max(newest, made_ms[version])
         for name, spec in commit.topics.items():
             old = state.topics.get(name)
             if spec is None and old is not None:
@@ -182,7 +206,7 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int]
             removals += [_Removal(held[k], topic, newest) for k in change.remove if k in held]
             known.update(e.key for e in change.add)
         state = state.apply(commit, where)
-    return state, times, removals, known
+    return state, removals, known
 
 
 def data_objects(storage: Storage) -> list[tuple[str, Entry]]:
@@ -193,25 +217,43 @@ def data_objects(storage: Storage) -> list[tuple[str, Entry]]:
             for e in storage.list_tree(prefix)]
 
 
-def _collect_metadata(storage: Storage, commits: list[int], snapshots: list[int],
-                      times: dict[int, int], now_ms: int, delay_ms: int,
-                      stats: CollectStats) -> None:
-    # Snapshot versions at or below the fold's start have no time here; a collector
-    # picked the start only once it qualified, so it still does.
-    first_timed = min(times) if times else None
-    qualifying = [v for v in snapshots
-                  if (v in times and now_ms - times[v] >= delay_ms)
-                  or (first_timed is not None and v < first_timed)]
-    if not qualifying:
+def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[Entry],
+                      store_now: int, delay_ms: int, stats: CollectStats) -> None:
+    checked: dict[int, bool] = {}
+
+    def usable(version: int) -> bool:
+        if version not in checked:
+            checked[version] = decodes(version)
+        return checked[version]
+
+    def decodes(version: int) -> bool:
+        # The commits a snapshot covers go with it as their only record: never trust one
+        # unread (a damaged one would make every later open fail).
+        key = snapshot_key(version)
+        try:
+            BucketState.decode(storage.read(key), f"{storage.uri}/{key}", version)
+        except FileNotFoundError:
+            return False  # another collector deleted it meanwhile
+        except CorruptMetadataError as e:
+            message = (f"{e}; keeping it and the commits it covers (an older snapshot, if "
+                       f"any, bounds what is collected)")
+            logger.error("%s", message)
+            stats.errors.append(message)
+            return False
+        return True
+
+    s = covering_snapshot(snapshots, store_now, delay_ms, usable)
+    if s is None:
         return
-    s = qualifying[-1]
-    # The newest commit stays whatever its age: a writer's refresh then tells "nothing
-    # new" from "collected" (bucket_commit_log.collectable_metadata states the rule).
-    newest = commits[-1] if commits else None
-    for version in (v for v in commits if v <= s and v != newest):
+    doomed_commits, doomed_snapshots = collectable_metadata(
+        commits, snapshots, store_now, delay_ms, usable)
+    # The newest commit stays whatever its age (collectable_metadata): a writer's refresh
+    # then tells "nothing new" from "collected". Oldest first: no hole a reader cannot
+    # explain if this dies midway.
+    for version in doomed_commits:
         storage.delete(commit_key(version))
         stats.commits += 1
-    for version in (v for v in snapshots if v < s):
+    for version in doomed_snapshots:
         storage.delete(snapshot_key(version))
         stats.snapshots += 1
     try:

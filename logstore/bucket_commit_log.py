@@ -114,8 +114,19 @@ def crash_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def covering_snapshot(snapshots: Sequence[Entry], now_ms: int, delete_delay_ms: int,
+                      usable: Callable[[int], bool] | None = None) -> int | None:
+    """The snapshot of ``collectable_metadata``'s rule (1): the newest one listed that is
+    older than ``delete_delay_ms`` (store times) and ``usable``; None if there is none."""
+    old = sorted(v for v, t in ((parse_version_name(e.name), e.mtime_ms) for e in snapshots)
+                 if v is not None and now_ms - t >= delete_delay_ms)
+    return next((v for v in reversed(old) if usable is None or usable(v)), None)
+
+
 def collectable_metadata(commits: Sequence[Entry], snapshots: Sequence[Entry], now_ms: int,
-                         delete_delay_ms: int) -> tuple[list[int], list[int]]:
+                         delete_delay_ms: int,
+                         usable: Callable[[int], bool] | None = None
+                         ) -> tuple[list[int], list[int]]:
     """The commit and snapshot versions a collector may delete, from listings of
     ``_seglog/log/`` and ``_seglog/snapshots/`` (``mtime_ms`` the store's timestamps).
 
@@ -125,16 +136,21 @@ def collectable_metadata(commits: Sequence[Entry], snapshots: Sequence[Entry], n
     commit itself is older than ``delete_delay_ms`` (a writer that looked within half of
     it still finds its version taken) and (3) it is not the newest commit (an empty
     listing after a version then means "nothing new", never "all collected"). A snapshot
-    goes under (1) and (2) alike."""
+    goes under (1) and (2) alike. ``now_ms`` is the store's clock too
+    (``bucket_staging.store_now_ms``): no writer's or collector's clock counts.
+
+    ``usable(v)``, when given, says whether snapshot ``v`` can be read (it decodes): the
+    snapshot of rule (1) is the newest old one that can, since the commits it covers are
+    gone once collected; a damaged one must not stand for them."""
     def versions(entries: Sequence[Entry]) -> list[tuple[int, int]]:
         out = [(parse_version_name(e.name), e.mtime_ms) for e in entries]
         return sorted((v, t) for v, t in out if v is not None)
 
-    listed_commits, listed_snapshots = versions(commits), versions(snapshots)
-    old_snapshots = [v for v, t in listed_snapshots if now_ms - t >= delete_delay_ms]
-    if not old_snapshots or not listed_commits:
+    listed_commits = versions(commits)
+    covered = covering_snapshot(snapshots, now_ms, delete_delay_ms, usable)
+    if covered is None or not listed_commits:
         return [], []
-    covered = old_snapshots[-1]
+    old_snapshots = [v for v, t in versions(snapshots) if now_ms - t >= delete_delay_ms]
     newest = listed_commits[-1][0]
     return ([v for v, t in listed_commits
              if v < covered and v != newest and now_ms - t >= delete_delay_ms],

@@ -156,8 +156,7 @@ class BucketMaintenance:
         """Delete what no reader can need (see ``bucket_collect``)."""
         with self._lock:
             self.manager.refresh()
-            stats = collect(self.commits.storage, now_ms=self.clock.milliseconds(),
-                            delete_delay_ms=self._delete_delay,
+            stats = collect(self.commits.storage, delete_delay_ms=self._delete_delay,
                             max_delete_delay_ms=self._max_delete_delay(),
                             orphan_grace=self.grace_ms())
             logger.info("%s: collected %d removed object(s), %d orphan(s), %d commit(s), "

@@ -5,15 +5,21 @@ writer idle past the collection of its version."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pyarrow as pa
-from bucket_helpers import memory_uri, store_moving_with
+from bucket_helpers import store_moving_with
 
 from seglog.logstore import bucket_append
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.bucket_state import COMMIT_DIR, SNAPSHOT_DIR, parse_version_name
+from seglog.logstore.bucket_state import (
+    COMMIT_DIR,
+    SNAPSHOT_DIR,
+    parse_version_name,
+    snapshot_key,
+)
 from seglog.logstore.clock import MockClock
 from seglog.logstore.record_codec import decode_batches, encode_batches
 
@@ -47,8 +53,8 @@ def versions(mgr: BucketLogManager, prefix: str) -> list[int]:
 
 
 def test_a_reader_holding_an_older_view_reads_until_the_delay_passes():
-    uri = memory_uri()
     clock = now_clock()
+    uri = store_moving_with(clock)
     mgr = BucketLogManager(uri, clock=clock)
     mgr.create_topic("t", 1, {"file.delete.delay.ms": 1000, "retention.ms": -1})
     for i in range(6):
@@ -111,7 +117,7 @@ def test_a_configured_orphan_grace():
 
 def test_a_deleted_topics_objects_go_after_its_delay():
     clock = now_clock()
-    mgr = BucketLogManager(memory_uri(), clock=clock,
+    mgr = BucketLogManager(store_moving_with(clock), clock=clock,
                            default_topic_config={"file.delete.delay.ms": 2000})
     mgr.create_topic("gone", 2, {"retention.ms": -1})
     mgr.append("gone", 0, batch(0))
@@ -124,8 +130,8 @@ def test_a_deleted_topics_objects_go_after_its_delay():
 
 
 def test_old_commits_and_snapshots_go_and_every_view_still_opens():
-    uri = memory_uri()
     clock = now_clock()
+    uri = store_moving_with(clock)
     mgr = BucketLogManager(uri, clock=clock)
     mgr.create_topic("t", 1, {"retention.ms": -1})
     stale = BucketLogManager(uri, read_only=True)  # at version 0
@@ -135,8 +141,9 @@ def test_old_commits_and_snapshots_go_and_every_view_still_opens():
     assert mgr.collect().commits == 0  # younger than a minute: kept
     clock.advance(60_000)
     stats = mgr.collect()
-    assert (stats.commits, stats.snapshots) == (21, 2)
-    assert versions(mgr, COMMIT_DIR) == list(range(21, 26))
+    # Commit 20 stays with its snapshot: only commits before the covering snapshot go.
+    assert (stats.commits, stats.snapshots) == (20, 2)
+    assert versions(mgr, COMMIT_DIR) == list(range(20, 26))
     assert versions(mgr, SNAPSHOT_DIR) == [20]
     assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 100}
     assert stale.high_watermarks() == {("t", 0): 100}  # reloads from the snapshot
@@ -146,8 +153,8 @@ def test_old_commits_and_snapshots_go_and_every_view_still_opens():
 def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
     """A writer still at version 1 must not create the collected version 2 again: its
     commit would be invisible to everyone past it (an acknowledged append lost)."""
-    uri = memory_uri()
     clock = now_clock()
+    uri = store_moving_with(clock)
     mgr = BucketLogManager(uri, clock=clock)
     mgr.create_topic("t", 1, {"retention.ms": -1})
     mgr.append("t", 0, batch(0))
@@ -156,7 +163,7 @@ def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
     for i in range(1, 12):
         mgr.append("t", 0, batch(i))
     clock.advance(60_000)
-    assert mgr.collect().commits == 11  # versions 0..10
+    assert mgr.collect().commits == 10  # versions 0..9 (snapshot 10 covers them)
     idle_clock.advance(60_000)  # the same wall time as the collector: its view is stale
     info = idle.append("t", 0, batch(99))
     assert info.first_offset == 48
@@ -168,8 +175,8 @@ def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
 def test_the_newest_commit_is_never_collected():
     """An empty listing after a writer's version must mean "nothing new": the collector
     keeps the newest commit however old, even when a snapshot covers it."""
-    uri = memory_uri()
     clock = now_clock()
+    uri = store_moving_with(clock)
     mgr = BucketLogManager(uri, clock=clock)
     mgr.create_topic("t", 1, {"retention.ms": -1})
     for i in range(10):
@@ -212,3 +219,85 @@ def test_a_build_slower_than_the_collection_of_the_next_version_does_not_fork(mo
     assert fresh.high_watermarks() == {("t", 0): 4, ("u", 0): 48}
     assert fresh.state.version == writer.state.version == 14
     assert read_all(fresh.get_log("t", 0)) == [0, 1, 2, 3]
+
+
+def test_a_writer_with_a_longer_delay_than_the_collectors_does_not_fork():
+    """The writer's refresh does not depend on its file.delete.delay.ms: one configured
+    with 10 min, idle 80 s, still looks before it commits after a collector whose delay is
+    Kafka's 60 s collected the version it would create."""
+    clock = now_clock()
+    storage = store_moving_with(clock)
+    other = BucketLogManager(storage, clock=clock)
+    other.create_topic("t", 1, {"retention.ms": -1})
+    writer = BucketLogManager(storage, clock=clock,
+                              default_topic_config={"file.delete.delay.ms": 600_000})
+    writer.append("t", 0, batch(0))
+    clock.advance(10_000)
+    for i in range(1, 25):
+        other.append("t", 0, batch(i))
+    clock.advance(70_000)
+    assert other.collect().commits > 0
+    info = writer.append("t", 0, batch(99))
+    assert info.first_offset == 100
+    fresh = BucketLogManager(storage, read_only=True)
+    assert fresh.high_watermarks() == {("t", 0): 104}
+    assert fresh.state.version == writer.state.version == 26
+
+
+def test_a_collector_whose_clock_runs_ahead_keeps_young_commits():
+    """Commits are aged by the store's clock, not the collector's: one 40 s ahead of the
+    writers (and of the store) collects nothing younger than the delay."""
+    clock = now_clock()
+    storage = store_moving_with(clock)
+    mgr = BucketLogManager(storage, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    for i in range(25):
+        mgr.append("t", 0, batch(i))
+    clock.advance(24_000)
+    ahead = BucketLogManager(storage, clock=MockClock(clock.milliseconds() + 40_000))
+    stats = ahead.collect()
+    assert (stats.commits, stats.snapshots) == (0, 0)
+    assert versions(mgr, COMMIT_DIR) == list(range(26))
+
+
+def test_a_collector_whose_clock_runs_ahead_keeps_removed_objects_for_the_delay():
+    """Removed objects wait file.delete.delay.ms by the store's clock: a reader holding
+    the older view keeps reading, however far the collector's clock is ahead."""
+    clock = now_clock()
+    storage = store_moving_with(clock)
+    mgr = BucketLogManager(storage, clock=clock)
+    mgr.create_topic("t", 1, {"file.delete.delay.ms": 1000, "retention.ms": -1})
+    for i in range(3):
+        mgr.append("t", 0, batch(i))
+    planned = BucketLogManager(storage, read_only=True).get_log("t", 0)
+    mgr.delete_records("t", 0, 8)
+    assert mgr.delete_old_segments() == 2
+    ahead = BucketLogManager(storage, clock=MockClock(clock.milliseconds() + 3_600_000))
+    stats = ahead.collect()
+    assert stats.removed_objects == 0 and stats.waiting == 2
+    assert read_all(planned) == list(range(12))
+    clock.advance(1000)
+    assert ahead.collect().removed_objects == 2
+
+
+def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
+    """Snapshot 20 is damaged (opens fold from snapshot 10 and the commits): the collector
+    decodes the snapshot it would keep, says which is damaged, and keeps the commits that
+    only it would stand for."""
+    clock = now_clock()
+    storage = store_moving_with(clock)
+    mgr = BucketLogManager(storage, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    for i in range(24):
+        mgr.append("t", 0, batch(i))
+    storage.write_atomic(snapshot_key(20), b'{"format": 1, "vers')
+    clock.advance(120_000)
+    with caplog.at_level(logging.ERROR, "seglog.logstore.bucket_collect"):
+        stats = mgr.collect()
+    assert (stats.commits, stats.snapshots) == (10, 1)  # what the valid snapshot 10 covers
+    assert any(snapshot_key(20) in e for e in stats.errors)
+    assert any(snapshot_key(20) in r.getMessage() for r in caplog.records)
+    assert versions(mgr, COMMIT_DIR) == list(range(10, 25))
+    assert versions(mgr, SNAPSHOT_DIR) == [10, 20]
+    assert BucketLogManager(storage, read_only=True).high_watermarks() == {("t", 0): 96}
+    assert mgr.collect().commits == 0
