@@ -133,8 +133,9 @@ def collectable_metadata(commits: Sequence[Entry], snapshots: Sequence[Entry], n
     The rule writers rely on (``CommitLog.refresh`` and the idle refresh before a
     commit): a commit goes only when (1) a newer snapshot is older than
     ``delete_delay_ms`` (every reader that opened before it can still fold on), (2) the
-    commit itself is older than ``delete_delay_ms`` (a writer that looked within half of
-    it still finds its version taken) and (3) it is not the newest commit (an empty
+    commit itself is older than ``delete_delay_ms`` (a writer that looked within
+    ``MAX_VIEW_AGE_MS``, below every delay the collector uses, still finds its version
+    taken) and (3) it is not the newest commit (an empty
     listing after a version then means "nothing new", never "all collected"). A snapshot
     goes under (1) and (2) alike. ``now_ms`` is the store's clock too
     (``bucket_staging.store_now_ms``): no writer's or collector's clock counts.
