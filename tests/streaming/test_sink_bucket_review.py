@@ -230,6 +230,33 @@ def test_an_empty_batch_commits_nothing_and_logs_no_replay(caplog):
         assert mgr.state.sinks[SINK]["batch_id"] == 0
 
 
+def commit_create_lands_but_fails(monkeypatch, before_read_back=lambda: None) -> None:
+    """The first commit create lands in the store but its request fails, and so does
+    reading that commit back (``before_read_back`` runs first): the commit log cannot tell
+    whether it landed."""
+    real_create, real_read = ObjectStorage.create, ObjectStorage.read
+    failing: list[str] = []
+    armed = [True]
+
+    def create(self, path, data):
+        made = real_create(self, path, data)
+        if str(path).startswith("_seglog/log/") and armed:
+            armed.clear()
+            failing.append(path)
+            raise KafkaStorageError(f"PUT {path}: connection reset")
+        return made
+
+    def read(self, path):
+        if failing and str(path) == failing[0]:
+            failing.clear()
+            before_read_back()
+            raise KafkaStorageError(f"GET {path}: timed out")
+        return real_read(self, path)
+
+    monkeypatch.setattr(ObjectStorage, "create", create)
+    monkeypatch.setattr(ObjectStorage, "read", read)
+
+
 def test_a_commit_that_landed_though_its_request_failed_is_published(monkeypatch, caplog):
     """The create of the commit fails on the wire after it landed, and reading it back
     fails too: the outcome is unknown to the commit log. The sink refreshes and finds
@@ -238,24 +265,7 @@ def test_a_commit_that_landed_though_its_request_failed_is_published(monkeypatch
     uri = memory_uri()
     opts = options(uri)
     tasks = [stage(opts, 0)]
-    real_create, real_read = ObjectStorage.create, ObjectStorage.read
-    failing = []
-
-    def create(self, path, data):
-        made = real_create(self, path, data)
-        if str(path).startswith("_seglog/log/"):
-            failing.append(path)
-            raise KafkaStorageError(f"PUT {path}: connection reset")
-        return made
-
-    def read(self, path):
-        if failing and str(path) == failing[0]:
-            failing.clear()
-            raise KafkaStorageError(f"GET {path}: timed out")
-        return real_read(self, path)
-
-    monkeypatch.setattr(ObjectStorage, "create", create)
-    monkeypatch.setattr(ObjectStorage, "read", read)
+    commit_create_lands_but_fails(monkeypatch)
     assert commit(tasks, 0, opts, use_ledger=False).records == 300
     monkeypatch.undo()
     check_exactly_once(uri, values(0))
@@ -352,29 +362,13 @@ def test_a_landed_commit_whose_fragments_were_merged_before_the_settle_is_publis
     opts = options(uri)
     commit([stage(opts, 0)], 0, opts)
     tasks = [stage(opts, 1)]
-    real_create, real_read = ObjectStorage.create, ObjectStorage.read
-    failing: list[str] = []
     merged: list[int] = []
-    armed = [True]  # only the sink's first commit create fails
 
-    def create(self, path, data):
-        made = real_create(self, path, data)
-        if str(path).startswith("_seglog/log/") and armed:
-            armed.clear()
-            failing.append(path)
-            raise KafkaStorageError(f"PUT {path}: connection reset")
-        return made
+    def merge_elsewhere() -> None:  # before the sink looks again
+        with BucketLogManager(uri) as other:
+            merged.append(other.merge_segments())
 
-    def read(self, path):
-        if failing and str(path) == failing[0]:
-            failing.clear()
-            with BucketLogManager(uri) as other:  # before the sink looks again
-                merged.append(other.merge_segments())
-            raise KafkaStorageError(f"GET {path}: timed out")
-        return real_read(self, path)
-
-    monkeypatch.setattr(ObjectStorage, "create", create)
-    monkeypatch.setattr(ObjectStorage, "read", read)
+    commit_create_lands_but_fails(monkeypatch, before_read_back=merge_elsewhere)
     caplog.set_level(logging.WARNING)
     assert commit(tasks, 1, opts).records == 300
     monkeypatch.undo()
