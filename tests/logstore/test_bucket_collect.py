@@ -9,7 +9,7 @@ import logging
 import time
 
 import pyarrow as pa
-from bucket_helpers import store_moving_with
+from bucket_helpers import StoreClockStorage, store_moving_with
 
 from seglog.logstore import bucket_append
 from seglog.logstore.bucket_manager import BucketLogManager
@@ -41,6 +41,14 @@ def read_all(log, start: int = 0) -> list[int]:
 def now_clock() -> MockClock:
     """A test clock at the wall time (object stores stamp objects with it)."""
     return MockClock(int(time.time() * 1000))
+
+
+def writer_of_kept_topic(clock: MockClock) -> tuple[StoreClockStorage, BucketLogManager]:
+    """A store on ``clock``, and a writer of topic ``t`` (one partition, kept forever)."""
+    storage = store_moving_with(clock)
+    mgr = BucketLogManager(storage, clock=clock)
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    return storage, mgr
 
 
 def names(mgr: BucketLogManager, prefix: str) -> set[str]:
@@ -131,9 +139,7 @@ def test_a_deleted_topics_objects_go_after_its_delay():
 
 def test_old_commits_and_snapshots_go_and_every_view_still_opens():
     clock = now_clock()
-    uri = store_moving_with(clock)
-    mgr = BucketLogManager(uri, clock=clock)
-    mgr.create_topic("t", 1, {"retention.ms": -1})
+    uri, mgr = writer_of_kept_topic(clock)
     stale = BucketLogManager(uri, read_only=True)  # at version 0
     for i in range(25):
         mgr.append("t", 0, batch(i))
@@ -154,9 +160,7 @@ def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
     """A writer still at version 1 must not create the collected version 2 again: its
     commit would be invisible to everyone past it (an acknowledged append lost)."""
     clock = now_clock()
-    uri = store_moving_with(clock)
-    mgr = BucketLogManager(uri, clock=clock)
-    mgr.create_topic("t", 1, {"retention.ms": -1})
+    uri, mgr = writer_of_kept_topic(clock)
     mgr.append("t", 0, batch(0))
     idle_clock = MockClock(clock.milliseconds())
     idle = BucketLogManager(uri, clock=idle_clock)  # at version 1
@@ -176,9 +180,7 @@ def test_the_newest_commit_is_never_collected():
     """An empty listing after a writer's version must mean "nothing new": the collector
     keeps the newest commit however old, even when a snapshot covers it."""
     clock = now_clock()
-    uri = store_moving_with(clock)
-    mgr = BucketLogManager(uri, clock=clock)
-    mgr.create_topic("t", 1, {"retention.ms": -1})
+    uri, mgr = writer_of_kept_topic(clock)
     for i in range(10):
         mgr.append("t", 0, batch(i))
     assert versions(mgr, SNAPSHOT_DIR)[-1] == 10 == versions(mgr, COMMIT_DIR)[-1]
@@ -248,9 +250,7 @@ def test_a_collector_whose_clock_runs_ahead_keeps_young_commits():
     """Commits are aged by the store's clock, not the collector's: one 40 s ahead of the
     writers (and of the store) collects nothing younger than the delay."""
     clock = now_clock()
-    storage = store_moving_with(clock)
-    mgr = BucketLogManager(storage, clock=clock)
-    mgr.create_topic("t", 1, {"retention.ms": -1})
+    storage, mgr = writer_of_kept_topic(clock)
     for i in range(25):
         mgr.append("t", 0, batch(i))
     clock.advance(24_000)
@@ -285,9 +285,7 @@ def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
     decodes the snapshot it would keep, says which is damaged, and keeps the commits that
     only it would stand for."""
     clock = now_clock()
-    storage = store_moving_with(clock)
-    mgr = BucketLogManager(storage, clock=clock)
-    mgr.create_topic("t", 1, {"retention.ms": -1})
+    storage, mgr = writer_of_kept_topic(clock)
     for i in range(24):
         mgr.append("t", 0, batch(i))
     storage.write_atomic(snapshot_key(20), b'{"format": 1, "vers')
