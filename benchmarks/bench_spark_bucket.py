@@ -12,8 +12,12 @@ process, far slower than S3 or MinIO: the bucket's rows/s here are a floor.
 1. Sink: one input (a local seglog topic read by the seglog source), three AvailableNow
    queries per round, alternating: the no-op Python Arrow writer, seglog on a local dir,
    seglog on the bucket. The input is the same for all three, so its cost is in each.
+   A fourth, the peer (``bucket_peers.put_arrow``), only PUTs each task's rows into a
+   bucket as one Arrow IPC object: what moving the rows into this store costs at all.
 2. Source: the same rows in a local dir and in the bucket, read by the seglog source into
-   Spark's ``noop`` sink, alternating with the no-op Python Arrow reader.
+   Spark's ``noop`` sink, alternating with the no-op Python Arrow reader and with the
+   peer (``bucket_peers.get_arrow``), whose tasks GET the same rows from the same bucket
+   as Arrow IPC objects (written in the set-up, untimed) and yield them.
    Each query's steady-state rate is sum(numInputRows) / sum(triggerExecution) over every
    micro-batch but its first (the ~13 s query start-up is left out). Per case: the best
    round (interference only ever slows a run down) and the median; ratios of the bests.
@@ -30,10 +34,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -49,10 +55,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import pyarrow as pa  # noqa: E402
 from bench_spark_sink import fill_input, noop_source  # noqa: E402
 from bench_spark_source import NoopDataSource, run, write_seglog  # noqa: E402
+from bucket_peers import (  # noqa: E402
+    get_arrow_source,
+    put_arrow_source,
+    put_get_peer_objects,
+)
 from s3_server import MotoServer  # noqa: E402
 
 VALUE_BYTES = 100
 TASKS = 2  # local[2]: a micro-batch's data comes from two write tasks
+GET_PEER_OBJECT_ROWS = 100_000
 
 
 def load() -> str:
@@ -66,61 +78,27 @@ def server_cpu_s(server: MotoServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def put_arrow_source():
-    """A peer sink: each write task serializes its rows as one Arrow IPC stream and PUTs it
-    into the same bucket with obstore (one object per task, no multipart), then commits
-    nothing. It moves the same rows into the same store as the seglog sink, with none of
-    seglog's work (no Kafka encoding, no validation, no indexes, no commit)."""
-    from pyspark.sql.datasource import (
-        DataSource,
-        DataSourceStreamArrowWriter,
-        WriterCommitMessage,
-    )
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?([A-Z]+) (\S+) HTTP')
 
-    class Put(WriterCommitMessage):
-        def __init__(self, n: int) -> None:
-            self.n = n
 
-    class PutWriter(DataSourceStreamArrowWriter):
-        def __init__(self, bucket: str) -> None:
-            self.bucket = bucket
-
-        def write(self, iterator):
-            import uuid
-
-            import obstore
-            from obstore.store import from_url
-
-            sink = pa.BufferOutputStream()
-            rows = 0
-            writer = None
-            for batch in iterator:
-                if writer is None:
-                    writer = pa.ipc.new_stream(sink, batch.schema)
-                writer.write_batch(batch)
-                rows += batch.num_rows
-            if writer is not None:
-                writer.close()
-                store = from_url(f"s3://{self.bucket}", client_options={"allow_http": True})
-                obstore.put(store, f"put-peer/{uuid.uuid4().hex}.arrows",
-                            sink.getvalue().to_pybytes(), use_multipart=False)
-            return Put(rows)
-
-        def commit(self, messages, batchId):  # noqa: N803
-            pass
-
-        def abort(self, messages, batchId):  # noqa: N803
-            pass
-
-    class PutArrow(DataSource):
-        @classmethod
-        def name(cls):
-            return "put_arrow"
-
-        def streamWriter(self, schema, overwrite):  # noqa: N802
-            return PutWriter(self.options["bucket"])
-
-    return PutArrow
+def requests_since(server: MotoServer, offset: int) -> tuple[str, int]:
+    """The requests the server logged after byte ``offset`` of its log, by kind (LIST;
+    data or metadata, staging uploads being data), and the log's new end."""
+    with open(server.request_log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+        end = offset + len(text.encode())
+    kinds: Counter[str] = Counter()
+    for method, path in _REQUEST.findall(text):
+        if method == "GET" and "list-type=" in path:
+            kinds["LIST"] += 1
+        elif "/_seglog/" in path and "/_seglog/staging/" not in path:
+            kinds[f"{method} meta"] += 1
+        else:
+            kinds[f"{method} data"] += 1
+    total = sum(kinds.values())
+    return f"{total} requests (" + ", ".join(
+        f"{k} {n}" for k, n in sorted(kinds.items())) + ")", end
 
 
 # ---------------------------------------------------------------------- Spark rates
@@ -144,21 +122,22 @@ def sink_rate(spark, source: str, target: str, out: Path, per_batch: int) -> flo
             / (sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000))
 
 
-def print_rates(title: str, rates: dict[str, list[float]], ceiling: str) -> None:
-    """Each case's best and median, then the bucket's best against the no-op ``ceiling``
-    and against the local log dir (measured in the same run)."""
+def print_rates(title: str, rates: dict[str, list[float]], ceiling: str, peer: str) -> None:
+    """Each case's best and median, then the bucket's best against the no-op ``ceiling``,
+    against the local log dir and against the plain-Arrow ``peer`` on the same bucket (all
+    measured in the same run)."""
     print(title)
     for label, runs in rates.items():
-        print(f"  {label:28s} best {max(runs):12,.0f}  median {statistics.median(runs):12,.0f}"
+        print(f"  {label:30s} best {max(runs):12,.0f}  median {statistics.median(runs):12,.0f}"
               f"  ({', '.join(f'{r:,.0f}' for r in runs)})")
     best = {label: max(runs) for label, runs in rates.items()}
     med = {label: statistics.median(runs) for label, runs in rates.items()}
-    peer = "Arrow IPC PUT to the bucket"
     for name, v in (("best", best), ("median", med)):
         print(f"  {name:6s} bucket / no-op ceiling {v['seglog bucket'] / v[ceiling]:.2f} "
               f"(goal >= 0.8), bucket / local dir {v['seglog bucket'] / v['seglog local dir']:.2f}"
               f", local dir / no-op ceiling {v['seglog local dir'] / v[ceiling]:.2f}"
-              + (f", bucket / {peer} {v['seglog bucket'] / v[peer]:.2f}" if peer in v else ""))
+              f", bucket / {peer} {v['seglog bucket'] / v[peer]:.2f}"
+              f", {peer} / no-op ceiling {v[peer] / v[ceiling]:.2f}")
 
 
 def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> None:
@@ -173,7 +152,12 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     fill_input(local_in, args.rows)
     write_seglog(str(work / "src-logs"), args.rows)
     write_seglog(uri, args.rows)
-    print(f"data: {args.rows:,} rows in the sink's input and in each source's log dir "
+    # The GET peer's objects: the same rows, decoded once by seglog, as many rows per
+    # object as write_seglog appends at a time (each append is one segment object).
+    peer_objects = put_get_peer_objects(bucket, str(work / "src-logs"), "bench",
+                                        args.rows // 2, GET_PEER_OBJECT_ROWS)
+    print(f"data: {args.rows:,} rows in the sink's input, in each source's log dir and in "
+          f"{peer_objects} Arrow IPC objects for the GET peer "
           f"({time.perf_counter() - t:.0f} s)", flush=True)
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
@@ -184,6 +168,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     spark.dataSource.register(noop_source())
     spark.dataSource.register(NoopDataSource)
     spark.dataSource.register(put_arrow_source())
+    spark.dataSource.register(get_arrow_source())
     # Each bucket sink run writes into a new bucket: moto lists a prefix by walking every
     # key of the bucket (S3 does not), so a bucket that fills up run after run would make
     # each later run's LISTs slower for moto's sake, not seglog's.
@@ -202,6 +187,10 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
         "seglog bucket": lambda: spark.readStream.format("seglog").option("path", uri)
         .option("subscribe", "bench").option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(args.per_batch)),
+        "Arrow IPC GET from the bucket": lambda: spark.readStream.format("get_arrow")
+        .option("bucket", bucket).option("rows", str(args.rows))
+        .option("perTrigger", str(args.per_batch))
+        .option("objectRows", str(GET_PEER_OBJECT_ROWS)),
     }
     # warm-up: Python workers, the JVM's JIT, both sides of the bucket path
     sink_rate(spark, str(local_in), sinks["seglog bucket"](), work, args.per_batch)
@@ -210,25 +199,25 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     for r in range(args.repeats):
         # Rotate the order each round: a load spike should not always hit the same case.
         for label in _rotated(list(sinks), r):
-            cpu = server_cpu_s(server)
+            cpu, at = server_cpu_s(server), server.request_log.stat().st_size
             rate = sink_rate(spark, str(local_in), sinks[label](), work, args.per_batch)
             cpu = server_cpu_s(server) - cpu
             sink_rates[label].append(rate)
-            print(f"  round {r} sink   {label:28s} {rate:12,.0f} rows/s, S3 server "
-                  f"{cpu:5.1f} CPU-s ({load()})", flush=True)
+            print(f"  round {r} sink   {label:30s} {rate:12,.0f} rows/s, S3 server "
+                  f"{cpu:5.1f} CPU-s, {requests_since(server, at)[0]} ({load()})", flush=True)
         for label in _rotated(list(readers), r):
-            cpu = server_cpu_s(server)
+            cpu, at = server_cpu_s(server), server.request_log.stat().st_size
             rate = run(spark, readers[label](), str(work / f"chk-src-{r}-{label[:8]}"))[0]
             cpu = server_cpu_s(server) - cpu
             source_rates[label].append(rate)
-            print(f"  round {r} source {label:28s} {rate:12,.0f} rows/s, S3 server "
-                  f"{cpu:5.1f} CPU-s ({load()})", flush=True)
+            print(f"  round {r} source {label:30s} {rate:12,.0f} rows/s, S3 server "
+                  f"{cpu:5.1f} CPU-s, {requests_since(server, at)[0]} ({load()})", flush=True)
     spark.stop()
     print_rates(f"sink, steady-state rows/s ({args.rows:,} rows in micro-batches of "
                 f"{args.per_batch:,}, {args.repeats} rounds):", sink_rates,
-                "no-op Python Arrow writer")
+                "no-op Python Arrow writer", "Arrow IPC PUT to the bucket")
     print_rates("source, steady-state rows/s (same rows and micro-batches):", source_rates,
-                "no-op Python Arrow reader")
+                "no-op Python Arrow reader", "Arrow IPC GET from the bucket")
 
 
 def _rotated(items: list[str], by: int) -> list[str]:

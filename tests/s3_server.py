@@ -52,6 +52,12 @@ class MotoServer:
             raise RuntimeError("the S3 server is not running")
         return self._proc.pid
 
+    @property
+    def request_log(self) -> Path:
+        """The server's output: one line per request (method, path, status), which
+        benchmarks count requests from."""
+        return Path(self._log_dir.name) / "moto.log"
+
     def storage_options(self) -> dict[str, str]:
         """seglog's storage options that reach this server with no ``AWS_*`` variable."""
         return {"aws_endpoint": self.endpoint, "aws_region": REGION,
@@ -70,7 +76,7 @@ class MotoServer:
         }
 
     def start(self) -> MotoServer:
-        log = Path(self._log_dir.name) / "moto.log"
+        log = self.request_log
         env = dict(os.environ)
         if self._enforce_auth_after is not None:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self._enforce_auth_after)
