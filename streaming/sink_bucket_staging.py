@@ -29,7 +29,9 @@ but its output goes to the bucket, never through the driver:
    entries in one conditional commit.
 6. Task 0 of a batch then merges the small committed segments of the topics it wrote
    (``merge_small_segments``): maintenance for a long-lived query, bounded per task, with
-   no data through the driver.
+   no data through the driver. The sink option ``mergeSmallSegments=false`` leaves it to
+   ``seglog maintain``: the merge reads those bytes back and writes them again, which a
+   store that is not free per byte (or per request) may not want inside every query.
 
 A failing task deletes what it uploaded; a task killed mid-way leaves objects no commit
 references (the collector deletes them once their batch is settled).
@@ -283,7 +285,7 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
     except BaseException:
         stager.discard()
         raise
-    if task == MERGING_TASK:
+    if task == MERGING_TASK and options.merge_small_segments:
         topics = [t for t, _ in staged.topic_partitions]
         if options.topic is not None:
             topics.append(options.topic)

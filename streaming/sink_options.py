@@ -90,6 +90,11 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("maintenanceIntervalMs", str(DEFAULT_MAINTENANCE_INTERVAL_MS), "How often a "
                "commit also runs maintenance (retention, checkpoints, deletions, "
                "compaction); Kafka's `log.retention.check.interval.ms`."),
+    OptionSpec("mergeSmallSegments", "true", "On a bucket: task 0 of each micro-batch "
+               "merges runs of 8 or more small committed segments into segments of up to "
+               "64 MiB, which bounds a long-lived query's segment count but sends those "
+               "bytes through the store again. `false` leaves merging to `seglog maintain`. "
+               "Local log dirs ignore it."),
     OptionSpec("checkpointLocation", "", "Spark's own option; the sink uses it only to name "
                "itself when Spark gives no query id."),
     STORAGE_OPTION,
@@ -116,6 +121,9 @@ class SinkOptions:
     num_partitions_given: bool = False
     """Whether ``numPartitions`` was given (then an existing topic must have that many)."""
     allow_expired_timestamps: bool = False
+    merge_small_segments: bool = True
+    """On a bucket, whether task 0 of each micro-batch merges small committed segments
+    (``sink_bucket_merge``); False leaves it to ``seglog maintain``."""
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
     storage: StorageOptions = NO_STORAGE_OPTIONS
@@ -210,6 +218,7 @@ class SinkOptions:
             checkpoint_location=opts.get("checkpointLocation"),
             num_partitions_given="numPartitions" in opts,
             allow_expired_timestamps=option_bool(opts, "allowExpiredTimestamps", False),
+            merge_small_segments=option_bool(opts, "mergeSmallSegments", True),
             ignored=tuple(ignored),
             storage=storage_options_for(
                 log_dirs, storage, "logDirs" if "logDirs" in opts else "path"),

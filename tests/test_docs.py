@@ -37,10 +37,11 @@ def test_declared_defaults_are_the_parsers_defaults():
     o = SinkOptions.parse({"path": "/d"})
     assert (o.compression, str(o.create_topics).lower(), str(o.num_partitions),
             str(o.allow_expired_timestamps).lower(), str(o.max_batch_bytes),
-            str(o.lock_timeout_ms), str(o.maintenance_interval_ms)) == (
+            str(o.lock_timeout_ms), str(o.maintenance_interval_ms),
+            str(o.merge_small_segments).lower()) == (
         sink["compression.type"], sink["createTopics"], sink["numPartitions"],
         sink["allowExpiredTimestamps"], sink["maxBatchBytes"], sink["lockTimeoutMs"],
-        sink["maintenanceIntervalMs"])
+        sink["maintenanceIntervalMs"], sink["mergeSmallSegments"])
     rendered = option_docs.render()
     assert all(f"`{k.name}`" in rendered for k in LogConfig.KEYS)
 
