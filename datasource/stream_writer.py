@@ -25,7 +25,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -46,6 +46,7 @@ from .schema import to_arrow_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from seglog.logstore.bucket_manager import BucketLogManager
     from seglog.streaming.sink_staging import StagedTask
 
 logger = logging.getLogger(__name__)
@@ -79,14 +80,29 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
 
 
 def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
-    """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it."""
+    """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it.
+
+    On a bucket, a topic the process's shared reader already holds with the expected
+    partition count passes with no request: Spark builds a writer for every micro-batch's
+    commit, and a LIST there would repeat what the commit reads anyway. A passing answer
+    may be stale, which is harmless: every task and the commit check the topic again
+    against the bucket's current state. A failing answer is only given on a fresh one."""
     from pathlib import Path
 
     from seglog.streaming.log_readers import reader
     from seglog.streaming.sink_staging import check_partition_count
 
     partitions = None
-    if opts.bucket_uri is not None or all(Path(d).is_dir() for d in opts.log_dirs):
+    if opts.bucket_uri is not None:
+        with reader(opts.log_dirs, opts.storage) as shared:  # the process's shared reader
+            bucket = cast("BucketLogManager", shared)
+            spec = bucket.state.topics.get(topic)
+            if spec is None or (opts.num_partitions_given
+                                and spec.partitions != opts.num_partitions):
+                bucket.refresh()
+                spec = bucket.state.topics.get(topic)
+            partitions = spec.partitions if spec is not None else None
+    elif all(Path(d).is_dir() for d in opts.log_dirs):
         with reader(opts.log_dirs, opts.storage) as mgr:  # the process's shared reader
             if topic in mgr.topics():
                 partitions = len(mgr.partitions(topic))
