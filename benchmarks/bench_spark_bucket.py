@@ -80,7 +80,8 @@ def server_cpu_s(server: MotoServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)?([A-Z]+) (\S+) HTTP')
+# A request line; moto colours some (e.g. a 206) with one or more ANSI escapes.
+_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP')
 
 
 def requests_since(server: MotoServer, offset: int) -> tuple[str, int]:
