@@ -46,6 +46,11 @@ class CorruptCheckpointError(SeglogError):
     """A checkpoint file is malformed (version, count or line)."""
 
 
+class CorruptPartitionMetadataError(CorruptCheckpointError):
+    """A partition's ``partition.metadata`` (its topic id) is malformed; the message
+    names the file. Never read as "no topic id": that would skip the check it serves."""
+
+
 class LogDirLockedError(SeglogError):
     """Another writer holds the ``.lock`` of a log dir."""
 

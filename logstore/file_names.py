@@ -37,6 +37,8 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 MAINTENANCE_CHECKPOINT = "seglog-maintenance-checkpoint"
 """When each maintenance task last ran (``name wall-clock-ms`` lines), so that
 short-lived processes run a task only when its interval has passed since any process did."""
+PARTITION_METADATA_FILE = "partition.metadata"
+"""Kafka's per-partition file holding the topic id (KIP-516): ``partition_metadata``."""
 TOPIC_CONFIG_FILE = "seglog-topic.properties"
 """Per-partition copy of the topic's config overrides (Kafka keeps them in the controller)."""
 SINK_STATE_DIR = ".seglog-sink"

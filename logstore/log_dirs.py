@@ -117,6 +117,13 @@ class Partition(Generic[LogT]):
     deleted: bool = False  # renamed for deletion: never load it again
     # readers: the first segment's base offset and the dir mtime it was listed at
     first_base: tuple[int, int] | None = None
+    # the directory's inode number when listed: another one under the same name is
+    # another directory (deleted and re-created), never the same partition
+    inode: int = 0
+    # the topic id in the directory's partition.metadata (None: it has none), read once
+    # on first use (``partition_table.topic_id_of``), when ``topic_id_read`` is set
+    topic_id: str | None = None
+    topic_id_read: bool = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -193,7 +200,8 @@ def list_log_dir(log_dir: LogDir, *, read_only: bool,
             if warn:
                 logger.warning("skipping unknown entry %s in log dir", entry.path)
             continue
-        found.append(Partition(parsed[0], parsed[1], Path(entry.path), log_dir))
+        found.append(Partition(parsed[0], parsed[1], Path(entry.path), log_dir,
+                               inode=entry.inode))
     return found, to_delete
 
 

@@ -62,7 +62,7 @@ from .offset_checkpoints import (
     read_published,
     warn_beyond_log_end,
 )
-from .partition_table import PartitionTable, warn_start_beyond_log_end
+from .partition_table import PartitionTable, inode_of, warn_start_beyond_log_end
 from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
@@ -140,13 +140,54 @@ class LogDirsReader(PartitionTable[LogReader]):
                 ld.listed_mtime_ns = mtime
                 for p in list_log_dir(ld, read_only=True, warn=False)[0]:
                     seen.add(p.tp)
-                    self._partitions.setdefault(p.tp, p)
+                    known = self._partitions.setdefault(p.tp, p)
+                    if known is not p and known.inode != p.inode:
+                        # Another directory under the same name: the topic was deleted
+                        # and re-created. Its entry (log, topic id, config) is the old
+                        # topic's and must not answer for the new one.
+                        self._replace(known, p)
             if not changed:
                 return
             for tp in [tp for tp in self._partitions if tp not in seen]:
                 gone = self._partitions.pop(tp)
                 if gone.log is not None:
                     gone.log.close()
+
+    def _replace(self, old: Partition[LogReader], new: Partition[LogReader] | None) -> None:
+        """Drop ``old``'s entry (its log closed, its topic's config forgotten) for
+        ``new`` (None: the directory is gone). Called under ``_lock``."""
+        if new is None:
+            self._partitions.pop(old.tp, None)
+        else:
+            self._partitions[old.tp] = new
+        self._topic_configs.pop(old.topic, None)
+        with old.lock:
+            old.deleted = True
+            if old.log is not None:
+                old.log.close()
+                old.log = None
+
+    def reload_partition(self, topic: str, partition: int) -> None:
+        """Look at the partition's directory again whatever its log dir's mtime says: a
+        directory other than the one its entry was read from (deleted and re-created)
+        replaces the entry, a missing one removes it. What a task does when its plan
+        names another topic id than the log it has cached."""
+        with self._lock:
+            p = self._partitions.get((topic, partition))
+        if p is None:
+            self._refresh()
+            return
+        try:
+            inode = LOCAL.stat(p.dir).st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode == p.inode:
+            return
+        with self._lock:
+            if self._partitions.get(p.tp) is p:
+                fresh = (None if inode is None
+                         else Partition(topic, partition, p.dir, p.log_dir, inode=inode))
+                self._replace(p, fresh)
 
     def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
         """Re-list a partition only when its directory changed, so a trigger's cost does
@@ -164,6 +205,10 @@ class LogDirsReader(PartitionTable[LogReader]):
     def _open_log(self, p: Partition[LogReader], config: LogConfig) -> LogReader:
         """``p``'s ``LogReader`` (``_load`` calls this under ``p.lock``)."""
         ld = p.log_dir
+        # The directory its topic id is read from (now, or again if it was replaced
+        # since the id was read): the log and the id the entry reports are one topic's.
+        if not p.topic_id_read or inode_of(p) != p.inode:
+            self._identify(p)
         stored_hw = ld.high_watermarks.get(p.tp)
         # Not listed: nothing published, so the log start offset (the reader raises
         # 0 to it), whichever reader asks and in whatever order.
@@ -178,6 +223,7 @@ class LogDirsReader(PartitionTable[LogReader]):
         if log.high_watermark < hw:
             warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
                                 log.high_watermark)
+        log.topic_id = p.topic_id
         return log
 
     # -- the published offsets -----------------------------------------------------------

@@ -2,7 +2,8 @@
 its persisted config overrides, delete it (Kafka's ``kafka-topics.sh``/``kafka-configs.sh``
 operations, without a controller).
 
-A partition directory is made under a staging name with its topic config, then renamed
+A partition directory is made under a staging name with its topic config and its
+topic id (``partition.metadata``, a new random id per ``create_topic``), then renamed
 into place and its log dir fsynced: a crash leaves no half-made partition (the next
 writer's open removes staging leftovers). New partitions go to the log dir holding the
 fewest bytes. A deleted topic's directories are renamed ``<tp>.<id>-delete`` at once and
@@ -30,6 +31,7 @@ from .file_names import (
 )
 from .log_dirs import STAGING_PREFIX, LogDir, Partition
 from .log_manager_maintenance import ManagerMaintenance
+from .partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
 from .storage import LOCAL
 from .topics import (
     altered_overrides,
@@ -70,7 +72,7 @@ class TopicAdmin(ManagerMaintenance):
                 raise TopicExistsError(f"topic {name!r} already exists in {self._dirs_text()}")
             warn_on_collision(name, existing)
             self._topic_configs.pop(name, None)
-            self._create_partitions(name, range(partitions), overrides)
+            self._create_partitions(name, range(partitions), overrides, new_topic_id())
         created = LogConfig.from_properties(overrides, base=self.default_topic_config)
         # Said at creation because retention deletes silently later (Kafka's 7-day default).
         logger.info("created topic %s with %d partition(s) in %s; retention.ms=%d%s, "
@@ -114,10 +116,13 @@ class TopicAdmin(ManagerMaintenance):
                                   f"total must be higher, got {total!r}")
             first = self._partition(name, current[0])
             overrides = read_topic_config(first.dir) or {}
-            self._create_partitions(name, range(len(current), total), overrides)
+            # The topic's id (none for a topic an older seglog made: its new partitions
+            # then have none either, so no partition of it claims another topic's id).
+            self._create_partitions(name, range(len(current), total), overrides,
+                                    read_topic_id(first.dir))
 
     def _create_partitions(self, topic: str, numbers: Iterable[int],
-                           overrides: Mapping[str, str]) -> None:
+                           overrides: Mapping[str, str], topic_id: str | None) -> None:
         placed: dict[Path, int] = {}
         for n in numbers:
             log_dir = self._place(placed)
@@ -127,13 +132,16 @@ class TopicAdmin(ManagerMaintenance):
             try:
                 LOCAL.mkdir(staging)
                 write_topic_config(staging, topic, overrides)
+                if topic_id is not None:
+                    write_partition_metadata(staging, topic_id)
                 LOCAL.rename(staging, final)
                 LOCAL.fsync_dir(log_dir.path)
             except (OSError, KafkaStorageError) as e:
                 # best effort: the next writer's open removes staging leftovers anyway
                 LOCAL.rmtree(staging, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
-            p: Partition[Log] = Partition(topic, n, final, log_dir)
+            p: Partition[Log] = Partition(topic, n, final, log_dir, topic_id=topic_id,
+                                          topic_id_read=True)
             self._partitions[p.tp] = p
             self._load(p)
             logger.info("created partition %s", final)

@@ -56,6 +56,9 @@ class LogReader(LogReads):
     retry follows a real change: a roll, retention or a compaction swap)."""
     _READ_END_NAME = "high watermark"
     read_only = True
+    topic_id: str | None = None
+    """The topic id of the directory it was opened from (``LogDirsReader`` sets it; None:
+    unknown, or a directory without ``partition.metadata``)."""
 
     def __init__(self, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
                  high_watermark: int | None = None) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Generic
 
@@ -27,6 +27,8 @@ from .errors import LogDirError, UnknownTopicOrPartitionError
 from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
 from .log_dirs import LogDir, LogT, Partition, TopicPartition, first_segment_base
 from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
+from .partition_metadata import read_topic_id
+from .storage import LOCAL
 from .topics import load_topic_config, read_topic_config
 
 logger = logging.getLogger(__name__)
@@ -131,6 +133,42 @@ class PartitionTable(Generic[LogT]):
         first use."""
         return self._load(self._partition(topic, partition))
 
+    # -- topic ids ----------------------------------------------------------------------
+
+    def topic_id_of(self, topic: str, partition: int) -> str | None:
+        """The topic id in the partition directory's ``partition.metadata`` (None: it has
+        none); read once per listed directory, so asking every trigger costs nothing."""
+        return self._topic_id(self._partition(topic, partition))
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """Per topic of ``topics`` that exists, its id (its lowest partition's)."""
+        out = {}
+        for topic in topics:
+            try:
+                out[topic] = self.topic_id_of(topic, self.partitions(topic)[0])
+            except UnknownTopicOrPartitionError:
+                continue
+        return out
+
+    def _topic_id(self, p: Partition[LogT]) -> str | None:
+        if p.topic_id_read:
+            return p.topic_id
+        with p.lock:
+            if not p.topic_id_read:
+                self._identify(p)
+            return p.topic_id
+
+    def _identify(self, p: Partition[LogT]) -> None:
+        """Read ``p``'s topic id and take the inode of the directory it came from, so the
+        entry names one directory: the one its id, and its log once loaded, were read
+        from (called under ``p.lock``). UnknownTopicOrPartitionError if it vanished."""
+        while True:
+            before = inode_of(p)
+            topic_id = read_topic_id(p.dir)
+            if inode_of(p) == before:  # not replaced while it was read
+                break
+        p.inode, p.topic_id, p.topic_id_read = before, topic_id, True
+
     # -- topic configs ------------------------------------------------------------------
 
     def topic_config(self, topic: str) -> LogConfig:
@@ -206,6 +244,15 @@ class PartitionTable(Generic[LogT]):
 
     def _dirs_text(self) -> str:
         return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
+
+
+def inode_of(p: Partition[Any]) -> int:
+    """``p``'s directory's inode now; UnknownTopicOrPartitionError if it is gone."""
+    try:
+        return LOCAL.stat(p.dir).st_ino
+    except FileNotFoundError:
+        raise UnknownTopicOrPartitionError(
+            f"partition directory {p.dir} no longer exists") from None
 
 
 def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: int) -> None:

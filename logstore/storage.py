@@ -72,12 +72,15 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class DirItem:
     """One entry of a filesystem directory as ``PosixStorage.scan_dir`` lists it; a
-    symlink is neither a directory nor a file here."""
+    symlink is neither a directory nor a file here. ``inode``: the entry's inode number,
+    from the listing itself (no ``stat``): a directory replaced under the same name has
+    another one while the old directory exists."""
 
     name: str
     path: str
     is_dir: bool
     is_file: bool
+    inode: int = 0
 
 
 @runtime_checkable
@@ -529,7 +532,7 @@ class PosixStorage:
         the listing, no ``stat`` per entry), unsorted."""
         with os.scandir(path) as it:
             return [DirItem(e.name, e.path, e.is_dir(follow_symlinks=False),
-                            e.is_file(follow_symlinks=False)) for e in it]
+                            e.is_file(follow_symlinks=False), e.inode()) for e in it]
 
     def makedirs(self, path: StoragePath, *, exist_ok: bool = True) -> None:
         os.makedirs(path, exist_ok=exist_ok)
