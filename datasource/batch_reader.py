@@ -117,7 +117,7 @@ class SeglogBatchReader(DataSourceReader):
                 )
                 start[tp] = snap.earliest(tp)
         start, end = _prune(start, end, prune, snap.offset_for_timestamp)
-        return input_partitions(start, end, o)
+        return input_partitions(start, end, o, snap.topic_ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input_partition(partition)

@@ -42,8 +42,10 @@ from seglog.streaming.source_offsets import (
     offsets_from_json,
     offsets_to_json,
     reconcile_start,
+    recreated_topics,
     skip_removed,
     snapshot_log_dirs,
+    topic_ids_from_json,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
 
@@ -64,7 +66,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # ------------------------------------------------------------------ offsets
     def initialOffset(self) -> dict:
         snap = snapshot_log_dirs(self._options.log_dirs, options=self._options)
-        return offsets_to_json(initial_offsets(self._options, snap))
+        return offsets_to_json(initial_offsets(self._options, snap), topic_ids=snap.topic_ids)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """One representative built-in limit; ``latestOffset`` applies all of them.
@@ -95,7 +97,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # offset is caught by read(), where it matters, keeping a trigger cheap.
         snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous,
                                  options=o)
-        current = reconcile_start(previous, o, snap)
+        current = reconcile_start(previous, o, snap, topic_ids_from_json(start))
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
         if available_now:
@@ -118,7 +120,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             stamp = None  # keep Kafka's plain offsets when no delay is configured
         elif end != offsets_from_json(start):
             stamp = now  # a batch is admitted now: the delay restarts from here
-        return offsets_to_json(end, stamp)
+        # The ids this batch is planned against: tasks refuse a log of another topic.
+        return offsets_to_json(end, stamp, snap.topic_ids)
 
     def reportLatestOffset(self) -> dict | None:
         # Spark asks right after latestOffset, in the same process: on a bucket, the
@@ -132,6 +135,11 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self._options
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
+        ids = topic_ids_from_json(end)
+        # A topic re-created since ``start`` (latestOffset reported the loss): its old
+        # offsets mean nothing in the new topic, whose partitions start as new ones.
+        recreated = recreated_topics(topic_ids_from_json(start), ids)
+        begin = {tp: off for tp, off in begin.items() if tp[0] not in recreated}
         new = [tp for tp in until if tp not in begin]
         # Without failOnDataLoss, offsets removed since latestOffset are skipped, with a
         # warning here on the driver (executors only log theirs).
@@ -142,7 +150,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp in new:  # partitions that appeared in this batch start at earliest
                 begin[tp] = min(snap.earliest(tp), until[tp])
             begin = skip_removed(begin, until, snap, o.fail_on_data_loss)
-        return input_partitions(begin, until, o)
+        return input_partitions(begin, until, o, ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input_partition(partition)
@@ -157,13 +165,14 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # ---------------------------------------------------------------------- executors
 def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
-                     o: SourceOptions) -> list[InputPartition]:
+                     o: SourceOptions, topic_ids: Mapping[str, str | None] | None = None
+                     ) -> list[InputPartition]:
     """Offset ranges → Spark input partitions, split as the options say (batch and stream)."""
     ranges = plan_ranges(
         start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
         fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
         max_records_per_partition=o.max_records_per_partition,
-        isolation_level=o.isolation_level, storage=o.storage,
+        isolation_level=o.isolation_level, storage=o.storage, topic_ids=topic_ids,
     )
     return [InputPartition(r) for r in ranges]
 

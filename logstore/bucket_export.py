@@ -42,6 +42,7 @@ from .file_names import (
     log_file,
     time_index_file,
 )
+from .partition_metadata import write_partition_metadata
 from .storage import LOCAL, Storage
 from .topics import write_topic_config
 
@@ -79,6 +80,8 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
             pdir = target / f"{topic}-{n}"
             LOCAL.makedirs(pdir)
             write_topic_config(pdir, topic, spec.config)
+            if spec.topic_id is not None:  # Kafka's partition.metadata, the same id
+                write_partition_metadata(pdir, spec.topic_id)
             interval = manager.topic_config(topic).index_interval_bytes
             for entry in ps.segments:
                 size += _export_segment(storage, entry, pdir, topic, n, interval)

@@ -42,9 +42,9 @@ _WRITER_OPERATIONS = frozenset({
 
 class BucketLog(LogReads):
     """A partition of a bucket; see the module docstring. ``source(refresh)`` returns the
-    version of the bucket state it read, the partition's committed state in it and the
-    topic's config in it (``refresh``: ask the bucket first); the state is None when the
-    partition is gone."""
+    version of the bucket state it read, the partition's committed state in it, the
+    topic's config and topic id in it (``refresh``: ask the bucket first); the state is
+    None when the partition is gone."""
 
     _ATTEMPTS = 2
     _READ_END_NAME = "high watermark"
@@ -52,7 +52,7 @@ class BucketLog(LogReads):
 
     def __init__(self, storage: Storage, topic: str, partition: int, config: LogConfig,
                  source: Callable[[bool], tuple[int, PartitionState | None,
-                                                LogConfig | None]]) -> None:
+                                                LogConfig | None, str | None]]) -> None:
         self.storage = storage
         self.topic = topic
         self.partition = partition
@@ -66,10 +66,12 @@ class BucketLog(LogReads):
         self._state = PartitionState()
         self._high_watermark = 0
         self._log_start_offset = 0
+        self.topic_id: str | None = None
+        """The topic id of the state it was last given (None: a topic without one)."""
         self._sync(False)
 
     def _sync(self, refresh: bool) -> bool:
-        version, state, config = self._source(refresh)
+        version, state, config, topic_id = self._source(refresh)
         if state is None:
             # Never read as an empty partition (high watermark 0): its topic is gone.
             raise UnknownTopicOrPartitionError(
@@ -82,6 +84,9 @@ class BucketLog(LogReads):
             if version <= self._version:
                 return False
             self._version = version
+            # A re-created topic's partition under the same name: the id says which
+            # topic the state (and so every read after this) is.
+            self.topic_id = topic_id
             # A cached log outlives alter_topic_config: take the config of this state.
             # Offsets are contiguous only in a topic that is not compacted AND was never
             # cleaned (compaction's gaps stay after the policy goes back to delete: the

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
@@ -52,6 +53,7 @@ from .errors import (
 from .log import AppendInfo
 from .log_dirs import TopicPartition
 from .object_storage import ObjectStorage, StorageOptions, is_object_uri
+from .partition_metadata import new_topic_id
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 
@@ -234,7 +236,7 @@ class BucketLogManager:
             if name in state.topics:
                 raise TopicExistsError(f"topic {name!r} already exists in {self.uri}")
             warn_on_collision(name, state.topics)
-            return Change(topics={name: TopicSpec(partitions, overrides)})
+            return Change(topics={name: TopicSpec(partitions, overrides, new_topic_id())})
 
         self._commit("create_topic", build)
         logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
@@ -254,7 +256,7 @@ class BucketLogManager:
                                     base=self.default_topic_config)
             result.clear()
             result.update(new)
-            return Change(topics={name: TopicSpec(spec.partitions, new)})
+            return Change(topics={name: replace(spec, config=new)})
 
         self._commit("alter_config", build)
         return result
@@ -270,7 +272,7 @@ class BucketLogManager:
             if isinstance(total, bool) or not isinstance(total, int) or total <= spec.partitions:
                 raise ConfigError(f"topic {name!r} has {spec.partitions} partitions; the new "
                                   f"total must be higher, got {total!r}")
-            return Change(topics={name: TopicSpec(total, spec.config)})
+            return Change(topics={name: replace(spec, partitions=total)})
 
         self._commit("add_partitions", build)
 
@@ -301,6 +303,22 @@ class BucketLogManager:
                 f"unknown partition {topic}-{partition} in {self.uri}")
         return ps
 
+    def topic_id_of(self, topic: str, partition: int) -> str | None:
+        """The topic's id in the state (None: a topic created before topic ids)."""
+        self._partition_state(topic, partition)
+        return self._spec(topic).topic_id
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
+        """Per topic of ``topics`` in the state, its id (no request)."""
+        state = self.state
+        return {t: state.topics[t].topic_id for t in topics if t in state.topics}
+
+    def reload_partition(self, topic: str, partition: int) -> None:
+        """Ask the bucket for newer commits (one LIST) and give the opened logs the new
+        state: what a task does when its plan names another topic id than its log."""
+        self.commits.refresh()
+        self._sync_logs()
+
     def get_log(self, topic: str, partition: int) -> BucketLog:
         """The partition's reader (the shared read path over its committed segments)."""
         self._partition_state(topic, partition)
@@ -309,8 +327,8 @@ class BucketLogManager:
             if log is None:
                 config = self.topic_config(topic)
 
-                def source(refresh: bool
-                           ) -> tuple[int, PartitionState | None, LogConfig | None]:
+                def source(refresh: bool) -> tuple[int, PartitionState | None,
+                                                   LogConfig | None, str | None]:
                     if refresh:
                         self.refresh()
                     state = self.state
@@ -318,8 +336,10 @@ class BucketLogManager:
                     # alter_topic_config (a worker's cached reader) must not check a
                     # now-compacted topic's gaps with the policy it was opened under.
                     spec = state.topics.get(topic)
+                    if spec is None:
+                        return state.version, None, None, None
                     return (state.version, state.partition(topic, partition),
-                            None if spec is None else self._config_of(topic, spec))
+                            self._config_of(topic, spec), spec.topic_id)
 
                 log = self._logs[(topic, partition)] = BucketLog(
                     self.storage, topic, partition, config, source)

@@ -9,8 +9,9 @@ Layout under a log dir URI (docs/object-storage.md has the full format)::
     <topic>-<p>/<20-digit base>-<16 hex id>.log / .index / .timeindex
 
 A commit (``"format": 1``) holds ``version``, ``writer``, ``timestamp_ms``,
-``operation``, ``topics`` (name -> ``{"partitions": n, "config": {...}}``, or null for
-a deleted topic), ``partitions`` ("<topic>-<p>" -> ``{"add": [entry...], "remove":
+``operation``, ``topics`` (name -> ``{"partitions": n, "config": {...}, "topic_id":
+"<Kafka topic id>"}``, or null for a deleted topic; ``topic_id`` is absent in states
+written before topic ids), ``partitions`` ("<topic>-<p>" -> ``{"add": [entry...], "remove":
 [key...], "log_start_offset": x}``) and ``sinks`` (sink id -> ledger, opaque here). The
 state is the fold of every commit from version 0; the high watermark of a partition is
 its last segment's ``next_offset``: a commit makes everything it adds visible at once.
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import CorruptMetadataError
+from .partition_metadata import valid_topic_id
 
 FORMAT = 1
 META_DIR = "_seglog"
@@ -176,20 +178,30 @@ def _inline_index(raw: dict[str, Any], name: str, entry_size: int, where: str) -
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
+    """A topic's entry. ``topic_id``: Kafka's topic id (``partition_metadata``), given at
+    creation; None in states written before topic ids (their readers skip the check)."""
+
     partitions: int
     config: Mapping[str, str] = field(default_factory=dict)
+    topic_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"partitions": self.partitions, "config": dict(sorted(self.config.items()))}
+        out: dict[str, Any] = {"partitions": self.partitions,
+                               "config": dict(sorted(self.config.items()))}
+        if self.topic_id is not None:
+            out["topic_id"] = self.topic_id
+        return out
 
     @classmethod
     def from_json(cls, raw: Any, where: str, topic: str) -> TopicSpec:
         n = raw.get("partitions") if isinstance(raw, dict) else None
         config = raw.get("config", {}) if isinstance(raw, dict) else None
+        topic_id = raw.get("topic_id") if isinstance(raw, dict) else None
         if isinstance(n, bool) or not isinstance(n, int) or n < 1 or not isinstance(config, dict) \
-                or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()):
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in config.items()) \
+                or (topic_id is not None and not valid_topic_id(topic_id)):
             raise CorruptMetadataError(f"{where}: topic {topic!r} has an invalid entry: {raw!r}")
-        return cls(n, dict(config))
+        return cls(n, dict(config), topic_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +360,13 @@ class BucketState:
             if old is not None and spec.partitions < old.partitions:
                 raise CorruptMetadataError(f"{where}: topic {name!r} shrinks from "
                                            f"{old.partitions} to {spec.partitions} partitions")
+            if old is not None and old.topic_id is not None:
+                if spec.topic_id is None:  # an older writer's alter: the id stays
+                    spec = replace(spec, topic_id=old.topic_id)
+                elif spec.topic_id != old.topic_id:
+                    raise CorruptMetadataError(
+                        f"{where}: topic {name!r} changes its id from {old.topic_id} to "
+                        f"{spec.topic_id} without being deleted")
             topics[name] = spec
             for n in range(old.partitions if old else 0, spec.partitions):
                 parts[tp_key(name, n)] = PartitionState()

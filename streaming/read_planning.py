@@ -11,10 +11,10 @@ further in proportion to their size.
 ... # doctest: +NORMALIZE_WHITESPACE
 [ReadRange(log_dirs=('/d',), topic='t', partition=0, start=0, end=5, include_headers=False,
            fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted',
-           storage=StorageOptions()),
+           storage=StorageOptions(), topic_id=None),
  ReadRange(log_dirs=('/d',), topic='t', partition=0, start=5, end=10, include_headers=False,
            fail_on_data_loss=True, timestamp_range=None, isolation_level='read_uncommitted',
-           storage=StorageOptions())]
+           storage=StorageOptions(), topic_id=None)]
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ class ReadRange:
     storage: StorageOptions = NO_STORAGE_OPTIONS
     """A bucket's object-store options: the task opens the bucket with them (``repr``
     hides secrets)."""
+    topic_id: str | None = None
+    """The topic id the range was planned against (None: the topic has none): a task
+    whose log has another id reads nothing of it (``source_read``)."""
 
     @property
     def size(self) -> int:
@@ -66,11 +69,14 @@ def plan_ranges(
     timestamp_range: tuple[int, int] | None = None,
     isolation_level: str = "read_uncommitted",
     storage: StorageOptions = NO_STORAGE_OPTIONS,
+    topic_ids: Mapping[str, str | None] | None = None,
 ) -> list[ReadRange]:
-    """Non-empty ranges for every partition in ``end`` (missing starts read from 0)."""
+    """Non-empty ranges for every partition in ``end`` (missing starts read from 0),
+    each with its topic's id in ``topic_ids``."""
+    ids = topic_ids or {}
     ranges = [
         ReadRange(tuple(log_dirs), t, p, start.get((t, p), 0), end[(t, p)], include_headers,
-                  fail_on_data_loss, timestamp_range, isolation_level, storage)
+                  fail_on_data_loss, timestamp_range, isolation_level, storage, ids.get(t))
         for t, p in sorted(end)
         if end[(t, p)] > start.get((t, p), 0)
     ]

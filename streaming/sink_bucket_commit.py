@@ -60,6 +60,7 @@ from seglog.logstore.bucket_state import (
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import KafkaStorageError, SeglogError
 from seglog.logstore.object_store_config import redact_uris
+from seglog.logstore.partition_metadata import new_topic_id
 from seglog.logstore.record_format import TopicPartition
 from seglog.logstore.topics import parse_overrides, validate_topic_name, warn_on_collision
 
@@ -236,7 +237,7 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
             warn_on_collision(topic, state.topics)
             overrides = parse_overrides(dict(options.topic_config or {}),
                                         base=mgr.default_topic_config)
-            spec = topics[topic] = TopicSpec(n, overrides)
+            spec = topics[topic] = TopicSpec(n, overrides, new_topic_id())
         elif spec.partitions != n:
             raise SinkCommitError(
                 f"topic {topic!r} in {mgr.uri} has {spec.partitions} partition(s) but the "

@@ -56,18 +56,41 @@ TRIGGER_KEY = "$lastTriggerMs"
 ``$`` cannot appear in a Kafka topic name, so the key never collides with a topic. It is
 written only when ``minOffsetsPerTrigger`` is set (see ``admission``)."""
 
+TOPIC_IDS_KEY = "$topicIds"
+"""Extra top-level key of a streaming offset: ``{topic: topic id}`` of the topics whose
+offsets it holds (those that have an id, Kafka's ``partition.metadata``). The next
+trigger compares them: a topic whose id changed was deleted and re-created, so its old
+offsets mean nothing in the new topic (``reconcile_start``). Tasks get the ids of the
+plan and refuse a log of another topic (``source_read``)."""
+
 
 # ---------------------------------------------------------------------------- JSON form
 def offsets_to_json(
-    offsets: Mapping[TopicPartition, int], last_trigger_ms: int | None = None
+    offsets: Mapping[TopicPartition, int], last_trigger_ms: int | None = None,
+    topic_ids: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """``{(topic, partition): offset}`` → Kafka's JSON dict, in a deterministic key order."""
+    """``{(topic, partition): offset}`` → Kafka's JSON dict, in a deterministic key order
+    (with ``topic_ids``: the ids of its topics that have one, under ``TOPIC_IDS_KEY``)."""
     out: dict[str, Any] = {}
     for topic, partition in sorted(offsets):
         out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
     if last_trigger_ms is not None:
         out[TRIGGER_KEY] = int(last_trigger_ms)
+    ids = {t: topic_ids[t] for t in sorted(out) if t in (topic_ids or {})
+           and topic_ids[t] is not None} if topic_ids else {}
+    if ids:
+        out[TOPIC_IDS_KEY] = ids
     return out
+
+
+def topic_ids_from_json(data: Mapping[str, Any]) -> dict[str, str]:
+    """The topic ids stored in a streaming offset (``{}`` for one without)."""
+    ids = data.get(TOPIC_IDS_KEY, {})
+    if not isinstance(ids, Mapping) or not all(
+            isinstance(t, str) and isinstance(i, str) for t, i in ids.items()):
+        raise ConfigError(f"malformed source offset: {TOPIC_IDS_KEY!r} must map topics to "
+                          f"topic ids, got {ids!r}")
+    return dict(ids)
 
 
 def offsets_from_json(data: Mapping[str, Any]) -> dict[TopicPartition, int]:
@@ -105,6 +128,8 @@ class LogSnapshot:
     offset_for_timestamp: Callable[[TopicPartition, int], int | None] = field(
         default=lambda tp, ts: None, repr=False, compare=False
     )
+    topic_ids: Mapping[str, str | None] = field(default_factory=dict)
+    """Per topic, its id (None: a topic without ``partition.metadata``)."""
 
     _existing: frozenset[TopicPartition] = field(
         init=False, default=frozenset(), repr=False, compare=False
@@ -182,11 +207,15 @@ def snapshot_log_dirs(
         # as its last listing.
         all_lsos = mgr.log_start_offsets() if wanted else {}
         lsos = {tp: all_lsos[tp] for tp in wanted if tp in all_lsos}
+        # Read once per partition directory and process (the reader keeps them), so a
+        # trigger reads no file for them.
+        ids = mgr.topic_ids(parts if options is None
+                            else {t for t, _ in options.subscription.select(parts)})
 
     def lookup(tp: TopicPartition, ts_ms: int) -> int | None:
         return offset_for_timestamp(dirs, tp, ts_ms, storage)
 
-    return LogSnapshot(parts, lsos, hws, lookup)
+    return LogSnapshot(parts, lsos, hws, lookup, ids)
 
 
 def _one_refresh(mgr: object, refresh: bool) -> AbstractContextManager[object]:
@@ -350,15 +379,28 @@ def _start_option(options: SourceOptions) -> str:
     return "startingOffsets"
 
 
+def recreated_topics(previous_ids: Mapping[str, str],
+                     ids: Mapping[str, str | None]) -> dict[str, tuple[str, str | None]]:
+    """Topics whose id changed since ``previous_ids``: ``{topic: (old id, new id)}``.
+    A topic that has no id now (re-created by a seglog without topic ids) is another
+    topic too; one that never had an id is never compared."""
+    return {t: (old, ids[t]) for t, old in sorted(previous_ids.items())
+            if t in ids and ids[t] != old}
+
+
 def reconcile_start(
     start: Mapping[TopicPartition, int],
     options: SourceOptions,
     snap: LogSnapshot,
+    previous_ids: Mapping[str, str] | None = None,
 ) -> dict[TopicPartition, int]:
     """The offsets to continue from, given the previous end and what exists now.
 
     - New partitions (and, with ``subscribePattern``, new topics) start at earliest, as
       Kafka's connector does.
+    - A topic whose id differs from ``previous_ids`` (the previous end's) was deleted and
+      re-created: its old offsets are lost (reported as for a partition that
+      disappeared) and its partitions start at the new topic's earliest, as new ones.
     - A partition that disappeared, an offset below the log start offset (retention) or
       above the high watermark (truncation, topic recreated) is data loss: raised with
       ``failOnDataLoss``, else logged; the partition continues from its log start offset,
@@ -366,6 +408,16 @@ def reconcile_start(
     """
     out: dict[TopicPartition, int] = {}
     now = snap.subscribed(options)
+    recreated = recreated_topics(previous_ids or {}, snap.topic_ids)
+    for tp in sorted(tp for tp in start if tp[0] in recreated):
+        old, new = recreated[tp[0]]
+        report_data_loss(
+            options.fail_on_data_loss,
+            f"topic {tp[0]!r} partition {tp[1]}: offsets from {start[tp]} on of topic id "
+            f"{old} may not have been read: the topic was deleted and re-created (its id "
+            f"is now {new}); the new topic is read from its earliest offset",
+        )
+    start = {tp: off for tp, off in start.items() if tp[0] not in recreated}
     for tp in now:
         if tp not in start:
             out[tp] = snap.earliest(tp)

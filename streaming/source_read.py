@@ -8,10 +8,13 @@ What a task does, in order:
    worker keeps it from task to task). Its view of the high watermark is refreshed from
    the checkpoint when it is below the range's end (the planner saw a newer one) and
    always under ``read_committed`` (the last stable offset depends on it).
-2. A partition that disappeared (found at any step of the read), offsets removed by
-   retention since planning, and offsets the refreshed log no longer reaches (its high
-   watermark is below the range's end) are data loss (``failOnDataLoss``: raised, else
-   logged and skipped). Corruption (``CorruptRecordError``) is never skipped.
+2. A log of another topic id than the plan's (the topic was deleted and re-created): the
+   partition is looked at again (a cached log is dropped); another id still is data loss
+   for the whole range. A partition that disappeared (found at any step of the read),
+   offsets removed by retention since planning, and offsets the refreshed log no longer
+   reaches (its high watermark is below the range's end) are data loss
+   (``failOnDataLoss``: raised, else logged and skipped). Corruption
+   (``CorruptRecordError``) is never skipped.
 3. ``timestamp_range`` (batch pushdown) seeks through the time index first.
 4. ``read_committed``: the range ends at the last stable offset at the latest, and the
    data batches of aborted transactions are dropped before decoding
@@ -58,7 +61,9 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
         # looks again. All of it is data loss for what was not read yet.
         next_offset = r.start
         try:
-            log = mgr.get_log(r.topic, r.partition)
+            log = _planned_topics_log(mgr, r)
+            if log is None:
+                return
             try:
                 for batch in _read_log(mgr, log, r, schema, chunk_bytes):
                     next_offset = batch.column("offset")[-1].as_py() + 1
@@ -74,6 +79,33 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
                 f"topic {r.topic!r} partition {r.partition} disappeared before offsets "
                 f"[{next_offset}, {r.end}) were read ({e})",
             )
+
+
+def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
+    """The partition's log, if it is of the topic ``r`` was planned against: a cached log
+    of another topic id (the topic was deleted and re-created since it was cached) is
+    dropped and the partition looked at again; another id still (re-created after the
+    plan) is data loss for the whole range, reported here (None: nothing to read)."""
+    log = mgr.get_log(r.topic, r.partition)
+    if r.topic_id is None:
+        return log
+    if hasattr(log, "sync"):
+        log.sync()  # a bucket log: the state the manager holds now (no request)
+    if log.topic_id == r.topic_id:
+        return log
+    log.close()
+    mgr.reload_partition(r.topic, r.partition)  # type: ignore[attr-defined]
+    log = mgr.get_log(r.topic, r.partition)
+    if log.topic_id == r.topic_id:
+        return log
+    log.close()
+    report_data_loss(
+        r.fail_on_data_loss,
+        f"topic {r.topic!r} partition {r.partition}: offsets [{r.start}, {r.end}) were "
+        f"planned in topic id {r.topic_id}, but the topic now has id {log.topic_id} (it "
+        f"was deleted and re-created); some data may have been lost",
+    )
+    return None
 
 
 def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,

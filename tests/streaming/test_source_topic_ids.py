@@ -1,0 +1,167 @@
+"""A topic deleted and re-created under a running source: the plan carries the topic ids
+it was made against, a task's cached log of another topic never serves its rows, and
+the driver treats the old topic's offsets as lost (``failOnDataLoss``)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from seglog.datasource.schema import arrow_schema
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.errors import DataLossError
+from seglog.logstore.log_manager import LogManager
+from seglog.logstore.record_codec import encode_batches
+from seglog.streaming import log_readers
+from seglog.streaming.read_planning import ReadRange
+from seglog.streaming.source_offsets import (
+    TOPIC_IDS_KEY,
+    offsets_from_json,
+    offsets_to_json,
+    reconcile_start,
+    snapshot_log_dirs,
+    topic_ids_from_json,
+)
+from seglog.streaming.source_options import SourceOptions
+from seglog.streaming.source_read import read_range
+
+SCHEMA = arrow_schema(False)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_readers():
+    log_readers.close_all()
+    yield
+    log_readers.close_all()
+
+
+def _batch(prefix: str, n: int) -> bytearray:
+    return encode_batches(pa.array([f"{prefix}{i}".encode() for i in range(n)]))
+
+
+def _values(r: ReadRange) -> list[bytes]:
+    return [v for b in read_range(r, SCHEMA) for v in b.column("value").to_pylist()]
+
+
+class _Local:
+    """A local log dir written by a writer that stays open (the old topic's directory
+    stays as ``-delete`` for ``file.delete.delay.ms``, as in real life)."""
+
+    def __init__(self, path: Path) -> None:
+        self.uri = str(path)
+        self.mgr = LogManager([path], default_topic_config={"file.delete.delay.ms": 60_000})
+
+    def create(self, prefix: str, n: int) -> None:
+        self.mgr.create_topic("t", 1)
+        self.mgr.append("t", 0, _batch(prefix, n))
+        self.mgr.checkpoint_high_watermarks()
+
+    def delete(self) -> None:
+        self.mgr.delete_topic("t")
+
+    def close(self) -> None:
+        self.mgr.close()
+
+
+class _Bucket(_Local):
+    def __init__(self, path: Path) -> None:
+        self.uri = f"memory://topic-ids-{uuid.uuid4().hex}"
+        self.mgr = BucketLogManager(self.uri)  # type: ignore[assignment]
+
+    def create(self, prefix: str, n: int) -> None:
+        self.mgr.create_topic("t", 1)
+        self.mgr.append("t", 0, _batch(prefix, n))
+
+
+@pytest.fixture(params=["local", "bucket"])
+def store(request, tmp_path: Path):
+    s = _Local(tmp_path) if request.param == "local" else _Bucket(tmp_path)
+    yield s
+    s.close()
+
+
+def _plan(uri: str, start: int, end: int, *, fail: bool = True) -> ReadRange:
+    """A range planned now, with the topic id the driver sees now."""
+    snap = snapshot_log_dirs([uri])
+    return ReadRange((uri,), "t", 0, start, end, fail_on_data_loss=fail,
+                     topic_id=snap.topic_ids["t"])
+
+
+def test_a_plan_of_the_new_topic_never_reads_a_cached_log_of_the_old(store):
+    store.create("old", 6)
+    # A worker read the old topic: its process caches the log (and, for a bucket, the
+    # state that covers offsets [0, 6)).
+    assert _values(_plan(store.uri, 0, 6)) == [f"old{i}".encode() for i in range(6)]
+    store.delete()
+    store.create("new", 6)
+    r = _plan(store.uri, 0, 6)
+    assert r.topic_id is not None
+    assert _values(r) == [f"new{i}".encode() for i in range(6)]
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_a_plan_of_the_old_topic_is_data_loss_once_it_is_recreated(store, fail, caplog):
+    """Planned before the delete, read after the re-create: the rows of offsets [2, 6)
+    in the new topic are not the planned ones."""
+    store.create("old", 6)
+    r = _plan(store.uri, 2, 6, fail=fail)
+    log_readers.close_all()  # the driver's process: the worker's is another one
+    store.delete()
+    store.create("new", 8)
+    message = (rf"topic 't' partition 0: offsets \[2, 6\) were planned in topic id "
+               rf"{r.topic_id}, but the topic now has id \S+ \(it was deleted and re-created\)")
+    if fail:
+        with pytest.raises(DataLossError, match=message):
+            _values(r)
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert _values(r) == []
+        assert any("were planned in topic id" in m for m in caplog.messages)
+
+
+def test_a_topic_without_an_id_is_read_without_the_check(store):
+    store.create("a", 3)
+    r = _plan(store.uri, 0, 3)
+    assert _values(ReadRange(r.log_dirs, "t", 0, 0, 3)) == [b"a0", b"a1", b"a2"]
+
+
+def test_offsets_carry_topic_ids_apart_from_kafkas_offsets() -> None:
+    data = offsets_to_json({("t", 0): 5, ("u", 0): 1}, None, {"t": "x" * 22, "u": None,
+                                                             "gone": "y" * 22})
+    assert data == {"t": {"0": 5}, "u": {"0": 1}, TOPIC_IDS_KEY: {"t": "x" * 22}}
+    assert offsets_from_json(data) == {("t", 0): 5, ("u", 0): 1}
+    assert topic_ids_from_json(data) == {"t": "x" * 22}
+    assert offsets_to_json({("t", 0): 5}, None, {"t": None}) == {"t": {"0": 5}}
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_the_driver_treats_a_recreated_topics_offsets_as_lost(tmp_path, fail, caplog):
+    """Between two triggers the topic was deleted and re-created with more records than
+    the old offset: without ids the old offset would silently continue in the new topic
+    (Spark's Kafka source cannot tell); with them it restarts at the new earliest."""
+    store = _Local(tmp_path)
+    store.create("old", 3)
+    before = snapshot_log_dirs([store.uri])
+    previous = offsets_to_json({("t", 0): 3}, None, before.topic_ids)
+    store.delete()
+    store.create("new", 10)
+    options = SourceOptions.parse({"path": store.uri, "subscribe": "t",
+                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
+    snap = snapshot_log_dirs([store.uri], options=options)
+    assert snap.topic_ids["t"] != before.topic_ids["t"]
+    args = (offsets_from_json(previous), options, snap, topic_ids_from_json(previous))
+    if fail:
+        with pytest.raises(DataLossError, match=r"topic 't' partition 0: offsets from 3 on "
+                                                r"of topic id \S+ may not have been read"):
+            reconcile_start(*args)
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert reconcile_start(*args) == {("t", 0): 0}
+        assert any("deleted and re-created" in m for m in caplog.messages)
+    # the same topic: nothing to report
+    assert reconcile_start({("t", 0): 3}, options, snap, dict(snap.topic_ids)) == {("t", 0): 3}
+    store.close()
