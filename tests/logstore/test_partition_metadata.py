@@ -4,12 +4,16 @@ topic deleted and re-created under a long-lived reader told apart from the old o
 from __future__ import annotations
 
 import base64
+import json
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.errors import CorruptPartitionMetadataError
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_state import BucketState, Commit, TopicSpec
+from seglog.logstore.errors import CorruptMetadataError, CorruptPartitionMetadataError
 from seglog.logstore.file_names import PARTITION_METADATA_FILE
 from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
@@ -153,3 +157,44 @@ def test_reload_partition_sees_a_replacement_the_listing_missed(tmp_path: Path) 
         (tmp_path / "t-0").rmdir()
         reader.reload_partition("t", 0)
         assert "t" not in reader.topics()
+
+
+# -- a bucket's topics ------------------------------------------------------------------
+
+def _topic_commit(version: int, spec: object) -> Commit:
+    return Commit(version, "w", 0, "create_topic", topics={"t": spec})  # type: ignore[dict-item]
+
+
+def test_a_bucket_topic_gets_an_id_that_alters_keep_and_a_recreate_changes(
+        tmp_path: Path) -> None:
+    mgr = BucketLogManager(f"memory://topic-ids-{uuid.uuid4().hex}")
+    mgr.create_topic("t", 1)
+    first = mgr.topic_id_of("t", 0)
+    assert first is not None and valid_topic_id(first)
+    mgr.alter_topic_config("t", {"retention.ms": 1000})
+    mgr.add_partitions("t", 2)
+    assert mgr.topic_ids(["t"]) == {"t": first} and mgr.topic_id_of("t", 1) == first
+    mgr.delete_topic("t")
+    mgr.create_topic("t", 1)
+    assert mgr.topic_id_of("t", 0) not in (None, first)
+    # the state written to the bucket holds it
+    decoded = BucketState.decode(mgr.state.encode(), "snapshot", mgr.state.version)
+    assert decoded.topics["t"].topic_id == mgr.topic_id_of("t", 0)
+    # and an export (a Kafka log dir) has Kafka's file with it
+    mgr.export(tmp_path / "export")
+    assert read_topic_id(tmp_path / "export" / "t-0") == mgr.topic_id_of("t", 0)
+    mgr.close()
+
+
+def test_bucket_states_without_ids_and_ids_that_change_in_place() -> None:
+    tid, other = new_topic_id(), new_topic_id()
+    old = BucketState().apply(_topic_commit(0, TopicSpec(1)))  # written before topic ids
+    assert old.topics["t"].topic_id is None
+    assert "topic_id" not in json.loads(old.encode())["topics"]["t"]
+    state = BucketState().apply(_topic_commit(0, TopicSpec(1, {}, tid)))
+    # an older writer's alter names no id: the topic keeps its own
+    assert state.apply(_topic_commit(1, TopicSpec(2))).topics["t"].topic_id == tid
+    with pytest.raises(CorruptMetadataError, match="changes its id"):
+        state.apply(_topic_commit(1, TopicSpec(1, {}, other)))
+    with pytest.raises(CorruptMetadataError, match="invalid entry"):
+        TopicSpec.from_json({"partitions": 1, "topic_id": "nope"}, "commit 3", "t")
