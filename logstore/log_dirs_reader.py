@@ -185,8 +185,9 @@ class LogDirsReader(PartitionTable[LogReader]):
             return
         with self._lock:
             if self._partitions.get(p.tp) is p:
-                fresh = (None if inode is None
-                         else Partition(topic, partition, p.dir, p.log_dir, inode=inode))
+                fresh: Partition[LogReader] | None = (
+                    None if inode is None
+                    else Partition(topic, partition, p.dir, p.log_dir, inode=inode))
                 self._replace(p, fresh)
 
     def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:

@@ -94,7 +94,7 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     if log.topic_id == r.topic_id:
         return log
     log.close()
-    mgr.reload_partition(r.topic, r.partition)  # type: ignore[attr-defined]
+    mgr.reload_partition(r.topic, r.partition)
     log = mgr.get_log(r.topic, r.partition)
     if log.topic_id == r.topic_id:
         return log

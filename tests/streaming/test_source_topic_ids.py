@@ -5,6 +5,7 @@ the driver treats the old topic's offsets as lost (``failOnDataLoss``)."""
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from seglog.datasource.schema import arrow_schema
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.errors import DataLossError
+from seglog.logstore.file_names import PARTITION_METADATA_FILE
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
 from seglog.streaming import log_readers
@@ -165,3 +167,38 @@ def test_the_driver_treats_a_recreated_topics_offsets_as_lost(tmp_path, fail, ca
     # the same topic: nothing to report
     assert reconcile_start({("t", 0): 3}, options, snap, dict(snap.topic_ids)) == {("t", 0): 3}
     store.close()
+
+
+_opened: list[str] | None = None
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if _opened is not None and event == "open" and isinstance(args[0], (str, Path)):
+        _opened.append(str(args[0]))
+
+
+sys.addaudithook(_count_opens)
+
+
+def test_a_trigger_reads_no_partition_metadata_after_the_first(tmp_path):
+    """Ids are read once per partition directory and process, not per trigger, and
+    opening the log dirs reads none."""
+    global _opened
+    with LogManager([tmp_path]) as mgr:
+        for t in ("a", "b"):
+            mgr.create_topic(t, 4)
+    options = SourceOptions.parse({"path": str(tmp_path), "subscribePattern": ".*"},
+                                  streaming=True)
+    _opened = []
+    try:
+        with log_readers.reader([str(tmp_path)]):
+            pass
+        assert not [f for f in _opened if f.endswith(PARTITION_METADATA_FILE)]
+        for _ in range(3):
+            snap = snapshot_log_dirs([str(tmp_path)], options=options)
+        read = sorted(Path(f).parent.name for f in _opened
+                      if f.endswith(PARTITION_METADATA_FILE))
+    finally:
+        _opened = None
+    assert read == ["a-0", "b-0"]  # one per topic (its lowest partition), once
+    assert set(snap.topic_ids) == {"a", "b"} and None not in snap.topic_ids.values()
