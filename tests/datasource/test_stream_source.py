@@ -10,11 +10,13 @@ import json
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.partition_metadata import read_topic_id
 from seglog.logstore.record_codec import encode_batches
 
 pytestmark = pytest.mark.spark
@@ -95,6 +97,7 @@ def test_earliest_admission_new_partitions_and_restart(spark, tmp_path):
             assert got.offsets()[("ev2", 0)] == list(range(4))
             assert ("other", 0) not in got.offsets()
             end = json.loads(q.lastProgress["sources"][0]["endOffset"])
+            assert set(end.pop("$topicIds")) == {"ev1", "ev2"}
             assert end == {"ev1": {"0": 30, "1": 10, "2": 5}, "ev2": {"0": 4}}
         finally:
             q.stop()
@@ -249,24 +252,27 @@ def test_reader_methods_without_a_jvm(tmp_path, with_min):
             opts.update(minOffsetsPerTrigger="5", maxTriggerDelay="1h")
         reader = SeglogStreamReader(opts, source_schema(opts))
         start = reader.initialOffset()
-        assert start == {"r": {"0": 0, "1": 0}}
+        # Kafka's offsets, and the topic's id the next trigger compares (topic ids)
+        tid = read_topic_id(Path(log_dir) / "r-0")
+        assert start == {"r": {"0": 0, "1": 0}, "$topicIds": {"r": tid}}
         assert reader.getDefaultReadLimit() == ReadMaxRows(20)
         assert reader.reportLatestOffset() == {"r": {"0": 40, "1": 10}}
         before_ms = time.time_ns() // 1_000_000
         latest = reader.latestOffset(start, ReadAllAvailable())
         after_ms = time.time_ns() // 1_000_000
         assert {k: v for k, v in latest.items() if k != "$lastTriggerMs"} == {
-            "r": {"0": 40, "1": 10}}
+            "r": {"0": 40, "1": 10}, "$topicIds": {"r": tid}}
         if with_min:  # the trigger time is stamped when the offsets move
             assert before_ms <= latest["$lastTriggerMs"] <= after_ms
         else:
             assert "$lastTriggerMs" not in latest
         end = reader.latestOffset(start, ReadMaxRows(20))
         assert {k: v for k, v in end.items() if k != "$lastTriggerMs"} == {
-            "r": {"0": 16, "1": 4}}
+            "r": {"0": 16, "1": 4}, "$topicIds": {"r": tid}}
         assert ("$lastTriggerMs" in end) == with_min
         ranges = [p.value for p in reader.partitions(start, end)]
         assert [(r.partition, r.start, r.end) for r in ranges] == [(0, 0, 16), (1, 0, 4)]
+        assert {r.topic_id for r in ranges} == {tid}
         assert sum(b.num_rows for r in ranges for b in reader.read(type("P", (), {
             "value": r})())) == 20
         # AvailableNow: the target is fixed now; later appends are not admitted.
