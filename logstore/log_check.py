@@ -35,6 +35,7 @@ from .checkpoint_file import OffsetCheckpointFile
 from .errors import (
     ConfigError,
     CorruptCheckpointError,
+    CorruptPartitionMetadataError,
     CorruptRecordError,
     KafkaStorageError,
     MissingDataError,
@@ -59,6 +60,7 @@ from .log_dirs import LogDir, Partition
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
+from .partition_metadata import partition_metadata_path, read_topic_id
 from .record_format import TopicPartition, verify_all
 from .scheduler import last_runs_file
 from .storage import LOCAL
@@ -95,6 +97,7 @@ def check_manager(mgr: Manager, *, fix: bool = False, deep: bool = False) -> lis
         problems += _check_state_files(mgr, ld, fix)
     for topic in mgr.topics():
         problems += _check_topic_configs(mgr, topic, fix)
+        problems += _check_topic_ids(mgr, topic)
     if deep:
         for topic in mgr.topics():
             for n in mgr.partitions(topic):
@@ -238,6 +241,31 @@ def _check_topic_configs(mgr: Manager, topic: str, fix: bool) -> list[Problem]:
             write_topic_config(p.dir, topic, reference)
     if fix:
         mgr.forget_topic_config(topic)
+    return out
+
+
+def _check_topic_ids(mgr: Manager, topic: str) -> list[Problem]:
+    """A damaged ``partition.metadata``, or partitions of one topic holding different
+    topic ids. Never fixed: which id is the topic's cannot be told from the files (and a
+    reader that trusted a wrong one would read another topic's rows as this one's)."""
+    out: list[Problem] = []
+    ids: dict[str, list[int]] = {}
+    for n in mgr.partitions(topic):
+        p = mgr.partition(topic, n)
+        try:
+            topic_id = read_topic_id(p.dir)
+        except (CorruptPartitionMetadataError, KafkaStorageError) as e:
+            out.append(Problem("topic-id", partition_metadata_path(p.dir), str(e), False))
+            continue
+        if topic_id is not None:
+            ids.setdefault(topic_id, []).append(n)
+    if len(ids) > 1:
+        found = "; ".join(f"{tid} in partition(s) {', '.join(map(str, ns))}"
+                          for tid, ns in sorted(ids.items()))
+        out.append(Problem("topic-id", mgr.partition(topic, mgr.partitions(topic)[0]).dir,
+                           f"the partitions of topic {topic!r} hold different topic ids "
+                           f"({found}): a partition directory of another topic was moved "
+                           "in, or the files were edited", False))
     return out
 
 

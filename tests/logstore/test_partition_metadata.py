@@ -198,3 +198,18 @@ def test_bucket_states_without_ids_and_ids_that_change_in_place() -> None:
         state.apply(_topic_commit(1, TopicSpec(1, {}, other)))
     with pytest.raises(CorruptMetadataError, match="invalid entry"):
         TopicSpec.from_json({"partitions": 1, "topic_id": "nope"}, "commit 3", "t")
+
+
+def test_check_reports_a_damaged_file_and_ids_that_differ_and_never_fixes_them(
+        tmp_path: Path) -> None:
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 3)
+        mgr.create_topic("u", 1)
+    (tmp_path / "t-1" / PARTITION_METADATA_FILE).write_bytes(b"junk")
+    (tmp_path / "u-0" / PARTITION_METADATA_FILE).replace(tmp_path / "t-2" / PARTITION_METADATA_FILE)
+    with LogManager([tmp_path]) as mgr:
+        problems = [p for p in mgr.check(fix=True) if p.kind == "topic-id"]
+    assert [(p.path.parent.name if p.path.is_file() else p.path.name, p.fixed)
+            for p in problems] == [("t-1", False), ("t-0", False)]
+    assert "line 1" in problems[0].message and "partition(s) 2" in problems[1].message
+    assert (tmp_path / "t-1" / PARTITION_METADATA_FILE).read_bytes() == b"junk"
