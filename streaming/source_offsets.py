@@ -182,6 +182,7 @@ def snapshot_log_dirs(
     state, so a trigger scans only the batches appended since the previous one.
 
     ``storage``: a bucket's object-store options (``options.storage`` when given).
+    ``topic_ids``: those of the subscribed topics, with ``options`` only.
     """
     dirs = tuple(log_dirs)
     if options is not None:
@@ -207,10 +208,11 @@ def snapshot_log_dirs(
         # as its last listing.
         all_lsos = mgr.log_start_offsets() if wanted else {}
         lsos = {tp: all_lsos[tp] for tp in wanted if tp in all_lsos}
-        # Read once per partition directory and process (the reader keeps them), so a
-        # trigger reads no file for them.
-        ids = mgr.topic_ids(parts if options is None
-                            else {t for t, _ in options.subscription.select(parts)})
+        # Of the subscribed topics only (a damaged file of another topic is not this
+        # query's), read once per partition directory and process (the reader keeps
+        # them), so a trigger reads no file for them.
+        ids = ({} if options is None
+               else mgr.topic_ids({t for t, _ in options.subscription.select(parts)}))
 
     def lookup(tp: TopicPartition, ts_ms: int) -> int | None:
         return offset_for_timestamp(dirs, tp, ts_ms, storage)

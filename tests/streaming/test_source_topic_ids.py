@@ -14,7 +14,7 @@ import pytest
 
 from seglog.datasource.schema import arrow_schema
 from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.errors import DataLossError
+from seglog.logstore.errors import CorruptPartitionMetadataError, DataLossError
 from seglog.logstore.file_names import PARTITION_METADATA_FILE
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
@@ -88,7 +88,8 @@ def store(request, tmp_path: Path):
 
 def _plan(uri: str, start: int, end: int, *, fail: bool = True) -> ReadRange:
     """A range planned now, with the topic id the driver sees now."""
-    snap = snapshot_log_dirs([uri])
+    options = SourceOptions.parse({"path": uri, "subscribe": "t"}, streaming=True)
+    snap = snapshot_log_dirs([uri], options=options)
     return ReadRange((uri,), "t", 0, start, end, fail_on_data_loss=fail,
                      topic_id=snap.topic_ids["t"])
 
@@ -147,12 +148,12 @@ def test_the_driver_treats_a_recreated_topics_offsets_as_lost(tmp_path, fail, ca
     (Spark's Kafka source cannot tell); with them it restarts at the new earliest."""
     store = _Local(tmp_path)
     store.create("old", 3)
-    before = snapshot_log_dirs([store.uri])
+    options = SourceOptions.parse({"path": store.uri, "subscribe": "t",
+                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
+    before = snapshot_log_dirs([store.uri], options=options)
     previous = offsets_to_json({("t", 0): 3}, None, before.topic_ids)
     store.delete()
     store.create("new", 10)
-    options = SourceOptions.parse({"path": store.uri, "subscribe": "t",
-                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
     snap = snapshot_log_dirs([store.uri], options=options)
     assert snap.topic_ids["t"] != before.topic_ids["t"]
     args = (offsets_from_json(previous), options, snap, topic_ids_from_json(previous))
@@ -202,3 +203,20 @@ def test_a_trigger_reads_no_partition_metadata_after_the_first(tmp_path):
         _opened = None
     assert read == ["a-0", "b-0"]  # one per topic (its lowest partition), once
     assert set(snap.topic_ids) == {"a", "b"} and None not in snap.topic_ids.values()
+
+
+def test_a_damaged_file_fails_only_the_queries_of_its_topic(tmp_path):
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("mine", 1)
+        mgr.create_topic("other", 1)
+    damaged = tmp_path / "other-0" / PARTITION_METADATA_FILE
+    damaged.write_bytes(b"version: 0\ntopic_id: ")
+    for topic, fails in (("mine", False), ("other", True)):
+        options = SourceOptions.parse({"path": str(tmp_path), "subscribe": topic},
+                                      streaming=True)
+        if fails:
+            with pytest.raises(CorruptPartitionMetadataError, match=str(damaged)):
+                snapshot_log_dirs([str(tmp_path)], options=options)
+        else:
+            assert set(snapshot_log_dirs([str(tmp_path)], options=options).topic_ids) == {
+                "mine"}
