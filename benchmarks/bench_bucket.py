@@ -185,12 +185,14 @@ def bench_append_and_read(uri: str, plain, boto, bucket: str, mib: int, appends:
 
 
 def bench_pipeline(uri: str, plain, boto, bucket: str, mib: int, appends: int, window: int,
-                   repeat: int) -> list[tuple[str, float]]:
+                   repeat: int, linger_ms: int | None) -> list[tuple[str, float]]:
     buf = records(mib)
     total = len(buf) * appends
     data = bytes(buf)
     mgr = BucketLogManager(uri)
     mgr.max_in_flight_appends = window
+    if linger_ms is not None:
+        mgr.linger_ms = linger_ms
     commits = []
     for r in range(repeat):  # not timed: the peer creates nothing either
         mgr.create_topic(f"p{mib}-{r}", 1)
@@ -324,6 +326,8 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=16)
     parser.add_argument("--pipeline-mib", type=int, nargs="*", default=[1, 8])
     parser.add_argument("--window", type=int, default=4)
+    parser.add_argument("--linger-ms", type=int, default=None,
+                        help="append_async's linger_ms (default: the manager's)")
     parser.add_argument("--group-partitions", type=int, default=8)
     parser.add_argument("--group-mib", type=int, default=1)
     parser.add_argument("--group-commits", type=int, default=8)
@@ -346,7 +350,7 @@ def main() -> None:
         for mib in args.pipeline_mib:
             for name, value in bench_pipeline(
                     f"s3://{bucket}/pipeline{mib}", plain, boto, bucket, mib, args.appends,
-                    args.window, args.repeat):
+                    args.window, args.repeat, args.linger_ms):
                 print(_line(name, value))
         if args.group_partitions:
             for name, value in bench_group_commit(

@@ -68,6 +68,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LINGER_MS = 5
+"""The default ``linger_ms`` of ``append_async`` (Kafka's producer ``linger.ms``)."""
+
 
 def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
     """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
@@ -104,6 +107,12 @@ class BucketLogManager:
     """``append_async``: the most bytes of appends between their call and their commit
     (Kafka's producer ``buffer.memory``, whose default this is); a caller beyond it blocks.
     A single larger append is still taken, alone."""
+
+    linger_ms: int = LINGER_MS
+    """``append_async``: how long an append whose upload ended may wait for the uploads
+    still running behind it, so that one commit takes them all (Kafka's producer
+    ``linger.ms``). It waits only while such an upload runs: a lone append, or the last
+    of a burst, is committed at once. 0 commits every finished upload at once."""
 
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
@@ -390,7 +399,8 @@ class BucketLogManager:
                 from .bucket_pipeline import AppendPipeline
 
                 pipeline = self._pipeline = AppendPipeline(
-                    self, self.max_in_flight_appends, self.max_in_flight_bytes)
+                    self, self.max_in_flight_appends, self.max_in_flight_bytes,
+                    self.linger_ms)
         return pipeline.submit(topic, partition, records)
 
     def flush(self) -> None:

@@ -96,7 +96,9 @@ class _InFlight:
     base: int  # the first offset reserved for it
     end: int  # the end reserved for it (exclusive)
     shift: int  # its partition's shift when it was reserved
+    seq: int  # its place in the call order of the whole pipeline
     finished: bool = False
+    finished_ms: int = 0  # when its upload ended (the manager's monotonic clock)
     error: BaseException | None = None
     void: bool = False
     followers: list[Future[AppendInfo]] = field(default_factory=list)
@@ -109,15 +111,17 @@ class AppendPipeline:
     """The pipeline of one manager; see the module docstring."""
 
     def __init__(self, mgr: BucketLogManager, max_in_flight: int,
-                 max_in_flight_bytes: int) -> None:
-        for name, value in (("max_in_flight_appends", max_in_flight),
-                            ("max_in_flight_bytes", max_in_flight_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                 max_in_flight_bytes: int, linger_ms: int) -> None:
+        for name, value, least in (("max_in_flight_appends", max_in_flight, 1),
+                                   ("max_in_flight_bytes", max_in_flight_bytes, 1),
+                                   ("linger_ms", linger_ms, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} of the manager of {mgr.uri} must be an integer "
-                                  f"of at least 1, got {value!r}")
+                                  f"of at least {least}, got {value!r}")
         self._mgr = mgr
         self.max_in_flight = max_in_flight
         self.max_in_flight_bytes = max_in_flight_bytes
+        self.linger_ms = linger_ms
         self._cond = threading.Condition(threading.Lock())
         # Guarded by _cond: appends not yet taken by the committer, in call order;
         # stamped appends waiting for an upload thread; the futures accepted and not yet
@@ -131,6 +135,9 @@ class AppendPipeline:
         self._count = 0
         self._uploaders = 0
         self._bytes = 0
+        self._blocked = 0  # callers waiting for room
+        self._seq = 0  # the seq of the last append taken
+        self._flushes: list[int] = []  # per flush() waiting: the seq of its last append
         self._predicted: dict[str, int] = {}
         self._per_partition: dict[str, int] = {}
         self._last: dict[str, _InFlight] = {}
@@ -162,7 +169,12 @@ class AppendPipeline:
         with self._cond:
             while not self._closed and self._count \
                     and self._bytes + size > self.max_in_flight_bytes:
-                self._cond.wait()
+                self._blocked += 1
+                self._cond.notify_all()  # a lingering committer commits now
+                try:
+                    self._cond.wait()
+                finally:
+                    self._blocked -= 1
             if self._closed:
                 future.set_exception(LogDirError(
                     f"the append pipeline of {self._mgr.uri} is closed: nothing of this "
@@ -170,7 +182,9 @@ class AppendPipeline:
                 return future
             key = part.key
             base = self._next_end(key)
-            entry = _InFlight(part, future, size, base, base + span, self._shift.get(key, 0))
+            self._seq += 1
+            entry = _InFlight(part, future, size, base, base + span, self._shift.get(key, 0),
+                              self._seq)
             self._predicted[key] = entry.end
             self._per_partition[key] = self._per_partition.get(key, 0) + 1
             self._last[key] = entry
@@ -219,7 +233,15 @@ class AppendPipeline:
         (committed or failed). Not from a future's callback: those run on the committer."""
         with self._cond:
             pending = set(self._open)
-            self._cond.wait_for(lambda: pending.isdisjoint(self._open))
+            if not pending:
+                return
+            mark = self._seq
+            self._flushes.append(mark)
+            self._cond.notify_all()  # a lingering committer now waits for these uploads
+            try:
+                self._cond.wait_for(lambda: pending.isdisjoint(self._open))
+            finally:
+                self._flushes.remove(mark)
 
     def close(self) -> None:
         """Flush, then stop the committer and the upload threads. Idempotent."""
@@ -258,6 +280,7 @@ class AppendPipeline:
                   uploaded: bool) -> None:
         with self._cond:
             entry.finished, entry.error = True, error
+            entry.finished_ms = self._mgr.clock.monotonic_ms()
             void = entry.void
             self._cond.notify_all()
         if void and uploaded:  # failed while uploading: no commit will name these objects
@@ -268,10 +291,17 @@ class AppendPipeline:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._queue and self._queue[0].finished):
-                    if self._closed and not self._queue:
+                while True:
+                    if self._queue and self._queue[0].finished:
+                        wait_ms = self._linger_left()
+                        if wait_ms is not None and wait_ms <= 0:
+                            break
+                        # Any upload ending, a flush or a blocked caller notifies.
+                        self._cond.wait(None if wait_ms is None else wait_ms / 1000)
+                    elif self._closed and not self._queue:
                         return
-                    self._cond.wait()
+                    else:
+                        self._cond.wait()
                 head = self._queue[0]
                 batch: list[_InFlight] = []
                 if head.error is not None:
@@ -288,6 +318,26 @@ class AppendPipeline:
             except BaseException:  # noqa: BLE001 - the committer must outlive any one append
                 logger.exception("%s: the append pipeline's committer failed settling "
                                  "appends; it goes on with the next", self._mgr.uri)
+
+    def _linger_left(self) -> int | None:
+        """Under the lock, with a finished head: how long its commit should still wait
+        for the uploads running behind it (0: commit now; None: until one ends).
+
+        Every commit costs the store a request, so one commit for several appends is
+        cheaper than one each. Waiting is worth it only while an upload that could join
+        runs, and never while a caller is blocked for room (only a commit frees it).
+        While a ``flush`` waits, its appends are committed once all their uploads ended:
+        the flush returns with its last append, whose commit cannot start before its
+        upload ended, so committing the earlier ones on their own only costs requests
+        (and the last commit may then wait behind one of them). Otherwise the head waits
+        at most ``linger_ms`` after its upload ended (Kafka's ``linger.ms``)."""
+        head = self._queue[0]
+        running = next((e for e in self._queue if not e.finished), None)
+        if running is None or head.error is not None or self._closed or self._blocked:
+            return 0
+        if self._flushes and running.seq <= max(self._flushes):
+            return None
+        return head.finished_ms + self.linger_ms - self._mgr.clock.monotonic_ms()
 
     def _commit_batch(self, batch: list[_InFlight]) -> None:
         """Commit ``batch``. When a partition's append fails a check on a fresh state
