@@ -322,11 +322,14 @@ class CommitLog:
 
     # -- writing ---------------------------------------------------------------------
 
-    def commit(self, operation: str, build: Callable[[BucketState], Change | None]
-               ) -> BucketState | None:
+    def commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
+               snapshot: bool = True) -> BucketState | None:
         """Make ``build``'s change the next version; returns the new state, or None when
         ``build`` said there is nothing to do. Retries a lost race (see the module
-        docstring); raises CommitConflictError after ``max_attempts``."""
+        docstring); raises CommitConflictError after ``max_attempts``. ``snapshot=False``
+        leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
+        others the commit landed: a crash between leaves a commit without its snapshot,
+        which readers and the collector already cope with."""
         fresh = False  # whether the state was read from the bucket during this call
         if self._view_too_old():
             # Cheap to do now rather than build on a state the create check below would
@@ -380,8 +383,8 @@ class CommitLog:
                         self.refresh()
             if won:
                 crash_point("after-commit")
-                if version % SNAPSHOT_EVERY == 0:
-                    self._write_snapshot(new_state)  # outside the lock too
+                if snapshot:
+                    self.snapshot_if_due(new_state)  # outside the lock too
                 return new_state
             fresh = True
             if won is None:
@@ -429,6 +432,12 @@ class CommitLog:
             f"the commit failed ({cause}) and the bucket could not say whether it landed; "
             f"it may be visible. Refresh and look before doing it again (a blindly "
             f"retried append may duplicate its records)") from cause
+
+    def snapshot_if_due(self, state: BucketState) -> None:
+        """Write the snapshot and the hint of ``state`` if its version is due one (every
+        ``SNAPSHOT_EVERY``-th): the duty of that version's writer."""
+        if state.version % SNAPSHOT_EVERY == 0:
+            self._write_snapshot(state)
 
     def _write_snapshot(self, state: BucketState) -> None:
         try:

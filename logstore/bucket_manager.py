@@ -185,9 +185,10 @@ class BucketLogManager:
                     if self._logs.get(tp) is log:
                         self._logs.pop(tp).close()
 
-    def _commit(self, operation: str, build: Callable[[BucketState], Change | None]) -> None:
+    def _commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
+                snapshot: bool = True) -> BucketState | None:
         try:
-            self.commits.commit(operation, build)
+            return self.commits.commit(operation, build, snapshot=snapshot)
         finally:  # a lost race may have folded other writers' commits too
             self._sync_logs()
 

@@ -346,7 +346,7 @@ class AppendPipeline:
         while batch:
             failed: list[PartitionAppend] = []
             try:
-                self._commit(batch, failed)
+                state = self._commit(batch, failed)
             except KafkaStorageError as e:  # the commit may have landed: uploads stay
                 self._fail(batch, e, certain=False)
             except SeglogError as e:  # certainly not committed
@@ -364,9 +364,14 @@ class AppendPipeline:
                 self._fail(batch, e, certain=False)
             else:
                 self._committed(batch)
+                if state is not None:
+                    # After the futures: a snapshot only spares readers folding commits,
+                    # so the appends it follows need not wait for its three requests.
+                    self._mgr.commits.snapshot_if_due(state)
             return
 
-    def _commit(self, batch: list[_InFlight], failed: list[PartitionAppend]) -> None:
+    def _commit(self, batch: list[_InFlight], failed: list[PartitionAppend]
+                ) -> BucketState | None:
         parts = [e.part for e in batch]
 
         def build(state: BucketState) -> Change:
@@ -377,7 +382,7 @@ class AppendPipeline:
             upload_parts(self._mgr.storage, restamp(self._mgr, state, parts, failed))
             return change_of(parts)
 
-        self._mgr._commit("append", build)
+        return self._mgr._commit("append", build, snapshot=False)
 
     def _committed(self, batch: list[_InFlight]) -> None:
         outcomes: list[Outcome] = []

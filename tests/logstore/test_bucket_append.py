@@ -199,14 +199,14 @@ def test_a_part_stamped_by_a_build_that_failed_is_uploaded_by_the_next(monkeypat
     mgr.create_topic("x", 1)
     commit = mgr.commits.commit
 
-    def x_deleted_then_recreated(operation, build):
+    def x_deleted_then_recreated(operation, build, **kwargs):
         # Between the append's checks and its commit another process deletes x, this
         # process folds that (as a reader's refresh would), and x is created again
         # before the commit's retry reads the bucket.
         other.delete_topic("x")
         mgr.commits.refresh()
         other.create_topic("x", 1)
-        return commit(operation, build)
+        return commit(operation, build, **kwargs)
 
     monkeypatch.setattr(mgr.commits, "commit", x_deleted_then_recreated)
     infos = mgr.append_many({("y", 0): batches(3), ("x", 0): batches(2)})

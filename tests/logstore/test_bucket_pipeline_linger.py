@@ -1,7 +1,8 @@
 """When ``append_async``'s committer commits (logstore/bucket_pipeline.py,
 ``_linger_left``): a finished upload waits for the uploads running behind it, at most
 ``linger_ms`` (by the manager's clock), never while a caller is blocked for room, and
-while a ``flush`` waits, until all of that flush's uploads ended."""
+while a ``flush`` waits, until all of that flush's uploads ended; a due snapshot is
+written after the futures of its commit are completed."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
 from seglog.logstore.bucket_manager import LINGER_MS, BucketLogManager
+from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, snapshot_key
 from seglog.logstore.clock import SYSTEM_CLOCK, MockClock
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_storage import ObjectStorage
@@ -158,3 +160,33 @@ def test_linger_ms_has_a_documented_default_and_a_bad_one_is_named():
     with pytest.raises(ConfigError, match=f"linger_ms of the manager of {uri}.*-1"):
         mgr.append_async("t", 0, batches("a"))
     assert mgr.state.partition("t", 0).high_watermark == 0
+
+
+class HeldSnapshots(CountingStorage):
+    """Holds the write of snapshot ``SNAPSHOT_EVERY`` until ``go`` is set (bounded: a
+    hang fails)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.go = threading.Event()
+
+    def write_atomic(self, key: str, data: Any) -> None:
+        if key == snapshot_key(SNAPSHOT_EVERY):
+            assert self.go.wait(BOUND_S), "the test never let the snapshot go"
+        self.inner.write_atomic(key, data)
+
+
+def test_an_append_is_acknowledged_before_the_snapshot_its_commit_is_due():
+    storage = HeldSnapshots(ObjectStorage(memory_uri()))
+    mgr = BucketLogManager(storage)
+    mgr.create_topic("t", 1)
+    for i in range(SNAPSHOT_EVERY - 1):  # versions 1..9 (the topic is version 0)
+        mgr.append("t", 0, batches(f"s{i}", 1))
+    due = mgr.append_async("t", 0, batches("a"))  # version 10: due a snapshot
+    assert due.result(timeout=BOUND_S).first_offset == SNAPSHOT_EVERY - 1
+    mgr.flush()  # acknowledged = committed: nothing left to wait for
+    assert storage.inner.read(HINT_KEY) != b'{"version": %d}' % SNAPSHOT_EVERY
+    storage.go.set()
+    mgr.close()  # the committer finishes the snapshot and the hint before it stops
+    assert storage.inner.read(HINT_KEY) == b'{"version": %d}' % SNAPSHOT_EVERY
+    assert BucketLogManager(storage.inner, read_only=True).state.version == SNAPSHOT_EVERY
