@@ -20,6 +20,11 @@ conditional commit PUT. A pipeline overlaps them across appends:
 2. One committer thread commits in call order: every consecutive append at the head of the
    queue whose upload finished goes into ONE conditional commit (group commit across
    time: the commit request is paid once for all of them, whatever their partitions).
+   A finished head first lingers for the uploads running behind it (``_linger_left``: at
+   most ``linger_ms``, Kafka's ``linger.ms``; while a ``flush`` waits, until all of its
+   uploads ended; never while a caller is blocked for room), so a burst pays one commit,
+   not one per upload that happened to end while the last commit was out. A due
+   snapshot is written after the commit's futures are completed.
 3. A lost race re-stamps and re-uploads, in order, the appends whose offsets moved
    (``bucket_append.restamp``, as ``append_many`` does); the partition's prediction then
    moves by as much, so appends submitted later follow the new end (those already in
