@@ -136,6 +136,10 @@ class AppendPipeline:
         # lost races moved it.
         self._queue: deque[_InFlight] = deque()
         self._ready: deque[_InFlight] = deque()
+        # The appends taken whose upload has not finished, in call order; those finished
+        # or void are dropped from the left when looked at (_linger_left), so finding
+        # the oldest one running costs O(1) however many finished ones wait to commit.
+        self._unfinished: deque[_InFlight] = deque()
         self._open: set[Future[AppendInfo]] = set()
         self._count = 0
         self._uploaders = 0
@@ -196,6 +200,7 @@ class AppendPipeline:
             self._count += 1
             self._bytes += size
             self._queue.append(entry)
+            self._unfinished.append(entry)
             self._open.add(future)
         try:
             stamp(self._mgr, part, base)
@@ -337,7 +342,10 @@ class AppendPipeline:
         (and the last commit may then wait behind one of them). Otherwise the head waits
         at most ``linger_ms`` after its upload ended (Kafka's ``linger.ms``)."""
         head = self._queue[0]
-        running = next((e for e in self._queue if not e.finished), None)
+        pending = self._unfinished
+        while pending and (pending[0].finished or pending[0].void):
+            pending.popleft()
+        running = pending[0] if pending else None
         if running is None or head.error is not None or self._closed or self._blocked:
             return 0
         if self._flushes and running.seq <= max(self._flushes):
