@@ -2,7 +2,7 @@
 run; and the cost of a topic with 10,000 segments.
 
 Run: ``python benchmarks/bench_bucket.py [--append-mib 1 8] [--appends 16]
-[--pipeline-mib 1 8] [--window 4] [--group-partitions 8] [--group-mib 1]
+[--pipeline-mib 1 8] [--window 4] [--linger-ms 5] [--group-partitions 8] [--group-mib 1]
 [--group-commits 8] [--repeat 3] [--segments 10000] [--segments-per-commit 500]``
 
 A moto server (the test suite's, ``tests/s3_server.py``) is started on 127.0.0.1.
