@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .config import LogConfig
 from .errors import (
@@ -60,6 +61,15 @@ class FetchData:
     @property
     def empty(self) -> bool:
         return not self.records
+
+
+class ChunkSource(Protocol):
+    """The reads ``LogReads._walk_chunks`` makes of one segment."""
+
+    def find_batch(self, offset: int) -> tuple[BatchHeader | None, int]: ...
+
+    def read_chunk(self, position: int, max_bytes: int
+                   ) -> tuple[bytes | bytearray | memoryview, int]: ...
 
 
 class LogReads:
@@ -318,15 +328,16 @@ class LogReads:
             check.enter(seg.log_path, bases[i], None if last_segment else bases[i + 1])
             if check.expected >= end_offset:
                 return True
+            src = self._chunk_source(seg, end_offset)
             if i == first_i:
-                first, position = seg.find_batch(check.expected)
+                first, position = src.find_batch(check.expected)
                 if first is None:
                     check.segment_end(position, seg.size)
                     continue
             else:
                 position = 0
             while True:
-                buf, n = seg.read_chunk(position, chunk_bytes)
+                buf, n = src.read_chunk(position, chunk_bytes)
                 p = 0
                 stop = False
                 while True:
@@ -365,6 +376,12 @@ class LogReads:
                 if check.expected >= end_offset:
                     return True
         return False
+
+    def _chunk_source(self, seg: LogSegment, end_offset: int) -> ChunkSource:
+        """What ``_walk_chunks`` reads one segment through (``find_batch``,
+        ``read_chunk``): the segment itself; a bucket log's reads go through a window of
+        large GETs (``bucket_read_window``)."""
+        return seg
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp_ms`` (and at or

@@ -78,6 +78,21 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
                 return OffsetPosition(self.base_offset, 0)
             return self._parse(self._unpack(slot))
 
+    def position_past(self, offset: int) -> int | None:
+        """A position at or past the end of every batch holding an offset below
+        ``offset``: the position of the entry after the first one at or above
+        ``offset - 1`` (entries point at batch starts, so that entry's batch ends where the
+        next entry's begins), or None when there is none (the segment's end). A reader
+        uses it to bound a read, never to decide what it returns."""
+        with self._lock:
+            target = offset - 1 - self.base_offset
+            slot = self._largest_lower_bound_slot(target)
+            if slot < 0 or self._unpack(slot)[0] != target:
+                slot += 1
+            if slot + 1 >= self._entries:
+                return None
+            return self._parse(self._unpack(slot + 1)).position
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
         with self._lock:

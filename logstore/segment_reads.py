@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -358,17 +358,20 @@ class SegmentReads:
                 return
             pos += p
 
-    def index_position(self, offset: int) -> int:
+    def index_position(self, offset: int,
+                       pread: Callable[[int, int], bytes | memoryview] | None = None
+                       ) -> int:
         """Where a scan for ``offset`` may start: the position of the offset index's
         largest entry <= ``offset`` when ``index_check.entry_usable_for_lookup`` accepts
         it, else 0. A garbled index (a reader's view of an active index is never
-        recovered) then costs a longer scan, never skipped rows."""
+        recovered) then costs a longer scan, never skipped rows. ``pread`` reads the
+        entry's batch header (a bucket read's window: no request of its own)."""
         if offset <= self.base_offset:
             return 0  # no index needed (nor fetched, for a bucket segment)
         entry = self.offset_index.lookup(offset)
         if entry.position == 0:
             return 0  # no entry (a segment's first batch never gets one)
-        buf = self.pread(entry.position, V2_HEADER_SIZE)
+        buf = (pread or self.pread)(entry.position, V2_HEADER_SIZE)
         try:
             h = read_batch_header(buf, 0, len(buf) if len(buf) < V2_HEADER_SIZE else 1 << 62)
         except CorruptRecordError:
