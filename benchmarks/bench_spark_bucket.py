@@ -3,7 +3,7 @@ against seglog on a local dir, and the driver's commit time per micro-batch.
 
     python benchmarks/bench_spark_bucket.py [--rows 3000000] [--per-batch 500000]
         [--repeats 3] [--commit-mb 1,100,1000] [--history 10,1000] [--skip-spark]
-        [--skip-commit] [--phases]
+        [--skip-commit] [--phases] [--only sink|source]
 
 The bucket is moto's S3 server on 127.0.0.1 (``tests/s3_server.py``), started before the
 session so every Python worker inherits its ``AWS_*`` environment. moto is one Python
@@ -206,7 +206,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     source_rates: dict[str, list[float]] = {label: [] for label in readers}
     for r in range(args.repeats):
         # Rotate the order each round: a load spike should not always hit the same case.
-        for label in _rotated(list(sinks), r):
+        for label in _rotated(list(sinks), r) if args.only != "source" else ():
             cpu, at = server_cpu_s(server), server.request_log.stat().st_size
             rate = sink_rate(spark, str(local_in), sinks[label](), work, args.per_batch,
                              no_merge if label == NO_MERGE else None)
@@ -214,7 +214,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
             sink_rates[label].append(rate)
             print(f"  round {r} sink   {label:30s} {rate:12,.0f} rows/s, S3 server "
                   f"{cpu:5.1f} CPU-s, {requests_since(server, at)[0]} ({load()})", flush=True)
-        for label in _rotated(list(readers), r):
+        for label in _rotated(list(readers), r) if args.only != "sink" else ():
             cpu, at = server_cpu_s(server), server.request_log.stat().st_size
             rate = run(spark, readers[label](), str(work / f"chk-src-{r}-{label[:8]}"))[0]
             cpu = server_cpu_s(server) - cpu
@@ -222,11 +222,17 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
             print(f"  round {r} source {label:30s} {rate:12,.0f} rows/s, S3 server "
                   f"{cpu:5.1f} CPU-s, {requests_since(server, at)[0]} ({load()})", flush=True)
     spark.stop()
-    print_rates(f"sink, steady-state rows/s ({args.rows:,} rows in micro-batches of "
-                f"{args.per_batch:,}, {args.repeats} rounds):", sink_rates,
-                "no-op Python Arrow writer", "Arrow IPC PUT to the bucket")
-    print_rates("source, steady-state rows/s (same rows and micro-batches):", source_rates,
-                "no-op Python Arrow reader", "Arrow IPC GET from the bucket")
+    if args.only == "source":
+        sink_rates = {}
+    if args.only == "sink":
+        source_rates = {}
+    if sink_rates:
+        print_rates(f"sink, steady-state rows/s ({args.rows:,} rows in micro-batches of "
+                    f"{args.per_batch:,}, {args.repeats} rounds):", sink_rates,
+                    "no-op Python Arrow writer", "Arrow IPC PUT to the bucket")
+    if source_rates:
+        print_rates("source, steady-state rows/s (same rows and micro-batches):",
+                    source_rates, "no-op Python Arrow reader", "Arrow IPC GET from the bucket")
 
 
 def _rotated(items: list[str], by: int) -> list[str]:
@@ -402,6 +408,8 @@ def main() -> None:
     ap.add_argument("--skip-spark", action="store_true", help="only the Spark-free parts")
     ap.add_argument("--skip-commit", action="store_true", help="no driver commit times")
     ap.add_argument("--phases", action="store_true", help="time a write task's phases")
+    ap.add_argument("--only", choices=("sink", "source"),
+                    help="only the sink's or only the source's Spark rounds")
     args = ap.parse_args()
 
     print(f"start: {load()}, {os.cpu_count()} cores", flush=True)

@@ -43,10 +43,10 @@ class SegmentWindow:
     ``end_offset``, served from one large ranged GET at a time."""
 
     def __init__(self, seg: BucketSegment, end_offset: int, *,
-                 fetch_bytes: int = FETCH_BYTES) -> None:
+                 fetch_bytes: int | None = None) -> None:
         self.seg = seg
         self.log_path = seg.log_path
-        self._fetch_bytes = fetch_bytes
+        self._fetch_bytes = FETCH_BYTES if fetch_bytes is None else fetch_bytes
         self._end_offset = end_offset
         self._limit: int | None = None  # bytes the read needs at most; found on first fetch
         self._start = 0
@@ -71,7 +71,10 @@ class SegmentWindow:
         size = self.seg.size
         want_end = min(position + max_bytes, size)
         window_end = self._start + len(self._buf)
-        if not (self._start <= position and (want_end <= window_end or window_end == size)):
+        # The window serves what it holds up to the read's bound: past it the walk needs
+        # nothing (its last batch ends there), unless the bound was wrong.
+        reach = size if self._limit is None or position >= self._limit else self._limit
+        if not (self._start <= position and window_end >= min(want_end, reach)):
             limit = self._read_limit()
             stop = limit if position < limit else size
             self._buf, n = self.seg.read_chunk(

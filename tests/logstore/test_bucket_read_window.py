@@ -1,0 +1,111 @@
+"""Bucket reads through ``SegmentWindow``: one large ranged GET serves many decode chunks,
+a range ending mid-object fetches only up to where its last batch can end, and the
+damage rules (short object, missing object) hold for every window size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from bucket_helpers import CountingStorage, memory_uri
+
+from seglog.logstore import bucket_read_window
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.errors import CorruptRecordError, MissingDataError
+from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.record_codec import decode_batches, encode_batches
+
+TS = 1_700_000_000_000
+ROWS = 400  # a segment: 400 records in batches of at most 512 bytes (~30 batches)
+
+
+class RangeRecorder(CountingStorage):
+    """Counts requests and records each ranged GET of a ``.log`` as (key, position,
+    length)."""
+
+    def __init__(self, inner: ObjectStorage) -> None:
+        super().__init__(inner)
+        self.gets: list[tuple[str, int, int]] = []
+
+    def read_range_view(self, path: Any, position: int, length: int) -> memoryview:
+        self.counts["read_range_view"] += 1
+        self.gets.append((str(path), position, length))
+        return self.inner.read_range_view(path, position, length)
+
+
+def batches(n: int, start: int) -> bytearray:
+    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+                          timestamps=pa.array([TS + i for i in range(start, start + n)],
+                                              pa.int64()),
+                          max_batch_bytes=512)
+
+
+def two_segments() -> tuple[BucketLogManager, RangeRecorder, list]:
+    storage = RangeRecorder(ObjectStorage(memory_uri()))
+    mgr = BucketLogManager(storage)
+    mgr.create_topic("t", 1, {"index.interval.bytes": "100"})
+    for i in range(2):
+        mgr.append("t", 0, batches(ROWS, ROWS * i))
+    segments = list(mgr.state.partition("t", 0).segments)
+    assert [(s.base_offset, s.next_offset) for s in segments] == [(0, ROWS), (ROWS, 2 * ROWS)]
+    storage.gets.clear()
+    return mgr, storage, segments
+
+
+def read(mgr: BucketLogManager, start: int, end: int, chunk_bytes: int) -> list[int]:
+    log = mgr.get_log("t", 0)
+    return [o for c in log.read_chunks(start, end, chunk_bytes)
+            for o in decode_batches(bytes(c), start_offset=start, end_offset=end)
+            .column("offset").to_pylist()]
+
+
+def test_one_ranged_get_serves_every_chunk_of_a_segment():
+    mgr, storage, segments = two_segments()
+    assert read(mgr, 0, 2 * ROWS, chunk_bytes=600) == list(range(2 * ROWS))
+    # Each segment is one GET (plus the byte that shows an object longer than
+    # committed), however many 600-byte chunks it is decoded in.
+    assert [(p, n) for _k, p, n in storage.gets] == [(0, s.size + 1) for s in segments]
+
+
+def test_a_range_ending_mid_object_fetches_up_to_its_last_batch_only():
+    mgr, storage, segments = two_segments()
+    end = ROWS + ROWS // 4
+    assert read(mgr, ROWS // 2, end, chunk_bytes=600) == list(range(ROWS // 2, end))
+    first, second = segments
+    key0, position0, _ = storage.gets[0]
+    assert first.key in key0 and position0 > 0  # from the index entry below the start
+    assert len(storage.gets) == 2  # the index's header read and find_batch's walk: no GET
+    key1, position1, length1 = storage.gets[1]
+    assert second.key in key1 and position1 == 0
+    # The offset index bounds the fetch: a quarter of the records, not the whole object.
+    assert length1 < second.size // 2
+
+
+@pytest.mark.parametrize("fetch_bytes", [1, 700, 5000])
+def test_every_window_size_reads_the_same_records_within_its_bound(monkeypatch, fetch_bytes):
+    """The task's memory bound: no GET larger than max(window, chunk) (+1 byte at an
+    object's end)."""
+    monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", fetch_bytes)
+    mgr, storage, _ = two_segments()
+    assert read(mgr, 37, 2 * ROWS - 13, chunk_bytes=600) == list(range(37, 2 * ROWS - 13))
+    assert all(n <= max(fetch_bytes, 600) + 1 for _k, _p, n in storage.gets)
+
+
+def test_a_window_reaching_a_cut_short_object_is_corruption_never_data():
+    mgr, storage, segments = two_segments()
+    key = segments[1].key + ".log"
+    storage.inner.write_atomic(key, storage.inner.read(key)[:-5])
+    reader = BucketLogManager(storage)
+    with pytest.raises(CorruptRecordError, match="cut short"):
+        read(reader, 0, 2 * ROWS, chunk_bytes=600)
+    assert read(reader, 0, ROWS, chunk_bytes=600) == list(range(ROWS))
+
+
+def test_a_window_over_a_missing_object_is_missing_data_for_that_segment():
+    mgr, storage, segments = two_segments()
+    storage.inner.delete(segments[1].key + ".log")
+    reader = BucketLogManager(storage)
+    with pytest.raises(MissingDataError) as e:
+        read(reader, ROWS // 2, ROWS + 10, chunk_bytes=600)
+    assert (e.value.start, e.value.end) == (ROWS, 2 * ROWS)
