@@ -23,12 +23,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
-from .bucket_read_window import SegmentWindow
+from .bucket_read_window import WindowedReads
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
 from .bucket_state import NO_VERSION, PartitionState, index_of
 from .config import LogConfig
 from .errors import CorruptRecordError, ReadOnlyError, UnknownTopicOrPartitionError
-from .log_read import ChunkSource, FetchData, LogReads
+from .log_read import FetchData, LogReads
 from .log_segment import LogSegment
 from .record_format import compute_crc, read_batch_header
 from .storage import Storage
@@ -160,10 +160,10 @@ class BucketLog(LogReads):
             self._check_crcs(chunk)
             yield chunk
 
-    def _chunk_source(self, seg: LogSegment, end_offset: int) -> ChunkSource:
-        """Large ranged GETs sliced into the walk's chunks (``bucket_read_window``)."""
-        assert isinstance(seg, BucketSegment)
-        return SegmentWindow(seg, end_offset)
+    def _chunk_sources(self, end_offset: int) -> WindowedReads:
+        """Large ranged GETs sliced into the walk's chunks, the next one fetched while
+        the current one is decoded (``bucket_read_window``)."""
+        return WindowedReads(end_offset)
 
     def _check_crcs(self, buf: bytes | memoryview) -> None:
         position = 0

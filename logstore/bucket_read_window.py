@@ -25,17 +25,18 @@ Not thread-safe: one walk owns it.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor
 
+from .bucket_segment import BucketSegment
 from .errors import CorruptRecordError
+from .log_segment import LogSegment
 from .record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
-
-if TYPE_CHECKING:
-    from .bucket_segment import BucketSegment
 
 FETCH_BYTES = 16 << 20
 """Bytes a read asks a bucket for at once at most (AWS's guidance for ranged GETs is
 8-16 MiB): a 16 MB segment is one request."""
+READ_AHEAD = True
+"""Whether a walk GETs its next window while it decodes the current one."""
 
 
 class SegmentWindow:
@@ -43,7 +44,8 @@ class SegmentWindow:
     ``end_offset``, served from one large ranged GET at a time."""
 
     def __init__(self, seg: BucketSegment, end_offset: int, *,
-                 fetch_bytes: int | None = None) -> None:
+                 fetch_bytes: int | None = None, reads: WindowedReads | None = None,
+                 next_seg: BucketSegment | None = None) -> None:
         self.seg = seg
         self.log_path = seg.log_path
         self._fetch_bytes = FETCH_BYTES if fetch_bytes is None else fetch_bytes
@@ -51,6 +53,8 @@ class SegmentWindow:
         self._limit: int | None = None  # bytes the read needs at most; found on first fetch
         self._start = 0
         self._buf = memoryview(b"")
+        self._reads = reads
+        self._next_seg = next_seg
 
     @property
     def size(self) -> int:
@@ -74,16 +78,50 @@ class SegmentWindow:
         # The window serves what it holds up to the read's bound: past it the walk needs
         # nothing (its last batch ends there), unless the bound was wrong.
         reach = size if self._limit is None or position >= self._limit else self._limit
-        if not (self._start <= position and window_end >= min(want_end, reach)):
+        if not (self._start <= position and window_end >= min(want_end, reach)) \
+                and not self._whole_batch_at(position):
             limit = self._read_limit()
             stop = limit if position < limit else size
-            self._buf, n = self.seg.read_chunk(
-                position, min(max(max_bytes, self._fetch_bytes), stop - position) or max_bytes)
-            self._buf = self._buf[:n]
-            self._start = position
-            window_end = position + n
+            ahead = self._reads.take(self.seg) if self._reads is not None else None
+            if ahead is not None and ahead[0] <= position \
+                    and ahead[0] + ahead[2] >= min(want_end, max(stop, position)):
+                self._start, buf, n = ahead
+            else:
+                buf, n = self.seg.read_chunk(position, min(max(max_bytes, self._fetch_bytes),
+                                                           stop - position) or max_bytes)
+                self._start = position
+            self._buf = memoryview(buf)[:n]
+            window_end = self._start + n
+            self._read_ahead(window_end, limit)
         view = self._buf[position - self._start:min(want_end, window_end) - self._start]
         return view, len(view)
+
+    def _whole_batch_at(self, position: int) -> bool:
+        """Whether the window holds a whole batch at ``position``: the walk then takes
+        the window's rest as a shorter chunk and asks for the next window from the batch
+        that straddles its end (where the read-ahead starts, at an index entry)."""
+        if not self._start <= position < self._start + len(self._buf):
+            return False
+        try:
+            return read_batch_header(self._buf, position - self._start) is not None
+        except CorruptRecordError:
+            return False  # the walk reads the header again and names the damage
+    def _read_ahead(self, window_end: int, limit: int) -> None:
+        """Start the GET of what the walk needs after this window, if any: the rest of
+        this segment from the last index entry at or below the window's end (a batch
+        start, as a fragment's patching needs), or the next segment's first window."""
+        if self._reads is None or not READ_AHEAD:
+            return
+        if window_end < limit:
+            if self.seg.entry.offset_delta:
+                return  # a fragment's patching needs a batch start: the index's is unchecked
+            start = self.seg.offset_index.position_at_or_below(window_end)
+            if start is not None and start > self._start:
+                self._reads.prefetch(self.seg, start, min(self._fetch_bytes, limit - start))
+        elif self._next_seg is not None:
+            nxt = SegmentWindow(self._next_seg, self._end_offset, fetch_bytes=self._fetch_bytes)
+            self._reads.prefetch(self._next_seg, 0,
+                                 min(self._fetch_bytes, nxt._read_limit()))
 
     def pread(self, position: int, size: int) -> memoryview:
         return self.read_chunk(position, size)[0]
@@ -103,3 +141,47 @@ class SegmentWindow:
             if h.last_offset >= offset:
                 return dataclasses.replace(h, position=position), position
             position += h.size
+
+
+class WindowedReads:
+    """One reading walk's windows (``LogReads._chunk_sources`` on a bucket log) and its
+    read-ahead: while the walk decodes a window, at most one GET of the next one runs on
+    a thread of this walk's own (created on first use, joined by ``close``: never a
+    process-wide pool, which a forked worker would inherit without its threads). A
+    prefetch's error (a missing or cut-short object) is raised when the walk takes it,
+    where a plain fetch would have raised it; one the walk never needs is dropped with
+    its bytes. Memory: two windows at most. Not thread-safe: one walk owns it."""
+
+    def __init__(self, end_offset: int) -> None:
+        self._end_offset = end_offset
+        self._pool: ThreadPoolExecutor | None = None
+        # (segment key, position, GET) of the one prefetch in flight or done, untaken
+        self._pending: tuple[str, int, Future[tuple[memoryview, int]]] | None = None
+
+    def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
+        assert isinstance(seg, BucketSegment)
+        assert next_seg is None or isinstance(next_seg, BucketSegment)
+        return SegmentWindow(seg, self._end_offset, reads=self, next_seg=next_seg)
+
+    def prefetch(self, seg: BucketSegment, position: int, length: int) -> None:
+        if self._pending is not None or length <= 0:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead")
+        self._pending = (seg.entry.key, position,
+                         self._pool.submit(seg.read_chunk, position, length))
+
+    def take(self, seg: BucketSegment) -> tuple[int, memoryview, int] | None:
+        """The prefetched window of ``seg`` as (position, bytes, length), or None."""
+        pending = self._pending
+        if pending is None or pending[0] != seg.entry.key:
+            return None
+        self._pending = None
+        buf, n = pending[2].result()
+        return pending[1], buf, n
+
+    def close(self) -> None:
+        self._pending = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

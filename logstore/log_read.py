@@ -72,6 +72,14 @@ class ChunkSource(Protocol):
                    ) -> tuple[bytes | bytearray | memoryview, int]: ...
 
 
+class ChunkSources(Protocol):
+    """One walk's way to its segments' bytes (see ``LogReads._chunk_sources``)."""
+
+    def open(self, seg: LogSegment, next_seg: LogSegment | None) -> ChunkSource: ...
+
+    def close(self) -> None: ...
+
+
 class LogReads:
     """The read methods of a partition log; see the module docstring. Subclasses set
     the attributes below and implement the hooks."""
@@ -316,6 +324,15 @@ class LogReads:
                      chunk_bytes: int) -> Generator[memoryview, None, bool]:
         """One pass over the listed segments from ``check.expected``; returns True when
         the range is covered, False when the segments ran out first."""
+        sources = self._chunk_sources(end_offset)
+        try:
+            return (yield from self._walk_segments(check, end_offset, chunk_bytes, sources))
+        finally:
+            if sources is not None:
+                sources.close()
+
+    def _walk_segments(self, check: ContinuityCheck, end_offset: int, chunk_bytes: int,
+                       sources: ChunkSources | None) -> Generator[memoryview, None, bool]:
         bases, get = self._view()
         self._check_first_base(bases, check.expected)
         first_i = self._floor_index(bases, check.expected)
@@ -328,7 +345,11 @@ class LogReads:
             check.enter(seg.log_path, bases[i], None if last_segment else bases[i + 1])
             if check.expected >= end_offset:
                 return True
-            src = self._chunk_source(seg, end_offset)
+            if sources is None:
+                src: ChunkSource = seg
+            else:
+                ahead = i + 1 < len(bases) and bases[i + 1] < end_offset
+                src = sources.open(seg, get(i + 1) if ahead else None)
             if i == first_i:
                 first, position = src.find_batch(check.expected)
                 if first is None:
@@ -377,11 +398,11 @@ class LogReads:
                     return True
         return False
 
-    def _chunk_source(self, seg: LogSegment, end_offset: int) -> ChunkSource:
-        """What ``_walk_chunks`` reads one segment through (``find_batch``,
-        ``read_chunk``): the segment itself; a bucket log's reads go through a window of
-        large GETs (``bucket_read_window``)."""
-        return seg
+    def _chunk_sources(self, end_offset: int) -> ChunkSources | None:
+        """What one ``_walk_chunks`` reads its segments through, or None for the
+        segments themselves (local files); a bucket log's walk reads windows of large
+        GETs with read-ahead (``bucket_read_window.WindowedReads``)."""
+        return None
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp_ms`` (and at or

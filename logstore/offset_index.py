@@ -93,6 +93,13 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
                 return None
             return self._parse(self._unpack(slot + 1)).position
 
+    def position_at_or_below(self, position: int) -> int | None:
+        """The largest entry's position that is <= ``position`` (a batch start), or None
+        when there is none."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(position, field=1)
+            return None if slot < 0 else self._parse(self._unpack(slot)).position
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with offset >= ``offset``."""
         with self._lock:

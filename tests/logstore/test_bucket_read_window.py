@@ -4,6 +4,7 @@ damage rules (short object, missing object) hold for every window size."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -102,10 +103,62 @@ def test_a_window_reaching_a_cut_short_object_is_corruption_never_data():
     assert read(reader, 0, ROWS, chunk_bytes=600) == list(range(ROWS))
 
 
-def test_a_window_over_a_missing_object_is_missing_data_for_that_segment():
+def test_a_read_ahead_of_a_missing_object_fails_where_the_walk_reaches_it():
+    """The next segment's GET runs ahead and fails; the walk still yields every record
+    before that segment, then raises MissingDataError for the segment's offsets."""
     mgr, storage, segments = two_segments()
     storage.inner.delete(segments[1].key + ".log")
-    reader = BucketLogManager(storage)
+    log = BucketLogManager(storage).get_log("t", 0)
+    seen: list[int] = []
     with pytest.raises(MissingDataError) as e:
-        read(reader, ROWS // 2, ROWS + 10, chunk_bytes=600)
+        for c in log.read_chunks(ROWS // 2, ROWS + 10, 600):
+            seen += decode_batches(bytes(c), start_offset=ROWS // 2).column("offset").to_pylist()
     assert (e.value.start, e.value.end) == (ROWS, 2 * ROWS)
+    assert seen == list(range(ROWS // 2, ROWS))
+    assert not read_ahead_threads()
+
+
+def read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("seglog-read-ahead")]
+
+
+def test_the_next_segment_is_fetched_while_the_current_one_is_decoded():
+    mgr, storage, segments = two_segments()
+    started, release = threading.Event(), threading.Event()
+    plain = storage.inner.read_range_view
+
+    def gated(path: Any, position: int, length: int) -> memoryview:
+        if segments[1].key in str(path):
+            started.set()
+            assert release.wait(60)
+        return plain(path, position, length)
+
+    storage.inner.read_range_view = gated  # type: ignore[method-assign]
+    chunks = mgr.get_log("t", 0).read_chunks(0, 2 * ROWS, 600)
+    first = next(chunks)  # segment 0's first chunk: its other chunks are not read yet
+    assert started.wait(60)  # segment 1's GET is under way meanwhile
+    release.set()
+    offsets = [o for c in [first, *chunks]
+               for o in decode_batches(bytes(c), start_offset=0).column("offset").to_pylist()]
+    assert offsets == list(range(2 * ROWS))
+    assert not read_ahead_threads()  # the walk's thread is joined when the walk ends
+
+
+def test_a_walk_closed_early_joins_its_read_ahead():
+    mgr, storage, segments = two_segments()
+    chunks = mgr.get_log("t", 0).read_chunks(0, 2 * ROWS, 600)
+    next(chunks)
+    chunks.close()
+    assert not read_ahead_threads()
+    assert [p for _k, p, _n in storage.gets] == [0, 0]  # segment 0, then 1 read ahead
+
+
+def test_a_large_segment_reads_its_next_window_ahead_from_an_index_entry(monkeypatch):
+    """Within a segment the next window starts at an index entry (a batch start)."""
+    monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", 3000)
+    mgr, storage, segments = two_segments()
+    assert read(mgr, 0, ROWS, chunk_bytes=600) == list(range(ROWS))
+    positions = [p for _k, p, _n in storage.gets]
+    assert positions[0] == 0 and len(positions) > 2 and positions == sorted(positions)
+    index = mgr.get_log("t", 0).segments[0].offset_index
+    assert all(index.position_at_or_below(p) == p for p in positions[1:])
