@@ -82,9 +82,10 @@ class SegmentWindow:
                 and not self._whole_batch_at(position):
             limit = self._read_limit()
             stop = limit if position < limit else size
-            ahead = self._reads.take(self.seg) if self._reads is not None else None
-            if ahead is not None and ahead[0] <= position \
-                    and ahead[0] + ahead[2] >= min(want_end, max(stop, position)):
+            need_end = min(want_end, max(stop, position))
+            ahead = self._reads.take(self.seg, position, need_end) \
+                if self._reads is not None else None
+            if ahead is not None and ahead[0] + ahead[2] >= need_end:
                 self._start, buf, n = ahead
             else:
                 buf, n = self.seg.read_chunk(position, min(max(max_bytes, self._fetch_bytes),
@@ -155,8 +156,9 @@ class WindowedReads:
     def __init__(self, end_offset: int) -> None:
         self._end_offset = end_offset
         self._pool: ThreadPoolExecutor | None = None
-        # (segment key, position, GET) of the one prefetch in flight or done, untaken
-        self._pending: tuple[str, int, Future[tuple[memoryview, int]]] | None = None
+        # (segment key, position, length, GET) of the one prefetch in flight or done,
+        # untaken
+        self._pending: tuple[str, int, int, Future[tuple[memoryview, int]]] | None = None
 
     def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
@@ -168,17 +170,23 @@ class WindowedReads:
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead")
-        self._pending = (seg.entry.key, position,
+        self._pending = (seg.entry.key, position, length,
                          self._pool.submit(seg.read_chunk, position, length))
 
-    def take(self, seg: BucketSegment) -> tuple[int, memoryview, int] | None:
-        """The prefetched window of ``seg`` as (position, bytes, length), or None."""
+    def take(self, seg: BucketSegment, position: int, need_end: int
+             ) -> tuple[int, memoryview, int] | None:
+        """The prefetched window of ``seg`` as (position, bytes, length) when it was asked
+        to cover [``position``, ``need_end``), else None (and it is dropped: the walk
+        fetches what it needs itself, and meets any error of those bytes then)."""
         pending = self._pending
-        if pending is None or pending[0] != seg.entry.key:
+        if pending is None:
             return None
         self._pending = None
-        buf, n = pending[2].result()
-        return pending[1], buf, n
+        key, start, length, get = pending
+        if key != seg.entry.key or not start <= position or start + length < need_end:
+            return None
+        buf, n = get.result()
+        return start, buf, n
 
     def close(self) -> None:
         self._pending = None
