@@ -10,16 +10,21 @@ and benchmarks' server) reads the whole object for every GET, ranged or not. A
 last batch can end (the offset index bounds it: ``OffsetIndex.position_past``), and
 serves the header reads, the batch walk and the chunks from that buffer.
 
-Memory: one window of at most ``max(FETCH_BYTES, chunk_bytes)`` bytes per reading walk
-(the chunks handed out are views of it: no copy), dropped when the walk moves to the
-next segment or ends. A batch larger than a chunk is read on its own, as before.
+Read-ahead (``WindowedReads``): while the walk decodes a window, the next one is fetched
+on the walk's own thread, one GET in flight at most; on S3 this hides a request's
+latency behind the decoding.
+
+Memory: two windows of at most ``max(FETCH_BYTES, chunk_bytes)`` bytes each per reading
+walk, the current one and the one read ahead (the chunks handed out are views: no copy),
+dropped when the walk moves on or ends. A batch larger than a chunk is read on its own,
+as before.
 
 Correctness stays the segment's: every fetch is ``BucketSegment.read_chunk`` (a short
 object is ``CorruptRecordError``, a missing one ``MissingSegmentError``, a fragment's
 base offsets are patched, which needs a batch start: every window starts at one). The
 bound only sizes requests; a read that needs bytes past it fetches them.
 
-Not thread-safe: one walk owns it.
+Not thread-safe: one walk owns its windows (the read-ahead thread only runs a GET).
 """
 
 from __future__ import annotations
