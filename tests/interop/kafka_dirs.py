@@ -166,7 +166,10 @@ class PartitionWriter:
         self.producers: dict[int, tuple] = {}
         self.open_txns: dict[int, int] = {}  # producer id -> first offset
         if topic_id:
-            tid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            # A topic has one id on every partition and broker (KIP-516): derive it
+            # from the name so that every partition of a topic agrees.
+            tid = base64.urlsafe_b64encode(uuid.uuid5(uuid.NAMESPACE_URL, topic).bytes)
+            tid = tid.decode().rstrip("=")
             (self.dir / "partition.metadata").write_text(f"version: 0\ntopic_id: {tid}\n")
         if epoch_checkpoint:
             (self.dir / "leader-epoch-checkpoint").write_text(f"0\n1\n{leader_epoch} 0\n")
