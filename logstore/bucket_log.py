@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import NoReturn
 
+import numpy as np
+
 from .bucket_read_window import WindowedReads
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
 from .bucket_state import NO_VERSION, PartitionState, index_of
@@ -30,10 +32,14 @@ from .config import LogConfig
 from .errors import CorruptRecordError, ReadOnlyError, UnknownTopicOrPartitionError
 from .log_read import FetchData, LogReads
 from .log_segment import LogSegment
-from .record_format import compute_crc, read_batch_header
+from .record_format import (H_POSITION, HEADER_COLUMNS, INT64_MAX, V2_HEADER_SIZE, WALK_END,
+                            WALK_FULL, compute_crc, read_batch_header)
 from .storage import Storage
 from .transactions import READ_COMMITTED, READ_UNCOMMITTED
 from .txn_index import AbortedTxn
+
+_CRC_TABLE_ROWS = 4096
+"""Header-table rows per kernel call when checking a chunk's CRCs."""
 
 _WRITER_OPERATIONS = frozenset({
     "append", "roll", "flush", "truncate_to", "truncate_fully_and_start_at",
@@ -166,7 +172,34 @@ class BucketLog(LogReads):
         return WindowedReads(end_offset)
 
     def _check_crcs(self, buf: bytes | memoryview) -> None:
+        """Every batch's CRC, v2 batches by the header-table and CRC kernels (one call
+        per chunk, not a Python step per batch); a legacy message, or a header the
+        kernel refuses, is checked (and reported) by the per-batch path."""
+        # numba is loaded by reading, never by the driver's planning and commits that
+        # import this module
+        from .record_format_kernels import header_table, readonly_bytes
+        from .segment_scan import first_crc_mismatch
+
+        arr = readonly_bytes(buf)
+        n = len(arr)
+        table = np.empty((min(_CRC_TABLE_ROWS, n // V2_HEADER_SIZE + 1), HEADER_COLUMNS),
+                         np.int64)
         position = 0
+        while position < n:
+            count, end, status, _ = header_table(arr, position, n, table, INT64_MAX,
+                                                 False, 0, 0, True)
+            good = first_crc_mismatch(arr, table, count)
+            if good < count:
+                self._check_crcs_from(buf, int(table[good, H_POSITION]))
+                return
+            if status == WALK_FULL:
+                position = end
+                continue
+            if status != WALK_END:
+                self._check_crcs_from(buf, end)
+            return
+
+    def _check_crcs_from(self, buf: bytes | memoryview, position: int) -> None:
         while (h := read_batch_header(buf, position)) is not None:
             actual = compute_crc(buf, h)
             if actual != h.crc:

@@ -13,6 +13,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from seglog.logstore import bucket_log
 from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, commit_key, snapshot_key
 from seglog.logstore.errors import (
     CorruptMetadataError,
@@ -23,6 +24,7 @@ from seglog.logstore.errors import (
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 TS = 1_700_000_000_000
 
@@ -117,6 +119,29 @@ def test_a_batch_whose_crc_fails_is_never_returned(uri):
     assert seen == list(range(20))  # the damaged segment gave nothing
     with pytest.raises(CorruptRecordError, match=key):
         log.read(20, max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("table_rows", [2, 4096])  # 2: the check walks several tables
+@pytest.mark.parametrize("which", [0, 1, -1])
+def test_a_damaged_batch_anywhere_in_a_chunk_is_found(uri, monkeypatch, table_rows, which):
+    monkeypatch.setattr(bucket_log, "_CRC_TABLE_ROWS", table_rows)
+    mgr, segs = three_segments(uri)
+    storage = ObjectStorage(uri)
+    key = segs[1].key + ".log"
+    data = bytearray(storage.read(key))
+    headers = list(iter_batch_headers(data))
+    assert len(headers) >= 3
+    bad = headers[which]
+    data[bad.end_position - 2] ^= 0x01  # inside its records: only the CRC knows
+    storage.write_atomic(key, data)
+    log = LogManager(uri, read_only=True).get_log("t", 0)
+    seen: list[int] = []
+    with pytest.raises(CorruptRecordError) as e:
+        for chunk in log.read_chunks(0, log.high_watermark):
+            seen += decode_batches(bytes(chunk), start_offset=0).column("offset").to_pylist()
+    assert f"{uri}/{key}" in str(e.value)
+    assert f"offsets {bad.base_offset}..{bad.last_offset} has CRC" in str(e.value)
+    assert seen == list(range(20))  # nothing of the damaged segment
 
 
 def test_a_missing_log_object_is_missing_data_after_one_refresh(uri):
