@@ -52,7 +52,9 @@ def describe_topic(mgr: LogDirsReader, topic: str) -> dict[str, Any]:
     overrides = mgr.topic_overrides(topic)
     configs = {k.name: {"value": _config_value(config, k.field), "override": k.name in overrides}
                for k in LogConfig.KEYS}
-    return {"topic": topic, "partitions": parts, "configs": configs}
+    # Kafka's TopicId (KIP-516); None for a topic written before seglog kept ids
+    topic_id = mgr.topic_ids([topic]).get(topic)
+    return {"topic": topic, "topicId": topic_id, "partitions": parts, "configs": configs}
 
 
 def _topics(args: argparse.Namespace, out: TextIO) -> int:
@@ -76,7 +78,8 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
     for d in docs:
         overrides = ",".join(f"{k}={v['value']}" for k, v in d["configs"].items()
                              if v["override"])
-        out.write(f"Topic: {d['topic']}\tPartitionCount: {len(d['partitions'])}\t"
+        out.write(f"Topic: {d['topic']}\tTopicId: {d['topicId'] or 'none'}\t"
+                  f"PartitionCount: {len(d['partitions'])}\t"
                   f"Configs: {overrides}\n")
         write_table(out, ["PARTITION", "START-OFFSET", "END-OFFSET", "SIZE-BYTES", "SEGMENTS",
                           "LOG-DIR"],

@@ -24,6 +24,8 @@ def test_topic_commands_produce_and_consume_on_a_bucket(s3_uri: str, capsys):
     (described,) = run(capsys, "describe", "t", "--path", uri, "--json").json()["topics"]
     assert [(p["partition"], p["endOffset"], p["logDir"]) for p in described["partitions"]] \
         == [(0, 0, uri), (1, 3, uri)]
+    assert described["topicId"] == LogManager(uri, read_only=True).topic_ids(["t"])["t"]
+    assert described["topicId"] is not None
     got = run(capsys, "consume", "t", "--path", uri, "--from-beginning", "--format", "json")
     assert [(x["key"], x["value"]) for x in got.json_lines()] == \
         [("a", "1"), ("b", "2"), ("c", "3")]

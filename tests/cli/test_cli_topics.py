@@ -8,6 +8,7 @@ from _cli import Result, one_line_error, run, run_process
 
 from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.partition_metadata import partition_metadata_path, read_topic_id
 
 
 def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
@@ -24,6 +25,7 @@ def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
         "topics": [{"topic": "events", "partitions": 3}, {"topic": "other", "partitions": 1}]}
 
     doc = run(capsys, "describe", "events", "--path", d, "--json").json()["topics"][0]
+    assert doc["topicId"] == read_topic_id(d / "events-2") and len(doc["topicId"]) == 22
     assert [p["partition"] for p in doc["partitions"]] == [0, 1, 2]
     assert doc["partitions"][0] == {"partition": 0, "logDir": str(d.resolve()),
                                     "startOffset": 0, "endOffset": 0, "sizeBytes": 0,
@@ -42,7 +44,12 @@ def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
         assert (cfg.segment_bytes, cfg.cleanup_policy) == (1048576, frozenset({"compact"}))
         assert cfg.retention_ms == 7 * 24 * 3600 * 1000
         assert mgr.check() == []  # every partition's config file agrees
+    partition_metadata_path(d / "other-0").unlink()  # as a dir from before topic ids
+    assert run(capsys, "describe", "other", "--path", d, "--json").json()["topics"][0][
+        "topicId"] is None
+    assert "Topic: other\tTopicId: none\t" in run(capsys, "describe", "other", "--path", d).out
     text = run(capsys, "describe", "events", "--path", d).out
+    assert f"Topic: events\tTopicId: {doc['topicId']}\tPartitionCount: 3" in text
     assert "Configs: segment.bytes=1048576,cleanup.policy=compact" in text
     assert "  * segment.bytes=1048576" in text and "    retention.ms=604800000" in text
 
