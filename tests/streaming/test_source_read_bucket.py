@@ -18,18 +18,10 @@ from seglog.logstore.bucket_segment import object_keys
 from seglog.logstore.errors import CorruptRecordError, DataLossError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
-from seglog.streaming import log_readers
 from seglog.streaming.read_planning import ReadRange
 from seglog.streaming.source_read import read_range
 
 SCHEMA = arrow_schema(False)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_readers():
-    log_readers.close_all()
-    yield
-    log_readers.close_all()
 
 
 def memory_uri() -> str:

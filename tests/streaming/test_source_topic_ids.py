@@ -34,13 +34,6 @@ from seglog.streaming.source_read import read_range
 SCHEMA = arrow_schema(False)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_readers():
-    log_readers.close_all()
-    yield
-    log_readers.close_all()
-
-
 def _batch(prefix: str, n: int) -> bytearray:
     return encode_batches(pa.array([f"{prefix}{i}".encode() for i in range(n)]))
 
