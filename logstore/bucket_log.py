@@ -32,8 +32,16 @@ from .config import LogConfig
 from .errors import CorruptRecordError, ReadOnlyError, UnknownTopicOrPartitionError
 from .log_read import FetchData, LogReads
 from .log_segment import LogSegment
-from .record_format import (H_POSITION, HEADER_COLUMNS, INT64_MAX, V2_HEADER_SIZE, WALK_END,
-                            WALK_FULL, compute_crc, read_batch_header)
+from .record_format import (
+    H_POSITION,
+    HEADER_COLUMNS,
+    INT64_MAX,
+    V2_HEADER_SIZE,
+    WALK_END,
+    WALK_FULL,
+    compute_crc,
+    read_batch_header,
+)
 from .storage import Storage
 from .transactions import READ_COMMITTED, READ_UNCOMMITTED
 from .txn_index import AbortedTxn
