@@ -110,15 +110,16 @@ def build_segments(buf: bytearray | memoryview, headers: list[BatchHeader], *, t
 
 
 def build_fragment(buf: bytearray | memoryview, headers: list[BatchHeader], key: str, *,
-                   index_interval_bytes: int) -> SegmentObjects:
+                   index_interval_bytes: int, inline_index_bytes: int) -> SegmentObjects:
     """One segment's objects under ``key`` (the Spark sink's fragments: uploaded to
     ``_seglog/staging/...`` before their offsets are known, with base offsets relative to
     the fragment, first batch 0). Kafka's index entries hold offsets relative to the
     segment base, so the indexes built here stay valid once a commit gives the fragment
-    its real base (``SegmentEntry.offset_delta``). Its indexes are objects: a fragment's
-    description travels to the driver without their bytes."""
+    its real base (``SegmentEntry.offset_delta``). Indexes of at most
+    ``inline_index_bytes`` together are inline in the entry (they travel to the driver
+    in the task's commit message), larger ones are objects."""
     return _segment(memoryview(buf), headers, "", 0, index_interval_bytes, key=key,
-                    inline_max=0)
+                    inline_max=inline_index_bytes)
 
 
 def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition: int,

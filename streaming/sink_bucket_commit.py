@@ -260,7 +260,9 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
         for f in frags:
             # Stored offsets are [0, f.offsets): the delta is the base assigned now.
             entries.append(SegmentEntry(f.key, end, end + f.offsets, f.size, f.max_timestamp,
-                                        f.index_bytes, f.timeindex_bytes, offset_delta=end))
+                                        f.index_bytes, f.timeindex_bytes, offset_delta=end,
+                                        inline_index=f.inline_index,
+                                        inline_timeindex=f.inline_timeindex))
             end += f.offsets
         parts[tp_key(topic, partition)] = PartitionChange(add=tuple(entries))
         published.append(PublishedPartition(topic, partition, start, end,

@@ -23,7 +23,7 @@ from seglog.logstore.clock import MockClock
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.record_codec import decode_batches
-from seglog.streaming import sink_bucket_commit
+from seglog.streaming import sink_bucket_commit, sink_bucket_staging
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.partitioner import partitions_for_keys
 from seglog.streaming.sink_bucket_commit import (
@@ -127,6 +127,37 @@ def test_tasks_upload_fragments_and_the_commit_publishes_them_once():
         assert heads[0].base_offset == seg.base_offset
         assert {(h.producer_id, h.producer_epoch, h.base_sequence) for h in heads} == {
             (pid, epoch, seq)}
+
+
+def test_small_fragment_indexes_travel_inline_and_large_ones_are_objects(monkeypatch):
+    uri = memory_uri()
+    opts = options(uri, maxBatchBytes="1024", **{"topic.index.interval.bytes": "512"})
+    task = stage(opts, 0, n=400)
+    assert task.fragments and all(
+        f.inline_index and f.inline_timeindex and not f.index_bytes and not f.timeindex_bytes
+        for f in task.fragments)
+    storage = ObjectStorage(uri)
+    uploaded = {e.name for e in storage.list_tree(staging_prefix(SINK, 0))}
+    assert uploaded and all(n.endswith(".log") for n in uploaded)  # one object a fragment
+    commit([task], 0, opts)
+    with LogManager(uri, read_only=True) as mgr:
+        entries = {s.key: s for p in mgr.state.partitions.values() for s in p.segments}
+    for f in task.fragments:
+        assert (entries[f.key].inline_index, entries[f.key].inline_timeindex) == (
+            f.inline_index, f.inline_timeindex)
+
+    # Over the bound: objects, as before
+    bound = min(len(f.inline_index) + len(f.inline_timeindex) for f in task.fragments) + 1
+    monkeypatch.setattr(sink_bucket_staging, "FRAGMENT_INLINE_INDEX_BYTES", bound)
+    big = stage(opts, 1, n=2000)
+    assert any(f.index_bytes for f in big.fragments)
+    for f in big.fragments:
+        assert not (f.inline_index and f.index_bytes)
+        assert len(f.inline_index) + len(f.inline_timeindex) <= bound
+    uploaded = {e.name for e in storage.list_tree(staging_prefix(SINK, 1))}
+    assert any(n.endswith(".index") for n in uploaded)
+    commit([big], 1, opts)
+    check_exactly_once(uri, values(0, 400) + values(1, 2000))
 
 
 def read_all_or_none(uri: str):
@@ -267,7 +298,10 @@ def test_concurrent_sinks_into_one_topic_are_both_exactly_once():
     check_exactly_once(uri, expected)
 
 
-def test_reads_through_fragments_seek_by_offset_and_timestamp():
+@pytest.mark.parametrize("inline", [True, False])
+def test_reads_through_fragments_seek_by_offset_and_timestamp(monkeypatch, inline):
+    if not inline:
+        monkeypatch.setattr(sink_bucket_staging, "FRAGMENT_INLINE_INDEX_BYTES", 0)
     uri = memory_uri()
     opts = options(uri, maxBatchBytes="1024", **{"topic.index.interval.bytes": "512"})
     for b in range(3):
@@ -276,6 +310,7 @@ def test_reads_through_fragments_seek_by_offset_and_timestamp():
     with LogManager(uri, read_only=True) as mgr:
         log = mgr.get_log(TOPIC, 1)
         seg = next(s for s in log.segments if s.base_offset > 0)
+        assert bool(seg.entry.inline_index) == inline and bool(seg.entry.index_bytes) != inline
         assert seg.offset_index.entries > 0  # the fragment's own index is used
         mine = [r for r in records if r[0] == 1]
         middle = mine[len(mine) // 2][1]
