@@ -79,6 +79,20 @@ class SegmentWindow:
         """Up to ``max_bytes`` from ``position`` (a batch start), and how many bytes."""
         size = self.seg.size
         want_end = min(position + max_bytes, size)
+        view = self._window_at(position, want_end, max_bytes)
+        if len(view) < want_end - position and self._limit != size \
+                and not self._whole_batch_at(position):
+            # The window ends at the read's bound inside the batch at ``position``: the
+            # offset index that gave the bound is wrong (the data may well be right, as
+            # a read without the bound finds). Read past it.
+            self._limit = size
+            view = self._window_at(position, want_end, max_bytes)
+        return view, len(view)
+
+    def _window_at(self, position: int, want_end: int, max_bytes: int) -> memoryview:
+        """The window's bytes from ``position`` up to ``want_end`` (fewer where the
+        window ends after a whole batch or at the read's bound), fetching when needed."""
+        size = self.seg.size
         window_end = self._start + len(self._buf)
         # The window serves what it holds up to the read's bound: past it the walk needs
         # nothing (its last batch ends there), unless the bound was wrong.
@@ -99,8 +113,7 @@ class SegmentWindow:
             self._buf = memoryview(buf)[:n]
             window_end = self._start + n
             self._read_ahead(window_end, limit)
-        view = self._buf[position - self._start:min(want_end, window_end) - self._start]
-        return view, len(view)
+        return self._buf[position - self._start:min(want_end, window_end) - self._start]
 
     def _whole_batch_at(self, position: int) -> bool:
         """Whether the window holds a whole batch at ``position``: the walk then takes

@@ -4,6 +4,7 @@ damage rules (short object, missing object) hold for every window size."""
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptRecordError, MissingDataError
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 TS = 1_700_000_000_000
 ROWS = 400  # a segment: 400 records in batches of at most 512 bytes (~30 batches)
@@ -162,3 +164,41 @@ def test_a_large_segment_reads_its_next_window_ahead_from_an_index_entry(monkeyp
     assert positions[0] == 0 and len(positions) > 2 and positions == sorted(positions)
     index = mgr.get_log("t", 0).segments[0].offset_index
     assert all(index.position_at_or_below(p) == p for p in positions[1:])
+
+
+def indexed_segments() -> tuple[str, list]:
+    """t-0 with segments [0, 40) and [40, 80) of 20 two-record batches each, an offset
+    index object each with an entry per batch (objects, so a test can damage them)."""
+    uri = memory_uri()
+    mgr = BucketLogManager(ObjectStorage(uri))
+    mgr.inline_index_bytes = 0
+    mgr.create_topic("t", 1, {"index.interval.bytes": "1"})
+    for i in range(2):
+        mgr.append("t", 0, encode_batches(pa.array([b"value-%06d" % j
+                                                    for j in range(40 * i, 40 * i + 40)]),
+                                          max_batch_bytes=100))
+    return uri, list(mgr.state.partition("t", 0).segments)
+
+
+@pytest.mark.parametrize("segment", [0, 1])  # 1: the last segment
+def test_an_index_entry_pointing_into_a_needed_batch_only_bounds_the_fetch(segment):
+    """A damaged ``.index`` (of the right size: no warning) whose entry after the range's
+    last batch points into that batch: the window's bound falls inside a batch
+    the read needs, and the read fetches past it. The ``.log`` is intact, so the records
+    come back, never a CorruptRecordError blaming the object."""
+    uri, segments = indexed_segments()
+    storage = ObjectStorage(uri)
+    seg = segments[segment]
+    headers = list(iter_batch_headers(storage.read(seg.key + ".log")))
+    index = bytearray(storage.read(seg.key + ".index"))
+    entries = [struct.unpack_from(">ii", index, 8 * j) for j in range(len(index) // 8)]
+    # A read ending in batch 1: the bound is the entry of batch 2, made to point into batch 1
+    j = [position for _offset, position in entries].index(headers[2].position)
+    struct.pack_into(">ii", index, 8 * j, entries[j][0], headers[1].position + 10)
+    storage.write_atomic(seg.key + ".index", bytes(index))
+    start, end = seg.base_offset, headers[1].last_offset + 1
+    log = BucketLogManager(ObjectStorage(uri)).get_log("t", 0)
+    assert [o for c in log.read_chunks(start, end, 600)
+            for o in decode_batches(bytes(c), start_offset=start).column("offset")
+            .to_pylist()] == list(range(start, end))
+
