@@ -202,3 +202,17 @@ def test_an_index_entry_pointing_into_a_needed_batch_only_bounds_the_fetch(segme
             for o in decode_batches(bytes(c), start_offset=start).column("offset")
             .to_pylist()] == list(range(start, end))
 
+
+def test_a_crc_error_leaves_no_read_ahead_running_while_it_is_kept():
+    """The CRC check raises outside the walk: the walk is closed there (its read-ahead
+    thread joined), not when the error's traceback lets it go."""
+    mgr, storage, segments = two_segments()
+    key = segments[0].key + ".log"
+    data = bytearray(storage.inner.read(key))
+    data[-3] ^= 0x40  # inside the last batch's records: only the CRC knows
+    storage.inner.write_atomic(key, data)
+    with pytest.raises(CorruptRecordError, match="CRC") as e:
+        for _chunk in BucketLogManager(storage).get_log("t", 0).read_chunks(0, 2 * ROWS, 600):
+            pass
+    assert e.value is not None  # the error, and its traceback, are still alive
+    assert not read_ahead_threads()
