@@ -104,9 +104,14 @@ class SegmentWindow:
             need_end = min(want_end, max(stop, position))
             ahead = self._reads.take(self.seg, position, need_end) \
                 if self._reads is not None else None
-            if ahead is not None and ahead[0] + ahead[2] >= need_end:
+            if ahead is not None:
                 self._start, buf, n = ahead
-            else:
+                self._buf = memoryview(buf)[:n]
+                # A window shorter than the chunk (chunk_bytes above FETCH_BYTES, or
+                # an index entry far below its end) serves the whole batches it holds.
+                if self._start + n < need_end and not self._whole_batch_at(position):
+                    ahead = None
+            if ahead is None:
                 buf, n = self.seg.read_chunk(position, min(max(max_bytes, self._fetch_bytes),
                                                            stop - position) or max_bytes)
                 self._start = position
@@ -194,14 +199,16 @@ class WindowedReads:
     def take(self, seg: BucketSegment, position: int, need_end: int
              ) -> tuple[int, memoryview, int] | None:
         """The prefetched window of ``seg`` as (position, bytes, length) when it was asked
-        to cover [``position``, ``need_end``), else None (and it is dropped: the walk
-        fetches what it needs itself, and meets any error of those bytes then)."""
+        to cover [``position``, ``need_end``), or at least bytes from ``position`` (the
+        window serves them if they hold a whole batch), else None (and it is dropped:
+        the walk fetches what it needs itself, and meets any error of those bytes
+        then)."""
         pending = self._pending
         if pending is None:
             return None
         self._pending = None
         key, start, length, get = pending
-        if key != seg.entry.key or not start <= position or start + length < need_end:
+        if key != seg.entry.key or not start <= position < start + length:
             return None
         buf, n = get.result()
         return start, buf, n

@@ -216,3 +216,18 @@ def test_a_crc_error_leaves_no_read_ahead_running_while_it_is_kept():
             pass
     assert e.value is not None  # the error, and its traceback, are still alive
     assert not read_ahead_threads()
+
+
+def test_chunks_larger_than_a_window_use_the_windows_read_ahead(monkeypatch):
+    """``chunk_bytes`` above ``FETCH_BYTES``: a window read ahead is shorter than a
+    chunk, and serves the whole batches it holds rather than being dropped and
+    fetched again (each byte GET once, two windows in memory)."""
+    monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", 3000)
+    mgr, storage, segments = two_segments()
+    assert read(mgr, 0, 2 * ROWS, chunk_bytes=6000) == list(range(2 * ROWS))
+    positions = [p for _k, p, _n in storage.gets]
+    assert len(storage.gets) > 2 and positions[0] == 0
+    # Windows overlap only from the index entry each starts at to the previous one's end
+    # (plus the byte that shows an object longer than committed).
+    fetched = sum(n for _k, _p, n in storage.gets)
+    assert fetched < sum(s.size for s in segments) + 200 * len(storage.gets)
