@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterator
-from typing import NoReturn
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
+from typing import NoReturn, cast
 
 import numpy as np
 
@@ -167,12 +168,16 @@ class BucketLog(LogReads):
         """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does."""
         chunks = super().read_chunks(start_offset, end_offset, chunk_bytes,
                                      isolation_level=isolation_level)
-        if isolation_level == READ_COMMITTED:  # made of read_chunks below: checked there
-            yield from chunks
-            return
-        for chunk in chunks:
-            self._check_crcs(chunk)
-            yield chunk
+        # Closed here, not when the garbage collector gets to it: an error raised below
+        # (a CRC) would otherwise keep the walk, and its read-ahead thread and windows,
+        # alive for as long as the error's traceback is.
+        with closing(cast(Generator[memoryview, None, None], chunks)):
+            if isolation_level == READ_COMMITTED:  # made of read_chunks below: checked there
+                yield from chunks
+                return
+            for chunk in chunks:
+                self._check_crcs(chunk)
+                yield chunk
 
     def _chunk_sources(self, end_offset: int) -> WindowedReads:
         """Large ranged GETs sliced into the walk's chunks, the next one fetched while

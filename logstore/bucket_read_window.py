@@ -79,6 +79,20 @@ class SegmentWindow:
         """Up to ``max_bytes`` from ``position`` (a batch start), and how many bytes."""
         size = self.seg.size
         want_end = min(position + max_bytes, size)
+        view = self._window_at(position, want_end, max_bytes)
+        if len(view) < want_end - position and self._limit != size \
+                and not self._whole_batch_at(position):
+            # The window ends at the read's bound inside the batch at ``position``: the
+            # offset index that gave the bound is wrong (the data may well be right, as
+            # a read without the bound finds). Read past it.
+            self._limit = size
+            view = self._window_at(position, want_end, max_bytes)
+        return view, len(view)
+
+    def _window_at(self, position: int, want_end: int, max_bytes: int) -> memoryview:
+        """The window's bytes from ``position`` up to ``want_end`` (fewer where the
+        window ends after a whole batch or at the read's bound), fetching when needed."""
+        size = self.seg.size
         window_end = self._start + len(self._buf)
         # The window serves what it holds up to the read's bound: past it the walk needs
         # nothing (its last batch ends there), unless the bound was wrong.
@@ -90,17 +104,21 @@ class SegmentWindow:
             need_end = min(want_end, max(stop, position))
             ahead = self._reads.take(self.seg, position, need_end) \
                 if self._reads is not None else None
-            if ahead is not None and ahead[0] + ahead[2] >= need_end:
+            if ahead is not None:
                 self._start, buf, n = ahead
-            else:
+                self._buf = memoryview(buf)[:n]
+                # A window shorter than the chunk (chunk_bytes above FETCH_BYTES, or
+                # an index entry far below its end) serves the whole batches it holds.
+                if self._start + n < need_end and not self._whole_batch_at(position):
+                    ahead = None
+            if ahead is None:
                 buf, n = self.seg.read_chunk(position, min(max(max_bytes, self._fetch_bytes),
                                                            stop - position) or max_bytes)
                 self._start = position
             self._buf = memoryview(buf)[:n]
             window_end = self._start + n
             self._read_ahead(window_end, limit)
-        view = self._buf[position - self._start:min(want_end, window_end) - self._start]
-        return view, len(view)
+        return self._buf[position - self._start:min(want_end, window_end) - self._start]
 
     def _whole_batch_at(self, position: int) -> bool:
         """Whether the window holds a whole batch at ``position``: the walk then takes
@@ -181,14 +199,16 @@ class WindowedReads:
     def take(self, seg: BucketSegment, position: int, need_end: int
              ) -> tuple[int, memoryview, int] | None:
         """The prefetched window of ``seg`` as (position, bytes, length) when it was asked
-        to cover [``position``, ``need_end``), else None (and it is dropped: the walk
-        fetches what it needs itself, and meets any error of those bytes then)."""
+        to cover [``position``, ``need_end``), or at least bytes from ``position`` (the
+        window serves them if they hold a whole batch), else None (and it is dropped:
+        the walk fetches what it needs itself, and meets any error of those bytes
+        then)."""
         pending = self._pending
         if pending is None:
             return None
         self._pending = None
         key, start, length, get = pending
-        if key != seg.entry.key or not start <= position or start + length < need_end:
+        if key != seg.entry.key or not start <= position < start + length:
             return None
         buf, n = get.result()
         return start, buf, n

@@ -4,6 +4,7 @@ damage rules (short object, missing object) hold for every window size."""
 
 from __future__ import annotations
 
+import struct
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptRecordError, MissingDataError
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.record_format import iter_batch_headers
 
 TS = 1_700_000_000_000
 ROWS = 400  # a segment: 400 records in batches of at most 512 bytes (~30 batches)
@@ -162,3 +164,70 @@ def test_a_large_segment_reads_its_next_window_ahead_from_an_index_entry(monkeyp
     assert positions[0] == 0 and len(positions) > 2 and positions == sorted(positions)
     index = mgr.get_log("t", 0).segments[0].offset_index
     assert all(index.position_at_or_below(p) == p for p in positions[1:])
+
+
+def indexed_segments() -> tuple[str, list]:
+    """t-0 with segments [0, 40) and [40, 80) of 20 two-record batches each, an offset
+    index object each with an entry per batch (objects, so a test can damage them)."""
+    uri = memory_uri()
+    mgr = BucketLogManager(ObjectStorage(uri))
+    mgr.inline_index_bytes = 0
+    mgr.create_topic("t", 1, {"index.interval.bytes": "1"})
+    for i in range(2):
+        mgr.append("t", 0, encode_batches(pa.array([b"value-%06d" % j
+                                                    for j in range(40 * i, 40 * i + 40)]),
+                                          max_batch_bytes=100))
+    return uri, list(mgr.state.partition("t", 0).segments)
+
+
+@pytest.mark.parametrize("segment", [0, 1])  # 1: the last segment
+def test_an_index_entry_pointing_into_a_needed_batch_only_bounds_the_fetch(segment):
+    """A damaged ``.index`` (of the right size: no warning) whose entry after the range's
+    last batch points into that batch: the window's bound falls inside a batch
+    the read needs, and the read fetches past it. The ``.log`` is intact, so the records
+    come back, never a CorruptRecordError blaming the object."""
+    uri, segments = indexed_segments()
+    storage = ObjectStorage(uri)
+    seg = segments[segment]
+    headers = list(iter_batch_headers(storage.read(seg.key + ".log")))
+    index = bytearray(storage.read(seg.key + ".index"))
+    entries = [struct.unpack_from(">ii", index, 8 * j) for j in range(len(index) // 8)]
+    # A read ending in batch 1: the bound is the entry of batch 2, made to point into batch 1
+    j = [position for _offset, position in entries].index(headers[2].position)
+    struct.pack_into(">ii", index, 8 * j, entries[j][0], headers[1].position + 10)
+    storage.write_atomic(seg.key + ".index", bytes(index))
+    start, end = seg.base_offset, headers[1].last_offset + 1
+    log = BucketLogManager(ObjectStorage(uri)).get_log("t", 0)
+    assert [o for c in log.read_chunks(start, end, 600)
+            for o in decode_batches(bytes(c), start_offset=start).column("offset")
+            .to_pylist()] == list(range(start, end))
+
+
+def test_a_crc_error_leaves_no_read_ahead_running_while_it_is_kept():
+    """The CRC check raises outside the walk: the walk is closed there (its read-ahead
+    thread joined), not when the error's traceback lets it go."""
+    mgr, storage, segments = two_segments()
+    key = segments[0].key + ".log"
+    data = bytearray(storage.inner.read(key))
+    data[-3] ^= 0x40  # inside the last batch's records: only the CRC knows
+    storage.inner.write_atomic(key, data)
+    with pytest.raises(CorruptRecordError, match="CRC") as e:
+        for _chunk in BucketLogManager(storage).get_log("t", 0).read_chunks(0, 2 * ROWS, 600):
+            pass
+    assert e.value is not None  # the error, and its traceback, are still alive
+    assert not read_ahead_threads()
+
+
+def test_chunks_larger_than_a_window_use_the_windows_read_ahead(monkeypatch):
+    """``chunk_bytes`` above ``FETCH_BYTES``: a window read ahead is shorter than a
+    chunk, and serves the whole batches it holds rather than being dropped and
+    fetched again (each byte GET once, two windows in memory)."""
+    monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", 3000)
+    mgr, storage, segments = two_segments()
+    assert read(mgr, 0, 2 * ROWS, chunk_bytes=6000) == list(range(2 * ROWS))
+    positions = [p for _k, p, _n in storage.gets]
+    assert len(storage.gets) > 2 and positions[0] == 0
+    # Windows overlap only from the index entry each starts at to the previous one's end
+    # (plus the byte that shows an object longer than committed).
+    fetched = sum(n for _k, _p, n in storage.gets)
+    assert fetched < sum(s.size for s in segments) + 200 * len(storage.gets)
