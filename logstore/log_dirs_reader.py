@@ -62,6 +62,7 @@ from .offset_checkpoints import (
     read_published,
     warn_beyond_log_end,
 )
+from .partition_metadata import read_topic_id
 from .partition_table import PartitionTable, inode_of, warn_start_beyond_log_end
 from .storage import LOCAL
 
@@ -170,7 +171,8 @@ class LogDirsReader(PartitionTable[LogReader]):
     def reload_partition(self, topic: str, partition: int) -> None:
         """Look at the partition's directory again whatever its log dir's mtime says: a
         directory other than the one its entry was read from (deleted and re-created)
-        replaces the entry, a missing one removes it. What a task does when its plan
+        replaces the entry, a missing one removes it; the same directory, read without
+        an id before, is read again for one added since. What a task does when its plan
         names another topic id than the log it has cached."""
         with self._lock:
             p = self._partitions.get((topic, partition))
@@ -182,6 +184,8 @@ class LogDirsReader(PartitionTable[LogReader]):
         except FileNotFoundError:
             inode = None
         if inode == p.inode:
+            if p.topic_id_read and p.topic_id is None:
+                self._look_for_added_id(p)
             return
         with self._lock:
             if self._partitions.get(p.tp) is p:
@@ -189,6 +193,19 @@ class LogDirsReader(PartitionTable[LogReader]):
                     None if inode is None
                     else Partition(topic, partition, p.dir, p.log_dir, inode=inode))
                 self._replace(p, fresh)
+
+    @staticmethod
+    def _look_for_added_id(p: Partition[LogReader]) -> None:
+        """Read the id of a directory that had none when its entry was made: a Kafka
+        broker writes ``partition.metadata`` into an existing directory (an upgrade to
+        topic ids; a new partition's file is flushed after the directory is made). Kept
+        only if the directory is still the entry's."""
+        with p.lock:
+            topic_id = read_topic_id(p.dir)
+            if topic_id is not None and inode_of(p) == p.inode:
+                p.topic_id = topic_id
+                if p.log is not None:
+                    p.log.topic_id = topic_id
 
     def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
         """Re-list a partition only when its directory changed, so a trigger's cost does

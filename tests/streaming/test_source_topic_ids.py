@@ -16,7 +16,9 @@ from seglog.datasource.schema import arrow_schema
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptPartitionMetadataError, DataLossError
 from seglog.logstore.file_names import PARTITION_METADATA_FILE
+from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.partition_metadata import new_topic_id, write_partition_metadata
 from seglog.logstore.record_codec import encode_batches
 from seglog.streaming import log_readers
 from seglog.streaming.read_planning import ReadRange
@@ -213,3 +215,42 @@ def test_a_damaged_file_fails_only_the_queries_of_its_topic(tmp_path):
         else:
             assert set(snapshot_log_dirs([str(tmp_path)], options=options).topic_ids) == {
                 "mine"}
+
+
+def test_an_id_written_into_an_old_dir_later_is_read_by_a_cached_reader(tmp_path):
+    """A Kafka broker writes ``partition.metadata`` into an existing directory (an
+    upgrade to topic ids): a worker that cached "no id" for it reads a plan made with
+    the id (a restarted driver), never reports its rows as lost."""
+    store = _Local(tmp_path)
+    store.create("a", 3)
+    (tmp_path / "t-0" / PARTITION_METADATA_FILE).unlink()  # a dir from before topic ids
+    assert _values(ReadRange((store.uri,), "t", 0, 0, 2)) == [b"a0", b"a1"]
+    write_partition_metadata(tmp_path / "t-0", new_topic_id())  # in place, same inode
+    with LogDirsReader([tmp_path]) as driver:
+        topic_id = driver.topic_ids(["t"])["t"]
+    assert topic_id is not None
+    assert _values(ReadRange((store.uri,), "t", 0, 2, 3, topic_id=topic_id)) == [b"a2"]
+    store.close()
+
+
+def test_a_topic_recreated_without_an_id_is_planned_from_its_earliest(tmp_path, caplog):
+    """Re-created by a seglog without topic ids: latestOffset reports the old topic's
+    offsets as lost and starts the new one at earliest; partitions() plans the same."""
+    from seglog.datasource.stream_reader import SeglogStreamReader
+
+    store = _Local(tmp_path)
+    store.create("old", 3)
+    source = SeglogStreamReader({"path": store.uri, "subscribe": "t",
+                                 "failOnDataLoss": "false"}, None)  # type: ignore[arg-type]
+    first = source.latestOffset(source.initialOffset(), None)  # type: ignore[arg-type]
+    assert TOPIC_IDS_KEY in first
+    store.delete()
+    store.create("new", 10)
+    (tmp_path / "t-0" / PARTITION_METADATA_FILE).unlink()  # as an older seglog made it
+    with caplog.at_level(logging.WARNING):
+        second = source.latestOffset(first, None)  # type: ignore[arg-type]
+    assert offsets_from_json(second) == {("t", 0): 10}
+    assert any("deleted and re-created" in m for m in caplog.messages)
+    ranges = [p.value for p in source.partitions(first, second)]
+    assert [(r.start, r.end) for r in ranges] == [(0, 10)]
+    store.close()
