@@ -137,11 +137,8 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = offsets_from_json(end)
         ids = topic_ids_from_json(end)
         # A topic re-created since ``start`` (latestOffset reported the loss): its old
-        # offsets mean nothing in the new topic, whose partitions start as new ones. A
-        # topic of ``end`` without an id there has none now (re-created by a seglog
-        # without topic ids), as latestOffset saw it.
-        recreated = recreated_topics(topic_ids_from_json(start),
-                                     {t: ids.get(t) for t, _ in until})
+        # offsets mean nothing in the new topic, whose partitions start as new ones.
+        recreated = recreated_topics(topic_ids_from_json(start), ids)
         begin = {tp: off for tp, off in begin.items() if tp[0] not in recreated}
         new = [tp for tp in until if tp not in begin]
         # Without failOnDataLoss, offsets removed since latestOffset are skipped, with a

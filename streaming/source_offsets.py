@@ -384,10 +384,14 @@ def _start_option(options: SourceOptions) -> str:
 def recreated_topics(previous_ids: Mapping[str, str],
                      ids: Mapping[str, str | None]) -> dict[str, tuple[str, str | None]]:
     """Topics whose id changed since ``previous_ids``: ``{topic: (old id, new id)}``.
-    A topic that has no id now (re-created by a seglog without topic ids) is another
-    topic too; one that never had an id is never compared."""
-    return {t: (old, ids[t]) for t, old in sorted(previous_ids.items())
-            if t in ids and ids[t] != old}
+    Only two known ids are compared. An id that is gone is unknown, not another topic:
+    it can vanish without a re-creation (an older seglog's snapshot of a bucket state
+    drops it, a partition directory restored without its ``partition.metadata``), and
+    taking that for a re-creation would read the topic again from its earliest offset
+    (duplicates) or fail the query. A topic re-created by a seglog without topic ids is
+    therefore not told apart, as before topic ids."""
+    return {t: (old, new) for t, old in sorted(previous_ids.items())
+            if (new := ids.get(t)) is not None and new != old}
 
 
 def reconcile_start(

@@ -85,7 +85,8 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     """The partition's log, if it is of the topic ``r`` was planned against: a cached log
     of another topic id (the topic was deleted and re-created since it was cached) is
     dropped and the partition looked at again; another id still (re-created after the
-    plan) is data loss for the whole range, reported here (None: nothing to read)."""
+    plan) is data loss for the whole range, reported here (None: nothing to read). A log
+    without an id is read: an id that is gone is unknown, not another topic."""
     log = mgr.get_log(r.topic, r.partition)
     if r.topic_id is None:
         return log
@@ -96,8 +97,8 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     log.close()
     mgr.reload_partition(r.topic, r.partition)
     log = mgr.get_log(r.topic, r.partition)
-    if log.topic_id == r.topic_id:
-        return log
+    if log.topic_id == r.topic_id or log.topic_id is None:  # None: unknown, see
+        return log  # source_offsets.recreated_topics
     log.close()
     report_data_loss(
         r.fail_on_data_loss,

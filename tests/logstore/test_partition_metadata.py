@@ -214,34 +214,3 @@ def test_check_reports_a_damaged_file_and_ids_that_differ_and_never_fixes_them(
     assert "line 1" in problems[0].message and "partition(s) 2" in problems[1].message
     assert (tmp_path / "t-1" / PARTITION_METADATA_FILE).read_bytes() == b"junk"
 
-
-@pytest.mark.xfail(strict=True, reason="an older writer's snapshot drops topic ids; "
-                   "not fixed yet (review h/rev-tid)")
-def test_a_snapshot_written_by_an_older_writer_keeps_the_topic_id(monkeypatch) -> None:
-    """An older seglog (before topic ids, same format 1) writing in the bucket: its
-    commits keep the id, but its snapshot is its own state, without ids. A reader that
-    opens from it must not see the topic as one without an id (a query whose offsets
-    carry the id would take it for re-created)."""
-    import uuid
-
-    import pyarrow as pa
-
-    from seglog.logstore import bucket_state
-    from seglog.logstore.bucket_manager import BucketLogManager
-    from seglog.logstore.record_codec import encode_batches
-
-    uri = f"memory://old-snapshot-{uuid.uuid4().hex}"
-    new = BucketLogManager(uri)
-    new.create_topic("t", 1)
-    topic_id = new.topic_ids(["t"])["t"]
-    with monkeypatch.context() as m:  # TopicSpec.to_json before topic ids
-        m.setattr(bucket_state.TopicSpec, "to_json", lambda self: {
-            "partitions": self.partitions, "config": dict(sorted(self.config.items()))})
-        old = BucketLogManager(uri)
-        old.refresh()
-        old.append("t", 0, encode_batches(pa.array([b"x"])))
-        while old.state.version % bucket_state.SNAPSHOT_EVERY:  # up to its snapshot
-            old.append("t", 0, encode_batches(pa.array([b"x"])))
-    fresh = BucketLogManager(uri)
-    fresh.refresh()
-    assert fresh.topic_ids(["t"])["t"] == topic_id

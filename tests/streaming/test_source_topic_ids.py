@@ -233,24 +233,55 @@ def test_an_id_written_into_an_old_dir_later_is_read_by_a_cached_reader(tmp_path
     store.close()
 
 
-def test_a_topic_recreated_without_an_id_is_planned_from_its_earliest(tmp_path, caplog):
-    """Re-created by a seglog without topic ids: latestOffset reports the old topic's
-    offsets as lost and starts the new one at earliest; partitions() plans the same."""
+def _drop_id(store) -> None:
+    """The topic's id disappears, nothing else changes: a partition directory restored
+    without its ``partition.metadata``, or an older seglog's snapshot of a bucket state
+    (TopicSpec as it was written before topic ids)."""
+    if isinstance(store, _Bucket):
+        from seglog.logstore import bucket_state
+
+        real = bucket_state.TopicSpec.to_json
+        bucket_state.TopicSpec.to_json = lambda self: {  # type: ignore[method-assign]
+            "partitions": self.partitions, "config": dict(sorted(self.config.items()))}
+        try:
+            old = BucketLogManager(store.uri)
+            while True:  # an older writer appends up to its snapshot
+                old.append("t", 0, _batch("x", 1))
+                if old.state.version % bucket_state.SNAPSHOT_EVERY == 0:
+                    break
+        finally:
+            bucket_state.TopicSpec.to_json = real  # type: ignore[method-assign]
+        fresh = BucketLogManager(store.uri)
+        assert fresh.topic_ids(["t"])["t"] is None  # what such a snapshot does
+        fresh.close()
+    else:
+        (Path(store.uri) / "t-0" / PARTITION_METADATA_FILE).unlink()
+        store.mgr.append("t", 0, _batch("x", 1))
+        store.mgr.checkpoint_high_watermarks()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_an_id_that_disappears_is_not_a_recreation(store, caplog, fail_on_data_loss):
+    """No loss is reported and nothing is read twice: the next trigger plans from the
+    previous end, in the same topic."""
     from seglog.datasource.stream_reader import SeglogStreamReader
 
-    store = _Local(tmp_path)
-    store.create("old", 3)
+    store.create("a", 3)
     source = SeglogStreamReader({"path": store.uri, "subscribe": "t",
-                                 "failOnDataLoss": "false"}, None)  # type: ignore[arg-type]
+                                 "failOnDataLoss": fail_on_data_loss}, None)  # type: ignore[arg-type]
     first = source.latestOffset(source.initialOffset(), None)  # type: ignore[arg-type]
-    assert TOPIC_IDS_KEY in first
-    store.delete()
-    store.create("new", 10)
-    (tmp_path / "t-0" / PARTITION_METADATA_FILE).unlink()  # as an older seglog made it
+    assert offsets_from_json(first) == {("t", 0): 3} and TOPIC_IDS_KEY in first
+    log_readers.close_all()  # a restarted driver: the reader sees the state as it is now
+    _drop_id(store)
     with caplog.at_level(logging.WARNING):
         second = source.latestOffset(first, None)  # type: ignore[arg-type]
-    assert offsets_from_json(second) == {("t", 0): 10}
-    assert any("deleted and re-created" in m for m in caplog.messages)
-    ranges = [p.value for p in source.partitions(first, second)]
-    assert [(r.start, r.end) for r in ranges] == [(0, 10)]
+        (planned,) = [p.value for p in source.partitions(first, second)]
+        assert planned.start == 3 and planned.end > 3
+        got = _values(planned)
+        # a task planned before the id went (the first trigger's id), its log without one
+        before = ReadRange((store.uri,), "t", 0, 3, planned.end,
+                           topic_id=topic_ids_from_json(first)["t"])
+        assert _values(before) == got
+    assert got and all(v.startswith(b"x") for v in got)
+    assert not [m for m in caplog.messages if "re-created" in m or "lost" in m]
     store.close()
