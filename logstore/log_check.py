@@ -60,7 +60,7 @@ from .log_dirs import LogDir, Partition
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck
-from .partition_metadata import partition_metadata_path, read_topic_id
+from .partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
 from .record_format import TopicPartition, verify_all
 from .scheduler import last_runs_file
 from .storage import LOCAL
@@ -260,12 +260,8 @@ def _check_topic_ids(mgr: Manager, topic: str) -> list[Problem]:
         if topic_id is not None:
             ids.setdefault(topic_id, []).append(n)
     if len(ids) > 1:
-        found = "; ".join(f"{tid} in partition(s) {', '.join(map(str, ns))}"
-                          for tid, ns in sorted(ids.items()))
         out.append(Problem("topic-id", mgr.partition(topic, mgr.partitions(topic)[0]).dir,
-                           f"the partitions of topic {topic!r} hold different topic ids "
-                           f"({found}): a partition directory of another topic was moved "
-                           "in, or the files were edited", False))
+                           topic_ids_differ(topic, ids), False))
     return out
 
 

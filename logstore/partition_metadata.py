@@ -110,6 +110,16 @@ def parse_partition_metadata(raw: bytes, where: str) -> str:
     return topic_id
 
 
+def topic_ids_differ(topic: str, ids: dict[str, list[int]]) -> str:
+    """Why partitions of ``topic`` holding ``ids`` (id -> its partitions, more than one
+    id) cannot be read as one topic."""
+    found = "; ".join(f"{tid} in partition(s) {', '.join(map(str, ns))}"
+                      for tid, ns in sorted(ids.items()))
+    return (f"the partitions of topic {topic!r} hold different topic ids ({found}): a "
+            "partition directory of another topic was moved in, or a partition.metadata "
+            "was damaged or edited")
+
+
 def valid_topic_id(text: object) -> bool:
     """Whether ``text`` is a topic id as Kafka writes one (22 characters of base64url
     decoding to 16 bytes, not a reserved id)."""

@@ -23,11 +23,11 @@ from typing import Any, Generic
 
 from .clock import Clock
 from .config import LogConfig, ManagerConfig
-from .errors import LogDirError, UnknownTopicOrPartitionError
+from .errors import CorruptPartitionMetadataError, LogDirError, UnknownTopicOrPartitionError
 from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
 from .log_dirs import LogDir, LogT, Partition, TopicPartition, first_segment_base
 from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
-from .partition_metadata import read_topic_id
+from .partition_metadata import read_topic_id, topic_ids_differ
 from .storage import LOCAL
 from .topics import load_topic_config, read_topic_config
 
@@ -141,13 +141,25 @@ class PartitionTable(Generic[LogT]):
         return self._topic_id(self._partition(topic, partition))
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
-        """Per topic of ``topics`` that exists, its id (its lowest partition's)."""
+        """Per topic of ``topics`` that exists, the id its partitions hold (None: none
+        holds one; partitions without the file, from before ids, are left out). Partitions
+        holding different ids are ``CorruptPartitionMetadataError``: one damaged or
+        moved-in file must not read as a re-created topic (a query would read the topic
+        again from its earliest offset). Each file is read once per listed directory."""
         out = {}
         for topic in topics:
+            ids: dict[str, list[int]] = {}
             try:
-                out[topic] = self.topic_id_of(topic, self.partitions(topic)[0])
+                for n in self.partitions(topic):
+                    topic_id = self.topic_id_of(topic, n)
+                    if topic_id is not None:
+                        ids.setdefault(topic_id, []).append(n)
             except UnknownTopicOrPartitionError:
-                continue
+                continue  # deleted meanwhile: not one of the topics that exist
+            if len(ids) > 1:
+                raise CorruptPartitionMetadataError(
+                    f"{topic_ids_differ(topic, ids)}; `seglog check` names the files")
+            out[topic] = next(iter(ids), None)
         return out
 
     def _topic_id(self, p: Partition[LogT]) -> str | None:

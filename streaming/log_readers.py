@@ -150,7 +150,7 @@ def segment_files(
         try:
             mtime = LOCAL.stat(path).st_mtime_ns
         except FileNotFoundError:
-            continue
+            continue  # not in this log dir: another one may hold the partition
         with _lock:
             _forget_parent()
             cached = _layouts.get(path)

@@ -196,7 +196,8 @@ def test_a_trigger_reads_no_partition_metadata_after_the_first(tmp_path):
                       if f.endswith(PARTITION_METADATA_FILE))
     finally:
         _opened = None
-    assert read == ["a-0", "b-0"]  # one per topic (its lowest partition), once
+    # every partition's once (they must agree), not once per trigger
+    assert read == sorted(f"{t}-{p}" for t in "ab" for p in range(4))
     assert set(snap.topic_ids) == {"a", "b"} and None not in snap.topic_ids.values()
 
 
@@ -285,3 +286,46 @@ def test_an_id_that_disappears_is_not_a_recreation(store, caplog, fail_on_data_l
     assert got and all(v.startswith(b"x") for v in got)
     assert not [m for m in caplog.messages if "re-created" in m or "lost" in m]
     store.close()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_flipped_id_in_one_partition_is_damage_not_a_recreation(
+        tmp_path, fail_on_data_loss):
+    """A bit flip that leaves another valid id in one partition's file: the topic's
+    partitions disagree, which a re-creation never does, so the trigger fails naming
+    them (whatever failOnDataLoss says) instead of reading the topic again from its
+    earliest offset; once the file is restored the query goes on where it was."""
+    from seglog.datasource.stream_reader import SeglogStreamReader
+
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 3)
+        for p in range(3):
+            mgr.append("t", p, _batch(f"p{p}-", 4))
+        mgr.checkpoint_high_watermarks()
+    source = SeglogStreamReader({"path": str(tmp_path), "subscribe": "t",
+                                 "failOnDataLoss": fail_on_data_loss}, None)  # type: ignore[arg-type]
+    first = source.latestOffset(source.initialOffset(), None)  # type: ignore[arg-type]
+    assert offsets_from_json(first) == {("t", p): 4 for p in range(3)}
+    path = tmp_path / "t-1" / PARTITION_METADATA_FILE
+    good = path.read_bytes()
+    damaged = bytearray(good)
+    i = good.index(b"topic_id: ") + len(b"topic_id: ") + 5
+    damaged[i] = ord("B") if damaged[i] != ord("B") else ord("C")  # still a valid id
+    path.write_bytes(bytes(damaged))
+    log_readers.close_all()  # a restarted driver
+    with pytest.raises(CorruptPartitionMetadataError, match=r"'t' hold different topic ids"
+                       r".* in partition\(s\) 1;|in partition\(s\) 1\)"):
+        source.latestOffset(first, None)  # type: ignore[arg-type]
+    path.write_bytes(good)
+    log_readers.close_all()
+    assert source.latestOffset(first, None) == first  # type: ignore[arg-type]
+
+
+def test_partitions_without_the_file_do_not_disagree(tmp_path):
+    """A topic part of whose directories predate ids (an upgrade in progress) has the id
+    the others hold."""
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 2)
+    (tmp_path / "t-0" / PARTITION_METADATA_FILE).unlink()
+    with LogDirsReader([tmp_path]) as reader:
+        assert reader.topic_ids(["t"])["t"] == reader.topic_id_of("t", 1) is not None
