@@ -29,9 +29,9 @@ import uuid
 from pathlib import Path
 
 from .checkpoint_file import write_atomically
-from .errors import CorruptPartitionMetadataError, KafkaStorageError
+from .errors import CorruptPartitionMetadataError
 from .file_names import PARTITION_METADATA_FILE
-from .storage import LOCAL
+from .storage import read_small_file
 
 VERSION = 0
 _LINE = re.compile(r"^([a-z_]+):\s+(\S+)\s*$")  # Kafka splits on ":\s+"
@@ -71,13 +71,8 @@ def read_topic_id(partition_dir: Path) -> str | None:
     does not parse (wrong version, missing line, an id that is not 16 bytes of
     base64url), KafkaStorageError when it cannot be read."""
     path = partition_metadata_path(partition_dir)
-    try:
-        raw = LOCAL.read(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise KafkaStorageError(f"cannot read {path}: {e}") from e
-    return parse_partition_metadata(raw, str(path))
+    raw = read_small_file(path, "")
+    return None if raw is None else parse_partition_metadata(raw, str(path))
 
 
 def parse_partition_metadata(raw: bytes, where: str) -> str:

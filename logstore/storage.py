@@ -566,3 +566,15 @@ class PosixStorage:
 LOCAL = PosixStorage()
 """The filesystem every local log dir lives in (paths are absolute or relative to the
 working directory, as ``os`` takes them)."""
+
+
+def read_small_file(path: Path, what: str) -> bytes | None:
+    """A small local metadata file's bytes (a topic's config, its ``partition.metadata``);
+    None when it does not exist: an optional file. Any other failure is
+    KafkaStorageError naming ``what`` and the path."""
+    try:
+        return LOCAL.read(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise KafkaStorageError(f"cannot read {what}{path}: {e}") from e

@@ -24,9 +24,9 @@ from typing import Any
 
 from .checkpoint_file import write_atomically
 from .config import LogConfig
-from .errors import ConfigError, InvalidTopicError, KafkaStorageError
+from .errors import ConfigError, InvalidTopicError
 from .file_names import TOPIC_CONFIG_FILE
-from .storage import LOCAL
+from .storage import read_small_file
 
 logger = logging.getLogger(__name__)
 
@@ -139,12 +139,9 @@ def read_topic_config(partition_dir: Path) -> dict[str, str] | None:
     Raises ConfigError naming the file and line for a malformed file or a bad value.
     """
     path = topic_config_path(partition_dir)
-    try:
-        raw = LOCAL.read(path)
-    except FileNotFoundError:
+    raw = read_small_file(path, "topic config file ")
+    if raw is None:
         return None
-    except OSError as e:
-        raise KafkaStorageError(f"cannot read topic config file {path}: {e}") from e
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
