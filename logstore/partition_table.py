@@ -146,21 +146,24 @@ class PartitionTable(Generic[LogT]):
         holding different ids are ``CorruptPartitionMetadataError``: one damaged or
         moved-in file must not read as a re-created topic (a query would read the topic
         again from its earliest offset). Each file is read once per listed directory."""
-        out = {}
-        for topic in topics:
-            ids: dict[str, list[int]] = {}
+        wanted = set(topics)
+        self._refresh()  # once, and one pass over the entries: not per topic
+        with self._lock:
+            entries = sorted((tp, p) for tp, p in self._partitions.items() if tp[0] in wanted)
+        by_topic: dict[str, dict[str, list[int]]] = {}
+        for (topic, n), p in entries:
+            ids = by_topic.setdefault(topic, {})
             try:
-                for n in self.partitions(topic):
-                    topic_id = self.topic_id_of(topic, n)
-                    if topic_id is not None:
-                        ids.setdefault(topic_id, []).append(n)
+                topic_id = self._topic_id(p)
             except UnknownTopicOrPartitionError:
-                continue  # deleted meanwhile: not one of the topics that exist
+                continue  # its directory vanished meanwhile: nothing of it to compare
+            if topic_id is not None:
+                ids.setdefault(topic_id, []).append(n)
+        for topic, ids in by_topic.items():
             if len(ids) > 1:
                 raise CorruptPartitionMetadataError(
                     f"{topic_ids_differ(topic, ids)}; `seglog check` names the files")
-            out[topic] = next(iter(ids), None)
-        return out
+        return {topic: next(iter(ids), None) for topic, ids in by_topic.items()}
 
     def _topic_id(self, p: Partition[LogT]) -> str | None:
         if p.topic_id_read:

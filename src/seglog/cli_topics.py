@@ -12,7 +12,12 @@ import argparse
 from typing import Any, TextIO
 
 from seglog.logstore.config import LogConfig
-from seglog.logstore.errors import ConfigError, TopicExistsError, UnknownTopicOrPartitionError
+from seglog.logstore.errors import (
+    ConfigError,
+    CorruptPartitionMetadataError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.logstore.log_dirs_reader import LogDirsReader
 
 from .cli_common import (
@@ -52,9 +57,15 @@ def describe_topic(mgr: LogDirsReader, topic: str) -> dict[str, Any]:
     overrides = mgr.topic_overrides(topic)
     configs = {k.name: {"value": _config_value(config, k.field), "override": k.name in overrides}
                for k in LogConfig.KEYS}
-    # Kafka's TopicId (KIP-516); None for a topic written before seglog kept ids
-    topic_id = mgr.topic_ids([topic]).get(topic)
-    return {"topic": topic, "topicId": topic_id, "partitions": parts, "configs": configs}
+    # Kafka's TopicId (KIP-516); None for a topic written before seglog kept ids. A
+    # damaged or conflicting partition.metadata is shown, not raised: one bad file must
+    # not hide every other topic from the tool that diagnoses it.
+    try:
+        topic_id, problem = mgr.topic_ids([topic]).get(topic), None
+    except CorruptPartitionMetadataError as e:
+        topic_id, problem = None, str(e)
+    return {"topic": topic, "topicId": topic_id, "topicIdProblem": problem,
+            "partitions": parts, "configs": configs}
 
 
 def _topics(args: argparse.Namespace, out: TextIO) -> int:
@@ -78,7 +89,9 @@ def _describe(args: argparse.Namespace, out: TextIO) -> int:
     for d in docs:
         overrides = ",".join(f"{k}={v['value']}" for k, v in d["configs"].items()
                              if v["override"])
-        out.write(f"Topic: {d['topic']}\tTopicId: {d['topicId'] or 'none'}\t"
+        shown = d["topicId"] or ("unreadable (see seglog check)" if d["topicIdProblem"]
+                                 else "none")
+        out.write(f"Topic: {d['topic']}\tTopicId: {shown}\t"
                   f"PartitionCount: {len(d['partitions'])}\t"
                   f"Configs: {overrides}\n")
         write_table(out, ["PARTITION", "START-OFFSET", "END-OFFSET", "SIZE-BYTES", "SEGMENTS",

@@ -8,7 +8,12 @@ from _cli import Result, one_line_error, run, run_process
 
 from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
 from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import partition_metadata_path, read_topic_id
+from seglog.logstore.partition_metadata import (
+    new_topic_id,
+    partition_metadata_path,
+    read_topic_id,
+    write_partition_metadata,
+)
 
 
 def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
@@ -112,3 +117,18 @@ def test_a_writer_waits_for_the_lock_then_names_the_holder(tmp_path, capsys):
         assert run_process("topics", "--path", d).out == "t\n"
     assert run_process("create", "u", "--path", d, "--lock-timeout", "300").code == 0
 
+
+def test_describe_shows_a_topic_id_problem_and_describes_the_other_topics(tmp_path, capsys):
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "bad", "--path", d, "--partitions", "2").code == 0
+    assert run(capsys, "create", "good", "--path", d).code == 0
+    write_partition_metadata(d / "bad-1", new_topic_id())  # another topic's id moved in
+    r = run(capsys, "describe", "--path", d, "--json")
+    assert r.code == 0, r
+    docs = {t["topic"]: t for t in r.json()["topics"]}
+    assert docs["bad"]["topicId"] is None and "different topic ids" in docs["bad"][
+        "topicIdProblem"]
+    assert docs["good"]["topicId"] and docs["good"]["topicIdProblem"] is None
+    text = run(capsys, "describe", "--path", d).out
+    assert "Topic: bad\tTopicId: unreadable (see seglog check)\t" in text
+    assert "Topic: good\tTopicId: " in text
