@@ -172,8 +172,9 @@ class LogDirsReader(PartitionTable[LogReader]):
         """Look at the partition's directory again whatever its log dir's mtime says: a
         directory other than the one its entry was read from (deleted and re-created)
         replaces the entry, a missing one removes it; the same directory, read without
-        an id before, is read again for one added since. What a task does when its plan
-        names another topic id than the log it has cached."""
+        an id before, is read again for one added since; a directory of the same inode
+        number holding another id replaces the entry too (the inode was reused). What a
+        task does when its plan names another topic id than the log it has cached."""
         with self._lock:
             p = self._partitions.get((topic, partition))
         if p is None:
@@ -184,9 +185,16 @@ class LogDirsReader(PartitionTable[LogReader]):
         except FileNotFoundError:
             inode = None
         if inode == p.inode:
-            if p.topic_id_read and p.topic_id is None:
+            if not p.topic_id_read:
+                return  # its id is read with its log, from this directory
+            if p.topic_id is None:
                 self._look_for_added_id(p)
-            return
+                return
+            on_disk = read_topic_id(p.dir)
+            if on_disk is None or on_disk == p.topic_id:
+                return
+            # Another topic's directory under the old inode number: a re-created
+            # directory that got the deleted one's inode back (ext4 reuses them at once).
         with self._lock:
             if self._partitions.get(p.tp) is p:
                 fresh: Partition[LogReader] | None = (

@@ -36,6 +36,7 @@ from seglog.logstore.errors import (
     MissingDataError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.partition_metadata import read_topic_id
 from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
 
@@ -111,7 +112,8 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
 
 def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
-    if hasattr(log, "sync"):
+    is_bucket = hasattr(log, "sync")
+    if is_bucket:
         # A bucket log: its state comes from commits. The worker's shared manager asks
         # the bucket (one LIST) only when what it knows ends before the range; a range
         # of removed data shows as missing objects, which the read path refreshes on.
@@ -122,6 +124,7 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
         log.refresh()  # a reused reader's log start offset is as old as its last listing
         if r.isolation_level == READ_COMMITTED or log.high_watermark < r.end:
             mgr.high_watermarks()  # also tells every loaded Log its high watermark
+    _check_still_planned_topic(log, r)
     # The planner saw a high watermark of at least ``r.end``; a log that, refreshed,
     # still ends before it lost what it had (deleted and recreated, truncated): data
     # loss, never a silently short range (nor an out-of-range error for a start past
@@ -160,6 +163,8 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
             if r.isolation_level == READ_COMMITTED:
                 chunks = committed_chunks(chunks, log.aborted_transactions(start, end))
             for chunk in chunks:
+                if is_bucket:  # a read that met a vanished object synced to a newer state
+                    _check_still_planned_topic(log, r)
                 try:
                     records = decode_batches(
                         chunk, start_offset=start, end_offset=end,
@@ -179,6 +184,20 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
                 f"{min(e.end, end)}) cannot be read: {e}",
             )
             start = max(e.end, start + 1)
+
+
+def _check_still_planned_topic(log: LogReader, r: ReadRange) -> None:
+    """After the log refreshed (which follows its directory, or the bucket's newest
+    state): a topic deleted and re-created since ``_planned_topics_log`` checked it is
+    data loss for what is not read yet (``read_range`` reports UnknownTopicOrPartitionError
+    so), never the new topic's rows under the old plan. An id that is gone is unknown."""
+    if r.topic_id is None:
+        return
+    now = log.topic_id if hasattr(log, "sync") else read_topic_id(log.dir)
+    if now is not None and now != r.topic_id:
+        raise UnknownTopicOrPartitionError(
+            f"{r.topic}-{r.partition} was deleted and re-created while it was read "
+            f"(topic id {now}, planned in {r.topic_id})")
 
 
 def _segment_file(log: LogReader, chunk: memoryview) -> str:

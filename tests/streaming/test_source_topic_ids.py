@@ -5,6 +5,7 @@ the driver treats the old topic's offsets as lost (``failOnDataLoss``)."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -18,7 +19,11 @@ from seglog.logstore.errors import CorruptPartitionMetadataError, DataLossError
 from seglog.logstore.file_names import PARTITION_METADATA_FILE
 from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import new_topic_id, write_partition_metadata
+from seglog.logstore.partition_metadata import (
+    new_topic_id,
+    read_topic_id,
+    write_partition_metadata,
+)
 from seglog.logstore.record_codec import encode_batches
 from seglog.streaming import log_readers
 from seglog.streaming.read_planning import ReadRange
@@ -329,3 +334,49 @@ def test_partitions_without_the_file_do_not_disagree(tmp_path):
     (tmp_path / "t-0" / PARTITION_METADATA_FILE).unlink()
     with LogDirsReader([tmp_path]) as reader:
         assert reader.topic_ids(["t"])["t"] == reader.topic_id_of("t", 1) is not None
+
+
+def test_a_topic_recreated_after_the_task_checked_it_is_never_read_under_the_old_plan(store):
+    """The task checks the id, then its read refreshes the log (a local re-list, a bucket
+    state synced): a re-creation in between is data loss for the planned range, never
+    the new topic's rows at the old plan's offsets."""
+    store.create("old", 5)
+    old_id = _plan(store.uri, 0, 5).topic_id
+    assert _values(ReadRange((store.uri,), "t", 0, 0, 5, topic_id=old_id))[-1] == b"old4"
+    store.mgr.append("t", 0, _batch("more", 5))
+    if isinstance(store, _Local):
+        store.mgr.checkpoint_high_watermarks()
+    plan = ReadRange((store.uri,), "t", 0, 5, 10, topic_id=old_id)
+    store.delete()
+    store.create("NEW", 10)
+    got = []
+    try:
+        got = _values(plan)
+    except DataLossError as e:
+        assert "re-created while it was read" in str(e) or "now has id" in str(e)
+    # the old topic's rows (still there for a bucket's delete delay), or none: never NEW
+    assert not [v for v in got if v.startswith(b"NEW")]
+    store.close()
+
+
+def test_a_recreated_directory_that_got_the_old_inode_back_is_read_as_the_new_topic(
+        tmp_path):
+    """ext4 gives a re-created directory the deleted one's inode number at once: a
+    worker's cached entry of the same inode but another id is replaced, so a plan made
+    with the new id reads the new topic (forced here, whatever the filesystem does)."""
+    store = _Local(tmp_path)
+    store.create("old", 3)
+    old_id = _plan(store.uri, 0, 3).topic_id
+    assert _values(ReadRange((store.uri,), "t", 0, 0, 3, topic_id=old_id)) == [
+        b"old0", b"old1", b"old2"]
+    store.delete()
+    store.create("new", 3)
+    new_id = read_topic_id(tmp_path / "t-0")  # what a driver in another process plans
+    assert new_id is not None and new_id != old_id
+    with log_readers.reader([store.uri]) as worker:  # the task's shared reader
+        entry = worker.partition("t", 0)  # still the old directory's entry
+        assert entry.topic_id == old_id
+        entry.inode = os.stat(tmp_path / "t-0").st_ino  # as if the number came back
+    assert _values(ReadRange((store.uri,), "t", 0, 0, 3, topic_id=new_id)) == [
+        b"new0", b"new1", b"new2"]
+    store.close()
