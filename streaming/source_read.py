@@ -113,7 +113,7 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
 def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
     is_bucket = hasattr(log, "sync")
-    if is_bucket:
+    if hasattr(log, "sync"):  # is_bucket, spelled so that mypy narrows ``log``
         # A bucket log: its state comes from commits. The worker's shared manager asks
         # the bucket (one LIST) only when what it knows ends before the range; a range
         # of removed data shows as missing objects, which the read path refreshes on.
