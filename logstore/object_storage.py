@@ -71,6 +71,19 @@ def _key(path: StoragePath) -> str:
     return "" if key == "." else key
 
 
+def _entries(objects: Sequence[Mapping[str, Any]], prefix: str) -> list[Entry]:
+    """Listed objects as entries named below ``prefix``, in name order, without the
+    prefix's own directory marker: a zero-byte ``prefix/`` object, which S3 consoles make
+    for "Create folder" and SeaweedFS leaves where a "directory" emptied. obstore strips
+    the trailing ``/``, so it lists as the prefix itself, an entry with no name."""
+    cut = len(prefix) + 1 if prefix else 0
+    entries = [Entry(o["path"][cut:], int(o["size"]),
+                     int(o["last_modified"].timestamp() * 1000)) for o in objects
+               if o["path"][cut:]]
+    entries.sort(key=lambda e: e.name)
+    return entries
+
+
 def _cause(e: BaseException) -> str:
     # obstore appends a multi-line Rust debug dump after the message; the message is enough.
     return str(e).split("\n\nDebug source:", 1)[0].strip()
@@ -271,9 +284,8 @@ class ObjectStorage:
         prefix = _key(path)
         listed = self._call("LIST", prefix, obstore.list_with_delimiter, self._store,
                             prefix or None)
+        entries = _entries(listed["objects"], prefix)
         cut = len(prefix) + 1 if prefix else 0
-        entries = [Entry(o["path"][cut:], int(o["size"]),
-                         int(o["last_modified"].timestamp() * 1000)) for o in listed["objects"]]
         entries += [Entry(p[cut:].rstrip("/"), 0, 0, True) for p in listed["common_prefixes"]]
         entries.sort(key=lambda e: e.name)
         return entries
@@ -287,26 +299,15 @@ class ObjectStorage:
         stream = self._call("LIST", prefix, obstore.list, self._store, prefix or None,
                             offset=offset, chunk_size=1000)
         objects = self._call("LIST", prefix, stream.collect)
-        cut = len(prefix) + 1 if prefix else 0
-        entries = [Entry(o["path"][cut:], int(o["size"]),
-                         int(o["last_modified"].timestamp() * 1000))
-                   for o in objects if "/" not in o["path"][cut:]]
-        entries.sort(key=lambda e: e.name)
-        return entries
+        return [e for e in _entries(objects, prefix) if "/" not in e.name]
 
-    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+    def list_tree(self, path: StoragePath) -> list[Entry]:
         """Every object under ``path``, flat (no delimiter: a page of 1,000 names per
-        request however many "directories" they sit in), after ``start_after``."""
+        request however many "directories" they sit in)."""
         prefix = _key(path)
-        offset = (f"{prefix}/{start_after}" if prefix else start_after) or None
         stream = self._call("LIST", prefix, obstore.list, self._store,
-                            f"{prefix}/" if prefix else None, offset=offset, chunk_size=1000)
-        objects = self._call("LIST", prefix, stream.collect)
-        cut = len(prefix) + 1 if prefix else 0
-        entries = [Entry(o["path"][cut:], int(o["size"]),
-                         int(o["last_modified"].timestamp() * 1000)) for o in objects]
-        entries.sort(key=lambda e: e.name)
-        return entries
+                            f"{prefix}/" if prefix else None, chunk_size=1000)
+        return _entries(self._call("LIST", prefix, stream.collect), prefix)
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
         key = _key(path)

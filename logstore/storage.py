@@ -125,10 +125,10 @@ class Storage(Protocol):
         """Files directly in ``path`` named after ``start_after`` (``""``: all), in name
         order."""
 
-    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+    def list_tree(self, path: StoragePath) -> list[Entry]:
         """Every file under ``path`` at any depth, named by its path below ``path``
-        (``a/b/c.log``), in name order, only names after ``start_after``: one flat
-        listing (paged requests on a bucket, never one per directory)."""
+        (``a/b/c.log``), in name order: one flat listing (paged requests on a bucket,
+        never one per directory)."""
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None: ...
 
@@ -397,15 +397,13 @@ class PosixStorage:
     def list_after(self, path: StoragePath, start_after: str) -> list[Entry]:
         return [e for e in self.list_dir(path) if not e.is_dir and e.name > start_after]
 
-    def list_tree(self, path: StoragePath, start_after: str = "") -> list[Entry]:
+    def list_tree(self, path: StoragePath) -> list[Entry]:
         root = os.fspath(path)
         out = []
         for d, _dirs, files in os.walk(root):
             rel = os.path.relpath(d, root)
             for f in files:
                 name = f if rel == "." else f"{rel}/{f}".replace(os.sep, "/")
-                if name <= start_after:
-                    continue
                 try:
                     st = os.stat(os.path.join(d, f))
                 except FileNotFoundError:  # removed while walking

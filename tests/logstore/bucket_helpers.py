@@ -137,8 +137,8 @@ class StoreClockStorage:
     def list_after(self, path: Any, start_after: str) -> list:
         return self._shift(path, self.inner.list_after(path, start_after))
 
-    def list_tree(self, path: Any, start_after: str = "") -> list:
-        return self._shift(path, self.inner.list_tree(path, start_after))
+    def list_tree(self, path: Any) -> list:
+        return self._shift(path, self.inner.list_tree(path))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
