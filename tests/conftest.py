@@ -53,43 +53,74 @@ def _close_shared_readers():
 
 
 @pytest.fixture(scope="session")
-def moto_server():
-    """A real S3-compatible server (moto, from PyPI) on 127.0.0.1 for the whole session.
+def bucket_server():
+    """A real S3-compatible server on 127.0.0.1 for the whole session: moto, or SeaweedFS
+    with ``SEGLOG_TEST_S3_SERVER=seaweedfs`` (every bucket test then runs against it).
 
-    ``moto_server.env`` holds the standard variables (``AWS_ENDPOINT_URL``,
+    ``bucket_server.env`` holds the standard variables (``AWS_ENDPOINT_URL``,
     ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ALLOW_HTTP``);
-    ``moto_server.create_bucket()`` makes a fresh bucket. Most tests want ``s3_uri``.
+    ``bucket_server.create_bucket()`` makes a fresh bucket. Most tests want ``s3_uri``.
     """
-    from s3_server import MotoServer
+    from s3_server import MotoServer, SeaweedServer
 
-    with MotoServer() as server:
+    kind = os.environ.get("SEGLOG_TEST_S3_SERVER", "moto")
+    servers = {"moto": MotoServer, "seaweedfs": SeaweedServer}
+    if kind not in servers:
+        raise pytest.UsageError(f"SEGLOG_TEST_S3_SERVER={kind!r}: expected one of "
+                                f"{', '.join(servers)}")
+    with servers[kind]() as server:
         yield server
 
 
+@pytest.fixture(scope="session")
+def seaweed_server():
+    """SeaweedFS (``tests/s3_server.py``) on 127.0.0.1 for the whole session, started by
+    the first test that asks for it; those tests skip, with the reason, where its wheel
+    does not install. Most tests want ``seaweed_uri``."""
+    from s3_server import SeaweedServer, seaweed_unavailable
+
+    reason = seaweed_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with SeaweedServer() as server:
+        yield server
+
+
+def _fresh_bucket_uri(server, monkeypatch) -> str:
+    for name, value in server.env.items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{server.create_bucket()}/logs"
+
+
 @pytest.fixture
-def s3_uri(moto_server, monkeypatch) -> str:
-    """``s3://<fresh bucket>/logs`` on the session's moto server, with the ``AWS_*``
+def s3_uri(bucket_server, monkeypatch) -> str:
+    """``s3://<fresh bucket>/logs`` on the session's S3 server, with the ``AWS_*``
     variables set in ``os.environ`` for this test (child processes inherit them), so
     ``ObjectStorage(s3_uri)`` and ``LogManager([s3_uri])`` reach it with no options."""
-    for name, value in moto_server.env.items():
-        monkeypatch.setenv(name, value)
-    return f"s3://{moto_server.create_bucket()}/logs"
+    return _fresh_bucket_uri(bucket_server, monkeypatch)
+
+
+@pytest.fixture
+def seaweed_uri(seaweed_server, monkeypatch) -> str:
+    """``s3_uri`` on the session's SeaweedFS server."""
+    return _fresh_bucket_uri(seaweed_server, monkeypatch)
 
 
 @pytest.fixture
 def no_aws_env(monkeypatch) -> None:
     """No ``AWS_*`` variable in this process for this test: a bucket is reached through
-    options alone (``moto_server.storage_options()``)."""
+    options alone (``bucket_server.storage_options()``)."""
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
 
 
-@pytest.fixture(params=("posix", "memory", "s3"))
+@pytest.fixture(params=("posix", "memory", "s3", "seaweedfs"))
 def storage(request, tmp_path):
-    """One test, three backends: a ``StorageUnderTest`` (``tests/storage_cases.py``) over a
+    """One test, four backends: a ``StorageUnderTest`` (``tests/storage_cases.py``) over a
     fresh directory (posix), a fresh ``memory://<unique>`` store, and a fresh bucket on the
-    moto server (s3; the ``AWS_*`` env is set as ``s3_uri`` does).
+    session's S3 server (s3, moto by default) and on SeaweedFS (seaweedfs; the ``AWS_*``
+    env is set as ``s3_uri`` does).
 
     Conformance suites reuse it::
 
@@ -99,8 +130,8 @@ def storage(request, tmp_path):
             assert not st.create(storage.path("a", "x.json"), b"2")
 
     ``storage.location`` is the log dir to give seglog itself (``LogManager([...])``);
-    ``storage.kind`` is ``"posix"``, ``"memory"`` or ``"s3"``. Select one backend with
-    ``pytest -k "storage0"``-style ids: ``-k posix``, ``-k memory``, ``-k s3``.
+    ``storage.kind`` is ``"posix"``, ``"memory"``, ``"s3"`` or ``"seaweedfs"``. Select one
+    backend with ``-k posix``, ``-k memory``, ``-k s3`` or ``-k seaweedfs``.
     """
     import uuid
 
@@ -116,5 +147,6 @@ def storage(request, tmp_path):
     if request.param == "memory":
         location = f"memory://seglog-test-{uuid.uuid4().hex}"
     else:
-        location = request.getfixturevalue("s3_uri")
+        location = request.getfixturevalue("s3_uri" if request.param == "s3"
+                                           else "seaweed_uri")
     return StorageUnderTest(request.param, location, ObjectStorage(location))

@@ -14,12 +14,12 @@ from seglog.logstore.log_manager import LogManager
 
 
 @pytest.fixture
-def bucket(moto_server, no_aws_env) -> tuple[str, list[str]]:
+def bucket(bucket_server, no_aws_env) -> tuple[str, list[str]]:
     """A fresh bucket, no AWS_* variable, and the --storage-option arguments to reach it."""
-    pairs = moto_server.storage_options()
+    pairs = bucket_server.storage_options()
     pairs["AWS_REGION"] = pairs.pop("aws_region")  # keys are case-insensitive, as obstore's
     args = [a for k, v in pairs.items() for a in ("--storage-option", f"{k}={v}")]
-    return f"s3://{moto_server.create_bucket()}/logs", args
+    return f"s3://{bucket_server.create_bucket()}/logs", args
 
 
 def test_every_command_reaches_the_bucket_through_storage_options(bucket, capsys,

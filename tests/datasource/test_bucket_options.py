@@ -47,13 +47,13 @@ def no_aws_anywhere(spark, monkeypatch):
     spark.dataSource.register(SeglogDataSource)
 
 
-def test_a_pipeline_reaches_the_bucket_through_options_alone(spark, moto_server,
+def test_a_pipeline_reaches_the_bucket_through_options_alone(spark, bucket_server,
                                                              no_aws_anywhere, tmp_path):
     assert _worker_aws_names(spark) == [], "the Python workers still see AWS_* variables"
     secret = f"opts-secret-{uuid.uuid4().hex}"
     key_id = f"opts-key-{uuid.uuid4().hex[:12]}"  # moto takes any credentials
-    uri = f"s3://{moto_server.create_bucket()}/logs"
-    storage = {"storage.aws_endpoint": moto_server.endpoint, "storage.aws_region": "us-east-1",
+    uri = f"s3://{bucket_server.create_bucket()}/logs"
+    storage = {"storage.aws_endpoint": bucket_server.endpoint, "storage.aws_region": "us-east-1",
                "storage.aws_access_key_id": key_id, "storage.aws_secret_access_key": secret,
                "storage.aws_allow_http": "true"}
 

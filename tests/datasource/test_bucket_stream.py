@@ -1,7 +1,8 @@
-"""The source and the exactly-once sink on a bucket (a real S3 server, moto, on
-127.0.0.1), in the shared session: a batch write, a seglog -> transform -> seglog stream
-whose commit is SIGKILLed after its conditional PUT and which is restarted from its
-checkpoint, batch reads; what the bucket holds is read back by kafka-python."""
+"""The source and the exactly-once sink on a bucket (a real S3 server on 127.0.0.1: moto,
+and SeaweedFS for the first test), in the shared session: a batch write, a seglog ->
+transform -> seglog stream whose commit is SIGKILLed after its conditional PUT and which
+is restarted from its checkpoint, batch reads; what the bucket holds is read back by
+kafka-python."""
 
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ pytestmark = pytest.mark.spark
 N = 3000
 
 
-@pytest.fixture
-def bucket(spark, s3_uri, moto_server, tmp_path):
-    point_workers_at(spark, dict(moto_server.env))
-    yield s3_uri
+@pytest.fixture(params=["s3"])
+def bucket(spark, request, tmp_path):
+    """A fresh bucket on moto (``s3``), or on SeaweedFS where a test parametrizes it
+    with ``seaweedfs``; Spark's Python workers get the server's ``AWS_*`` variables."""
+    uri = request.getfixturevalue("s3_uri" if request.param == "s3" else "seaweed_uri")
+    server = request.getfixturevalue("bucket_server" if request.param == "s3"
+                                     else "seaweed_server")
+    point_workers_at(spark, dict(server.env))
+    yield uri
     forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
 
 
@@ -42,6 +48,7 @@ def _run(spark, uri: str, chk: Path):
     return q.exception()
 
 
+@pytest.mark.parametrize("bucket", ["s3", "seaweedfs"], indirect=True)
 def test_pipeline_on_a_bucket_is_exactly_once_across_a_killed_commit(spark, bucket, tmp_path):
     (spark.range(0, N, numPartitions=3)
      .selectExpr("cast(id % 17 AS string) AS key", "concat('e', id) AS value")

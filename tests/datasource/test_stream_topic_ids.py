@@ -43,7 +43,7 @@ def log_dir(request, spark, tmp_path):
         return
     from _bucket_checks import forget_worker_env, point_workers_at
 
-    point_workers_at(spark, dict(request.getfixturevalue("moto_server").env))
+    point_workers_at(spark, dict(request.getfixturevalue("bucket_server").env))
     yield request.getfixturevalue("s3_uri")
     forget_worker_env(spark, [])
 

@@ -1,7 +1,7 @@
-"""One log behaviour over every backend: a local log dir, memory:// and an S3 server
-(moto, on 127.0.0.1). Each test runs the same create / append / read / timestamp seek /
-read_committed / high-watermark / restart steps through ``LogManager`` and the reader
-``LogManager(dir, read_only=True)``."""
+"""One log behaviour over every backend: a local log dir, memory:// and two S3 servers on
+127.0.0.1 (moto, and SeaweedFS where its wheel installs). Each test runs the same
+create / append / read / timestamp seek / read_committed / high-watermark / restart
+steps through ``LogManager`` and the reader ``LogManager(dir, read_only=True)``."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from seglog.logstore.record_codec import decode_batches, encode_batches
 TS = 1_700_000_000_000
 
 
-@pytest.fixture(params=["local", "memory", "s3"])
+@pytest.fixture(params=["local", "memory", "s3", "seaweedfs"])
 def log_dir(request, tmp_path: Path) -> str:
     if request.param == "local":
         return str(tmp_path / "logs")
     if request.param == "memory":
         return memory_uri()
-    return request.getfixturevalue("s3_uri")
+    return request.getfixturevalue("s3_uri" if request.param == "s3" else "seaweed_uri")
 
 
 def batches(n: int, start: int = 0) -> bytearray:

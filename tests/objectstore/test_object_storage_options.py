@@ -19,9 +19,9 @@ from seglog.logstore.record_codec import encode_batches
 SECRET = "wJalrXUtnFEMI-not-a-real-secret"
 
 
-def test_a_manager_reaches_the_bucket_through_options_alone(moto_server, no_aws_env):
-    uri = f"s3://{moto_server.create_bucket()}/logs"
-    options = moto_server.storage_options()
+def test_a_manager_reaches_the_bucket_through_options_alone(bucket_server, no_aws_env):
+    uri = f"s3://{bucket_server.create_bucket()}/logs"
+    options = bucket_server.storage_options()
     with LogManager(uri, storage_options=options) as mgr:
         mgr.create_topic("t", 1)
         mgr.append("t", 0, encode_batches(pa.array([b"a", b"b"], pa.binary())))

@@ -320,11 +320,14 @@ def test_reads_through_fragments_seek_by_offset_and_timestamp(monkeypatch, inlin
         assert log.offset_for_timestamp(0) == 0
 
 
+@pytest.mark.parametrize("server", ["s3", "seaweedfs"])
 @pytest.mark.parametrize("step", [*BUCKET_CRASH_STEPS, "after-upload", "after-commit",
                                   "task-after-upload"])
-def test_sigkill_at_each_step_then_replay_is_exactly_once(step, s3_uri):
+def test_sigkill_at_each_step_then_replay_is_exactly_once(step, server, request):
     """A real SIGKILL of the committing (or uploading) process at each named step, over
-    a real S3 server; the replay (same sink, same batch, new uploads) publishes once."""
+    a real S3 server (moto, SeaweedFS); the replay (same sink, same batch, new uploads)
+    publishes once."""
+    s3_uri = request.getfixturevalue("s3_uri" if server == "s3" else "seaweed_uri")
     opts = options(s3_uri)
     commit([stage(opts, 0)], 0, opts)  # a history to append to
     script = textwrap.dedent(f"""

@@ -71,9 +71,9 @@ def test_a_storage_option_without_a_name_is_refused():
 
 
 @pytest.fixture
-def bucket(moto_server, no_aws_env) -> tuple[str, dict[str, str]]:
-    options = moto_server.storage_options()
-    uri = f"s3://{moto_server.create_bucket()}/logs"
+def bucket(bucket_server, no_aws_env) -> tuple[str, dict[str, str]]:
+    options = bucket_server.storage_options()
+    uri = f"s3://{bucket_server.create_bucket()}/logs"
     with LogManager(uri, storage_options=options) as mgr:
         mgr.create_topic("t", 2)
     return uri, options
