@@ -3,11 +3,13 @@ against seglog on a local dir, and the driver's commit time per micro-batch.
 
     python benchmarks/bench_spark_bucket.py [--rows 3000000] [--per-batch 500000]
         [--repeats 3] [--commit-mb 1,100,1000] [--history 10,1000] [--skip-spark]
-        [--skip-commit] [--phases] [--only sink|source]
+        [--skip-commit] [--phases] [--only sink|source] [--server seaweedfs|moto]
 
-The bucket is moto's S3 server on 127.0.0.1 (``tests/s3_server.py``), started before the
-session so every Python worker inherits its ``AWS_*`` environment. moto is one Python
-process, far slower than S3 or MinIO: the bucket's rows/s here are a floor.
+The bucket is an S3 server on 127.0.0.1 (``tests/s3_server.py``), started before the
+session so every Python worker inherits its ``AWS_*`` environment: SeaweedFS (Go, a
+storage server run in production) where its wheel installs, else moto (one Python
+process, several times SeaweedFS's CPU per request). Either shares the machine's two
+cores with Spark, which S3 would not: the bucket's rows/s here are a floor.
 
 1. Sink: one input (a local seglog topic read by the seglog source), AvailableNow
    queries per round, alternating: the no-op Python Arrow writer, seglog on a local dir,
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -61,7 +62,7 @@ from bucket_peers import (  # noqa: E402
     put_arrow_source,
     put_get_peer_objects,
 )
-from s3_server import MotoServer  # noqa: E402
+from s3_server import MotoServer, S3Server, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 VALUE_BYTES = 100
 TASKS = 2  # local[2]: a micro-batch's data comes from two write tasks
@@ -73,35 +74,20 @@ def load() -> str:
     return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
 
-def server_cpu_s(server: MotoServer) -> float:
+def server_cpu_s(server: S3Server) -> float:
     """CPU seconds the S3 server has used so far (user + system, from /proc): the store's
     work shares this machine's two cores with Spark, which a real store's would not."""
     fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# A request line; moto colours some (e.g. a 206) with one or more ANSI escapes.
-_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP')
-
-
-def requests_since(server: MotoServer, offset: int) -> tuple[str, int]:
-    """The requests the server logged after byte ``offset`` of its log, by kind (LIST;
-    data or metadata, staging uploads being data), and the log's new end."""
-    with open(server.request_log, "rb") as f:
-        f.seek(offset)
-        text = f.read().decode(errors="replace")
-        end = offset + len(text.encode())
-    kinds: Counter[str] = Counter()
-    for method, path in _REQUEST.findall(text):
-        if method == "GET" and "list-type=" in path:
-            kinds["LIST"] += 1
-        elif "/_seglog/" in path and "/_seglog/staging/" not in path:
-            kinds[f"{method} meta"] += 1
-        else:
-            kinds[f"{method} data"] += 1
-    total = sum(kinds.values())
-    return f"{total} requests (" + ", ".join(
-        f"{k} {n}" for k, n in sorted(kinds.items())) + ")", end
+def requests_since(server: S3Server, before: Counter[str]) -> tuple[str, Counter[str]]:
+    """The requests the server served since the counts ``before``, by kind, and the
+    counts now."""
+    now = server.request_counts()
+    kinds = now - before
+    return f"{sum(kinds.values())} requests (" + ", ".join(
+        f"{k} {n}" for k, n in sorted(kinds.items())) + ")", now
 
 
 # ---------------------------------------------------------------------- Spark rates
@@ -145,7 +131,7 @@ def print_rates(title: str, rates: dict[str, list[float]], ceiling: str, peer: s
                   f"/ {peer} {v[bucket] / v[peer]:.2f}")
 
 
-def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> None:
+def spark_rates(server: S3Server, work: Path, args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     from seglog.datasource import SeglogDataSource
@@ -176,7 +162,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     spark.dataSource.register(get_arrow_source())
     # Each bucket sink run writes into a new bucket: moto lists a prefix by walking every
     # key of the bucket (S3 does not), so a bucket that fills up run after run would make
-    # each later run's LISTs slower for moto's sake, not seglog's.
+    # each later run's LISTs slower for the server's sake, not seglog's.
     # The sink's default, and with the option that leaves merging to `seglog maintain`.
     no_merge = {"mergeSmallSegments": "false"}
     sinks: dict[str, Callable[[], str]] = {
@@ -207,7 +193,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
     for r in range(args.repeats):
         # Rotate the order each round: a load spike should not always hit the same case.
         for label in _rotated(list(sinks), r) if args.only != "source" else ():
-            cpu, at = server_cpu_s(server), server.request_log.stat().st_size
+            cpu, at = server_cpu_s(server), server.request_counts()
             rate = sink_rate(spark, str(local_in), sinks[label](), work, args.per_batch,
                              no_merge if label == NO_MERGE else None)
             cpu = server_cpu_s(server) - cpu
@@ -215,7 +201,7 @@ def spark_rates(server: MotoServer, work: Path, args: argparse.Namespace) -> Non
             print(f"  round {r} sink   {label:30s} {rate:12,.0f} rows/s, S3 server "
                   f"{cpu:5.1f} CPU-s, {requests_since(server, at)[0]} ({load()})", flush=True)
         for label in _rotated(list(readers), r) if args.only != "sink" else ():
-            cpu, at = server_cpu_s(server), server.request_log.stat().st_size
+            cpu, at = server_cpu_s(server), server.request_counts()
             rate = run(spark, readers[label](), str(work / f"chk-src-{r}-{label[:8]}"))[0]
             cpu = server_cpu_s(server) - cpu
             source_rates[label].append(rate)
@@ -246,7 +232,7 @@ class CommitHarness:
 
     ROWS = 10_000
 
-    def __init__(self, server: MotoServer, uri: str, topic: str) -> None:
+    def __init__(self, server: S3Server, uri: str, topic: str) -> None:
         from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
         self.server = server
@@ -303,7 +289,7 @@ class CommitHarness:
         return secs
 
 
-def commit_by_size(server: MotoServer, sizes_mb: list[float], repeats: int) -> None:
+def commit_by_size(server: S3Server, sizes_mb: list[float], repeats: int) -> None:
     h = CommitHarness(server, f"s3://{server.create_bucket('commit-size')}/logs", "c")
     print(f"driver commit per micro-batch by its size ({TASKS} tasks' fragments uploaded "
           f"first, listed in the bucket; only commit() timed):", flush=True)
@@ -324,7 +310,7 @@ def commit_by_size(server: MotoServer, sizes_mb: list[float], repeats: int) -> N
               f"{load()})", flush=True)
 
 
-def commit_by_history(server: MotoServer, histories: list[int], repeats: int) -> None:
+def commit_by_history(server: S3Server, histories: list[int], repeats: int) -> None:
     h = CommitHarness(server, f"s3://{server.create_bucket('commit-history')}/logs", "h")
     print("driver commit of a 1 MB micro-batch by the bucket's history (prior commits, "
           "each a micro-batch of 3 fragments):", flush=True)
@@ -363,7 +349,7 @@ class _Timed:
         self._undo.clear()
 
 
-def phases(server: MotoServer, work: Path, rows: int) -> None:
+def phases(server: S3Server, work: Path, rows: int) -> None:
     """Where a write task's and a read task's time goes, Spark-free."""
     from seglog.logstore import object_storage
     from seglog.streaming import sink_bucket_staging, sink_staging
@@ -410,10 +396,17 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true", help="time a write task's phases")
     ap.add_argument("--only", choices=("sink", "source"),
                     help="only the sink's or only the source's Spark rounds")
+    ap.add_argument("--server", choices=("seaweedfs", "moto"),
+                    help="the S3 server (default: SeaweedFS where installed, else moto)")
     args = ap.parse_args()
+    if args.server is None:
+        args.server = "moto" if seaweed_unavailable() else "seaweedfs"
+    if args.server == "seaweedfs" and seaweed_unavailable():
+        ap.error(f"--server seaweedfs: {seaweed_unavailable()}")
 
-    print(f"start: {load()}, {os.cpu_count()} cores", flush=True)
-    with MotoServer() as server, tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+    print(f"start: {load()}, {os.cpu_count()} cores, S3 server: {args.server}", flush=True)
+    server_type = SeaweedServer if args.server == "seaweedfs" else MotoServer
+    with server_type() as server, tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         os.environ.update(server.env)
         work = Path(tmp)
         if not args.skip_spark:
