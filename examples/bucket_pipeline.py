@@ -3,7 +3,7 @@
     python examples/bucket_pipeline.py [--work-dir DIR]
 
 For the demo it starts a local S3-compatible server (moto's, installed with seglog's
-test extras: ``pip install 'moto[server]'``) on 127.0.0.1 and creates the bucket
+examples extra: ``pip install 'seglog[examples]'``) on 127.0.0.1 and creates the bucket
 ``seglog-demo``. Then it runs the same steps as ``examples/pipeline.py`` with
 ``option("path", "s3://seglog-demo/logs")`` and the server's endpoint and credentials
 as ``storage.*`` options, which travel with the query to the driver's and every
@@ -21,6 +21,7 @@ or the environment (docs/cluster.md).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -42,6 +43,10 @@ class DemoS3Server:
     """moto's S3 server in a subprocess on 127.0.0.1 (a port the OS picks)."""
 
     def __init__(self) -> None:
+        if importlib.util.find_spec("moto") is None:
+            raise SystemExit(
+                "this example starts moto's S3 server, which is not installed here: "
+                "pip install 'seglog[examples]' (or use the .venv that 'python3 run.py' builds)")
         self._log = tempfile.NamedTemporaryFile(prefix="seglog-moto-", suffix=".log")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
@@ -54,8 +59,9 @@ class DemoS3Server:
             if found:
                 self.endpoint = found.group(1)
             elif self.proc.poll() is not None or time.monotonic() > deadline:
+                output = Path(self._log.name).read_text(errors="replace")[-2000:]
                 self.stop()
-                raise SystemExit("could not start moto's S3 server: pip install 'moto[server]'")
+                raise SystemExit(f"could not start moto's S3 server: {output}")
             else:
                 time.sleep(0.05)
 
