@@ -355,10 +355,11 @@ class BucketLogManager:
                     self.storage, topic, partition, config, source)
             return log
 
-    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview
-               ) -> AppendInfo:
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
+               *, publish: bool = True) -> AppendInfo:
         """Validate, upload and commit record batches (one commit); returns their
-        ``AppendInfo``."""
+        ``AppendInfo``. ``publish`` is accepted for the local manager's signature: a
+        bucket commit is visible when it returns."""
         return self.append_many({(topic, partition): records})[(topic, partition)]
 
     def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],

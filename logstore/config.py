@@ -239,6 +239,7 @@ class ManagerConfig(_Config):
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_io_buffer_size: int
     num_recovery_threads_per_data_dir: int
+    linger_ms: int
 
     KEYS: ClassVar[tuple[ConfigKey, ...]] = (
         _key("log.retention.check.interval.ms", _parse_int, 300_000, "Retention pass period.",
@@ -259,4 +260,9 @@ class ManagerConfig(_Config):
              _at_least(512)),
         _key("num.recovery.threads.per.data.dir", _parse_int, 2, "Log loading threads per dir.",
              _at_least(1)),
+        # The producer's knob, since the embedding process is the producer: an append is
+        # published (fsynced, then the high-watermark checkpoint) within this delay.
+        _key("linger.ms", _parse_int, 5,
+             "Longest wait before an append is visible to other processes (0: in the call).",
+             _at_least(0)),
     )

@@ -352,9 +352,15 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     # -- logs ------------------------------------------------------------------------
 
     def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview, *,
-               in_place: bool = False) -> AppendInfo:
+               in_place: bool = False, publish: bool = True) -> AppendInfo:
         """Append record batches to a partition; returns the Log's AppendInfo.
-        ``in_place``: see ``Log.append`` (a writable buffer the caller gives up)."""
+
+        ``publish``: other processes see the records within ``linger.ms`` (default 5;
+        fsynced first, then the high-watermark checkpoint; one publish for a burst of
+        appends; ``linger.ms=0``: before this call returns). ``publish=False`` leaves
+        them to the caller's ``checkpoint_high_watermarks()`` (a caller that may still
+        take them back, as the sink's commit). ``in_place``: see ``Log.append`` (a
+        writable buffer the caller gives up)."""
         self.check_writable()
         p = self._partition(topic, partition)
         self._load(p)  # not under p.lock: loading takes the manager lock first
@@ -362,7 +368,10 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
             if p.log is None:  # deleted since
                 raise UnknownTopicOrPartitionError(
                     f"partition {topic}-{partition} was deleted")
-            return p.log.append(records, in_place=in_place)
+            info = p.log.append(records, in_place=in_place)
+        if publish:
+            self.publisher.request()
+        return info
 
     def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],
                     *, publish: bool = True) -> dict[TopicPartition, AppendInfo]:
@@ -376,7 +385,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         self.check_writable()
         for topic, partition in records:
             self._partition(topic, partition)
-        out = {(topic, partition): self.append(topic, partition, data)
+        out = {(topic, partition): self.append(topic, partition, data, publish=False)
                for (topic, partition), data in records.items()}
         if publish and out:
             self.checkpoint_high_watermarks()
@@ -396,8 +405,12 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         return future
 
     def flush(self) -> None:
-        """Nothing to wait for: every ``append_async`` completed in its call (the bucket
-        manager's signature). Durability is ``flush_all`` (fsync)."""
+        """Publish now what ``append`` left to ``linger.ms`` (Kafka's
+        ``producer.flush()``): on return other processes see every such append, fsynced.
+        Raises the error of a failed background publish. (Every ``append_async``
+        completed in its call: a local append has no request to wait for.)"""
+        self.check_writable()
+        self.publisher.flush()
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the
@@ -448,6 +461,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         if os.getpid() != self._pid:
             return  # a forked child: the logs, files and locks are the parent's business
         self.scheduler.stop()
+        self.publisher.stop()  # the checkpoints below publish what it had pending
         try:
             self.flush_all()
             self._save_last_runs()
@@ -469,6 +483,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     def _abandon(self) -> None:
         """Close what is open and release the locks, without flushing (error paths)."""
         self.scheduler.stop()
+        self.publisher.stop()
         for p in self._loaded():
             try:
                 if p.log is not None:

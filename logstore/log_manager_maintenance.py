@@ -9,7 +9,8 @@ the cleaner (created on first use: its offset map is large) and ``_maintenance_l
 The high watermark is the visibility contract with other processes:
 ``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
 writing ``replication-offset-checkpoint``, so what another process can see has been
-fsynced.
+fsynced. ``publisher`` runs it within ``linger.ms`` of an ``append(publish=True)``
+(``publisher``), so a producer's records reach other processes without asking.
 
 Thread-safety: as ``LogManager`` (the lock order is in ``log_manager``'s docstring).
 ``_maintenance_lock`` keeps retention and compaction of a log apart: the cleaner reads
@@ -35,6 +36,7 @@ from .file_names import (
 )
 from .log_dirs import LogDir, Partition, TopicPartition
 from .partition_table import PartitionTable
+from .publisher import LingerPublisher
 from .scheduler import (
     MaintenanceTask,
     Scheduler,
@@ -73,6 +75,9 @@ class ManagerMaintenance(PartitionTable["Log"]):
         self._cleaner: LogCleaner | None = None  # created on first use (large map)
         # `.deleted` segment files of every log, unlinked after file.delete.delay.ms
         self.deleter = DelayedDeleter(clock)
+        # appends published within linger.ms (the visibility contract, module doc)
+        self.publisher = LingerPublisher(self.config.linger_ms, self.checkpoint_high_watermarks,
+                                         name="seglog-publisher")
 
     def check_writable(self) -> None:
         """Raise unless this writer may write now (``LogManager``'s)."""
@@ -123,6 +128,7 @@ class ManagerMaintenance(PartitionTable["Log"]):
         A log whose flush fails keeps its old published value (the file says
         ``min(HW, recovery point)``), and its error is raised after the write."""
         self.check_writable()
+        self.publisher.publishing()
 
         def flush_to_hw(p: Partition[Log]) -> None:
             if p.log is not None:

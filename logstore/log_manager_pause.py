@@ -68,6 +68,7 @@ class PausableWriter(ManagerMaintenance):
         if self.scheduler.running:
             raise ConfigError(f"the LogManager of {self._dirs_text()} runs background "
                               "maintenance: it cannot pause")
+        self.publisher.stop()  # its pending publish is the checkpoints written below
         try:
             self.flush_all()
             self._save_last_runs()

@@ -494,7 +494,8 @@ def _append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
                     end = h.end_position
                 if end:
                     # The bytes are consumed here: the Log stamps offsets in them.
-                    mgr.append(frag.topic, frag.partition, mv[:end], in_place=True)
+                    mgr.append(frag.topic, frag.partition, mv[:end], in_place=True,
+                               publish=False)
                     total += end
             if end:
                 buf[:filled - end] = buf[end:filled]

@@ -78,7 +78,7 @@ def test_consume_starting_points_max_and_the_default_end(tmp_path, capsys):
             timestamps=pa.array([T0 + i * 1000 for i in range(10)], pa.int64()),
             max_batch_bytes=100))
         mgr.checkpoint_high_watermarks()
-        mgr.append("t", 0, encode_batches(pa.array([b"unpublished"])))
+        mgr.append("t", 0, encode_batches(pa.array([b"unpublished"])), publish=False)
         mgr.get_log("t", 0).flush()
         reader = run(capsys, "consume", "t", "--path", d, "--from-beginning")
         # the writer has not published offset 10: a reader stops at the high watermark

@@ -362,7 +362,7 @@ def test_high_watermark_checkpoint_publishes_only_flushed_data(tmp_path, monkeyp
     events = []
     with LogManager([tmp_path]) as mgr:
         mgr.create_topic("t")
-        mgr.append("t", 0, batch())
+        mgr.append("t", 0, batch(), publish=False)  # this test publishes
         log = mgr.get_log("t", 0)
         real_flush = type(log).flush
 
@@ -446,8 +446,8 @@ def test_flush_task_honours_flush_ms(tmp_path, clock):
         mgr.create_topic("slow")
         mgr.create_topic("fast", 1, {"flush.ms": 1000})
         mgr.run_maintenance()  # every task is due once at start
-        mgr.append("slow", 0, batch())
-        mgr.append("fast", 0, batch())
+        mgr.append("slow", 0, batch(), publish=False)
+        mgr.append("fast", 0, batch(), publish=False)
         clock.advance(100)
         runs = {r.name: r for r in mgr.run_maintenance()}
         assert runs["log-flusher"].result == 0
@@ -563,8 +563,8 @@ def test_one_failing_partition_does_not_stop_the_others(tmp_path, clock):
         def fail(*args, **kwargs):
             raise KafkaStorageError(f"disk error under {broken.dir}")
 
-        mgr.append("t", 0, batch())
-        mgr.append("t", 1, batch())
+        mgr.append("t", 0, batch(), publish=False)
+        mgr.append("t", 1, batch(), publish=False)
         broken.delete_old_segments = fail
         broken.flush = fail
         runs = {r.name: r for r in mgr.run_maintenance()}
@@ -712,7 +712,7 @@ class LogManagerModel(RuleBasedStateMachine):
 
     @rule(p=st.sampled_from([0, 1]), n=st.integers(1, 12))
     def append(self, p, n):
-        info = self.mgr.append("m", p, batch(n, 60))
+        info = self.mgr.append("m", p, batch(n, 60), publish=False)  # the model publishes
         assert info.first_offset == self._end(p)
         self.batches[p].append(n)
         self.hw[p] = self._end(p)
