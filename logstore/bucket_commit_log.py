@@ -119,6 +119,12 @@ FAST_RETRIES = 5
 never catches up with one that commits in a loop."""
 
 
+def repair_advice(uri: str) -> str:
+    """What an error about a log that no longer folds tells the operator to do."""
+    return (f"`seglog repair {uri}` shows what ending the log before the damage would "
+            f"lose, and does it with --execute (docs/troubleshooting.md)")
+
+
 def crash_point(step: str) -> None:
     """Kill this process (SIGKILL, no cleanup) if ``SEGLOG_CRASH_AT`` names ``step``."""
     if os.environ.get(CRASH_ENV) == step:
@@ -196,6 +202,7 @@ class CommitLog:
         self._refreshed_ms = clock.monotonic_ms()
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep)
+        self._rolled_back: str | None = None  # evidence of deleted newest commits
         self._load()
 
     @property
@@ -224,6 +231,14 @@ class CommitLog:
             hint = self._hint_version()
             base = (self._read_snapshot(hint) if hint is not None else None) or BucketState()
             self._fold(base, self._list_commits(base.version), started_ms, open_=True)
+            if hint is not None and hint > self._state.version:
+                # The hint is written after its commit: the newest commits were deleted,
+                # and writing on would re-use their versions (issue 22.4).
+                self._rolled_back = (
+                    f"{self.uri}/{HINT_KEY} names version {hint}, beyond the newest commit "
+                    f"{self._state.version}: commits after {self._state.version} were "
+                    f"deleted; refusing to write over them. {repair_advice(self.uri)}")
+                logger.error("%s", self._rolled_back)
 
     def _hint_version(self) -> int | None:
         try:
@@ -304,7 +319,8 @@ class CommitLog:
                 raise CorruptMetadataError(
                     f"{self.uri}: commit {state.version}, the newest this process knows, "
                     f"is gone and no newer commit is listed: the newest commit must "
-                    f"never be collected; refusing to write over a log it cannot see")
+                    f"never be collected; refusing to write over a log it cannot see. "
+                    f"{repair_advice(self.uri)}")
         if open_ and len(listed) > SNAPSHOT_EVERY:
             state = self._newer_snapshot(state.version, listed[-1]) or state
         run: list[int] = []  # the listed commits that follow the state without a gap
@@ -332,7 +348,10 @@ class CommitLog:
                 except FileNotFoundError:
                     raise CorruptMetadataError(
                         f"{where} was listed but cannot be read") from None
-            state = state.apply(Commit.decode(data, where, version), where)
+            try:
+                state = state.apply(Commit.decode(data, where, version), where)
+            except CorruptMetadataError as e:
+                raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
         changed = state.version != self._state.version
         self._state = state
         self._refreshed_ms = started_ms
@@ -367,7 +386,8 @@ class CommitLog:
                        if self._damaged else "")
             raise CorruptMetadataError(
                 f"{self.uri}: commit {state.version + 1} is missing (the log lists "
-                f"{listed_next} next) and no snapshot covers it{damaged}")
+                f"{listed_next} next) and no snapshot covers it{damaged}. "
+                f"{repair_advice(self.uri)}")
         return newer
 
     # -- writing ---------------------------------------------------------------------
@@ -380,6 +400,8 @@ class CommitLog:
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
+        if self._rolled_back is not None:
+            raise CorruptMetadataError(self._rolled_back)
         fresh = False  # whether the state was read from the bucket during this call
         self._attempts.count = 0
         self.turns.give_way()
