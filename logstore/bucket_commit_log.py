@@ -437,6 +437,7 @@ class CommitLog:
                     self._sleep(random.uniform(0, cap) / 1000)
                     self.refresh()
         finally:
+            self.turns.ended()
             if token is not None:
                 self.turns.withdraw(token)
         raise CommitConflictError(

@@ -8,9 +8,12 @@ lost ``TURN_AFTER_LOSSES`` races in one commit asks for the turn: it PUTs
 (every busy writer looks within ``CHECK_EVERY_MS``), and commits; then it deletes the
 marker if it is still its own.
 
-Every writer looks at the marker before a commit, at most once per ``CHECK_EVERY_MS``
-(one GET, normally answered "not found"): another writer's marker it has not given way
-to yet makes it wait until the marker is gone, at most ``MAX_YIELD_MS``. Each marker
+A writer committing in a loop (``BUSY_STREAK`` commits in a row, each started within
+``BUSY_GAP_MS`` of the end of the one before) looks at the marker before a commit, at
+most once per ``CHECK_EVERY_MS`` (one GET, normally answered "not found"); a writer that
+commits now and then never looks, and costs nothing more (it starves nobody). Another
+writer's marker it has not given way to yet makes it wait until the marker is gone, at
+most ``MAX_YIELD_MS``. Each marker
 (token) is given way to once per writer, so a marker left by a waiter that died costs
 every other writer one wait of at most ``MAX_YIELD_MS``, never more. Only a hint: the
 marker never decides what commits (the create-if-absent of the commit does), and a
@@ -38,6 +41,10 @@ logger = logging.getLogger(__name__)
 TURN_KEY = f"{META_DIR}/turn"
 TURN_AFTER_LOSSES = 2
 """Lost races in one commit after which a writer asks for the turn."""
+BUSY_STREAK = 4
+"""Commits in a row, each soon after the one before, that make a writer busy."""
+BUSY_GAP_MS = 50
+"""The longest pause between two commits of a busy writer."""
 CHECK_EVERY_MS = 200
 """How often a committing writer looks for another writer's request (a GET)."""
 REQUEST_WAIT_MS = 300
@@ -64,6 +71,8 @@ class Turns:
         # pays nothing.
         self._checked_ms = clock.monotonic_ms()
         self._given_way: str | None = None  # the token of the last request given way to
+        self._ended_ms: int | None = None  # when this writer's last commit ended
+        self._streak = 0  # commits in a row, each soon after the one before
         self.waits = 0
         """How many requests this writer gave way to (for tests and reports)."""
 
@@ -103,12 +112,14 @@ class Turns:
             )
 
     def give_way(self) -> None:
-        """Before a commit: wait while another writer's request this writer has not
-        given way to yet stands (at most ``MAX_YIELD_MS``); one GET per
-        ``CHECK_EVERY_MS`` at most, nothing otherwise."""
+        """Before a commit of a busy writer: wait while another writer's request this
+        writer has not given way to yet stands (at most ``MAX_YIELD_MS``); one GET per
+        ``CHECK_EVERY_MS`` at most, nothing for a writer that is not busy."""
         now = self.clock.monotonic_ms()
         with self._lock:
-            if now - self._checked_ms < CHECK_EVERY_MS:
+            soon = self._ended_ms is not None and now - self._ended_ms <= BUSY_GAP_MS
+            self._streak = self._streak + 1 if soon else 0
+            if self._streak < BUSY_STREAK or now - self._checked_ms < CHECK_EVERY_MS:
                 return
             self._checked_ms = now
         token = self._foreign_token()
@@ -127,6 +138,11 @@ class Turns:
                 break
         with self._lock:
             self._checked_ms = self.clock.monotonic_ms()
+
+    def ended(self) -> None:
+        """A commit of this writer ended (won, lost or failed)."""
+        with self._lock:
+            self._ended_ms = self.clock.monotonic_ms()
 
     def _foreign_token(self) -> str | None:
         """The token of the standing request of another writer, or None."""

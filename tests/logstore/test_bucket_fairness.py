@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bucket_helpers import memory_uri
+from bucket_helpers import CountingStorage, memory_uri
 
 from seglog.logstore import bucket_turn
 from seglog.logstore.bucket_manager import BucketLogManager
@@ -89,10 +89,10 @@ def test_each_kind_of_commit_gets_through_a_tight_loop_appender(s3_uri: str, tmp
 
 
 def test_a_request_left_by_a_dead_writer_is_waited_for_once():
-    """A writer that asked for the turn and died leaves its marker: every other writer
-    waits for it once, at most MAX_YIELD_MS, then commits without waiting again."""
-    uri = memory_uri()
-    storage = ObjectStorage(uri)
+    """A writer that asked for the turn and died leaves its marker: a writer committing in
+    a loop waits for it once, at most MAX_YIELD_MS, then commits without waiting again; a
+    writer committing now and then never even looks."""
+    storage = CountingStorage(ObjectStorage(memory_uri()))
     clock = MockClock()
     slept: list[float] = []
 
@@ -100,24 +100,28 @@ def test_a_request_left_by_a_dead_writer_is_waited_for_once():
         slept.append(seconds)
         clock.advance(int(seconds * 1000))
 
+    def commits(turns: Turns, n: int, gap_ms: int) -> None:
+        for _ in range(n):
+            clock.advance(gap_ms)
+            turns.give_way()
+            turns.ended()
+
     Turns(storage, "dead", clock, sleep).request()  # never withdrawn
     other = Turns(storage, "busy", clock, sleep)
     slept.clear()
-    other.give_way()  # looked less than CHECK_EVERY_MS ago (at open): no request made
-    assert other.waits == 0 and not slept
-    clock.advance(bucket_turn.CHECK_EVERY_MS)
-    other.give_way()
+    storage.reset()
+    commits(other, 10, bucket_turn.BUSY_GAP_MS + 1)  # now and then: never looks
+    assert other.waits == 0 and not slept and storage.total() == 0
+    commits(other, 10, 40)  # in a loop: looks, waits for the request once
     assert other.waits == 1
     assert sum(slept) * 1000 >= bucket_turn.MAX_YIELD_MS - bucket_turn.POLL_MS
     slept.clear()
-    clock.advance(bucket_turn.CHECK_EVERY_MS)
-    other.give_way()  # the same marker: not again
+    commits(other, 20, 40)  # the same marker: not again
     assert other.waits == 1 and not slept
     requester = Turns(storage, "loser", clock, sleep)
     token = requester.request()
     assert token is not None
-    clock.advance(bucket_turn.CHECK_EVERY_MS)
-    other.give_way()  # a new request is waited for, until it is withdrawn
+    commits(other, 10, 40)  # a new request is waited for
     assert other.waits == 2
     requester.withdraw(token)
     assert not storage.exists(bucket_turn.TURN_KEY)
