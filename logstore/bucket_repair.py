@@ -274,7 +274,7 @@ def repair(storage: Storage, diagnosis: Diagnosis) -> str:
     storage.write_atomic(f"{run}/report.json", json.dumps(diagnosis.to_json(), indent=2).encode())
     cut = diagnosis.cut
     _set_aside_metadata(storage, run, cut)
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         void = [v for v in _listed(storage, COMMIT_DIR) if v > cut]
         if not void:
             logger.warning(
@@ -285,6 +285,17 @@ def repair(storage: Storage, diagnosis: Diagnosis) -> str:
                 run,
             )
             return run
+        if round_:
+            # A writer holding a state from before the damage committed meanwhile: its
+            # commit was acknowledged to it, and is only in the copies now.
+            logger.warning(
+                "%s: commits %s were made during the repair on a state past "
+                "the cut; moved aside too (copies under %s/%s)",
+                storage.uri,
+                void,
+                storage.uri,
+                run,
+            )
         _set_aside_commits(storage, run, diagnosis.state, void)
     raise CorruptMetadataError(
         f"{storage.uri}: commits after version {cut} keep appearing while repairing "

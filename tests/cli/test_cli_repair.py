@@ -14,6 +14,7 @@ import pytest
 from _cli import run
 
 from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_repair import diagnose, repair
 from seglog.logstore.bucket_state import HINT_KEY, commit_key, snapshot_key
 from seglog.logstore.errors import CorruptMetadataError
 from seglog.logstore.object_storage import ObjectStorage
@@ -116,24 +117,30 @@ def test_repair_names_the_bad_commit_and_ends_the_log_before_it(s3_uri: str, cap
     assert run(capsys, "check", s3_uri).code == 0
 
 
-def test_a_deleted_newest_commit_with_a_hint_ahead_is_seen_and_refused(s3_uri: str, capsys):
+@pytest.mark.parametrize("snapshot_too", [True, False])
+def test_a_deleted_newest_commit_with_a_hint_ahead_is_seen_and_refused(
+    s3_uri: str, capsys, snapshot_too: bool
+):
     upto = make_log(s3_uri, 9)  # versions 0..10: the snapshot and hint of 10
     storage = ObjectStorage(s3_uri)
-    storage.delete(commit_key(10))  # the newest commit, and the snapshot that stood for it
-    storage.delete(snapshot_key(10))
+    storage.delete(commit_key(10))  # the newest commit (and the snapshot standing for it)
+    if snapshot_too:
+        storage.delete(snapshot_key(10))
     assert json.loads(storage.read(HINT_KEY))["version"] == 10
 
     checked = run(capsys, "check", s3_uri)
     assert checked.code == 1
-    assert "names version 10, beyond the newest commit 9" in checked.out
-    mgr = BucketLogManager(s3_uri)
-    with pytest.raises(
-        CorruptMetadataError,
-        match=r"commits after 9 were deleted.*seglog "
-        r"repair",
-    ):
-        mgr.append("a", 0, batch("x"))  # would re-use version 10
-    mgr.close()
+    if snapshot_too:
+        assert "names version 10, beyond the newest commit 9" in checked.out
+        mgr = BucketLogManager(s3_uri)
+        with pytest.raises(
+            CorruptMetadataError, match=r"commits after 9 were deleted.*seglog repair"
+        ):
+            mgr.append("a", 0, batch("x"))  # would re-use version 10
+        mgr.close()
+    else:  # the hint's snapshot stands for commit 10: every open refuses
+        assert "commit 10, the newest this process knows, is gone" in checked.err
+        assert "seglog repair" in checked.err
     dry = run(capsys, "repair", s3_uri)
     assert dry.code == 1 and "names version 10, beyond the newest commit 9" in dry.out
     assert run(capsys, "repair", s3_uri, "--execute").code == 0
@@ -170,3 +177,45 @@ def test_repair_of_a_healthy_log_changes_nothing(s3_uri: str, capsys):
 def test_repair_refuses_a_local_dir(tmp_path, capsys):
     r = run(capsys, "repair", str(tmp_path))
     assert r.code == 2 and "repair works on a bucket log dir" in r.err
+
+
+class CommitsDuringRepair:
+    """An ``ObjectStorage`` whose first delete of a commit lets a stale writer (opened
+    before the damage, so its state is past it) commit first."""
+
+    def __init__(self, inner: ObjectStorage, stale: BucketLogManager) -> None:
+        self.inner = inner
+        self.stale = stale
+        self.fired = False
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def delete(self, key: str) -> None:
+        if key.startswith("_seglog/log/") and not self.fired:
+            self.fired = True
+            self.stale.append("a", 0, batch("stale"))  # version 14, on its state of 13
+        self.inner.delete(key)
+
+
+def test_a_writer_committing_during_the_repair_is_moved_aside_too(s3_uri: str):
+    upto = make_log(s3_uri, 12)  # versions 0..13
+    stale = BucketLogManager(s3_uri)  # holds version 13
+    storage = ObjectStorage(s3_uri)
+    damage(storage, 11, "bad-json")
+    wrapped = CommitsDuringRepair(storage, stale)
+    diagnosis = diagnose(storage)
+    assert diagnosis.cut == 10
+    run_prefix = repair(wrapped, diagnosis)
+    assert wrapped.fired
+    stale.close()
+    moved = {f"{run_prefix}/{e.name}" for e in storage.list_tree(run_prefix)}
+    assert {f"{run_prefix}/{commit_key(v)}" for v in (11, 12, 13, 14)} <= moved
+    with BucketLogManager(s3_uri, read_only=True) as reader:
+        assert reader.state.version == 10
+        for tp in PARTITIONS:
+            assert values(reader, *tp) == upto[tp]
