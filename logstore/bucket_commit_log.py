@@ -202,7 +202,7 @@ class CommitLog:
         self._refreshed_ms = clock.monotonic_ms()
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep)
-        self._rolled_back: str | None = None  # evidence of deleted newest commits
+        self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
         self._load()
 
     @property
@@ -234,11 +234,8 @@ class CommitLog:
             if hint is not None and hint > self._state.version:
                 # The hint is written after its commit: the newest commits were deleted,
                 # and writing on would re-use their versions (issue 22.4).
-                self._rolled_back = (
-                    f"{self.uri}/{HINT_KEY} names version {hint}, beyond the newest commit "
-                    f"{self._state.version}: commits after {self._state.version} were "
-                    f"deleted; refusing to write over them. {repair_advice(self.uri)}")
-                logger.error("%s", self._rolled_back)
+                self._hint_ahead = hint
+                logger.error("%s", self._rolled_back_message())
 
     def _hint_version(self) -> int | None:
         try:
@@ -400,8 +397,8 @@ class CommitLog:
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
-        if self._rolled_back is not None:
-            raise CorruptMetadataError(self._rolled_back)
+        if self._hint_ahead is not None and self._hint_ahead > self._state.version:
+            raise CorruptMetadataError(self._rolled_back_message())
         fresh = False  # whether the state was read from the bucket during this call
         self._attempts.count = 0
         self.turns.give_way()
@@ -515,7 +512,16 @@ class CommitLog:
         # The view's age stays that of the last LIST: the winner came after it, so the
         # commits after the winner are younger still, and the age check before the next
         # create keeps them uncollectable.
-        self._state = self._state.apply(Commit.decode(data, where, version), where)
+        try:
+            self._state = self._state.apply(Commit.decode(data, where, version), where)
+        except CorruptMetadataError as e:
+            raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
+
+    def _rolled_back_message(self) -> str:
+        version = self._state.version
+        return (f"{self.uri}/{HINT_KEY} names version {self._hint_ahead}, beyond the newest "
+                f"commit {version}: commits after {version} were deleted; refusing to write "
+                f"over them. {repair_advice(self.uri)}")
 
     def _view_too_old(self) -> bool:
         """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""

@@ -242,6 +242,8 @@ def rollback_evidence(storage: Storage, state: BucketState) -> list[str]:
 
 def describe(d: Diagnosis) -> list[str]:
     """The diagnosis as lines for people."""
+    if d.healthy and d.cut < 0:
+        return [f"{d.uri}: no commits here (no log dir, or an empty one); nothing to repair"]
     if d.healthy:
         return [f"{d.uri}: every commit up to version {d.cut} follows its state; nothing to repair"]
     lines = []

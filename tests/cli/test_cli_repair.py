@@ -172,6 +172,8 @@ def test_repair_of_a_healthy_log_changes_nothing(s3_uri: str, capsys):
     r = run(capsys, "repair", s3_uri, "--execute")
     assert r.code == 0 and "nothing to repair" in r.out
     assert everything(storage) == before
+    empty = run(capsys, "repair", f"{s3_uri}-none")
+    assert empty.code == 0 and "no commits here" in empty.out
 
 
 def test_repair_refuses_a_local_dir(tmp_path, capsys):
