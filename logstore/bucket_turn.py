@@ -47,7 +47,7 @@ BUSY_GAP_MS = 50
 """The longest pause between two commits of a busy writer."""
 CHECK_EVERY_MS = 200
 """How often a committing writer looks for another writer's request (a GET)."""
-REQUEST_WAIT_MS = 300
+REQUEST_WAIT_MS = 500
 """How long a requester waits before it commits: every writer committing in a loop has
 looked (``CHECK_EVERY_MS``, plus the commit it was in the middle of) and is waiting."""
 MAX_YIELD_MS = 1_000
