@@ -9,15 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore import bucket_turn
+from seglog.logstore import bucket_merge, bucket_turn
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_turn import Turns
 from seglog.logstore.clock import MockClock
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.record_codec import decode_batches, encode_batches
 
 APPENDER = r"""
 import sys
@@ -125,3 +126,39 @@ def test_a_request_left_by_a_dead_writer_is_waited_for_once():
     assert other.waits == 2
     requester.withdraw(token)
     assert not storage.exists(bucket_turn.TURN_KEY)
+
+
+def test_a_merge_that_lost_to_an_append_rebases_without_uploading_again(monkeypatch):
+    """Another writer appends between the merge's upload and its commit: the merge's
+    create loses, it folds the append (which touched only the tail) and commits the same
+    upload on the new state, at its second attempt."""
+    uri = memory_uri()
+    mgr = BucketLogManager(uri)
+    mgr.create_topic("t", 1, {"segment.bytes": 1 << 20})
+    for i in range(4):
+        mgr.append("t", 0, encode_batches(pa.array([f"m{i}".encode()])))
+    other = BucketLogManager(uri)
+    uploads: list[int] = []
+    real_upload = bucket_merge.upload
+
+    def counting_upload(storage, segments) -> None:
+        uploads.append(len(segments))
+        real_upload(storage, segments)
+
+    def append_meanwhile(step: str) -> None:
+        if step == "merge-after-upload":
+            other.append("t", 0, encode_batches(pa.array([b"tail"])))
+
+    monkeypatch.setattr(bucket_merge, "upload", counting_upload)
+    monkeypatch.setattr(bucket_merge, "crash_point", append_meanwhile)
+    assert mgr.merge_segments() == 4
+    assert uploads == [1] and mgr.commits.last_attempts == 2
+    with LogManager(uri, read_only=True) as reader:
+        assert [v for _, v in offsets_and_values(reader, "t")] == [
+            b"m0",
+            b"m1",
+            b"m2",
+            b"m3",
+            b"tail",
+        ]
+        assert len(reader.state.partition("t", 0).segments) == 2  # merged + the tail
