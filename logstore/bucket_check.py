@@ -16,9 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .bucket_collect import data_objects
+from .bucket_commit_log import repair_advice
 from .bucket_objects import object_uri, read_segment, stored_indexes
+from .bucket_repair import rollback_evidence
 from .bucket_segment import object_keys
-from .bucket_state import BucketState, SegmentEntry
+from .bucket_state import (
+    COMMIT_DIR,
+    BucketState,
+    SegmentEntry,
+    parse_segment_stem,
+    version_name,
+)
 from .config import LogConfig
 from .errors import SeglogError
 from .index_check import (
@@ -87,15 +95,54 @@ def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogC
         problems = len(findings) - before
         reports.append(PartitionReport(object_uri(storage, key), len(ps.segments), batches,
                                        ps.high_watermark, problems, 0))
+    findings += [BucketFinding(storage.uri, f"{e}: the newest commits were deleted (the log "
+                                            f"rolled back); {repair_advice(storage.uri)}")
+                 for e in rollback_evidence(storage, state)]
     referenced = {k for ps in state.partitions.values() for s in ps.segments
                   for k in object_keys(s)}
-    for key, _entry in data_objects(storage):
-        if key not in referenced:
-            findings.append(BucketFinding(
-                object_uri(storage, key), "not referenced by the current state (an "
-                "uncommitted upload, or removed and waiting for file.delete.delay.ms); "
-                "seglog maintain deletes it", problem=False))
+    newest = max((e.mtime_ms for e in storage.list_after(COMMIT_DIR, _before(state))),
+                 default=None)
+    for key, listed in data_objects(storage):
+        if key in referenced:
+            continue
+        at = _at_or_beyond_log_end(state, key)
+        if at is not None and newest is not None and listed.mtime_ms >= newest:
+            base, end = at
+            if base > end:
+                findings.append(BucketFinding(
+                    object_uri(storage, key), f"not referenced, written after the newest "
+                    f"commit and starting at offset {base}, beyond the log end {end} of its "
+                    f"partition: only a commit that is gone can have placed it there (the "
+                    f"newest commits were deleted); {repair_advice(storage.uri)}"))
+            else:
+                findings.append(BucketFinding(
+                    object_uri(storage, key), f"not referenced, written after the newest "
+                    f"commit and starting at the log end {end}: a writer killed between its "
+                    f"upload and its commit, or the newest commit was deleted (if no writer "
+                    f"died, run seglog repair); seglog maintain deletes it", problem=False))
+            continue
+        findings.append(BucketFinding(
+            object_uri(storage, key), "not referenced by the current state (an "
+            "uncommitted upload, or removed and waiting for file.delete.delay.ms); "
+            "seglog maintain deletes it", problem=False))
     return findings, reports
+
+
+def _before(state: BucketState) -> str:
+    """The LIST start that lists the newest commit (and any after it)."""
+    return version_name(state.version - 1) if state.version >= 1 else ""
+
+
+def _at_or_beyond_log_end(state: BucketState, key: str) -> tuple[int, int] | None:
+    """(base offset, log end) of a partition's segment object whose base offset is at or
+    beyond the partition's log end. A writer stamps offsets from a log end it read, never
+    beyond the newest commit's: an object beyond it was placed by a commit that is gone."""
+    prefix, _, name = key.rpartition("/")
+    ps = state.partitions.get(prefix)
+    parsed = parse_segment_stem(name.partition(".")[0])
+    if ps is None or parsed is None or parsed[0] < ps.high_watermark:
+        return None
+    return parsed[0], ps.high_watermark
 
 
 def _index_findings(storage: Storage, entry: SegmentEntry,

@@ -28,10 +28,14 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
   visible. On a lost race the
-  writer reads the new commits and calls
-  ``build`` again with the new state (an append re-stamps its offsets and re-uploads;
-  an operation whose inputs vanished raises), after a bounded, jittered backoff; after
-  ``max_attempts`` a ``CommitConflictError`` names the URI.
+  writer folds the new commits (the first loss: one LIST, the missed commits read in
+  parallel; later ones: the winner's commit, one GET) and calls ``build`` again at once
+  with the new state: a logical rebase (an append re-stamps its offsets and re-uploads
+  only partitions whose end moved; a merge keeps its upload while its sources are there;
+  an operation whose inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks
+  the other writers for the turn (``bucket_turn``: a writer in a tight loop would win
+  every race otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks
+  again; after ``max_attempts`` a ``CommitConflictError`` names the URI.
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
   hint (so the hint is never ahead of a snapshot that exists).
 
@@ -57,6 +61,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +79,7 @@ from .bucket_state import (
     snapshot_key,
     version_name,
 )
+from .bucket_turn import TURN_AFTER_LOSSES, Turns
 from .clock import SYSTEM_CLOCK, Clock
 from .errors import (
     BucketNotFoundError,
@@ -105,6 +111,18 @@ this) by the store's clock, whatever anyone's ``file.delete.delay.ms``, so every
 made since the writer looked is still there and wins the create against it."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
+FETCH_THREADS = 16
+"""The most commits a refresh reads at once."""
+FAST_RETRIES = 5
+"""Lost races retried at once, on the winner's commit (``_rebase``), before the backoff
+(by then the turn was asked for: ``bucket_turn``): a writer that sleeps after each loss
+never catches up with one that commits in a loop."""
+
+
+def repair_advice(uri: str) -> str:
+    """What an error about a log that no longer folds tells the operator to do."""
+    return (f"`seglog repair {uri}` shows what ending the log before the damage would "
+            f"lose, and does it with --execute (docs/troubleshooting.md)")
 
 
 def crash_point(step: str) -> None:
@@ -182,6 +200,9 @@ class CommitLog:
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
+        self._attempts = threading.local()  # .count: creates tried by this thread's commit
+        self.turns = Turns(storage, self.writer_id, clock, sleep)
+        self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
         self._load()
 
     @property
@@ -191,6 +212,14 @@ class CommitLog:
     @property
     def state(self) -> BucketState:
         return self._state
+
+    @property
+    def last_attempts(self) -> int:
+        """How many versions the calling thread's last ``commit`` tried to create (1: it
+        won the first; 0: nothing to do, or no commit yet), for callers that report how
+        hard a commit had to fight other writers."""
+        count: int = getattr(self._attempts, "count", 0)
+        return count
 
     # -- reading ---------------------------------------------------------------------
 
@@ -202,6 +231,11 @@ class CommitLog:
             hint = self._hint_version()
             base = (self._read_snapshot(hint) if hint is not None else None) or BucketState()
             self._fold(base, self._list_commits(base.version), started_ms, open_=True)
+            if hint is not None and hint > self._state.version:
+                # The hint is written after its commit: the newest commits were deleted,
+                # and writing on would re-use their versions (issue 22.4).
+                self._hint_ahead = hint
+                logger.error("%s", self._rolled_back_message())
 
     def _hint_version(self) -> int | None:
         try:
@@ -282,9 +316,17 @@ class CommitLog:
                 raise CorruptMetadataError(
                     f"{self.uri}: commit {state.version}, the newest this process knows, "
                     f"is gone and no newer commit is listed: the newest commit must "
-                    f"never be collected; refusing to write over a log it cannot see")
+                    f"never be collected; refusing to write over a log it cannot see. "
+                    f"{repair_advice(self.uri)}")
         if open_ and len(listed) > SNAPSHOT_EVERY:
             state = self._newer_snapshot(state.version, listed[-1]) or state
+        run: list[int] = []  # the listed commits that follow the state without a gap
+        for version in listed:
+            if version == state.version + 1 + len(run):
+                run.append(version)
+            elif version > state.version:
+                break
+        fetched = self._fetch(run)
         for version in listed:
             if version <= state.version:
                 continue  # a snapshot below already holds it
@@ -296,15 +338,39 @@ class CommitLog:
                     continue
             key = commit_key(version)
             where = f"{self.uri}/{key}"
+            data = fetched.get(version)
+            if data is None:
+                try:
+                    data = self.storage.read(key)
+                except FileNotFoundError:
+                    raise CorruptMetadataError(
+                        f"{where} was listed but cannot be read") from None
             try:
-                data = self.storage.read(key)
-            except FileNotFoundError:
-                raise CorruptMetadataError(f"{where} was listed but cannot be read") from None
-            state = state.apply(Commit.decode(data, where, version), where)
+                state = state.apply(Commit.decode(data, where, version), where)
+            except CorruptMetadataError as e:
+                raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
         changed = state.version != self._state.version
         self._state = state
         self._refreshed_ms = started_ms
         return changed
+
+    def _fetch(self, versions: list[int]) -> dict[int, bytes]:
+        """The commits of ``versions`` read at once (``FETCH_THREADS`` in flight): a
+        writer behind a fast one catches up in a round trip or two, not one per commit
+        (sequential GETs lose the race to a writer committing in a loop). A commit that
+        could not be read here is left out: the fold reads it again and names it."""
+        if len(versions) < 2:
+            return {}
+
+        def read(version: int) -> tuple[int, bytes | None]:
+            try:
+                return version, self.storage.read(commit_key(version))
+            except (FileNotFoundError, KafkaStorageError):
+                return version, None
+
+        with ThreadPoolExecutor(min(len(versions), FETCH_THREADS),
+                                thread_name_prefix="seglog-commit-fetch") as pool:
+            return {v: data for v, data in pool.map(read, versions) if data is not None}
 
     def _snapshot_over_gap(self, state: BucketState, listed_next: int, newest: int
                            ) -> BucketState:
@@ -317,7 +383,8 @@ class CommitLog:
                        if self._damaged else "")
             raise CorruptMetadataError(
                 f"{self.uri}: commit {state.version + 1} is missing (the log lists "
-                f"{listed_next} next) and no snapshot covers it{damaged}")
+                f"{listed_next} next) and no snapshot covers it{damaged}. "
+                f"{repair_advice(self.uri)}")
         return newer
 
     # -- writing ---------------------------------------------------------------------
@@ -330,73 +397,131 @@ class CommitLog:
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
+        if self._hint_ahead is not None and self._hint_ahead > self._state.version:
+            raise CorruptMetadataError(self._rolled_back_message())
         fresh = False  # whether the state was read from the bucket during this call
+        self._attempts.count = 0
+        self.turns.give_way()
         if self._view_too_old():
             # Cheap to do now rather than build on a state the create check below would
             # throw away anyway.
             self.refresh()
             fresh = True
-        for attempt in range(self.max_attempts):
-            state = self._state
-            try:
-                # Outside the lock: build uploads (a large append must not hold up the
-                # other partitions' commits of this process).
-                change = build(state)
-            except KafkaStorageError:
-                raise
-            except SeglogError:
-                # A check failed on what this process knew; another process may have
-                # changed it since (created the topic, appended the offsets): only a
-                # state just read from the bucket can say no.
-                if fresh:
-                    raise
-                self.refresh()
+        token: str | None = None  # our request for the turn, once asked
+        try:
+            for attempt in range(self.max_attempts):
+                state = self._state
+                new_state, won = self._attempt(operation, build, state, attempt, fresh)
+                if won:
+                    if snapshot and new_state is not None:
+                        self.snapshot_if_due(new_state)  # outside the lock too
+                    return new_state
                 fresh = True
-                if self._state.version == state.version:
-                    raise
-                continue
-            if change is None:
-                return None
-            version = state.version + 1
-            commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
-                            change.topics, change.partitions, change.sinks)
-            key = commit_key(version)
-            new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
-            crash_point("after-upload")
-            data = commit.encode()
-            with self._lock:
-                if self._state.version == state.version and self._view_too_old():
-                    # build may have uploaded for minutes: commits made before our last
-                    # LIST may be collected meanwhile, making ``version`` a free name
-                    # again; creating it would fork the log (an acknowledged commit no
-                    # one sees). Look again: a moved state rebuilds, as after a lost race.
+                if won is None:
+                    continue
+                logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
+                            self.uri, state.version + 1, operation, attempt + 1)
+                if attempt + 1 == TURN_AFTER_LOSSES and token is None:
+                    # Losing again and again: a writer commits in a loop. Ask it to let
+                    # us through (bucket_turn), then look.
+                    token = self.turns.request()
                     self.refresh()
-                if self._state.version != state.version:
-                    # Another thread of this process committed (or refreshed) since
-                    # build: a lost race the bucket need not be asked about.
-                    won = None
-                else:
-                    won = self._create(key, data, operation)
-                    if won:
-                        self._state = new_state
-                    else:
-                        self.refresh()
-            if won:
-                crash_point("after-commit")
-                if snapshot:
-                    self.snapshot_if_due(new_state)  # outside the lock too
-                return new_state
-            fresh = True
-            if won is None:
-                continue
-            logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
-                        self.uri, version, operation, attempt + 1)
-            cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
-            self._sleep(random.uniform(0, cap) / 1000)
+                elif attempt + 1 >= FAST_RETRIES:
+                    # Many writers racing as equals: spread them out. Sleep, then look,
+                    # never the other way round: a create from a state that aged during
+                    # a sleep loses to any writer committing in a loop, every time.
+                    cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
+                    self._sleep(random.uniform(0, cap) / 1000)
+                    self.refresh()
+        finally:
+            self.turns.ended()
+            if token is not None:
+                self.turns.withdraw(token)
         raise CommitConflictError(
             f"{self.uri}: could not commit {operation} after {self.max_attempts} attempts: "
             f"other writers committed first every time (the log is at version "
             f"{self._state.version}); nothing of this {operation} is visible")
+
+    def _attempt(self, operation: str, build: Callable[[BucketState], Change | None],
+                 state: BucketState, attempt: int, fresh: bool
+                 ) -> tuple[BucketState | None, bool | None]:
+        """One attempt of ``commit`` on ``state``: (the new state, True) when it won,
+        (None, True) when ``build`` had nothing to do, (None, False) when another writer
+        took the version (its commit folded in), (None, None) when this process's state
+        moved meanwhile (build again, no request made)."""
+        try:
+            # Outside the lock: build uploads (a large append must not hold up the other
+            # partitions' commits of this process).
+            change = build(state)
+        except KafkaStorageError:
+            raise
+        except SeglogError:
+            # A check failed on what this process knew; another process may have changed
+            # it since (created the topic, appended the offsets): only a state just read
+            # from the bucket can say no.
+            if fresh:
+                raise
+            self.refresh()
+            if self._state.version == state.version:
+                raise
+            return None, None
+        if change is None:
+            return None, True
+        version = state.version + 1
+        commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
+                        change.topics, change.partitions, change.sinks)
+        key = commit_key(version)
+        new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
+        crash_point("after-upload")
+        data = commit.encode()
+        with self._lock:
+            if self._state.version == state.version and self._view_too_old():
+                # build may have uploaded for minutes: commits made before our last LIST
+                # may be collected meanwhile, making ``version`` a free name again;
+                # creating it would fork the log (an acknowledged commit no one sees).
+                # Look again: a moved state rebuilds, as after a lost race.
+                self.refresh()
+            if self._state.version != state.version:
+                # Another thread of this process committed (or refreshed) since build: a
+                # lost race the bucket need not be asked about.
+                return None, None
+            self._attempts.count += 1
+            if not self._create(key, data, operation):
+                if attempt:
+                    self._rebase(version)
+                else:
+                    # The first loss: how far behind is unknown (a writer in a loop may be
+                    # hundreds of versions ahead); one LIST says.
+                    self.refresh()
+                return None, False
+            self._state = new_state
+        crash_point("after-commit")
+        return new_state, True
+
+    def _rebase(self, version: int) -> None:
+        """After losing the create of ``version`` again: fold the winner's commit (one
+        GET, no LIST: its name is known), so that the next attempt builds at once on the
+        state the winner made. Later commits are found by the next lost create."""
+        key = commit_key(version)
+        where = f"{self.uri}/{key}"
+        try:
+            data = self.storage.read(key)
+        except FileNotFoundError:
+            self.refresh()  # "exists" yet gone: collected under a slow writer
+            return
+        # The view's age stays that of the last LIST: the winner came after it, so the
+        # commits after the winner are younger still, and the age check before the next
+        # create keeps them uncollectable.
+        try:
+            self._state = self._state.apply(Commit.decode(data, where, version), where)
+        except CorruptMetadataError as e:
+            raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
+
+    def _rolled_back_message(self) -> str:
+        version = self._state.version
+        return (f"{self.uri}/{HINT_KEY} names version {self._hint_ahead}, beyond the newest "
+                f"commit {version}: commits after {version} were deleted; refusing to write "
+                f"over them. {repair_advice(self.uri)}")
 
     def _view_too_old(self) -> bool:
         """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""

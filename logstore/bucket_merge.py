@@ -46,11 +46,13 @@ MERGE_STEPS = ("merge-after-upload", "merge-after-commit")
 
 @dataclass(frozen=True, slots=True)
 class MergeResult:
-    """What one merge of a partition committed (``merged`` sources into ``written``)."""
+    """What one merge of a partition committed (``merged`` sources into ``written``);
+    ``attempts``: the versions its commit tried to create (``CommitLog.last_attempts``)."""
 
     merged: int
     written: int
     abandoned: int
+    attempts: int = 0
 
 
 def plan_merges(ps: PartitionState, config: LogConfig) -> list[tuple[SegmentEntry, ...]]:
@@ -156,10 +158,11 @@ def merge_partition(commits: CommitLog, topic: str, partition: int, config: LogC
     # collector deletes what no commit references after the orphan grace.
     done = commits.commit("merge", build)
     discard(storage, dropped)
+    attempts = commits.last_attempts
     if done is None:
-        return MergeResult(0, 0, len(runs))
+        return MergeResult(0, 0, len(runs), attempts)
     on_commit()
     crash_point("merge-after-commit")
     merged = sum(len(run) for run, _seg in pending)
     logger.info("%s: merged %d segments of %s into %d", commits.uri, merged, key, len(pending))
-    return MergeResult(merged, len(pending), len(runs) - len(pending))
+    return MergeResult(merged, len(pending), len(runs) - len(pending), attempts)
