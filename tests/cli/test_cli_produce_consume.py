@@ -122,7 +122,31 @@ def test_a_failed_produce_publishes_nothing_and_takes_its_appends_back(tmp_path,
         assert sum(ends.values()) == 4 and mgr.high_watermarks() == ends
     one_line_error(run(capsys, "produce", "t", "--path", d, "--partition", "7", "--file",
                        bad), "--partition 7")
-    one_line_error(run(capsys, "produce", "nope", "--path", d, "--file", bad), "nope")
+    one_line_error(run(capsys, "produce", "nope", "--path", d, "--file", bad,
+                       "--no-create-topic"), "nope", "--no-create-topic")
+    with LogManager([d]) as mgr:
+        assert mgr.topics() == ["t"]
+
+
+def test_produce_creates_a_missing_topic_as_a_broker_and_the_sink_do(tmp_path, capsys):
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "t", "--path", d).code == 0
+    r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 6))
+    assert r.code == 0, r
+    assert "created topic 'fresh' with 1 partition(s)" in r.err and "Produced 6" in r.out
+    r = run(capsys, "produce", "wide", "--path", d, "--file", _lines(tmp_path, 6),
+            "--num-partitions", "3", "--topic-config", "retention.ms=60000")
+    assert r.code == 0 and "with 3 partition(s)" in r.err, r
+    with LogManager([d], read_only=True) as mgr:
+        assert mgr.topics() == ["fresh", "t", "wide"]
+        assert mgr.partitions("wide") == [0, 1, 2]
+        assert mgr.topic_overrides("wide") == {"retention.ms": "60000"}
+        assert mgr.high_watermarks()[("fresh", 0)] == 6
+    # an existing topic is used as it is, without a word
+    r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 2))
+    assert r.code == 0 and "created" not in r.err
+    one_line_error(run(capsys, "produce", "bad", "--path", d, "--file", _lines(tmp_path, 1),
+                       "--topic-config", "retention.ms=abc"), "retention.ms")
 
 
 def _lines(tmp_path, n):
