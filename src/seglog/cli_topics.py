@@ -138,9 +138,12 @@ def _delete(args: argparse.Namespace, out: TextIO) -> int:
         write_json(out, {"topic": args.topic, "deleted": bool(partitions),
                          "partitions": partitions})
     elif partitions:
-        out.write(f"Deleted topic {args.topic} ({partitions} partition(s)); its directories "
-                  "are removed after file.delete.delay.ms by the next writer "
-                  "(e.g. seglog maintain).\n")
+        # What happens, not file.delete.delay.ms: that delay applies only inside a writer
+        # that stays open (this one closes now); the next writer removes them on open.
+        out.write(f"Deleted topic {args.topic} ({partitions} partition(s)): readers no "
+                  "longer see it; its directories, renamed <topic>-<p>.<id>-delete, are "
+                  "removed by the next writer that opens the log dir (e.g. seglog "
+                  "maintain).\n")
     return EXIT_OK
 
 
