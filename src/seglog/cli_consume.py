@@ -38,8 +38,9 @@ from seglog.logstore.log_read import LogReads
 from seglog.logstore.log_segment import LogSegment
 from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
+from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
-from .cli_common import EXIT_OK, add_path_args, open_reader, parse_key_values
+from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
 from .cli_output import write_json
 
 READ_CHUNK_BYTES = 1 << 20
@@ -180,19 +181,25 @@ def start_offsets(mgr: LogDirsReader, topic: str, partitions: list[int],
 
 
 def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
-            hws: dict[int, int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every record from ``positions`` up to ``hws``, partition by partition; advances
-    ``positions`` as it goes (so a follow-up call continues where this one stopped)."""
+            hws: dict[int, int], isolation_level: str = READ_UNCOMMITTED
+            ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every record from ``positions`` up to ``hws`` (``read_committed``: up to the last
+    stable offset, without aborted transactions' records), partition by partition;
+    advances ``positions`` as it goes (so a follow-up call continues where this one
+    stopped)."""
     for p in sorted(positions):
         end = hws[p]
         if positions[p] >= end:
             continue
         log = mgr.get_log(topic, p)
-        for chunk in log.read_chunks(positions[p], end, READ_CHUNK_BYTES):
+        for chunk in log.read_chunks(positions[p], end, READ_CHUNK_BYTES,
+                                     isolation_level=isolation_level):
             for r in decode_chunk(log, chunk, positions[p], end):
                 positions[p] = r["offset"] + 1
                 yield p, r
-        positions[p] = max(positions[p], min(end, log.high_watermark))
+        readable = (log.last_stable_offset if isolation_level == READ_COMMITTED
+                    else log.high_watermark)
+        positions[p] = max(positions[p], min(end, readable))
 
 
 def decode_chunk(log: LogReads, chunk: memoryview, start: int, end: int
@@ -287,6 +294,10 @@ def _validate(args: argparse.Namespace) -> None:
 
 def _consume(args: argparse.Namespace, out: TextIO) -> int:
     _validate(args)
+    if args.group is not None:
+        sys.stderr.write(f"seglog consume: --group {args.group} ignored: seglog keeps no "
+                         "consumer group offsets (start with --from-beginning, --offset or "
+                         "--timestamp; a Spark query's progress: seglog lag)\n")
     fmt = TextFormat.from_properties(parse_key_values(args.property, "--property"))
     with open_reader(args) as mgr:
         existing = mgr.partitions(args.topic)
@@ -314,7 +325,7 @@ def _print_records(mgr: LogDirsReader, args: argparse.Namespace, fmt: TextFormat
     while True:
         hw = mgr.high_watermarks()
         ends = {p: hw.get((args.topic, p), 0) for p in positions}
-        for p, r in records(mgr, args.topic, positions, ends):
+        for p, r in records(mgr, args.topic, positions, ends, args.isolation_level):
             if args.format == "json":
                 write_json(out, record_json(args.topic, p, r))
             else:
@@ -331,7 +342,7 @@ def _print_records(mgr: LogDirsReader, args: argparse.Namespace, fmt: TextFormat
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--partition", type=int, action="append", metavar="P",
                    help="read only partition P (repeatable; default: all)")
     p.add_argument("--from-beginning", action="store_true",
@@ -340,7 +351,16 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
                    help="start offset (a number needs one --partition; default latest)")
     p.add_argument("--timestamp", metavar="T",
                    help="start at the first record at or after T (epoch ms or ISO-8601)")
-    p.add_argument("--max", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--max", "--max-messages", type=int, metavar="N", dest="max",
+                   help="stop after N records")
+    p.add_argument("--isolation-level", choices=(READ_UNCOMMITTED, READ_COMMITTED),
+                   default=READ_UNCOMMITTED,
+                   help="read_committed: stop at the last stable offset and skip the records "
+                        "of aborted transactions (Kafka's consumer isolation.level)")
+    p.add_argument("--group", metavar="GROUP",
+                   help="accepted (kafka-console-consumer.sh's option) and ignored: seglog "
+                        "keeps no consumer group offsets; start with --from-beginning, "
+                        "--offset or --timestamp")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
                    help="text format (kafka-console-consumer): print.key, print.offset, "

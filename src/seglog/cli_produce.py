@@ -42,6 +42,7 @@ from . import cli_common
 from .cli_common import (
     EXIT_OK,
     add_json_arg,
+    add_topic_arg,
     add_writer_args,
     log_dirs,
     parse_key_values,
@@ -295,7 +296,7 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _produce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--file", metavar="FILE", help="read lines from FILE (default: stdin)")
     p.add_argument("--partition", type=int, metavar="P",
                    help="put every record in partition P (default: by key, murmur2)")
