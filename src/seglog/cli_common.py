@@ -85,7 +85,7 @@ def resolve_kafka_compat_args(args: argparse.Namespace) -> None:
         if flag is not None and positional is not None and flag != positional:
             raise ConfigError(f"the topic is given twice: {positional!r} and --topic {flag!r}")
         args.topic = positional if positional is not None else flag
-        if args.topic is None:
+        if args.topic is None and values.get("topic_required", True):
             raise ConfigError("a topic is needed: TOPIC or --topic TOPIC")
 
 
