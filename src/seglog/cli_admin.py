@@ -46,25 +46,34 @@ _NAMED_TIMES = {"latest": LATEST, "earliest": EARLIEST}
 # ------------------------------------------------------------------------------- alter
 def _alter(args: argparse.Namespace, out: TextIO) -> int:
     if args.partitions is None:
-        raise ConfigError("alter needs --partitions N (the new total; seglog alters a "
-                          "topic's config with alter-config)")
+        raise ConfigError(
+            "alter needs --partitions N (the new total; seglog alters a "
+            "topic's config with alter-config)"
+        )
     with writing(args) as mgr:
         before = len(mgr.partitions(args.topic))
         mgr.add_partitions(args.topic, args.partitions)
     if args.json:
-        write_json(out, {"topic": args.topic, "partitions": args.partitions,
-                         "previousPartitions": before})
+        write_json(
+            out, {"topic": args.topic, "partitions": args.partitions, "previousPartitions": before}
+        )
     else:
         out.write(f"Topic {args.topic} now has {args.partitions} partition(s) (was {before}).\n")
-    sys.stderr.write("seglog alter: keyed records now go to other partitions than before "
-                     "(murmur2 of the key modulo the new count), as in Kafka\n")
+    sys.stderr.write(
+        "seglog alter: keyed records now go to other partitions than before "
+        "(murmur2 of the key modulo the new count), as in Kafka\n"
+    )
     return EXIT_OK
 
 
 def _alter_args(p: argparse.ArgumentParser) -> None:
     add_topic_arg(p)
-    p.add_argument("--partitions", type=int, metavar="N",
-                   help="the new partition count (higher than the current one)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="the new partition count (higher than the current one)",
+    )
     add_writer_args(p)
     add_json_arg(p)
 
@@ -78,14 +87,18 @@ def parse_time(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ConfigError(f"--time {text!r}: expected epoch milliseconds, -1 (latest) or -2 "
-                          "(earliest)") from None
+        raise ConfigError(
+            f"--time {text!r}: expected epoch milliseconds, -1 (latest) or -2 (earliest)"
+        ) from None
     if value == MAX_TIMESTAMP:
-        raise ConfigError("--time -3 (the offset of the largest timestamp) is not supported; "
-                          "use -1, -2 or a timestamp")
+        raise ConfigError(
+            "--time -3 (the offset of the largest timestamp) is not supported; "
+            "use -1, -2 or a timestamp"
+        )
     if value < EARLIEST:
-        raise ConfigError(f"--time {value}: expected epoch milliseconds, -1 (latest) or -2 "
-                          "(earliest)")
+        raise ConfigError(
+            f"--time {value}: expected epoch milliseconds, -1 (latest) or -2 (earliest)"
+        )
     return value
 
 
@@ -96,17 +109,21 @@ def partition_list(text: str | None, existing: list[int], topic: str) -> list[in
     try:
         wanted = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f"--partitions {text!r}: expected partition numbers separated "
-                          "by commas") from None
+        raise ConfigError(
+            f"--partitions {text!r}: expected partition numbers separated by commas"
+        ) from None
     for p in wanted:
         if p not in existing:
-            raise ConfigError(f"--partitions: topic {topic!r} has no partition {p} (it has "
-                              f"{existing[0]}..{existing[-1]})")
+            raise ConfigError(
+                f"--partitions: topic {topic!r} has no partition {p} (it has "
+                f"{existing[0]}..{existing[-1]})"
+            )
     return wanted
 
 
-def offsets_for_time(mgr: LogDirsReader, topic: str, partitions: list[int],
-                     time_ms: int) -> dict[int, int | None]:
+def offsets_for_time(
+    mgr: LogDirsReader, topic: str, partitions: list[int], time_ms: int
+) -> dict[int, int | None]:
     """Per partition, the offset ``--time`` names (None: no record at or after it)."""
     hws = mgr.high_watermarks()
     starts = mgr.log_start_offsets()
@@ -131,22 +148,30 @@ def _get_offsets(args: argparse.Namespace, out: TextIO) -> int:
         partitions = partition_list(args.partitions, existing, args.topic)
         offsets = offsets_for_time(mgr, args.topic, partitions, time_ms)
     if args.json:
-        write_json(out, {"topic": args.topic, "time": time_ms,
-                         "offsets": [{"partition": p, "offset": o} for p, o in offsets.items()]})
+        write_json(
+            out,
+            {
+                "topic": args.topic,
+                "time": time_ms,
+                "offsets": [{"partition": p, "offset": o} for p, o in offsets.items()],
+            },
+        )
     else:
-        out.writelines(f"{args.topic}:{p}:{'' if o is None else o}\n"
-                       for p, o in offsets.items())
+        out.writelines(f"{args.topic}:{p}:{'' if o is None else o}\n" for p, o in offsets.items())
     return EXIT_OK
 
 
 def _get_offsets_args(p: argparse.ArgumentParser) -> None:
     add_topic_arg(p)
-    p.add_argument("--time", default="-1", metavar="MS|-1|-2",
-                   help="epoch ms: the first offset whose timestamp is at or after it; -1 "
-                        "(latest, the default) the high watermark; -2 (earliest) the log "
-                        "start offset")
-    p.add_argument("--partitions", metavar="P[,P...]",
-                   help="only these partitions (default: all)")
+    p.add_argument(
+        "--time",
+        default="-1",
+        metavar="MS|-1|-2",
+        help="epoch ms: the first offset whose timestamp is at or after it; -1 "
+        "(latest, the default) the high watermark; -2 (earliest) the log "
+        "start offset",
+    )
+    p.add_argument("--partitions", metavar="P[,P...]", help="only these partitions (default: all)")
     add_path_args(p)
     add_json_arg(p)
 
@@ -163,19 +188,24 @@ def read_offset_json_file(path: str) -> dict[tuple[str, int], int]:
         raise ConfigError(f"--offset-json-file {path}: not JSON ({e})") from None
     entries = doc.get("partitions") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
-        raise ConfigError(f"--offset-json-file {path}: expected {{\"partitions\": [{{\"topic\""
-                          ": ..., \"partition\": ..., \"offset\": ...}}], \"version\": 1}}")
+        raise ConfigError(
+            f'--offset-json-file {path}: expected {{"partitions": [{{"topic"'
+            ': ..., "partition": ..., "offset": ...}}], "version": 1}}'
+        )
     out: dict[tuple[str, int], int] = {}
     for i, e in enumerate(entries):
         topic = e.get("topic") if isinstance(e, dict) else None
         partition = e.get("partition") if isinstance(e, dict) else None
         offset = e.get("offset") if isinstance(e, dict) else None
         if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
-            raise ConfigError(f"--offset-json-file {path}: partitions[{i}] needs a string "
-                              f"'topic' and integer 'partition' and 'offset', got {e!r}")
+            raise ConfigError(
+                f"--offset-json-file {path}: partitions[{i}] needs a string "
+                f"'topic' and integer 'partition' and 'offset', got {e!r}"
+            )
         if (topic, partition) in out:
-            raise ConfigError(f"--offset-json-file {path}: partition {topic}-{partition} is "
-                              "listed twice")
+            raise ConfigError(
+                f"--offset-json-file {path}: partition {topic}-{partition} is listed twice"
+            )
         out[(topic, partition)] = offset
     if not out:
         raise ConfigError(f"--offset-json-file {path}: no partitions listed")
@@ -186,8 +216,9 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def delete_records(mgr: LogManager, wanted: dict[tuple[str, int], int], *,
-                   bucket: bool) -> dict[str, int]:
+def delete_records(
+    mgr: LogManager, wanted: dict[tuple[str, int], int], *, bucket: bool
+) -> dict[str, int]:
     """Raise each partition's log start offset (-1: to its high watermark); returns the
     new log start offsets by ``topic-partition``. Every partition is checked before any
     is changed."""
@@ -199,8 +230,10 @@ def delete_records(mgr: LogManager, wanted: dict[tuple[str, int], int], *,
         end = hws.get((topic, p), 0)
         target = end if offset == -1 else offset
         if not 0 <= target <= end:
-            raise ConfigError(f"offset {offset} for partition {topic}-{p}: expected -1 (the "
-                              f"high watermark) or 0..{end}")
+            raise ConfigError(
+                f"offset {offset} for partition {topic}-{p}: expected -1 (the "
+                f"high watermark) or 0..{end}"
+            )
         targets[(topic, p)] = target
     result: dict[str, int] = {}
     if bucket:
@@ -226,16 +259,18 @@ def _delete_records(args: argparse.Namespace, out: TextIO) -> int:
     if args.offset_json_file is not None:
         wanted = read_offset_json_file(args.offset_json_file)
     elif args.topic is None or args.partition is None or args.offset is None:
-        raise ConfigError("delete-records needs --offset-json-file FILE, or TOPIC "
-                          "--partition P --offset N")
+        raise ConfigError(
+            "delete-records needs --offset-json-file FILE, or TOPIC --partition P --offset N"
+        )
     else:
         wanted = {(args.topic, args.partition): args.offset}
     bucket = any(is_object_uri(d) for d in log_dirs(args))
     with writing(args) as mgr:
         result = delete_records(mgr, wanted, bucket=bucket)
     if args.json:
-        write_json(out, {"partitions": [{"partition": k, "lowWatermark": v}
-                                        for k, v in result.items()]})
+        write_json(
+            out, {"partitions": [{"partition": k, "lowWatermark": v} for k, v in result.items()]}
+        )
     else:
         out.write("Records delete operation completed:\n")
         out.writelines(f"partition: {k}\tlow_watermark: {v}\n" for k, v in result.items())
@@ -245,21 +280,35 @@ def _delete_records(args: argparse.Namespace, out: TextIO) -> int:
 def _delete_records_args(p: argparse.ArgumentParser) -> None:
     add_topic_arg(p)
     p.set_defaults(topic_required=False)  # --offset-json-file names the topics instead
-    p.add_argument("--offset-json-file", metavar="FILE",
-                   help='kafka-delete-records.sh\'s file: {"partitions": [{"topic": "t", '
-                        '"partition": 0, "offset": 3}], "version": 1}')
+    p.add_argument(
+        "--offset-json-file",
+        metavar="FILE",
+        help='kafka-delete-records.sh\'s file: {"partitions": [{"topic": "t", '
+        '"partition": 0, "offset": 3}], "version": 1}',
+    )
     p.add_argument("--partition", type=int, metavar="P")
-    p.add_argument("--offset", type=int, metavar="N",
-                   help="the new log start offset (-1: the high watermark)")
+    p.add_argument(
+        "--offset", type=int, metavar="N", help="the new log start offset (-1: the high watermark)"
+    )
     add_writer_args(p)
     add_json_arg(p)
 
 
 COMMANDS = {
-    "alter": ("add partitions to a topic (like kafka-topics.sh --alter --partitions)",
-              _alter_args, _alter),
-    "get-offsets": ("offsets for a time: latest, earliest, or the first at or after a "
-                    "timestamp (like kafka-get-offsets.sh)", _get_offsets_args, _get_offsets),
-    "delete-records": ("raise log start offsets (like kafka-delete-records.sh)",
-                       _delete_records_args, _delete_records),
+    "alter": (
+        "add partitions to a topic (like kafka-topics.sh --alter --partitions)",
+        _alter_args,
+        _alter,
+    ),
+    "get-offsets": (
+        "offsets for a time: latest, earliest, or the first at or after a "
+        "timestamp (like kafka-get-offsets.sh)",
+        _get_offsets_args,
+        _get_offsets,
+    ),
+    "delete-records": (
+        "raise log start offsets (like kafka-delete-records.sh)",
+        _delete_records_args,
+        _delete_records,
+    ),
 }
