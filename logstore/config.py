@@ -96,7 +96,8 @@ def expected_value(key: ConfigKey) -> str:
     """What a numeric key takes, for an error about a value that is not a number:
     ``an integer (milliseconds) that must be at least 0``. Empty for the other parsers,
     whose errors already say what they expect."""
-    kind = {_parse_int: "an integer", _parse_float: "a number"}.get(key.parse)
+    kinds: dict[Callable[[Any], Any], str] = {_parse_int: "an integer", _parse_float: "a number"}
+    kind = kinds.get(key.parse)
     if kind is None:
         return ""
     unit = (" (milliseconds)" if key.name.endswith(".ms") else

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeGuard
 
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
 from seglog.logstore.log_dirs_reader import LogDirsReader
@@ -193,14 +193,14 @@ def read_offset_json_file(path: str) -> dict[tuple[str, int], int]:
             ': ..., "partition": ..., "offset": ...}}], "version": 1}}'
         )
     out: dict[tuple[str, int], int] = {}
-    for i, e in enumerate(entries):
-        topic = e.get("topic") if isinstance(e, dict) else None
-        partition = e.get("partition") if isinstance(e, dict) else None
-        offset = e.get("offset") if isinstance(e, dict) else None
-        if not isinstance(topic, str) or not _is_int(partition) or not _is_int(offset):
+    for i, entry in enumerate(entries):
+        fields = entry if isinstance(entry, dict) else {}
+        topic, partition = fields.get("topic"), fields.get("partition")
+        offset = fields.get("offset")
+        if not (isinstance(topic, str) and _is_int(partition) and _is_int(offset)):
             raise ConfigError(
                 f"--offset-json-file {path}: partitions[{i}] needs a string "
-                f"'topic' and integer 'partition' and 'offset', got {e!r}"
+                f"'topic' and integer 'partition' and 'offset', got {entry!r}"
             )
         if (topic, partition) in out:
             raise ConfigError(
@@ -212,7 +212,7 @@ def read_offset_json_file(path: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -34,7 +34,7 @@ from typing import Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
 from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_read import LogReads
+from seglog.logstore.log_reader import LogReader
 from seglog.logstore.log_segment import LogSegment
 from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
@@ -202,7 +202,7 @@ def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
         positions[p] = max(positions[p], min(end, readable))
 
 
-def decode_chunk(log: LogReads, chunk: memoryview, start: int, end: int
+def decode_chunk(log: LogReader, chunk: memoryview, start: int, end: int
                  ) -> Iterator[dict[str, Any]]:
     """The records of a chunk of whole batches. A chunk holding a corrupt batch is
     decoded again batch by batch, so the records before the bad batch are still given
@@ -233,7 +233,7 @@ def decode_chunk(log: LogReads, chunk: memoryview, start: int, end: int
         position = header.end_position
 
 
-def bad_batch_error(log: LogReads, offset: int, header: BatchHeader | None,
+def bad_batch_error(log: LogReader, offset: int, header: BatchHeader | None,
                     error: CorruptRecordError) -> CorruptRecordError:
     """``error`` (about a batch decoded alone, at position 0 of its own buffer) restated
     with the partition, the segment file and the batch's position in that file."""
@@ -254,7 +254,7 @@ def bad_batch_error(log: LogReads, offset: int, header: BatchHeader | None,
                               "it were printed (seglog check DIR reports every problem)")
 
 
-def _segment_of(log: LogReads, offset: int) -> LogSegment | None:
+def _segment_of(log: LogReader, offset: int) -> LogSegment | None:
     below = [s for s in log.segments if s.base_offset <= offset]
     return below[-1] if below else None
 
