@@ -362,7 +362,9 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
                         "keeps no consumer group offsets; start with --from-beginning, "
                         "--offset or --timestamp")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+    # --formatter-property: Kafka 4's name for the same option
+    p.add_argument("--property", "--formatter-property", action="append", default=[],
+                   dest="property", metavar="NAME=VALUE",
                    help="text format (kafka-console-consumer): print.key, print.offset, "
                         "print.partition, print.timestamp, print.headers, print.value, "
                         "key.separator, line.separator, headers.separator, null.literal")

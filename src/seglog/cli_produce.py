@@ -304,7 +304,9 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
                    help="lines are KEY<SEP>VALUE (parse.key=true, key.separator=SEP)")
     p.add_argument("--parse-headers", action="store_true",
                    help="lines start with h1:v1,h2:v2<TAB> (parse.headers=true)")
-    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+    # --reader-property: Kafka 4's name for the same option
+    p.add_argument("--property", "--reader-property", action="append", default=[],
+                   dest="property", metavar="NAME=VALUE",
                    help="a kafka-console-producer property: parse.key, key.separator, "
                         "parse.headers, headers.delimiter, headers.separator, "
                         "headers.key.separator, null.marker")

@@ -71,6 +71,34 @@ def test_topics_producer_and_consumer_flags(tmp_path, capsys):
     assert len(r.out.splitlines()) == 2
     assert set(r.out.splitlines()) <= {"k1:v1", "k2:v2", "k3:v3"}
     assert "--group g1 ignored" in r.err and "Processed a total of 2 messages" in r.err
+    # Kafka 4's names of --property
+    r = run(
+        capsys,
+        "consume",
+        "ev",
+        "--from-beginning",
+        "--formatter-property",
+        "print.partition=true",
+        "--path",
+        d,
+    )
+    assert r.code == 0 and all(x.startswith("Partition:") for x in r.out.splitlines()), r
+    r = run(
+        capsys,
+        "produce",
+        "ev",
+        "--reader-property",
+        "parse.key=true",
+        "--path",
+        d,
+        "--file",
+        lines,
+        "--reader-property",
+        "key.separator=:",
+        "--partition",
+        "1",
+    )
+    assert r.code == 0 and "Produced 3 record(s) to ev: partition 1" in r.out, r
     doc = run(capsys, "describe", "--topic", "ev", "--path", d, "--json").json()
     assert [t["topic"] for t in doc["topics"]] == ["ev"]
     r = run(
