@@ -45,6 +45,7 @@ from typing import TextIO
 
 import numpy as np
 
+from seglog import __version__
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import (
     ConfigError,
@@ -588,8 +589,6 @@ _register_operations(_COMMANDS)
 
 
 def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    from seglog import __version__
-
     parser = argparse.ArgumentParser(prog="seglog", description="seglog tools")
     parser.add_argument("--version", action="version", version=f"seglog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
