@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from _cli import one_line_error, run
 
 from seglog.logstore.bucket_manager import BucketLogManager
@@ -15,7 +16,7 @@ from seglog.logstore.record_codec import encode_batches
 from seglog.logstore.record_format import verify_all
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "interop"))
-from kafka_dirs import zk_27_dir  # noqa: E402  (the broker-dir builder of tests/interop)
+from kafka_dirs import kraft_39_dir, zk_27_dir, zk_legacy_dir  # noqa: E402  (tests/interop)
 
 T0 = 1_700_000_000_000
 
@@ -121,6 +122,21 @@ def test_a_kafka_broker_dir_imports_its_topics(tmp_path, s3_uri, capsys):
         run(capsys, "import", broker.path, s3_uri, "--topic", "txn"), "txn-0", "transaction"
     )
     assert run(capsys, "topics", "--path", s3_uri).out.splitlines() == ["events"]
+
+
+@pytest.mark.parametrize("build", [zk_legacy_dir, kraft_39_dir])
+def test_old_and_kraft_broker_dirs_import_whole(tmp_path, s3_uri, capsys, build):
+    """Magic 0/1 messages (a compressed wrapper knows only its last offset), KRaft's
+    __cluster_metadata (no topic) and several partitions: check passes, reads agree."""
+    broker = build(tmp_path / "broker")
+    r = run(capsys, "import", broker.path, s3_uri)
+    assert r.code == 0, r
+    check = run(capsys, "check", s3_uri)
+    assert check.code == 0, check.out
+    topics = run(capsys, "topics", "--path", s3_uri).out.split()
+    assert topics == [t for t in broker.topics if not t.startswith("__")]
+    for t in topics:
+        assert _records(capsys, s3_uri, t) == _records(capsys, str(broker.path), t)
 
 
 def test_import_refusals(tmp_path, s3_uri, capsys):
