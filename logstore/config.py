@@ -13,6 +13,7 @@ bad value raises ``ConfigError`` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,11 +29,17 @@ def _parse_int(raw: Any) -> int:
         raise ValueError("a boolean is not an integer")
     if isinstance(raw, int):
         return raw
-    return int(str(raw).strip())
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError("not an integer") from None
 
 
 def _parse_float(raw: Any) -> float:
-    return float(str(raw).strip())
+    try:
+        return float(str(raw).strip())
+    except ValueError:
+        raise ValueError("not a number") from None
 
 
 def _parse_bool(raw: Any) -> bool:
@@ -85,6 +92,22 @@ class ConfigKey:
     doc: str
 
 
+def expected_value(key: ConfigKey) -> str:
+    """What a numeric key takes, for an error about a value that is not a number:
+    ``an integer (milliseconds) that must be at least 0``. Empty for the other parsers,
+    whose errors already say what they expect."""
+    kinds: dict[Callable[[Any], Any], str] = {_parse_int: "an integer", _parse_float: "a number"}
+    kind = kinds.get(key.parse)
+    if kind is None:
+        return ""
+    unit = (" (milliseconds)" if key.name.endswith(".ms") else
+            " (bytes)" if key.name.endswith((".bytes", ".size")) else "")
+    # Every numeric check is a lower bound or a range, so what it says of the lowest
+    # value is the range (one place states it: the check itself).
+    bound = key.check(-math.inf) if key.check else None
+    return f"{kind}{unit}" + (f" that {bound}" if bound else "")
+
+
 def _key(name: str, parse: Callable[[Any], Any], default: Any, doc: str,
          check: Callable[[Any], str | None] | None = None) -> ConfigKey:
     return ConfigKey(name, name.replace(".", "_"), parse, default, check, doc)
@@ -111,7 +134,9 @@ class _Config:
             try:
                 value = key.parse(raw)
             except (TypeError, ValueError) as e:
-                raise ConfigError(f"invalid value {raw!r} for config {name!r}: {e}") from None
+                expected = expected_value(key)
+                raise ConfigError(f"invalid value {raw!r} for config {name!r}: {e}"
+                                  + (f"; expected {expected}" if expected else "")) from None
             problem = key.check(value) if key.check else None
             if problem:
                 raise ConfigError(f"invalid value {raw!r} for config {name!r}: {problem}")

@@ -45,8 +45,14 @@ from typing import TextIO
 
 import numpy as np
 
+from seglog import __version__
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.errors import CorruptRecordError, MissingDataError, SeglogError
+from seglog.logstore.errors import (
+    ConfigError,
+    CorruptRecordError,
+    MissingDataError,
+    SeglogError,
+)
 from seglog.logstore.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -79,7 +85,13 @@ from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import register as _register_operations
-from .cli_common import add_json_arg, add_storage_args, storage_options
+from .cli_common import (
+    add_json_arg,
+    add_kafka_compat_args,
+    add_storage_args,
+    resolve_kafka_compat_args,
+    storage_options,
+)
 from .cli_dump_report import DumpReporter, JsonDumpReport, TextDumpReport
 from .cli_output import Progress
 from .kafka_files import (
@@ -266,14 +278,24 @@ def dump_txn_index(path: Path, report: DumpReporter) -> int:
     return 0
 
 
+def _dump_files(args: argparse.Namespace) -> list[str]:
+    """FILE... and kafka-dump-log.sh's ``--files`` (comma-separated, repeatable)."""
+    files = [*args.files, *(f for item in args.files_flag for f in item.split(",") if f)]
+    if not files:
+        raise ConfigError("dump-log needs files: FILE... or --files FILE[,FILE...]")
+    return files
+
+
 def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
-    report: DumpReporter = JsonDumpReport(out) if args.json else TextDumpReport(out)
+    files = _dump_files(args)
+    report: DumpReporter = (JsonDumpReport(out) if args.json
+                            else TextDumpReport(out, payload=args.print_data_log))
+    print_data = args.print_data_log or args.deep_iteration
     problems = 0
-    options = storage_options(args, args.files)
-    for name in args.files:
+    options = storage_options(args, files)
+    for name in files:
         if is_object_uri(name):
-            problems += _dump_object(name, report, print_data=args.print_data_log,
-                                     options=options)
+            problems += _dump_object(name, report, print_data=print_data, options=options)
             continue
         path = Path(name)
         if not path.is_file():
@@ -283,7 +305,7 @@ def _dump_log(args: argparse.Namespace, out: TextIO) -> int:
         parsed = parse_segment_file_name(path.name)
         ext = parsed[1] if parsed else path.suffix
         if ext in (LOG_SUFFIX, KRAFT_SNAPSHOT_SUFFIX):
-            problems += dump_log_file(path, report, print_data=args.print_data_log)
+            problems += dump_log_file(path, report, print_data=print_data)
         elif ext == INDEX_SUFFIX and parsed:
             problems += dump_index_file(path, parsed[0], report)
         elif ext == TIME_INDEX_SUFFIX and parsed:
@@ -534,9 +556,14 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None],
 
 
 def _dump_log_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", help=".log, .index or .timeindex files")
+    p.add_argument("files", nargs="*", metavar="FILE", help=".log, .index or .timeindex files")
+    p.add_argument("--files", action="append", default=[], dest="files_flag",
+                   metavar="FILE[,FILE...]", help="the same, as kafka-dump-log.sh takes them")
     p.add_argument("--print-data-log", action="store_true",
                    help="print every record (offset, timestamp, key, payload, headers)")
+    p.add_argument("--deep-iteration", action="store_true",
+                   help="print every record's offset, timestamp, sizes and header keys, "
+                        "without its data (kafka-dump-log.sh; --print-data-log implies it)")
     add_json_arg(p)
     add_storage_args(p)
 
@@ -561,18 +588,37 @@ _COMMANDS["check"] = ("check partition directories (batches, offsets, indexes) a
 _register_operations(_COMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     parser = argparse.ArgumentParser(prog="seglog", description="seglog tools")
+    parser.add_argument("--version", action="version", version=f"seglog {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    commands = {}
     for name, (help_text, add_args, run) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_args(p)
+        add_kafka_compat_args(p)
         p.set_defaults(run=run)
-    return parser
+        commands[name] = p
+    return parser, commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser, commands = _build()
+    args, unknown = parser.parse_known_args(argv)
+    command = commands[args.command]
+    if unknown:
+        # the subcommand's usage, not the top-level one (argparse's default here)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        resolve_kafka_compat_args(args)
+        if args.command == "dump-log":
+            _dump_files(args)  # none given: a usage error, with dump-log's usage
+    except ConfigError as e:
+        command.error(str(e))
     try:
         return args.run(args, out or sys.stdout)
     except (SeglogError, OSError) as e:

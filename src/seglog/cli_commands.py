@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 from . import (
+    cli_admin,
     cli_consume,
     cli_export,
+    cli_import,
     cli_lag,
     cli_maintain,
     cli_produce,
@@ -25,8 +27,8 @@ Command = tuple[str, Callable[[argparse.ArgumentParser], None],
 
 def register(commands: dict[str, Command]) -> None:
     """Add every operations command to ``commands`` (``seglog.cli._COMMANDS``)."""
-    for module in (cli_topics, cli_produce, cli_consume, cli_maintain, cli_lag, cli_export,
-                   cli_repair):
+    for module in (cli_topics, cli_admin, cli_produce, cli_consume, cli_maintain, cli_lag,
+                   cli_export, cli_import, cli_repair):
         for name, (help_text, add_args, run) in module.COMMANDS.items():
             if name in commands:
                 raise ValueError(f"seglog command {name!r} registered twice")

@@ -57,6 +57,38 @@ def add_path_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
 
 
+def add_topic_arg(p: argparse.ArgumentParser) -> None:
+    """The topic, as seglog spells it (``TOPIC``) or as Kafka's tools do (``--topic``);
+    ``resolve_kafka_compat_args`` requires exactly one."""
+    p.add_argument("topic", nargs="?", metavar="TOPIC")
+    p.add_argument("--topic", dest="topic_flag", metavar="TOPIC",
+                   help="the same as TOPIC (Kafka's tools' spelling)")
+
+
+def add_kafka_compat_args(p: argparse.ArgumentParser) -> None:
+    """Options every subcommand accepts so a Kafka tool's command line runs as it is."""
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                   help="accepted for Kafka tools' command lines and ignored: seglog reads "
+                        "the log dirs of --path, with no broker")
+
+
+def resolve_kafka_compat_args(args: argparse.Namespace) -> None:
+    """Fold the Kafka spellings into seglog's (``--topic`` into ``topic``); note the
+    ignored ``--bootstrap-server`` on stderr. Raises ConfigError for a usage error."""
+    values = vars(args)
+    if values.get("bootstrap_server"):
+        sys.stderr.write(f"seglog {args.command}: --bootstrap-server {args.bootstrap_server} "
+                         "ignored: seglog reads the log dirs of --path (or $SEGLOG_PATH), "
+                         "with no broker\n")
+    if "topic_flag" in values:
+        flag, positional = values["topic_flag"], values["topic"]
+        if flag is not None and positional is not None and flag != positional:
+            raise ConfigError(f"the topic is given twice: {positional!r} and --topic {flag!r}")
+        args.topic = positional if positional is not None else flag
+        if args.topic is None and values.get("topic_required", True):
+            raise ConfigError("a topic is needed: TOPIC or --topic TOPIC")
+
+
 def add_storage_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    dest="storage_option",

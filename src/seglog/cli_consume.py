@@ -13,6 +13,12 @@ an ISO-8601 time, UTC unless it names a zone).
 Text output is Kafka's ``DefaultMessageFormatter`` (``--property print.key=true`` and
 friends); ``--format json`` prints one JSON object per record: bytes as UTF-8 text when
 valid, else base64, with ``keyEncoding``/``valueEncoding`` saying which.
+
+A corrupt batch stops the read as it stops a Kafka consumer, but only after every valid
+record before it is printed; the error names the partition, the segment file, the
+batch's position in it and its offsets, as ``seglog check`` does. ``Processed a total of
+N messages`` goes to stderr at the end whatever ended the read (the last record, an
+error, Ctrl-C).
 """
 
 from __future__ import annotations
@@ -26,11 +32,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from seglog.logstore.errors import ConfigError, OffsetOutOfRangeError
+from seglog.logstore.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
 from seglog.logstore.log_dirs_reader import LogDirsReader
+from seglog.logstore.log_reader import LogReader
+from seglog.logstore.log_segment import LogSegment
 from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
+from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
-from .cli_common import EXIT_OK, add_path_args, open_reader, parse_key_values
+from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
 from .cli_output import write_json
 
 READ_CHUNK_BYTES = 1 << 20
@@ -171,20 +181,97 @@ def start_offsets(mgr: LogDirsReader, topic: str, partitions: list[int],
 
 
 def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
-            hws: dict[int, int]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Every record from ``positions`` up to ``hws``, partition by partition; advances
-    ``positions`` as it goes (so a follow-up call continues where this one stopped)."""
+            hws: dict[int, int], isolation_level: str = READ_UNCOMMITTED
+            ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Every record from ``positions`` up to ``hws`` (``read_committed``: up to the last
+    stable offset, without aborted transactions' records), partition by partition;
+    advances ``positions`` as it goes (so a follow-up call continues where this one
+    stopped)."""
     for p in sorted(positions):
         end = hws[p]
         if positions[p] >= end:
             continue
         log = mgr.get_log(topic, p)
-        for chunk in log.read_chunks(positions[p], end, READ_CHUNK_BYTES):
-            batch = decode_batches(chunk, start_offset=positions[p], end_offset=end)
-            for r in batch.to_pylist():
+        for chunk in log.read_chunks(positions[p], end, READ_CHUNK_BYTES,
+                                     isolation_level=isolation_level):
+            for r in decode_chunk(log, chunk, positions[p], end):
                 positions[p] = r["offset"] + 1
                 yield p, r
-        positions[p] = max(positions[p], min(end, log.high_watermark))
+        readable = (log.last_stable_offset if isolation_level == READ_COMMITTED
+                    else log.high_watermark)
+        positions[p] = max(positions[p], min(end, readable))
+
+
+def decode_chunk(log: LogReader, chunk: memoryview, start: int, end: int
+                 ) -> Iterator[dict[str, Any]]:
+    """The records of a chunk of whole batches. A chunk holding a corrupt batch is
+    decoded again batch by batch, so the records before the bad batch are still given
+    before the error (``bad_batch_error``) that names it."""
+    try:
+        rows = decode_batches(chunk, start_offset=start, end_offset=end).to_pylist()
+    except CorruptRecordError:
+        rows = None  # decoded again below, one batch at a time
+    if rows is not None:
+        yield from rows
+        return
+    position = 0
+    while position < len(chunk):
+        try:
+            header = read_batch_header(chunk, position)
+        except CorruptRecordError as e:
+            raise bad_batch_error(log, start, None, e) from None
+        if header is None:
+            return
+        try:
+            rows = decode_batches(chunk[position:header.end_position], start_offset=start,
+                                  end_offset=end).to_pylist()
+        except CorruptRecordError as e:
+            raise bad_batch_error(log, header.base_offset, header, e) from None
+        yield from rows
+        if rows:
+            start = rows[-1]["offset"] + 1
+        position = header.end_position
+
+
+def bad_batch_error(log: LogReader, offset: int, header: BatchHeader | None,
+                    error: CorruptRecordError) -> CorruptRecordError:
+    """``error`` (about a batch decoded alone, at position 0 of its own buffer) restated
+    with the partition, the segment file and the batch's position in that file."""
+    reason = str(error)
+    if header is not None:
+        own = f"batch at position 0 (offsets {header.base_offset}..{header.last_offset}) "
+        reason = reason.removeprefix(own)
+    segment = _segment_of(log, offset)
+    if segment is None:
+        return CorruptRecordError(f"partition {log.topic}-{log.partition}, offset {offset}: "
+                                  f"{reason}")
+    position = _batch_position(segment, offset) if header is not None else None
+    at = f", position {position}" if position is not None else ""
+    offsets = (f"offsets {header.base_offset}..{header.last_offset}" if header is not None
+               else f"after offset {offset - 1}")
+    return CorruptRecordError(f"partition {log.topic}-{log.partition}: corrupt batch in "
+                              f"{segment.log_path}{at} ({offsets}): {reason}; records before "
+                              "it were printed (seglog check DIR reports every problem)")
+
+
+def _segment_of(log: LogReader, offset: int) -> LogSegment | None:
+    below = [s for s in log.segments if s.base_offset <= offset]
+    return below[-1] if below else None
+
+
+def _batch_position(segment: LogSegment, offset: int) -> int | None:
+    """Where the batch starting at ``offset`` sits in ``segment``'s file: from the
+    offset index's entry at or below it, stepping over batches by their length field."""
+    position = segment.offset_index.lookup(offset).position
+    while position + LOG_OVERHEAD <= segment.size:
+        head = segment.pread(position, LOG_OVERHEAD)
+        base = int.from_bytes(head[:8], "big", signed=True)
+        if base == offset:
+            return position
+        if base > offset:
+            return None
+        position += LOG_OVERHEAD + int.from_bytes(head[8:12], "big", signed=True)
+    return None
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -207,8 +294,11 @@ def _validate(args: argparse.Namespace) -> None:
 
 def _consume(args: argparse.Namespace, out: TextIO) -> int:
     _validate(args)
+    if args.group is not None:
+        sys.stderr.write(f"seglog consume: --group {args.group} ignored: seglog keeps no "
+                         "consumer group offsets (start with --from-beginning, --offset or "
+                         "--timestamp; a Spark query's progress: seglog lag)\n")
     fmt = TextFormat.from_properties(parse_key_values(args.property, "--property"))
-    count = 0
     with open_reader(args) as mgr:
         existing = mgr.partitions(args.topic)
         partitions = args.partition or existing
@@ -217,32 +307,44 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
                 raise ConfigError(f"--partition {p}: topic {args.topic!r} has partitions "
                                   f"{existing[0]}..{existing[-1]}")
         positions = start_offsets(mgr, args.topic, partitions, args)
-        idle_since = time.monotonic()
-        while True:
-            hw = mgr.high_watermarks()
-            ends = {p: hw.get((args.topic, p), 0) for p in partitions}
-            for p, r in records(mgr, args.topic, positions, ends):
-                if args.format == "json":
-                    write_json(out, record_json(args.topic, p, r))
-                else:
-                    out.write(fmt.render(args.topic, p, r))
-                count += 1
-                idle_since = time.monotonic()
-                if args.max is not None and count >= args.max:
-                    break
-            else:
-                if args.follow and (args.timeout_ms is None or
-                                    time.monotonic() - idle_since < args.timeout_ms / 1000):
-                    out.flush()
-                    time.sleep(args.poll_ms / 1000)
-                    continue
-            break
-    sys.stderr.write(f"Processed a total of {count} messages\n")
+        printed = [0]
+        try:
+            _print_records(mgr, args, fmt, positions, out, printed)
+        finally:
+            # Kafka's console consumer says it however the run ends (Ctrl-C, an error).
+            out.flush()
+            sys.stderr.write(f"Processed a total of {printed[0]} messages\n")
     return EXIT_OK
 
 
+def _print_records(mgr: LogDirsReader, args: argparse.Namespace, fmt: TextFormat,
+                   positions: dict[int, int], out: TextIO, printed: list[int]) -> None:
+    """Print records from ``positions`` (see the module docstring for when it stops);
+    ``printed[0]`` counts them as they go, so an interrupt still knows the total."""
+    idle_since = time.monotonic()
+    while True:
+        hw = mgr.high_watermarks()
+        ends = {p: hw.get((args.topic, p), 0) for p in positions}
+        for p, r in records(mgr, args.topic, positions, ends, args.isolation_level):
+            # Counted before it is written: a Ctrl-C between a write that reached the
+            # terminal and the count would leave a record printed but not counted.
+            printed[0] += 1
+            if args.format == "json":
+                write_json(out, record_json(args.topic, p, r))
+            else:
+                out.write(fmt.render(args.topic, p, r))
+            idle_since = time.monotonic()
+            if args.max is not None and printed[0] >= args.max:
+                return
+        if not args.follow or (args.timeout_ms is not None and
+                               time.monotonic() - idle_since >= args.timeout_ms / 1000):
+            return
+        out.flush()
+        time.sleep(args.poll_ms / 1000)
+
+
 def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--partition", type=int, action="append", metavar="P",
                    help="read only partition P (repeatable; default: all)")
     p.add_argument("--from-beginning", action="store_true",
@@ -251,9 +353,20 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
                    help="start offset (a number needs one --partition; default latest)")
     p.add_argument("--timestamp", metavar="T",
                    help="start at the first record at or after T (epoch ms or ISO-8601)")
-    p.add_argument("--max", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--max", "--max-messages", type=int, metavar="N", dest="max",
+                   help="stop after N records")
+    p.add_argument("--isolation-level", choices=(READ_UNCOMMITTED, READ_COMMITTED),
+                   default=READ_UNCOMMITTED,
+                   help="read_committed: stop at the last stable offset and skip the records "
+                        "of aborted transactions (Kafka's consumer isolation.level)")
+    p.add_argument("--group", metavar="GROUP",
+                   help="accepted (kafka-console-consumer.sh's option) and ignored: seglog "
+                        "keeps no consumer group offsets; start with --from-beginning, "
+                        "--offset or --timestamp")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+    # --formatter-property: Kafka 4's name for the same option
+    p.add_argument("--property", "--formatter-property", action="append", default=[],
+                   dest="property", metavar="NAME=VALUE",
                    help="text format (kafka-console-consumer): print.key, print.offset, "
                         "print.partition, print.timestamp, print.headers, print.value, "
                         "key.separator, line.separator, headers.separator, null.literal")

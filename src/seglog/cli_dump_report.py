@@ -66,8 +66,11 @@ def _text(value) -> str:
 class TextDumpReport:
     """The lines ``kafka-dump-log.sh`` prints (and ``seglog dump-log`` always printed)."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, *, payload: bool = True) -> None:
         self.out = out
+        # False: ``--deep-iteration`` alone, as Kafka prints it: each record's offset,
+        # timestamp, sizes and header keys, not its key, value or header values.
+        self.payload = payload
 
     def begin_file(self, path: Path, heading: str | None = None) -> None:
         self.out.write(f"Dumping {path}\n")
@@ -94,12 +97,16 @@ class TextDumpReport:
         for r in records or ():
             ts_name = {1: "LogAppendTime", 0: "CreateTime"}.get(r["timestampType"],
                                                                  "NoTimestamp")
+            sizes = (f"| offset: {r['offset']} {ts_name}: {r['timestamp']} "
+                     f"keySize: {len(r['key']) if r['key'] is not None else -1} "
+                     f"valueSize: {len(r['value']) if r['value'] is not None else -1} ")
+            if not self.payload:
+                keys = ",".join(x["key"] for x in (r["headers"] or []))
+                self.out.write(f"{sizes}headerKeys: [{keys}]\n")
+                continue
             headers = ",".join(f"{x['key']}:{_text(x['value'])}" for x in (r["headers"] or []))
-            self.out.write(
-                f"| offset: {r['offset']} {ts_name}: {r['timestamp']} "
-                f"keySize: {len(r['key']) if r['key'] is not None else -1} "
-                f"valueSize: {len(r['value']) if r['value'] is not None else -1} "
-                f"headers: [{headers}] key: {_text(r['key'])} payload: {_text(r['value'])}\n")
+            self.out.write(f"{sizes}headers: [{headers}] key: {_text(r['key'])} "
+                           f"payload: {_text(r['value'])}\n")
         ts_type = "LogAppendTime" if h.is_log_append_time else "CreateTime"
         for c in controls or ():
             self.out.write(

@@ -13,7 +13,8 @@ Lag = the partition's end (high watermark) - the committed offset; a partition w
 committed offset (new, or nothing committed yet) counts from its log start offset.
 
 Only the checkpoint files are read: this never touches the query. A damaged file is an
-error naming it, never "no progress".
+error naming it, never "no progress"; so is a topic of the checkpoint that is not in the
+log dirs (a wrong ``--path``, or a deleted topic), which would otherwise read as no lag.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from seglog.logstore.errors import ConfigError, CorruptCheckpointError
 from seglog.logstore.log_dirs import TopicPartition
 from seglog.logstore.log_dirs_reader import LogDirsReader
 
-from .cli_common import EXIT_OK, add_json_arg, add_path_args, open_reader
+from .cli_common import EXIT_OK, add_json_arg, add_path_args, log_dirs, open_reader
 from .cli_output import write_json, write_table
 
 SourceOffsets = dict[TopicPartition, int]
@@ -144,6 +145,22 @@ def read_query_progress(checkpoint: str | os.PathLike) -> QueryProgress:
     return QueryProgress(chk, committed_batch, committed, pending_batch, pending)
 
 
+def checkpoint_topics(progress: QueryProgress) -> set[str]:
+    """Every topic the checkpoint's seglog sources name (committed or pending)."""
+    return {t for offsets in (*progress.committed, *progress.pending) if offsets
+            for t, _ in offsets}
+
+
+def require_topics(mgr: LogDirsReader, progress: QueryProgress, dirs: list[str]) -> None:
+    """Refuse a checkpoint naming topics the log dirs do not hold: its lag would be
+    reported as nothing, which reads as "caught up"."""
+    missing = sorted(checkpoint_topics(progress) - set(mgr.topics()))
+    if missing:
+        raise ConfigError(
+            f"--checkpoint {progress.checkpoint} reads topic(s) {', '.join(missing)}, which "
+            f"are not in {', '.join(dirs)} (--path): the wrong log dir, or deleted topics")
+
+
 def lag_rows(mgr: LogDirsReader, progress: QueryProgress) -> list[dict[str, Any]]:
     """One row per (source, topic, partition) of the seglog sources."""
     hws = mgr.high_watermarks()
@@ -179,6 +196,7 @@ def lag_rows(mgr: LogDirsReader, progress: QueryProgress) -> list[dict[str, Any]
 def _lag(args: argparse.Namespace, out: TextIO) -> int:
     progress = read_query_progress(args.checkpoint)
     with open_reader(args) as mgr:
+        require_topics(mgr, progress, log_dirs(args))
         rows = lag_rows(mgr, progress)
     total = sum(r["lag"] for r in rows if r["lag"] is not None)
     if args.json:

@@ -7,6 +7,10 @@ its interval (``log.retention.check.interval.ms``, ``log.cleaner.backoff.ms``, .
 with ``--manager-config``) is due, until SIGINT or SIGTERM, which end the current task
 and close the manager cleanly (the dirs keep ``.kafka_cleanshutdown``).
 
+A deleted topic's ``-delete`` directories are removed by the writer as it opens the
+dirs (``LogManager``'s open: no delay, the process that deleted the topic is gone); the
+first pass reports them (``removedDirectories``).
+
 Segments removed by retention or compaction are renamed ``.deleted`` and unlinked after
 ``file.delete.delay.ms`` (readers may still have them open): by a running ``--loop``, or
 else by the next writer that loads the partition (the next ``maintain``).
@@ -21,10 +25,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import signal
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from seglog.logstore.file_names import is_delete_dir_name
 from seglog.logstore.log_manager import CLEANER_TASK, LogManager
 from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
@@ -101,14 +108,29 @@ def _pending(mgr: LogManager, runs: list[TaskRun]) -> int:
     return sum(getattr(r.result, "waiting", 0) for r in runs if r.name == COLLECT_TASK)
 
 
+def delete_dirs(dirs: list[str]) -> list[Path]:
+    """The ``-delete`` directories (deleted topics' partitions) in the local log dirs."""
+    found = []
+    for d in dirs:
+        if is_object_uri(d) or not os.path.isdir(d):
+            continue
+        found += [Path(d, n) for n in sorted(os.listdir(d)) if is_delete_dir_name(n)]
+    return found
+
+
 def report(out: TextIO, mgr: LogManager, runs: list[TaskRun], number: int,
-           as_json: bool, *, quiet_if_idle: bool) -> None:
+           as_json: bool, *, quiet_if_idle: bool, removed: list[Path] | None = None) -> None:
+    """One pass's report; ``removed``: the deleted topics' directories the writer
+    removed as it opened the dirs (first pass only)."""
     pending = _pending(mgr, runs)
-    lines = [t for t in (task_text(r) for r in runs) if t]
+    lines = [f"{DELETE_LOGS}: removed {d} (a deleted topic's partition)"
+             for d in removed or []]
+    lines += [t for t in (task_text(r) for r in runs) if t]
     if quiet_if_idle and not lines:
         return
     if as_json:
         write_json(out, {"pass": number, "tasks": [task_json(r) for r in runs],
+                         "removedDirectories": [str(d) for d in removed or []],
                          "pendingFileDeletions": pending})
     else:
         out.writelines(f"{line}\n" for line in lines)
@@ -126,12 +148,14 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
     if args.loop:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    doomed = delete_dirs(dirs)
     try:
         with writing(args, dirs, config) as mgr:
             number = 1
+            removed = [d for d in doomed if not d.exists()]
             runs = one_pass(mgr, force=True)
             failed |= not all(r.ok for r in runs)
-            report(out, mgr, runs, number, args.json, quiet_if_idle=False)
+            report(out, mgr, runs, number, args.json, quiet_if_idle=False, removed=removed)
             while args.loop and not stop.is_set():
                 if is_object_uri(getattr(mgr, "uri", None)):
                     wait_ms = mgr.config.log_retention_check_interval_ms

@@ -8,6 +8,11 @@ set with ``--property name=value``; ``--key-separator SEP`` is ``parse.key=true`
 ``key.separator=SEP``). A key, value or header value equal to ``null.marker`` is null (a
 null value is a tombstone).
 
+A missing topic is created first, as a Kafka broker creates it on first produce
+(``auto.create.topics.enable``) and as the seglog sink does (its ``createTopics``,
+``numPartitions`` and ``topic.<config>`` options): ``--num-partitions`` partitions (1)
+and the ``--topic-config`` overrides, said on stderr; ``--no-create-topic`` refuses.
+
 Records go to ``--partition`` or where Kafka's default partitioner puts their key
 (murmur2); keyless records by the murmur2 of their value, as the seglog sink places them.
 Rows are encoded in chunks through the Arrow codec into batches of up to 1 MiB, and
@@ -27,14 +32,22 @@ from typing import BinaryIO, TextIO
 import numpy as np
 import pyarrow as pa
 
-from seglog.logstore.errors import ConfigError
+from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.record_codec import CompressionType, encode_batches
 from seglog.streaming.partitioner import assign_partitions
 
 from . import cli_common
-from .cli_common import EXIT_OK, add_json_arg, add_writer_args, parse_key_values, writing
+from .cli_common import (
+    EXIT_OK,
+    add_json_arg,
+    add_topic_arg,
+    add_writer_args,
+    log_dirs,
+    parse_key_values,
+    writing,
+)
 from .cli_output import write_json
 
 logger = logging.getLogger(__name__)
@@ -233,6 +246,22 @@ def produce(mgr: LogManager, topic: str, chunks: Iterable[list[Row]], *,
     return producer.summary()
 
 
+def ensure_topic(mgr: LogManager, topic: str, *, create: bool, partitions: int,
+                 config: dict[str, str], where: str) -> None:
+    """The sink's ``createTopics`` rule for ``produce``: a missing topic is created (said
+    on stderr, since a typo then makes a new topic), or refused without ``create``."""
+    if topic in mgr.topics():
+        return
+    if not create:
+        raise UnknownTopicOrPartitionError(
+            f"unknown topic {topic!r} in {where} (--no-create-topic: create it first with "
+            "seglog create)")
+    mgr.create_topic(topic, partitions, config)
+    sys.stderr.write(f"seglog produce: created topic {topic!r} with {partitions} "
+                     "partition(s) (Kafka's auto-create on first produce; "
+                     "--no-create-topic refuses instead)\n")
+
+
 def _produce(args: argparse.Namespace, out: TextIO) -> int:
     props = parse_key_values(args.property, "--property")
     if args.key_separator is not None:
@@ -241,8 +270,14 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
         props["parse.headers"] = "true"
     fmt = LineFormat.from_properties(props)
     compression = CompressionType[args.compression_codec.upper()]
+    topic_config = parse_key_values(args.topic_config, "--topic-config")
+    if args.num_partitions < 1:
+        raise ConfigError(f"--num-partitions must be at least 1, got {args.num_partitions}")
     stream: BinaryIO
     with writing(args) as mgr:
+        ensure_topic(mgr, args.topic, create=args.create_topic,
+                     partitions=args.num_partitions, config=topic_config,
+                     where=", ".join(log_dirs(args)))
         if args.file is not None:
             with open(args.file, "rb") as stream:
                 summary = produce(mgr, args.topic, read_rows(stream, fmt),
@@ -261,7 +296,7 @@ def _produce(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _produce_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--file", metavar="FILE", help="read lines from FILE (default: stdin)")
     p.add_argument("--partition", type=int, metavar="P",
                    help="put every record in partition P (default: by key, murmur2)")
@@ -269,10 +304,21 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
                    help="lines are KEY<SEP>VALUE (parse.key=true, key.separator=SEP)")
     p.add_argument("--parse-headers", action="store_true",
                    help="lines start with h1:v1,h2:v2<TAB> (parse.headers=true)")
-    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+    # --reader-property: Kafka 4's name for the same option
+    p.add_argument("--property", "--reader-property", action="append", default=[],
+                   dest="property", metavar="NAME=VALUE",
                    help="a kafka-console-producer property: parse.key, key.separator, "
                         "parse.headers, headers.delimiter, headers.separator, "
                         "headers.key.separator, null.marker")
+    p.add_argument("--create-topic", action=argparse.BooleanOptionalAction, default=True,
+                   help="create a missing topic, as a broker does on first produce and the "
+                        "sink's createTopics option (default: yes)")
+    p.add_argument("--num-partitions", type=int, default=1, metavar="N",
+                   help="partitions of a topic this creates (default 1, the sink's "
+                        "numPartitions)")
+    p.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config override for a topic this creates (repeatable; the "
+                        "sink's topic.<config> options)")
     p.add_argument("--compression-codec", default="none",
                    choices=[c.name.lower() for c in CompressionType])
     add_writer_args(p)

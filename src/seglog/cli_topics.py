@@ -24,6 +24,7 @@ from .cli_common import (
     EXIT_OK,
     add_json_arg,
     add_path_args,
+    add_topic_arg,
     add_writer_args,
     open_reader,
     parse_key_values,
@@ -81,7 +82,7 @@ def _topics(args: argparse.Namespace, out: TextIO) -> int:
 
 def _describe(args: argparse.Namespace, out: TextIO) -> int:
     with open_reader(args) as mgr:
-        names = args.topics or mgr.topics()
+        names = [*args.topics, *args.topic_flags] or mgr.topics()
         docs = [describe_topic(mgr, t) for t in names]
     if args.json:
         write_json(out, {"topics": docs})
@@ -108,6 +109,10 @@ def _create(args: argparse.Namespace, out: TextIO) -> int:
     config = parse_key_values(args.config, "--config")
     if args.partitions < 1:
         raise ConfigError(f"--partitions must be at least 1, got {args.partitions}")
+    if args.replication_factor not in (None, 1):
+        raise ConfigError(f"--replication-factor {args.replication_factor}: seglog keeps one "
+                          "copy of each partition (no brokers to replicate to); only 1 is "
+                          "accepted (copy a log dir with seglog export/import for a backup)")
     with writing(args, create_dirs=True) as mgr:
         try:
             mgr.create_topic(args.topic, args.partitions, config)
@@ -138,9 +143,12 @@ def _delete(args: argparse.Namespace, out: TextIO) -> int:
         write_json(out, {"topic": args.topic, "deleted": bool(partitions),
                          "partitions": partitions})
     elif partitions:
-        out.write(f"Deleted topic {args.topic} ({partitions} partition(s)); its directories "
-                  "are removed after file.delete.delay.ms by the next writer "
-                  "(e.g. seglog maintain).\n")
+        # What happens, not file.delete.delay.ms: that delay applies only inside a writer
+        # that stays open (this one closes now); the next writer removes them on open.
+        out.write(f"Deleted topic {args.topic} ({partitions} partition(s)): readers no "
+                  "longer see it; its directories, renamed <topic>-<p>.<id>-delete, are "
+                  "removed by the next writer that opens the log dir (e.g. seglog "
+                  "maintain).\n")
     return EXIT_OK
 
 
@@ -196,13 +204,19 @@ def _topics_args(p: argparse.ArgumentParser) -> None:
 
 def _describe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("topics", nargs="*", metavar="TOPIC", help="topics (default: all)")
+    p.add_argument("--topic", action="append", default=[], dest="topic_flags",
+                   metavar="TOPIC", help="the same as TOPIC (Kafka's tools' spelling; "
+                                         "repeatable)")
     add_path_args(p)
     add_json_arg(p)
 
 
 def _create_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--partitions", type=int, default=1, metavar="N")
+    p.add_argument("--replication-factor", type=int, metavar="1",
+                   help="accepted as 1 (kafka-topics.sh's option): seglog keeps one copy of "
+                        "each partition, in its log dir")
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a Kafka topic config override (repeatable), e.g. retention.ms=86400000")
     p.add_argument("--if-not-exists", action="store_true",
@@ -212,7 +226,7 @@ def _create_args(p: argparse.ArgumentParser) -> None:
 
 
 def _delete_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--if-exists", action="store_true",
                    help="succeed without change when the topic does not exist")
     add_writer_args(p)
@@ -220,7 +234,7 @@ def _delete_args(p: argparse.ArgumentParser) -> None:
 
 
 def _alter_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", metavar="TOPIC")
+    add_topic_arg(p)
     p.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
                    help="set overrides; a value holding commas goes in brackets: "
                         "cleanup.policy=[compact,delete]")

@@ -94,6 +94,22 @@ def test_not_a_checkpoint(tmp_path, capsys):
                        tmp_path / "logs"), "offsets/")
 
 
+def test_topics_missing_from_the_path_are_an_error_not_zero_lag(tmp_path, capsys):
+    d, other, chk = tmp_path / "logs", tmp_path / "other", tmp_path / "chk"
+    _logs(d, [10])
+    with LogManager([other]) as mgr:
+        mgr.create_topic("unrelated", 1)
+    _checkpoint(chk, {0: [{"ev": {"0": 4}}], 1: [{"ev": {"0": 8}, "gone": {"0": 1}}]},
+                commits=[0])
+    one_line_error(run(capsys, "lag", "--checkpoint", chk, "--path", other),
+                   "ev, gone", str(other), "--path")
+    one_line_error(run(capsys, "lag", "--checkpoint", chk, "--path", d, "--json"),
+                   "gone", str(d))
+    _checkpoint(tmp_path / "chk2", {0: [{"ev": {"0": 4}}]}, commits=[0])
+    r = run(capsys, "lag", "--checkpoint", tmp_path / "chk2", "--path", d)
+    assert r.code == 0 and r.out.splitlines()[-1] == "Total lag: 6"
+
+
 @pytest.mark.spark
 def test_lag_of_a_real_streaming_query(spark, tmp_path, capsys):
     d, chk = tmp_path / "logs", tmp_path / "chk"

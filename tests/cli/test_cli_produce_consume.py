@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import signal
+import subprocess
 import uuid
 
 import pyarrow as pa
-from _cli import one_line_error, run, run_process
+from _cli import SEGLOG, one_line_error, run, run_process
 
 from seglog import cli_produce
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.record_format import verify_all
 from seglog.streaming.partitioner import partitions_for_keys
 
 T0 = 1_700_000_000_000
@@ -122,7 +125,31 @@ def test_a_failed_produce_publishes_nothing_and_takes_its_appends_back(tmp_path,
         assert sum(ends.values()) == 4 and mgr.high_watermarks() == ends
     one_line_error(run(capsys, "produce", "t", "--path", d, "--partition", "7", "--file",
                        bad), "--partition 7")
-    one_line_error(run(capsys, "produce", "nope", "--path", d, "--file", bad), "nope")
+    one_line_error(run(capsys, "produce", "nope", "--path", d, "--file", bad,
+                       "--no-create-topic"), "nope", "--no-create-topic")
+    with LogManager([d]) as mgr:
+        assert mgr.topics() == ["t"]
+
+
+def test_produce_creates_a_missing_topic_as_a_broker_and_the_sink_do(tmp_path, capsys):
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "t", "--path", d).code == 0
+    r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 6))
+    assert r.code == 0, r
+    assert "created topic 'fresh' with 1 partition(s)" in r.err and "Produced 6" in r.out
+    r = run(capsys, "produce", "wide", "--path", d, "--file", _lines(tmp_path, 6),
+            "--num-partitions", "3", "--topic-config", "retention.ms=60000")
+    assert r.code == 0 and "with 3 partition(s)" in r.err, r
+    with LogManager([d], read_only=True) as mgr:
+        assert mgr.topics() == ["fresh", "t", "wide"]
+        assert mgr.partitions("wide") == [0, 1, 2]
+        assert mgr.topic_overrides("wide") == {"retention.ms": "60000"}
+        assert mgr.high_watermarks()[("fresh", 0)] == 6
+    # an existing topic is used as it is, without a word
+    r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 2))
+    assert r.code == 0 and "created" not in r.err
+    one_line_error(run(capsys, "produce", "bad", "--path", d, "--file", _lines(tmp_path, 1),
+                       "--topic-config", "retention.ms=abc"), "retention.ms")
 
 
 def _lines(tmp_path, n):
@@ -143,3 +170,59 @@ def test_a_chunk_over_several_partitions_of_a_bucket_is_one_commit():
     assert producer.summary()["records"] == 40
     hws = mgr.high_watermarks()
     assert sum(hws.values()) == 40 and all(hws.values())
+
+
+def _corrupt_partition(d, values, bad):
+    """A one-partition topic with one batch per value; the CRC of batch ``bad`` broken."""
+    with LogManager([d]) as mgr:
+        mgr.create_topic("t", 1)
+        for v in values:
+            mgr.append("t", 0, encode_batches(pa.array([v])))
+        mgr.checkpoint_high_watermarks()
+    log = d / "t-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    headers = [c.header for c in verify_all(bytes(data))]
+    h = headers[bad]
+    data[h.end_position - 2] ^= 0xFF  # inside the last record: the CRC no longer matches
+    log.write_bytes(data)
+    return log, h.position
+
+
+def test_consume_prints_the_records_before_a_corrupt_batch_then_names_it(tmp_path, capsys):
+    d = tmp_path / "logs"
+    log, position = _corrupt_partition(d, [b"v%d" % i for i in range(6)], bad=3)
+    r = run(capsys, "consume", "t", "--path", d, "--from-beginning")
+    assert r.code == 2
+    assert r.out.splitlines() == ["v0", "v1", "v2"]
+    err = r.err.strip().splitlines()
+    assert err[0] == "Processed a total of 3 messages" and len(err) == 2, r.err
+    for word in ("partition t-0", str(log), f"position {position}", "offsets 3..3", "CRC"):
+        assert word in err[1], (word, err[1])
+    assert "Traceback" not in r.err
+    # from after the bad batch, the rest reads
+    tail = run(capsys, "consume", "t", "--path", d, "--offset", "4", "--partition", "0")
+    assert tail.code == 0 and tail.out.splitlines() == ["v4", "v5"]
+
+
+def test_consume_follow_interrupted_says_how_many_it_processed(tmp_path):
+    d = tmp_path / "logs"
+    with LogManager([d]) as mgr:
+        mgr.create_topic("t", 1)
+        mgr.append("t", 0, encode_batches(pa.array([b"a", b"b", b"c"])))
+        mgr.checkpoint_high_watermarks()
+    proc = subprocess.Popen([str(SEGLOG), "consume", "t", "--path", str(d), "--from-beginning",
+                             "--follow", "--poll-ms", "50"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        seen = [proc.stdout.readline() for _ in range(3)]  # all printed: now it polls
+        assert seen == [b"a\n", b"b\n", b"c\n"]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.decode().splitlines() == ["Processed a total of 3 messages",
+                                         "seglog consume: interrupted"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from _cli import Result, one_line_error, run, run_process
 
@@ -61,8 +62,20 @@ def test_create_describe_alter_delete_round_trip(tmp_path, capsys):
     r = run(capsys, "delete", "events", "--path", d, "--json")
     assert r.json() == {"topic": "events", "deleted": True, "partitions": 3}
     assert run(capsys, "topics", "--path", d).out.splitlines() == ["other"]
-    assert run(capsys, "maintain", d).code == 0  # the next writer removes the -delete dirs
+    doomed = sorted(n for n in os.listdir(d) if n.startswith("events"))
+    assert len(doomed) == 3 and all(n.endswith("-delete") for n in doomed)
+    # the next writer removes the -delete dirs as it opens the dir, and says so
+    r = run(capsys, "maintain", d)
+    assert r.code == 0
+    assert [line for line in r.out.splitlines() if line.startswith("delete-logs")] == [
+        f"delete-logs: removed {d / n} (a deleted topic's partition)" for n in doomed]
     assert sorted(n for n in os.listdir(d) if n.startswith("events")) == []
+    assert run(capsys, "maintain", d, "--json").json()["removedDirectories"] == []
+    r = run(capsys, "delete", "other", "--path", d)
+    assert "removed by the next writer that opens the log dir" in r.out
+    assert "file.delete.delay.ms" not in r.out
+    doc = run(capsys, "maintain", d, "--json").json()
+    assert [Path(x).name.split(".")[0] for x in doc["removedDirectories"]] == ["other-0"]
 
 
 def test_errors_are_one_line_naming_what_is_wrong(tmp_path, capsys):
@@ -70,8 +83,16 @@ def test_errors_are_one_line_naming_what_is_wrong(tmp_path, capsys):
     assert run(capsys, "create", "t", "--path", d).code == 0
     one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.mss=1"),
                    "retention.mss")
-    one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.ms=soon"),
-                   "retention.ms", "soon")
+    # what the value must be, not Python's "invalid literal for int()"
+    r = run(capsys, "create", "t2", "--path", d, "--config", "retention.ms=soon")
+    one_line_error(r, "retention.ms", "soon", "an integer (milliseconds)",
+                   "-1 (unlimited) or at least 0")
+    assert "invalid literal" not in r.err
+    r = run(capsys, "create", "t2", "--path", d, "--config", "min.cleanable.dirty.ratio=x")
+    one_line_error(r, "min.cleanable.dirty.ratio", "a number", "between 0.0 and 1.0")
+    assert "could not convert" not in r.err
+    one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "segment.bytes=1e6"),
+                   "segment.bytes", "an integer (bytes)", "between 14 and 2147483647")
     one_line_error(run(capsys, "create", "t2", "--path", d, "--config", "retention.ms"),
                    "--config")
     one_line_error(run(capsys, "create", "bad/name", "--path", d), "bad/name")
