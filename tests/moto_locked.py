@@ -34,6 +34,7 @@ def _locked(put_object: Callable[..., Any]) -> Callable[..., Any]:
         stripe = hash((self.bucket_name, self.parse_key_name())) % _STRIPES
         with _locks[stripe]:
             return put_object(self)
+
     return put_object_atomically
 
 

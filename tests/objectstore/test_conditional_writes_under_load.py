@@ -111,8 +111,9 @@ def test_one_winner_of_racing_if_match_puts_under_load(server_storage):
     for trial in _trials():
         etag = st.etag(key)
         assert etag
-        winners = _race(lambda i, trial=trial, etag=etag:
-                        st.replace_if_match(key, _body(trial, i), etag))
+        winners = _race(
+            lambda i, trial=trial, etag=etag: st.replace_if_match(key, _body(trial, i), etag)
+        )
         assert len(winners) == 1, f"{st.uri}: trial {trial}: if-match puts won by {winners}"
         assert st.read(key) == _body(trial, winners[0])
 

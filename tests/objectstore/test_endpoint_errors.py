@@ -16,10 +16,21 @@ from seglog.logstore.errors import (
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.object_store_config import StorageOptions
 
-BAD_ENDPOINTS = ["127.0.0.1:9000", "localhost:9000", "not a url", "", "http://",
-                 "ftp://127.0.0.1:9000", "http://127.0.0.1:99999"]
-CREDENTIALS = {"aws_region": "us-east-1", "aws_access_key_id": "k",
-               "aws_secret_access_key": "s", "aws_allow_http": "true"}
+BAD_ENDPOINTS = [
+    "127.0.0.1:9000",
+    "localhost:9000",
+    "not a url",
+    "",
+    "http://",
+    "ftp://127.0.0.1:9000",
+    "http://127.0.0.1:99999",
+]
+CREDENTIALS = {
+    "aws_region": "us-east-1",
+    "aws_access_key_id": "k",
+    "aws_secret_access_key": "s",
+    "aws_allow_http": "true",
+}
 
 
 def _first_request(st: ObjectStorage) -> None:
@@ -31,8 +42,9 @@ def _first_request(st: ObjectStorage) -> None:
 def test_a_malformed_endpoint_option_is_a_config_error_naming_it(endpoint):
     try:
         with pytest.raises(ConfigError) as e:
-            _first_request(ObjectStorage("s3://bucket-a/logs",
-                                         {"aws_endpoint": endpoint, **CREDENTIALS}))
+            _first_request(
+                ObjectStorage("s3://bucket-a/logs", {"aws_endpoint": endpoint, **CREDENTIALS})
+            )
     except BaseException as panic:  # the old code's PanicException: not an Exception
         pytest.fail(f"endpoint {endpoint!r}: {type(panic).__name__}: {panic}")
     message = str(e.value)
@@ -56,8 +68,10 @@ def test_a_malformed_endpoint_variable_is_a_config_error_naming_it(endpoint, mon
 def test_a_panic_of_the_client_becomes_a_storage_error():
     # Passes the URL check (a host with a character URLs allow but the client's HTTP
     # stack does not): the client panics on the first request; seglog names the option.
-    st = ObjectStorage("s3://bucket-a/logs", {"aws_endpoint": "http://ho^st:9000",
-                                              "max_retries": "0", **CREDENTIALS})
+    st = ObjectStorage(
+        "s3://bucket-a/logs",
+        {"aws_endpoint": "http://ho^st:9000", "max_retries": "0", **CREDENTIALS},
+    )
     try:
         with pytest.raises(KafkaStorageError, match="aws_endpoint") as e:
             _first_request(st)
@@ -89,10 +103,17 @@ def test_plain_http_allowed_by_the_variable_works(bucket_server, monkeypatch, no
 def test_no_credentials_names_the_variables_and_options(bucket_server):
     # No key in options or environment: the client falls back to the EC2 instance metadata
     # service (169.254.169.254), which is not there (refused, or silent: bounded below).
-    st = ObjectStorage(f"s3://{bucket_server.create_bucket()}/logs",
-                       {"aws_endpoint": bucket_server.endpoint, "aws_region": "us-east-1",
-                        "aws_allow_http": "true", "max_retries": "0",
-                        "connect_timeout": "1s", "retry_timeout": "2s"})
+    st = ObjectStorage(
+        f"s3://{bucket_server.create_bucket()}/logs",
+        {
+            "aws_endpoint": bucket_server.endpoint,
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+            "max_retries": "0",
+            "connect_timeout": "1s",
+            "retry_timeout": "2s",
+        },
+    )
     with pytest.raises(StorageAccessDeniedError) as e:
         _first_request(st)
     message = str(e.value)
@@ -102,13 +123,15 @@ def test_no_credentials_names_the_variables_and_options(bucket_server):
 
 
 def test_redaction_replaces_whole_values_only():
-    options = StorageOptions.of({"aws_access_key_id": "x",
-                                 "aws_secret_access_key": "ab/cd+ef=="})
-    text = ("GET http://127.0.0.1:9000/bucket-x?list-type=2 for u-x-bucket: "
-            "Credential=x/20250101/us-east-1/s3 secret 'ab/cd+ef=='")
+    options = StorageOptions.of({"aws_access_key_id": "x", "aws_secret_access_key": "ab/cd+ef=="})
+    text = (
+        "GET http://127.0.0.1:9000/bucket-x?list-type=2 for u-x-bucket: "
+        "Credential=x/20250101/us-east-1/s3 secret 'ab/cd+ef=='"
+    )
     assert options.redact(text) == (
         "GET http://127.0.0.1:9000/bucket-x?list-type=2 for u-x-bucket: "
-        "Credential=***/20250101/us-east-1/s3 secret '***'")
+        "Credential=***/20250101/us-east-1/s3 secret '***'"
+    )
 
 
 @pytest.mark.usefixtures("no_aws_env")
