@@ -79,6 +79,7 @@ from .errors import (
     BucketNotFoundError,
     CommitConflictError,
     CommitOutcomeUnknownError,
+    ConditionalWriteNotEnforcedError,
     CorruptMetadataError,
     KafkaStorageError,
     SeglogError,
@@ -103,6 +104,9 @@ this: it refreshes first. Fixed, not derived from any config: the collector keep
 commit and snapshot at least ``bucket_collect.METADATA_MIN_DELAY_MS`` (60 s, well above
 this) by the store's clock, whatever anyone's ``file.delete.delay.ms``, so every commit
 made since the writer looked is still there and wins the create against it."""
+MAX_UNCHECKED = 1000
+"""Own commits a writer remembers to read back (``CommitLog._check_own_commits``): a
+lone writer's, from its last look at another writer's commit on."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 
@@ -182,6 +186,9 @@ class CommitLog:
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
+        # Commits this writer was told it created and has not read back: version ->
+        # (its bytes, operation). See _check_own_commits.
+        self._unchecked: dict[int, tuple[bytes, str]] = {}
         self._load()
 
     @property
@@ -258,9 +265,17 @@ class CommitLog:
         """The commit versions from ``version`` on (one LIST). Listed from our own
         version: an empty answer must mean "nothing new", never "everything we knew was
         collected" (the collector keeps the newest commit)."""
+        return sorted(self._list_commit_sizes(version))
+
+    def _list_commit_sizes(self, version: int) -> dict[int, int]:
+        """``_list_commits`` with each commit's size (the same one LIST)."""
         after = version_name(version - 1) if version >= 1 else ""
-        names = (parse_version_name(e.name) for e in self.storage.list_after(COMMIT_DIR, after))
-        return sorted(v for v in names if v is not None and v >= version)
+        sizes = {}
+        for e in self.storage.list_after(COMMIT_DIR, after):
+            v = parse_version_name(e.name)
+            if v is not None and v >= version:
+                sizes[v] = e.size
+        return sizes
 
     def refresh(self) -> bool:
         """Fold the commits newer than the state (one LIST, a GET per new commit); True
@@ -268,7 +283,59 @@ class CommitLog:
         with self._lock:
             started_ms = self.clock.monotonic_ms()
             state = self._state
-            return self._fold(state, self._list_commits(state.version), started_ms)
+            oldest = min(self._unchecked, default=state.version)
+            sizes = self._list_commit_sizes(min(oldest, state.version))
+            for version in [v for v in self._unchecked if v not in sizes]:
+                del self._unchecked[version]  # collected (old) or never listed
+            if self._unchecked:
+                self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
+            listed = sorted(v for v in sizes if v >= state.version)
+            return self._fold(state, listed, started_ms)
+
+    def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
+        """Checks the commits this writer was told it created against what the bucket
+        lists: a store that does not enforce create-if-absent, or not atomically,
+        answers two racing creates of one version with success, the later replacing the
+        earlier, and the earlier writer's operation is then acknowledged yet gone.
+
+        Cheap by design: a listed size that differs from ours costs nothing to see (the
+        LIST is made anyway); the bytes are read back (a GET each) only when ``others``,
+        another writer's newer commit, shows up, so a lone writer pays nothing. Another
+        writer's bytes raise ``ConditionalWriteNotEnforcedError`` naming the version
+        (after reloading the state from the bucket, so nothing more is built on the lost
+        commit)."""
+        mine = self._unchecked
+        if others:
+            self._unchecked = {}
+        for version in sorted(set(mine) & set(sizes)):
+            data, operation = mine[version]
+            if not others and sizes[version] == len(data):
+                continue
+            key = commit_key(version)
+            try:
+                found = self.storage.read(key)
+            except FileNotFoundError:
+                continue  # listed, then collected: the fold says if anything is wrong
+            if found != data:
+                self._state = BucketState()
+                self._load()
+                raise self._forked(version, operation, found)
+
+    def _forked(self, version: int, operation: str, found: bytes
+                ) -> ConditionalWriteNotEnforcedError:
+        where = f"{self.uri}/{commit_key(version)}"
+        try:
+            other = Commit.decode(found, where, version)
+            whose = f"writer {other.writer}'s {other.operation}"
+        except CorruptMetadataError:
+            whose = "other bytes"
+        return ConditionalWriteNotEnforcedError(
+            f"{where}: this writer ({self.writer_id}) was told its create of commit "
+            f"{version} ({operation}) succeeded, but that version holds {whose}: the store "
+            f"did not enforce create-if-absent (If-None-Match: *), so two writers both "
+            f"created version {version} and this {operation} is not in the log. Check the "
+            f"store with `seglog probe-store {self.uri}` and run at most one writer on it "
+            f"until it passes")
 
     def _fold(self, state: BucketState, listed: list[int], started_ms: int, *,
               open_: bool = False) -> bool:
@@ -379,6 +446,9 @@ class CommitLog:
                     won = self._create(key, data, operation)
                     if won:
                         self._state = new_state
+                        self._unchecked[version] = (data, operation)
+                        if len(self._unchecked) > MAX_UNCHECKED:
+                            del self._unchecked[min(self._unchecked)]
                     else:
                         self.refresh()
             if won:
