@@ -189,6 +189,9 @@ class CommitLog:
         # Commits this writer was told it created and has not read back: version ->
         # (its bytes, operation). See _check_own_commits.
         self._unchecked: dict[int, tuple[bytes, str]] = {}
+        # Set once this writer has seen the store ignore create-if-absent: it then
+        # refuses every commit (reading goes on).
+        self._refusal: str | None = None
         self._load()
 
     @property
@@ -319,7 +322,9 @@ class CommitLog:
             if found != data:
                 self._state = BucketState()
                 self._load()
-                raise self._forked(version, operation, found)
+                error = self._forked(version, operation, found)
+                self._refusal = str(error)
+                raise error
 
     def _forked(self, version: int, operation: str, found: bytes
                 ) -> ConditionalWriteNotEnforcedError:
@@ -397,6 +402,10 @@ class CommitLog:
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
+        if self._refusal is not None:
+            raise ConditionalWriteNotEnforcedError(
+                f"{self.uri}: refusing to commit {operation}: this writer saw the store "
+                f"ignore create-if-absent before ({self._refusal})")
         fresh = False  # whether the state was read from the bucket during this call
         if self._view_too_old():
             # Cheap to do now rather than build on a state the create check below would

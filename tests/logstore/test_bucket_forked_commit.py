@@ -61,6 +61,10 @@ def test_a_writer_whose_commit_was_replaced_by_a_later_writer_says_so():
     # a's state is the bucket's again: nothing more is built on its lost append
     assert a.state == CommitLog(a.storage).state == b.state
     assert a.refresh() is False
+    # and it refuses to commit on that store again; reading goes on
+    with pytest.raises(ConditionalWriteNotEnforcedError, match="refusing to commit append"):
+        a.commit("append", append_change)
+    assert a.state == b.state
 
 
 def test_a_lone_writer_sees_a_replaced_commit_of_another_size():
