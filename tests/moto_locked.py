@@ -14,6 +14,7 @@ store. Test-side only; moto itself is not changed.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -21,6 +22,12 @@ from typing import Any
 
 from moto.s3.responses import S3Response
 from moto.server import main
+from werkzeug.datastructures import Headers
+
+IGNORE_CONDITIONS_ENV = "SEGLOG_MOTO_IGNORE_CONDITIONS"
+"""Set to 1: PUTs ignore ``If-None-Match`` and ``If-Match`` (every conditional PUT
+succeeds and replaces), as some S3-compatible stores do; what ``seglog probe-store`` must
+call unsafe."""
 
 _STRIPES = 64
 # One lock per stripe of (bucket, key): PUTs of different keys still run concurrently
@@ -28,9 +35,14 @@ _STRIPES = 64
 _locks = [threading.Lock() for _ in range(_STRIPES)]
 
 
-def _locked(put_object: Callable[..., Any]) -> Callable[..., Any]:
+def _locked(put_object: Callable[..., Any], ignore_conditions: bool) -> Callable[..., Any]:
     @functools.wraps(put_object)
     def put_object_atomically(self: S3Response) -> Any:
+        if ignore_conditions:
+            headers = Headers(self.headers)
+            headers.remove("If-None-Match")
+            headers.remove("If-Match")
+            self.headers = headers
         stripe = hash((self.bucket_name, self.parse_key_name())) % _STRIPES
         with _locks[stripe]:
             return put_object(self)
@@ -45,7 +57,8 @@ def install() -> None:
     """Patch moto's S3 handler in this process (once)."""
     global _installed
     if not _installed:
-        setattr(S3Response, "put_object", _locked(S3Response.put_object))  # noqa: B010
+        ignore = os.environ.get(IGNORE_CONDITIONS_ENV) == "1"
+        setattr(S3Response, "put_object", _locked(S3Response.put_object, ignore))  # noqa: B010
         _installed = True
 
 

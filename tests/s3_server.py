@@ -114,10 +114,13 @@ class MotoServer(S3Server):
     """One moto server process."""
 
     def __init__(self, *, enforce_auth_after: int | None = None,
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, ignore_conditions: bool = False) -> None:
         # enforce_auth_after: moto's INITIAL_NO_AUTH_ACTION_COUNT, the number of requests it
         # serves before it checks credentials against its own IAM (403 for unknown keys).
+        # ignore_conditions: PUTs ignore If-None-Match and If-Match (moto_locked.py), as
+        # some S3-compatible stores do.
         self._enforce_auth_after = enforce_auth_after
+        self._ignore_conditions = ignore_conditions
         self._start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_dir = tempfile.TemporaryDirectory(prefix="seglog-moto-")
@@ -140,6 +143,8 @@ class MotoServer(S3Server):
         env = dict(os.environ)
         if self._enforce_auth_after is not None:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self._enforce_auth_after)
+        if self._ignore_conditions:
+            env["SEGLOG_MOTO_IGNORE_CONDITIONS"] = "1"
         with open(log, "wb") as out:
             # Output goes to a file, not a pipe: the server logs every request, and a pipe
             # nobody drains would block it.
