@@ -335,9 +335,9 @@ def _endpoint(target: ObjectStoreTarget, config: Mapping[str, str]) -> tuple[str
             return value, f"option {key}"
     prefix = _ENV_PREFIX[target.scheme]
     for name in (f"{prefix}ENDPOINT_URL", f"{prefix}ENDPOINT"):
-        value = os.environ.get(name)
-        if value is not None:
-            return value, f"environment variable {name}"
+        found = os.environ.get(name)
+        if found is not None:
+            return found, f"environment variable {name}"
     return None
 
 

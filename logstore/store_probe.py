@@ -20,6 +20,7 @@ A request that fails outright (access denied, unreachable) raises, as everywhere
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
@@ -128,6 +129,14 @@ def _body(round_: int, i: int) -> bytes:
     return tag * (65536 // len(tag))
 
 
+def _create(storage: ObjectStorage, key: str, round_: int, i: int) -> bool:
+    return storage.create(key, _body(round_, i))
+
+
+def _replace(storage: ObjectStorage, key: str, round_: int, etag: str, i: int) -> bool:
+    return storage.replace_if_match(key, _body(round_, i), etag)
+
+
 def _one_winner(storage: ObjectStorage, key: str, round_: int, winners: list[int]) -> str | None:
     """What is wrong with a round's outcome, or None."""
     if len(winners) != 1:
@@ -144,7 +153,7 @@ def _create_race(storage: ObjectStorage, prefix: str, writers: int, rounds: int)
     name = f"{writers} concurrent creates of one key"
     for r in range(rounds):
         key = f"{prefix}/race-{r:04d}"
-        winners = _race(writers, lambda i, r=r, key=key: storage.create(key, _body(r, i)))
+        winners = _race(writers, functools.partial(_create, storage, key, r))
         wrong = _one_winner(storage, key, r, winners)
         if wrong:
             return ProbeCheck(name, False, wrong)
@@ -177,9 +186,7 @@ def _if_match_race(storage: ObjectStorage, prefix: str, writers: int, rounds: in
         etag = storage.etag(key)
         if not etag:
             return ProbeCheck(name, False, "the store gives no ETag")
-        winners = _race(
-            writers, lambda i, r=r, etag=etag: storage.replace_if_match(key, _body(r, i), etag)
-        )
+        winners = _race(writers, functools.partial(_replace, storage, key, r, etag))
         wrong = _one_winner(storage, key, r, winners)
         if wrong:
             return ProbeCheck(name, False, wrong)
