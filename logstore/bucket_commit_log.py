@@ -107,6 +107,10 @@ made since the writer looked is still there and wins the create against it."""
 MAX_UNCHECKED = 1000
 """Own commits a writer remembers to read back (``CommitLog._check_own_commits``): a
 lone writer's, from its last look at another writer's commit on."""
+MAX_READ_BACK = 50
+"""Of those, the most a refresh reads back (the newest); older ones are compared by their
+listed size only, so a second writer appearing after a long lone run costs a bounded
+number of GETs."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 
@@ -302,17 +306,20 @@ class CommitLog:
         earlier, and the earlier writer's operation is then acknowledged yet gone.
 
         Cheap by design: a listed size that differs from ours costs nothing to see (the
-        LIST is made anyway); the bytes are read back (a GET each) only when ``others``,
-        another writer's newer commit, shows up, so a lone writer pays nothing. Another
+        LIST is made anyway); the bytes are read back (a GET each, of the newest
+        ``MAX_READ_BACK``) only when ``others``, another writer's newer commit, shows up,
+        so a lone writer pays nothing. Another
         writer's bytes raise ``ConditionalWriteNotEnforcedError`` naming the version
         (after reloading the state from the bucket, so nothing more is built on the lost
         commit)."""
         mine = self._unchecked
         if others:
             self._unchecked = {}
-        for version in sorted(set(mine) & set(sizes)):
+        versions = sorted(set(mine) & set(sizes))
+        read_back = set(versions[-MAX_READ_BACK:]) if others else set()
+        for version in versions:
             data, operation = mine[version]
-            if not others and sizes[version] == len(data):
+            if version not in read_back and sizes[version] == len(data):
                 continue
             key = commit_key(version)
             try:

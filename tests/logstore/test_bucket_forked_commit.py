@@ -12,7 +12,7 @@ import pytest
 from bucket_helpers import CountingStorage, memory_uri
 from test_bucket_commit_log import append_change, topic_change
 
-from seglog.logstore.bucket_commit_log import CommitLog
+from seglog.logstore.bucket_commit_log import MAX_READ_BACK, CommitLog
 from seglog.logstore.errors import ConditionalWriteNotEnforcedError
 from seglog.logstore.object_storage import ObjectStorage
 from seglog.logstore.storage import Storage, StoragePath
@@ -95,3 +95,16 @@ def test_a_writer_that_won_its_versions_reads_nothing_back():
     a.commit("append", append_change)
     b.commit("append", append_change)
     assert a.refresh() is True  # nothing raised: a's append holds a's bytes
+
+
+def test_read_back_after_a_long_lone_run_is_bounded():
+    counting = CountingStorage(ObjectStorage(memory_uri()))
+    a = CommitLog(counting, writer_id="writer-a")
+    a.commit("create_topic", lambda s: topic_change())
+    for _ in range(MAX_READ_BACK + 10):
+        a.commit("append", append_change)
+    assert a.refresh() is False  # alone: sizes only, nothing read
+    CommitLog(counting.inner, writer_id="writer-b").commit("append", append_change)
+    counting.reset()
+    assert a.refresh() is True
+    assert counting.counts["read"] == MAX_READ_BACK + 1  # the newest own ones, then b's
