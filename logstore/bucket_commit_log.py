@@ -56,7 +56,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,10 +294,11 @@ class CommitLog:
             sizes = self._list_commit_sizes(min(oldest, state.version))
             for version in [v for v in self._unchecked if v not in sizes]:
                 del self._unchecked[version]  # collected (old) or never listed
-            if self._unchecked:
+            own = frozenset(self._unchecked)
+            if own:
                 self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
             listed = sorted(v for v in sizes if v >= state.version)
-            return self._fold(state, listed, started_ms)
+            return self._fold(state, listed, started_ms, own=own)
 
     def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
         """Checks the commits this writer was told it created against what the bucket
@@ -333,6 +334,26 @@ class CommitLog:
                 self._refusal = str(error)
                 raise error
 
+    def _fork_below(self, commit: Commit, error: CorruptMetadataError
+                    ) -> ConditionalWriteNotEnforcedError:
+        """Another writer's commit that does not apply on the one below it, which this
+        writer created: that writer built on a different commit of the same version (it
+        must have read one to create the next), so both were told they created it. The
+        bucket holds this writer's; the other writer's is lost, and its successor does not
+        follow. Certain without a request; commits are refused from here on."""
+        below = commit.version - 1
+        where = f"{self.uri}/{commit_key(commit.version)}"
+        cause = str(error).removeprefix(f"{where}: ")
+        message = (
+            f"{where}: writer {commit.writer}'s "
+            f"{commit.operation} does not follow commit {below}, which this writer "
+            f"({self.writer_id}) created: the store did not enforce create-if-absent "
+            f"(If-None-Match: *), so two writers both created version {below} and the log "
+            f"forked there ({cause}). Check the store with `seglog probe-store {self.uri}` "
+            f"and run at most one writer on it until it passes")
+        self._refusal = message
+        return ConditionalWriteNotEnforcedError(message)
+
     def _forked(self, version: int, operation: str, found: bytes
                 ) -> ConditionalWriteNotEnforcedError:
         where = f"{self.uri}/{commit_key(version)}"
@@ -350,10 +371,11 @@ class CommitLog:
             f"until it passes")
 
     def _fold(self, state: BucketState, listed: list[int], started_ms: int, *,
-              open_: bool = False) -> bool:
+              open_: bool = False, own: Collection[int] = ()) -> bool:
         """Take ``state`` plus the ``listed`` commits after it as this log's state.
         ``open_``: more than ``SNAPSHOT_EVERY`` newer commits mean a stale hint, and a
-        newer snapshot is cheaper than folding them all."""
+        newer snapshot is cheaper than folding them all. ``own``: versions this writer
+        created (see ``_fork_below``)."""
         if state.version >= 0:
             if listed[:1] == [state.version]:
                 listed = listed[1:]
@@ -379,7 +401,13 @@ class CommitLog:
                 data = self.storage.read(key)
             except FileNotFoundError:
                 raise CorruptMetadataError(f"{where} was listed but cannot be read") from None
-            state = state.apply(Commit.decode(data, where, version), where)
+            commit = Commit.decode(data, where, version)
+            try:
+                state = state.apply(commit, where)
+            except CorruptMetadataError as e:
+                if version - 1 in own and commit.writer != self.writer_id:
+                    raise self._fork_below(commit, e) from e
+                raise
         changed = state.version != self._state.version
         self._state = state
         self._refreshed_ms = started_ms

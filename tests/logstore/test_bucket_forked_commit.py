@@ -108,3 +108,22 @@ def test_read_back_after_a_long_lone_run_is_bounded():
     counting.reset()
     assert a.refresh() is True
     assert counting.counts["read"] == MAX_READ_BACK + 1  # the newest own ones, then b's
+
+
+def test_the_writer_whose_commit_stayed_names_the_fork_when_the_other_builds_on_its_own():
+    _, a, b = _two_writers()
+    a.commit("append", append_change)  # version 1, a's: 5 records
+    b.commit("append", lambda s: append_change(s, 7))  # version 1 again, b's: 7 records
+    # a goes on from its own version 1 (its view is fresh, the store says yes)
+    a.commit("append", append_change)  # version 2: a segment at 5
+    # b folds a's version 2 onto b's version 1 (log end 7): it cannot follow
+    with pytest.raises(ConditionalWriteNotEnforcedError) as e:
+        b.refresh()
+    message = str(e.value)
+    assert "_seglog/log/00000000000000000002.json" in message
+    assert "does not follow commit 1, which this writer (writer-b) created" in message
+    assert "(partition t-0: segment t-0/00000000000000000005-" in message
+    assert message.count("00000000000000000002.json") == 1
+    assert f"seglog probe-store {b.uri}" in message
+    with pytest.raises(ConditionalWriteNotEnforcedError, match="refusing to commit append"):
+        b.commit("append", append_change)
