@@ -60,7 +60,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +85,7 @@ from .errors import (
     BucketNotFoundError,
     CommitConflictError,
     CommitOutcomeUnknownError,
+    ConditionalWriteNotEnforcedError,
     CorruptMetadataError,
     KafkaStorageError,
     SeglogError,
@@ -109,6 +110,13 @@ this: it refreshes first. Fixed, not derived from any config: the collector keep
 commit and snapshot at least ``bucket_collect.METADATA_MIN_DELAY_MS`` (60 s, well above
 this) by the store's clock, whatever anyone's ``file.delete.delay.ms``, so every commit
 made since the writer looked is still there and wins the create against it."""
+MAX_UNCHECKED = 1000
+"""Own commits a writer remembers to read back (``CommitLog._check_own_commits``): a
+lone writer's, from its last look at another writer's commit on."""
+MAX_READ_BACK = 50
+"""Of those, the most a refresh reads back (the newest); older ones are compared by their
+listed size only, so a second writer appearing after a long lone run costs a bounded
+number of GETs."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 FETCH_THREADS = 16
@@ -203,6 +211,12 @@ class CommitLog:
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
+        # Commits this writer was told it created and has not read back: version ->
+        # (its bytes, operation). See _check_own_commits.
+        self._unchecked: dict[int, tuple[bytes, str]] = {}
+        # Set once this writer has seen the store ignore create-if-absent: it then
+        # refuses every commit (reading goes on).
+        self._refusal: str | None = None
         self._load()
 
     @property
@@ -292,9 +306,17 @@ class CommitLog:
         """The commit versions from ``version`` on (one LIST). Listed from our own
         version: an empty answer must mean "nothing new", never "everything we knew was
         collected" (the collector keeps the newest commit)."""
+        return sorted(self._list_commit_sizes(version))
+
+    def _list_commit_sizes(self, version: int) -> dict[int, int]:
+        """``_list_commits`` with each commit's size (the same one LIST)."""
         after = version_name(version - 1) if version >= 1 else ""
-        names = (parse_version_name(e.name) for e in self.storage.list_after(COMMIT_DIR, after))
-        return sorted(v for v in names if v is not None and v >= version)
+        sizes = {}
+        for e in self.storage.list_after(COMMIT_DIR, after):
+            v = parse_version_name(e.name)
+            if v is not None and v >= version:
+                sizes[v] = e.size
+        return sizes
 
     def refresh(self) -> bool:
         """Fold the commits newer than the state (one LIST, a GET per new commit); True
@@ -302,13 +324,92 @@ class CommitLog:
         with self._lock:
             started_ms = self.clock.monotonic_ms()
             state = self._state
-            return self._fold(state, self._list_commits(state.version), started_ms)
+            oldest = min(self._unchecked, default=state.version)
+            sizes = self._list_commit_sizes(min(oldest, state.version))
+            for version in [v for v in self._unchecked if v not in sizes]:
+                del self._unchecked[version]  # collected (old) or never listed
+            own = frozenset(self._unchecked)
+            if own:
+                self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
+            listed = sorted(v for v in sizes if v >= state.version)
+            return self._fold(state, listed, started_ms, own=own)
+
+    def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
+        """Checks the commits this writer was told it created against what the bucket
+        lists: a store that does not enforce create-if-absent, or not atomically,
+        answers two racing creates of one version with success, the later replacing the
+        earlier, and the earlier writer's operation is then acknowledged yet gone.
+
+        Cheap by design: a listed size that differs from ours costs nothing to see (the
+        LIST is made anyway); the bytes are read back (a GET each, of the newest
+        ``MAX_READ_BACK``) only when ``others``, another writer's newer commit, shows up,
+        so a lone writer pays nothing. Another
+        writer's bytes raise ``ConditionalWriteNotEnforcedError`` naming the version
+        (after reloading the state from the bucket, so nothing more is built on the lost
+        commit)."""
+        mine = self._unchecked
+        if others:
+            self._unchecked = {}
+        versions = sorted(set(mine) & set(sizes))
+        read_back = set(versions[-MAX_READ_BACK:]) if others else set()
+        for version in versions:
+            data, operation = mine[version]
+            if version not in read_back and sizes[version] == len(data):
+                continue
+            key = commit_key(version)
+            try:
+                found = self.storage.read(key)
+            except FileNotFoundError:
+                continue  # listed, then collected: the fold says if anything is wrong
+            if found != data:
+                self._state = BucketState()
+                self._load()
+                error = self._forked(version, operation, found)
+                self._refusal = str(error)
+                raise error
+
+    def _fork_below(self, commit: Commit, error: CorruptMetadataError
+                    ) -> ConditionalWriteNotEnforcedError:
+        """Another writer's commit that does not apply on the one below it, which this
+        writer created: that writer built on a different commit of the same version (it
+        must have read one to create the next), so both were told they created it. The
+        bucket holds this writer's; the other writer's is lost, and its successor does not
+        follow. Certain without a request; commits are refused from here on."""
+        below = commit.version - 1
+        where = f"{self.uri}/{commit_key(commit.version)}"
+        cause = str(error).removeprefix(f"{where}: ")
+        message = (
+            f"{where}: writer {commit.writer}'s "
+            f"{commit.operation} does not follow commit {below}, which this writer "
+            f"({self.writer_id}) created: the store did not enforce create-if-absent "
+            f"(If-None-Match: *), so two writers both created version {below} and the log "
+            f"forked there ({cause}). Check the store with `seglog probe-store {self.uri}` "
+            f"and run at most one writer on it until it passes")
+        self._refusal = message
+        return ConditionalWriteNotEnforcedError(message)
+
+    def _forked(self, version: int, operation: str, found: bytes
+                ) -> ConditionalWriteNotEnforcedError:
+        where = f"{self.uri}/{commit_key(version)}"
+        try:
+            other = Commit.decode(found, where, version)
+            whose = f"writer {other.writer}'s {other.operation}"
+        except CorruptMetadataError:
+            whose = "other bytes"
+        return ConditionalWriteNotEnforcedError(
+            f"{where}: this writer ({self.writer_id}) was told its create of commit "
+            f"{version} ({operation}) succeeded, but that version holds {whose}: the store "
+            f"did not enforce create-if-absent (If-None-Match: *), so two writers both "
+            f"created version {version} and this {operation} is not in the log. Check the "
+            f"store with `seglog probe-store {self.uri}` and run at most one writer on it "
+            f"until it passes")
 
     def _fold(self, state: BucketState, listed: list[int], started_ms: int, *,
-              open_: bool = False) -> bool:
+              open_: bool = False, own: Collection[int] = ()) -> bool:
         """Take ``state`` plus the ``listed`` commits after it as this log's state.
         ``open_``: more than ``SNAPSHOT_EVERY`` newer commits mean a stale hint, and a
-        newer snapshot is cheaper than folding them all."""
+        newer snapshot is cheaper than folding them all. ``own``: versions this writer
+        created (see ``_fork_below``)."""
         if state.version >= 0:
             if listed[:1] == [state.version]:
                 listed = listed[1:]
@@ -345,9 +446,14 @@ class CommitLog:
                 except FileNotFoundError:
                     raise CorruptMetadataError(
                         f"{where} was listed but cannot be read") from None
+            commit: Commit | None = None
             try:
-                state = state.apply(Commit.decode(data, where, version), where)
+                commit = Commit.decode(data, where, version)
+                state = state.apply(commit, where)
             except CorruptMetadataError as e:
+                if (commit is not None and version - 1 in own
+                        and commit.writer != self.writer_id):
+                    raise self._fork_below(commit, e) from e
                 raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
         changed = state.version != self._state.version
         self._state = state
@@ -397,6 +503,10 @@ class CommitLog:
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
+        if self._refusal is not None:
+            raise ConditionalWriteNotEnforcedError(
+                f"{self.uri}: refusing to commit {operation}: this writer saw the store "
+                f"ignore create-if-absent before ({self._refusal})")
         if self._hint_ahead is not None and self._hint_ahead > self._state.version:
             raise CorruptMetadataError(self._rolled_back_message())
         fresh = False  # whether the state was read from the bucket during this call
@@ -495,6 +605,9 @@ class CommitLog:
                     self.refresh()
                 return None, False
             self._state = new_state
+            self._unchecked[version] = (data, operation)
+            if len(self._unchecked) > MAX_UNCHECKED:
+                del self._unchecked[min(self._unchecked)]
         crash_point("after-commit")
         return new_state, True
 

@@ -149,6 +149,14 @@ class CommitOutcomeUnknownError(KafkaStorageError):
     duplicate its records)."""
 
 
+class ConditionalWriteNotEnforcedError(KafkaStorageError):
+    """The store answered a conditional request as if it ignored the condition: a writer
+    was told its create-if-absent of a commit version succeeded, yet that version holds
+    another writer's commit (two writers both "won" it). What this writer committed
+    there is not in the log. The message names the store, the version and the
+    ``seglog probe-store`` command that checks a bucket."""
+
+
 class AppendAbortedError(SeglogError):
     """A pipelined append (``append_async``) that was never committed because an earlier
     append of its partition failed: the offsets it was given

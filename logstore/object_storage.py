@@ -66,6 +66,18 @@ _DENIED = ("403 Forbidden", "401 Unauthorized")
 _RANGE_NOT_SATISFIABLE = ("416 Range Not Satisfiable", "Invalid range")
 
 
+_METADATA_SERVICE = "169.254.169.254"
+_OPTION_HINT = ("check the endpoint and the other storage options: aws_endpoint or "
+                "AWS_ENDPOINT_URL must be http(s)://host[:port]")
+
+
+def _is_panic(e: BaseException) -> bool:
+    """Whether ``e`` is a panic of obstore's Rust code (pyo3's ``PanicException``, which
+    derives from ``BaseException`` and cannot be imported by name): anything but the
+    interpreter's own ``BaseException`` subclasses."""
+    return not isinstance(e, (Exception, KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
 def _key(path: StoragePath) -> str:
     key = str(PurePosixPath(os.fspath(path))).lstrip("/")
     return "" if key == "." else key
@@ -165,6 +177,11 @@ class ObjectStorage:
         except Exception as e:  # obstore reports a bad option value as a generic error
             raise ConfigError(f"{self._uri}: cannot configure the object store: "
                               f"{self._cause(e)}") from None
+        except BaseException as e:
+            if _is_panic(e):
+                raise ConfigError(f"{self._uri}: the object-store client rejected its "
+                                  f"options ({_OPTION_HINT}): {self._cause(e)}") from None
+            raise
 
     @property
     def options(self) -> StorageOptions:
@@ -202,6 +219,15 @@ class ObjectStorage:
             text = str(e)
             if "NoSuchBucket" in text:
                 raise self._no_bucket(op, where, e) from e
+            if _METADATA_SERVICE in text:
+                raise StorageAccessDeniedError(
+                    f"{op} {where}: no credentials: none were given, so the client asked "
+                    f"the EC2 instance metadata service ({_METADATA_SERVICE}), which did not "
+                    f"give any; set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
+                    f"AWS_ENDPOINT_URL for a store other than AWS), or the options "
+                    f"aws_access_key_id, aws_secret_access_key, aws_endpoint (storage.* in "
+                    f"Spark, --storage-option for seglog commands): "
+                    f"{self._cause(e).splitlines()[0]}") from e
             if any(s in text for s in _DENIED):
                 raise StorageAccessDeniedError(
                     f"{op} {where}: access denied: {self._cause(e)}") from e
@@ -213,6 +239,14 @@ class ObjectStorage:
                     f"max_retries, retry_timeout, connect_timeout, read_timeout, timeout): "
                     f"{self._cause(e)}") from e
             raise KafkaStorageError(f"{op} {where} failed: {self._cause(e)}") from e
+        except BaseException as e:
+            if _is_panic(e):
+                # A panic of the Rust client (a BaseException: `except Exception` would
+                # miss it and the process would die) on input it did not expect.
+                raise KafkaStorageError(
+                    f"{op} {where}: the object-store client failed on this request "
+                    f"({_OPTION_HINT}): {self._cause(e)}") from None
+            raise
         self._bucket_seen = True
         return result
 
@@ -330,6 +364,26 @@ class ObjectStorage:
             self._call("PUT", key, obstore.put, self._store, key, data, mode="create",
                        use_multipart=False)
         except (AlreadyExistsError, PreconditionError):
+            return False
+        return True
+
+    def etag(self, path: StoragePath) -> str | None:
+        """The object's ETag (None if the store gives none); ``FileNotFoundError`` if
+        there is no object."""
+        key = _key(path)
+        tag = self._call("HEAD", key, obstore.head, self._store, key).get("e_tag")
+        return str(tag) if tag else None
+
+    def replace_if_match(self, path: StoragePath, data: bytes | bytearray | memoryview,
+                         etag: str) -> bool:
+        """One ``PUT`` with ``If-Match: <etag>``: ``False`` if the object there is not
+        the one of ``etag`` any more (or is gone). Not part of the ``Storage`` contract:
+        ``seglog probe-store`` uses it to see whether a store enforces the header."""
+        key = _key(path)
+        try:
+            self._call("PUT", key, obstore.put, self._store, key, data,
+                       mode={"e_tag": etag}, use_multipart=False)
+        except (AlreadyExistsError, PreconditionError, FileNotFoundError):
             return False
         return True
 

