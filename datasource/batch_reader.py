@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from seglog.logstore.errors import OffsetOutOfRangeError
+from seglog.logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from seglog.streaming.source_offsets import (
     ending_offsets,
     initial_offsets,
@@ -48,8 +48,10 @@ from seglog.streaming.source_offsets import (
     snapshot_log_dirs,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
+from seglog.streaming.unknown_topics import unknown_topics, unknown_topics_message
 
 from .stream_reader import input_partitions, read_input_partition
+from .user_errors import iterated_in_one_piece, shown_in_one_piece
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +94,21 @@ class SeglogBatchReader(DataSourceReader):
         self._schema = schema
         self._pruning = Pruning()
 
+    @shown_in_one_piece
     def partitions(self) -> list[InputPartition]:
         o = self._options
         prune = self._pruning
         if prune.empty:
             return []
         snap = snapshot_log_dirs(o.log_dirs, options=o)
+        missing = unknown_topics(o, snap.partitions)
+        if missing:
+            # Kafka's batch read would wait for the topic and read nothing; here every
+            # topic is known, so a misspelt name is an error, never an empty result.
+            raise UnknownTopicOrPartitionError(
+                unknown_topics_message(missing, snap.partitions, o.log_dirs)
+                + " (a batch read needs its topics; subscribePattern reads the topics "
+                "that match, none included)")
         start = initial_offsets(o, snap)
         end = ending_offsets(o, snap)
         for tp in sorted(end):
@@ -120,12 +131,13 @@ class SeglogBatchReader(DataSourceReader):
         return input_partitions(start, end, o, snap.topic_ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_input_partition(partition)
+        return iterated_in_one_piece(read_input_partition(partition))
 
 
 class SeglogFilteringBatchReader(SeglogBatchReader):
     """The batch reader with ``pushFilters`` (option ``filterPushdown=true``)."""
 
+    @shown_in_one_piece
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         """Prune on partition, offset and timestamp; returns the filters Spark must keep.
 

@@ -28,6 +28,7 @@ from .stream_writer import (
     unwrap,
     validate_sink,
 )
+from .user_errors import shown_in_one_piece
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +51,7 @@ class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
         self.options, self.columns = validate_sink(options, schema)
         self.job_id = f"job-{uuid.uuid4().hex}"
 
+    @shown_in_one_piece
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
@@ -61,10 +63,12 @@ class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
                             ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
+    @shown_in_one_piece
     def commit(self, messages) -> None:
         commit_module(self.options).commit(unwrap(messages), _BATCH_ID, self.options,
                                            use_ledger=False)
 
+    @shown_in_one_piece
     def abort(self, messages) -> None:
         if self.options.bucket_uri is not None:  # uploads are named by the messages
             commit_module(self.options).abort(unwrap(messages), _BATCH_ID, self.options)

@@ -11,19 +11,8 @@ module), so no ``register`` call is needed:
 >>> spark.readStream.format("seglog").option("path", "/data/logs") \\
 ...     .option("subscribe", "events").load()     # doctest: +SKIP
 
-Errors in one piece. PySpark runs these methods in Python workers and hands a failure to
-the user as ``[PYTHON_DATA_SOURCE_ERROR] Failed to ...: <the worker's traceback>``, which
-puts seglog's message at the bottom of a long trace. PySpark 4.3 gives a data source no
-way to shape that text except the one its ``handle_worker_exception`` documents: the
-environment variable ``SPARK_HIDE_TRACEBACK`` (what Spark's
-``spark.sql.execution.pyspark.udf.hideTraceback.enabled`` sets for UDF workers), read
-when the error is reported. A ``SeglogError`` raised here is about the user's input
-(options, columns), so its traceback helps nobody: when one leaves a method of this class
-(``_user_errors``), seglog sets that variable, and the user reads ``Failed to ...:
-seglog.logstore.errors.ConfigError: <message>``. These methods are called only by
-PySpark's planning and runner workers, each of which exits right after reporting an
-error (``worker_run``), so the setting goes with the process; a program that calls them
-itself only changes how PySpark would format its own later worker errors.
+Errors in one piece: a ``SeglogError`` leaving any method here, or of the readers and
+writers, reaches the user as its one-line message (``user_errors``).
 
 PySpark 4.3's streaming source runner masks an error raised by ``streamReader()`` with an
 ``UnboundLocalError`` of its own (its ``finally`` stops a reader that was never made), so a
@@ -31,21 +20,21 @@ stream-only refusal (e.g. ``endingOffsets`` in a stream) is raised from the read
 call instead, by ``_RefusedStreamReader``.
 
 Kafka connector options that only configure a broker are named in one warning per query,
-on the driver, from the entry point PySpark 4.3 calls once per query:
+on the driver:
 - reads: ``schema()``, called once per ``load()`` (``worker/create_data_source.py``);
   the workers that plan each (micro-)batch call only ``reader()``/``streamReader()``,
   which stay silent (a read given a schema of its own is not warned about);
-- writes: the writer's pickling (``__getstate__``), done once per query by the write
-  planner (``worker/write_into_data_source.py``) to ship it to the tasks; the workers
+- writes: the writer's pickling (``__getstate__``) by the write planner
+  (``worker/write_into_data_source.py``), which ships it to the tasks, once per batch
+  job and, for a stream, once per micro-batch in a reused worker, where the stream
+  writer remembers the queries it described (``stream_writer.query_key``); the workers
   that commit each micro-batch build a writer of their own and never pickle it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
@@ -53,11 +42,11 @@ from pyspark.sql.types import StructType
 from seglog.logstore.errors import SeglogError
 from seglog.streaming.kafka_compat import warn_ignored
 
+from .user_errors import user_errors
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["SeglogDataSource"]
-
-_HIDE_TRACEBACK = "SPARK_HIDE_TRACEBACK"
 
 
 class SeglogDataSource(DataSource):
@@ -68,26 +57,28 @@ class SeglogDataSource(DataSource):
         return "seglog"
 
     def schema(self) -> StructType:
+        from seglog.streaming.option_values import check_readable_log_dirs, log_dirs_option
         from seglog.streaming.source_options import SourceOptions
 
         from .schema import source_schema
 
-        with _user_errors():
+        with user_errors():
             parsed = SourceOptions.parse(self.options, streaming=None)
+            check_readable_log_dirs(parsed.log_dirs, log_dirs_option(self.options))
         warn_ignored(parsed.ignored, "source")
         return source_schema(self.options)
 
     def reader(self, schema: StructType):
         from .batch_reader import SeglogBatchReader
 
-        with _user_errors():
+        with user_errors():
             return SeglogBatchReader.for_options(self.options, schema)
 
     def streamReader(self, schema: StructType):
         from .stream_reader import SeglogStreamReader
 
         try:
-            with _user_errors():
+            with user_errors():
                 return SeglogStreamReader(self.options, schema)
         except SeglogError as e:
             return _RefusedStreamReader(e)
@@ -95,13 +86,13 @@ class SeglogDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         from .batch_writer import SeglogBatchWriter
 
-        with _user_errors():
+        with user_errors():
             return SeglogBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .stream_writer import SeglogStreamWriter
 
-        with _user_errors():
+        with user_errors():
             return SeglogStreamWriter(self.options, schema, overwrite)
 
 
@@ -112,7 +103,7 @@ class _RefusedStreamReader(DataSourceStreamReader):
         self._error = error
 
     def _refuse(self):
-        with _user_errors():
+        with user_errors():
             raise self._error
 
     def initialOffset(self) -> dict:
@@ -132,14 +123,3 @@ class _RefusedStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         """Nothing was opened."""
-
-
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    """Let a ``SeglogError`` reach the user as its message, without a worker traceback
-    (see the module docstring)."""
-    try:
-        yield
-    except SeglogError:
-        os.environ[_HIDE_TRACEBACK] = "1"
-        raise

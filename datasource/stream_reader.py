@@ -37,6 +37,7 @@ from pyspark.sql.types import StructType
 from seglog.streaming.admission import AdmissionLimits, admit, cap_to_target, segment_layout
 from seglog.streaming.read_planning import plan_ranges
 from seglog.streaming.source_offsets import (
+    LogSnapshot,
     initial_offsets,
     last_trigger_ms,
     offsets_from_json,
@@ -48,8 +49,10 @@ from seglog.streaming.source_offsets import (
     topic_ids_from_json,
 )
 from seglog.streaming.source_options import SourceOptions, TopicPartition
+from seglog.streaming.unknown_topics import unknown_topics, unknown_topics_message
 
 from .schema import arrow_schema
+from .user_errors import iterated_in_one_piece, shown_in_one_piece
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +65,26 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._schema = schema
         # Trigger.AvailableNow target; see the module docstring for why it lives here.
         self._target: dict[TopicPartition, int] | None = None
+        # Subscribed topics found missing and warned about in this query run (the
+        # runner holding this reader lives as long as the run).
+        self._warned_missing: set[str] = set()
+
+    def _warn_unknown_topics(self, snap: LogSnapshot) -> None:
+        """One warning per query run for each subscribed topic that does not exist (it
+        may appear later: the stream reads it from its earliest offset then)."""
+        missing = [t for t in unknown_topics(self._options, snap.partitions)
+                   if t not in self._warned_missing]
+        if missing:
+            self._warned_missing.update(missing)
+            logger.warning("%s; the stream reads nothing from it until it is created",
+                           unknown_topics_message(missing, snap.partitions,
+                                                  self._options.log_dirs))
 
     # ------------------------------------------------------------------ offsets
+    @shown_in_one_piece
     def initialOffset(self) -> dict:
         snap = snapshot_log_dirs(self._options.log_dirs, options=self._options)
+        self._warn_unknown_topics(snap)
         return offsets_to_json(initial_offsets(self._options, snap), topic_ids=snap.topic_ids)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -83,12 +102,14 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(o.max_bytes_per_trigger)
         return ReadAllAvailable()
 
+    @shown_in_one_piece
     def prepareForTriggerAvailableNow(self) -> None:
         snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
                                  options=self._options)
         self._target = {tp: snap.latest(tp) for tp in snap.subscribed(self._options)}
         logger.info("Trigger.AvailableNow target: %s", offsets_to_json(self._target))
 
+    @shown_in_one_piece
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next batch: high watermarks (checkpoint files), then limits."""
         o = self._options
@@ -97,6 +118,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # offset is caught by read(), where it matters, keeping a trigger cheap.
         snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous,
                                  options=o)
+        self._warn_unknown_topics(snap)
         current = reconcile_start(previous, o, snap, topic_ids_from_json(start))
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
@@ -123,6 +145,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # The ids this batch is planned against: tasks refuse a log of another topic.
         return offsets_to_json(end, stamp, snap.topic_ids)
 
+    @shown_in_one_piece
     def reportLatestOffset(self) -> dict | None:
         # Spark asks right after latestOffset, in the same process: on a bucket, the
         # state that call refreshed answers (no second LIST per trigger).
@@ -131,6 +154,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(self._options)})
 
     # ------------------------------------------------------------------ planning
+    @shown_in_one_piece
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         o = self._options
         begin = offsets_from_json(start)
@@ -153,7 +177,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return input_partitions(begin, until, o, ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_input_partition(partition)
+        return iterated_in_one_piece(read_input_partition(partition))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the log is not the query's to trim."""

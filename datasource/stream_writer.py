@@ -42,6 +42,7 @@ from seglog.streaming.sink_options import (
 )
 
 from .schema import to_arrow_schema
+from .user_errors import shown_in_one_piece
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -115,10 +116,11 @@ def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
 class ShippedOnce:
     """Describes the sink (ignored options and columns) when the writer is first pickled.
 
-    PySpark 4.3's write planner builds the writer once per query and pickles it to ship
-    it to the tasks; the commit workers build their own and never pickle it. So this is
-    the one driver-side moment per query, without asking who the caller is (see
-    ``data_source``'s module docstring)."""
+    The write planner builds the writer and pickles it to ship it to the tasks; the
+    commit workers build their own and never pickle it. So pickling is the driver-side
+    moment before any task, without asking who the caller is (see ``data_source``'s
+    module docstring). A batch write is planned once per job; a stream, once per
+    micro-batch (``SeglogStreamWriter`` narrows it to once per query)."""
 
     options: SinkOptions
     columns: SinkColumns
@@ -127,15 +129,37 @@ class ShippedOnce:
     def __getstate__(self) -> dict[str, Any]:
         if not self._described:
             self._described = True
-            describe_sink(self.options.ignored, self.columns.ignored)
+            if self._first_description():
+                describe_sink(self.options, self.columns.ignored)
         return dict(self.__dict__)
 
+    def _first_description(self) -> bool:
+        """Whether this planning is the first of its query (a batch job: always)."""
+        return True
 
-def describe_sink(options_ignored: tuple[str, ...], columns_ignored: tuple[str, ...]) -> None:
-    warn_ignored(options_ignored, "sink")
+
+_DESCRIBED_QUERIES: set[str] = set()
+"""The streaming queries this process has described (their ``query_key``)."""
+
+
+def query_key(options: Mapping[str, Any]) -> str:
+    """One streaming query's sink, as the write planner can tell it: by its options.
+
+    PySpark 4.3 plans every micro-batch anew in a (reused) Python worker, and hands the
+    planner no query id (it is a task property only); the options are what it has, and
+    those Spark adds name the query when given (``queryName``, ``checkpointLocation``).
+    A digest, so ``storage.*`` secrets are not kept."""
+    text = "\0".join(f"{str(k).lower()}={v}" for k, v in sorted(
+        (str(k).lower(), str(v)) for k, v in options.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def describe_sink(options: SinkOptions, columns_ignored: tuple[str, ...]) -> None:
+    what = "sink" if options.query_name is None else f"sink of query {options.query_name!r}"
+    warn_ignored(options.ignored, what)
     if columns_ignored:
-        logger.info("the seglog sink ignores the input column(s) %s, as Kafka's sink does",
-                    ", ".join(repr(c) for c in columns_ignored))
+        logger.info("the seglog %s ignores the input column(s) %s, as Kafka's sink does",
+                    what, ", ".join(repr(c) for c in columns_ignored))
 
 
 def staging_module(options: SinkOptions) -> ModuleType:
@@ -181,7 +205,17 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, Any], schema: StructType,
                  overwrite: bool = False) -> None:
         self.options, self.columns = validate_sink(options, schema)
+        self._query_key = query_key(options)
 
+    def _first_description(self) -> bool:
+        # Once per query while the planner's worker lives (PySpark reuses it for every
+        # micro-batch): the warning would otherwise repeat with each one.
+        if self._query_key in _DESCRIBED_QUERIES:
+            return False
+        _DESCRIBED_QUERIES.add(self._query_key)
+        return True
+
+    @shown_in_one_piece
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SeglogCommitMessage:
         from pyspark import TaskContext
 
@@ -206,8 +240,10 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
         digest = hashlib.sha256(self.options.checkpoint_location.encode()).hexdigest()
         return f"chk-{digest[:32]}"
 
+    @shown_in_one_piece
     def commit(self, messages, batchId: int) -> None:  # noqa: N803 (PySpark's name)
         commit_module(self.options).commit(unwrap(messages), batchId, self.options)
 
+    @shown_in_one_piece
     def abort(self, messages, batchId: int) -> None:  # noqa: N803
         commit_module(self.options).abort(unwrap(messages), batchId, self.options)

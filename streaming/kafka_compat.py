@@ -27,7 +27,8 @@ from typing import Literal
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CompatRule", "SOURCE_RULES", "SINK_RULES", "rule_for", "ignored_message"]
+__all__ = ["CompatRule", "SOURCE_RULES", "SINK_RULES", "rule_for", "ignored_message",
+           "documented_name"]
 
 CLIENT_PREFIX = "kafka."
 
@@ -49,6 +50,13 @@ class CompatRule:
 _DESERIALIZED = ("are always returned as binary, as Spark's Kafka source returns them; "
                  "decode them with DataFrame operations (e.g. cast(value AS string))")
 
+_CONSUMER_ONLY = (
+    CompatRule("groupIdPrefix", "ignore", "seglog has no consumer groups"),
+    CompatRule("fetchOffset.numRetries", "ignore", "offsets are read from local files"),
+    CompatRule("fetchOffset.retryIntervalMs", "ignore", "offsets are read from local files"),
+    CompatRule("kafkaConsumer.pollTimeoutMs", "ignore", "records are read from local files"),
+)
+
 SOURCE_RULES: tuple[CompatRule, ...] = (
     CompatRule("kafka.auto.offset.reset", "refuse",
                "set the option 'startingOffsets' to earliest or latest instead (the "
@@ -59,10 +67,7 @@ SOURCE_RULES: tuple[CompatRule, ...] = (
                "offsets live in the query's checkpoint and are never committed to the log"),
     CompatRule("kafka.interceptor.classes", "refuse",
                "interceptors could change the records read, and seglog runs no consumer"),
-    CompatRule("groupIdPrefix", "ignore", "seglog has no consumer groups"),
-    CompatRule("fetchOffset.numRetries", "ignore", "offsets are read from local files"),
-    CompatRule("fetchOffset.retryIntervalMs", "ignore", "offsets are read from local files"),
-    CompatRule("kafkaConsumer.pollTimeoutMs", "ignore", "records are read from local files"),
+    *_CONSUMER_ONLY,
     CompatRule("kafka.*", "ignore",
                "Kafka consumer settings for a broker connection (bootstrap.servers, "
                "group.id, security, timeouts, fetch sizes) have nothing to connect to"),
@@ -82,6 +87,9 @@ SINK_RULES: tuple[CompatRule, ...] = (
                "interceptors could change the records written, and seglog runs no producer"),
     CompatRule("kafka.compression.type", "map", "the producer's codec", "compression.type"),
     CompatRule("kafka.batch.size", "map", "the producer's batch size", "maxBatchBytes"),
+    # A job often hands one dict of Kafka options to its reader and its writer; Spark's
+    # Kafka sink ignores the consumer's, and so does seglog's (with the warning).
+    *_CONSUMER_ONLY,
     CompatRule("kafka.*", "ignore",
                "Kafka producer settings for a broker connection (bootstrap.servers, acks, "
                "retries, linger.ms, security, timeouts) have nothing to connect to; the "
@@ -105,10 +113,16 @@ def rule_for(key: str, rules: Sequence[CompatRule]) -> CompatRule | None:
     return None
 
 
+def documented_name(key: str, rule: CompatRule) -> str:
+    """``key`` spelled as Kafka's connector documents it: Spark lowercases option names
+    before seglog sees them (``groupidprefix``), and Kafka client configs are lowercase."""
+    return key.lower() if rule.name == "kafka.*" else rule.name
+
+
 def refusal(key: str, rule: CompatRule, what: str) -> str:
-    """The error message for a refused option, naming it as the user wrote it."""
-    return f"option {key!r} of Spark's Kafka connector is not supported by the seglog {what}: " \
-           f"{rule.why}"
+    """The error message for a refused option, naming it as Kafka documents it."""
+    return (f"option {documented_name(key, rule)!r} of Spark's Kafka connector is not "
+            f"supported by the seglog {what}: {rule.why}")
 
 
 def ignored_message(names: Iterable[str], what: str) -> str:

@@ -45,9 +45,12 @@ _SINK = """\
 
 `df.write.format("seglog")` and `df.writeStream.format("seglog")`. Input columns:
 `value` (required, binary or string), `key` (binary or string), `topic` (string),
-`partition` (int), `headers` (`array<struct<key: string, value: binary>>`) and
-`timestamp` (timestamp, or long milliseconds; Kafka's sink has no such column, seglog
-keeps it as the record's CreateTime). Other columns are ignored, as Kafka's sink does.
+`partition` (int: a bigint is refused, as Kafka's sink refuses it), `headers`
+(`array<struct<key: string, value: binary>>`: a string header value is refused, as in
+Kafka's sink) and `timestamp` (timestamp, or long milliseconds; Kafka's sink has no such
+column, seglog keeps it as the record's CreateTime). Other columns are ignored, as
+Kafka's sink does. The options Spark itself passes (`path`, `queryName`,
+`checkpointLocation`) are accepted.
 """
 
 _KAFKA = """\

@@ -6,27 +6,69 @@ typed values once, at the edge, and every error names the option and its value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, overload
+from pathlib import Path
+from typing import Any, Literal, overload
 
-from seglog.logstore.errors import ConfigError
+from seglog.logstore.errors import ConfigError, LogDirError
 from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
+from seglog.logstore.storage import LOCAL
 
 STORAGE_PREFIX = "storage."
 
 
 def parse_log_dirs(opts: Mapping[str, str]) -> tuple[str, ...]:
-    """``path`` or ``logDirs`` (comma-separated), exactly one of them, no repeats."""
-    if "path" in opts and "logDirs" in opts:
-        raise ConfigError("options 'path' and 'logDirs' conflict: give the log dirs once")
-    name = "logDirs" if "logDirs" in opts else "path"
-    dirs = tuple(d.strip() for d in opts.get(name, "").split(",") if d.strip())
+    """``path`` or ``logDirs`` (comma-separated), or ``paths`` (the JSON array Spark
+    passes for ``load(dir1, dir2)``): exactly one of them, no repeats."""
+    given = [n for n in ("path", "logDirs", "paths") if n in opts]
+    if len(given) > 1:
+        raise ConfigError(f"options {' and '.join(repr(g) for g in given)} conflict: give "
+                          "the log dirs once")
+    name = given[0] if given else "path"
+    if name == "paths":
+        dirs = _json_paths(opts["paths"])
+    else:
+        dirs = tuple(d.strip() for d in opts.get(name, "").split(",") if d.strip())
     if not dirs:
         raise ConfigError("option 'path' (or 'logDirs') is required: the seglog log dir(s)")
     if len(set(dirs)) != len(dirs):
         raise ConfigError(f"option {name!r} lists a log dir twice: {opts[name]!r}")
     return dirs
+
+
+def log_dirs_option(options: Mapping[str, Any]) -> str:
+    """Which option named the log dirs (for error messages), given Spark's options."""
+    given = {str(k).lower() for k in options}
+    return next((n for n in ("logDirs", "paths") if n.lower() in given), "path")
+
+
+def check_readable_log_dirs(log_dirs: tuple[str, ...], option: str) -> None:
+    """The source's check at ``load()``, on the driver: every local log dir is an existing
+    directory (a bucket is asked nothing here: its first read says what is wrong).
+    Raises LogDirError naming ``option`` and the path."""
+    for d in log_dirs:
+        if is_object_uri(d):
+            continue
+        path = Path(d)
+        if not LOCAL.exists(path):
+            raise LogDirError(f"option {option!r}: log dir {d} does not exist")
+        if not LOCAL.is_dir(path):
+            raise LogDirError(f"option {option!r}: {d} is a file, not a log directory")
+
+
+def _json_paths(text: str) -> tuple[str, ...]:
+    """Spark's ``paths`` option: ``load("a", "b")`` hands the paths over as a JSON array."""
+    try:
+        paths = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"malformed JSON for option 'paths' (Spark sets it from "
+                          f"load(path, ...)): {e.msg} in {text!r}") from None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise ConfigError(f"option 'paths' must be a JSON array of log dirs (Spark sets it "
+                          f"from load(path, ...)), got {text!r}")
+    return tuple(p.strip() for p in paths if p.strip())
 
 
 def option_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:

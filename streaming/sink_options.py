@@ -10,11 +10,12 @@ options reference, ``docs/options.md``, is generated from it). Kafka connector o
 follow ``kafka_compat``: broker-only ones are listed in ``ignored``,
 ``kafka.compression.type`` and ``kafka.batch.size`` are honoured, the rest refused.
 
-Input columns follow Spark's Kafka sink: ``value`` (required; binary or string),
-``key`` (binary or string), ``topic`` (string), ``partition`` (integer), ``headers``
-(``array<struct<key: string, value: binary>>``), and seglog's ``timestamp`` (timestamp,
-or long epoch milliseconds). As in Kafka's sink, the ``topic`` option overrides the
-``topic`` column, and other columns are ignored (a source DataFrame can be written back).
+Input columns follow Spark's Kafka sink and its types: ``value`` (required; binary or
+string), ``key`` (binary or string), ``topic`` (string), ``partition`` (int, not bigint),
+``headers`` (``array<struct<key: string, value: binary>>``: a header value is binary,
+not string), and seglog's ``timestamp`` (timestamp, or long epoch milliseconds). As in
+Kafka's sink, the ``topic`` option overrides the ``topic`` column, and other columns are
+ignored (a source DataFrame can be written back).
 
 >>> o = SinkOptions.parse({"path": "/data", "topic": "out", "topic.retention.ms": "1000"})
 >>> o.log_dirs, o.topic, o.topic_config
@@ -45,10 +46,11 @@ from seglog.logstore.object_store_config import (
 from seglog.logstore.storage import LOCAL
 from seglog.logstore.topics import parse_overrides, validate_topic_name
 
-from .kafka_compat import SINK_RULES, refusal, rule_for
+from .kafka_compat import SINK_RULES, documented_name, refusal, rule_for
 from .option_values import (
     STORAGE_OPTION,
     OptionSpec,
+    log_dirs_option,
     option_bool,
     option_non_negative_int,
     option_positive_int,
@@ -67,7 +69,8 @@ DEFAULT_LOCK_TIMEOUT_MS = 30_000
 DEFAULT_MAINTENANCE_INTERVAL_MS = 300_000
 
 SINK_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("path", "(required)", "The log dir, or several separated by commas."),
+    OptionSpec("path", "(required)", "The log dir, or several separated by commas "
+               "(`save(dir)` and `start(dir)` set it)."),
     OptionSpec("logDirs", "", "Same as `path` (give one of them)."),
     OptionSpec("topic", "", "The topic of every row; overrides the `topic` column (Kafka's "
                "rule). Without it, each row's `topic` column says where it goes."),
@@ -95,8 +98,12 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "64 MiB, which bounds a long-lived query's segment count but sends those "
                "bytes through the store again. `false` leaves merging to `seglog maintain`. "
                "Local log dirs ignore it."),
-    OptionSpec("checkpointLocation", "", "Spark's own option; the sink uses it only to name "
-               "itself when Spark gives no query id."),
+    OptionSpec("checkpointLocation", "", "Spark's own option (passed to the sink only when "
+               "given with `option()`, not from `spark.sql.streaming.checkpointLocation`); the "
+               "sink uses it only to name itself when Spark gives no query id."),
+    OptionSpec("queryName", "", "Spark's own, set by `writeStream.queryName(name)`: the "
+               "query's name in Spark's progress events (`lag.query_name` of "
+               "`SeglogLagListener`); the sink's warnings name the query by it."),
     STORAGE_OPTION,
 )
 _NAMES = tuple(o.name for o in SINK_OPTIONS
@@ -118,6 +125,8 @@ class SinkOptions:
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
     maintenance_interval_ms: int = DEFAULT_MAINTENANCE_INTERVAL_MS
     checkpoint_location: str | None = None
+    query_name: str | None = None
+    """Spark's ``queryName`` of the streaming query (only to name it in warnings)."""
     num_partitions_given: bool = False
     """Whether ``numPartitions`` was given (then an existing topic must have that many)."""
     allow_expired_timestamps: bool = False
@@ -165,9 +174,9 @@ class SinkOptions:
                 if rule.action == "refuse":
                     raise ConfigError(refusal(key, rule, "sink"))
                 if rule.action == "ignore":
-                    ignored.append(key)
+                    ignored.append(documented_name(key, rule))
                     continue
-                mapped[str(rule.target)] = (key, str(value))
+                mapped[str(rule.target)] = (documented_name(key, rule), str(value))
                 continue
             opts[name] = str(value)
         for name, (key, value) in mapped.items():
@@ -216,6 +225,7 @@ class SinkOptions:
             maintenance_interval_ms=option_non_negative_int(
                 opts, "maintenanceIntervalMs", DEFAULT_MAINTENANCE_INTERVAL_MS),
             checkpoint_location=opts.get("checkpointLocation"),
+            query_name=opts.get("queryName"),
             num_partitions_given="numPartitions" in opts,
             allow_expired_timestamps=option_bool(opts, "allowExpiredTimestamps", False),
             merge_small_segments=option_bool(opts, "mergeSmallSegments", True),
@@ -269,11 +279,6 @@ def check_log_dirs(log_dirs: tuple[str, ...], option: str) -> None:
                               "not writable by this process")
 
 
-def log_dirs_option(options: Mapping[str, Any]) -> str:
-    """Which option named the log dirs (for error messages)."""
-    return "logDirs" if any(str(k).lower() == "logdirs" for k in options) else "path"
-
-
 # ---------------------------------------------------------------------------- columns
 _BINARY_LIKE = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string,
                 pa.types.is_large_string)
@@ -282,6 +287,10 @@ _COLUMN_NAMES = ("value", "key", "topic", "partition", "headers", "timestamp")
 
 def _binary_like(t: pa.DataType) -> bool:
     return any(check(t) for check in _BINARY_LIKE)
+
+
+def _binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
 def _string(t: pa.DataType) -> bool:
@@ -297,15 +306,16 @@ def _headers_type(t: pa.DataType) -> bool:
     names = [item.field(i).name for i in range(2)]
     if names != ["key", "value"]:
         return False
-    return _string(item.field(0).type) and _binary_like(item.field(1).type)
+    return _string(item.field(0).type) and _binary(item.field(1).type)
 
 
 _EXPECTED = {
     "value": ("binary or string", _binary_like),
     "key": ("binary or string", _binary_like),
     "topic": ("string", _string),
-    "partition": ("int", pa.types.is_integer),
-    "headers": ("array<struct<key: string, value: binary>>", _headers_type),
+    "partition": ("int (cast it: cast(partition AS int))", pa.types.is_int32),
+    "headers": ("array<struct<key: string, value: binary>> (a header value is binary: "
+                "cast(value AS binary))", _headers_type),
     "timestamp": ("timestamp or long (epoch ms)",
                   lambda t: pa.types.is_timestamp(t) or pa.types.is_int64(t)),
 }

@@ -23,7 +23,7 @@ from seglog.logstore.file_names import INTERNAL_TOPICS
 from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 from seglog.logstore.record_format import TopicPartition
 
-from .kafka_compat import SOURCE_RULES, refusal, rule_for
+from .kafka_compat import SOURCE_RULES, documented_name, refusal, rule_for
 from .option_values import (
     STORAGE_OPTION,
     OptionSpec,
@@ -41,8 +41,11 @@ LATEST = -1
 
 _NO_END = "a stream has no end; read the range in batch (spark.read) instead"
 SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("path", "(required)", "The log dir, or several separated by commas."),
+    OptionSpec("path", "(required)", "The log dir, or several separated by commas "
+               "(`load(dir)` sets it)."),
     OptionSpec("logDirs", "", "Same as `path` (give one of them)."),
+    OptionSpec("paths", "", "Set by Spark from `load(dir1, dir2)` (a JSON array): several "
+               "log dirs, as `path` with commas."),
     OptionSpec("subscribe", "", "Topics to read, separated by commas. Exactly one of "
                "`subscribe`, `subscribePattern`, `assign` is required."),
     OptionSpec("subscribePattern", "", "A regex matched against whole topic names; topics "
@@ -243,7 +246,7 @@ class SourceOptions:
                     )
                 if rule.action == "refuse":
                     raise ConfigError(refusal(str(raw_key), rule, "source"))
-                ignored.append(str(raw_key))
+                ignored.append(documented_name(str(raw_key), rule))
                 continue
             if value is None:
                 continue
@@ -301,8 +304,13 @@ class SourceOptions:
             isolation_level=_isolation_level(opts),
             filter_pushdown=option_bool(opts, "filterPushdown", False),
             storage=storage_options_for(
-                log_dirs, storage, "logDirs" if "logDirs" in opts else "path"),
+                log_dirs, storage, _dirs_option(opts)),
         )
+
+
+def _dirs_option(opts: Mapping[str, str]) -> str:
+    """The option that named the log dirs (for errors)."""
+    return next((n for n in ("logDirs", "paths") if n in opts), "path")
 
 
 def include_headers(options: Mapping[str, Any]) -> bool:

@@ -245,7 +245,8 @@ def test_partition_count_changed_under_the_batch(tmp_path: Path) -> None:
 
 def test_bad_rows_fail_the_task_and_leave_no_staging(tmp_path: Path) -> None:
     opts = options(tmp_path)
-    data = pa.record_batch({"value": pa.array([b"a", b"b"]), "partition": pa.array([0, 3])})
+    data = pa.record_batch({"value": pa.array([b"a", b"b"]),
+                            "partition": pa.array([0, 3], pa.int32())})
     cols = SinkColumns.resolve(data.schema, default_topic=TOPIC)
     with pytest.raises(UnknownTopicOrPartitionError, match="partition 3 of topic 'out'"):
         stage_rows(opts, cols, [data], SINK, 0, 0, 0)

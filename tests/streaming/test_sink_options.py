@@ -30,6 +30,28 @@ def test_defaults_and_spark_lowercased_keys() -> None:
     assert pickle.loads(pickle.dumps(o)) == o
 
 
+@pytest.mark.parametrize("options", [
+    {"path": "/a"},  # save(path), start(path)
+    {"path": "/a", "queryname": "orders-copy"},  # writeStream.queryName(...)
+    {"path": "/a", "checkpointlocation": "/chk"},  # option("checkpointLocation", ...)
+    {"path": "/a", "queryname": "q", "checkpointlocation": "/chk"},
+])
+def test_every_option_spark_itself_passes_to_a_sink_is_accepted(options: dict) -> None:
+    # As PySpark 4.3 hands them over, lowercased (logged from a real query, see
+    # tests/datasource/test_spark_options.py)
+    o = SinkOptions.parse(options)
+    assert o.query_name == options.get("queryname")
+    assert o.checkpoint_location == options.get("checkpointlocation")
+
+
+def test_consumer_options_of_a_shared_kafka_dict_are_ignored_as_documented() -> None:
+    o = SinkOptions.parse({"path": "/a", "groupidprefix": "g", "kafka.Linger.MS": "5",
+                           "fetchoffset.numretries": "3"})
+    assert o.ignored == ("groupIdPrefix", "kafka.linger.ms", "fetchOffset.numRetries")
+    with pytest.raises(ConfigError, match="option 'kafka.partitioner.class' of Spark's"):
+        SinkOptions.parse({"path": "/a", "KAFKA.PARTITIONER.CLASS": "x.Y"})
+
+
 def test_topic_configs_pass_through_validated_by_log_config() -> None:
     o = SinkOptions.parse({"path": "/a", "topic.retention.ms": "1000",
                            "topic.cleanup.policy": "compact"})
@@ -84,6 +106,13 @@ def test_columns_resolved_case_insensitively() -> None:
     ([("value", pa.binary()), ("timestamp", pa.string())], "column 'timestamp'"),
     ([("value", pa.binary()), ("headers", pa.list_(pa.binary()))], "column 'headers'"),
     ([("value", pa.binary()), ("VALUE", pa.binary())], "both map"),
+    # Spark's Kafka sink refuses these two, and so does seglog's
+    ([("value", pa.binary()), ("partition", pa.int64())],
+     r"column 'partition' has type int64; the seglog sink expects int \(cast it"),
+    ([("value", pa.binary()), ("partition", pa.int16())], "column 'partition' has type int16"),
+    ([("value", pa.binary()),
+      ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])))],
+     r"column 'headers' has type .*value: string.*a header value is binary"),
 ])
 def test_bad_columns_are_named(fields: list, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
