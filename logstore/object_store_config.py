@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from .durations import parse_duration_ms
 from .errors import ConfigError, InvalidStorageUriError
 
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "memory")
@@ -75,8 +76,10 @@ REDACTED = "***"
 
 _S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _OTHER_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,221}")
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min)?\s*")
-_UNIT_SECONDS = {None: 1.0, "s": 1.0, "sec": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0}
+# The client keys that are durations: parsed by seglog's one duration syntax
+# (``durations``), handed to the client in milliseconds.
+_CLIENT_DURATIONS = frozenset({"connect_timeout", "read_timeout", "timeout", "pool_idle_timeout",
+                               "http2_keep_alive_interval", "http2_keep_alive_timeout"})
 
 
 # Characters that continue a word, a name or a token: a match of a secret next to one of
@@ -255,11 +258,10 @@ def parse_object_uri(uri: str) -> ObjectStoreTarget:
 def _duration(uri: str, key: str, value: object) -> timedelta:
     if isinstance(value, timedelta):
         return value
-    match = _DURATION.fullmatch(str(value))
-    if not match:
-        raise ConfigError(f"{uri}: option {key}={value!r} is not a duration "
-                          "(e.g. 500ms, 20s, 2min)")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    try:
+        return timedelta(milliseconds=parse_duration_ms(str(value), key))
+    except ConfigError as e:
+        raise ConfigError(f"{uri}: {e}") from None
 
 
 def _retry_config(uri: str, given: dict[str, object]) -> dict[str, Any]:
@@ -320,6 +322,10 @@ def split_options(target: ObjectStoreTarget,
         else:
             config[key] = value
     _check_endpoint(target, config, client)
+    for key in _CLIENT_DURATIONS & client.keys():
+        if not isinstance(client[key], timedelta):
+            ms = _duration(target.uri, key, client[key]) // timedelta(milliseconds=1)
+            client[key] = f"{ms}ms"
     return ObjectStoreSettings(config, client, _retry_config(target.uri, retry))
 
 

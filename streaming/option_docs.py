@@ -30,6 +30,14 @@ _HEADER = """\
 Option names are case-insensitive, as everywhere in Spark. An unknown option is an error
 naming it, except the Kafka connector options listed under
 [Kafka connector options](#kafka-connector-options).
+
+### Durations
+
+Every option that is a duration (`maxTriggerDelay`, the storage options `retry_timeout`,
+`connect_timeout`, `read_timeout`...) is written as Spark writes durations
+(`timeStringAsMs`): a whole number with an optional unit, `us`, `ms`, `s`, `m` or `min`,
+`h`, `d`, e.g. `15m`, `30s`, `500ms`; a bare number is milliseconds. Options whose name ends
+in `Ms` (`maxTriggerDelay` aside) and Kafka's `*.ms` topic configs take milliseconds only.
 """
 
 _SOURCE = """\

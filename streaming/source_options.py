@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from seglog.logstore.durations import parse_duration_ms
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.file_names import INTERNAL_TOPICS
 from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
@@ -322,29 +323,6 @@ def include_headers(options: Mapping[str, Any]) -> bool:
 
 
 # ---------------------------------------------------------------------------- helpers
-_DURATION_RE = re.compile(r"^(-?[0-9]+)([a-z]+)?$")
-_DURATION_UNITS_MS = {
-    "us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-    "d": 86_400_000,
-}
-
-
-def parse_duration_ms(text: str, option: str) -> int:
-    """Kafka's (Spark's ``timeStringAsMs``) duration syntax: ``"15m"``, ``"10s"``, ``"500"`` (ms).
-
-    >>> parse_duration_ms("15m", "maxTriggerDelay")
-    900000
-    """
-    m = _DURATION_RE.match(text.strip().lower())
-    if m is None or (m[2] is not None and m[2] not in _DURATION_UNITS_MS):
-        raise ConfigError(
-            f"invalid duration {text!r} for option {option!r}: expected a number with an "
-            f"optional unit ({', '.join(_DURATION_UNITS_MS)}), e.g. '15m'"
-        )
-    ms = int(int(m[1]) * _DURATION_UNITS_MS[m[2] or "ms"])
-    if ms < 0:
-        raise ConfigError(f"invalid duration {text!r} for option {option!r}: must not be negative")
-    return ms
 
 
 
