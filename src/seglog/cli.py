@@ -79,7 +79,7 @@ from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import register as _register_operations
-from .cli_common import add_json_arg, add_storage_args, storage_options
+from .cli_common import add_json_arg, add_storage_args, reader_gone, storage_options
 from .cli_dump_report import DumpReporter, JsonDumpReport, TextDumpReport
 from .cli_output import Progress
 from .kafka_files import (
@@ -573,8 +573,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stream = out or sys.stdout
     try:
-        return args.run(args, out or sys.stdout)
+        code: int = args.run(args, stream)
+        # what is still buffered goes out here, where a closed pipe is handled below,
+        # not in the interpreter's exit (status 120 and a warning)
+        stream.flush()
+        return code
+    except BrokenPipeError:
+        return reader_gone(stream)
     except (SeglogError, OSError) as e:
         sys.stderr.write(f"seglog {args.command}: {e}\n")
         return 1
