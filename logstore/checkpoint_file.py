@@ -14,7 +14,7 @@ Crash policy: a write goes to ``<file>.tmp``, which is fsynced, renamed over the
 ``os.replace`` and followed by an fsync of the directory, so after a crash the file holds
 either the old or the new content, never a mix. A reader checks the version, the entry
 count, every line and the final line end, and raises ``CorruptCheckpointError`` naming
-the file and the line.
+the file and the line. An empty file (zero bytes) holds no entries, as Kafka reads it.
 
 >>> f = OffsetCheckpointFile(Path(tmp) / "recovery-point-offset-checkpoint")  # doctest: +SKIP
 >>> f.write({("t", 0): 42}); f.read()                                       # doctest: +SKIP
@@ -94,13 +94,20 @@ class CheckpointFile(Generic[T]):
         write_atomically(self.path, text.encode("utf-8"), self._storage)
 
     def read(self) -> list[T]:
-        """Every entry; ``[]`` if the file does not exist. Raises CorruptCheckpointError."""
+        """Every entry; ``[]`` if the file does not exist or is empty (Kafka's rule).
+        Raises CorruptCheckpointError."""
         try:
             raw = self._storage.read(self.path)
         except FileNotFoundError:
             return []
         except OSError as e:
             raise KafkaStorageError(f"cannot read checkpoint file {self.path}: {e}") from e
+        if not raw:
+            # Kafka's CheckpointFile creates the file empty (a broker's
+            # cleaner-offset-checkpoint until the first cleaning, a replication checkpoint
+            # before the first write) and reads an empty file as no entries. A file cut
+            # anywhere after its first byte is still damage (below).
+            return []
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -108,8 +115,6 @@ class CheckpointFile(Generic[T]):
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the last line's terminator
-        if not lines:
-            raise self._corrupt(1, "empty file, expected the version line")
         if not text.endswith("\n"):
             # Every line is written with its "\n": a file cut inside its last line could
             # otherwise parse ("t 0 1234" cut to "t 0 12") and move an offset back.

@@ -42,7 +42,7 @@ def test_reads_a_file_written_by_kafka(tmp_path):
 @pytest.mark.parametrize(
     "content,fragment",
     [
-        ("", "line 1"),
+        ("\n", "line 1: unrecognized version ''"),
         ("1\n0\n", "line 1: unrecognized version '1'"),
         ("0\n", "line 2"),
         ("0\nx\n", "line 2: malformed entry count"),
