@@ -74,7 +74,7 @@ from seglog.logstore.index_check import (
     time_index_violations,
 )
 from seglog.logstore.object_store_config import is_object_uri
-from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
+from seglog.logstore.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
 from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
@@ -334,8 +334,10 @@ def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
                    if p is not None and p[1] == LOG_SUFFIX and not p[2])
     problems = notes = 0
     batches = 0
-    check = ContinuityCheck(dir_.name, contiguous=offsets_contiguous(dir_),
-                            expected=bases[0] if bases else 0)
+    policy = offset_policy(dir_)
+    check = ContinuityCheck(dir_.name, contiguous=policy is OffsetPolicy.CONTIGUOUS,
+                            expected=bases[0] if bases else 0,
+                            note_gaps=policy is OffsetPolicy.UNKNOWN)
     for i, base in enumerate(bases):
         path = log_file(dir_, base)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
@@ -391,6 +393,10 @@ def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
         except SeglogError as e:
             report.problem(dir_, str(e), text=str(e))
             problems += 1
+    gaps = check.gap_note()
+    if gaps is not None:
+        report.note(dir_, gaps)
+        notes += 1
     report.end_partition(dir_, len(bases), batches,
                          max(check.expected, bases[-1] if bases else 0), problems, notes)
     return problems
