@@ -239,6 +239,7 @@ class ManagerConfig(_Config):
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_io_buffer_size: int
     num_recovery_threads_per_data_dir: int
+    fail_on_data_loss: bool
 
     KEYS: ClassVar[tuple[ConfigKey, ...]] = (
         _key("log.retention.check.interval.ms", _parse_int, 300_000, "Retention pass period.",
@@ -259,4 +260,9 @@ class ManagerConfig(_Config):
              _at_least(512)),
         _key("num.recovery.threads.per.data.dir", _parse_int, 2, "Log loading threads per dir.",
              _at_least(1)),
+        # seglog's own (Spark's failOnDataLoss for a library holder of get_log): a log
+        # held across its topic's delete and re-create raises TopicIdChangedError (true)
+        # or warns and follows the new topic from its log start (false)
+        _key("fail.on.data.loss", _parse_bool, True,
+             "A held log whose topic was re-created raises (true) or warns (false)."),
     )
