@@ -89,6 +89,17 @@ def test_pluggable_line_format(tmp_path):
         f.read()
 
 
+def test_an_empty_file_is_no_entries_only_in_kafkas_offset_checkpoints(tmp_path):
+    """Kafka creates its checkpoint files empty and reads them as no entries; seglog's
+    own formats (the maintenance checkpoint) are never written empty: damage there."""
+    p = tmp_path / "c"
+    p.write_bytes(b"")
+    assert OffsetCheckpointFile(p).read() == {}
+    fmt = CheckpointFormat(str, str)
+    with pytest.raises(CorruptCheckpointError, match="line 1: empty file"):
+        CheckpointFile(p, fmt).read()
+
+
 def test_write_fsyncs_file_and_directory_before_and_after_rename(tmp_path, monkeypatch):
     events = []
     real_fsync, real_replace = os.fsync, os.replace
