@@ -17,26 +17,44 @@ What it writes under ``DIR`` (which must not exist, or be empty):
 
 It reads one consistent version (the state at the start) and writes files with the
 local engine's atomic write (temp file, fsync, rename). The bucket is not changed.
+
+Everything is written into a hidden directory beside ``DIR``
+(``.<name>.seglog-export-<id>``), renamed to ``DIR`` once complete (over ``DIR`` when it
+is an empty directory). A failure removes that directory and leaves ``DIR`` as it was, so
+a failed export never leaves segments without checkpoints that look like a log dir; the
+error names the partition, the object and its offsets (``MissingSegmentError`` for an
+object that is gone, the damage's own error for one that is not what its commit says).
+A crash mid-export leaves only the hidden directory (never a partition: its name is no
+``<topic>-<p>``), which may be deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .bucket_objects import read_segment, stored_indexes
+from .bucket_objects import object_uri, read_segment, stored_indexes
 from .bucket_segment import build_segments
-from .bucket_state import SegmentEntry
+from .bucket_state import BucketState, SegmentEntry
 from .checkpoint_file import OffsetCheckpointFile
 from .clean_shutdown import marker_content
-from .errors import LogDirError
+from .errors import (
+    CorruptMetadataError,
+    CorruptRecordError,
+    KafkaStorageError,
+    LogDirError,
+    MissingSegmentError,
+    SeglogError,
+)
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
     index_file,
     log_file,
@@ -62,13 +80,34 @@ class ExportStats:
 def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) -> ExportStats:
     """Write the committed state of ``manager``'s bucket as a Kafka log dir at
     ``target``; see the module docstring. Raises LogDirError when ``target`` is a file or
-    a non-empty directory."""
+    a non-empty directory; on any failure ``target`` is left as it was."""
     target = Path(target)
     manager.refresh()
     storage, state = manager.storage, manager.state
     if LOCAL.exists(target) and (not LOCAL.is_dir(target) or LOCAL.list_names(target)):
         raise LogDirError(f"export target {target} exists and is not an empty directory")
-    LOCAL.makedirs(target)
+    LOCAL.makedirs(target.parent)
+    staging = target.parent / f".{target.name}.seglog-export-{uuid.uuid4().hex[:12]}"
+    LOCAL.mkdir(staging)
+    try:
+        stats = _write_log_dir(manager, state, staging, target)
+        # rename(2) replaces an empty directory: the target appears whole or not at all
+        LOCAL.rename(staging, target)
+        LOCAL.fsync_dir(target.parent)
+    except BaseException:
+        # whatever stopped it (an error, Ctrl-C): no partial log dir stays behind
+        LOCAL.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("exported version %d of %s to %s: %d partition(s), %d segment(s), %d bytes",
+                state.version, storage.uri, target, stats.partitions, stats.segments,
+                stats.bytes)
+    return stats
+
+
+def _write_log_dir(manager: BucketLogManager, state: BucketState, staging: Path,
+                   target: Path) -> ExportStats:
+    """The export's files, written under ``staging``."""
+    storage = manager.storage
     segments = size = 0
     hw: dict[tuple[str, int], int] = {}
     lso: dict[tuple[str, int], int] = {}
@@ -77,14 +116,17 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
             ps = state.partition(topic, n)
             if ps is None:
                 continue
-            pdir = target / f"{topic}-{n}"
+            pdir = staging / f"{topic}-{n}"
             LOCAL.makedirs(pdir)
             write_topic_config(pdir, topic, spec.config)
             if spec.topic_id is not None:  # Kafka's partition.metadata, the same id
                 write_partition_metadata(pdir, spec.topic_id)
             interval = manager.topic_config(topic).index_interval_bytes
             for entry in ps.segments:
-                size += _export_segment(storage, entry, pdir, topic, n, interval)
+                try:
+                    size += _export_segment(storage, entry, pdir, topic, n, interval)
+                except (SeglogError, OSError) as e:
+                    raise _failure(e, storage, entry, f"{topic}-{n}", target) from e
                 segments += 1
             if not ps.segments:
                 for name in (log_file, index_file, time_index_file):
@@ -92,14 +134,30 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
             hw[(topic, n)] = ps.high_watermark
             lso[(topic, n)] = ps.log_start_offset
             LOCAL.fsync_dir(pdir)
-    OffsetCheckpointFile(target / RECOVERY_POINT_CHECKPOINT).write(hw)
-    OffsetCheckpointFile(target / HIGH_WATERMARK_CHECKPOINT).write(hw)
-    OffsetCheckpointFile(target / LOG_START_OFFSET_CHECKPOINT).write(lso)
-    LOCAL.write_atomic(target / CLEAN_SHUTDOWN_FILE, marker_content())
-    LOCAL.fsync_dir(target)
-    logger.info("exported version %d of %s to %s: %d partition(s), %d segment(s), %d bytes",
-                state.version, storage.uri, target, len(hw), segments, size)
+    OffsetCheckpointFile(staging / RECOVERY_POINT_CHECKPOINT).write(hw)
+    OffsetCheckpointFile(staging / HIGH_WATERMARK_CHECKPOINT).write(hw)
+    OffsetCheckpointFile(staging / LOG_START_OFFSET_CHECKPOINT).write(lso)
+    LOCAL.write_atomic(staging / CLEAN_SHUTDOWN_FILE, marker_content())
+    LOCAL.fsync_dir(staging)
     return ExportStats(len(hw), segments, size)
+
+
+def _failure(e: SeglogError | OSError, storage: Storage, entry: SegmentEntry, tp: str,
+             target: Path) -> SeglogError:
+    """``e`` (raised exporting ``entry``) as an error naming the partition, the object
+    and the segment's offsets; its kind kept (a missing object is data loss)."""
+    where = (f"export stopped at {tp}, segment [{entry.base_offset}, {entry.next_offset}) "
+             f"({object_uri(storage, entry.key + LOG_SUFFIX)})")
+    after = f"nothing was exported ({target} is as it was)"
+    if isinstance(e, FileNotFoundError | MissingSegmentError):
+        return MissingSegmentError(
+            f"{where}: an object of the segment is missing ({e}); the committed state "
+            f"names it, so offsets [{entry.base_offset}, {entry.next_offset}) of {tp} are "
+            f"lost (`seglog check {storage.uri}` lists every missing object); {after}",
+            entry.base_offset, entry.next_offset)
+    if isinstance(e, CorruptRecordError | CorruptMetadataError):
+        return type(e)(f"{where}: {e}; {after}")
+    return KafkaStorageError(f"{where}: {e}; {after}")
 
 
 def _export_segment(storage: Storage, entry: SegmentEntry, pdir: Path, topic: str, n: int,

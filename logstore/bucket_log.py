@@ -19,6 +19,7 @@ segments).
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
@@ -30,7 +31,12 @@ from .bucket_read_window import WindowedReads
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
 from .bucket_state import NO_VERSION, PartitionState, index_of
 from .config import LogConfig
-from .errors import CorruptRecordError, ReadOnlyError, UnknownTopicOrPartitionError
+from .errors import (
+    CorruptRecordError,
+    ReadOnlyError,
+    TopicIdChangedError,
+    UnknownTopicOrPartitionError,
+)
 from .log_read import FetchData, LogReads
 from .log_segment import LogSegment
 from .record_format import (
@@ -46,6 +52,8 @@ from .record_format import (
 from .storage import Storage
 from .transactions import READ_COMMITTED, READ_UNCOMMITTED
 from .txn_index import AbortedTxn
+
+logger = logging.getLogger(__name__)
 
 _CRC_TABLE_ROWS = 4096
 """Header-table rows per kernel call when checking a chunk's CRCs."""
@@ -68,8 +76,10 @@ class BucketLog(LogReads):
 
     def __init__(self, storage: Storage, topic: str, partition: int, config: LogConfig,
                  source: Callable[[bool], tuple[int, PartitionState | None,
-                                                LogConfig | None, str | None]]) -> None:
+                                                LogConfig | None, str | None]],
+                 *, fail_on_data_loss: bool = True) -> None:
         self.storage = storage
+        self.fail_on_data_loss = fail_on_data_loss
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -99,9 +109,12 @@ class BucketLog(LogReads):
             # (a high watermark never goes back).
             if version <= self._version:
                 return False
+            if (self._version != NO_VERSION and self.topic_id is not None
+                    and topic_id is not None and topic_id != self.topic_id):
+                # A re-created topic's partition under the same name: its offsets are
+                # another topic's. Never served under the old ones without a word.
+                self._topic_replaced(topic_id, version)
             self._version = version
-            # A re-created topic's partition under the same name: the id says which
-            # topic the state (and so every read after this) is.
             self.topic_id = topic_id
             # A cached log outlives alter_topic_config: take the config of this state.
             # Offsets are contiguous only in a topic that is not compacted AND was never
@@ -119,6 +132,22 @@ class BucketLog(LogReads):
             self._high_watermark = state.high_watermark
             return True
 
+    def _topic_replaced(self, new_id: str, version: int) -> None:
+        """Raise ``TopicIdChangedError`` (``fail_on_data_loss``), or warn: the state
+        taken next is the new topic's, read from its log start (a reset)."""
+        what = (f"{self._tp()} of {self.storage.uri}: the topic was deleted and re-created "
+                f"while it was read (this log holds topic id {self.topic_id}, the bucket "
+                f"now {new_id} at version {version})")
+        if self.fail_on_data_loss:
+            raise TopicIdChangedError(
+                f"{what}: its offsets now name another topic's records, so nothing more is "
+                f"read from it; get the log again (get_log) to read the new topic "
+                f"(fail.on.data.loss=false warns and follows it instead)",
+                self.topic, self.partition, self.topic_id, new_id)
+        logger.warning("%s: reading the new topic from its log start "
+                       "(fail.on.data.loss=false); what was not read of the old one is lost",
+                       what)
+
     def sync(self) -> bool:
         """Take the state the manager holds now (no request); True if it changed."""
         return self._sync(False)
@@ -127,7 +156,11 @@ class BucketLog(LogReads):
         """Ask the bucket for newer commits (one LIST) and take the partition's state;
         True if it changed. (``force`` is accepted for the ``LogReader`` interface: every
         refresh asks.) Reads themselves ask only when an object they need is gone."""
-        return self._sync(True)
+        # Compared here, not taken from _sync: the manager's refresh gives its logs the
+        # new state itself, so _sync would find this one already taken.
+        before = (self._state, self._high_watermark, self.topic_id)
+        self._sync(True)
+        return (self._state, self._high_watermark, self.topic_id) != before
 
     def _relist(self, *, force: bool = False) -> None:
         self._sync(force)

@@ -180,7 +180,10 @@ class BucketLogManager:
         for tp, log in logs:
             try:
                 log.sync()
-            except UnknownTopicOrPartitionError:  # deleted by another process
+            except UnknownTopicOrPartitionError:
+                # deleted by another process, or re-created (TopicIdChangedError): the
+                # next get_log gives the new topic's log; a holder of this one is told
+                # by its own next call
                 with self._lock:
                     if self._logs.get(tp) is log:
                         self._logs.pop(tp).close()
@@ -352,7 +355,8 @@ class BucketLogManager:
                             self._config_of(topic, spec), spec.topic_id)
 
                 log = self._logs[(topic, partition)] = BucketLog(
-                    self.storage, topic, partition, config, source)
+                    self.storage, topic, partition, config, source,
+                    fail_on_data_loss=self.config.fail_on_data_loss)
             return log
 
     def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,

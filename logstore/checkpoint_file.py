@@ -14,7 +14,9 @@ Crash policy: a write goes to ``<file>.tmp``, which is fsynced, renamed over the
 ``os.replace`` and followed by an fsync of the directory, so after a crash the file holds
 either the old or the new content, never a mix. A reader checks the version, the entry
 count, every line and the final line end, and raises ``CorruptCheckpointError`` naming
-the file and the line.
+the file and the line. An empty file (zero bytes) of Kafka's offset checkpoints
+(``OffsetCheckpointFile``) holds no entries, as Kafka reads it; an empty file of seglog's
+own formats is damage.
 
 >>> f = OffsetCheckpointFile(Path(tmp) / "recovery-point-offset-checkpoint")  # doctest: +SKIP
 >>> f.write({("t", 0): 42}); f.read()                                       # doctest: +SKIP
@@ -81,11 +83,15 @@ class CheckpointFile(Generic[T]):
     writers must be serialized by the caller (one writer per log dir holds its lock)."""
 
     def __init__(self, path: Path | str, fmt: CheckpointFormat[T],
-                 version: int = CURRENT_VERSION, *, storage: Storage = LOCAL) -> None:
+                 version: int = CURRENT_VERSION, *, storage: Storage = LOCAL,
+                 empty_is_no_entries: bool = False) -> None:
         self.path = Path(path)
         self.format = fmt
         self.version = version
         self._storage = storage
+        # Kafka's own checkpoint files (created empty by a broker) read an empty file as
+        # no entries; seglog's own files are never empty, so there it is damage.
+        self._empty_is_no_entries = empty_is_no_entries
 
     def write(self, entries: Iterable[T]) -> None:
         """Atomically replace the file with ``entries`` (see the module's crash policy)."""
@@ -94,13 +100,20 @@ class CheckpointFile(Generic[T]):
         write_atomically(self.path, text.encode("utf-8"), self._storage)
 
     def read(self) -> list[T]:
-        """Every entry; ``[]`` if the file does not exist. Raises CorruptCheckpointError."""
+        """Every entry; ``[]`` if the file does not exist, or is empty where
+        ``empty_is_no_entries`` (Kafka's rule). Raises CorruptCheckpointError."""
         try:
             raw = self._storage.read(self.path)
         except FileNotFoundError:
             return []
         except OSError as e:
             raise KafkaStorageError(f"cannot read checkpoint file {self.path}: {e}") from e
+        if not raw and self._empty_is_no_entries:
+            # Kafka's CheckpointFile creates the file empty (a broker's
+            # cleaner-offset-checkpoint until the first cleaning, a replication checkpoint
+            # before the first write) and reads an empty file as no entries. A file cut
+            # anywhere after its first byte is still damage (below).
+            return []
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -146,7 +159,7 @@ class OffsetCheckpointFile:
     log dir. Same thread-safety and crash policy as ``CheckpointFile``."""
 
     def __init__(self, path: Path | str) -> None:
-        self._file = CheckpointFile(path, OFFSETS)
+        self._file = CheckpointFile(path, OFFSETS, empty_is_no_entries=True)
 
     @property
     def path(self) -> Path:

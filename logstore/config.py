@@ -265,6 +265,7 @@ class ManagerConfig(_Config):
     log_cleaner_io_buffer_size: int
     num_recovery_threads_per_data_dir: int
     linger_ms: int
+    fail_on_data_loss: bool
 
     KEYS: ClassVar[tuple[ConfigKey, ...]] = (
         _key("log.retention.check.interval.ms", _parse_int, 300_000, "Retention pass period.",
@@ -290,4 +291,9 @@ class ManagerConfig(_Config):
         _key("linger.ms", _parse_int, 5,
              "Longest wait before an append is visible to other processes (0: in the call).",
              _at_least(0)),
+        # seglog's own (Spark's failOnDataLoss for a library holder of get_log): a log
+        # held across its topic's delete and re-create raises TopicIdChangedError (true)
+        # or warns and follows the new topic from its log start (false)
+        _key("fail.on.data.loss", _parse_bool, True,
+             "A held log whose topic was re-created raises (true) or warns (false)."),
     )

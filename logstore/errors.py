@@ -131,6 +131,28 @@ class MissingSegmentError(MissingDataError, KafkaStorageError):
     ``KafkaStorageError`` (the read path lists again, once, before reporting it)."""
 
 
+class TopicIdChangedError(UnknownTopicOrPartitionError, DataLossError):
+    """A log held across its topic's delete and re-create: the partition's name now
+    belongs to another topic (another topic id), so every offset the holder knows names
+    another topic's records. The held log raises this instead of serving them (the
+    manager setting ``fail.on.data.loss=true``, the default; ``false`` warns and follows
+    the new topic from its log start, as Kafka's consumer resets). Get the log again
+    (``get_log``) to read the new topic. ``old_id``/``new_id``: None where unknown."""
+
+    def __init__(self, message: str, topic: str = "", partition: int = -1,
+                 old_id: str | None = None, new_id: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.old_id = old_id
+        self.new_id = new_id
+
+    # keeps the fields across pickling (Spark workers)
+    def __reduce__(self) -> tuple[type, tuple[str, str, int, str | None, str | None]]:
+        return (type(self), (str(self), self.topic, self.partition, self.old_id,
+                             self.new_id))
+
+
 class CorruptMetadataError(SeglogError):
     """A bucket's commit, snapshot or segment entry cannot be what the format says (it
     fails to parse, or applying it would break the log); the message names the object."""

@@ -59,7 +59,7 @@ from .index_check import (
 from .log_dirs import LogDir, Partition
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
-from .offset_continuity import ContinuityCheck
+from .offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
 from .partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
 from .record_format import TopicPartition, verify_all
 from .scheduler import last_runs_file
@@ -277,8 +277,9 @@ def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[P
     hw = mgr.high_watermarks().get((topic, n), 0)
     bases = list_segment_bases(p.dir)
     out: list[Problem] = []
+    unknown = offset_policy(p.dir, compact=log.config.compact) is OffsetPolicy.UNKNOWN
     check = ContinuityCheck(f"{topic}-{n}", contiguous=contiguous,
-                            expected=bases[0] if bases else 0)
+                            expected=bases[0] if bases else 0, note_gaps=unknown)
     bad_offset = None
     for i, base in enumerate(bases):
         path = log_file(p.dir, base)
@@ -302,6 +303,9 @@ def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[P
         except CorruptRecordError as e:
             out.append(Problem("bad-batch", p.dir, str(e), fix))
             bad_offset = check.expected
+    gaps = check.gap_note()
+    if gaps is not None:
+        out.append(Problem("offset-gaps", p.dir, gaps, note=True))
     if fix and bad_offset is not None:
         mgr.truncate_log(topic, n, bad_offset)
         logger.warning("check: truncated %s to offset %d", p.dir, bad_offset)

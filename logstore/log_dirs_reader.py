@@ -240,11 +240,13 @@ class LogDirsReader(PartitionTable[LogReader]):
         # 0 to it), whichever reader asks and in whatever order.
         hw = stored_hw if stored_hw is not None else 0
         stored_lso = ld.log_start_offsets.get(p.tp, 0)
-        log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw)
+        fail = self.config.fail_on_data_loss
+        log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw,
+                             fail_on_data_loss=fail)
         if stored_lso > log.log_end_offset:
             end = log.log_end_offset
             log.close()
-            log = LogReader.open(p.dir, config, high_watermark=hw)
+            log = LogReader.open(p.dir, config, high_watermark=hw, fail_on_data_loss=fail)
             warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
         if log.high_watermark < hw:
             warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,

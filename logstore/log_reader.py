@@ -14,7 +14,13 @@ The contract (docs/internals.md, "Reader contract"):
   reports what is missing;
 * the cost of a call does not grow with the number of segments: the directory is
   listed again only when its mtime moved (``refresh``, git's "racy" rule for mtimes too
-  recent to trust), and only the segments a read touches are opened.
+  recent to trust), and only the segments a read touches are opened;
+* never another topic's records under its offsets: a directory of the same name that is
+  not the one it was opened on (another inode, or another topic id in
+  ``partition.metadata``: the topic was deleted and re-created) is found by every
+  listing and before a segment is opened, and raises ``TopicIdChangedError``
+  (``fail_on_data_loss``, the default) or is warned about and followed from its log
+  start (a reset, as Kafka's consumer does).
 
 The read methods are ``log_read.LogReads``', shared with the writer ``Log``.
 Thread-safety: safe for concurrent readers.
@@ -29,12 +35,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from .checkpoint_file import OffsetCheckpointFile
 from .config import LogConfig
-from .errors import KafkaStorageError, LogDirError, ReadOnlyError
-from .file_names import parse_partition_dir_name
+from .errors import (
+    CorruptPartitionMetadataError,
+    KafkaStorageError,
+    LogDirError,
+    ReadOnlyError,
+    TopicIdChangedError,
+)
+from .file_names import HIGH_WATERMARK_CHECKPOINT, parse_partition_dir_name
 from .log_loader import list_segment_bases
 from .log_read import LogReads
 from .log_segment import LogSegment
+from .partition_metadata import read_topic_id
 from .storage import LOCAL
 from .transactions import Transactions
 
@@ -61,7 +75,7 @@ class LogReader(LogReads):
     unknown, or a directory without ``partition.metadata``)."""
 
     def __init__(self, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
-                 high_watermark: int | None = None) -> None:
+                 high_watermark: int | None = None, fail_on_data_loss: bool = True) -> None:
         self.dir = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
@@ -70,6 +84,10 @@ class LogReader(LogReads):
             raise KafkaStorageError(f"partition directory {self.dir} does not exist")
         self.topic, self.partition = parsed
         self.config = config
+        self.fail_on_data_loss = fail_on_data_loss
+        # The directory it reads (a re-created topic's has another inode, or, where the
+        # inode was reused, another topic id); the id is set by whoever knows it.
+        self._inode = LOCAL.stat(self.dir).st_ino
         self._log_start_offset = max(log_start_offset, 0)
         self._contiguous: bool | None = None
         self._lock = threading.Lock()  # guards _bases and _open
@@ -89,11 +107,11 @@ class LogReader(LogReads):
 
     @classmethod
     def open(cls, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
-             high_watermark: int | None = None) -> LogReader:
+             high_watermark: int | None = None, fail_on_data_loss: bool = True) -> LogReader:
         """A reader of the partition directory ``dir_`` (lists it, opens the last
         segment); ``high_watermark`` None: the log end of the files."""
         return cls(dir_, config, log_start_offset=log_start_offset,
-                   high_watermark=high_watermark)
+                   high_watermark=high_watermark, fail_on_data_loss=fail_on_data_loss)
 
     # -- offsets and sizes ----------------------------------------------------------------
 
@@ -152,11 +170,17 @@ class LogReader(LogReads):
         injected clock.
         """
         try:
-            mtime = LOCAL.stat(self.dir).st_mtime_ns
+            st = LOCAL.stat(self.dir)
+            mtime, inode = st.st_mtime_ns, st.st_ino
         except FileNotFoundError:
-            mtime = -1
-        if not force and mtime == self._listed_mtime and time.time_ns() - mtime > _RACY_NS:
+            mtime, inode = -1, None
+        replaced = inode is not None and inode != self._inode
+        if (not replaced and not force and mtime == self._listed_mtime
+                and time.time_ns() - mtime > _RACY_NS):
             return False
+        if replaced or (inode is not None and self._other_topic_id() is not None):
+            self._replaced(inode)
+            replaced = True
         bases = tuple(list_segment_bases(self.dir))
         with self._lock:
             self._listed_mtime = mtime
@@ -174,12 +198,82 @@ class LogReader(LogReads):
             self._bases = bases
             if bases and self._log_start_offset < bases[0]:
                 self._log_start_offset = bases[0]
+            if replaced:
+                self._high_watermark = max(self._high_watermark, self._log_start_offset)
             return True
+
+    def _other_topic_id(self) -> str | None:
+        """The id in the directory's ``partition.metadata`` if it differs from the one
+        this log was opened with (both known): a re-created topic's directory that got
+        the deleted one's inode back (ext4 reuses them at once)."""
+        if self.topic_id is None:
+            return None
+        try:
+            on_disk = read_topic_id(self.dir)
+        except (CorruptPartitionMetadataError, KafkaStorageError):
+            return None  # a damaged file says nothing of the topic; check reports it
+        return on_disk if on_disk is not None and on_disk != self.topic_id else None
+
+    def _check_directory(self) -> None:
+        """Before a segment is opened from the path: the directory is still the one
+        this log reads (a re-created topic's files must not answer its offsets)."""
+        try:
+            inode: int | None = LOCAL.stat(self.dir).st_ino
+        except FileNotFoundError:
+            return  # gone: the open fails and the read path reports what is missing
+        if inode != self._inode or self._other_topic_id() is not None:
+            self._replaced(inode)
+            # followed (fail.on.data.loss=false): the read in progress walked the old
+            # listing, so it starts over on the new one (the read path lists again)
+            raise KafkaStorageError(f"{self.dir} was replaced by a re-created topic's "
+                                    "directory while it was read")
+
+    def _replaced(self, inode: int | None) -> None:
+        """The directory under this log's name is another topic's (deleted and
+        re-created since it was opened): raise, or warn and start over on it."""
+        try:
+            new_id = read_topic_id(self.dir)
+        except (CorruptPartitionMetadataError, KafkaStorageError):
+            new_id = None
+        old_id = self.topic_id
+        what = (f"{self._tp()}: the topic was deleted and re-created while it was read "
+                f"(this log holds topic id {old_id or 'unknown'}, the directory now "
+                f"{new_id or 'unknown'}: {self.dir})")
+        if self.fail_on_data_loss:
+            raise TopicIdChangedError(
+                f"{what}: its offsets now name another topic's records, so nothing more is "
+                f"read from it; get the log again (get_log) to read the new topic "
+                f"(fail.on.data.loss=false warns and follows it instead)",
+                self.topic, self.partition, old_id, new_id)
+        logger.warning("%s: reading the new topic from its log start "
+                       "(fail.on.data.loss=false); what was not read of the old one is lost",
+                       what)
+        published = self._published_high_watermark()
+        with self._lock:
+            for seg in self._open.values():
+                seg.close_handlers()
+            self._open.clear()
+            self._bases = ()
+            self._inode = inode if inode is not None else self._inode
+            self.topic_id = new_id
+            self._contiguous = None
+            self._log_start_offset = 0
+            self._high_watermark = published
+            self._txns = Transactions(lambda: self.dir, self._view,
+                                      lambda: self._log_start_offset, read_only=True)
+
+    def _published_high_watermark(self) -> int:
+        """The new directory's high watermark in its log dir's checkpoint (0: none yet,
+        raised to the log start by the listing)."""
+        path = self.dir.parent / HIGH_WATERMARK_CHECKPOINT
+        return OffsetCheckpointFile(path).read().get((self.topic, self.partition), 0)
 
     def _relist(self, *, force: bool = False) -> None:
         self.refresh(force=force)
 
     def _segment(self, base: int) -> LogSegment:
+        if base not in self._open:
+            self._check_directory()
         with self._lock:
             seg = self._open.get(base)
             if seg is None:

@@ -10,11 +10,15 @@ segment base); nothing else here parses bytes (headers come from ``record_format
    legacy compressed wrapper knows only its last offset: that one must be).
 2. **Inside its segment.** Every offset of a batch lies in ``[segment base, next
    segment's base)`` and within 2^31 of the base.
-3. **Contiguous** (only when the log is not compacted: ``cleanup.policy`` without
-   ``compact`` and no ``cleaner-offset-checkpoint`` entry): each batch starts right after
-   the previous one, a segment's first batch starts at the segment's base offset, and a
-   segment starts where the previous segment's batches end. Compacted logs (seglog's or
-   Kafka's) legitimately have gaps between batches and between segments.
+3. **Contiguous** (only when the log is known not to be compacted: its seglog topic
+   config says ``cleanup.policy`` without ``compact`` and the ``cleaner-offset-checkpoint``
+   has no entry for it): each batch starts right after the previous one, a segment's
+   first batch starts at the segment's base offset, and a segment starts where the
+   previous segment's batches end. Compacted logs (seglog's or Kafka's) legitimately have
+   gaps between batches and between segments. A partition directory without a seglog
+   topic config (a Kafka broker's: its topic configs live in the cluster's metadata) has
+   an unknown policy: its gaps are read as compaction's, as Kafka's reader reads them, and
+   ``check`` notes them (``OffsetPolicy.UNKNOWN``, ``ContinuityCheck.gap_note``).
 4. **Reaching the end.** The batches (or, in a compacted log, a later segment's base)
    reach the end of the range asked for, which is never above the high watermark.
 5. **Whole.** Only the last segment may end in a partial batch (an append in progress),
@@ -36,25 +40,37 @@ Thread-safety: none; one check belongs to one walk.
 
 from __future__ import annotations
 
+import enum
 import logging
 from pathlib import Path
 
 from .errors import CorruptRecordError, MissingDataError, SeglogError
-from .file_names import CLEANER_OFFSET_CHECKPOINT, parse_partition_dir_name
+from .file_names import CLEANER_OFFSET_CHECKPOINT, TOPIC_CONFIG_FILE, parse_partition_dir_name
 from .record_format import BatchHeader
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
 
 
-def offsets_contiguous(partition_dir: Path, *, compact: bool | None = None) -> bool:
-    """Whether rule 3 applies to the partition in ``partition_dir``: its topic is not
-    compacted (``compact``; None reads the topic config file there) and the log dir's
-    ``cleaner-offset-checkpoint`` has no entry for it (no cleaner pass ever ran: a topic
-    compacted before its policy changed, or a Kafka log dir, whose topic configs live in
-    the cluster's metadata, still has the cleaner's gaps). An unreadable file counts as
-    "maybe compacted": only the gap checks get weaker; nothing is skipped on it."""
+class OffsetPolicy(enum.Enum):
+    """Whether rule 3 holds for a partition."""
+
+    CONTIGUOUS = "contiguous"  # a seglog topic config says delete, never cleaned
+    COMPACTED = "compacted"  # compact policy, or the cleaner checkpoint names it
+    UNKNOWN = "unknown"  # no seglog topic config: gaps are read, check notes them
+
+
+def offset_policy(partition_dir: Path, *, compact: bool | None = None) -> OffsetPolicy:
+    """Rule 3's status for the partition in ``partition_dir``. ``COMPACTED`` when its
+    topic is compacted (``compact``; None reads the topic config file there) or the log
+    dir's ``cleaner-offset-checkpoint`` has an entry for it (a cleaner pass ran: a topic
+    compacted before its policy changed still has the cleaner's gaps). ``UNKNOWN`` when
+    the directory has no seglog topic config: a Kafka broker's dir, whose topic configs
+    live in the cluster's metadata (``compact`` is then only the reader's default), so a
+    compacted topic there cannot be told from one that is not. An unreadable file counts
+    as unknown too: only the gap checks get weaker; nothing is skipped on it."""
     from .checkpoint_file import OffsetCheckpointFile
     from .config import LogConfig
     from .topics import read_topic_config
@@ -64,13 +80,22 @@ def offsets_contiguous(partition_dir: Path, *, compact: bool | None = None) -> b
     try:
         if compact is None:
             compact = LogConfig.from_properties(read_topic_config(partition_dir) or {}).compact
-        if compact or tp is None:
-            return False
-        return tp not in OffsetCheckpointFile(
-            partition_dir.parent / CLEANER_OFFSET_CHECKPOINT).read()
+        if compact:
+            return OffsetPolicy.COMPACTED
+        if tp is not None and tp in OffsetCheckpointFile(
+                partition_dir.parent / CLEANER_OFFSET_CHECKPOINT).read():
+            return OffsetPolicy.COMPACTED
+        if tp is None or not LOCAL.lexists(partition_dir / TOPIC_CONFIG_FILE):
+            return OffsetPolicy.UNKNOWN
+        return OffsetPolicy.CONTIGUOUS
     except SeglogError as e:
         logger.warning("%s; checking %s as a possibly compacted log", e, partition_dir)
-        return False
+        return OffsetPolicy.UNKNOWN
+
+
+def offsets_contiguous(partition_dir: Path, *, compact: bool | None = None) -> bool:
+    """Whether rule 3 applies to the partition in ``partition_dir`` (``offset_policy``)."""
+    return offset_policy(partition_dir, compact=compact) is OffsetPolicy.CONTIGUOUS
 
 
 class ContinuityCheck:
@@ -85,12 +110,18 @@ class ContinuityCheck:
     """
 
     __slots__ = ("tp", "contiguous", "expected", "_first", "_path", "_base", "_next_base",
-                 "_prev_path", "_tail")
+                 "_prev_path", "_tail", "_note_gaps", "gaps", "_first_gap")
 
-    def __init__(self, tp: str, *, contiguous: bool, expected: int) -> None:
+    def __init__(self, tp: str, *, contiguous: bool, expected: int,
+                 note_gaps: bool = False) -> None:
         self.tp = tp
         self.contiguous = contiguous
         self.expected = expected
+        # check of a log whose policy is unknown: its gaps are read, and counted so that
+        # check can say so (one note per partition, not one per gap)
+        self._note_gaps = note_gaps and not contiguous
+        self.gaps = 0
+        self._first_gap = ""
         self._first = True  # no batch seen yet
         self._path: Path | None = None
         self._base = 0
@@ -118,6 +149,7 @@ class ContinuityCheck:
                     f"but the next segment {path} starts at {base} (a segment file was "
                     f"deleted or cut short)", self.expected, base)
             # Compacted: the offsets below this segment's base are gone by design.
+            self._gap(self.expected, base, f"before {path}")
             self.expected = base
             self._first = False
         self._path, self._base, self._next_base = path, base, next_base
@@ -147,8 +179,28 @@ class ContinuityCheck:
                        f"(offsets are contiguous in a log that is not compacted)")
         if problem:
             raise self._corrupt(h, file_position, problem)
+        if self._note_gaps and known_base and base > expected:
+            self._gap(expected, base, f"at position {file_position + h.position} of "
+                                      f"{self._path}")
         self._first = False
         self.expected = last + 1
+
+    def _gap(self, start: int, end: int, where: str) -> None:
+        if self._note_gaps:
+            self.gaps += 1
+            if not self._first_gap:
+                self._first_gap = f"[{start}, {end}) {where}"
+
+    def gap_note(self) -> str | None:
+        """What a check of a log whose policy is unknown says about the gaps it read
+        (None without gaps, or when the policy is known)."""
+        if not self.gaps:
+            return None
+        return (f"{self.tp}: {self.gaps} offset gap(s) between batches (the first: offsets "
+                f"{self._first_gap}) read as the gaps compaction leaves: the topic's "
+                "cleanup.policy is unknown here (no seglog topic config: a Kafka broker's "
+                "dir), as Kafka reads it; with a seglog topic config saying "
+                "cleanup.policy=delete they are refused as corruption")
 
     def segment_end(self, position: int, size: int) -> None:
         """The walk found no whole batch at ``position`` of the current segment's

@@ -25,6 +25,7 @@ What a task does, in order:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ import pyarrow.compute as pc
 from seglog.logstore.errors import (
     CorruptRecordError,
     MissingDataError,
+    TopicIdChangedError,
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.partition_metadata import read_topic_id
@@ -43,6 +45,8 @@ from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
 from .log_readers import reader
 from .read_planning import ReadRange
 from .source_offsets import report_data_loss
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from seglog.logstore.log_dirs_reader import LogDirsReader
@@ -92,7 +96,11 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     if r.topic_id is None:
         return log
     if hasattr(log, "sync"):
-        log.sync()  # a bucket log: the state the manager holds now (no request)
+        try:
+            log.sync()  # a bucket log: the state the manager holds now (no request)
+        except TopicIdChangedError as e:
+            # the cached log keeps the old topic's id: compared with the plan's below
+            logger.info("%s", e)
     if log.topic_id == r.topic_id:
         return log
     log.close()

@@ -80,7 +80,7 @@ from seglog.logstore.index_check import (
     time_index_violations,
 )
 from seglog.logstore.object_store_config import is_object_uri
-from seglog.logstore.offset_continuity import ContinuityCheck, offsets_contiguous
+from seglog.logstore.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
 from seglog.logstore.record_format import verify_all
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
@@ -89,6 +89,7 @@ from .cli_common import (
     add_json_arg,
     add_kafka_compat_args,
     add_storage_args,
+    reader_gone,
     resolve_kafka_compat_args,
     storage_options,
 )
@@ -356,8 +357,10 @@ def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
                    if p is not None and p[1] == LOG_SUFFIX and not p[2])
     problems = notes = 0
     batches = 0
-    check = ContinuityCheck(dir_.name, contiguous=offsets_contiguous(dir_),
-                            expected=bases[0] if bases else 0)
+    policy = offset_policy(dir_)
+    check = ContinuityCheck(dir_.name, contiguous=policy is OffsetPolicy.CONTIGUOUS,
+                            expected=bases[0] if bases else 0,
+                            note_gaps=policy is OffsetPolicy.UNKNOWN)
     for i, base in enumerate(bases):
         path = log_file(dir_, base)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
@@ -413,6 +416,10 @@ def check_partition_dir(dir_: Path, report: CheckReporter) -> int:
         except SeglogError as e:
             report.problem(dir_, str(e), text=str(e))
             problems += 1
+    gaps = check.gap_note()
+    if gaps is not None:
+        report.note(dir_, gaps)
+        notes += 1
     report.end_partition(dir_, len(bases), batches,
                          max(check.expected, bases[-1] if bases else 0), problems, notes)
     return problems
@@ -619,8 +626,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             _dump_files(args)  # none given: a usage error, with dump-log's usage
     except ConfigError as e:
         command.error(str(e))
+    stream = out or sys.stdout
     try:
-        return args.run(args, out or sys.stdout)
+        code: int = args.run(args, stream)
+        # what is still buffered goes out here, where a closed pipe is handled below,
+        # not in the interpreter's exit (status 120 and a warning)
+        stream.flush()
+        return code
+    except BrokenPipeError:
+        return reader_gone(stream)
     except (SeglogError, OSError) as e:
         sys.stderr.write(f"seglog {args.command}: {e}\n")
         return 1

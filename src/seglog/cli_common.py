@@ -226,6 +226,18 @@ def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
     return out
 
 
+def reader_gone(out: TextIO) -> int:
+    """The reader of our output went away (``seglog dump-log ... | head -1``): not an
+    error (docs/cli.md), so status 0. stdout is pointed at /dev/null (the recipe of
+    Python's ``signal`` docs) so that the interpreter's final flush of what is still
+    buffered does not fail again on the closed pipe."""
+    if out is sys.stdout:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_OK
+
+
 def guarded(name: str, run: Run) -> Run:
     """``run`` with seglog's exit statuses: an expected error (``SeglogError``,
     ``OSError``) becomes one line on stderr and status 2, never a traceback."""
@@ -235,12 +247,7 @@ def guarded(name: str, run: Run) -> Run:
         try:
             return run(args, out)
         except BrokenPipeError:
-            # the reader of our output went away (`seglog consume ... | head`): not an
-            # error; point stdout at /dev/null so the interpreter's final flush is quiet
-            if out is sys.stdout:
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, sys.stdout.fileno())
-            return EXIT_OK
+            return reader_gone(out)
         except (SeglogError, OSError) as e:
             sys.stderr.write(f"seglog {name}: {e}\n")
             return EXIT_USAGE

@@ -31,6 +31,7 @@ from seglog.logstore.file_names import (
 )
 from seglog.logstore.log_manager import LogManager, check_log_dirs
 from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
 from seglog.streaming.sink_staging import stage_rows
@@ -134,6 +135,10 @@ KINDS = ["version-bit-flip", "digit", "truncated-mid-line", "empty", "unreadable
 # Damage that fails to parse (a changed digit still parses; "deleted" is normal for the
 # cleaner's and the scheduler's files, which appear only after their first write).
 GARBLED = ["version-bit-flip", "truncated-mid-line", "empty", "unreadable"]
+# Kafka's offset checkpoints read an empty file as no entries (a broker creates them
+# empty): not damage there (test_an_empty_offset_checkpoint_reads_as_kafka_does).
+OFFSET_KINDS = [k for k in KINDS if k != "empty"]
+OFFSET_GARBLED = [k for k in GARBLED if k != "empty"]
 PUBLISHING = [HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT]
 
 
@@ -146,7 +151,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 
 # A missing log-start-offset-checkpoint is read as Kafka reads it (its own test below).
 @pytest.mark.parametrize(("name", "kind"), [
-    (n, k) for n in PUBLISHING for k in KINDS
+    (n, k) for n in PUBLISHING for k in OFFSET_KINDS
     if not (n == LOG_START_OFFSET_CHECKPOINT and k == "deleted")])
 def test_damaged_published_offsets_refuse_then_fix_restores_everything(log_dir, name, kind,
                                                                       caplog):
@@ -217,7 +222,34 @@ def test_a_missing_log_start_checkpoint_reads_as_kafka_does(log_dir):
     assert all(final[k] == 1 for k in after)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+def test_an_empty_offset_checkpoint_reads_as_kafka_does(log_dir):
+    """Empty (zero-byte) offset checkpoints hold no entries, as Kafka reads them: no
+    refusal, and nothing lost. An empty high-watermark checkpoint publishes nothing
+    (every partition unlisted: readers see none of it, check notes each), and the sink,
+    finding its published micro-batches above a high watermark that went back, refuses
+    to commit instead of truncating them; written back, everything is there again."""
+    before = visible(log_dir)
+    digest = segment_digest(log_dir)
+    hw_path = log_dir / HIGH_WATERMARK_CHECKPOINT
+    saved = hw_path.read_bytes()
+    for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                 CLEANER_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT):
+        (log_dir / name).write_bytes(b"")  # as a broker creates them
+    assert visible(log_dir) == collections.Counter()  # nothing published, no error
+    with LogManager([log_dir], read_only=True) as mgr:
+        assert mgr.log_start_offsets()[("trimmed", 0)] == 0  # as when it is missing
+    found = check_log_dirs([log_dir])
+    assert found and all(p.note and p.kind == "unpublished-records" for p in found), found
+    code, text = _cli("check", str(log_dir))
+    assert code == 0 and "problem" not in text, text
+    with pytest.raises(SinkCommitError):
+        sink_commit(log_dir, 2)
+    assert segment_digest(log_dir) == digest  # nothing truncated
+    hw_path.write_bytes(saved)
+    assert visible(log_dir) == before
+
+
+@pytest.mark.parametrize("kind", OFFSET_KINDS)
 def test_damaged_recovery_point_recovers_and_fix_rewrites(log_dir, kind):
     before = visible(log_dir)
     path = log_dir / RECOVERY_POINT_CHECKPOINT
@@ -297,7 +329,7 @@ def test_a_log_start_offset_beyond_the_end_hides_nothing_and_deletes_nothing(log
         assert mgr.get_log("trimmed", 0).log_end_offset == 30
 
 
-@pytest.mark.parametrize("kind", GARBLED)
+@pytest.mark.parametrize("kind", OFFSET_GARBLED)
 def test_a_garbled_cleaner_checkpoint_restarts_cleaning_and_fix_rewrites_it(tmp_path, kind,
                                                                            caplog):
     d = tmp_path / "logs"

@@ -22,7 +22,8 @@ brokers of each era leave them (facts from Kafka's ``LogSegment.append``,
   grows, plus once more when a segment rolls; indexes are trimmed (clean shutdown).
 * producer-state ``.snapshot`` files at each roll and at the log end (version 1, CRC-32C,
   46-byte entries), ``.txnindex`` entries for aborted transactions, checkpoints written
-  as ``0\\n<n>\\n<topic> <partition> <offset>``, ``leader-epoch-checkpoint``,
+  as ``0\\n<n>\\n<topic> <partition> <offset>`` (a ``cleaner-offset-checkpoint`` left
+  empty, as created, where nothing was cleaned), ``leader-epoch-checkpoint``,
   ``partition.metadata``, ``meta.properties``, ``.kafka_cleanshutdown``, KRaft's
   ``bootstrap.checkpoint``, ``__cluster_metadata-0`` with ``quorum-state`` and a
   ``<offset>-<epoch>.checkpoint`` snapshot.
@@ -318,8 +319,13 @@ class BrokerDir:
         write_checkpoint(self.path, "recovery-point-offset-checkpoint", ends)
         write_checkpoint(self.path, "replication-offset-checkpoint", ends)
         write_checkpoint(self.path, "log-start-offset-checkpoint", {})
-        write_checkpoint(self.path, "cleaner-offset-checkpoint",
-                         {tp: 0 for tp in ends if tp[0] == "__consumer_offsets"})
+        cleaned = {tp: 0 for tp in ends if tp[0] == "__consumer_offsets"}
+        if cleaned:
+            write_checkpoint(self.path, "cleaner-offset-checkpoint", cleaned)
+        else:
+            # Kafka's CheckpointFile creates the file empty; a broker whose cleaner never
+            # checkpointed (no compacted topic) leaves it so
+            (self.path / "cleaner-offset-checkpoint").write_bytes(b"")
         (self.path / ".kafka_cleanshutdown").write_text(clean_shutdown)
 
 

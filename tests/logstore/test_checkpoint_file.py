@@ -42,7 +42,7 @@ def test_reads_a_file_written_by_kafka(tmp_path):
 @pytest.mark.parametrize(
     "content,fragment",
     [
-        ("", "line 1"),
+        ("\n", "line 1: unrecognized version ''"),
         ("1\n0\n", "line 1: unrecognized version '1'"),
         ("0\n", "line 2"),
         ("0\nx\n", "line 2: malformed entry count"),
@@ -87,6 +87,17 @@ def test_pluggable_line_format(tmp_path):
     (tmp_path / "leader-epoch-checkpoint").write_text("0\n1\n3 x\n")
     with pytest.raises(CorruptCheckpointError, match="line 3"):
         f.read()
+
+
+def test_an_empty_file_is_no_entries_only_in_kafkas_offset_checkpoints(tmp_path):
+    """Kafka creates its checkpoint files empty and reads them as no entries; seglog's
+    own formats (the maintenance checkpoint) are never written empty: damage there."""
+    p = tmp_path / "c"
+    p.write_bytes(b"")
+    assert OffsetCheckpointFile(p).read() == {}
+    fmt = CheckpointFormat(str, str)
+    with pytest.raises(CorruptCheckpointError, match="line 1: empty file"):
+        CheckpointFile(p, fmt).read()
 
 
 def test_write_fsyncs_file_and_directory_before_and_after_rename(tmp_path, monkeypatch):
