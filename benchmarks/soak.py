@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -120,9 +121,41 @@ class Fleet:
             code = proc.popen.poll()
             if code is not None:
                 self.exits[proc.kind] += 1
-                tail = _tail(self.work / f"{proc.name}.log")
-                self.exit_notes.append(f"{proc.name} exited with {code}: {tail}")
+                self.exit_notes.append(
+                    f"{proc.name} exited with {code}: {_why(self.work / f'{proc.name}.log')}"
+                )
                 self.start(proc.kind, proc.name, proc.argv)
+
+    def drain(self, path: str, timeout: float, attempts: int = 3) -> bool:
+        """Run each query with ``availableNow`` to the end of its input (restarted from
+        its checkpoint, as an operator would, if it fails); True if all got there."""
+        runs = {q: self._start_drain(q, path) for q in QUERIES}
+        tries = dict.fromkeys(QUERIES, 1)
+        deadline = time.monotonic() + timeout
+        while runs and time.monotonic() < deadline:
+            time.sleep(0.5)
+            for q, (proc, start) in list(runs.items()):
+                log = self.work / f"{proc.name}.log"
+                if "\nDONE" in log.read_text(errors="replace")[start:]:
+                    del runs[q]
+                elif proc.popen.poll() is not None:
+                    self.exits[proc.kind] += 1
+                    self.exit_notes.append(
+                        f"{proc.name} exited with {proc.popen.returncode} "
+                        f"(attempt {tries[q]}): {_why(log)}"
+                    )
+                    if tries[q] >= attempts:
+                        break
+                    tries[q] += 1
+                    runs[q] = self._start_drain(q, path)
+        self.stop({"spark-drain"}, timeout=60)
+        return not runs
+
+    def _start_drain(self, q: str, path: str) -> tuple[Proc, int]:
+        log = self.work / f"{q}-drain.log"
+        start = len(log.read_text(errors="replace")) if log.exists() else 0
+        chk = str(self.work / f"chk-{q}")
+        return self.start("spark-drain", f"{q}-drain", ["query", q, path, chk, "drain"]), start
 
     def stop(self, kinds: set[str], timeout: float = 30.0) -> None:
         """SIGTERM (each finishes its current step), then SIGKILL after ``timeout``."""
@@ -146,12 +179,16 @@ def _killpg(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _tail(path: Path, n: int = 3) -> str:
+def _why(path: Path) -> str:
+    """The last error a process's output names (its last line if none)."""
     try:
         lines = path.read_text(errors="replace").strip().splitlines()
     except FileNotFoundError:
         return "(no output)"
-    return " | ".join(line[:200] for line in lines[-n:])
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    # The cause, not Spark's wrapper around it (which repeats the Python traceback).
+    causes = [line for line in errors if not line.startswith("pyspark.")] or errors
+    return (causes or lines or ["(no output)"])[-1][:400]
 
 
 @dataclass
@@ -228,15 +265,6 @@ def _final_log(t: Target, topic: str) -> dict[int, list[str]]:
     return out
 
 
-def _wait_for(path: Path, word: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and word in path.read_text(errors="replace"):
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
     rng = random.Random(args.seed)
     with target(kind, work, args) as t:
@@ -288,16 +316,7 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         drained = True
         if spark:
             fleet.stop({"spark-query"}, timeout=5)
-            for q in QUERIES:
-                fleet.start(
-                    "spark-drain",
-                    f"{q}-drain",
-                    ["query", q, t.path, str(work / f"chk-{q}"), "drain"],
-                )
-            for q in QUERIES:
-                ok = _wait_for(work / f"{q}-drain.log", "DONE", args.drain_timeout_s)
-                drained &= ok
-            fleet.stop({"spark-drain"}, timeout=60)
+            drained = fleet.drain(t.path, args.drain_timeout_s)
         time.sleep(2.0)  # the readers' last pass
         fleet.stop({"reader"})
         found = Findings()

@@ -248,12 +248,14 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
             return
 
     spark.streams.addListener(Progress())
+    # Running: small micro-batches, so a kill finds one in flight; draining: one.
+    per_trigger = "2000" if mode == "run" else str(1 << 40)
     writer = (
         spark.readStream.format("seglog")
         .option("path", path)
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "2000")
+        .option("maxOffsetsPerTrigger", per_trigger)
         .load()
         .selectExpr("key", "value")
         .writeStream.format("seglog")
