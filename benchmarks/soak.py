@@ -81,6 +81,14 @@ class Proc:
     argv: list[str]
     popen: subprocess.Popen[bytes]
     started: float
+    log: Path
+    log_start: int  # the size of its log when it started: what it printed since is after
+
+    def printed(self, word: str) -> bool:
+        """Whether this run of the process printed ``word`` (at a line's start)."""
+        with open(self.log, "rb") as f:
+            f.seek(self.log_start)
+            return any(line.startswith(word.encode()) for line in f)
 
 
 class Fleet:
@@ -95,7 +103,9 @@ class Fleet:
         self.exit_notes: list[str] = []
 
     def start(self, kind: str, name: str, argv: list[str]) -> Proc:
-        with open(self.work / f"{name}.log", "ab") as log:
+        path = self.work / f"{name}.log"
+        with open(path, "ab") as log:
+            log_start = log.tell()
             popen = subprocess.Popen(
                 [sys.executable, str(_HERE / "soak_roles.py"), *argv],
                 stdout=log,
@@ -103,7 +113,7 @@ class Fleet:
                 env=self.env,
                 start_new_session=True,
             )
-        proc = Proc(kind, name, argv, popen, time.monotonic())
+        proc = Proc(kind, name, argv, popen, time.monotonic(), path, log_start)
         self.procs[name] = proc
         return proc
 
@@ -131,31 +141,31 @@ class Fleet:
         its checkpoint, as an operator would, if it fails); True if all got there."""
         runs = {q: self._start_drain(q, path) for q in QUERIES}
         tries = dict.fromkeys(QUERIES, 1)
+        failed: list[str] = []
         deadline = time.monotonic() + timeout
         while runs and time.monotonic() < deadline:
             time.sleep(0.5)
-            for q, (proc, start) in list(runs.items()):
-                log = self.work / f"{proc.name}.log"
-                if "\nDONE" in log.read_text(errors="replace")[start:]:
+            for q, proc in list(runs.items()):
+                if proc.printed("DONE"):
                     del runs[q]
                 elif proc.popen.poll() is not None:
                     self.exits[proc.kind] += 1
                     self.exit_notes.append(
                         f"{proc.name} exited with {proc.popen.returncode} "
-                        f"(attempt {tries[q]}): {_why(log)}"
+                        f"(attempt {tries[q]}): {_why(proc.log)}"
                     )
                     if tries[q] >= attempts:
-                        break
-                    tries[q] += 1
-                    runs[q] = self._start_drain(q, path)
+                        failed.append(q)
+                        del runs[q]
+                    else:
+                        tries[q] += 1
+                        runs[q] = self._start_drain(q, path)
         self.stop({"spark-drain"}, timeout=60)
-        return not runs
+        return not runs and not failed
 
-    def _start_drain(self, q: str, path: str) -> tuple[Proc, int]:
-        log = self.work / f"{q}-drain.log"
-        start = len(log.read_text(errors="replace")) if log.exists() else 0
+    def _start_drain(self, q: str, path: str) -> Proc:
         chk = str(self.work / f"chk-{q}")
-        return self.start("spark-drain", f"{q}-drain", ["query", q, path, chk, "drain"]), start
+        return self.start("spark-drain", f"{q}-drain", ["query", q, path, chk, "drain"])
 
     def stop(self, kinds: set[str], timeout: float = 30.0) -> None:
         """SIGTERM (each finishes its current step), then SIGKILL after ``timeout``."""
@@ -294,12 +304,15 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         while (now := time.monotonic()) < deadline:
             time.sleep(min(rng.uniform(lo, hi), max(0.0, deadline - now)))
             fleet.restart_exited()
-            # A Spark query is fair game once it had time to start (~20 s of a start-up
-            # killed over and over would test nothing past the start-up).
+            # A Spark query is fair game once it committed a micro-batch since its start
+            # (or after two minutes of trying): a start-up (~20 s) killed over and over
+            # would test nothing past the start-up.
             eligible = [
                 p
                 for p in fleet.procs.values()
-                if p.kind != "spark-query" or time.monotonic() - p.started > 25
+                if p.kind != "spark-query"
+                or p.printed("PROGRESS")
+                or time.monotonic() - p.started > 120
             ]
             kinds = sorted({p.kind for p in eligible})
             if kinds and time.monotonic() < deadline:
