@@ -63,6 +63,8 @@ from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
 from seglog.logstore.record_codec import decode_batches  # noqa: E402
 
 QUERIES = ("out1", "out2")
+# What a process prints once it has done something worth interrupting.
+_PROGRESS = {"spark-query": "PROGRESS", "maintain": "PASS"}
 FOREIGN_LOCAL = ("FOREIGN-notes.txt",)
 # A bucket's foreign objects, relative to the bucket: beside the log dir, under another
 # prefix, and inside the log dir's prefix (a file, and a prefix no topic owns).
@@ -304,14 +306,15 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         while (now := time.monotonic()) < deadline:
             time.sleep(min(rng.uniform(lo, hi), max(0.0, deadline - now)))
             fleet.restart_exited()
-            # A Spark query is fair game once it committed a micro-batch since its start
-            # (or after two minutes of trying): a start-up (~20 s) killed over and over
-            # would test nothing past the start-up.
+            # A Spark query is fair game once it committed a micro-batch since its start,
+            # maintain once it finished a pass (or either after two minutes of trying): a
+            # start-up (~20 s for Spark) or a bucket pass (minutes at 25 ms a request)
+            # killed over and over would test nothing past its beginning.
             eligible = [
                 p
                 for p in fleet.procs.values()
-                if p.kind != "spark-query"
-                or p.printed("PROGRESS")
+                if p.kind not in _PROGRESS
+                or p.printed(_PROGRESS[p.kind])
                 or time.monotonic() - p.started > 120
             ]
             kinds = sorted({p.kind for p in eligible})

@@ -195,6 +195,7 @@ def maintain(path: str, work: str, orphan_grace_ms: str) -> None:
         journal.line(f"pass {passes} exit {code} {out.getvalue().strip()[:500]!r}")
         if "://" in path and passes % 2 == 1:
             _collect(path, int(orphan_grace_ms), journal)
+        print("PASS", passes, flush=True)
         passes += 1
         time.sleep(1.0)
 
