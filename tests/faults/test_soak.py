@@ -1,0 +1,108 @@
+"""The soak's short form (``benchmarks/soak.py``): every kind of process SIGKILLed at
+random on a local dir and on a bucket behind the delay- and fault-injecting proxy, then
+every acknowledged record present exactly once, every read committed-only and in order,
+each Spark sink output exactly once, nothing foreign touched. The seed is printed (and
+``SEGLOG_TEST_SEED`` replays one); a failure names the work dir with every journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
+
+
+def _soak(tmp_path: Path, *args: str) -> list[dict]:
+    seed = os.environ.get("SEGLOG_TEST_SEED", str(time.time_ns() % 100_000))
+    report = tmp_path / "report.json"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SOAK),
+            "--seed",
+            seed,
+            "--work",
+            str(tmp_path / "work"),
+            "--report",
+            str(report),
+            "--kill-every",
+            "1,3",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    summary = "\n".join(line for line in done.stdout.splitlines() if "skipping" not in line)
+    assert done.returncode == 0, f"seed {seed}: soak failed:\n{summary}\n{done.stderr[-3000:]}"
+    reports: list[dict] = json.loads(report.read_text())
+    for r in reports:
+        assert r["violations"] == 0, summary
+        assert sum(r["kills"].values()) > 0, summary
+        assert r["counts"]["records acknowledged"] > 0, summary
+        assert r["counts"]["records read checked"] > 0, summary
+        if r["storage"] == "bucket":
+            assert sum(r["faults injected"].values()) > 0, summary
+    return reports
+
+
+@pytest.mark.slow
+def test_soak_of_library_processes_on_a_local_dir_and_a_bucket(tmp_path: Path) -> None:
+    """Writers, readers and ``seglog maintain``, 35 s on each storage."""
+    reports = _soak(tmp_path, "--storage", "both", "--no-spark", "--minutes", "0.6")
+    assert [r["storage"] for r in reports] == ["local", "bucket"]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_soak_with_two_spark_sink_queries(tmp_path: Path) -> None:
+    """Also two seglog -> seglog queries, each in its own process, killed with the rest
+    and restarted from their checkpoints; their outputs hold the input exactly once."""
+    (report,) = _soak(tmp_path, "--storage", "local", "--minutes", "0.75")
+    assert report["counts"]["out1 records checked"] == report["counts"]["records checked"]
+    assert report["counts"]["out2 records checked"] == report["counts"]["records checked"]
+
+
+def test_the_checks_name_each_kind_of_violation(tmp_path: Path) -> None:
+    """The end checks on planted journals: a lost acknowledged record, a duplicate, a
+    record no writer tried, a reader that saw what the log does not hold, a sink output
+    short of one record and long by another, a foreign object deleted."""
+    from collections import Counter
+
+    sys.path.insert(0, str(SOAK.parent))
+    from soak_checks import (
+        Findings,
+        check_foreign,
+        check_input,
+        check_output,
+        check_readers,
+    )
+
+    (tmp_path / "writer-0.journal").write_text(
+        "try 0 3 0:0:2 1:2:2\nack 0 3\ntry 4 4 0:4:1\nfail 4 4 CommitConflictError: x\n"
+    )
+    (tmp_path / "reader-0.journal").write_text("start\nR 0 0 w0-0,w0-1\nR 1 0 w0-2,w0-9\n")
+    log = {0: ["w0-0", "w0-1", "w0-4"], 1: ["w0-2", "w0-2", "w7-1"]}
+    found = Findings()
+    check_input(tmp_path, log, found)
+    check_readers(tmp_path, log, found)
+    check_output("out1", Counter(["a", "b"]), Counter(["a", "c"]), found)
+    check_foreign({"reports/q1.csv": b"x", "README.txt": b"y"}, {"README.txt": b"y"}, found)
+    assert found.violations == [
+        "in-1 offset 2: 'w7-1' was written by no writer",
+        "w0-3: acknowledged (writer-0.journal) but missing from in-1",
+        "w0-2: present 2 times, at in-1@0, in-1@1",
+        "reader-0.journal:3: read w0-9 at in-1 offset 1; the log has w0-2 there",
+        "sink output out1: b missing (1 of 1)",
+        "sink output out1: c 1 time(s) more than in in",
+        "foreign reports/q1.csv: deleted",
+    ]
+    assert found.counts["records present though failed"] == 1

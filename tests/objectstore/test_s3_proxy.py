@@ -1,0 +1,131 @@
+"""The delay- and fault-injecting proxy (``tests/s3_proxy.py``) in front of the suite's
+S3 servers: S3's semantics pass through it intact, it counts requests by kind, delays
+each one, and the faults it injects reach the client as errors (or, for a dropped
+response, as an error for a request that in fact happened)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from s3_proxy import Fault, S3Proxy
+from s3_server import S3Server
+
+from seglog.logstore.errors import KafkaStorageError
+from seglog.logstore.object_storage import ObjectStorage
+
+
+@pytest.fixture(params=("moto", "seaweedfs"))
+def server(request: pytest.FixtureRequest) -> S3Server:
+    name = "bucket_server" if request.param == "moto" else "seaweed_server"
+    found: S3Server = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture
+def proxy(server: S3Server) -> Iterator[S3Proxy]:
+    with S3Proxy(server.endpoint, delay_s=0.002) as p:
+        yield p
+
+
+def _storage(server: S3Server, endpoint: str, bucket: str, **options: str) -> ObjectStorage:
+    return ObjectStorage(
+        f"s3://{bucket}/logs", {**server.storage_options(), "aws_endpoint": endpoint, **options}
+    )
+
+
+def _path(*parts: str) -> str:
+    return "/".join(parts)
+
+
+def test_semantics_pass_through_and_counts_by_kind(server: S3Server, proxy: S3Proxy) -> None:
+    bucket = server.create_bucket()
+    st = _storage(server, proxy.endpoint, bucket)
+    body = bytes(range(256)) * 4096  # 1 MiB: several reads and writes of the relay
+    assert st.create(_path("a", "x.json"), body)
+    # The conditional create's 412 comes back through the proxy: the loser learns it lost.
+    assert not st.create(_path("a", "x.json"), b"other")
+    assert st.read(_path("a", "x.json")) == body
+    assert st.read_range(_path("a", "x.json"), 1000, 300) == body[1000:1300]
+    st.write_atomic(_path("a", "y.log"), b"plain")
+    assert sorted(e.name for e in st.list_dir(_path("a"))) == ["x.json", "y.log"]
+    assert st.exists(_path("a", "y.log"))
+    st.delete(_path("a", "y.log"))
+    assert not st.exists(_path("a", "y.log"))
+    # What landed is what the server holds, read without the proxy.
+    direct = _storage(server, server.endpoint, bucket)
+    assert direct.read(_path("a", "x.json")) == body
+    counts = proxy.counts
+    assert counts["CONDITIONAL_PUT"] == 2
+    assert counts["PUT"] == 1
+    assert counts["RANGED_GET"] >= 1
+    assert counts["LIST"] >= 1
+    assert counts["DELETE"] == 1
+    assert counts["HEAD"] + counts["GET"] >= 3  # the whole read and two exists()
+    # Every request was held for the delay, none faulted.
+    assert proxy.delayed == sum(counts.values())
+    assert proxy.faults == {}
+
+
+def test_scheduled_faults_reach_the_client_as_errors(server: S3Server, proxy: S3Proxy) -> None:
+    bucket = server.create_bucket()
+    st = _storage(server, proxy.endpoint, bucket, max_retries="0")
+    assert st.create(_path("k"), b"v")
+    for fault in (Fault.HTTP_500, Fault.HTTP_503, Fault.DROP_BEFORE):
+        proxy.inject(fault, kinds={"GET"})
+        with pytest.raises(KafkaStorageError):
+            st.read(_path("k"))
+        assert st.read(_path("k")) == b"v"  # one request only: the next one passes
+    assert proxy.faults == {"500": 1, "503": 1, "drop-before": 1}
+
+
+def test_a_dropped_response_hides_a_request_that_happened(server: S3Server, proxy: S3Proxy) -> None:
+    """DROP_AFTER: the PUT reaches the server, its answer never reaches the client."""
+    bucket = server.create_bucket()
+    st = _storage(server, proxy.endpoint, bucket, max_retries="0")
+    name = f"landed-{uuid.uuid4().hex}"
+    proxy.inject(Fault.DROP_AFTER, kinds={"CONDITIONAL_PUT"})
+    with pytest.raises(KafkaStorageError):
+        st.create(_path(name), b"did it land?")
+    assert _storage(server, server.endpoint, bucket).read(_path(name)) == b"did it land?"
+    # The client's retry of its own create now loses to itself: the case that commit
+    # objects carry their writer's identity for.
+    assert not st.create(_path(name), b"did it land?")
+    assert proxy.faults == {"drop-after": 1}
+
+
+def test_client_retries_hide_a_transient_fault(server: S3Server, proxy: S3Proxy) -> None:
+    """With the client's retries (seglog's default), one 503 costs one more request."""
+    bucket = server.create_bucket()
+    st = _storage(server, proxy.endpoint, bucket, init_backoff="10ms")
+    assert st.create(_path("k"), b"v")
+    before = proxy.counts["GET"]
+    proxy.inject(Fault.HTTP_503, kinds={"GET"})
+    assert st.read(_path("k")) == b"v"
+    assert proxy.counts["GET"] - before == 2
+    assert proxy.faults == {"503": 1}
+
+
+def test_random_faults_only_hit_the_kinds_named(server: S3Server, proxy: S3Proxy) -> None:
+    bucket = server.create_bucket()
+    st = _storage(server, proxy.endpoint, bucket, max_retries="0")
+    proxy.set_random_faults(1.0, (Fault.HTTP_503,), kinds={"DELETE"}, seed=7)
+    for i in range(5):
+        st.write_atomic(_path(f"o{i}"), b"x")
+    assert [e.name for e in st.list_dir(_path())] == [f"o{i}" for i in range(5)]
+    with pytest.raises(KafkaStorageError):
+        st.delete(_path("o0"))
+    proxy.set_random_faults(0)
+    st.delete(_path("o0"))
+    assert proxy.faults == {"503": 1}
+
+
+def test_a_bandwidth_cap_keeps_the_bytes_intact(server: S3Server) -> None:
+    bucket = server.create_bucket()
+    body = uuid.uuid4().bytes * 16384  # 256 KiB
+    with S3Proxy(server.endpoint, delay_s=0, bandwidth_bps=8 << 20) as capped:
+        st = _storage(server, capped.endpoint, bucket)
+        st.write_atomic(_path("big"), body)
+        assert st.read(_path("big")) == body
+        assert capped.delayed == 0 and capped.counts["PUT"] == 1

@@ -1,0 +1,483 @@
+"""A delay- and fault-injecting HTTP/1.1 reverse proxy for the test S3 servers
+(``tests/s3_server.py``), on 127.0.0.1, for tests and benchmarks (which import it as
+they import ``s3_server``: ``sys.path`` gets ``tests/``).
+
+Real S3 answers in tens of milliseconds and fails now and then; the servers here answer
+in well under one and never fail. The proxy puts that back, without touching what is
+said: every request is forwarded byte for byte (method, path, query, headers in their
+order and case, so the ``Host`` the client signed, conditional headers and signatures
+arrive unchanged; bodies streamed, fixed-length or chunked; keep-alive kept), and every
+response comes back byte for byte. On top of that it
+
+- waits ``delay_s`` (default 25 ms) before forwarding each request;
+- optionally caps each connection's bandwidth (``bandwidth_bps``, both directions);
+- counts requests by kind (``request_kind``: GET, RANGED_GET, HEAD, PUT,
+  CONDITIONAL_PUT, COPY, LIST, DELETE, MULTIPART, POST);
+- injects faults, on a schedule (``inject``: the next N requests of some kinds) or at
+  random (``set_random_faults``): ``Fault.HTTP_500`` / ``Fault.HTTP_503`` answered
+  without forwarding, ``Fault.DROP_BEFORE`` closes the connection without forwarding,
+  ``Fault.DROP_AFTER`` forwards the request, lets the server answer, and closes the
+  connection instead of relaying the answer (the request happened; the client cannot
+  know: the "did it land?" case).
+
+>>> with S3Proxy(server.endpoint, delay_s=0.025) as proxy:  # doctest: +SKIP
+...     ObjectStorage("s3://b/logs", {**server.storage_options(),
+...                                   "aws_endpoint": proxy.endpoint})
+
+Thread-safe: counters and fault plans are guarded by one lock; one thread per client
+connection, each with its own connection to the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import io
+import random
+import socket
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+__all__ = ["Fault", "S3Proxy", "request_kind"]
+
+_CHUNK = 64 * 1024
+_MAX_LINE = 64 * 1024
+
+
+class Fault(enum.Enum):
+    HTTP_500 = "500"
+    HTTP_503 = "503"
+    DROP_BEFORE = "drop-before"
+    DROP_AFTER = "drop-after"
+
+
+_STATUS_BODY = {
+    Fault.HTTP_500: (b"500 Internal Server Error", b"InternalError"),
+    Fault.HTTP_503: (b"503 Slow Down", b"SlowDown"),
+}
+
+
+def request_kind(method: str, target: str, headers: dict[str, str]) -> str:
+    """The kind of one S3 request, by its method, target (path?query) and lower-cased
+    headers."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query, keep_blank_values=True)
+    if "uploads" in query or "uploadId" in query:
+        return "MULTIPART"
+    if method == "GET":
+        path = urllib.parse.urlsplit(target).path.strip("/")
+        if "list-type" in query or "/" not in path and "prefix" in query:
+            return "LIST"
+        return "RANGED_GET" if "range" in headers else "GET"
+    if method == "PUT":
+        if "x-amz-copy-source" in headers:
+            return "COPY"
+        if "if-none-match" in headers or "if-match" in headers:
+            return "CONDITIONAL_PUT"
+        return "PUT"
+    if method == "POST" and "delete" in query:
+        return "DELETE"
+    return method
+
+
+@dataclass
+class _Scheduled:
+    fault: Fault
+    kinds: frozenset[str] | None
+    remaining: int
+
+
+@dataclass
+class _Random:
+    rate: float
+    faults: tuple[Fault, ...]
+    kinds: frozenset[str] | None
+    rng: random.Random
+
+
+class _Message:
+    """One HTTP message's head as read: the raw bytes to forward and what the proxy
+    needs to know (lower-cased header names; a repeated header keeps its last value)."""
+
+    def __init__(self, start_line: bytes, raw: bytes, headers: dict[str, str]) -> None:
+        self.start_line = start_line
+        self.raw = raw
+        self.headers = headers
+
+    @property
+    def chunked(self) -> bool:
+        return "chunked" in self.headers.get("transfer-encoding", "").lower()
+
+    @property
+    def length(self) -> int | None:
+        value = self.headers.get("content-length")
+        return int(value) if value is not None else None
+
+
+def _read_head(reader: io.BufferedReader) -> _Message | None:
+    """The next message head, or None if the peer closed cleanly before one."""
+    start = reader.readline(_MAX_LINE)
+    while start in (b"\r\n", b"\n"):  # stray CRLF between messages (RFC 9112 2.2)
+        start = reader.readline(_MAX_LINE)
+    if not start:
+        return None
+    raw = [start]
+    headers: dict[str, str] = {}
+    while True:
+        line = reader.readline(_MAX_LINE)
+        if not line:
+            raise ConnectionError("connection closed inside a message head")
+        raw.append(line)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return _Message(start, b"".join(raw), headers)
+
+
+class _Throttle:
+    """A connection's bandwidth cap: after sending n bytes, wait until n/rate seconds
+    have passed since the connection's first byte (so short bursts are not penalised
+    twice)."""
+
+    def __init__(self, bytes_per_s: float | None) -> None:
+        self._rate = bytes_per_s
+        self._start = time.monotonic()
+        self._sent = 0
+
+    def sent(self, n: int) -> None:
+        if not self._rate:
+            return
+        self._sent += n
+        ahead = self._start + self._sent / self._rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _relay_body(
+    msg: _Message,
+    reader: io.BufferedReader,
+    out: socket.socket | None,
+    throttle: _Throttle,
+    *,
+    until_close: bool = False,
+) -> None:
+    """Copy ``msg``'s body from ``reader`` to ``out`` (or discard it if ``out`` is None),
+    as framed: chunked (chunk lines and trailers copied as they are), a length, or
+    (``until_close``, responses only) everything until the peer closes."""
+
+    def send(data: bytes) -> None:
+        if out is not None:
+            out.sendall(data)
+            throttle.sent(len(data))
+
+    if msg.chunked:
+        while True:
+            size_line = reader.readline(_MAX_LINE)
+            if not size_line:
+                raise ConnectionError("connection closed inside a chunked body")
+            send(size_line)
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while True:  # trailers, up to the empty line
+                    line = reader.readline(_MAX_LINE)
+                    if not line:
+                        raise ConnectionError("connection closed inside a chunked trailer")
+                    send(line)
+                    if line in (b"\r\n", b"\n"):
+                        return
+            _copy(reader, send, size + 2)  # the chunk and its CRLF
+        return
+    length = msg.length
+    if length is not None:
+        _copy(reader, send, length)
+    elif until_close:
+        while data := reader.read1(_CHUNK):
+            send(data)
+
+
+def _copy(reader: io.BufferedReader, send: Callable[[bytes], None], n: int) -> None:
+    while n > 0:
+        data = reader.read(min(n, _CHUNK))
+        if not data:
+            raise ConnectionError(f"connection closed with {n} body byte(s) to come")
+        send(data)
+        n -= len(data)
+
+
+def _no_body(method: bytes, status: int) -> bool:
+    return method == b"HEAD" or 100 <= status < 200 or status in (204, 304)
+
+
+def _status(msg: _Message) -> int:
+    parts = msg.start_line.split(None, 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+class S3Proxy:
+    """The proxy (see the module docstring) in front of ``upstream`` (``http://host:port``).
+
+    ``start()``/``stop()`` or a ``with`` block; ``endpoint`` is what clients use instead
+    of the server's. ``counts`` (requests by kind), ``faults`` (injected, by fault) and
+    ``delayed`` (requests held for ``delay_s``) are snapshots.
+    """
+
+    def __init__(
+        self, upstream: str, *, delay_s: float = 0.025, bandwidth_bps: float | None = None
+    ) -> None:
+        parts = urllib.parse.urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"upstream {upstream!r}: expected http://host:port")
+        self._upstream = (parts.hostname, parts.port)
+        self.delay_s = delay_s
+        self.bandwidth_bps = bandwidth_bps
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._faults: Counter[str] = Counter()
+        self._delayed = 0
+        self._scheduled: list[_Scheduled] = []
+        self._random: _Random | None = None
+        self._listener: socket.socket | None = None
+        self._sockets: set[socket.socket] = set()
+        self._threads: list[threading.Thread] = []
+        self.endpoint = ""
+
+    # -- control -----------------------------------------------------------------------
+
+    def inject(self, fault: Fault, *, count: int = 1, kinds: Iterable[str] | None = None) -> None:
+        """Inject ``fault`` into the next ``count`` requests of ``kinds`` (any kind if
+        None). Schedules are served in the order given, before random faults."""
+        with self._lock:
+            self._scheduled.append(_Scheduled(fault, _kinds(kinds), count))
+
+    def set_random_faults(
+        self,
+        rate: float,
+        faults: Iterable[Fault] = tuple(Fault),
+        *,
+        kinds: Iterable[str] | None = None,
+        seed: int = 0,
+    ) -> None:
+        """From now on, each request of ``kinds`` (any if None) gets one of ``faults``
+        (chosen uniformly) with probability ``rate``; ``rate=0`` stops them."""
+        with self._lock:
+            self._random = (
+                _Random(rate, tuple(faults), _kinds(kinds), random.Random(seed))
+                if rate > 0
+                else None
+            )
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._scheduled.clear()
+            self._random = None
+
+    @property
+    def counts(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._counts)
+
+    @property
+    def faults(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._faults)
+
+    @property
+    def delayed(self) -> int:
+        with self._lock:
+            return self._delayed
+
+    def _choose_fault(self, kind: str) -> Fault | None:
+        with self._lock:
+            self._counts[kind] += 1
+            for plan in self._scheduled:
+                if plan.kinds is None or kind in plan.kinds:
+                    plan.remaining -= 1
+                    if plan.remaining <= 0:
+                        self._scheduled.remove(plan)
+                    self._faults[plan.fault.value] += 1
+                    return plan.fault
+            chance = self._random
+            if (
+                chance is not None
+                and (chance.kinds is None or kind in chance.kinds)
+                and chance.rng.random() < chance.rate
+            ):
+                fault = chance.faults[chance.rng.randrange(len(chance.faults))]
+                self._faults[fault.value] += 1
+                return fault
+            return None
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def start(self) -> S3Proxy:
+        listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = listener
+        self.endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        accept = threading.Thread(target=self._accept, name="s3-proxy-accept", daemon=True)
+        accept.start()
+        self._threads.append(accept)
+        return self
+
+    def stop(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            _close(listener)  # a shutdown wakes the accept(); a close alone would not
+        with self._lock:
+            open_sockets = list(self._sockets)
+        for s in open_sockets:
+            _close(s)
+        for t in self._threads:
+            t.join(timeout=10)
+        self._threads.clear()
+
+    def __enter__(self) -> S3Proxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _accept(self) -> None:
+        while (listener := self._listener) is not None:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by stop()
+            t = threading.Thread(
+                target=self._serve, args=(client,), daemon=True, name="s3-proxy-connection"
+            )
+            t.start()
+            with self._lock:
+                self._threads = [x for x in self._threads if x.is_alive()]
+                self._threads.append(t)
+
+    # -- one connection ------------------------------------------------------------------
+
+    def _track(self, s: socket.socket) -> socket.socket:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._sockets.add(s)
+        return s
+
+    def _untrack(self, s: socket.socket | None) -> None:
+        if s is None:
+            return
+        with self._lock:
+            self._sockets.discard(s)
+        _close(s)
+
+    def _serve(self, client: socket.socket) -> None:
+        self._track(client)
+        upstream: socket.socket | None = None
+        up_reader: io.BufferedReader | None = None
+        throttle = _Throttle(self.bandwidth_bps)
+        reader = client.makefile("rb")
+        try:
+            while (request := _read_head(reader)) is not None:
+                method, target = _request_line(request)
+                kind = request_kind(method.decode(), target, request.headers)
+                fault = self._choose_fault(kind)
+                if self.delay_s > 0:
+                    with self._lock:
+                        self._delayed += 1
+                    time.sleep(self.delay_s)
+                if fault is Fault.DROP_BEFORE:
+                    return
+                if fault in _STATUS_BODY:
+                    # The body is read (and dropped) so the connection stays usable.
+                    _relay_body(request, reader, None, throttle)
+                    client.sendall(_error_response(fault))
+                    continue
+                if upstream is None:
+                    upstream = self._track(socket.create_connection(self._upstream))
+                    up_reader = upstream.makefile("rb")
+                assert up_reader is not None
+                upstream.sendall(request.raw)
+                throttle.sent(len(request.raw))
+                relay = None if fault is Fault.DROP_AFTER else client
+                if request.headers.get("expect", "").lower() == "100-continue":
+                    response = _read_head(up_reader)
+                    if response is None:
+                        return
+                    if _status(response) == 100:
+                        if relay is not None:
+                            client.sendall(response.raw)
+                    else:
+                        # A final answer before the body: the client will not send it.
+                        self._relay_response(method, response, up_reader, relay, throttle)
+                        return
+                _relay_body(request, reader, upstream, throttle)
+                response = _read_head(up_reader)
+                while response is not None and _status(response) in range(100, 200):
+                    if relay is not None:
+                        client.sendall(response.raw)
+                    response = _read_head(up_reader)
+                if response is None:
+                    return
+                keep = self._relay_response(method, response, up_reader, relay, throttle)
+                if fault is Fault.DROP_AFTER:
+                    return
+                if not keep:
+                    self._untrack(upstream)
+                    upstream = up_reader = None
+                if "close" in request.headers.get("connection", "").lower():
+                    return
+        except (OSError, ValueError):
+            return  # a peer went away (or a stop()): this connection ends, nothing else
+        finally:
+            self._untrack(upstream)
+            self._untrack(client)
+
+    def _relay_response(
+        self,
+        method: bytes,
+        response: _Message,
+        up_reader: io.BufferedReader,
+        client: socket.socket | None,
+        throttle: _Throttle,
+    ) -> bool:
+        """Relay one final response (or read and drop it if ``client`` is None); True if
+        the server's connection can carry another request."""
+        if client is not None:
+            client.sendall(response.raw)
+            throttle.sent(len(response.raw))
+        status = _status(response)
+        if _no_body(method, status):
+            return "close" not in response.headers.get("connection", "").lower()
+        delimited = response.chunked or response.length is not None
+        _relay_body(response, up_reader, client, throttle, until_close=not delimited)
+        return delimited and "close" not in response.headers.get("connection", "").lower()
+
+
+def _request_line(request: _Message) -> tuple[bytes, str]:
+    parts = request.start_line.split()
+    if len(parts) != 3:
+        raise ValueError(f"malformed request line {request.start_line!r}")
+    return parts[0], parts[1].decode("latin-1")
+
+
+def _error_response(fault: Fault) -> bytes:
+    status, code = _STATUS_BODY[fault]
+    body = (
+        b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>'
+        + code
+        + b"</Code><Message>injected by the test proxy</Message></Error>"
+    )
+    return (
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: application/xml\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
+def _kinds(kinds: Iterable[str] | None) -> frozenset[str] | None:
+    return frozenset(kinds) if kinds is not None else None
+
+
+def _close(s: socket.socket) -> None:
+    # Already shut down, or never connected: closing is all that is left to do.
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
