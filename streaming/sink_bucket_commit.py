@@ -214,7 +214,10 @@ def _run_maintenance(mgr: BucketLogManager, sink_id: str, batch_id: int) -> None
     try:
         mgr.maintenance.delete_old_segments()
         mgr.maintenance.collect()
-    except SeglogError as e:
+    except (SeglogError, OSError) as e:
+        # OSError too: a listed commit or object that a concurrent collector (another
+        # query's, `seglog maintain`) deleted meanwhile reads as FileNotFoundError, and
+        # must not fail a query whose batch is already published.
         logger.warning("sink %s published batch %d to %s, but its maintenance failed (the "
                        "next interval retries): %s", sink_id, batch_id, mgr.uri, e)
 

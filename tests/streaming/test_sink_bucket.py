@@ -368,3 +368,21 @@ def test_sink_options_take_one_bucket_uri_alone():
     assert SinkOptions.parse({"path": "s3://b/logs"}).bucket_uri == "s3://b/logs"
     assert SinkOptions.parse({"path": "/tmp/x"}).bucket_uri is None
     assert sink_bucket_commit.OPERATION == "sink_append"
+
+
+def test_a_commit_whose_collection_races_another_collector_still_succeeds(monkeypatch, caplog):
+    # Found by the soak: a concurrent collector deleted a commit this one had listed, the
+    # read raised FileNotFoundError (no SeglogError) and failed a published micro-batch.
+    uri = memory_uri()
+    opts = options(uri, maintenanceIntervalMs="0")
+    collections_run = []
+
+    def gone(self: object) -> None:
+        collections_run.append(1)
+        raise FileNotFoundError(f"{uri}/_seglog/log/00000000000000000261.json")
+
+    monkeypatch.setattr(type(BucketLogManager(uri).maintenance), "collect", gone)
+    commit([stage(opts, 0)], 0, opts)
+    assert collections_run, "the commit ran no maintenance: the test proves nothing"
+    check_exactly_once(uri, values(0))
+    assert "maintenance failed" in caplog.text
