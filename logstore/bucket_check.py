@@ -8,15 +8,17 @@ not compacted, offsets are contiguous inside and across segments; the ``.index``
 ``.timeindex`` objects have their recorded sizes and no entry would mislead a lookup
 (``index_check``'s rules, as for local files). Objects that the current state does not
 reference are notes, not problems: a dead writer's upload, or a removed segment waiting
-for ``file.delete.delay.ms``; ``seglog maintain`` collects them.
+for ``file.delete.delay.ms``; ``seglog maintain`` collects them. Only the log dir's own
+objects are looked at (``bucket_ownership``): a shared bucket's other objects are none of
+``check``'s business.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bucket_collect import data_objects
 from .bucket_objects import object_uri, read_segment, stored_indexes
+from .bucket_ownership import owned_objects
 from .bucket_segment import object_keys
 from .bucket_state import BucketState, SegmentEntry
 from .config import LogConfig
@@ -89,7 +91,8 @@ def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogC
                                        ps.high_watermark, problems, 0))
     referenced = {k for ps in state.partitions.values() for s in ps.segments
                   for k in object_keys(s)}
-    for key, _entry in data_objects(storage):
+    named = {f"{t}-{n}" for t, spec in state.topics.items() for n in range(spec.partitions)}
+    for key, _entry in owned_objects(storage, named | set(state.partitions)):
         if key not in referenced:
             findings.append(BucketFinding(
                 object_uri(storage, key), "not referenced by the current state (an "
