@@ -12,9 +12,10 @@ keeps reading its objects. The collector deletes, in this order:
    finish. (The newest time of commits ``<= v`` is used, not ``v``'s own: the rule must
    hold for every older view.)
 2. **Orphans**: segment objects under a partition's prefix, or objects under
-   ``_seglog/staging/``, that neither the state nor any commit kept names, last modified more than the orphan grace ago
-   (``max(file.delete.delay.ms, 1 h)`` by default) by the store's clock
-   (``bucket_staging.store_now_ms``: object times are the store's, so "now" is too):
+   ``_seglog/staging/``, that neither the state nor any commit kept names, last modified
+   more than the orphan grace ago (``max(file.delete.delay.ms, 1 h)`` by default) by the
+   store's clock (``bucket_staging.store_now_ms``: object times are the store's, so
+   "now" is too):
    uploads of dead or losing writers, and leftovers of a collector that died. A writer
    never commits an upload older than half the grace (``bucket_merge``,
    ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever

@@ -56,8 +56,11 @@ def owned_objects(storage: Storage, partitions: Collection[str]) -> list[tuple[s
     top = {e.name for e in storage.list_dir("") if e.is_dir}
     out: list[tuple[str, Entry]] = []
     for prefix in sorted(top.intersection(partitions)):
-        out += [(f"{prefix}/{e.name}", e) for e in storage.list_tree(prefix)
-                if SEGMENT_OBJECT_NAME.fullmatch(e.name)]
+        out += [
+            (f"{prefix}/{e.name}", e)
+            for e in storage.list_tree(prefix)
+            if SEGMENT_OBJECT_NAME.fullmatch(e.name)
+        ]
     if META_DIR in top:
         out += [(f"{STAGING_DIR}/{e.name}", e) for e in storage.list_tree(STAGING_DIR)]
     return out
@@ -78,22 +81,34 @@ def check_nesting(storage: ObjectStorage) -> None:
             if bucket.list_dir(f"{ancestor}/{META_DIR}" if ancestor else META_DIR):
                 outer = f"{root}/{ancestor}" if ancestor else root
                 raise LogDirError(_nested_message(storage.uri, outer, parts[depth:]))
-    candidates = [e.name for e in storage.list_dir("")
-                  if e.is_dir and e.name != META_DIR and parse_partition_dir_name(e.name) is None]
+    candidates = [
+        e.name
+        for e in storage.list_dir("")
+        if e.is_dir and e.name != META_DIR and parse_partition_dir_name(e.name) is None
+    ]
     if len(candidates) > NESTED_CHECK_LIMIT:
-        logger.debug("%s: %d top-level prefixes; probing the first %d for a nested log dir",
-                     storage.uri, len(candidates), NESTED_CHECK_LIMIT)
+        logger.debug(
+            "%s: %d top-level prefixes; probing the first %d for a nested log dir",
+            storage.uri,
+            len(candidates),
+            NESTED_CHECK_LIMIT,
+        )
     for name in candidates[:NESTED_CHECK_LIMIT]:
         if storage.list_dir(f"{name}/{META_DIR}"):
             raise LogDirError(
                 f"{storage.uri} holds another log dir, {storage.uri}/{name} (its {META_DIR}/ "
                 f"exists): log dirs must not be nested; open each at its own prefix, side "
-                f"by side (e.g. {root}/<name>)")
+                f"by side (e.g. {root}/<name>)"
+            )
 
 
 def _nested_message(uri: str, outer: str, below: list[str]) -> str:
     if len(below) == 1 and parse_partition_dir_name(below[0]) is not None:
-        return (f"{uri} is the prefix of partition {below[0]} of the log dir {outer}, not a "
-                f"log dir: name the log dir ({outer})")
-    return (f"{uri} is inside the log dir {outer} (its {META_DIR}/ exists): log dirs must "
-            f"not be nested; open each at its own prefix, side by side")
+        return (
+            f"{uri} is the prefix of partition {below[0]} of the log dir {outer}, not a "
+            f"log dir: name the log dir ({outer})"
+        )
+    return (
+        f"{uri} is inside the log dir {outer} (its {META_DIR}/ exists): log dirs must "
+        f"not be nested; open each at its own prefix, side by side"
+    )

@@ -69,7 +69,8 @@ def test_a_manager_at_the_bucket_root_is_refused_and_deletes_nothing(s3_uri: str
 
 
 def test_collection_at_the_root_never_deletes_another_log_dir_or_foreign_objects(
-        s3_uri: str) -> None:
+    s3_uri: str,
+) -> None:
     # The collector itself, as the root manager's maintenance would run it: it lists no
     # prefix that no commit of its own names.
     root = s3_uri.rsplit("/", 1)[0]
@@ -102,8 +103,10 @@ def test_a_partition_prefix_is_not_a_log_dir(s3_uri: str) -> None:
     fill(s3_uri)
     with pytest.raises(LogDirError) as refused:
         BucketLogManager(f"{s3_uri}/t-0", read_only=True)
-    assert str(refused.value) == (f"{s3_uri}/t-0 is the prefix of partition t-0 of the log "
-                                  f"dir {s3_uri}, not a log dir: name the log dir ({s3_uri})")
+    assert str(refused.value) == (
+        f"{s3_uri}/t-0 is the prefix of partition t-0 of the log "
+        f"dir {s3_uri}, not a log dir: name the log dir ({s3_uri})"
+    )
 
 
 def test_side_by_side_log_dirs_open(s3_uri: str) -> None:
@@ -144,8 +147,7 @@ def test_foreign_objects_in_a_log_dir_are_left_alone(s3_uri: str) -> None:
     assert not [f for f in findings if "notes.txt" in f.where or "u-0" in f.where]
 
 
-def test_a_deleted_topics_objects_are_collected_and_the_topic_can_be_recreated(
-        s3_uri: str) -> None:
+def test_a_deleted_topics_objects_are_collected_and_the_topic_can_be_recreated(s3_uri: str) -> None:
     storage = ObjectStorage(s3_uri)
     fill(s3_uri, "d")
     orphan = f"d-0/{SEGMENT_NAME}.log"
