@@ -19,7 +19,8 @@ at open: the ``_seglog/`` marker of every enclosing prefix (one LIST each), and 
 top-level prefix of the log dir that is not named like a partition (one LIST each, at
 most ``NESTED_CHECK_LIMIT``). A log dir nested deeper, or under a partition-like name,
 is found by its own open (the enclosing check sees every ancestor), and the name rule
-above keeps the collector off its objects in any case.
+above keeps the collector off its objects in any case. An enclosing prefix the
+credentials may not list (a policy scoped to the log dir's prefix) is skipped.
 
 Thread-safe: functions only.
 """
@@ -31,7 +32,7 @@ import re
 from collections.abc import Collection
 
 from .bucket_state import META_DIR, STAGING_DIR
-from .errors import LogDirError
+from .errors import LogDirError, StorageAccessDeniedError
 from .file_names import parse_partition_dir_name
 from .object_storage import ObjectStorage
 from .object_store_config import parse_object_uri
@@ -74,18 +75,27 @@ def check_nesting(storage: ObjectStorage) -> None:
         return  # a memory store is one log dir: its URI's path is not a key prefix
     parts = target.prefix.split("/") if target.prefix else []
     root = f"{target.scheme}://{target.bucket}"
-    if parts:
-        bucket = ObjectStorage(root, storage.options)
-        for depth in range(len(parts)):
-            ancestor = "/".join(parts[:depth])
-            if bucket.list_dir(f"{ancestor}/{META_DIR}" if ancestor else META_DIR):
-                outer = f"{root}/{ancestor}" if ancestor else root
-                raise LogDirError(_nested_message(storage.uri, outer, parts[depth:]))
+    # The log dir's own listing first: a store that cannot be reached is reported under
+    # the log dir's URI, not an ancestor's.
     candidates = [
         e.name
         for e in storage.list_dir("")
         if e.is_dir and e.name != META_DIR and parse_partition_dir_name(e.name) is None
     ]
+    if parts:
+        bucket = ObjectStorage(root, storage.options)
+        for depth in range(len(parts)):
+            ancestor = "/".join(parts[:depth])
+            try:
+                marker = bucket.list_dir(f"{ancestor}/{META_DIR}" if ancestor else META_DIR)
+            except StorageAccessDeniedError as e:
+                # Credentials scoped to this prefix (an IAM policy's s3:prefix) may not
+                # list above it; the collector's rule protects the other log dir anyway.
+                logger.info("%s: cannot look for a log dir enclosing it: %s", storage.uri, e)
+                continue
+            if marker:
+                outer = f"{root}/{ancestor}" if ancestor else root
+                raise LogDirError(_nested_message(storage.uri, outer, parts[depth:]))
     if len(candidates) > NESTED_CHECK_LIMIT:
         logger.debug(
             "%s: %d top-level prefixes; probing the first %d for a nested log dir",
