@@ -8,16 +8,18 @@ not compacted, offsets are contiguous inside and across segments; the ``.index``
 ``.timeindex`` objects have their recorded sizes and no entry would mislead a lookup
 (``index_check``'s rules, as for local files). Objects that the current state does not
 reference are notes, not problems: a dead writer's upload, or a removed segment waiting
-for ``file.delete.delay.ms``; ``seglog maintain`` collects them.
+for ``file.delete.delay.ms``; ``seglog maintain`` collects them. Only the log dir's own
+objects are looked at (``bucket_ownership``): a shared bucket's other objects are none of
+``check``'s business.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .bucket_collect import data_objects
 from .bucket_commit_log import repair_advice
 from .bucket_objects import object_uri, read_segment, stored_indexes
+from .bucket_ownership import owned_objects
 from .bucket_repair import rollback_evidence
 from .bucket_segment import object_keys
 from .bucket_state import (
@@ -110,7 +112,10 @@ def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogC
                   for k in object_keys(s)}
     newest = max((e.mtime_ms for e in storage.list_after(COMMIT_DIR, _before(state))),
                  default=None)
-    for key, listed in data_objects(storage):
+    # Only objects the log dir can prove are its own (bucket_ownership): never another
+    # log dir's, never a foreign file.
+    named = {f"{t}-{n}" for t, spec in state.topics.items() for n in range(spec.partitions)}
+    for key, listed in owned_objects(storage, named | set(state.partitions)):
         if key in referenced:
             continue
         at = _at_or_beyond_log_end(state, key)

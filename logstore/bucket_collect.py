@@ -11,10 +11,11 @@ keeps reading its objects. The collector deletes, in this order:
    reader's view becomes stale at the commit after it, so it keeps at least that long to
    finish. (The newest time of commits ``<= v`` is used, not ``v``'s own: the rule must
    hold for every older view.)
-2. **Orphans**: objects under a partition's prefix or ``_seglog/staging/`` that neither
-   the state nor any commit kept names, last modified more than the orphan grace ago
-   (``max(file.delete.delay.ms, 1 h)`` by default) by the store's clock
-   (``bucket_staging.store_now_ms``: object times are the store's, so "now" is too):
+2. **Orphans**: segment objects under a partition's prefix, or objects under
+   ``_seglog/staging/``, that neither the state nor any commit kept names, last modified
+   more than the orphan grace ago (``max(file.delete.delay.ms, 1 h)`` by default) by the
+   store's clock (``bucket_staging.store_now_ms``: object times are the store's, so
+   "now" is too):
    uploads of dead or losing writers, and leftovers of a collector that died. A writer
    never commits an upload older than half the grace (``bucket_merge``,
    ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever
@@ -30,9 +31,14 @@ keeps reading its objects. The collector deletes, in this order:
    it) and never taken as ``s``: the commits it stands for stay. The hint is moved to
    ``s`` when it names an older one.
 
+Only the log dir's own objects are ever considered (``bucket_ownership.owned_objects``):
+segment objects directly under a partition prefix that the state or a commit still
+present names, and the staging area. Other prefixes, other names and deeper keys are a
+shared bucket's other tenants: never listed for deletion.
+
 The collector folds the commits still present from the snapshot they start after (or
 from version 0), so its cost is the commits of the last ``file.delete.delay.ms`` plus
-one flat listing of each partition prefix and of the staging area (paged, never a
+one flat listing of each named partition prefix present and of the staging area (paged, never a
 LIST per directory); it keeps no state between runs, and a collector killed at
 any point leaves only objects a later run deletes (``collect-after-data``: objects
 deleted, metadata not yet).
@@ -51,15 +57,14 @@ from .bucket_commit_log import (
     covering_snapshot,
     crash_point,
 )
+from .bucket_ownership import owned_objects
 from .bucket_segment import object_keys
 from .bucket_staging import InFlight, store_now_ms
 from .bucket_state import (
     COMMIT_DIR,
     HINT_KEY,
-    META_DIR,
     NO_VERSION,
     SNAPSHOT_DIR,
-    STAGING_DIR,
     BucketState,
     Commit,
     SegmentEntry,
@@ -124,7 +129,7 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
     # Read after the listings: every listed object is at most this old.
     store_now = store_now_ms(storage)
     made_ms = {v: e.mtime_ms for v, e in _by_version(commit_entries).items()}
-    state, removals, known = _fold(storage, commits, snapshots, made_ms)
+    state, removals, known, named = _fold(storage, commits, snapshots, made_ms)
     referenced = {s.key for p in state.partitions.values() for s in p.segments}
     deletable: set[str] = set()
     waiting: set[str] = set()
@@ -133,7 +138,7 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
             deletable.update(object_keys(r.entry))
         else:
             waiting.update(object_keys(r.entry))
-    objects = data_objects(storage)
+    objects = owned_objects(storage, named)
     in_flight = InFlight.build(state.sinks, known, objects, store_now)
     for key, entry in objects:
         stem = key.rsplit(".", 1)[0]
@@ -168,9 +173,11 @@ def _by_version(entries: list[Entry]) -> dict[int, Entry]:
 
 
 def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: dict[int, int]
-          ) -> tuple[BucketState, list[_Removal], set[str]]:
+          ) -> tuple[BucketState, list[_Removal], set[str], set[str]]:
     """The state after the last commit present, what each commit removed (with the newest
-    store time ``made_ms`` of the commits up to it), and every segment key the fold saw."""
+    store time ``made_ms`` of the commits up to it), every segment key the fold saw, and
+    every partition prefix (``<topic>-<p>``) a state or commit of the fold named: the
+    prefixes whose segment objects are this log dir's."""
     start = NO_VERSION
     if commits and commits[0] != 0:
         # Older commits were collected: the snapshot they were folded into starts the fold
@@ -186,6 +193,7 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: d
         state = BucketState.decode(storage.read(snapshot_key(start)),
                                    f"{storage.uri}/{snapshot_key(start)}", start)
     known = {s.key for p in state.partitions.values() for s in p.segments}
+    named = _partition_names(state)
     removals: list[_Removal] = []
     newest = -1
     for version in (v for v in commits if v > start):
@@ -205,16 +213,17 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: d
             topic = key.rpartition("-")[0]
             removals += [_Removal(held[k], topic, newest) for k in change.remove if k in held]
             known.update(e.key for e in change.add)
+        named.update(commit.partitions)
         state = state.apply(commit, where)
-    return state, removals, known
+        named |= _partition_names(state)
+    return state, removals, known, named
 
 
-def data_objects(storage: Storage) -> list[tuple[str, Entry]]:
-    """Every object under a partition prefix or the staging prefix, as (key, entry): one
-    flat listing per prefix."""
-    prefixes = [e.name for e in storage.list_dir("") if e.is_dir and e.name != META_DIR]
-    return [(f"{prefix}/{e.name}", e) for prefix in (*prefixes, STAGING_DIR)
-            for e in storage.list_tree(prefix)]
+def _partition_names(state: BucketState) -> set[str]:
+    """The partition prefixes ``state`` names: its topics' and its partitions' (a deleted
+    topic's stay named by the states before its deletion)."""
+    names = {f"{t}-{n}" for t, spec in state.topics.items() for n in range(spec.partitions)}
+    return names | set(state.partitions)
 
 
 def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[Entry],

@@ -15,6 +15,9 @@ state: removed segments, deleted topics and dead writers' uploads are collected 
 (``file.delete.delay.ms``) by maintenance (``run_maintenance``, ``delete_old_segments``,
 ``merge_segments``, ``clean``, ``collect``: ``bucket_maintenance``, loaded on first use).
 ``export`` writes a Kafka log dir, ``check_objects`` checks the state against the objects.
+An open refuses a log dir nested in another's prefix or holding one
+(``bucket_ownership.check_nesting``), and collection deletes only the log dir's own
+objects (``bucket_ownership.owned_objects``): a bucket may be shared.
 
 Reads go through ``get_log(topic, partition)``, a ``bucket_log.BucketLog`` (the shared
 read path). ``high_watermarks()``, ``log_start_offsets()`` and ``topics()`` refresh the
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
 from .bucket_log import BucketLog
+from .bucket_ownership import check_nesting
 from .bucket_segment import INLINE_INDEX_BYTES
 from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
 from .clock import SYSTEM_CLOCK, Clock
@@ -127,6 +131,9 @@ class BucketLogManager:
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
+        if isinstance(self.storage, ObjectStorage):
+            # A few LISTs, once per open (never per append): no log dir inside another.
+            check_nesting(self.storage)
         self.commits = commit_log or CommitLog(self.storage, clock=clock)
         self._lock = threading.RLock()  # guards _logs, _configs
         self._held = threading.local()  # depth of one_refresh blocks of this thread

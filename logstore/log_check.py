@@ -4,8 +4,9 @@ on disk, reported and optionally repaired (python-diskcache's ``Cache.check``).
 Checked per log dir: every state file parses (the three offset checkpoints, which must
 exist once the dir holds partitions, ``cleaner-offset-checkpoint`` and
 ``seglog-maintenance-checkpoint``); no checkpoint entry names a partition that does not
-exist; no entry is beyond its partition's log end; no temporary leftovers (``*.tmp``,
-unfinished partition directories). A partition with records that
+exist; no entry is beyond its partition's log end; no temporary leftovers (the ``*.tmp`` of a state
+file, unfinished partition directories; ``log_dirs.is_interrupted_write``: another
+``*.tmp`` is not seglog's, and is left alone). A partition with records that
 ``replication-offset-checkpoint`` does not list is a note (``Problem.note``): it has
 published nothing, which is what every reader then sees. Per partition: the topic config
 file exists, parses, and agrees with the topic's other partitions. With ``deep=True``
@@ -56,7 +57,7 @@ from .index_check import (
     read_time_index,
     time_index_violations,
 )
-from .log_dirs import LogDir, Partition
+from .log_dirs import LogDir, Partition, is_interrupted_write
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
@@ -139,7 +140,7 @@ def _check_dir(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
                                    f"ends at {end}", fix))
                 rewrite = True
     for entry in LOCAL.scan_dir(ld.path):
-        if entry.name.endswith(".tmp") or entry.name.startswith(".seglog-new-"):
+        if is_interrupted_write(entry.name, entry.is_dir):
             out.append(Problem("leftover", Path(entry.path),
                                f"{entry.path} is left over from an interrupted write", fix))
             if fix:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,6 +73,22 @@ _KNOWN_FILES = frozenset({LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPO
                           LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
                           MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
                           META_PROPERTIES_FILE, KRAFT_BOOTSTRAP_FILE})
+
+_TMP_NAME = re.compile(r"(?P<target>.+?)(?:\.[0-9a-f]{32})?\.tmp")
+"""``<file>.tmp`` (``write_atomic``; Kafka's checkpoint files too) or ``<file>.<uuid>.tmp``
+(``create``): an interrupted write of ``<file>``."""
+
+
+def is_interrupted_write(name: str, is_dir: bool) -> bool:
+    """True for a log dir's top-level entry that an interrupted write of seglog's (or
+    Kafka's) own left: an unfinished partition directory (``STAGING_PREFIX``), or the
+    temporary file of one of the state files seglog and Kafka keep there. Another
+    ``*.tmp`` (an operator's ``backup.tmp``) is not seglog's to delete."""
+    if name.startswith(STAGING_PREFIX):
+        return True
+    match = _TMP_NAME.fullmatch(name)
+    return not is_dir and match is not None and match.group("target") in _KNOWN_FILES
+
 
 # A directory's mtime moves when an entry is added, removed or renamed. A listing taken
 # within this long of the mtime may have missed a change made in the same timestamp tick

@@ -50,6 +50,7 @@ from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import (
     ConfigError,
     CorruptRecordError,
+    LogDirError,
     MissingDataError,
     SeglogError,
 )
@@ -527,14 +528,29 @@ def _check_bucket(uri: str, report: CheckReporter, *, fix: bool,
     returns the number of problems. Unreferenced objects are notes."""
     from seglog.logstore.bucket_manager import BucketLogManager
     from seglog.logstore.bucket_segment import ObjectPath
+    from seglog.logstore.bucket_state import COMMIT_DIR, NO_VERSION
 
     path = ObjectPath(uri)
     report.begin_dir(path)  # type: ignore[arg-type]
-    if fix:
-        report.dir_problem(path, "--fix is for local log dirs (a bucket is repaired by "  # type: ignore[arg-type]
-                                 "its commits; seglog maintain collects leftovers)")
+    refusal = ("--fix is for local log dirs (a bucket is repaired by its commits; seglog "
+               "maintain collects leftovers)")
+    mgr = None
+    if not fix:
+        try:
+            mgr = BucketLogManager(uri, read_only=True, storage_options=options)
+        except LogDirError as e:  # a partition's prefix, or a log dir nested in another
+            refusal = str(e)
+        else:
+            if mgr.state.version == NO_VERSION:
+                # As a missing local dir: a mistyped or empty prefix is no log dir to pass.
+                mgr.close()
+                mgr = None
+                refusal = (f"no log dir here: nothing under {uri}/{COMMIT_DIR}/ (a mistyped "
+                           "bucket or prefix?)")
+    if mgr is None:
+        report.dir_problem(path, refusal)  # type: ignore[arg-type]
         return 1
-    with BucketLogManager(uri, read_only=True, storage_options=options) as mgr:
+    with mgr:
         findings, partitions = mgr.check_objects()
     for f in findings:
         where = ObjectPath(f.where)

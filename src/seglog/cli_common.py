@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import (
@@ -35,6 +35,9 @@ from seglog.logstore.errors import (
 from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
+
+if TYPE_CHECKING:
+    from seglog.logstore.bucket_manager import BucketLogManager
 
 PATH_ENV = "SEGLOG_PATH"
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
@@ -148,9 +151,33 @@ def open_reader(args: argparse.Namespace) -> LogDirsReader:
     options = storage_options(args)
     if options or any(is_object_uri(d) for d in dirs):
         # (LogManager refuses options for local dirs, naming them)
-        return LogManager(dirs, read_only=True, clock=CLOCK,  # type: ignore[return-value]
-                          storage_options=options)
+        reader = LogManager(dirs, read_only=True, clock=CLOCK, storage_options=options)
+        _require_bucket_log_dir(reader)
+        # A read-only manager of a bucket has the reader's API (LogManager.__new__).
+        return cast(LogDirsReader, reader)
     return LogDirsReader(dirs, clock=CLOCK)
+
+
+def _require_bucket_log_dir(mgr: object, option: str = "--path") -> None:
+    """A bucket URI with no commit is no log dir: a mistyped or empty prefix lists
+    nothing, which must not pass for an empty log dir (a missing local dir is an error
+    too). ``mgr`` is closed before the error."""
+    from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
+
+    if isinstance(mgr, BucketLogManager):
+        require_bucket_commits(mgr, option)
+
+
+def require_bucket_commits(mgr: BucketLogManager, option: str = "--path") -> None:
+    """``_require_bucket_log_dir`` for a bucket manager: ``ConfigError`` naming the URI
+    when its commit log is empty (``mgr`` closed first)."""
+    from seglog.logstore.bucket_state import COMMIT_DIR, NO_VERSION
+
+    if mgr.state.version == NO_VERSION:
+        mgr.close()
+        raise ConfigError(f"log dir {mgr.uri} does not exist: nothing under "
+                          f"{mgr.uri}/{COMMIT_DIR}/ (a mistyped bucket or prefix? "
+                          f"seglog create makes a log dir) ({option})")
 
 
 def _require_dirs(dirs: list[str]) -> None:
@@ -178,7 +205,10 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     told = False
     while True:
         try:
-            return LogManager(dirs, clock=CLOCK, config=config, storage_options=options)
+            writer = LogManager(dirs, clock=CLOCK, config=config, storage_options=options)
+            if not create_dirs:
+                _require_bucket_log_dir(writer)
+            return writer
         except LogDirLockedError as e:
             if time.monotonic() + pause > deadline:
                 raise LogDirLockedError(

@@ -24,6 +24,7 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
 
     with BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK,
                           storage_options=cli_common.storage_options(args)) as mgr:
+        cli_common.require_bucket_commits(mgr, "URI")
         stats = mgr.export(args.dir)
         version = mgr.state.version
     if args.json:

@@ -84,3 +84,37 @@ def test_dump_log_of_a_bucket_object(s3_uri: str, capsys):
     assert "Log starting offset: 3" in r.out and "payload: v3" in r.out
     r = run(capsys, "dump-log", f"{uri}/t-0/nothing.log")
     assert r.code == 1
+
+
+def test_check_refuses_a_partition_prefix(s3_uri: str, capsys):
+    _small_segments(s3_uri).close()
+    r = run(capsys, "check", f"{s3_uri}/t-0")
+    assert r.code == 1, r
+    assert (f"{s3_uri}/t-0: {s3_uri}/t-0 is the prefix of partition t-0 of the log dir "
+            f"{s3_uri}, not a log dir: name the log dir ({s3_uri})") in r.out
+    r = run(capsys, "topics", "--path", f"{s3_uri}/t-0")
+    assert r.code == 2 and "is the prefix of partition t-0 of the log dir" in r.err, r
+
+
+def test_an_empty_or_mistyped_bucket_log_dir_is_an_error(s3_uri: str, capsys,
+                                                         tmp_path: Path):
+    _small_segments(s3_uri).close()
+    mistyped = f"{s3_uri}-typo"
+    r = run(capsys, "check", mistyped)
+    assert r.code == 1, r
+    assert f"{mistyped}: no log dir here: nothing under {mistyped}/_seglog/log/" in r.out
+    assert run(capsys, "check", mistyped, "--json").json()["dirs"][0]["problems"] == [
+        {"file": mistyped, "message": f"no log dir here: nothing under {mistyped}/_seglog/"
+                                      "log/ (a mistyped bucket or prefix?)"}]
+    message = (f"log dir {mistyped} does not exist: nothing under {mistyped}/_seglog/log/ "
+               "(a mistyped bucket or prefix? seglog create makes a log dir)")
+    for argv in (("topics", "--path", mistyped), ("describe", "t", "--path", mistyped),
+                 ("consume", "t", "--path", mistyped, "--from-beginning"),
+                 ("maintain", mistyped), ("export", mistyped, str(tmp_path / "out"))):
+        r = run(capsys, *argv)
+        assert r.code == 2 and message in r.err, (argv, r)
+    assert not ObjectStorage(mistyped).list_tree("")  # nothing written by any of them
+    # create makes one, and the commands then see it (an empty log dir is not missing).
+    assert run(capsys, "create", "t", "--path", mistyped).code == 0
+    assert run(capsys, "topics", "--path", mistyped).out == "t\n"
+    assert run(capsys, "check", mistyped).code == 0

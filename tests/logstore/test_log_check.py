@@ -8,6 +8,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.file_names import (
+    CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -136,3 +137,39 @@ def test_deep_check_accepts_an_old_brokers_index(tmp_path):
                                   headers[1].position))
     with LogManager([log_dir], read_only=True) as reader:
         assert kinds(reader.check(deep=True)) == ["bad-index-entry"]
+
+
+def test_check_fix_and_maintenance_remove_only_seglogs_own_files(log_dir):
+    # A log dir is seglog's and Kafka's, but an operator may keep files in it: only the
+    # leftovers of seglog's (or Kafka's) own writes are deleted, never another *.tmp.
+    foreign = {
+        "backup.tmp/q1.csv": "quarter,revenue\n",
+        "notes.tmp": "an operator's notes",
+        "reports/q1.csv": "quarter,revenue\n",
+        "t-0/notes.txt": "about partition 0",
+        "t-0/00000000000000000000.log.bak": "a copy",
+    }
+    for name, text in foreign.items():
+        (log_dir / name).parent.mkdir(exist_ok=True)
+        (log_dir / name).write_text(text)
+    own = log_dir / f"{CLEANER_OFFSET_CHECKPOINT}.{'ab' * 16}.tmp"  # a dead create()'s
+    own.write_text("half")
+
+    found = check_log_dirs([log_dir])
+    assert [p.path for p in found if p.kind == "leftover"] == [own]
+    check_log_dirs([log_dir], fix=True)
+    with LogManager([log_dir], default_topic_config={"file.delete.delay.ms": 0}) as mgr:
+        mgr.create_topic("gone", 1)
+        mgr.delete_topic("gone")  # a -delete directory, removed by maintenance
+        mgr.get_log("t", 0).maybe_increment_log_start_offset(50)  # .deleted segments
+        mgr.run_maintenance(force=True)
+        mgr.run_maintenance(force=True)
+        assert mgr.get_log("t", 0).log_start_offset >= 50
+    with LogManager([log_dir]) as mgr:
+        assert mgr.check() == []
+
+    assert not own.exists()
+    assert sorted(p.name for p in log_dir.iterdir() if p.name.startswith("gone")) == []
+    assert not list((log_dir / "t-0").glob("*.deleted"))
+    for name, text in foreign.items():
+        assert (log_dir / name).read_text() == text, name
