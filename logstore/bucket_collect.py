@@ -129,7 +129,15 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
     # Read after the listings: every listed object is at most this old.
     store_now = store_now_ms(storage)
     made_ms = {v: e.mtime_ms for v, e in _by_version(commit_entries).items()}
-    state, removals, known, named = _fold(storage, commits, snapshots, made_ms)
+    try:
+        state, removals, known, named = _fold(storage, commits, snapshots, made_ms)
+    except FileNotFoundError as e:
+        # A commit or snapshot listed above is gone: another collector (a query's driver,
+        # `seglog maintain`) collected it meanwhile. Nothing is deleted yet, and that
+        # collector did this pass's work; the next one starts from a fresh listing.
+        logger.info("%s: collection skipped: %s was collected by another collector "
+                    "meanwhile", storage.uri, e)
+        return stats
     referenced = {s.key for p in state.partitions.values() for s in p.segments}
     deletable: set[str] = set()
     waiting: set[str] = set()

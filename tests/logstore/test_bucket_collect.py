@@ -301,3 +301,28 @@ def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
     assert versions(mgr, SNAPSHOT_DIR) == [10, 20]
     assert BucketLogManager(storage, read_only=True).high_watermarks() == {("t", 0): 96}
     assert mgr.collect().commits == 0
+
+
+def test_a_commit_collected_by_another_collector_meanwhile_skips_the_pass(monkeypatch):
+    # Found by the soak: two collectors (a query's driver, `seglog maintain`) at once; one
+    # listed a commit the other deleted before it was read: FileNotFoundError escaped.
+    clock = now_clock()
+    _, mgr = writer_of_kept_topic(clock)
+    for i in range(25):
+        mgr.append("t", 0, batch(i))
+    clock.advance(60_000)
+    real_read = mgr.storage.read
+    gone = []
+
+    def read(key: str) -> bytes:
+        if key.startswith(COMMIT_DIR) and not gone:
+            gone.append(key)
+            raise FileNotFoundError(f"{mgr.uri}/{key}")
+        return real_read(key)
+
+    monkeypatch.setattr(mgr.storage, "read", read)
+    before = versions(mgr, COMMIT_DIR)
+    stats = mgr.collect()
+    assert gone and (stats.commits, stats.removed_objects, stats.orphans) == (0, 0, 0)
+    assert versions(mgr, COMMIT_DIR) == before  # nothing deleted by the skipped pass
+    assert mgr.collect().commits == 20  # the next pass does the work
