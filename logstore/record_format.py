@@ -55,6 +55,8 @@ TopicPartition = tuple[str, int]
 INT32_MAX = 2**31 - 1
 INT64_MAX = LONG_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
+TIMESTAMP_RULE = ("a timestamp is milliseconds at or after the epoch (>= 0), or -1 for none "
+                  "(Kafka's rule)")
 
 # -- RecordBatch v2 header: field offsets (from the batch start) and sizes -----------------
 BASE_OFFSET_OFFSET = 0
