@@ -50,7 +50,7 @@ from pathlib import Path
 from .clock import Clock
 from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
-from .errors import CorruptIndexError
+from .errors import CorruptIndexError, CorruptRecordError
 from .file_names import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -101,11 +101,13 @@ class LogLoader:
 
     def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, recovery_point: int = 0,
                  log_start_offset: int = 0, had_clean_shutdown: bool = True,
-                 deleter: DelayedDeleter | None = None) -> None:
+                 deleter: DelayedDeleter | None = None,
+                 high_watermark: int | None = None) -> None:
         self.dir = Path(dir_)
         self.config = config
         self.clock = clock
         self.recovery_point = recovery_point
+        self.high_watermark = high_watermark
         self.log_start_offset = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
         self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
@@ -142,6 +144,15 @@ class LogLoader:
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
+        if self.had_clean_shutdown and segments and segments[-1] not in needs_recovery:
+            damage = self._tail_damage(segments[-1])
+            if damage is not None:
+                # A clean shutdown marker vouches for what the writer left, not for what
+                # happened to the files since: appending after a damaged tail would bury
+                # it under acknowledged records. Recover as after a crash.
+                logger.warning("%s: %s; recovering the partition before any append",
+                               segments[-1].log_path, damage)
+                self.had_clean_shutdown = False
         # Pass 4 walks every segment from the one holding the recovery point: a segment
         # it will recover is not recovered here too (a crashed writer's active segment
         # has an untrimmed index that fails its check), so its bytes are read once.
@@ -323,6 +334,34 @@ class LogLoader:
                 needs_recovery.append(seg)
         txn_bases = {b for b, ext in indexes if ext == TXN_INDEX_SUFFIX}
         return segments, needs_recovery, txn_bases
+
+    # -- pass 3b: the tail a clean shutdown left -------------------------------------------
+
+    def _tail_damage(self, active: LogSegment) -> str | None:
+        """Why the last segment's tail cannot be what a clean shutdown left, or None:
+        bytes after its last whole batch (a partial batch or garbage), a time index entry
+        past its batches, or a recovery point or high watermark beyond them. Reads only
+        the tail past the last offset index entry, as the log end offset needs anyway."""
+        end = active.index_position(2**62)
+        next_offset = active.base_offset
+        try:
+            for h in active.iter_batches(end):
+                end, next_offset = h.end_position, h.next_offset
+        except CorruptRecordError as e:
+            return str(e)
+        if end < active.size:
+            return (f"{active.size - end} bytes after the last whole batch (position {end}, "
+                    f"offset {next_offset}) are not a whole record batch")
+        last_time = active.time_index.last_entry()
+        if last_time is not None and last_time.offset >= next_offset:
+            return (f"its time index {active.time_index.path} has an entry for offset "
+                    f"{last_time.offset}, beyond the log end offset {next_offset}")
+        for name, value in (("recovery point", self.recovery_point),
+                            ("high watermark", self.high_watermark)):
+            if value is not None and value > next_offset:
+                return (f"the checkpointed {name} {value} is beyond the log end offset "
+                        f"{next_offset} (the file was cut short)")
+        return None
 
     # -- pass 4: recovery -----------------------------------------------------------------
 
