@@ -14,10 +14,13 @@ nothing: ``log_reader``):
    ``.log`` is opened; a missing time index is created empty; a missing offset index or
    one failing its sanity check (reads only the index file) gets the segment recovered,
    unless pass 4 recovers it anyway.
-4. **Recovery** (only without a clean shutdown): from the segment holding the recovery
-   point on, each segment's indexes are reset and its batches walked (size, CRC,
-   increasing offsets, ``max.message.bytes``) while the indexes are rebuilt; at the first
-   invalid or partial batch the segment is cut there and every later segment deleted.
+4. **Recovery** (without a clean shutdown, or after one when the last segment's tail is
+   damaged: bytes after its last whole batch, a time index entry past them, or a recovery
+   point or high watermark beyond them): from the segment holding the recovery point on,
+   each segment's indexes are reset and its batches walked (size, CRC,
+   ``max.message.bytes``, and the offset rules readers apply, ``offset_continuity``)
+   while the indexes are rebuilt; at the first batch that fails, or a partial one, the
+   segment is cut there and every later segment deleted. Every batch before it is kept.
    The walk keeps the batches with a producer id for pass 6 (``recovered_batches``).
 5. **Offsets.** An empty directory gets a segment at the log start offset; the log end
    offset comes from the last segment's tail (past its last index entry); the active
@@ -62,9 +65,11 @@ from .file_names import (
     parse_segment_file_name,
 )
 from .log_segment import LogSegment
+from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .recovered_batches import MAX_ROWS, ProducerBatchCollector, RecoveredBatches
 from .storage import LOCAL
+from .topics import topic_config_path
 from .transactions import Transactions, may_hold_markers
 from .txn_index import AbortedTxn
 
@@ -114,14 +119,21 @@ class LogLoader:
         # base offset -> what recovering the segment kept for producer state (pass 6)
         self._recovered: dict[int, RecoveredBatches] = {}
         self._rows_left = MAX_ROWS  # of the memory bound in recovered_batches
+        self._contiguous_known: bool | None = None
 
-    def _recover_segment(self, seg: LogSegment) -> int:
-        """``seg.recover``, keeping its producer batches for pass 6; returns bytes cut."""
+    def _recover_segment(self, seg: LogSegment, next_base: int | None) -> int:
+        """``seg.recover`` under the offset rules readers apply (``next_base``: the next
+        segment's base offset, None for the last), keeping its producer batches for
+        pass 6; returns bytes cut."""
         earlier = self._recovered.pop(seg.base_offset, None)
         if earlier is not None:
             self._rows_left += len(earlier.rows)
         collector = ProducerBatchCollector(seg.log_path, self._rows_left)
-        truncated = seg.recover(self.config.max_message_bytes, producers=collector)
+        continuity = ContinuityCheck(self.dir.name, contiguous=self._contiguous(),
+                                     expected=seg.base_offset)
+        continuity.enter(seg.log_path, seg.base_offset, next_base)
+        truncated = seg.recover(self.config.max_message_bytes, producers=collector,
+                                continuity=continuity)
         kept = collector.result()
         if kept is None:
             logger.info("recovery of %s kept too many producer batches; producer state "
@@ -130,6 +142,17 @@ class LogLoader:
             self._recovered[seg.base_offset] = kept
             self._rows_left -= len(kept.rows)
         return truncated
+
+    def _contiguous(self) -> bool:
+        """Whether recovery holds the batches to rule 3 of ``offset_continuity``
+        (contiguous offsets). Only in a log whose cleanup policy seglog knows (its topic
+        config file): a Kafka broker's dir carries none, and cutting at a compacted log's
+        gaps would delete good batches."""
+        if self._contiguous_known is None:
+            self._contiguous_known = (
+                LOCAL.exists(topic_config_path(self.dir))
+                and offsets_contiguous(self.dir, compact=self.config.compact))
+        return self._contiguous_known
 
     def _open_segment(self, base: int, suffix: str = "", *, lazy: bool = False) -> LogSegment:
         cfg = self.config
@@ -160,9 +183,11 @@ class LogLoader:
         needs_recovery = [s for s in needs_recovery
                           if unclean_from is None or s.base_offset < unclean_from]
         recovered = {s.base_offset for s in needs_recovery}
+        next_bases = {s.base_offset: n.base_offset
+                      for s, n in zip(segments, segments[1:], strict=False)}
         for seg in needs_recovery:
             logger.warning("rebuilding the indexes of %s", seg.log_path)
-            self._recover_segment(seg)
+            self._recover_segment(seg, next_bases.get(seg.base_offset))
             if seg is not segments[-1]:
                 seg.on_become_inactive()
         if not self.had_clean_shutdown:
@@ -382,7 +407,8 @@ class LogLoader:
         for i in range(start, len(segments)):
             seg = segments[i]
             replayed.add(seg.base_offset)
-            truncated = self._recover_segment(seg)
+            truncated = self._recover_segment(
+                seg, segments[i + 1].base_offset if i + 1 < len(segments) else None)
             if truncated:
                 later = segments[i + 1:]
                 for doomed in later:

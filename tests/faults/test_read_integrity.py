@@ -235,13 +235,22 @@ def test_a_garbled_active_index_costs_a_scan_not_rows(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("bit", [40, 33])
-def test_a_compacted_log_still_catches_base_offsets_outside_their_segment(tmp_path, bit):
+@pytest.mark.parametrize("which", ["middle", "last"])
+def test_a_compacted_log_still_catches_base_offsets_outside_their_segment(tmp_path, bit, which):
     d = tmp_path / "logs"
     build(d, {"cleanup.policy": "compact"})
-    flip_base(segments(d)[1], 2, bit)
-    with pytest.raises(CorruptRecordError, match="outside its segment"):
+    segs = segments(d)
+    seg = segs[1] if which == "middle" else segs[-1]
+    flip_base(seg, 2, bit)
+    # Issue 22.18: the bound broken, in real offsets (the last segment has no next base,
+    # so no made-up end of its range like "[base, base + 2^31)")
+    want = (f"reaching the next segment's base offset {int(segs[2].stem)}" if which == "middle"
+            else f"more than 2147483647 above its segment's base offset {int(seg.stem)}")
+    with pytest.raises(CorruptRecordError, match=want) as info:
         read_rows(d, chunks=True)
-    assert deep_problems(d)
+    assert str(int(seg.stem) + 2**31) not in str(info.value)
+    problems = deep_problems(d)
+    assert problems and str(int(seg.stem) + 2**31) not in problems[0].message
 
 
 def test_retention_under_a_reader_is_missing_data_never_an_inverted_range(tmp_path):

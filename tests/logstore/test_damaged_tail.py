@@ -99,3 +99,30 @@ def test_a_clean_tail_is_not_recovered(tmp_path, caplog):
     with caplog.at_level(logging.INFO), LogManager([d]) as mgr:
         assert mgr.get_log("t", 0).log_end_offset == 20
     assert "recover" not in caplog.text
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["after-a-clean-close", "after-a-crash"])
+def test_garbage_after_the_last_batch_is_named_for_what_it_is(tmp_path, clean, caplog):
+    """Issue 22.18: 70 bytes of garbage appended to a .log are no "message at position 0
+    of 16843021 bytes": the texts name the file, the real position, and what the length
+    field claims against what follows. Recovery cuts exactly the garbage."""
+    d = tmp_path / "logs"
+    build(d, batches=5)
+    log_file = d / "t-0" / "00000000000000000000.log"
+    size = log_file.stat().st_size
+    with open(log_file, "ab") as f:
+        f.write(b"\x01" * 70)
+    out = io.StringIO()
+    assert seglog_main(["check", str(d)], out) == 1
+    assert (f"{log_file}: 70 trailing bytes at position {size} are no whole batch: their "
+            f"length field says 16843021 bytes") in out.getvalue(), out.getvalue()
+    if not clean:
+        (d / ".kafka_cleanshutdown").unlink()
+    with caplog.at_level(logging.WARNING), LogManager([d]) as mgr:
+        assert mgr.get_log("t", 0).log_end_offset == 20
+    assert (f"recovery of {log_file}: cutting its last 70 bytes, from position {size} "
+            f"(offset 20): the 70 bytes at position {size} are not a record batch: their "
+            f"length field says 16843021 bytes, more than follow them") in caplog.text
+    assert "position 0" not in caplog.text
+    assert log_file.stat().st_size == size
+    assert read_all(d, read_only=True) == [(o, value(o)) for o in range(20)]
