@@ -147,7 +147,7 @@ class Log(LogReads):
         loaded = LogLoader(Path(dir_), config, clock=clock, recovery_point=recovery_point,
                            log_start_offset=log_start_offset,
                            had_clean_shutdown=had_clean_shutdown,
-                           deleter=deleter).load()
+                           deleter=deleter, high_watermark=high_watermark).load()
         leo = loaded.log_end_offset
         if high_watermark is None:
             hw = leo

@@ -248,9 +248,13 @@ class LogDirsReader(PartitionTable[LogReader]):
             log.close()
             log = LogReader.open(p.dir, config, high_watermark=hw, fail_on_data_loss=fail)
             warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
-        if log.high_watermark < hw:
-            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
-                                log.high_watermark)
+        # Kafka's rule, as a writer's load and ``high_watermarks()`` apply it: the
+        # published high watermark is clamped to the files' end, so a log's answer does
+        # not depend on which of the two was asked first.
+        end = log.log_end_offset
+        if log.high_watermark > end:
+            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw, end)
+            log.update_high_watermark(end)
         log.topic_id = p.topic_id
         return log
 

@@ -14,10 +14,13 @@ nothing: ``log_reader``):
    ``.log`` is opened; a missing time index is created empty; a missing offset index or
    one failing its sanity check (reads only the index file) gets the segment recovered,
    unless pass 4 recovers it anyway.
-4. **Recovery** (only without a clean shutdown): from the segment holding the recovery
-   point on, each segment's indexes are reset and its batches walked (size, CRC,
-   increasing offsets, ``max.message.bytes``) while the indexes are rebuilt; at the first
-   invalid or partial batch the segment is cut there and every later segment deleted.
+4. **Recovery** (without a clean shutdown, or after one when the last segment's tail is
+   damaged: bytes after its last whole batch, a time index entry past them, or a recovery
+   point or high watermark beyond them): from the segment holding the recovery point on,
+   each segment's indexes are reset and its batches walked (size, CRC,
+   ``max.message.bytes``, and the offset rules readers apply, ``offset_continuity``)
+   while the indexes are rebuilt; at the first batch that fails, or a partial one, the
+   segment is cut there and every later segment deleted. Every batch before it is kept.
    The walk keeps the batches with a producer id for pass 6 (``recovered_batches``).
 5. **Offsets.** An empty directory gets a segment at the log start offset; the log end
    offset comes from the last segment's tail (past its last index entry); the active
@@ -50,7 +53,7 @@ from pathlib import Path
 from .clock import Clock
 from .config import LogConfig
 from .delayed_deletion import DelayedDeleter
-from .errors import CorruptIndexError
+from .errors import CorruptIndexError, CorruptRecordError
 from .file_names import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -62,6 +65,7 @@ from .file_names import (
     parse_segment_file_name,
 )
 from .log_segment import LogSegment
+from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .recovered_batches import MAX_ROWS, ProducerBatchCollector, RecoveredBatches
 from .storage import LOCAL
@@ -101,25 +105,34 @@ class LogLoader:
 
     def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, recovery_point: int = 0,
                  log_start_offset: int = 0, had_clean_shutdown: bool = True,
-                 deleter: DelayedDeleter | None = None) -> None:
+                 deleter: DelayedDeleter | None = None,
+                 high_watermark: int | None = None) -> None:
         self.dir = Path(dir_)
         self.config = config
         self.clock = clock
         self.recovery_point = recovery_point
+        self.high_watermark = high_watermark
         self.log_start_offset = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
         self.deleter = deleter if deleter is not None else DelayedDeleter(clock)
         # base offset -> what recovering the segment kept for producer state (pass 6)
         self._recovered: dict[int, RecoveredBatches] = {}
         self._rows_left = MAX_ROWS  # of the memory bound in recovered_batches
+        self._contiguous_known: bool | None = None
 
-    def _recover_segment(self, seg: LogSegment) -> int:
-        """``seg.recover``, keeping its producer batches for pass 6; returns bytes cut."""
+    def _recover_segment(self, seg: LogSegment, next_base: int | None) -> int:
+        """``seg.recover`` under the offset rules readers apply (``next_base``: the next
+        segment's base offset, None for the last), keeping its producer batches for
+        pass 6; returns bytes cut."""
         earlier = self._recovered.pop(seg.base_offset, None)
         if earlier is not None:
             self._rows_left += len(earlier.rows)
         collector = ProducerBatchCollector(seg.log_path, self._rows_left)
-        truncated = seg.recover(self.config.max_message_bytes, producers=collector)
+        continuity = ContinuityCheck(self.dir.name, contiguous=self._contiguous(),
+                                     expected=seg.base_offset)
+        continuity.enter(seg.log_path, seg.base_offset, next_base)
+        truncated = seg.recover(self.config.max_message_bytes, producers=collector,
+                                continuity=continuity)
         kept = collector.result()
         if kept is None:
             logger.info("recovery of %s kept too many producer batches; producer state "
@@ -128,6 +141,15 @@ class LogLoader:
             self._recovered[seg.base_offset] = kept
             self._rows_left -= len(kept.rows)
         return truncated
+
+    def _contiguous(self) -> bool:
+        """Whether recovery holds the batches to rule 3 of ``offset_continuity``
+        (contiguous offsets): the readers' rule (``offset_policy``), so only in a log
+        whose cleanup policy seglog knows; a Kafka broker's dir carries none, and cutting
+        at a compacted log's gaps would delete good batches."""
+        if self._contiguous_known is None:
+            self._contiguous_known = offsets_contiguous(self.dir, compact=self.config.compact)
+        return self._contiguous_known
 
     def _open_segment(self, base: int, suffix: str = "", *, lazy: bool = False) -> LogSegment:
         cfg = self.config
@@ -142,6 +164,15 @@ class LogLoader:
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
+        if self.had_clean_shutdown and segments and segments[-1] not in needs_recovery:
+            damage = self._tail_damage(segments[-1])
+            if damage is not None:
+                # A clean shutdown marker vouches for what the writer left, not for what
+                # happened to the files since: appending after a damaged tail would bury
+                # it under acknowledged records. Recover as after a crash.
+                logger.warning("%s: %s; recovering the partition before any append",
+                               segments[-1].log_path, damage)
+                self.had_clean_shutdown = False
         # Pass 4 walks every segment from the one holding the recovery point: a segment
         # it will recover is not recovered here too (a crashed writer's active segment
         # has an untrimmed index that fails its check), so its bytes are read once.
@@ -149,9 +180,11 @@ class LogLoader:
         needs_recovery = [s for s in needs_recovery
                           if unclean_from is None or s.base_offset < unclean_from]
         recovered = {s.base_offset for s in needs_recovery}
+        next_bases = {s.base_offset: n.base_offset
+                      for s, n in zip(segments, segments[1:], strict=False)}
         for seg in needs_recovery:
             logger.warning("rebuilding the indexes of %s", seg.log_path)
-            self._recover_segment(seg)
+            self._recover_segment(seg, next_bases.get(seg.base_offset))
             if seg is not segments[-1]:
                 seg.on_become_inactive()
         if not self.had_clean_shutdown:
@@ -324,6 +357,34 @@ class LogLoader:
         txn_bases = {b for b, ext in indexes if ext == TXN_INDEX_SUFFIX}
         return segments, needs_recovery, txn_bases
 
+    # -- pass 3b: the tail a clean shutdown left -------------------------------------------
+
+    def _tail_damage(self, active: LogSegment) -> str | None:
+        """Why the last segment's tail cannot be what a clean shutdown left, or None:
+        bytes after its last whole batch (a partial batch or garbage), a time index entry
+        past its batches, or a recovery point or high watermark beyond them. Reads only
+        the tail past the last offset index entry, as the log end offset needs anyway."""
+        end = active.index_position(2**62)
+        next_offset = active.base_offset
+        try:
+            for h in active.iter_batches(end):
+                end, next_offset = h.end_position, h.next_offset
+        except CorruptRecordError as e:
+            return str(e)
+        if end < active.size:
+            return (f"{active.size - end} bytes after the last whole batch (position {end}, "
+                    f"offset {next_offset}) are not a whole record batch")
+        last_time = active.time_index.last_entry()
+        if last_time is not None and last_time.offset >= next_offset:
+            return (f"its time index {active.time_index.path} has an entry for offset "
+                    f"{last_time.offset}, beyond the log end offset {next_offset}")
+        for name, value in (("recovery point", self.recovery_point),
+                            ("high watermark", self.high_watermark)):
+            if value is not None and value > next_offset:
+                return (f"the checkpointed {name} {value} is beyond the log end offset "
+                        f"{next_offset} (the file was cut short)")
+        return None
+
     # -- pass 4: recovery -----------------------------------------------------------------
 
     def _recovery_start(self, segments: list[LogSegment]) -> int:
@@ -343,7 +404,8 @@ class LogLoader:
         for i in range(start, len(segments)):
             seg = segments[i]
             replayed.add(seg.base_offset)
-            truncated = self._recover_segment(seg)
+            truncated = self._recover_segment(
+                seg, segments[i + 1].base_offset if i + 1 < len(segments) else None)
             if truncated:
                 later = segments[i + 1:]
                 for doomed in later:

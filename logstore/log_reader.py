@@ -6,8 +6,10 @@ The contract (docs/internals.md, "Reader contract"):
 * no lock, no write: it never recovers, creates, renames or deletes a file; a writer
   operation raises ``ReadOnlyError``;
 * never past the published high watermark (``update_high_watermark`` sets it, from the
-  ``replication-offset-checkpoint``), and not clamped to the files' end: a segment cut
-  short is reported (``MissingDataError``), not read as a shorter log;
+  ``replication-offset-checkpoint``). ``LogDirsReader`` clamps that to the log end offset
+  (Kafka's rule; warned, and listed by ``high_watermarks_beyond_log_end``), so a last
+  segment cut short reads as a shorter log; a segment missing or cut short *below* the
+  log end is reported (``MissingDataError``), never skipped;
 * survives a concurrent roll, retention, compaction swap or deletion: the segment list
   comes from listing the directory, segments open lazily, and a read that finds a file
   gone or replaced lists again (a few times, each after a real change) before it
@@ -100,8 +102,8 @@ class LogReader(LogReads):
         bases = self._bases
         leo = self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
         self._log_start_offset = min(self._log_start_offset, leo)
-        # Not clamped to the files' end: the published high watermark says what must be
-        # readable, and a read finding less reports it (MissingDataError).
+        # Not clamped here: LogDirsReader clamps what it publishes to this log's end
+        # (and warns); a read finding less than it is told reports it (MissingDataError).
         self._high_watermark = (leo if high_watermark is None
                                 else max(high_watermark, self._log_start_offset))
 

@@ -48,6 +48,7 @@ from .segment_reads import SegmentReads
 from .storage import LOCAL, FileHandle, PosixStorage, Storage
 
 if TYPE_CHECKING:
+    from .offset_continuity import ContinuityCheck
     from .recovered_batches import ProducerBatchCollector
     from .segment_indexer import SegmentIndexer
 
@@ -254,11 +255,14 @@ class LogSegment(SegmentReads):
         return removed
 
     def recover(self, max_message_bytes: int,
-                producers: ProducerBatchCollector | None = None) -> int:
+                producers: ProducerBatchCollector | None = None,
+                continuity: ContinuityCheck | None = None) -> int:
         """Check every batch (size, CRC, increasing offsets, ``max_message_bytes``),
         rebuild both indexes, cut at the first invalid or partial batch. Returns the
         number of bytes cut. ``producers`` hears of every valid batch, so producer state
         is rebuilt without reading the segment again (``recovered_batches``).
+        ``continuity`` (entered on this segment): the offset rules readers apply judge
+        every batch's offsets, so recovery keeps exactly the batches a reader accepts.
 
         Reads 16 MiB chunks; the header walk, the CRCs and the index rule run in numba
         kernels over a whole chunk (``SegmentIndexer``), Python only per chunk (and per
@@ -270,6 +274,7 @@ class LogSegment(SegmentReads):
         file_size = handle.size
         ix = self.indexer(max_message_bytes)
         ix.producers = producers
+        ix.continuity = continuity
         chunk = np.empty(min(_RECOVERY_CHUNK, max(file_size, 1)), np.uint8)
         reason = ""
         chunk_pos = 0
@@ -277,30 +282,42 @@ class LogSegment(SegmentReads):
             n = handle.readinto(chunk.data, chunk_pos)
             p, status, reason = ix.scan(chunk, n, chunk_pos)
             if status == WALK_INVALID:
+                # The kernels say which rule in a word; the batch's own check says it
+                # with the position and the numbers (an offset rule is already worded).
+                stop = verify(chunk.data, p, n, max_message_bytes=max_message_bytes,
+                              file_position=chunk_pos)
+                if not stop.valid and not stop.partial:
+                    reason = stop.reason
                 break
             if status == WALK_LEGACY:
                 check = verify(chunk.data, p, n, next_offset=ix.next_offset,
                                segment_base=self.base_offset,
-                               max_message_bytes=max_message_bytes)
+                               max_message_bytes=max_message_bytes, file_position=chunk_pos)
                 h = check.header
                 if not check.valid:
                     if not check.partial:
                         reason = check.reason
                         break
                     if chunk_pos + n >= file_size:
-                        reason = "a partial message at the end of the file"
+                        reason = check.reason
                         break
                     chunk = np.empty(len(chunk) * 2, np.uint8)  # larger than a chunk
                     chunk_pos += p
                     continue
                 assert h is not None
+                if continuity is not None:
+                    problem = continuity.problem(h)
+                    if problem:
+                        reason = f"batch at position {chunk_pos + p} {problem}"
+                        break
+                    continuity.batch(h)
                 ix.add_batch(chunk_pos + p, h.size, h.base_offset, h.last_offset,
                              h.max_timestamp, h.crc)
                 chunk_pos += p + h.size
                 continue
             if p == 0:
                 if chunk_pos + n >= file_size:
-                    reason = "a partial batch at the end of the file"
+                    reason = verify(chunk.data, 0, n, file_position=chunk_pos).reason
                     break
                 need = int.from_bytes(chunk[LENGTH_OFFSET:LENGTH_OFFSET + 4].tobytes(), "big",
                                       signed=True) + LOG_OVERHEAD
@@ -309,9 +326,9 @@ class LogSegment(SegmentReads):
             chunk_pos += p
         truncated = file_size - ix.valid_end
         if truncated:
-            logger.warning("recovery of %s: %s at position %d (offset %d); cutting %d bytes",
-                           self.log_path, reason or "trailing bytes", ix.valid_end,
-                           ix.next_offset, truncated)
+            logger.warning("recovery of %s: cutting its last %d bytes, from position %d "
+                           "(offset %d): %s", self.log_path, truncated, ix.valid_end,
+                           ix.next_offset, reason or "a partial batch at the end of the file")
             handle.truncate(ix.valid_end)
         self.adopt_indexes(ix)
         if producers is not None:

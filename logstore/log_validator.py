@@ -14,7 +14,9 @@ from .errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError, 
 from .record_format import (
     LONG_MAX,
     MAGIC_V2,
+    NO_TIMESTAMP,
     REASON_TOO_LARGE,
+    TIMESTAMP_RULE,
     BatchHeader,
     read_batch_header,
     set_base_offset,
@@ -31,6 +33,7 @@ def validate_batches(buf: bytearray | memoryview, cfg: LogConfig, *, tp: str,
     headers: list[BatchHeader] = []
     pos = 0
     now = now_ms
+    records_before = 0  # records of the append in the batches before this one
     while pos < len(buf):
         check = verify(buf, pos, max_message_bytes=cfg.max_message_bytes)
         h = check.header
@@ -52,13 +55,36 @@ def validate_batches(buf: bytearray | memoryview, cfg: LogConfig, *, tp: str,
             stamp_log_append_time(buf, h, now)
             h = read_batch_header(buf, pos)
             assert h is not None
-        elif not h.is_log_append_time:
-            _check_create_time(h, cfg, tp, now)
+        else:
+            _check_timestamps_valid(h, tp, records_before)
+            if not h.is_log_append_time:
+                _check_create_time(h, cfg, tp, now)
+        records_before += h.records_count
         headers.append(h)
         pos = h.end_position
     if headers and (cfg.compact or cfg.message_timestamp_before_max_ms < LONG_MAX):
         _check_records(buf, cfg, tp, now)
     return headers
+
+def _check_timestamps_valid(h: BatchHeader, tp: str, records_before: int) -> None:
+    """Kafka's rule for a timestamp: at or after the epoch, or -1 (none), applied to the
+    header's two (the first record's and the largest). A record after the first whose
+    negative delta takes it below -1 is caught where the append is decoded anyway
+    (``_check_records``) and by ``record_codec.encode_batches``; walking every record of
+    every append here would cost appends a record decode (and the numba kernels, which
+    an appending process never loads)."""
+    if h.is_log_append_time:
+        ts = h.max_timestamp
+    elif h.base_timestamp < NO_TIMESTAMP or h.max_timestamp < NO_TIMESTAMP:
+        ts = h.base_timestamp if h.base_timestamp < NO_TIMESTAMP else h.max_timestamp
+    else:
+        return
+    if ts < NO_TIMESTAMP:
+        # The base timestamp is the first record's; a max below -1 makes every record's so.
+        raise InvalidRecordError(
+            f"append to {tp}: record {records_before} (the first of the batch at position "
+            f"{h.position}) has timestamp {ts}: {TIMESTAMP_RULE}")
+
 
 def _check_create_time(h: BatchHeader, cfg: LogConfig, tp: str, now: int) -> None:
     if h.max_timestamp - now > cfg.message_timestamp_after_max_ms:
@@ -74,7 +100,7 @@ def _check_create_time(h: BatchHeader, cfg: LogConfig, tp: str, now: int) -> Non
 
 def _check_records(buf: bytearray | memoryview, cfg: LogConfig, tp: str, now: int) -> None:
     """Record-level checks (decodes the batches, vectorised): null keys on a
-    compacted topic, CreateTime timestamps older than allowed."""
+    compacted topic, CreateTime timestamps below -1 or older than allowed."""
     import pyarrow.compute as pc
 
     from .record_codec import decode_batches
@@ -84,15 +110,22 @@ def _check_records(buf: bytearray | memoryview, cfg: LogConfig, tp: str, now: in
         raise InvalidRecordError(
             f"append to compacted topic-partition {tp}: records with a null "
             f"key are not allowed (cleanup.policy=compact)")
+    if not table.num_rows:
+        return
+    create = pc.equal(table.column("timestampType"), 0)
+    ts = pc.filter(table.column("timestamp"), create)
+    oldest = pc.min(ts).as_py() if len(ts) else None
+    if oldest is None:
+        return
+    if oldest < NO_TIMESTAMP:
+        first = pc.index(table.column("timestamp"), oldest).as_py()
+        raise InvalidRecordError(f"append to {tp}: record {first} has timestamp {oldest}: "
+                                 f"{TIMESTAMP_RULE}")
     limit = cfg.message_timestamp_before_max_ms
-    if limit < LONG_MAX and table.num_rows:
-        create = pc.equal(table.column("timestampType"), 0)
-        ts = pc.filter(table.column("timestamp"), create)
-        oldest = pc.min(ts).as_py() if len(ts) else None
-        if oldest is not None and now - oldest > limit:
-            raise InvalidRecordError(
-                f"append to {tp}: a record has timestamp {oldest}, more than "
-                f"message.timestamp.before.max.ms={limit} before now ({now})")
+    if limit < LONG_MAX and now - oldest > limit:
+        raise InvalidRecordError(
+            f"append to {tp}: a record has timestamp {oldest}, more than "
+            f"message.timestamp.before.max.ms={limit} before now ({now})")
 
 def assign_offsets_from(buf: bytearray | memoryview, headers: list[BatchHeader],
                         next_offset: int, *,

@@ -1,10 +1,10 @@
 """Offset continuity: the rules a partition's batch headers keep, in log order.
 
-Readers (``Log.read``, ``Log.read_chunks``), ``LogManager.check(deep=True)`` and
-``seglog check`` feed every batch header they walk to one ``ContinuityCheck``, so they
-all judge a log the same way. Recovery applies rules 1 and 2 in its own kernel
-(``segment_scan.scan_headers``: offsets above the previous batch, within 2^31 of the
-segment base); nothing else here parses bytes (headers come from ``record_format``).
+Readers (``Log.read``, ``Log.read_chunks``), ``LogManager.check(deep=True)``,
+``seglog check`` and crash recovery (``LogSegment.recover``, through ``table``, a header
+table at a time) feed every batch header they walk to one ``ContinuityCheck``, so they
+all judge a log the same way: recovery cuts at the first batch a reader would refuse,
+never before it. Nothing here parses bytes (headers come from ``record_format``).
 
 1. **Increasing.** A batch's base offset is above the previous batch's last offset (a
    legacy compressed wrapper knows only its last offset: that one must be).
@@ -44,9 +44,18 @@ import enum
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from .errors import CorruptRecordError, MissingDataError, SeglogError
 from .file_names import CLEANER_OFFSET_CHECKPOINT, TOPIC_CONFIG_FILE, parse_partition_dir_name
-from .record_format import BatchHeader
+from .record_format import (
+    H_BASE_OFFSET,
+    H_LAST_OFFSET,
+    H_MAGIC,
+    H_RECORDS_COUNT,
+    MAGIC_V2,
+    BatchHeader,
+)
 from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
@@ -158,32 +167,89 @@ class ContinuityCheck:
     def batch(self, h: BatchHeader, file_position: int = 0) -> None:
         """Check one batch; ``h.position + file_position`` is its position in the
         current segment's file (headers parsed from a buffer read at ``file_position``)."""
-        base, last = h.base_offset, h.last_offset
-        upper = self._next_base if self._next_base is not None else self._base + INT32_MAX + 1
-        known_base = h.magic == 2 or h.records_count >= 0  # a legacy wrapper: last only
-        expected = self.expected
-        problem = ""
-        if base < self._base or last >= upper:
-            problem = f"holds offsets {base}..{last}, outside its segment [{self._base}, {upper})"
-        elif self._first:
-            if last < expected:
-                problem = f"ends at offset {last}, below {expected}"
-            elif self.contiguous and known_base and base > expected:
-                problem = (f"starts at offset {base} but offset {expected} should come first "
-                           f"(offsets are contiguous in a log that is not compacted)")
-        elif (known_base and base < expected) or last < expected:
-            problem = (f"starts at offset {base}, not above the previous batch's last offset "
-                       f"{expected - 1}")
-        elif self.contiguous and known_base and base != expected:
-            problem = (f"starts at offset {base}, but the previous batch ends at {expected - 1} "
-                       f"(offsets are contiguous in a log that is not compacted)")
+        problem = self.problem(h)
         if problem:
             raise self._corrupt(h, file_position, problem)
-        if self._note_gaps and known_base and base > expected:
-            self._gap(expected, base, f"at position {file_position + h.position} of "
-                                      f"{self._path}")
+        known_base = h.magic == 2 or h.records_count >= 0  # a legacy wrapper: last only
+        if self._note_gaps and known_base and h.base_offset > self.expected:
+            self._gap(self.expected, h.base_offset, f"at position {file_position + h.position} "
+                                                    f"of {self._path}")
         self._first = False
-        self.expected = last + 1
+        self.expected = h.last_offset + 1
+
+    def problem(self, h: BatchHeader) -> str:
+        """The rule the batch ``h`` breaks, as words after "batch at position N of
+        FILE", or "" when it keeps them all (the check does not move)."""
+        base, last = h.base_offset, h.last_offset
+        known_base = h.magic == 2 or h.records_count >= 0  # a legacy wrapper: last only
+        expected = self.expected
+        if base < self._base:
+            return (f"holds offsets {base}..{last}, below its segment's base offset "
+                    f"{self._base}")
+        if self._next_base is not None and last >= self._next_base:
+            return (f"holds offsets {base}..{last}, reaching the next segment's base offset "
+                    f"{self._next_base}")
+        if last > self._base + INT32_MAX:
+            return (f"holds offsets {base}..{last}, more than {INT32_MAX} above its "
+                    f"segment's base offset {self._base}")
+        if self._first:
+            if last < expected:
+                return f"ends at offset {last}, below {expected}"
+            if self.contiguous and known_base and base > expected:
+                return (f"starts at offset {base} but offset {expected} should come first "
+                        f"(offsets are contiguous in a log that is not compacted)")
+        elif (known_base and base < expected) or last < expected:
+            return (f"starts at offset {base}, not above the previous batch's last offset "
+                    f"{expected - 1}")
+        elif self.contiguous and known_base and base != expected:
+            return (f"starts at offset {base}, but the previous batch ends at {expected - 1} "
+                    f"(offsets are contiguous in a log that is not compacted)")
+        return ""
+
+    def table(self, rows: np.ndarray, count: int, file_position: int = 0) -> tuple[int, str]:
+        """``batch`` over ``rows[:count]`` of a header table (``record_format.H_*``
+        columns; positions relative to a buffer read at ``file_position``), for a walk
+        that reads batches by the thousand (recovery). Returns how many rows, from the
+        first, keep the rules, and why the next one does not ("" when all do). A broken
+        rule leaves the check after the last row kept.
+
+        The rows that surely keep the rules are accepted in one vectorised step (the
+        conditions of ``batch`` after the first batch); the first row that may not, and
+        the first batch of a walk, go through ``batch`` itself, which decides."""
+        k = 0
+        while k < count:
+            if not self._first:
+                ok = self._surely_kept(rows[k:count])
+                if ok:
+                    k += ok
+                    self.expected = int(rows[k - 1, H_LAST_OFFSET]) + 1
+                    if k == count:
+                        break
+            h = BatchHeader.from_row(rows[k].tolist())
+            problem = self.problem(h)
+            if problem:
+                return k, f"batch at position {file_position + h.position} {problem}"
+            self._first = False
+            self.expected = h.last_offset + 1
+            k += 1
+        return count, ""
+
+    def _surely_kept(self, rows: np.ndarray) -> int:
+        """How many leading ``rows`` keep ``batch``'s rules for a batch after the first
+        (the same conditions, over arrays)."""
+        base, last = rows[:, H_BASE_OFFSET], rows[:, H_LAST_OFFSET]
+        known_base = (rows[:, H_MAGIC] == MAGIC_V2) | (rows[:, H_RECORDS_COUNT] >= 0)
+        upper = self._base + INT32_MAX + 1
+        if self._next_base is not None:
+            upper = min(upper, self._next_base)
+        expected = np.empty_like(last)
+        expected[0] = self.expected
+        expected[1:] = last[:-1] + 1
+        ok = (base >= self._base) & (last < upper) & (last >= expected)
+        ok &= ~known_base | (base >= expected)
+        if self.contiguous:
+            ok &= ~known_base | (base == expected)
+        return len(ok) if ok.all() else int(np.argmin(ok))
 
     def _gap(self, start: int, end: int, where: str) -> None:
         if self._note_gaps:

@@ -50,6 +50,8 @@ from .record_format import (
     INT32_MAX,
     INT64_MAX,
     MIN_RECORD_SIZE,
+    NO_TIMESTAMP,
+    TIMESTAMP_RULE,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     V2_HEADER_SIZE,
@@ -210,7 +212,12 @@ def _timestamps(timestamps: Any, n: int, now_ms: int) -> np.ndarray:
         arr = arr.cast(pa.int64())
     if arr.null_count:
         arr = arr.fill_null(now_ms)
-    return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    out = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    bad = np.flatnonzero(out < NO_TIMESTAMP)
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"timestamps[{i}] is {int(out[i])}: {TIMESTAMP_RULE}")
+    return out
 
 
 def _header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:

@@ -55,6 +55,8 @@ TopicPartition = tuple[str, int]
 INT32_MAX = 2**31 - 1
 INT64_MAX = LONG_MAX = 2**63 - 1
 NO_TIMESTAMP = -1
+TIMESTAMP_RULE = ("a timestamp is milliseconds at or after the epoch (>= 0), or -1 for none "
+                  "(Kafka's rule)")
 
 # -- RecordBatch v2 header: field offsets (from the batch start) and sizes -----------------
 BASE_OFFSET_OFFSET = 0
@@ -234,23 +236,25 @@ class BatchHeader:
                    row[H_BASE_SEQUENCE], row[H_RECORDS_COUNT], row[H_LEADER_EPOCH])
 
 
-def read_batch_header(buf: Bytes, position: int = 0,
-                      limit: int | None = None) -> BatchHeader | None:
+def read_batch_header(buf: Bytes, position: int = 0, limit: int | None = None,
+                      file_position: int = 0) -> BatchHeader | None:
     """The header of the batch at ``position``, or None if the batch does not fit in
     ``buf[:limit]`` (a partial tail). Raises CorruptRecordError for impossible headers
-    (the rules of ``record_format_kernels.header_table``, which must agree)."""
+    (the rules of ``record_format_kernels.header_table``, which must agree), naming
+    positions in the file ``buf`` was read from at ``file_position``."""
     header, code, reason = _parse_header(buf, position, len(buf) if limit is None else limit,
-                                         INT64_MAX)
+                                         INT64_MAX, file_position)
     if code != OK:
         raise CorruptRecordError(reason)
     return header
 
 
-def _parse_header(buf: Bytes, position: int, end: int, max_size: int
+def _parse_header(buf: Bytes, position: int, end: int, max_size: int, file_position: int = 0
                   ) -> tuple[BatchHeader | None, int, str]:
     """(header or None when partial, OK or a ``REASON_*``, why). A size above
     ``max_size`` is refused before a partial batch is waited for (a corrupt length
-    must not make a reader fetch gigabytes)."""
+    must not make a reader fetch gigabytes). ``file_position``: where ``buf`` was read
+    from, so that a reason names positions in the file."""
     if end - position < MIN_MAGIC_BYTES:
         return None, OK, ""
     magic = buf[position + MAGIC_OFFSET]
@@ -261,19 +265,19 @@ def _parse_header(buf: Bytes, position: int, end: int, max_size: int
          pid, pepoch, seq, count) = V2_HEADER.unpack_from(buf, position)
         size = length + LOG_OVERHEAD
         if size < V2_HEADER_SIZE:
-            return None, REASON_SIZE, (f"record batch at position {position} has size "
-                                       f"{size}, below the minimum {V2_HEADER_SIZE}")
+            return None, REASON_SIZE, (f"record batch at position {file_position + position} "
+                                       f"has size {size}, below the minimum {V2_HEADER_SIZE}")
         if count < 0 or last_delta < 0:
             return None, REASON_COUNT, (
-                f"record batch at position {position} has a negative record count "
-                f"({count}) or last offset delta ({last_delta})")
+                f"record batch at position {file_position + position} has a negative record "
+                f"count ({count}) or last offset delta ({last_delta})")
         if base > INT64_MAX - last_delta:  # checked without computing the sum
             return None, REASON_OFFSETS, (
-                f"record batch at position {position} has base offset {base} and last "
-                f"offset delta {last_delta}: its last offset passes int64")
+                f"record batch at position {file_position + position} has base offset {base} "
+                f"and last offset delta {last_delta}: its last offset passes int64")
         if size > max_size:
-            return None, REASON_TOO_LARGE, (f"record batch at position {position} is {size} "
-                                            f"bytes, above max.message.bytes={max_size}")
+            return None, REASON_TOO_LARGE, _too_large("record batch", file_position + position,
+                                                      size, max_size, end - position)
         if end - position < size:
             return None, OK, ""
         return BatchHeader(position, base, base + last_delta, size, MAGIC_V2, attrs & 0xFFFF,
@@ -284,12 +288,12 @@ def _parse_header(buf: Bytes, position: int, end: int, max_size: int
         offset, length, crc, _m, attrs = _LEGACY_HEAD.unpack_from(buf, position)
         if length < _LEGACY_MIN_SIZE[magic]:
             return None, REASON_SIZE, (
-                f"message at position {position} has size {length}, below the minimum "
-                f"{_LEGACY_MIN_SIZE[magic]} for magic {magic}")
+                f"message at position {file_position + position} has size {length}, below the "
+                f"minimum {_LEGACY_MIN_SIZE[magic]} for magic {magic}")
         size = length + LOG_OVERHEAD
         if size > max_size:
-            return None, REASON_TOO_LARGE, (f"message at position {position} is {size} "
-                                            f"bytes, above max.message.bytes={max_size}")
+            return None, REASON_TOO_LARGE, _too_large("message", file_position + position,
+                                                      size, max_size, end - position)
         if end - position < size:
             return None, OK, ""
         ts = NO_TIMESTAMP
@@ -298,7 +302,16 @@ def _parse_header(buf: Bytes, position: int, end: int, max_size: int
         count = 1 if attrs & COMPRESSION_MASK == 0 else -1
         return BatchHeader(position, offset, offset, size, magic, attrs & 0xFF, crc,
                            ts, ts, records_count=count), OK, ""
-    return None, REASON_MAGIC, f"unknown magic {magic} at position {position}"
+    return None, REASON_MAGIC, f"unknown magic {magic} at position {file_position + position}"
+
+
+def _too_large(what: str, position: int, size: int, max_size: int, left: int) -> str:
+    if size > left:
+        # More than there is: not a batch at all (garbage, or a damaged length field).
+        return (f"the {left} bytes at position {position} are not a record batch: their "
+                f"length field says {size} bytes, more than follow them (and above "
+                f"max.message.bytes={max_size})")
+    return f"{what} at position {position} is {size} bytes, above max.message.bytes={max_size}"
 
 
 def iter_batch_headers(buf: Bytes, position: int = 0,
@@ -346,40 +359,56 @@ class BatchCheck:
 
 def verify(buf: Bytes, position: int = 0, limit: int | None = None, *,
            next_offset: int | None = None, segment_base: int | None = None,
-           max_message_bytes: int | None = None, check_crc: bool = True) -> BatchCheck:
+           max_message_bytes: int | None = None, check_crc: bool = True,
+           file_position: int = 0) -> BatchCheck:
     """Kafka's rules for the batch at ``position`` of ``buf[:limit]``, any magic: a
     possible header (size, magic, count, last offset within int64), a whole batch
     (else ``partial``), at most ``max_message_bytes``, a base offset at or above
     ``next_offset``, a last offset within 32 bits of ``segment_base``, the CRC.
     Recovery (per legacy message; the kernel applies the same rules to v2 batches),
     ``Log.append``, ``LogManager.check`` and the CLI's ``check`` and ``dump-log`` all
-    decide through this function."""
+    decide through this function. ``file_position``: where ``buf`` was read from (the
+    reasons name positions in the file)."""
     end = len(buf) if limit is None else limit
     h, code, reason = _parse_header(buf, position, end,
-                                    INT64_MAX if max_message_bytes is None else max_message_bytes)
+                                    INT64_MAX if max_message_bytes is None else max_message_bytes,
+                                    file_position)
     if code != OK:
         return BatchCheck(None, code, reason)
     if h is None:
-        return BatchCheck(None, OK, f"{end - position} trailing bytes at position "
-                          f"{position} (a partial batch)", partial=True)
+        return BatchCheck(None, OK, _partial(buf, position, end, file_position), partial=True)
     if next_offset is not None and h.base_offset < next_offset:
-        return BatchCheck(h, REASON_OFFSETS, f"{_where(h)} starts at offset "
+        return BatchCheck(h, REASON_OFFSETS, f"{_where(h, file_position)} starts at offset "
                           f"{h.base_offset}, below {next_offset}")
     if segment_base is not None and h.last_offset - segment_base > INT32_MAX:
-        return BatchCheck(h, REASON_OFFSETS, f"{_where(h)} ends more than {INT32_MAX} "
-                          f"offsets above the segment's base {segment_base}")
+        return BatchCheck(h, REASON_OFFSETS, f"{_where(h, file_position)} ends more than "
+                          f"{INT32_MAX} offsets above the segment's base {segment_base}")
     if check_crc:
         actual = compute_crc(buf, h)
         if actual != h.crc:
-            return BatchCheck(h, REASON_CRC, f"{_where(h)} has a bad CRC: {actual:#010x}, "
-                              f"its header says {h.crc:#010x}")
+            return BatchCheck(h, REASON_CRC, f"{_where(h, file_position)} has a bad CRC: "
+                              f"{actual:#010x}, its header says {h.crc:#010x}")
     return BatchCheck(h)
 
 
-def _where(h: BatchHeader) -> str:
+def _partial(buf: Bytes, position: int, end: int, file_position: int) -> str:
+    """Why the bytes at ``position`` are no whole batch: what their length field claims,
+    when there is one, against what follows."""
+    left = end - position
+    at = file_position + position
+    if left < LOG_OVERHEAD:
+        return f"{left} trailing bytes at position {at} (too few for a batch header)"
+    (length,) = _INT32.unpack_from(buf, position + LENGTH_OFFSET)
+    return (f"{left} trailing bytes at position {at} are no whole batch: their length field "
+            f"says {length + LOG_OVERHEAD} bytes (a batch cut short, or bytes that are no "
+            f"batch)")
+
+
+def _where(h: BatchHeader, file_position: int = 0) -> str:
     # Built only for a batch that breaks a rule: a valid one (every batch of every
     # append) need not pay for the words.
-    return f"batch at position {h.position} (offsets {h.base_offset}..{h.last_offset})"
+    return (f"batch at position {file_position + h.position} (offsets "
+            f"{h.base_offset}..{h.last_offset})")
 
 
 def verify_all(buf: Bytes, position: int = 0, limit: int | None = None, *,

@@ -6,8 +6,9 @@ Two users feed it buffers of consecutive batches with their file position:
 before it is written, so the cleaned segment is never read back). Per buffer, three
 kernels run: the header walk (``record_format_kernels.header_table``: sizes,
 ``max.message.bytes``, offsets increasing and within 32 bits of the base), the CRCs
-(``segment_scan``), and the index rule. Legacy magic 0/1 messages are checked by the
-caller (``record_format.verify``) and added one by one (``add_batch``).
+(``segment_scan``), and the index rule. Recovery's offsets are judged instead by the
+rules readers apply (``offset_continuity.ContinuityCheck.table``). Legacy magic 0/1
+messages are checked by the caller (``record_format.verify``) and added one by one (``add_batch``).
 
 Not thread-safe: one indexer belongs to one rebuild.
 
@@ -40,6 +41,7 @@ from .record_format import (
 from .record_format_kernels import header_table
 
 if TYPE_CHECKING:
+    from .offset_continuity import ContinuityCheck
     from .recovered_batches import ProducerBatchCollector
 
 SCAN_CAPACITY = 65_536
@@ -72,6 +74,9 @@ class SegmentIndexer:
         self._state = np.array([0, NO_TIMESTAMP, base_offset, 0, 0, NO_TIMESTAMP], np.int64)
         # Recovery sets it: the valid batches' rows also feed producer state
         self.producers: ProducerBatchCollector | None = None
+        # Recovery sets it: the offset rules readers apply (offset_continuity) judge the
+        # batches' offsets, instead of the header walk's own weaker check
+        self.continuity: ContinuityCheck | None = None
 
     def scan(self, buf: np.ndarray, n: int, chunk_pos: int) -> tuple[int, int, str]:
         """Check and index the whole v2 batches at the start of ``buf[:n]`` (a uint8
@@ -83,15 +88,21 @@ class SegmentIndexer:
         p = 0
         batches = self._batches
         while True:
+            continuity = self.continuity
             count, end, status, code = header_table(
-                buf, p, n, batches, self.max_message_bytes, True, self.base_offset,
-                self.next_offset, True)
+                buf, p, n, batches, self.max_message_bytes, continuity is None,
+                self.base_offset, self.next_offset, True)
             reason = REASONS[code] if status == WALK_INVALID else ""
             if count:
                 good = segment_scan.first_crc_mismatch(buf, batches, count)
                 if good < count:
                     reason, status = REASONS[REASON_CRC], WALK_INVALID
                     end = int(batches[good, H_POSITION])
+                if continuity is not None and good:
+                    kept, why = continuity.table(batches, good, chunk_pos)
+                    if kept < good:
+                        good, reason, status = kept, why, WALK_INVALID
+                        end = int(batches[kept, H_POSITION])
                 if good:
                     self._index(batches, good, chunk_pos)
                     if self.producers is not None:

@@ -346,10 +346,9 @@ class SegmentReads:
                 # The limit is the end of the file, so a batch whose body lies past the
                 # chunk still yields its header and is skipped without being read.
                 try:
-                    h = read_batch_header(buf, p, end - pos)
+                    h = read_batch_header(buf, p, end - pos, pos)
                 except CorruptRecordError as e:
-                    raise CorruptRecordError(f"{self.log_path}: {e} (file position "
-                                             f"{pos + p})") from None
+                    raise CorruptRecordError(f"{self.log_path}: {e}") from None
                 if h is None:
                     return  # a partial batch at the end
                 yield dataclasses.replace(h, position=pos + p)

@@ -25,8 +25,9 @@ header_lists = st.one_of(
     st.none(),
     st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=16))),
              max_size=3))
+# -1 is "none"; below it the encoder refuses (Kafka's rule: test_negative_timestamps)
 timestamps = st.one_of(st.none(), st.integers(min_value=0, max_value=2**42),
-                       st.integers(min_value=-(2**62), max_value=2**62))
+                       st.integers(min_value=-1, max_value=2**62))
 records = st.lists(st.tuples(binaries, binaries, timestamps, header_lists), max_size=40)
 
 SETTINGS = settings(max_examples=150, deadline=None,

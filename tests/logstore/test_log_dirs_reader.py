@@ -113,3 +113,30 @@ def test_damage_found_on_a_later_read_raises_rather_than_reusing_old_values(tmp_
     (tmp_path / HIGH_WATERMARK_CHECKPOINT).write_text("0\n1\nt 0 x\n")
     with pytest.raises(CorruptCheckpointError, match="seglog check --fix"):
         reader.high_watermarks()
+
+
+@pytest.mark.parametrize("read_only", [True, False], ids=["reader", "writer"])
+@pytest.mark.parametrize("high_watermarks_first", [True, False], ids=["hws-first", "log-first"])
+def test_a_high_watermark_beyond_the_log_end_is_clamped_whatever_is_asked_first(
+        tmp_path: Path, read_only: bool, high_watermarks_first: bool) -> None:
+    """Issue 22.12: one answer, the log end offset (Kafka's rule), and the README's read
+    up to ``log.high_watermark`` works."""
+    import pyarrow as pa
+
+    from seglog.logstore.record_codec import decode_batches
+
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 1)
+        for i in range(3):
+            mgr.append("t", 0, encode_batches(pa.array(_values(7 + i))))
+    checkpoint = tmp_path / HIGH_WATERMARK_CHECKPOINT
+    checkpoint.write_text(checkpoint.read_text().replace("t 0 24", "t 0 323"))
+    with LogManager([tmp_path], read_only=read_only) as mgr:
+        if high_watermarks_first:
+            assert mgr.high_watermarks() == {("t", 0): 24}
+        log = mgr.get_log("t", 0)
+        assert log.high_watermark == 24
+        assert mgr.high_watermarks() == {("t", 0): 24}
+        assert log.high_watermark == 24
+        rows = decode_batches(b"".join(log.read_chunks(0, log.high_watermark)))
+        assert rows.column("offset").to_pylist() == list(range(24))
