@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,10 +60,12 @@ class ExportStats:
     bytes: int
 
 
-def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) -> ExportStats:
+def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str],
+                   progress: Callable[[int, int], object] | None = None) -> ExportStats:
     """Write the committed state of ``manager``'s bucket as a Kafka log dir at
     ``target``; see the module docstring. Raises LogDirError when ``target`` is a file or
-    a non-empty directory."""
+    a non-empty directory. ``progress(n, total)``: n more bytes of the ``total`` the
+    commit names were written."""
     target = Path(target)
     manager.refresh()
     storage, state = manager.storage, manager.state
@@ -70,6 +73,7 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
         raise LogDirError(f"export target {target} exists and is not an empty directory")
     LOCAL.makedirs(target)
     segments = size = 0
+    total = sum(e.size for ps in state.partitions.values() for e in ps.segments)
     hw: dict[tuple[str, int], int] = {}
     lso: dict[tuple[str, int], int] = {}
     for topic, spec in sorted(state.topics.items()):
@@ -84,8 +88,11 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
                 write_partition_metadata(pdir, spec.topic_id)
             interval = manager.topic_config(topic).index_interval_bytes
             for entry in ps.segments:
-                size += _export_segment(storage, entry, pdir, topic, n, interval)
+                written = _export_segment(storage, entry, pdir, topic, n, interval)
+                size += written
                 segments += 1
+                if progress is not None:
+                    progress(written, total)
             if not ps.segments:
                 for name in (log_file, index_file, time_index_file):
                     LOCAL.write_atomic(name(pdir, ps.log_start_offset), b"")

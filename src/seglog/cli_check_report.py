@@ -19,6 +19,7 @@ JSON document (keys documented in docs/cli.md)::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -42,6 +43,10 @@ class CheckReporter(Protocol):
     def finish(self, exit_code: int) -> None: ...
 
 
+def _nothing() -> None:
+    pass
+
+
 def problem_status(p: Problem) -> str:
     return "note" if p.note else "fixed" if p.fixed else "problem"
 
@@ -51,36 +56,43 @@ class TextCheckReport:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        # Called before each line: the check sets it to erase its progress bar, which
+        # the line would otherwise be appended to on a terminal.
+        self.before_write: Callable[[], object] = _nothing
+
+    def _line(self, text: str) -> None:
+        self.before_write()
+        self.out.write(text + "\n")
 
     def begin_dir(self, path: Path) -> None:
         pass
 
     def dir_problem(self, path: Path, message: str) -> None:
-        self.out.write(f"{path}: {message}\n")
+        self._line(f"{path}: {message}")
 
     def dir_note(self, path: Path, message: str) -> None:
-        self.out.write(f"{path}: {message}\n")
+        self._line(f"{path}: {message}")
 
     def state_finding(self, p: Problem) -> None:
-        self.out.write(f"{problem_status(p)}: {p.message}\n")
+        self._line(f"{problem_status(p)}: {p.message}")
 
     def problem(self, file: Path, message: str, *, text: str | None = None) -> None:
         # text: the finding's own line when its message already names the file
-        self.out.write(f"{text if text is not None else f'{file}: {message}'}\n")
+        self._line(text if text is not None else f"{file}: {message}")
 
     def note(self, file: Path, message: str) -> None:
-        self.out.write(f"{file}: note: {message}\n")
+        self._line(f"{file}: note: {message}")
 
     def end_partition(self, dir_: Path, segments: int, batches: int, log_end_offset: int,
                       problems: int, notes: int) -> None:
         status = "OK" if not problems else f"{problems} problem(s)"
         if notes:
             status += f" ({notes} note(s))"
-        self.out.write(f"{dir_}: {segments} segment(s), {batches} batch(es), log end offset "
-                       f"{log_end_offset}: {status}\n")
+        self._line(f"{dir_}: {segments} segment(s), {batches} batch(es), log end offset "
+                   f"{log_end_offset}: {status}")
 
     def sink_finding(self, f: SinkFinding) -> None:
-        self.out.write(f"{f.path}: {f.text}\n")
+        self._line(f"{f.path}: {f.text}")
 
     def finish(self, exit_code: int) -> None:
         pass

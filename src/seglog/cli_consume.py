@@ -40,6 +40,7 @@ from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
 from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
 from .cli_output import write_json
 
@@ -379,7 +380,4 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
     add_path_args(p)
 
 
-COMMANDS = {
-    "consume": ("print a topic's records (like kafka-console-consumer.sh)", _consume_args,
-                _consume),
-}
+COMMANDS = {"consume": Command(_consume_args, _consume)}

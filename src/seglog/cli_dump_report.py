@@ -1,7 +1,7 @@
 """Where ``seglog dump-log`` sends what it reads: the lines ``kafka-dump-log`` prints,
 or JSON lines (``--json``), one object per batch, index entry, file entry or problem.
 
-``cli.py`` reads each file once and hands every item to a reporter; the reporter only
+``cli_dump_log`` reads each file once and hands every item to a reporter; the reporter only
 decides the form. Not thread-safe: one command's main thread owns it.
 
 Every JSON object has ``type`` and ``file`` (keys documented in docs/cli.md): ``batch``
