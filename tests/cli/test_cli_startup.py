@@ -35,7 +35,6 @@ HEAVY = (
     "seglog.logstore.object_storage",
     "seglog.logstore.bucket_manager",
     "seglog.logstore.log_check",
-    "seglog.cli_consume",
     "seglog.cli_dump_log",
 )
 
@@ -77,7 +76,9 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--version"], ["--help"], ["topics", "--help"]], ids=lambda a: " ".join(a)
+    "argv",
+    [["--version"], ["--help"], ["topics", "--help"], ["consume", "--help"]],
+    ids=lambda a: " ".join(a),
 )
 def test_version_and_help_load_nothing_heavy(argv: list[str]):
     code, _, loaded = _loaded_by(*argv)
@@ -106,12 +107,22 @@ def test_metadata_commands_load_nothing_heavy(log_dir: Path, tmp_path: Path):
         assert loaded == [], name
 
 
+def test_check_and_dump_log_load_no_numba(log_dir: Path):
+    """They read batches with the format's own parser and never decode records
+    (``dump-log --print-data-log`` does): no compiled kernels to load."""
+    segment = log_dir / "events-0" / "00000000000000000000.log"
+    for argv in (["check", log_dir], ["dump-log", segment]):
+        code, out, loaded = _loaded_by(*argv)
+        assert code == 0, (argv, out)
+        assert "numba" not in loaded and "seglog.logstore.record_codec" not in loaded, argv
+
+
 def test_a_command_that_decodes_records_still_loads_its_codec(log_dir: Path):
     """The counter-case: the lists above would catch a regression, not just pass."""
     code, out, loaded = _loaded_by("consume", "events", "--path", log_dir, "--from-beginning")
     assert code == 0
     assert out.splitlines() == ["a", "b", "c"]
-    assert "seglog.logstore.record_codec" in loaded and "seglog.cli_consume" in loaded
+    assert "seglog.logstore.record_codec" in loaded and "numba" in loaded
 
 
 def test_every_registered_command_is_its_module_s():
