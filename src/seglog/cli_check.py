@@ -265,11 +265,11 @@ def _check_bucket(
     from seglog.logstore.bucket_segment import ObjectPath
 
     path = ObjectPath(uri)
-    report.begin_dir(path)  # type: ignore[arg-type]
+    report.begin_dir(path)
     if fix:
         report.dir_problem(
             path,
-            "--fix is for local log dirs (a bucket is repaired by "  # type: ignore[arg-type]
+            "--fix is for local log dirs (a bucket is repaired by "
             "its commits; seglog maintain collects leftovers)",
         )
         return 1
@@ -281,14 +281,14 @@ def _check_bucket(
     for f in findings:
         where = ObjectPath(f.where)
         if f.problem:
-            report.problem(where, f.message)  # type: ignore[arg-type]
+            report.problem(where, f.message)
         else:
-            report.note(where, f.message)  # type: ignore[arg-type]
+            report.note(where, f.message)
     for p in partitions:
         report.end_partition(
             ObjectPath(p.where),
             p.segments,
-            p.batches,  # type: ignore[arg-type]
+            p.batches,
             p.log_end_offset,
             p.problems,
             p.notes,

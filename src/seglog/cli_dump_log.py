@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TextIO
 
 import numpy as np
@@ -67,7 +67,7 @@ def map_file(path: Path) -> mmap.mmap | bytes:
 
 
 def dump_log_file(
-    path: Path,
+    path: PurePath,
     report: DumpReporter,
     *,
     print_data: bool = False,
@@ -90,7 +90,7 @@ def dump_log_file(
     elif (snap := parse_kraft_snapshot_name(path.name)) is not None:
         heading = f"Snapshot end offset: {snap[0]}, epoch: {snap[1]}"
     report.begin_file(path, heading)
-    buf = map_file(path) if data is None else data
+    buf = map_file(Path(path)) if data is None else data  # data: a bucket's object
     problems = 0
     bar = Progress(
         f"dump-log {path.name}", len(buf), in_bytes=True, hide_if_tty=report.out, enabled=progress
@@ -320,18 +320,18 @@ def _dump_object(
         message = (
             "dump-log reads a bucket's .log objects (<topic>-<p>/<20-digit base>-<16 hex id>.log)"
         )
-        report.problem(path, message, text=f"{uri}: {message}")  # type: ignore[arg-type]
+        report.problem(path, message, text=f"{uri}: {message}")
         return 1
     try:
         data = ObjectStorage(root, options).read(name)
     except FileNotFoundError:
-        report.problem(path, "no such object", text=f"{uri}: no such object")  # type: ignore[arg-type]
+        report.problem(path, "no such object", text=f"{uri}: no such object")
         return 1
     return dump_log_file(
         path,
         report,
         print_data=print_data,
-        data=data,  # type: ignore[arg-type]
+        data=data,
         base_offset=parsed[0],
         progress=progress,
     )
