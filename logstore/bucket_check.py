@@ -15,6 +15,7 @@ objects are looked at (``bucket_ownership``): a shared bucket's other objects ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .bucket_commit_log import repair_advice
@@ -62,11 +63,14 @@ class PartitionReport:
     notes: int
 
 
-def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogConfig]
+def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogConfig],
+                 progress: Callable[[int, int], object] | None = None,
                  ) -> tuple[list[BucketFinding], list[PartitionReport]]:
-    """Every finding, and a summary per partition; ``config_of``: each topic's config."""
+    """Every finding, and a summary per partition; ``config_of``: each topic's config.
+    ``progress(n, total)``: n more bytes of the ``total`` the commit names were read."""
     findings: list[BucketFinding] = []
     reports = []
+    total = sum(e.size for ps in state.partitions.values() for e in ps.segments)
     for key, ps in sorted(state.partitions.items()):
         topic = key.rpartition("-")[0]
         contiguous = not config_of[topic].compact
@@ -85,6 +89,8 @@ def check_bucket(storage: Storage, state: BucketState, config_of: dict[str, LogC
                 findings.append(BucketFinding(where, str(e)))
                 continue
             batches += len(seg.headers)
+            if progress is not None:
+                progress(entry.size, total)
             if contiguous:
                 for h in seg.headers:
                     # A legacy compressed wrapper knows only its last offset (imported

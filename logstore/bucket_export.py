@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,10 +78,12 @@ class ExportStats:
     bytes: int
 
 
-def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) -> ExportStats:
+def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str],
+                   progress: Callable[[int, int], object] | None = None) -> ExportStats:
     """Write the committed state of ``manager``'s bucket as a Kafka log dir at
     ``target``; see the module docstring. Raises LogDirError when ``target`` is a file or
-    a non-empty directory; on any failure ``target`` is left as it was."""
+    a non-empty directory; on any failure ``target`` is left as it was. ``progress(n,
+    total)``: n more bytes of the ``total`` the commit names were written."""
     target = Path(target)
     manager.refresh()
     storage, state = manager.storage, manager.state
@@ -90,7 +93,7 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
     staging = target.parent / f".{target.name}.seglog-export-{uuid.uuid4().hex[:12]}"
     LOCAL.mkdir(staging)
     try:
-        stats = _write_log_dir(manager, state, staging, target)
+        stats = _write_log_dir(manager, state, staging, target, progress)
         # rename(2) replaces an empty directory: the target appears whole or not at all
         LOCAL.rename(staging, target)
         LOCAL.fsync_dir(target.parent)
@@ -105,10 +108,12 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str]) ->
 
 
 def _write_log_dir(manager: BucketLogManager, state: BucketState, staging: Path,
-                   target: Path) -> ExportStats:
+                   target: Path, progress: Callable[[int, int], object] | None
+                   ) -> ExportStats:
     """The export's files, written under ``staging``."""
     storage = manager.storage
     segments = size = 0
+    total = sum(e.size for ps in state.partitions.values() for e in ps.segments)
     hw: dict[tuple[str, int], int] = {}
     lso: dict[tuple[str, int], int] = {}
     for topic, spec in sorted(state.topics.items()):
@@ -124,10 +129,13 @@ def _write_log_dir(manager: BucketLogManager, state: BucketState, staging: Path,
             interval = manager.topic_config(topic).index_interval_bytes
             for entry in ps.segments:
                 try:
-                    size += _export_segment(storage, entry, pdir, topic, n, interval)
+                    written = _export_segment(storage, entry, pdir, topic, n, interval)
                 except (SeglogError, OSError) as e:
                     raise _failure(e, storage, entry, f"{topic}-{n}", target) from e
+                size += written
                 segments += 1
+                if progress is not None:
+                    progress(written, total)
             if not ps.segments:
                 for name in (log_file, index_file, time_index_file):
                     LOCAL.write_atomic(name(pdir, ps.log_start_offset), b"")

@@ -27,7 +27,7 @@ are refused before anything is written.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,10 +65,12 @@ def import_log_dir(
     topics: Iterable[str] | None = None,
     *,
     chunk_bytes: int = IMPORT_CHUNK_BYTES,
+    progress: Callable[[int, int], object] | None = None,
 ) -> ImportStats:
     """Copy ``topics`` (default: every topic) of ``source`` into ``target``; see the
     module docstring. Raises TopicExistsError, InvalidRecordError (transactions),
-    CorruptRecordError (a damaged batch, naming the partition)."""
+    CorruptRecordError (a damaged batch, naming the partition). ``progress(n, total)``:
+    n more bytes read of the ``total`` the source partitions' segments hold."""
     target.check_writable()
     names = sorted(source.topics() if topics is None else topics)
     for name in names:
@@ -82,8 +84,14 @@ def import_log_dir(
     totals = [0, 0, 0, 0]  # partitions, segments, bytes, records
     for name in names:
         _refuse_transactions(source, name)
+    total = sum(source.get_log(n, p).size_in_bytes for n in names for p in source.partitions(n))
+
+    def read(n: int) -> None:
+        if progress is not None:
+            progress(n, total)
+
     for name in names:
-        _import_topic(target, source, name, chunk_bytes, totals)
+        _import_topic(target, source, name, chunk_bytes, totals, read)
     return ImportStats(len(names), *totals)
 
 
@@ -102,7 +110,12 @@ def _refuse_transactions(source: LogDirsReader, topic: str) -> None:
 
 
 def _import_topic(
-    target: BucketLogManager, source: LogDirsReader, topic: str, chunk_bytes: int, totals: list[int]
+    target: BucketLogManager,
+    source: LogDirsReader,
+    topic: str,
+    chunk_bytes: int,
+    totals: list[int],
+    read: Callable[[int], None],
 ) -> None:
     numbers = source.partitions(topic)
     count = numbers[-1] + 1
@@ -125,7 +138,7 @@ def _import_topic(
         config = source.topic_config(topic)
         for p in numbers:
             _import_partition(
-                target, source.get_log(topic, p), topic, p, config, chunk_bytes, totals
+                target, source.get_log(topic, p), topic, p, config, chunk_bytes, totals, read
             )
     except BaseException:
         try:
@@ -149,6 +162,7 @@ def _import_partition(
     config: LogConfig,
     chunk_bytes: int,
     totals: list[int],
+    read: Callable[[int], None],
 ) -> None:
     key = tp_key(topic, partition)
     start, end = log.log_start_offset, log.high_watermark
@@ -157,6 +171,7 @@ def _import_partition(
     base = 0
     try:
         for chunk in log.read_chunks(start, end, chunk_bytes) if start < end else ():
+            read(len(chunk))
             headers = _checked_headers(chunk, key)
             for group in _segment_groups(headers, base, config.segment_bytes):
                 (segment,) = build_segments(

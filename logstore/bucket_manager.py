@@ -498,19 +498,24 @@ class BucketLogManager:
         """Delete objects no reader can need any more (``bucket_collect``)."""
         return self.maintenance.collect()
 
-    def check_objects(self) -> tuple[list[BucketFinding], list[PartitionReport]]:
-        """The committed state against the objects (``bucket_check``); read-only."""
+    def check_objects(self, progress: Callable[[int, int], object] | None = None
+                      ) -> tuple[list[BucketFinding], list[PartitionReport]]:
+        """The committed state against the objects (``bucket_check``); read-only.
+        ``progress(n, total)``: n more bytes of ``total`` read."""
         from .bucket_check import check_bucket
 
         self.refresh()
         state = self.state
-        return check_bucket(self.storage, state, {t: self.topic_config(t) for t in state.topics})
+        return check_bucket(self.storage, state, {t: self.topic_config(t) for t in state.topics},
+                            progress)
 
-    def export(self, target: str | os.PathLike[str]) -> ExportStats:
-        """Write the committed state as a plain Kafka log dir (``bucket_export``)."""
+    def export(self, target: str | os.PathLike[str],
+               progress: Callable[[int, int], object] | None = None) -> ExportStats:
+        """Write the committed state as a plain Kafka log dir (``bucket_export``).
+        ``progress(n, total)``: n more bytes of ``total`` written."""
         from .bucket_export import export_log_dir
 
-        return export_log_dir(self, target)
+        return export_log_dir(self, target, progress)
 
     # -- lifecycle -------------------------------------------------------------------
 

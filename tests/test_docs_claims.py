@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog import cli
+from seglog.cli_commands import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -42,7 +42,7 @@ def _named_commands() -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize(("page", "command"), sorted(_named_commands()))
 def test_every_command_the_docs_name_exists(page: str, command: str):
-    assert command in cli._COMMANDS, f"{page} names `seglog {command}`, which does not exist"
+    assert command in REGISTRY, f"{page} names `seglog {command}`, which does not exist"
 
 
 def test_stated_versions_are_the_pinned_ones():

@@ -18,13 +18,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO, TypeGuard
+from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
 
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
 from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
 
+from .cli_commands import Command
 from .cli_common import (
     EXIT_OK,
     add_json_arg,
@@ -36,6 +36,9 @@ from .cli_common import (
     writing,
 )
 from .cli_output import write_json
+
+if TYPE_CHECKING:  # delete-records' writer: get-offsets starts without it
+    from seglog.logstore.log_manager import LogManager
 
 LATEST = -1
 EARLIEST = -2
@@ -295,20 +298,7 @@ def _delete_records_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {
-    "alter": (
-        "add partitions to a topic (like kafka-topics.sh --alter --partitions)",
-        _alter_args,
-        _alter,
-    ),
-    "get-offsets": (
-        "offsets for a time: latest, earliest, or the first at or after a "
-        "timestamp (like kafka-get-offsets.sh)",
-        _get_offsets_args,
-        _get_offsets,
-    ),
-    "delete-records": (
-        "raise log start offsets (like kafka-delete-records.sh)",
-        _delete_records_args,
-        _delete_records,
-    ),
+    "alter": Command(_alter_args, _alter),
+    "get-offsets": Command(_get_offsets_args, _get_offsets),
+    "delete-records": Command(_delete_records_args, _delete_records),
 }

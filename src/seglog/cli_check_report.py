@@ -19,7 +19,8 @@ JSON document (keys documented in docs/cli.md)::
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from .cli_output import write_json
@@ -30,16 +31,20 @@ if TYPE_CHECKING:  # the check loads these lazily; the command line starts witho
 
 
 class CheckReporter(Protocol):
-    def begin_dir(self, path: Path) -> None: ...
-    def dir_problem(self, path: Path, message: str) -> None: ...
-    def dir_note(self, path: Path, message: str) -> None: ...
+    def begin_dir(self, path: PurePath) -> None: ...
+    def dir_problem(self, path: PurePath, message: str) -> None: ...
+    def dir_note(self, path: PurePath, message: str) -> None: ...
     def state_finding(self, p: Problem) -> None: ...
-    def problem(self, file: Path, message: str, *, text: str | None = None) -> None: ...
-    def note(self, file: Path, message: str) -> None: ...
-    def end_partition(self, dir_: Path, segments: int, batches: int, log_end_offset: int,
+    def problem(self, file: PurePath, message: str, *, text: str | None = None) -> None: ...
+    def note(self, file: PurePath, message: str) -> None: ...
+    def end_partition(self, dir_: PurePath, segments: int, batches: int, log_end_offset: int,
                       problems: int, notes: int) -> None: ...
     def sink_finding(self, f: SinkFinding) -> None: ...
     def finish(self, exit_code: int) -> None: ...
+
+
+def _nothing() -> None:
+    pass
 
 
 def problem_status(p: Problem) -> str:
@@ -51,36 +56,43 @@ class TextCheckReport:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        # Called before each line: the check sets it to erase its progress bar, which
+        # the line would otherwise be appended to on a terminal.
+        self.before_write: Callable[[], object] = _nothing
 
-    def begin_dir(self, path: Path) -> None:
+    def _line(self, text: str) -> None:
+        self.before_write()
+        self.out.write(text + "\n")
+
+    def begin_dir(self, path: PurePath) -> None:
         pass
 
-    def dir_problem(self, path: Path, message: str) -> None:
-        self.out.write(f"{path}: {message}\n")
+    def dir_problem(self, path: PurePath, message: str) -> None:
+        self._line(f"{path}: {message}")
 
-    def dir_note(self, path: Path, message: str) -> None:
-        self.out.write(f"{path}: {message}\n")
+    def dir_note(self, path: PurePath, message: str) -> None:
+        self._line(f"{path}: {message}")
 
     def state_finding(self, p: Problem) -> None:
-        self.out.write(f"{problem_status(p)}: {p.message}\n")
+        self._line(f"{problem_status(p)}: {p.message}")
 
-    def problem(self, file: Path, message: str, *, text: str | None = None) -> None:
+    def problem(self, file: PurePath, message: str, *, text: str | None = None) -> None:
         # text: the finding's own line when its message already names the file
-        self.out.write(f"{text if text is not None else f'{file}: {message}'}\n")
+        self._line(text if text is not None else f"{file}: {message}")
 
-    def note(self, file: Path, message: str) -> None:
-        self.out.write(f"{file}: note: {message}\n")
+    def note(self, file: PurePath, message: str) -> None:
+        self._line(f"{file}: note: {message}")
 
-    def end_partition(self, dir_: Path, segments: int, batches: int, log_end_offset: int,
+    def end_partition(self, dir_: PurePath, segments: int, batches: int, log_end_offset: int,
                       problems: int, notes: int) -> None:
         status = "OK" if not problems else f"{problems} problem(s)"
         if notes:
             status += f" ({notes} note(s))"
-        self.out.write(f"{dir_}: {segments} segment(s), {batches} batch(es), log end offset "
-                       f"{log_end_offset}: {status}\n")
+        self._line(f"{dir_}: {segments} segment(s), {batches} batch(es), log end offset "
+                   f"{log_end_offset}: {status}")
 
     def sink_finding(self, f: SinkFinding) -> None:
-        self.out.write(f"{f.path}: {f.text}\n")
+        self._line(f"{f.path}: {f.text}")
 
     def finish(self, exit_code: int) -> None:
         pass
@@ -105,14 +117,14 @@ class JsonCheckReport:
     def _dir(self) -> dict[str, Any]:
         return self.dirs[-1]
 
-    def begin_dir(self, path: Path) -> None:
+    def begin_dir(self, path: PurePath) -> None:
         self.dirs.append({"path": str(path), "problems": [], "notes": [], "stateFiles": [],
                           "partitions": [], "sink": []})
 
-    def dir_problem(self, path: Path, message: str) -> None:
+    def dir_problem(self, path: PurePath, message: str) -> None:
         self._dir()["problems"].append({"file": str(path), "message": message})
 
-    def dir_note(self, path: Path, message: str) -> None:
+    def dir_note(self, path: PurePath, message: str) -> None:
         self._dir()["notes"].append({"file": str(path), "message": message})
 
     def state_finding(self, p: Problem) -> None:
@@ -121,13 +133,13 @@ class JsonCheckReport:
             "status": problem_status(p), "kind": p.kind, "file": str(p.path),
             "line": int(m[1]) if m else None, "message": p.message})
 
-    def problem(self, file: Path, message: str, *, text: str | None = None) -> None:
+    def problem(self, file: PurePath, message: str, *, text: str | None = None) -> None:
         self._partition["problems"].append({"file": str(file), "message": message})
 
-    def note(self, file: Path, message: str) -> None:
+    def note(self, file: PurePath, message: str) -> None:
         self._partition["notes"].append({"file": str(file), "message": message})
 
-    def end_partition(self, dir_: Path, segments: int, batches: int, log_end_offset: int,
+    def end_partition(self, dir_: PurePath, segments: int, batches: int, log_end_offset: int,
                       problems: int, notes: int) -> None:
         doc = {"dir": str(dir_), "segments": segments, "batches": batches,
                "logEndOffset": log_end_offset, "ok": not problems, **self._partition}

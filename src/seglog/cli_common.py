@@ -33,11 +33,11 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import is_object_uri
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where a command opens one: not needed to list topics
     from seglog.logstore.bucket_manager import BucketLogManager
+    from seglog.logstore.log_manager import LogManager
 
 PATH_ENV = "SEGLOG_PATH"
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
@@ -150,6 +150,8 @@ def open_reader(args: argparse.Namespace) -> LogDirsReader:
     _require_dirs(dirs)
     options = storage_options(args)
     if options or any(is_object_uri(d) for d in dirs):
+        from seglog.logstore.log_manager import LogManager
+
         # (LogManager refuses options for local dirs, naming them)
         reader = LogManager(dirs, read_only=True, clock=CLOCK, storage_options=options)
         _require_bucket_log_dir(reader)
@@ -200,6 +202,8 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     options = storage_options(args)
     if not create_dirs:
         _require_dirs(dirs)
+    from seglog.logstore.log_manager import LogManager
+
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.02
     told = False

@@ -36,10 +36,10 @@ from seglog.logstore.errors import ConfigError, CorruptRecordError, OffsetOutOfR
 from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.log_reader import LogReader
 from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
 from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
 
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
 from .cli_output import write_json
 
@@ -207,6 +207,10 @@ def decode_chunk(log: LogReader, chunk: memoryview, start: int, end: int
     """The records of a chunk of whole batches. A chunk holding a corrupt batch is
     decoded again batch by batch, so the records before the bad batch are still given
     before the error (``bad_batch_error``) that names it."""
+    # numba's kernels: loaded to decode, not by check and dump-log, which share
+    # record_fields, nor by consume --help
+    from seglog.logstore.record_codec import decode_batches
+
     try:
         rows = decode_batches(chunk, start_offset=start, end_offset=end).to_pylist()
     except CorruptRecordError:
@@ -379,7 +383,4 @@ def _consume_args(p: argparse.ArgumentParser) -> None:
     add_path_args(p)
 
 
-COMMANDS = {
-    "consume": ("print a topic's records (like kafka-console-consumer.sh)", _consume_args,
-                _consume),
-}
+COMMANDS = {"consume": Command(_consume_args, _consume)}

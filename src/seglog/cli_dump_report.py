@@ -1,7 +1,7 @@
 """Where ``seglog dump-log`` sends what it reads: the lines ``kafka-dump-log`` prints,
 or JSON lines (``--json``), one object per batch, index entry, file entry or problem.
 
-``cli.py`` reads each file once and hands every item to a reporter; the reporter only
+``cli_dump_log`` reads each file once and hands every item to a reporter; the reporter only
 decides the form. Not thread-safe: one command's main thread owns it.
 
 Every JSON object has ``type`` and ``file`` (keys documented in docs/cli.md): ``batch``
@@ -14,7 +14,7 @@ Every JSON object has ``type`` and ``file`` (keys documented in docs/cli.md): ``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import PurePath
 from typing import Any, Protocol, TextIO
 
 from seglog.logstore.control_records import ControlRecord
@@ -36,19 +36,19 @@ TxnEntry = tuple[int, int, int, int, int]
 class DumpReporter(Protocol):
     out: TextIO  # the command's output (a progress bar hides when it is a terminal)
 
-    def begin_file(self, path: Path, heading: str | None = None) -> None: ...
-    def batch(self, path: Path, h: BatchHeader, valid: bool, *,
+    def begin_file(self, path: PurePath, heading: str | None = None) -> None: ...
+    def batch(self, path: PurePath, h: BatchHeader, valid: bool, *,
               records: Sequence[dict[str, Any]] | None = None,
               controls: Sequence[ControlRecord] | None = None) -> None: ...
-    def problem(self, path: Path, message: str, *, text: str) -> None: ...
-    def note(self, path: Path, message: str) -> None: ...
-    def offset_index_entry(self, path: Path, offset: int, position: int) -> None: ...
-    def time_index_entry(self, path: Path, timestamp: int, offset: int) -> None: ...
-    def offset_mismatches(self, path: Path, pairs: Sequence[tuple[int, int]]) -> None: ...
-    def time_mismatches(self, path: Path, messages: Sequence[str]) -> None: ...
-    def producer_entry(self, path: Path, e: ProducerEntry) -> None: ...
-    def txn_entry(self, path: Path, e: TxnEntry) -> None: ...
-    def ignored(self, path: Path) -> None: ...
+    def problem(self, path: PurePath, message: str, *, text: str) -> None: ...
+    def note(self, path: PurePath, message: str) -> None: ...
+    def offset_index_entry(self, path: PurePath, offset: int, position: int) -> None: ...
+    def time_index_entry(self, path: PurePath, timestamp: int, offset: int) -> None: ...
+    def offset_mismatches(self, path: PurePath, pairs: Sequence[tuple[int, int]]) -> None: ...
+    def time_mismatches(self, path: PurePath, messages: Sequence[str]) -> None: ...
+    def producer_entry(self, path: PurePath, e: ProducerEntry) -> None: ...
+    def txn_entry(self, path: PurePath, e: TxnEntry) -> None: ...
+    def ignored(self, path: PurePath) -> None: ...
 
 
 def _ts_type(h: BatchHeader) -> str:
@@ -72,12 +72,12 @@ class TextDumpReport:
         # timestamp, sizes and header keys, not its key, value or header values.
         self.payload = payload
 
-    def begin_file(self, path: Path, heading: str | None = None) -> None:
+    def begin_file(self, path: PurePath, heading: str | None = None) -> None:
         self.out.write(f"Dumping {path}\n")
         if heading is not None:
             self.out.write(heading + "\n")
 
-    def batch(self, path: Path, h: BatchHeader, valid: bool, *,
+    def batch(self, path: PurePath, h: BatchHeader, valid: bool, *,
               records: Sequence[dict[str, Any]] | None = None,
               controls: Sequence[ControlRecord] | None = None) -> None:
         tail = (f"position: {h.position} {_ts_type(h)}: {h.max_timestamp} size: {h.size} "
@@ -115,40 +115,40 @@ class TextDumpReport:
                 f"keySize: {len(c.key)} valueSize: {-1 if c.value is None else len(c.value)} "
                 f"{format_control_record(c)}\n")
 
-    def problem(self, path: Path, message: str, *, text: str) -> None:
+    def problem(self, path: PurePath, message: str, *, text: str) -> None:
         self.out.write(text + "\n")
 
-    def note(self, path: Path, message: str) -> None:
+    def note(self, path: PurePath, message: str) -> None:
         self.out.write(message + "\n")
 
-    def offset_index_entry(self, path: Path, offset: int, position: int) -> None:
+    def offset_index_entry(self, path: PurePath, offset: int, position: int) -> None:
         self.out.write(f"offset: {offset} position: {position}\n")
 
-    def time_index_entry(self, path: Path, timestamp: int, offset: int) -> None:
+    def time_index_entry(self, path: PurePath, timestamp: int, offset: int) -> None:
         self.out.write(f"timestamp: {timestamp} offset: {offset}\n")
 
-    def offset_mismatches(self, path: Path, pairs: Sequence[tuple[int, int]]) -> None:
+    def offset_mismatches(self, path: PurePath, pairs: Sequence[tuple[int, int]]) -> None:
         if pairs:
             self.out.write(f"kafka-dump-log would report (a healthy index of brokers before "
                            f"Kafka 3.x differs so; lookups are not misled): Mismatches in "
                            f":{path}\n")
             self.out.writelines(f"  Index offset: {e}, log offset: {o}\n" for e, o in pairs)
 
-    def time_mismatches(self, path: Path, messages: Sequence[str]) -> None:
+    def time_mismatches(self, path: PurePath, messages: Sequence[str]) -> None:
         if messages:
             self.out.write(f"kafka-dump-log would report (entries naming a record inside a "
                            f"batch are healthy; lookups are not misled) for {path}:\n")
             self.out.writelines(f"  {m}\n" for m in messages)
 
-    def producer_entry(self, path: Path, e: ProducerEntry) -> None:
+    def producer_entry(self, path: PurePath, e: ProducerEntry) -> None:
         self.out.write(format_producer_snapshot_entry(e) + "\n")
 
-    def txn_entry(self, path: Path, e: TxnEntry) -> None:
+    def txn_entry(self, path: PurePath, e: TxnEntry) -> None:
         v, pid, first, last, lso = e
         self.out.write(f"version: {v} producerId: {pid} firstOffset: {first} "
                        f"lastOffset: {last} lastStableOffset: {lso}\n")
 
-    def ignored(self, path: Path) -> None:
+    def ignored(self, path: PurePath) -> None:
         self.out.write(f"Dumping {path}\nIgnoring unknown file {path}\n")
 
 
@@ -158,13 +158,13 @@ class JsonDumpReport:
     def __init__(self, out: TextIO) -> None:
         self.out = out
 
-    def _emit(self, kind: str, path: Path, **fields: Any) -> None:
+    def _emit(self, kind: str, path: PurePath, **fields: Any) -> None:
         write_json(self.out, {"type": kind, "file": str(path), **fields})
 
-    def begin_file(self, path: Path, heading: str | None = None) -> None:
+    def begin_file(self, path: PurePath, heading: str | None = None) -> None:
         pass  # every object names its file
 
-    def batch(self, path: Path, h: BatchHeader, valid: bool, *,
+    def batch(self, path: PurePath, h: BatchHeader, valid: bool, *,
               records: Sequence[dict[str, Any]] | None = None,
               controls: Sequence[ControlRecord] | None = None) -> None:
         doc: dict[str, Any] = {
@@ -189,34 +189,34 @@ class JsonDumpReport:
                 for c in controls]
         self._emit("batch", path, **doc)
 
-    def problem(self, path: Path, message: str, *, text: str) -> None:
+    def problem(self, path: PurePath, message: str, *, text: str) -> None:
         self._emit("problem", path, message=message)
 
-    def note(self, path: Path, message: str) -> None:
+    def note(self, path: PurePath, message: str) -> None:
         self._emit("note", path, message=message)
 
-    def offset_index_entry(self, path: Path, offset: int, position: int) -> None:
+    def offset_index_entry(self, path: PurePath, offset: int, position: int) -> None:
         self._emit("offsetIndexEntry", path, offset=offset, position=position)
 
-    def time_index_entry(self, path: Path, timestamp: int, offset: int) -> None:
+    def time_index_entry(self, path: PurePath, timestamp: int, offset: int) -> None:
         self._emit("timeIndexEntry", path, timestamp=timestamp, offset=offset)
 
-    def offset_mismatches(self, path: Path, pairs: Sequence[tuple[int, int]]) -> None:
+    def offset_mismatches(self, path: PurePath, pairs: Sequence[tuple[int, int]]) -> None:
         for e, o in pairs:
             self._emit("kafkaDumpLogMismatch", path, indexOffset=e, logOffset=o,
                        message=f"Index offset: {e}, log offset: {o}")
 
-    def time_mismatches(self, path: Path, messages: Sequence[str]) -> None:
+    def time_mismatches(self, path: PurePath, messages: Sequence[str]) -> None:
         for m in messages:
             self._emit("kafkaDumpLogMismatch", path, message=m)
 
-    def producer_entry(self, path: Path, e: ProducerEntry) -> None:
+    def producer_entry(self, path: PurePath, e: ProducerEntry) -> None:
         self._emit("producerSnapshotEntry", path, **producer_snapshot_entry_json(e))
 
-    def txn_entry(self, path: Path, e: TxnEntry) -> None:
+    def txn_entry(self, path: PurePath, e: TxnEntry) -> None:
         v, pid, first, last, lso = e
         self._emit("txnIndexEntry", path, version=v, producerId=pid, firstOffset=first,
                    lastOffset=last, lastStableOffset=lso)
 
-    def ignored(self, path: Path) -> None:
+    def ignored(self, path: PurePath) -> None:
         self._emit("ignored", path)

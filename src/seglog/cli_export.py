@@ -12,8 +12,9 @@ from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_store_config import is_object_uri
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_storage_args
-from .cli_output import write_json
+from .cli_output import Progress, write_json
 
 
 def _export(args: argparse.Namespace, out: TextIO) -> int:
@@ -22,10 +23,11 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
                           f"got {args.uri!r}; a local log dir is already a Kafka log dir")
     from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
 
-    with BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK,
-                          storage_options=cli_common.storage_options(args)) as mgr:
+    with (BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK,
+                           storage_options=cli_common.storage_options(args)) as mgr,
+          Progress(f"export {args.uri}", in_bytes=True, enabled=not args.json) as bar):
         cli_common.require_bucket_commits(mgr, "URI")
-        stats = mgr.export(args.dir)
+        stats = mgr.export(args.dir, progress=bar.on_bytes)
         version = mgr.state.version
     if args.json:
         write_json(out, {"uri": args.uri, "dir": args.dir, "version": version,
@@ -45,6 +47,4 @@ def _export_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
 
 
-COMMANDS = {
-    "export": ("write a bucket log dir out as a plain Kafka log dir", _export_args, _export),
-}
+COMMANDS = {"export": Command(_export_args, _export)}

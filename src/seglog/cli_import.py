@@ -12,8 +12,9 @@ from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_store_config import is_object_uri
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_storage_args
-from .cli_output import write_json
+from .cli_output import Progress, write_json
 
 # A broker's own state, meaningless without its broker (group offsets, transaction
 # coordinator state, KRaft metadata): left out unless named with --topic.
@@ -43,9 +44,10 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         BucketLogManager(
             args.uri, clock=cli_common.CLOCK, storage_options=cli_common.storage_options(args)
         ) as target,
+        Progress(f"import {args.dir}", in_bytes=True, enabled=not args.json) as bar,
     ):
         topics = args.topic or [t for t in source.topics() if t not in INTERNAL_TOPICS]
-        stats = import_log_dir(target, source, topics)
+        stats = import_log_dir(target, source, topics, progress=bar.on_bytes)
         version = target.state.version
     if args.json:
         write_json(
@@ -86,6 +88,4 @@ def _import_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
 
 
-COMMANDS = {
-    "import": ("copy a local Kafka or seglog log dir into a bucket log dir", _import_args, _import),
-}
+COMMANDS = {"import": Command(_import_args, _import)}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +30,7 @@ from seglog.logstore.errors import ConfigError, CorruptCheckpointError
 from seglog.logstore.log_dirs import TopicPartition
 from seglog.logstore.log_dirs_reader import LogDirsReader
 
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_path_args, log_dirs, open_reader
 from .cli_output import write_json, write_table
 
@@ -231,7 +231,4 @@ def _lag_args(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-COMMANDS: Mapping[str, Any] = {
-    "lag": ("a streaming query's committed offsets against the topics' ends",
-            _lag_args, _lag),
-}
+COMMANDS = {"lag": Command(_lag_args, _lag)}

@@ -37,6 +37,7 @@ from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -90,12 +91,12 @@ def task_text(run: TaskRun) -> str | None:
     return None
 
 
-def one_pass(mgr: LogManager, *, force: bool) -> list[TaskRun]:
-    """Run the tasks (all with ``force``, else the due ones), with a progress bar on a
-    terminal."""
-    with Progress("maintain") as bar:
+def one_pass(mgr: LogManager, *, force: bool, progress: bool = True) -> list[TaskRun]:
+    """Run the tasks (all with ``force``, else the due ones), with a bar of the tasks on
+    a terminal (``progress``: not with ``--json``)."""
+    with Progress("maintain", unit="task", enabled=progress) as bar:
         def before(name: str, index: int, count: int) -> None:
-            bar.total = count
+            bar.set_total(count)
             bar.advance(0 if index == 0 else 1, label=f"maintain: {name}")
 
         return mgr.run_maintenance(force=force, before_task=before)
@@ -153,7 +154,7 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
         with writing(args, dirs, config) as mgr:
             number = 1
             removed = [d for d in doomed if not d.exists()]
-            runs = one_pass(mgr, force=True)
+            runs = one_pass(mgr, force=True, progress=not args.json)
             failed |= not all(r.ok for r in runs)
             report(out, mgr, runs, number, args.json, quiet_if_idle=False, removed=removed)
             while args.loop and not stop.is_set():
@@ -166,7 +167,7 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
                 if wait_ms > 0 and stop.wait(wait_ms / 1000):
                     break
                 number += 1
-                runs = one_pass(mgr, force=False)
+                runs = one_pass(mgr, force=False, progress=not args.json)
                 failed |= not all(r.ok for r in runs)
                 report(out, mgr, runs, number, args.json, quiet_if_idle=True)
     finally:
@@ -186,7 +187,4 @@ def _maintain_args(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-COMMANDS = {
-    "maintain": ("run retention, compaction, flushes, checkpoints and delayed deletions "
-                 "now, or on their schedule with --loop", _maintain_args, _maintain),
-}
+COMMANDS = {"maintain": Command(_maintain_args, _maintain)}

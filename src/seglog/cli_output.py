@@ -3,8 +3,8 @@ and progress bars on a terminal.
 
 Everything a command prints as its result goes to the ``out`` stream it is given
 (stdout); progress and diagnostics go to stderr, so ``seglog ... --json | jq`` always
-reads clean JSON. A progress bar is drawn only when stderr is a terminal (never in a
-pipe, a log file or a test), with the standard library only.
+reads clean JSON. A progress bar (tqdm) is drawn only when stderr is a terminal (never
+in a pipe, a log file, a test or ``--json`` mode).
 
 >>> import io; buf = io.StringIO()
 >>> write_table(buf, ["TOPIC", "PARTITIONS"], [["events", 3]]); print(buf.getvalue(), end="")
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 T = TypeVar("T")
 
@@ -39,29 +41,46 @@ def write_table(out: TextIO, headers: Sequence[str], rows: Iterable[Sequence[Any
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn at most ten times a second.
+    """Work done so far, drawn on stderr as a tqdm bar (rate and ETA) on a terminal only.
 
-    Inactive (draws nothing) unless ``stream`` is a terminal. Not thread-safe: one
-    command's main thread owns it. ``total`` may be None when unknown (a counter only).
-    Use as a context manager so the line is cleared however the work ends.
+    ``done`` always counts what ``advance`` was given (tests and callers read it); the bar
+    exists only when ``enabled`` (False for ``--json``) and ``stream`` is a terminal, and
+    ``hide_if_tty`` (the command's own output), when given, is not one: output streamed
+    line by line to the same terminal would tear the bar apart. ``in_bytes``: ``total``
+    and the steps are bytes, shown as kB/MB and B/s. tqdm is imported only when a bar is
+    drawn, so a command's start-up never pays for it. Not thread-safe: one command's main
+    thread owns it. Use as a context manager so the line is cleared however the work ends.
     """
 
-    _WIDTH = 30
-    _INTERVAL_S = 0.1
-
-    def __init__(self, label: str, total: int | None = None, *, unit: str = "",
-                 stream: TextIO | None = None, hide_if_tty: TextIO | None = None) -> None:
+    def __init__(self, label: str, total: int | None = None, *, in_bytes: bool = False,
+                 unit: str = "it", stream: TextIO | None = None,
+                 hide_if_tty: TextIO | None = None, enabled: bool = True) -> None:
         self.label = label
         self.total = total
-        self.unit = unit
         self.done = 0
+        self.in_bytes = in_bytes
+        self.unit = "B" if in_bytes else unit
         self.stream = stream if stream is not None else sys.stderr
-        # hide_if_tty: the command's own output; when it streams to the same terminal
-        # line by line, a bar would be torn apart by it
-        self.active = _isatty(self.stream) and not (hide_if_tty is not None
-                                                    and _isatty(hide_if_tty))
-        self._last_draw = 0.0
-        self._drawn = False
+        self.active = enabled and _isatty(self.stream) and not (
+            hide_if_tty is not None and _isatty(hide_if_tty))
+        self._bar: tqdm[Any] | None = None
+
+    def _drawn(self) -> tqdm[Any]:
+        if self._bar is None:
+            from tqdm import tqdm as bar
+
+            self._bar = bar(total=self.total, desc=self.label, unit=self.unit,
+                            unit_scale=self.in_bytes, unit_divisor=1024 if self.in_bytes
+                            else 1000, file=self.stream, leave=False, mininterval=0.1,
+                            dynamic_ncols=True)
+        return self._bar
+
+    def set_total(self, total: int) -> None:
+        """The amount of work, when known only once it started (a bucket's state)."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.refresh()
 
     def advance(self, n: int = 1, *, label: str | None = None) -> None:
         self.done += n
@@ -69,35 +88,29 @@ class Progress:
             self.label = label
         if not self.active:
             return
-        # Wall time only paces the redraws; it never decides anything the command does.
-        now = time.monotonic()
-        if now - self._last_draw >= self._INTERVAL_S or (
-                self.total is not None and self.done >= self.total):
-            self._last_draw = now
-            self._draw()
+        bar = self._drawn()
+        if label is not None:
+            bar.set_description_str(label, refresh=False)
+        if bar.total != self.total:
+            bar.total = self.total
+        bar.update(n)
 
-    def _draw(self) -> None:
-        if self.total:
-            frac = min(self.done / self.total, 1.0)
-            filled = int(frac * self._WIDTH)
-            bar = "#" * filled + "." * (self._WIDTH - filled)
-            text = f"{self.label} [{bar}] {frac:4.0%} {self.done}/{self.total}{self.unit}"
-        else:
-            text = f"{self.label} {self.done}{self.unit}"
-        self.stream.write("\r\x1b[K" + text)
-        self.stream.flush()
-        self._drawn = True
+    def on_bytes(self, n: int, total: int) -> None:
+        """The callback the engine's long walks take (``progress(n, total)``: n more
+        bytes of ``total`` done)."""
+        if self.total != total:
+            self.set_total(total)
+        self.advance(n)
 
     def clear(self) -> None:
-        """Erase the bar (before the command prints a line); the next advance redraws."""
-        self.close()
-        self._last_draw = 0.0
+        """Erase the bar before the command prints a line; the next advance redraws."""
+        if self._bar is not None:
+            self._bar.clear()
 
     def close(self) -> None:
-        if self._drawn:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self._drawn = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
     def __enter__(self) -> Progress:
         return self

@@ -15,6 +15,7 @@ from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_store_config import is_object_uri, redact_uri
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import EXIT_OK, EXIT_PROBLEMS, add_json_arg, add_storage_args
 from .cli_output import write_json
 
@@ -99,11 +100,4 @@ def _probe_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
 
 
-COMMANDS = {
-    "probe-store": (
-        "check that an object store enforces the conditional writes seglog's "
-        "commits need (exit 0 safe, 1 unsafe)",
-        _probe_args,
-        _probe,
-    ),
-}
+COMMANDS = {"probe-store": Command(_probe_args, _probe)}

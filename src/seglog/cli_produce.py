@@ -39,6 +39,7 @@ from seglog.logstore.record_codec import CompressionType, encode_batches
 from seglog.streaming.partitioner import assign_partitions
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import (
     EXIT_OK,
     add_json_arg,
@@ -325,7 +326,4 @@ def _produce_args(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-COMMANDS = {
-    "produce": ("append lines from stdin or a file as records (like "
-                "kafka-console-producer.sh), published all at once", _produce_args, _produce),
-}
+COMMANDS = {"produce": Command(_produce_args, _produce)}

@@ -14,6 +14,7 @@ from seglog.logstore.errors import ConfigError
 from seglog.logstore.object_store_config import is_object_uri
 
 from . import cli_common
+from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_storage_args
 from .cli_output import write_json
 
@@ -67,11 +68,4 @@ def _repair_args(p: argparse.ArgumentParser) -> None:
     add_storage_args(p)
 
 
-COMMANDS = {
-    "repair": (
-        "end a bucket log dir's commit log before a damaged or missing commit "
-        "(dry run unless --execute)",
-        _repair_args,
-        _repair,
-    ),
-}
+COMMANDS = {"repair": Command(_repair_args, _repair)}

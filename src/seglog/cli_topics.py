@@ -20,6 +20,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.log_dirs_reader import LogDirsReader
 
+from .cli_commands import Command
 from .cli_common import (
     EXIT_OK,
     add_json_arg,
@@ -245,11 +246,9 @@ def _alter_config_args(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {
-    "topics": ("list the topics of the log dirs", _topics_args, _topics),
-    "describe": ("partitions, offsets, sizes, segments and configs of topics",
-                 _describe_args, _describe),
-    "create": ("create a topic (like kafka-topics.sh --create)", _create_args, _create),
-    "delete": ("delete a topic (like kafka-topics.sh --delete)", _delete_args, _delete),
-    "alter-config": ("set or remove a topic's config overrides (like kafka-configs.sh "
-                     "--alter)", _alter_config_args, _alter_config),
+    "topics": Command(_topics_args, _topics),
+    "describe": Command(_describe_args, _describe),
+    "create": Command(_create_args, _create),
+    "delete": Command(_delete_args, _delete),
+    "alter-config": Command(_alter_config_args, _alter_config),
 }
