@@ -185,6 +185,17 @@ def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[
     return messages + _violation_messages(*time_index_violations(entries, offset_entries, batches))
 
 
+def _batches_beside(path: Path, base: int, report: DumpReporter) -> SegmentBatches | None:
+    """The batches of the ``.log`` beside the index ``path`` (a note when there is none:
+    its entries cannot be checked)."""
+    batches = segment_batches(log_file(path.parent, base))
+    if batches is None:
+        report.note(
+            path, f"No {log_file(path.parent, base).name} beside the index: entries not checked"
+        )
+    return batches
+
+
 def dump_index_file(path: Path, base: int, report: DumpReporter) -> int:
     """Report an ``.index`` file of the segment at ``base``; check it against the ``.log``
     beside it with the lookup rule (problems) and report what Kafka's stricter dump tool
@@ -193,11 +204,8 @@ def dump_index_file(path: Path, base: int, report: DumpReporter) -> int:
     entries = read_offset_index(path, base)
     for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
         report.offset_index_entry(path, e, p)
-    batches = segment_batches(log_file(path.parent, base))
+    batches = _batches_beside(path, base, report)
     if batches is None:
-        report.note(
-            path, f"No {log_file(path.parent, base).name} beside the index: entries not checked"
-        )
         return 0
     problems = offset_index_problems(path, base, batches)
     for m in problems:
@@ -214,11 +222,8 @@ def dump_time_index_file(path: Path, base: int, report: DumpReporter) -> int:
     entries = read_time_index(path, base)
     for t, o in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
         report.time_index_entry(path, t, o)
-    batches = segment_batches(log_file(path.parent, base))
+    batches = _batches_beside(path, base, report)
     if batches is None:
-        report.note(
-            path, f"No {log_file(path.parent, base).name} beside the index: entries not checked"
-        )
         return 0
     problems = time_index_problems(path, base, batches)
     for m in problems:
