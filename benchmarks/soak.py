@@ -58,6 +58,7 @@ from soak_checks import (  # noqa: E402
 )
 from soak_roles import PARTITIONS, TOPIC  # noqa: E402
 
+from seglog.logstore.errors import LogDirLockedError  # noqa: E402
 from seglog.logstore.log_manager import LogManager  # noqa: E402
 from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
 from seglog.logstore.record_codec import decode_batches  # noqa: E402
@@ -217,7 +218,18 @@ class Target:
 
     def manager(self, read_only: bool = True) -> LogManager:
         if self.options is None:
-            return LogManager([self.path], read_only=read_only)
+            if read_only:
+                return LogManager([self.path], read_only=True)
+            # A writer waits for the lock as the sink does (lockTimeoutMs): a process
+            # just killed may still be exiting with it.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    return LogManager([self.path])
+                except LogDirLockedError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
         return LogManager(self.path, read_only=read_only, storage_options=self.options)
 
     def foreign(self) -> dict[str, bytes | None]:
@@ -324,14 +336,16 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         if t.proxy is not None:
             t.proxy.clear_faults()
         fleet.stop({"writer", "maintain"})
+        if spark:
+            fleet.stop({"spark-query"}, timeout=5)
         if t.kind == "local":
             # What the next writer of a local dir does after a killed one: recover and
             # publish. A sink commit would do the same; the checks must not depend on it.
+            # After the queries stopped: a sink's commit holds the dir's lock.
             with t.manager(read_only=False):
                 pass
         drained = True
         if spark:
-            fleet.stop({"spark-query"}, timeout=5)
             drained = fleet.drain(t.path, args.drain_timeout_s)
         time.sleep(2.0)  # the readers' last pass
         fleet.stop({"reader"})
