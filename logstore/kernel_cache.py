@@ -47,15 +47,18 @@ PREWARM_ENV = "SEGLOG_PREWARM"
 # routes each row by murmur2. Names are "module.function", as in the markers.
 QUERY_KERNELS: dict[str, tuple[str, ...]] = {
     "read": ("codec_kernels.decode_v2",),
-    "write": ("codec_kernels.plan_v2", "codec_kernels.fill_v2",
-              "partitioner._murmur2_kernel"),
+    "write": ("codec_kernels.plan_v2", "codec_kernels.fill_v2", "partitioner._murmur2_kernel"),
 }
 
 _HERE = Path(__file__).resolve().parent
 # The sources numba's cache index checks (a kernel's module and the modules whose
 # functions and globals it compiles in): a change to any of them makes a new key.
-_SOURCES = (_HERE / "codec_kernels.py", _HERE / "record_format_kernels.py",
-            _HERE / "record_format.py", _HERE.parent / "streaming" / "partitioner.py")
+_SOURCES = (
+    _HERE / "codec_kernels.py",
+    _HERE / "record_format_kernels.py",
+    _HERE / "record_format.py",
+    _HERE.parent / "streaming" / "partitioner.py",
+)
 # How long a started warm-up keeps others from starting one: far longer than a compile
 # takes, short enough that one killed early is started again on a later query.
 _STARTED_FOR_S = 300.0
@@ -132,12 +135,21 @@ def prewarm(role: str) -> bool:
             return False
         started.touch()
         command = [sys.executable, "-m", "seglog.warmup", "--kernels", role]
-        _children.append(subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        _children.append(
+            subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
     except OSError as e:
-        logger.warning("could not start the numba kernel warm-up (%s); the first task "
-                       "compiles the kernels itself", e)
+        logger.warning(
+            "could not start the numba kernel warm-up (%s); the first task "
+            "compiles the kernels itself",
+            e,
+        )
         return False
     logger.info("compiling numba kernels for the first %s in the background", role)
     return True

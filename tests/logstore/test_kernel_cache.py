@@ -47,9 +47,16 @@ def _fresh_env(tmp_path: Path) -> dict[str, str]:
 def test_processes_starting_together_compile_a_kernel_once(tmp_path):
     env = _fresh_env(tmp_path)
     barrier = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", _FIRST_CALL, str(barrier)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FIRST_CALL, str(barrier)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     barrier.touch()
     results = []
     for p in procs:
