@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +99,13 @@ def is_marked(name: str) -> bool:
 
 @contextmanager
 def _kernel_lock(name: str) -> Iterator[None]:
-    with open(_state_dir() / f"{name}.lock", "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released by closing the file
+    with ExitStack() as stack:
+        try:
+            f = stack.enter_context(open(_state_dir() / f"{name}.lock", "a+b"))
+            fcntl.flock(f, fcntl.LOCK_EX)  # released by closing the file
+        except OSError as e:
+            # An unwritable temp dir costs only the sharing: the kernel still runs.
+            logger.warning("no compile lock for %s (%s): this process compiles it alone", name, e)
         yield
 
 
@@ -112,9 +117,10 @@ def first_call(name: str, kernel: Callable[..., Any], *args: Any) -> Any:
     with _kernel_lock(name):
         result = kernel(*args)
         _called.add(name)
-        marker = _marker(name)
-        if not marker.exists():
-            marker.touch()
+        try:
+            _marker(name).touch()
+        except OSError as e:
+            logger.warning("could not mark %s as compiled (%s)", name, e)
     return result
 
 

@@ -108,3 +108,15 @@ def test_prewarm_is_off_with_seglog_prewarm_0(fresh_state, monkeypatch):
     monkeypatch.setenv(kernel_cache.PREWARM_ENV, "0")
     assert not kernel_cache.prewarm("read")
     assert kernel_cache._children == []
+
+
+def test_an_unwritable_temp_dir_costs_only_the_sharing(tmp_path, monkeypatch, caplog):
+    from seglog.streaming.partitioner import murmur2
+
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_dir))
+    monkeypatch.setattr(kernel_cache, "_called", set())
+    monkeypatch.setattr(kernel_cache, "_key", None)
+    assert murmur2(b"21") == -973932308
+    assert "no compile lock for partitioner._murmur2_kernel" in caplog.text
