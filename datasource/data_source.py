@@ -14,6 +14,11 @@ module), so no ``register`` call is needed:
 Errors in one piece: a ``SeglogError`` leaving any method here, or of the readers and
 writers, reaches the user as its one-line message (``user_errors``).
 
+On a machine where the tasks' numba kernels were never compiled (no ``python -m
+seglog.warmup``), planning a read (``schema()``, ``reader()``) or a write (``writer()``)
+starts compiling them in a detached process (``kernel_cache.prewarm``), so the first
+tasks find them compiled, or compiling, rather than compile them themselves.
+
 PySpark 4.3's streaming source runner masks an error raised by ``streamReader()`` with an
 ``UnboundLocalError`` of its own (its ``finally`` stops a reader that was never made), so a
 stream-only refusal (e.g. ``endingOffsets`` in a stream) is raised from the reader's first
@@ -40,6 +45,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import SeglogError
+from seglog.logstore.kernel_cache import prewarm
 from seglog.streaming.kafka_compat import warn_ignored
 
 from .user_errors import user_errors
@@ -66,34 +72,44 @@ class SeglogDataSource(DataSource):
             parsed = SourceOptions.parse(self.options, streaming=None)
             check_readable_log_dirs(parsed.log_dirs, log_dirs_option(self.options))
         warn_ignored(parsed.ignored, "source")
+        # The earliest call of a read's planning: the tasks' decoder compiles meanwhile.
+        prewarm("read")
         return source_schema(self.options)
 
     def reader(self, schema: StructType):
         from .batch_reader import SeglogBatchReader
 
         with user_errors():
-            return SeglogBatchReader.for_options(self.options, schema)
+            reader = SeglogBatchReader.for_options(self.options, schema)
+        prewarm("read")
+        return reader
 
     def streamReader(self, schema: StructType):
         from .stream_reader import SeglogStreamReader
 
         try:
             with user_errors():
-                return SeglogStreamReader(self.options, schema)
+                reader = SeglogStreamReader(self.options, schema)
         except SeglogError as e:
             return _RefusedStreamReader(e)
+        prewarm("read")
+        return reader
 
     def writer(self, schema: StructType, overwrite: bool):
         from .batch_writer import SeglogBatchWriter
 
         with user_errors():
-            return SeglogBatchWriter(self.options, schema, overwrite)
+            writer = SeglogBatchWriter(self.options, schema, overwrite)
+        prewarm("write")
+        return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .stream_writer import SeglogStreamWriter
 
         with user_errors():
-            return SeglogStreamWriter(self.options, schema, overwrite)
+            writer = SeglogStreamWriter(self.options, schema, overwrite)
+        prewarm("write")
+        return writer
 
 
 class _RefusedStreamReader(DataSourceStreamReader):

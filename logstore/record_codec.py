@@ -34,6 +34,7 @@ from . import codec_kernels as _k
 from . import legacy_records
 from .compression import compress, decompress
 from .errors import CorruptRecordError, InvalidRecordError
+from .kernel_cache import first_call
 from .record_format import (
     ATTRIBUTES_OFFSET,
     CODEC_GZIP,
@@ -323,13 +324,14 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
     body = np.empty(n, np.int64)
     batch_first = np.empty(n + 1, np.int64)
     batch_pos = np.empty(n + 1, np.int64)
-    nb = _k.plan_v2(key_offs, key_valid, val_offs, val_valid, ts, hdr_offs, hdr_valid,
-                    hk_offs, hv_offs, hv_valid, int(max_batch_bytes), body, batch_first,
-                    batch_pos)
+    nb = first_call("codec_kernels.plan_v2", _k.plan_v2, key_offs, key_valid, val_offs,
+                    val_valid, ts, hdr_offs, hdr_valid, hk_offs, hv_offs, hv_valid,
+                    int(max_batch_bytes), body, batch_first, batch_pos)
     out = bytearray(int(batch_pos[nb]))
-    _k.fill_v2(np.frombuffer(out, np.uint8), nb, body, batch_first, batch_pos,
-               key_offs, r(key_data), key_valid, val_offs, r(val_data), val_valid, ts,
-               hdr_offs, hdr_valid, hk_offs, r(hk_data), hv_offs, r(hv_data), hv_valid,
+    first_call("codec_kernels.fill_v2", _k.fill_v2, np.frombuffer(out, np.uint8), nb, body,
+               batch_first, batch_pos, key_offs, r(key_data), key_valid, val_offs,
+               r(val_data), val_valid, ts, hdr_offs, hdr_valid, hk_offs, r(hk_data), hv_offs,
+               r(hv_data), hv_valid,
                int(base_offset), int(partition_leader_epoch), int(attributes),
                int(producer_id), int(producer_epoch), int(base_sequence),
                int(log_append_time))
@@ -452,10 +454,10 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
                     _verify_batch_crc(view, run[g][0])
                 g += 1
         first = int(state[_k.ST_N])
-        err = _k.decode_v2(src, segs[j:g], int(start_offset), int(end_offset),
-                           bool(include_headers), offsets, timestamps, ts_types, key_offs,
-                           key_data, key_valid, val_offs, val_data, val_valid, hdr_pos,
-                           hdr_cnt, state)
+        err = first_call("codec_kernels.decode_v2", _k.decode_v2, src, segs[j:g],
+                         int(start_offset), int(end_offset), bool(include_headers), offsets,
+                         timestamps, ts_types, key_offs, key_data, key_valid, val_offs,
+                         val_data, val_valid, hdr_pos, hdr_cnt, state)
         if err != _k.OK:
             header, data = run[j + int(state[_k.ST_ERR_SEG])]
             where = " (after decompression)" if data is not None else ""

@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from seglog.logstore.kernel_cache import first_call
+
 SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK32 = 0xFFFFFFFF
@@ -110,7 +112,7 @@ def murmur2_array(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)
     offsets, data = _buffers(arr)
     out = np.empty(len(arr), dtype=np.int64)
-    _murmur2_kernel(offsets, data, out)
+    first_call("partitioner._murmur2_kernel", _murmur2_kernel, offsets, data, out)
     if arr.null_count:
         # A null slot's offsets may span bytes in Arrow; hash it as empty instead.
         empty = np.int64(murmur2_empty())

@@ -50,3 +50,14 @@ def test_warm_up_reaches_every_cached_kernel_called_from_python():
     assert lines[0].startswith("compiling") and lines[-2].startswith("done in")
     idle = set(json.loads(lines[-1]))
     assert idle <= LEGACY_COMPACTION
+
+
+def test_a_reads_warm_up_batch_is_the_codecs_own_bytes():
+    """``--kernels read`` decodes a batch built without the encoder's kernels: it must be
+    exactly the batch the codec writes, so that the decoder compiled is the one reads use."""
+    import pyarrow as pa
+
+    from seglog.logstore.record_codec import encode_batches
+    from seglog.warmup import _one_v2_batch
+
+    assert _one_v2_batch() == bytes(encode_batches(pa.array([b"v"]), now_ms=0))

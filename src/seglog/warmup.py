@@ -14,6 +14,11 @@ The cache sits next to the installed modules (``__pycache__``), or under
 read-only (numba then uses a per-user cache directory). A kernel whose source changed is
 recompiled by the first process that calls it, warm-up or not.
 
+``--kernels read`` / ``--kernels write`` load or compile only the kernels a read's or a
+write's tasks call: the Spark source and sink start it themselves, in the background, when
+a query is planned on a machine where those kernels were never compiled (see
+``seglog.logstore.kernel_cache``; ``SEGLOG_PREWARM=0`` turns that off).
+
 Not covered: compacting magic 0/1 messages (old Kafka data under ``cleanup.policy=compact``)
 compiles the cleaner's key-hashing kernels on first use.
 """
@@ -148,6 +153,38 @@ def _sink(work: Path) -> None:
             assign_partitions(k, values, 4)
 
 
+def _one_v2_batch() -> bytes:
+    """One uncompressed v2 batch holding one record (key null, value b"v"), built without
+    the codec's kernels, so that a read's warm-up compiles no encoder."""
+    from seglog.logstore.record_format import V2_HEADER_SIZE, restamp_crc
+
+    # length 7, attributes, timestamp delta, offset delta, key null, value "v", no headers
+    records = bytes([14, 0, 0, 0, 1, 2]) + b"v" + bytes([0])
+    header = struct.pack(">qiibIhiqqqhii", 0, V2_HEADER_SIZE - 12 + len(records), -1, 2, 0,
+                         0, 0, 0, 0, -1, -1, -1, 1)
+    batch = bytearray(header + records)
+    restamp_crc(batch, 0, len(batch))
+    return bytes(batch)
+
+
+def _read_kernels() -> None:
+    from seglog.logstore.record_codec import decode_batches
+
+    decode_batches(_one_v2_batch(), include_headers=False)
+
+
+def _write_kernels() -> None:
+    from seglog.logstore.record_codec import encode_batches
+    from seglog.streaming.partitioner import assign_partitions
+
+    values, keys = _values(3, False)
+    encode_batches(values, keys)
+    assign_partitions(None, values, 2)
+
+
+# What ``--kernels`` runs: the kernels of kernel_cache.QUERY_KERNELS, by the same calls.
+QUERY_STEPS = {"read": _read_kernels, "write": _write_kernels}
+
 STEPS = (("codec", _codec), ("log append, read, cleaner, recovery", _log_paths),
          ("magic 0/1 messages", _legacy), ("transactions", _transactions),
          ("sink partitioner", _sink))
@@ -169,8 +206,16 @@ def warm_up(report: Callable[[str, float], object] | None = None) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m seglog.warmup",
                                      description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--kernels", choices=sorted(QUERY_STEPS),
+                        help="only the kernels a read's or a write's tasks call (what the "
+                             "Spark source and sink start in the background)")
+    args = parser.parse_args(argv)
     out = sys.stdout
+    if args.kernels:
+        t = time.perf_counter()
+        QUERY_STEPS[args.kernels]()
+        out.write(f"{args.kernels} kernels ready in {time.perf_counter() - t:.2f} s\n")
+        return 0
     out.write("compiling (or loading) seglog's numba kernels into numba's disk cache\n")
     total = warm_up(lambda step, s: out.write(f"  {step}: {s:.2f} s\n"))
     out.write(f"done in {total:.2f} s\n")
