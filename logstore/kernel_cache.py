@@ -23,18 +23,18 @@ reason to skip numba's own cache check. ``SEGLOG_PREWARM=0`` turns ``prewarm`` o
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+
+from .storage import LOCAL
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ QUERY_KERNELS: dict[str, tuple[str, ...]] = {
     "write": ("codec_kernels.plan_v2", "codec_kernels.fill_v2", "partitioner._murmur2_kernel"),
 }
 
-_HERE = Path(__file__).resolve().parent
+_HERE = LOCAL.resolve(__file__).parent
 # The sources numba's cache index checks (a kernel's module and the modules whose
 # functions and globals it compiles in): a change to any of them makes a new key.
 _SOURCES = (
@@ -70,8 +70,8 @@ _children: list[subprocess.Popen[bytes]] = []
 
 
 def _state_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / f"seglog-{os.getuid()}"
-    d.mkdir(mode=0o700, exist_ok=True)
+    d = LOCAL.temp_root() / f"seglog-{os.getuid()}"
+    LOCAL.makedirs(d)
     return d
 
 
@@ -81,7 +81,7 @@ def _cache_key() -> str:
         h = hashlib.sha256(sys.version.encode())
         h.update(os.environ.get("NUMBA_CACHE_DIR", "").encode())
         for path in _SOURCES:
-            st = path.stat()
+            st = LOCAL.stat(path)
             h.update(f"{path}:{st.st_mtime_ns}:{st.st_size}".encode())
         _key = h.hexdigest()[:16]
     return _key
@@ -94,15 +94,15 @@ def _marker(name: str) -> Path:
 def is_marked(name: str) -> bool:
     """Whether a process on this machine has loaded or compiled kernel ``name``
     (``"module.function"``) of the current sources into numba's cache."""
-    return _marker(name).exists()
+    return LOCAL.exists(_marker(name))
 
 
 @contextmanager
 def _kernel_lock(name: str) -> Iterator[None]:
     with ExitStack() as stack:
         try:
-            f = stack.enter_context(open(_state_dir() / f"{name}.lock", "a+b"))
-            fcntl.flock(f, fcntl.LOCK_EX)  # released by closing the file
+            f = stack.enter_context(LOCAL.open_file(_state_dir() / f"{name}.lock", "append"))
+            f.wait_for_exclusive_lock()  # released by closing the file
         except OSError as e:
             # An unwritable temp dir costs only the sharing: the kernel still runs.
             logger.warning("no compile lock for %s (%s): this process compiles it alone", name, e)
@@ -118,7 +118,7 @@ def first_call(name: str, kernel: Callable[..., Any], *args: Any) -> Any:
         result = kernel(*args)
         _called.add(name)
         try:
-            _marker(name).touch()
+            LOCAL.touch(_marker(name))
         except OSError as e:
             logger.warning("could not mark %s as compiled (%s)", name, e)
     return result
@@ -137,9 +137,9 @@ def prewarm(role: str) -> bool:
         # Spark plans a query in several short-lived processes (schema, then reader):
         # the first starts the warm-up, the next ones see it started.
         started = _state_dir() / f"{role}.{_cache_key()}.started"
-        if started.exists() and time.time() - started.stat().st_mtime < _STARTED_FOR_S:
+        if LOCAL.exists(started) and time.time() - LOCAL.stat(started).st_mtime < _STARTED_FOR_S:
             return False
-        started.touch()
+        LOCAL.touch(started)
         command = [sys.executable, "-m", "seglog.warmup", "--kernels", role]
         _children.append(
             subprocess.Popen(

@@ -273,6 +273,11 @@ class FileHandle:
         return mmap.mmap(self._fd, length,
                          access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
 
+    def wait_for_exclusive_lock(self) -> None:
+        """An exclusive ``fcntl.lockf`` lock on the whole file, waiting for its holder
+        (a machine-wide mutex between processes; released by ``close``)."""
+        fcntl.lockf(self._fd, fcntl.LOCK_EX)
+
     def lock_exclusive(self) -> None:
         """A non-blocking exclusive ``fcntl.lockf`` lock on the whole file (POSIX record
         locks hold across NFS); ``BlockingIOError``/``PermissionError`` when held."""
@@ -544,6 +549,15 @@ class PosixStorage:
 
     def rmtree(self, path: StoragePath, *, ignore_errors: bool = False) -> None:
         shutil.rmtree(path, ignore_errors=ignore_errors)
+
+    def temp_root(self) -> Path:
+        """The system's temp dir (``TMPDIR``...), for state shared by the processes of a
+        machine (``kernel_cache``'s compile locks and markers)."""
+        return Path(tempfile.gettempdir())
+
+    def touch(self, path: StoragePath) -> None:
+        """Create ``path`` empty, or set its mtime to now."""
+        Path(path).touch()
 
     @contextlib.contextmanager
     def temp_dir(self, prefix: str) -> Iterator[Path]:
