@@ -344,6 +344,9 @@ def _set_aside_commits(storage: Storage, run: str, state: BucketState, void: lis
         try:
             data = storage.read(key)
         except FileNotFoundError:
+            # listed as void but gone since (a collector, a repair run before): nothing
+            # to copy aside, and nothing of it can be deleted by this run
+            logger.info("%s/%s: gone before it could be copied aside", storage.uri, key)
             continue
         storage.write_atomic(f"{run}/{key}", data)
         try:
