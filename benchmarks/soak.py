@@ -66,6 +66,9 @@ from seglog.logstore.record_codec import decode_batches  # noqa: E402
 QUERIES = ("out1", "out2")
 # What a process prints once it has done something worth interrupting.
 _PROGRESS = {"spark-query": "PROGRESS", "maintain": "PASS"}
+# How long a process that printed no progress yet is spared: a query's first micro-batch
+# (a JVM, Python workers, the sink's first commit) took over 2 minutes at load 22.
+_GRACE_S = {"spark-query": 600.0, "maintain": 120.0}
 FOREIGN_LOCAL = ("FOREIGN-notes.txt",)
 # A bucket's foreign objects, relative to the bucket: beside the log dir, under another
 # prefix, and inside the log dir's prefix (a file, and a prefix no topic owns).
@@ -337,15 +340,16 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
             time.sleep(min(rng.uniform(lo, hi), max(0.0, deadline - now)))
             fleet.restart_exited()
             # A Spark query is fair game once it committed a micro-batch since its start,
-            # maintain once it finished a pass (or either after two minutes of trying): a
-            # start-up (~20 s for Spark) or a bucket pass (minutes at 25 ms a request)
-            # killed over and over would test nothing past its beginning.
+            # maintain once it finished a pass (or after _GRACE_S of trying): a start-up
+            # (~20 s for Spark on a quiet machine, minutes on a loaded one) or a bucket
+            # pass (minutes at 25 ms a request) killed over and over would test nothing
+            # past its beginning, and the queries would never catch up with the writers.
             eligible = [
                 p
                 for p in fleet.procs.values()
                 if p.kind not in _PROGRESS
                 or p.printed(_PROGRESS[p.kind])
-                or time.monotonic() - p.started > 120
+                or time.monotonic() - p.started > _GRACE_S[p.kind]
             ]
             kinds = sorted({p.kind for p in eligible})
             if kinds and time.monotonic() < deadline:
