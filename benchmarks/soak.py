@@ -182,7 +182,7 @@ class Fleet:
                     else:
                         tries[q] += 1
                         runs[q] = self._start_drain(q, path)
-                        batches[q] = 0
+                        batches[q], moved[q] = 0, time.monotonic()
         self.stop({"spark-drain"}, timeout=60)
         return not failed
 
