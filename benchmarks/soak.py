@@ -5,8 +5,8 @@ output holds its input exactly once, and nothing foreign was touched.
 
     python benchmarks/soak.py [--minutes 2] [--storage local|bucket|both] [--no-spark]
         [--writers 3] [--readers 1] [--seed N] [--kill-every 2,6] [--fault-rate 0.02]
-        [--delay-ms 25] [--orphan-grace-s 30] [--server auto|seaweedfs|moto]
-        [--work DIR] [--report FILE.json]
+        [--delay-ms 25] [--orphan-grace-s 30] [--write-rate 60] [--drain-timeout-s 600]
+        [--server auto|seaweedfs|moto] [--work DIR] [--report FILE.json]
 
 Processes (``soak_roles.py``, each in its own process group): writers (library
 ``append``/``append_many`` of uniquely numbered records to the topic ``in``, acknowledged
@@ -66,6 +66,9 @@ from seglog.logstore.record_codec import decode_batches  # noqa: E402
 QUERIES = ("out1", "out2")
 # What a process prints once it has done something worth interrupting.
 _PROGRESS = {"spark-query": "PROGRESS", "maintain": "PASS"}
+# How long a process that printed no progress yet is spared: a query's first micro-batch
+# (a JVM, Python workers, the sink's first commit) took over 2 minutes at load 22.
+_GRACE_S = {"spark-query": 600.0, "maintain": 120.0}
 FOREIGN_LOCAL = ("FOREIGN-notes.txt",)
 # A bucket's foreign objects, relative to the bucket: beside the log dir, under another
 # prefix, and inside the log dir's prefix (a file, and a prefix no topic owns).
@@ -89,9 +92,13 @@ class Proc:
 
     def printed(self, word: str) -> bool:
         """Whether this run of the process printed ``word`` (at a line's start)."""
+        return self.count(word) > 0
+
+    def count(self, word: str) -> int:
+        """How many lines this run of the process began with ``word``."""
         with open(self.log, "rb") as f:
             f.seek(self.log_start)
-            return any(line.startswith(word.encode()) for line in f)
+            return sum(1 for line in f if line.startswith(word.encode()))
 
 
 class Fleet:
@@ -139,17 +146,29 @@ class Fleet:
                 )
                 self.start(proc.kind, proc.name, proc.argv)
 
-    def drain(self, path: str, timeout: float, attempts: int = 3) -> bool:
+    def drain(self, path: str, stall_timeout: float, attempts: int = 3) -> bool:
         """Run each query with ``availableNow`` to the end of its input (restarted from
-        its checkpoint, as an operator would, if it fails); True if all got there."""
+        its checkpoint, as an operator would, if it fails); True if all got there. A
+        query fails once it committed no micro-batch for ``stall_timeout`` seconds: the
+        time a drain takes grows with the backlog, its micro-batches' time does not."""
         runs = {q: self._start_drain(q, path) for q in QUERIES}
         tries = dict.fromkeys(QUERIES, 1)
         failed: list[str] = []
-        deadline = time.monotonic() + timeout
-        while runs and time.monotonic() < deadline:
+        batches = dict.fromkeys(QUERIES, 0)
+        moved = dict.fromkeys(QUERIES, time.monotonic())
+        while runs:
             time.sleep(0.5)
             for q, proc in list(runs.items()):
+                done = proc.count("PROGRESS")
+                if done != batches[q]:
+                    batches[q], moved[q] = done, time.monotonic()
                 if proc.printed("DONE"):
+                    del runs[q]
+                elif time.monotonic() - moved[q] > stall_timeout:
+                    self.exit_notes.append(
+                        f"{proc.name}: no micro-batch committed in {stall_timeout:g} s"
+                    )
+                    failed.append(q)
                     del runs[q]
                 elif proc.popen.poll() is not None:
                     self.exits[proc.kind] += 1
@@ -163,8 +182,9 @@ class Fleet:
                     else:
                         tries[q] += 1
                         runs[q] = self._start_drain(q, path)
+                        batches[q], moved[q] = 0, time.monotonic()
         self.stop({"spark-drain"}, timeout=60)
-        return not runs and not failed
+        return not failed
 
     def _start_drain(self, q: str, path: str) -> Proc:
         chk = str(self.work / f"chk-{q}")
@@ -297,8 +317,9 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         before = t.foreign()
         fleet = Fleet(work, t.env)
         for w in range(args.writers):
+            rate = str(args.write_rate / args.writers)
             fleet.start(
-                "writer", f"writer-{w}", ["writer", str(w), t.path, str(work), str(args.seed)]
+                "writer", f"writer-{w}", ["writer", str(w), t.path, str(work), str(args.seed), rate]
             )
         for r in range(args.readers):
             fleet.start("reader", f"reader-{r}", ["reader", str(r), t.path, str(work)])
@@ -319,15 +340,16 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
             time.sleep(min(rng.uniform(lo, hi), max(0.0, deadline - now)))
             fleet.restart_exited()
             # A Spark query is fair game once it committed a micro-batch since its start,
-            # maintain once it finished a pass (or either after two minutes of trying): a
-            # start-up (~20 s for Spark) or a bucket pass (minutes at 25 ms a request)
-            # killed over and over would test nothing past its beginning.
+            # maintain once it finished a pass (or after _GRACE_S of trying): a start-up
+            # (~20 s for Spark on a quiet machine, minutes on a loaded one) or a bucket
+            # pass (minutes at 25 ms a request) killed over and over would test nothing
+            # past its beginning, and the queries would never catch up with the writers.
             eligible = [
                 p
                 for p in fleet.procs.values()
                 if p.kind not in _PROGRESS
                 or p.printed(_PROGRESS[p.kind])
-                or time.monotonic() - p.started > 120
+                or time.monotonic() - p.started > _GRACE_S[p.kind]
             ]
             kinds = sorted({p.kind for p in eligible})
             if kinds and time.monotonic() < deadline:
@@ -345,8 +367,13 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
             with t.manager(read_only=False):
                 pass
         drained = True
+        drain: dict[str, float] = {}
         if spark:
+            drain = _layout(t)
+            started = time.monotonic()
             drained = fleet.drain(t.path, args.drain_timeout_s)
+            drain["seconds"] = round(time.monotonic() - started, 1)
+            drain["micro-batches"] = _micro_batches(work, "-drain.log")
         time.sleep(2.0)  # the readers' last pass
         fleet.stop({"reader"})
         found = Findings()
@@ -356,8 +383,9 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
         if spark:
             if not drained:
                 found.violation(
-                    "a Spark query did not drain the input (failed 3 times or not done within "
-                    f"{args.drain_timeout_s:g} s; see the exits above and out*-drain.log)"
+                    "a Spark query did not drain the input (failed 3 times or committed no "
+                    f"micro-batch for {args.drain_timeout_s:g} s; see the exits above and "
+                    "out*-drain.log)"
                 )
             everything = Counter(v for values in final.values() for v in values)
             for q in QUERIES:
@@ -377,9 +405,36 @@ def soak(kind: str, args: argparse.Namespace, work: Path) -> dict[str, object]:
             "faults injected": dict(t.proxy.faults) if t.proxy else {},
             "requests": dict(t.proxy.counts) if t.proxy else {},
             "counts": dict(found.counts),
+            "drain": drain,
             "violations": len(found.violations),
             "first violations": found.violations[:20],
         }
+
+
+def _layout(t: Target) -> dict[str, float]:
+    """What the drain starts from: the input's records and segments (on a bucket each is
+    at least one object and one GET), and what each output already holds."""
+    out: dict[str, float] = {}
+    with t.manager() as mgr:
+        hws = mgr.high_watermarks()
+        for topic in (TOPIC, *QUERIES):
+            if topic not in mgr.topics():
+                out[f"{topic} records"] = 0
+                continue
+            parts = mgr.partitions(topic)
+            out[f"{topic} records"] = sum(hws[(topic, p)] for p in parts)
+            if topic == TOPIC:
+                out[f"{topic} segments"] = sum(mgr.get_log(topic, p).num_segments for p in parts)
+    return out
+
+
+def _micro_batches(work: Path, suffix: str) -> int:
+    return sum(
+        1
+        for path in work.glob(f"out*{suffix}")
+        for line in path.read_text(errors="replace").splitlines()
+        if line.startswith("PROGRESS")
+    )
 
 
 def _operations(work: Path) -> Counter[str]:
@@ -400,12 +455,7 @@ def _operations(work: Path) -> Counter[str]:
                 ops["maintain passes" + ("" if " exit 0 " in line else " failed")] += 1
             elif line.startswith("collect "):
                 ops["collections" + (" failed" if "error" in line.split()[1] else "")] += 1
-    for path in work.glob("out*.log"):
-        ops["spark micro-batches"] += sum(
-            1
-            for line in path.read_text(errors="replace").splitlines()
-            if line.startswith("PROGRESS")
-        )
+    ops["spark micro-batches"] = _micro_batches(work, ".log")
     return ops
 
 
@@ -414,7 +464,16 @@ def _print(report: Mapping[str, object]) -> None:
         f"== soak on {report['storage']} {report['server']} ({report['minutes']} min, "
         f"seed {report['seed']})"
     )
-    for key in ("operations", "kills", "unexpected exits", "faults injected", "requests", "counts"):
+    keys = (
+        "operations",
+        "kills",
+        "unexpected exits",
+        "faults injected",
+        "requests",
+        "counts",
+        "drain",
+    )
+    for key in keys:
         value = report[key]
         assert isinstance(value, dict)
         print(f"  {key}: " + (", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "none"))
@@ -455,7 +514,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--delay-ms", type=float, default=25.0)
     ap.add_argument("--orphan-grace-s", type=float, default=30.0)
-    ap.add_argument("--drain-timeout-s", type=float, default=900.0)
+    ap.add_argument(
+        "--write-rate",
+        type=float,
+        default=60.0,
+        help="records a second all writers together append at most (0: no limit; "
+        "default 60, what two Spark queries killed every few seconds keep up with)",
+    )
+    ap.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        default=600.0,
+        help="a draining query that commits no micro-batch for this long fails (default 600)",
+    )
     ap.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
     ap.add_argument("--work", type=Path, help="keep work files here (default: a temp dir)")
     ap.add_argument("--report", type=Path, help="also write the reports as JSON here")

@@ -3,8 +3,9 @@ SIGKILLable at any moment and restartable:
 
     python benchmarks/soak_roles.py writer|reader|maintain|query ARGS...
 
-- ``writer ID PATH WORK SEED``: appends records whose values are unique ids
-  (``w<ID>-<seq>``) to the topic ``in`` with ``append`` and ``append_many``; before each
+- ``writer ID PATH WORK SEED RATE``: appends records whose values are unique ids
+  (``w<ID>-<seq>``) to the topic ``in`` with ``append`` and ``append_many``, at most
+  ``RATE`` records a second (0: as fast as it can); before each
   call it journals ``try``, after it returns ``ack`` (fsynced: an acknowledged record),
   after it raises ``fail``. A restarted writer goes on after the highest sequence number
   it ever journaled, so an id is never used twice. On a local dir it opens the log dir
@@ -16,7 +17,8 @@ SIGKILLable at any moment and restartable:
   a bucket a collection with the small orphan grace in between.
 - ``query NAME PATH CHK MODE``: a Spark query ``in`` -> ``<NAME>`` (seglog to seglog,
   exactly-once), ``MODE`` ``run`` (a trigger a second until killed) or ``drain``
-  (``availableNow``: everything, then exit). Prints ``STARTED``, ``PROGRESS <batch>``,
+  (``availableNow``: everything there, in bounded micro-batches, then exit). Prints
+  ``STARTED``, ``PROGRESS <batch> <rows> <trigger ms> <addBatch ms>`` per micro-batch,
   ``DONE``.
 
 Bucket processes reach the store through the ``AWS_*`` environment they inherit (the
@@ -29,6 +31,7 @@ import os
 import random
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,7 +78,7 @@ def _next_seq(path: Path) -> int:
     return top + 1
 
 
-def writer(wid: str, path: str, work: str, seed: str) -> None:
+def writer(wid: str, path: str, work: str, seed: str, rate: str) -> None:
     import pyarrow as pa
 
     from seglog.logstore.errors import LogDirLockedError, SeglogError
@@ -88,6 +91,7 @@ def writer(wid: str, path: str, work: str, seed: str) -> None:
     rng = random.Random(int(seed) * 1000 + seq)
     stop = _stop_on_sigterm()
     bucket = "://" in path
+    per_second = float(rate)
 
     def records(lo: int, n: int) -> bytearray:
         ids = [f"w{wid}-{s}".encode() for s in range(lo, lo + n)]
@@ -96,6 +100,7 @@ def writer(wid: str, path: str, work: str, seed: str) -> None:
         )
 
     mgr = None
+    owed = 0.0  # seconds of pause the rate asks for, not yet taken
     while not stop[0]:
         if mgr is None:
             try:
@@ -107,7 +112,7 @@ def writer(wid: str, path: str, work: str, seed: str) -> None:
         while not stop[0] and (bucket or calls < 3):
             calls += 1
             parts = rng.sample(range(PARTITIONS), rng.choice((1, 1, 2, 3)))
-            n = rng.randint(1, 40)
+            n = rng.randint(1, 10)
             lo = seq
             spans = [(p, lo + i * n, n) for i, p in enumerate(parts)]
             seq += n * len(parts)
@@ -129,11 +134,17 @@ def writer(wid: str, path: str, work: str, seed: str) -> None:
                 time.sleep(0.2)
                 continue
             journal.line(f"ack {lo} {seq - 1}", sync=True)
-            time.sleep(rng.uniform(0.0, 0.05))
+            # The rate's pause: on a local dir after the dir's lock is let go, or the
+            # writer would hold it while idle, and sinks and maintain wait.
+            owed += n * len(parts) / per_second if per_second > 0 else 0.0
+            time.sleep(max(rng.uniform(0.0, 0.05), owed if bucket else 0.0))
+            if bucket:
+                owed = 0.0
         if not bucket:
             mgr.close()
             mgr = None
-            time.sleep(rng.uniform(0.0, 0.2))
+            time.sleep(max(rng.uniform(0.0, 0.2), owed))
+            owed = 0.0
     if mgr is not None:
         mgr.close()
 
@@ -234,13 +245,34 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(SeglogDataSource)
 
+    printed: set[int] = set()
+    printing = threading.Lock()  # the listener's thread and, at the end, the main one
+
+    def show(progress: Any) -> None:
+        with printing:
+            if progress.batchId in printed:
+                return
+            printed.add(progress.batchId)
+            _show(progress)
+
+    def _show(progress: Any) -> None:
+        # Where a micro-batch's time went (ms): all of it, then the sink's write.
+        durations = progress.durationMs
+        print(
+            "PROGRESS",
+            progress.batchId,
+            progress.numInputRows,
+            durations.get("triggerExecution", -1),
+            durations.get("addBatch", -1),
+            flush=True,
+        )
+
     class Progress(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             print("STARTED", flush=True)
 
         def onQueryProgress(self, event: Any) -> None:
-            progress = event.progress
-            print("PROGRESS", progress.batchId, progress.numInputRows, flush=True)
+            show(event.progress)
 
         def onQueryIdle(self, event: Any) -> None:
             return
@@ -249,8 +281,11 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
             return
 
     spark.streams.addListener(Progress())
-    # Running: small micro-batches, so a kill finds one in flight; draining: one.
-    per_trigger = "2000" if mode == "run" else str(1 << 40)
+    # Micro-batches a kill finds in flight, each large enough that its fixed cost (tens
+    # of seconds on a loaded machine: Python workers, the sink's commit) does not leave
+    # the queries forever behind the writers; draining, bounded too, so progress shows
+    # and a failed attempt keeps what it committed.
+    per_trigger = "10000" if mode == "run" else "20000"
     writer = (
         spark.readStream.format("seglog")
         .option("path", path)
@@ -271,6 +306,9 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
     else:
         q = writer.trigger(processingTime="1 second").start()
     q.awaitTermination()
+    # The listener runs on its own thread: the last micro-batches may not be shown yet.
+    for progress in q.recentProgress:
+        show(progress)
     print("DONE", flush=True)
     spark.stop()
 

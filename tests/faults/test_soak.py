@@ -106,3 +106,49 @@ def test_the_checks_name_each_kind_of_violation(tmp_path: Path) -> None:
         "foreign reports/q1.csv: deleted",
     ]
     assert found.counts["records present though failed"] == 1
+
+
+def test_a_soak_writer_appends_no_faster_than_its_rate(tmp_path: Path) -> None:
+    """``soak_roles.py writer ... RATE`` keeps to RATE records a second (the soak's
+    ``--write-rate``, so the Spark queries can keep up): run for a while, stopped by
+    SIGTERM, it acknowledged at most what the rate allows plus one call's records. An
+    upper bound: a loaded machine only makes it smaller."""
+    import signal
+
+    sys.path.insert(0, str(SOAK.parent))
+    from soak_roles import PARTITIONS, TOPIC
+
+    from seglog.logstore.log_manager import LogManager
+
+    logs = tmp_path / "logs"
+    with LogManager([str(logs)]) as mgr:
+        mgr.create_topic(TOPIC, PARTITIONS, config={"retention.ms": "-1"})
+    rate = 20.0
+    journal = tmp_path / "writer-0.journal"
+
+    def acked() -> int:
+        n = 0
+        for line in journal.read_text().splitlines() if journal.exists() else []:
+            head, *rest = line.split()
+            if head == "ack":
+                n += int(rest[1]) - int(rest[0]) + 1
+        return n
+
+    writer = subprocess.Popen(
+        [sys.executable, str(SOAK.parent / "soak_roles.py"), "writer", "0", str(logs)]
+        + [str(tmp_path), "7", str(rate)],
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and acked() == 0:  # its start-up imports
+            time.sleep(0.1)
+        first, started = acked(), time.monotonic()
+        time.sleep(4.0)
+    finally:
+        writer.send_signal(signal.SIGTERM)
+        writer.wait(60)
+    elapsed = time.monotonic() - started
+    # What it appended since: the rate's worth, plus the call in flight (at most 3
+    # partitions of 10 records).
+    assert first > 0
+    assert acked() - first <= rate * elapsed + 3 * 10, (acked() - first, elapsed)
