@@ -43,9 +43,17 @@ class BucketCommitter:
     """The committed state of one bucket log dir and the one way to change it; see the
     module docstring."""
 
-    def __init__(self, storage: Storage, commits: CommitLog, *, clock: Clock,
-                 config: ManagerConfig, default_topic_config: LogConfig, read_only: bool,
-                 on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        commits: CommitLog,
+        *,
+        clock: Clock,
+        config: ManagerConfig,
+        default_topic_config: LogConfig,
+        read_only: bool,
+        on_change: Callable[[], None],
+    ) -> None:
         self.storage = storage
         self.commits = commits
         self.clock = clock
@@ -112,8 +120,13 @@ class BucketCommitter:
         through a commit log of its own making."""
         self._on_change()
 
-    def commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
-               snapshot: bool = True) -> BucketState | None:
+    def commit(
+        self,
+        operation: str,
+        build: Callable[[BucketState], Change | None],
+        *,
+        snapshot: bool = True,
+    ) -> BucketState | None:
         """One commit of ``bucket_commit_log`` (``CommitLog.commit``: ``build`` may run
         again on a newer state after a lost race); the owner is told afterwards, whatever
         happened: a lost race may have folded other writers' commits too."""
@@ -142,7 +155,8 @@ class BucketCommitter:
             ps = self.state.partition(topic, partition)
         if ps is None:
             raise UnknownTopicOrPartitionError(
-                f"unknown partition {topic}-{partition} in {self.uri}")
+                f"unknown partition {topic}-{partition} in {self.uri}"
+            )
         return ps
 
     def topics(self) -> list[str]:
