@@ -47,9 +47,8 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
-from .log_dirs import TopicPartition
 from .log_validator import assign_offsets_from, validate_batches
-from .record_format import BatchHeader
+from .record_format import BatchHeader, TopicPartition
 
 if TYPE_CHECKING:
     from .storage import Storage

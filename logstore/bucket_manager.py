@@ -59,9 +59,9 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
-from .log_dirs import TopicPartition
 from .object_storage import ObjectStorage, StorageOptions, is_object_uri
 from .partition_metadata import new_topic_id
+from .record_format import TopicPartition
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 

@@ -33,9 +33,10 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from .log_dirs import LogDir, Partition, TopicPartition
+from .log_dirs import LogDir, Partition
 from .partition_table import PartitionTable
 from .publisher import LingerPublisher
+from .record_format import TopicPartition
 from .scheduler import (
     MaintenanceTask,
     Scheduler,

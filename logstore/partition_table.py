@@ -25,9 +25,10 @@ from .clock import Clock
 from .config import LogConfig, ManagerConfig
 from .errors import CorruptPartitionMetadataError, LogDirError, UnknownTopicOrPartitionError
 from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
-from .log_dirs import LogDir, LogT, Partition, TopicPartition, first_segment_base
+from .log_dirs import LogDir, LogT, Partition, first_segment_base
 from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
 from .partition_metadata import read_topic_id, topic_ids_differ
+from .record_format import TopicPartition
 from .storage import LOCAL
 from .topics import load_topic_config, read_topic_config
 
