@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .bucket_commit_log import Change
+from .bucket_committer import BucketCommitter
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, SegmentEntry, TopicSpec, tp_key
 from .config import LogConfig
@@ -46,12 +47,10 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
-from .log_dirs import TopicPartition
 from .log_validator import assign_offsets_from, validate_batches
-from .record_format import BatchHeader
+from .record_format import BatchHeader, TopicPartition
 
 if TYPE_CHECKING:
-    from .bucket_manager import BucketLogManager
     from .storage import Storage
 
 UPLOAD_THREADS = 16
@@ -92,54 +91,54 @@ class PartitionAppend:
                           sum(h.records_count for h in hs), len(self.buf))
 
 
-def append_many(mgr: BucketLogManager,
+def append_many(committer: BucketCommitter,
                 records: Mapping[TopicPartition, bytes | bytearray | memoryview]
                 ) -> dict[TopicPartition, AppendInfo]:
     """Validate, upload and commit every partition's batches in one commit; see the
     module docstring. Returns each partition's ``AppendInfo`` (an empty buffer's: the
     log end, nothing appended)."""
-    mgr.check_writable()
+    committer.check_writable()
     pending: list[PartitionAppend] = []
     empty: list[TopicPartition] = []
     for (topic, partition), data in records.items():
-        part = checked_append(mgr, topic, partition, data)
+        part = checked_append(committer, topic, partition, data)
         if part is None:
             empty.append((topic, partition))
         else:
             pending.append(part)
     out: dict[TopicPartition, AppendInfo] = {}
     if pending:
-        _commit(mgr, pending)
+        _commit(committer, pending)
         out.update({(p.topic, p.partition): p.info() for p in pending})
     for topic, partition in empty:
-        hw = mgr.state.partitions[tp_key(topic, partition)].high_watermark
+        hw = committer.state.partitions[tp_key(topic, partition)].high_watermark
         out[(topic, partition)] = AppendInfo(hw, hw - 1, -1, -1, 0, 0)
     return {tp: out[tp] for tp in records}
 
 
-def checked_append(mgr: BucketLogManager, topic: str, partition: int,
+def checked_append(committer: BucketCommitter, topic: str, partition: int,
                    data: bytes | bytearray | memoryview) -> PartitionAppend | None:
     """The partition's batches, checked (offsets relative); None when there are none."""
     key = tp_key(topic, partition)
-    mgr._partition_state(topic, partition)  # UnknownTopicOrPartitionError before any upload
-    spec = mgr._spec(topic)
-    config = mgr.topic_config(topic)
+    committer.partition_state(topic, partition)  # UnknownTopicOrPartitionError before any upload
+    spec = committer.spec(topic)
+    config = committer.topic_config(topic)
     buf = bytearray(data)
-    headers = validate_batches(buf, config, tp=key, now_ms=mgr.clock.milliseconds(),
+    headers = validate_batches(buf, config, tp=key, now_ms=committer.clock.milliseconds(),
                                assign_offsets=True)
     if any(h.is_transactional or h.is_control for h in headers):
-        raise InvalidRecordError(f"append to {key} in {mgr.uri}: transactional and "
+        raise InvalidRecordError(f"append to {key} in {committer.uri}: transactional and "
                                  f"control batches are not supported on a bucket yet")
     return PartitionAppend(topic, partition, spec, config, buf, headers) if headers else None
 
 
-def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
+def _commit(committer: BucketCommitter, pending: list[PartitionAppend]) -> None:
     def build(state: BucketState) -> Change:
-        upload_parts(mgr.storage, restamp(mgr, state, pending))
+        upload_parts(committer.storage, restamp(committer, state, pending))
         return change_of(pending)
 
     try:
-        mgr._commit("append", build)
+        committer.commit("append", build)
     except KafkaStorageError:
         raise  # a failed request: the commit may have landed, the uploads stay
     except SeglogError:
@@ -147,11 +146,11 @@ def _commit(mgr: BucketLogManager, pending: list[PartitionAppend]) -> None:
         # committed.
         for part in pending:
             if part.uploaded:
-                discard(mgr.storage, part.segments)
+                discard(committer.storage, part.segments)
         raise
 
 
-def restamp(mgr: BucketLogManager, state: BucketState, parts: list[PartitionAppend],
+def restamp(committer: BucketCommitter, state: BucketState, parts: list[PartitionAppend],
             failed: list[PartitionAppend] | None = None) -> list[PartitionAppend]:
     """Make ``parts`` (in commit order; several may be of one partition) follow ``state``:
     each partition's first part from its committed log end, each later one from the end
@@ -163,7 +162,7 @@ def restamp(mgr: BucketLogManager, state: BucketState, parts: list[PartitionAppe
     ends: dict[str, int] = {}
     for part in parts:
         try:
-            _restamp_part(mgr, state, part, ends)
+            _restamp_part(committer, state, part, ends)
         except SeglogError:
             if failed is not None:
                 failed.append(part)
@@ -171,32 +170,32 @@ def restamp(mgr: BucketLogManager, state: BucketState, parts: list[PartitionAppe
     return [part for part in parts if not part.uploaded]
 
 
-def _restamp_part(mgr: BucketLogManager, state: BucketState, part: PartitionAppend,
+def _restamp_part(committer: BucketCommitter, state: BucketState, part: PartitionAppend,
                   ends: dict[str, int]) -> None:
     """``restamp`` of one part; ``ends``: the end of the partitions' parts before it."""
     ps = state.partitions.get(part.key)
     if ps is None:
         raise UnknownTopicOrPartitionError(
-            f"partition {part.key} of {mgr.uri} was deleted during the append")
+            f"partition {part.key} of {committer.uri} was deleted during the append")
     end = ends.get(part.key, ps.high_watermark)
     spec = state.topics[part.topic]
     if spec != part.spec:
         # Another process changed the topic's config: check the batches again
         # against it (max.message.bytes, timestamps), cut them by its segment.bytes.
         config = LogConfig.from_properties(dict(spec.config),
-                                           base=mgr.default_topic_config)
+                                           base=committer.default_topic_config)
         validate_batches(part.buf, config, tp=part.key,
-                         now_ms=mgr.clock.milliseconds(), assign_offsets=True)
+                         now_ms=committer.clock.milliseconds(), assign_offsets=True)
         part.spec, part.config, part.end = spec, config, None
     if part.end != end:
         if part.uploaded:
-            discard(mgr.storage, part.segments)
+            discard(committer.storage, part.segments)
         part.segments = []
-        stamp(mgr, part, end)
+        stamp(committer, part, end)
     ends[part.key] = part.stamped[-1].last_offset + 1
 
 
-def stamp(mgr: BucketLogManager, part: PartitionAppend, end: int) -> None:
+def stamp(committer: BucketCommitter, part: PartitionAppend, end: int) -> None:
     """Give ``part``'s batches offsets from ``end`` and cut them into segments (nothing
     uploaded yet)."""
     part.stamped = assign_offsets_from(part.buf, part.headers, end, tp=part.key, assign=True)
@@ -204,7 +203,7 @@ def stamp(mgr: BucketLogManager, part: PartitionAppend, end: int) -> None:
         part.buf, part.stamped, topic=part.topic, partition=part.partition,
         segment_bytes=part.config.segment_bytes,
         index_interval_bytes=part.config.index_interval_bytes,
-        inline_index_bytes=mgr.inline_index_bytes)
+        inline_index_bytes=committer.inline_index_bytes)
     part.end, part.uploaded = end, False
 
 

@@ -36,8 +36,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .bucket_committer import BucketCommitter
 from .bucket_objects import object_uri, read_segment, stored_indexes
 from .bucket_segment import build_segments
 from .bucket_state import BucketState, SegmentEntry
@@ -65,9 +65,6 @@ from .partition_metadata import write_partition_metadata
 from .storage import LOCAL, Storage
 from .topics import write_topic_config
 
-if TYPE_CHECKING:
-    from .bucket_manager import BucketLogManager
-
 logger = logging.getLogger(__name__)
 
 
@@ -78,22 +75,22 @@ class ExportStats:
     bytes: int
 
 
-def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str],
+def export_log_dir(committer: BucketCommitter, target: str | os.PathLike[str],
                    progress: Callable[[int, int], object] | None = None) -> ExportStats:
-    """Write the committed state of ``manager``'s bucket as a Kafka log dir at
+    """Write the committed state of ``committer``'s bucket as a Kafka log dir at
     ``target``; see the module docstring. Raises LogDirError when ``target`` is a file or
     a non-empty directory; on any failure ``target`` is left as it was. ``progress(n,
     total)``: n more bytes of the ``total`` the commit names were written."""
     target = Path(target)
-    manager.refresh()
-    storage, state = manager.storage, manager.state
+    committer.refresh()
+    storage, state = committer.storage, committer.state
     if LOCAL.exists(target) and (not LOCAL.is_dir(target) or LOCAL.list_names(target)):
         raise LogDirError(f"export target {target} exists and is not an empty directory")
     LOCAL.makedirs(target.parent)
     staging = target.parent / f".{target.name}.seglog-export-{uuid.uuid4().hex[:12]}"
     LOCAL.mkdir(staging)
     try:
-        stats = _write_log_dir(manager, state, staging, target, progress)
+        stats = _write_log_dir(committer, state, staging, target, progress)
         # rename(2) replaces an empty directory: the target appears whole or not at all
         LOCAL.rename(staging, target)
         LOCAL.fsync_dir(target.parent)
@@ -107,11 +104,11 @@ def export_log_dir(manager: BucketLogManager, target: str | os.PathLike[str],
     return stats
 
 
-def _write_log_dir(manager: BucketLogManager, state: BucketState, staging: Path,
+def _write_log_dir(committer: BucketCommitter, state: BucketState, staging: Path,
                    target: Path, progress: Callable[[int, int], object] | None
                    ) -> ExportStats:
     """The export's files, written under ``staging``."""
-    storage = manager.storage
+    storage = committer.storage
     segments = size = 0
     total = sum(e.size for ps in state.partitions.values() for e in ps.segments)
     hw: dict[tuple[str, int], int] = {}
@@ -126,7 +123,7 @@ def _write_log_dir(manager: BucketLogManager, state: BucketState, staging: Path,
             write_topic_config(pdir, topic, spec.config)
             if spec.topic_id is not None:  # Kafka's partition.metadata, the same id
                 write_partition_metadata(pdir, spec.topic_id)
-            interval = manager.topic_config(topic).index_interval_bytes
+            interval = committer.topic_config(topic).index_interval_bytes
             for entry in ps.segments:
                 try:
                     written = _export_segment(storage, entry, pdir, topic, n, interval)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .bucket_commit_log import Change
+from .bucket_committer import BucketCommitter
 from .bucket_objects import discard, upload
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, SegmentEntry, TopicSpec, tp_key
@@ -41,7 +42,6 @@ from .log_dirs_reader import LogDirsReader
 from .record_format import INT32_MAX, BatchHeader, verify_all
 
 if TYPE_CHECKING:
-    from .bucket_manager import BucketLogManager
     from .log_read import LogReads
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class ImportStats:
 
 
 def import_log_dir(
-    target: BucketLogManager,
+    target: BucketCommitter,
     source: LogDirsReader,
     topics: Iterable[str] | None = None,
     *,
@@ -110,7 +110,7 @@ def _refuse_transactions(source: LogDirsReader, topic: str) -> None:
 
 
 def _import_topic(
-    target: BucketLogManager,
+    target: BucketCommitter,
     source: LogDirsReader,
     topic: str,
     chunk_bytes: int,
@@ -133,7 +133,7 @@ def _import_topic(
             raise TopicExistsError(f"topic {topic!r} already exists in {target.uri}")
         return Change(topics={topic: spec})
 
-    target._commit("create_topic", create)
+    target.commit("create_topic", create)
     try:
         config = source.topic_config(topic)
         for p in numbers:
@@ -155,7 +155,7 @@ def _import_topic(
 
 
 def _import_partition(
-    target: BucketLogManager,
+    target: BucketCommitter,
     log: LogReads,
     topic: str,
     partition: int,
@@ -203,7 +203,7 @@ def _import_partition(
             change = Change(
                 partitions={key: PartitionChange(add=tuple(entries), log_start_offset=lso)}
             )
-            target._commit("append", lambda state: change)
+            target.commit("append", lambda state: change)
     except BaseException:
         discard(target.storage, uploaded)  # no commit names them
         raise

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
 from .bucket_commit_log import Change, crash_point
+from .bucket_committer import BucketCommitter
 from .bucket_merge import merge_partition
 from .bucket_retention import plan_retention
 from .bucket_state import BucketState, PartitionChange, TopicSpec
@@ -38,7 +39,6 @@ from .scheduler import RETENTION, TaskRun
 
 if TYPE_CHECKING:
     from .bucket_compact import BucketCompactor, CompactStats
-    from .bucket_manager import BucketLogManager
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +54,10 @@ class BucketMaintenance:
     """Retention, merging, compaction and collection of one bucket log dir; see the
     module docstring. ``orphan_grace_ms``: None for ``max(file.delete.delay.ms, 1 h)``."""
 
-    def __init__(self, manager: BucketLogManager, orphan_grace_ms: int | None = None) -> None:
-        self.manager = manager
-        self.commits = manager.commits
-        self.clock = manager.clock
+    def __init__(self, committer: BucketCommitter, orphan_grace_ms: int | None = None) -> None:
+        self.committer = committer
+        self.commits = committer.commits
+        self.clock = committer.clock
         self._orphan_grace = orphan_grace_ms
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
         self._compactor: BucketCompactor | None = None
@@ -67,11 +67,11 @@ class BucketMaintenance:
 
     def _config(self, topic: str, spec: TopicSpec | None) -> LogConfig:
         if spec is None:
-            return self.manager.default_topic_config
+            return self.committer.default_topic_config
         cached = self._configs.get(topic)
         if cached is None or cached[0] != spec:
             cached = (spec, LogConfig.from_properties(
-                dict(spec.config), base=self.manager.default_topic_config))
+                dict(spec.config), base=self.committer.default_topic_config))
             self._configs[topic] = cached
         return cached[1]
 
@@ -80,7 +80,7 @@ class BucketMaintenance:
 
     def _max_delete_delay(self) -> int:
         state = self.commits.state
-        return max([self.manager.default_topic_config.file_delete_delay_ms,
+        return max([self.committer.default_topic_config.file_delete_delay_ms,
                     *(self._config(t, s).file_delete_delay_ms for t, s in state.topics.items())])
 
     def grace_ms(self) -> int:
@@ -98,7 +98,7 @@ class BucketMaintenance:
         """Retention over every partition in one commit; returns the segments removed
         from the log (their objects go after ``file.delete.delay.ms``)."""
         with self._lock:
-            self.manager.refresh()
+            self.committer.refresh()
             removed: list[int] = []
 
             def build(state: BucketState) -> Change | None:
@@ -119,7 +119,7 @@ class BucketMaintenance:
                 return Change(partitions=changes) if changes else None
 
             done = self.commits.commit("retention", build)
-            self.manager.sync_logs()
+            self.committer.sync_logs()
             if done is None:
                 return 0
             crash_point("retention-after-commit")
@@ -128,7 +128,7 @@ class BucketMaintenance:
     def merge_segments(self) -> int:
         """Merge small segments of every partition; returns the segments merged away."""
         with self._lock:
-            self.manager.refresh()
+            self.committer.refresh()
             grace = self.grace_ms()
             merged = 0
             for topic, n in self._partitions():
@@ -136,7 +136,7 @@ class BucketMaintenance:
                 if spec is None:
                     continue
                 result = merge_partition(self.commits, topic, n, self._config(topic, spec),
-                                         self.clock, grace // 2, self.manager.sync_logs)
+                                         self.clock, grace // 2, self.committer.sync_logs)
                 merged += result.merged
             return merged
 
@@ -145,17 +145,17 @@ class BucketMaintenance:
         from .bucket_compact import BucketCompactor  # numba kernels: loaded on first use
 
         with self._lock:
-            self.manager.refresh()
+            self.committer.refresh()
             if self._compactor is None:
                 self._compactor = BucketCompactor(
-                    self.commits, self.manager.config, self.clock, self._config,
-                    lambda: self.grace_ms() // 2, self.manager.sync_logs)
+                    self.commits, self.committer.config, self.clock, self._config,
+                    lambda: self.grace_ms() // 2, self.committer.sync_logs)
             return self._compactor.clean_dirtiest()
 
     def collect(self) -> CollectStats:
         """Delete what no reader can need (see ``bucket_collect``)."""
         with self._lock:
-            self.manager.refresh()
+            self.committer.refresh()
             stats = collect(self.commits.storage, delete_delay_ms=self._delete_delay,
                             max_delete_delay_ms=self._max_delete_delay(),
                             orphan_grace=self.grace_ms())

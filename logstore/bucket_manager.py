@@ -23,6 +23,11 @@ Reads go through ``get_log(topic, partition)``, a ``bucket_log.BucketLog`` (the 
 read path). ``high_watermarks()``, ``log_start_offsets()`` and ``topics()`` refresh the
 state first (one LIST); other lookups refresh only when they miss.
 
+The state, its lookups and the one way to commit live in a ``bucket_committer.BucketCommitter``
+(``committer``): the helpers above are handed it, never the manager. The manager keeps
+the logs it opened (given the new state whenever the committer folds commits), the append
+pipeline and the maintenance.
+
 Thread-safety: the public methods are thread-safe (``_lock`` guards the logs opened;
 the ``CommitLog`` serializes commits of this process).
 """
@@ -39,9 +44,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .bucket_commit_log import Change, CommitLog
+from .bucket_committer import BucketCommitter
 from .bucket_log import BucketLog
 from .bucket_ownership import check_nesting
-from .bucket_segment import INLINE_INDEX_BYTES
 from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
@@ -49,15 +54,14 @@ from .errors import (
     ConfigError,
     LogDirError,
     OffsetOutOfRangeError,
-    ReadOnlyError,
     SeglogError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
-from .log_dirs import TopicPartition
 from .object_storage import ObjectStorage, StorageOptions, is_object_uri
 from .partition_metadata import new_topic_id
+from .record_format import TopicPartition
 from .storage import Storage
 from .topics import altered_overrides, parse_overrides, validate_topic_name, warn_on_collision
 
@@ -96,10 +100,6 @@ def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
 class BucketLogManager:
     """Every partition of one bucket log dir; see the module docstring."""
 
-    inline_index_bytes: int = INLINE_INDEX_BYTES
-    """New segments whose indexes together are at most this size carry them in their
-    commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index objects."""
-
     max_in_flight_appends: int = 5
     """``append_async``: the most appends uploading at once (Kafka's producer
     ``max.in.flight.requests.per.connection``, whose default this is). Appends beyond it
@@ -127,7 +127,6 @@ class BucketLogManager:
                  orphan_grace_ms: int | None = None) -> None:
         self.storage: Storage = (ObjectStorage(uri, storage_options)
                                  if isinstance(uri, str) else uri)
-        self.read_only = read_only
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
@@ -135,11 +134,12 @@ class BucketLogManager:
             # A few LISTs, once per open (never per append): no log dir inside another.
             check_nesting(self.storage)
         self.commits = commit_log or CommitLog(self.storage, clock=clock)
-        self._lock = threading.RLock()  # guards _logs, _configs
-        self._held = threading.local()  # depth of one_refresh blocks of this thread
+        self.committer = BucketCommitter(
+            self.storage, self.commits, clock=clock, config=self.config,
+            default_topic_config=self.default_topic_config, read_only=read_only,
+            on_change=self._sync_logs)
+        self._lock = threading.RLock()  # guards _logs
         self._logs: dict[TopicPartition, BucketLog] = {}
-        self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
-        self._closed = False
         self._orphan_grace_ms = orphan_grace_ms
         self._maintenance: BucketMaintenance | None = None
         self._pipeline: AppendPipeline | None = None  # guarded by _lock; on first use
@@ -152,30 +152,34 @@ class BucketLogManager:
     def state(self) -> BucketState:
         return self.commits.state
 
+    @property
+    def read_only(self) -> bool:
+        return self.committer.read_only
+
+    @property
+    def inline_index_bytes(self) -> int:
+        """New segments whose indexes together are at most this size carry them in their
+        commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index objects."""
+        return self.committer.inline_index_bytes
+
+    @inline_index_bytes.setter
+    def inline_index_bytes(self, value: int) -> None:
+        self.committer.inline_index_bytes = value
+
     def refresh(self) -> bool:
         """Fold the commits other processes made since (one LIST), and give the logs
         opened so far the new state (as a reader of log dirs pushes a new high
         watermark into its logs); True if there were any. Inside ``one_refresh`` of
         this thread, no request: the state that block refreshed."""
-        if getattr(self._held, "depth", 0):
-            return False
-        changed = self.commits.refresh()
-        if changed:
-            self._sync_logs()
-        return changed
+        return self.committer.refresh()
 
     @contextmanager
     def one_refresh(self, refresh: bool = True) -> Iterator[None]:
         """Refresh once (unless ``refresh`` is False), then answer every call of the
         block that would refresh (``topics``, ``high_watermarks``, ...) from that state:
         a source's trigger asks several questions of one state, with one LIST."""
-        if refresh:
-            self.refresh()
-        self._held.depth = getattr(self._held, "depth", 0) + 1
-        try:
+        with self.committer.one_refresh(refresh):
             yield
-        finally:
-            self._held.depth -= 1
 
     def sync_logs(self) -> None:
         """Give the logs opened so far the state the commit log holds (no request)."""
@@ -195,53 +199,22 @@ class BucketLogManager:
                     if self._logs.get(tp) is log:
                         self._logs.pop(tp).close()
 
-    def _commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
-                snapshot: bool = True) -> BucketState | None:
-        try:
-            return self.commits.commit(operation, build, snapshot=snapshot)
-        finally:  # a lost race may have folded other writers' commits too
-            self._sync_logs()
-
     def check_writable(self) -> None:
-        if self.read_only:
-            raise ReadOnlyError(f"log dir {self.uri} is open read-only")
-        if self._closed:
-            raise LogDirError(f"the manager of {self.uri} is closed")
+        self.committer.check_writable()
 
     # -- topics ----------------------------------------------------------------------
 
     def topics(self) -> list[str]:
-        self.refresh()
-        return sorted(self.state.topics)
-
-    def _spec(self, topic: str) -> TopicSpec:
-        spec = self.state.topics.get(topic)
-        if spec is None:
-            self.refresh()
-            spec = self.state.topics.get(topic)
-        if spec is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.uri}")
-        return spec
+        return self.committer.topics()
 
     def partitions(self, topic: str) -> list[int]:
-        return list(range(self._spec(topic).partitions))
+        return list(range(self.committer.spec(topic).partitions))
 
     def topic_overrides(self, name: str) -> dict[str, str]:
-        return dict(self._spec(name).config)
+        return dict(self.committer.spec(name).config)
 
     def topic_config(self, topic: str) -> LogConfig:
-        return self._config_of(topic, self._spec(topic))
-
-    def _config_of(self, topic: str, spec: TopicSpec) -> LogConfig:
-        """``topic``'s config under ``spec`` (parsed once per spec; no request)."""
-        with self._lock:
-            cached = self._configs.get(topic)
-            if cached is not None and cached[0] == spec:
-                return cached[1]
-        config = LogConfig.from_properties(dict(spec.config), base=self.default_topic_config)
-        with self._lock:
-            self._configs[topic] = (spec, config)
-        return config
+        return self.committer.topic_config(topic)
 
     def create_topic(self, name: str, partitions: int = 1,
                      config: Mapping[str, Any] | None = None) -> None:
@@ -258,7 +231,7 @@ class BucketLogManager:
             warn_on_collision(name, state.topics)
             return Change(topics={name: TopicSpec(partitions, overrides, new_topic_id())})
 
-        self._commit("create_topic", build)
+        self.committer.commit("create_topic", build)
         logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
 
     def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
@@ -278,7 +251,7 @@ class BucketLogManager:
             result.update(new)
             return Change(topics={name: replace(spec, config=new)})
 
-        self._commit("alter_config", build)
+        self.committer.commit("alter_config", build)
         return result
 
     def add_partitions(self, name: str, total: int) -> None:
@@ -294,18 +267,11 @@ class BucketLogManager:
                                   f"total must be higher, got {total!r}")
             return Change(topics={name: replace(spec, partitions=total)})
 
-        self._commit("add_partitions", build)
+        self.committer.commit("add_partitions", build)
 
     def delete_topic(self, name: str) -> None:
         """Remove ``name`` from the state (one commit); its objects are collected later."""
-        self.check_writable()
-
-        def build(state: BucketState) -> Change:
-            if name not in state.topics:
-                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
-            return Change(topics={name: None})
-
-        self._commit("delete_topic", build)
+        self.committer.delete_topic(name)
         with self._lock:
             for tp in [tp for tp in self._logs if tp[0] == name]:
                 self._logs.pop(tp).close()
@@ -313,20 +279,10 @@ class BucketLogManager:
 
     # -- logs ------------------------------------------------------------------------
 
-    def _partition_state(self, topic: str, partition: int) -> PartitionState:
-        ps = self.state.partition(topic, partition)
-        if ps is None:
-            self.refresh()
-            ps = self.state.partition(topic, partition)
-        if ps is None:
-            raise UnknownTopicOrPartitionError(
-                f"unknown partition {topic}-{partition} in {self.uri}")
-        return ps
-
     def topic_id_of(self, topic: str, partition: int) -> str | None:
         """The topic's id in the state (None: a topic created before topic ids)."""
-        self._partition_state(topic, partition)
-        return self._spec(topic).topic_id
+        self.committer.partition_state(topic, partition)
+        return self.committer.spec(topic).topic_id
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """Per topic of ``topics`` in the state, its id (no request)."""
@@ -336,12 +292,11 @@ class BucketLogManager:
     def reload_partition(self, topic: str, partition: int) -> None:
         """Ask the bucket for newer commits (one LIST) and give the opened logs the new
         state: what a task does when its plan names another topic id than its log."""
-        self.commits.refresh()
-        self._sync_logs()
+        self.committer.reload()
 
     def get_log(self, topic: str, partition: int) -> BucketLog:
         """The partition's reader (the shared read path over its committed segments)."""
-        self._partition_state(topic, partition)
+        self.committer.partition_state(topic, partition)
         with self._lock:
             log = self._logs.get((topic, partition))
             if log is None:
@@ -359,7 +314,7 @@ class BucketLogManager:
                     if spec is None:
                         return state.version, None, None, None
                     return (state.version, state.partition(topic, partition),
-                            self._config_of(topic, spec), spec.topic_id)
+                            self.committer.config_of(topic, spec), spec.topic_id)
 
                 log = self._logs[(topic, partition)] = BucketLog(
                     self.storage, topic, partition, config, source,
@@ -382,7 +337,7 @@ class BucketLogManager:
         visible at once."""
         from .bucket_append import append_many
 
-        return append_many(self, records)
+        return append_many(self.committer, records)
 
     def append_async(self, topic: str, partition: int,
                      records: bytes | bytearray | memoryview) -> Future[AppendInfo]:
@@ -412,7 +367,7 @@ class BucketLogManager:
                 from .bucket_pipeline import AppendPipeline
 
                 pipeline = self._pipeline = AppendPipeline(
-                    self, self.max_in_flight_appends, self.max_in_flight_bytes,
+                    self.committer, self.max_in_flight_appends, self.max_in_flight_bytes,
                     self.linger_ms)
         return pipeline.submit(topic, partition, records)
 
@@ -441,8 +396,8 @@ class BucketLogManager:
                 return None
             return Change(partitions={key: PartitionChange(log_start_offset=offset)})
 
-        self._commit("delete_records", build)
-        return self._partition_state(topic, partition).log_start_offset
+        self.committer.commit("delete_records", build)
+        return self.committer.partition_state(topic, partition).log_start_offset
 
     def checkpoint_high_watermarks(self) -> None:
         """Nothing to do: on a bucket every commit is its own high watermark (kept for
@@ -471,7 +426,7 @@ class BucketLogManager:
             if self._maintenance is None:
                 from .bucket_maintenance import BucketMaintenance
 
-                self._maintenance = BucketMaintenance(self, self._orphan_grace_ms)
+                self._maintenance = BucketMaintenance(self.committer, self._orphan_grace_ms)
             return self._maintenance
 
     def run_maintenance(self, *, force: bool = False,
@@ -515,7 +470,7 @@ class BucketLogManager:
         ``progress(n, total)``: n more bytes of ``total`` written."""
         from .bucket_export import export_log_dir
 
-        return export_log_dir(self, target, progress)
+        return export_log_dir(self.committer, target, progress)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -524,7 +479,7 @@ class BucketLogManager:
         with self._lock:
             # Closed first: an append called while the pipeline drains is refused, not
             # taken by a pipeline nobody would close.
-            self._closed = True
+            self.committer.closed = True
             pipeline = self._pipeline
         if pipeline is not None:
             pipeline.close()

@@ -65,7 +65,6 @@ import threading
 from collections import deque
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .bucket_append import (
     PartitionAppend,
@@ -78,12 +77,10 @@ from .bucket_append import (
     upload_parts,
 )
 from .bucket_commit_log import Change
+from .bucket_committer import BucketCommitter
 from .bucket_state import BucketState
 from .errors import AppendAbortedError, ConfigError, KafkaStorageError, LogDirError, SeglogError
 from .log import AppendInfo
-
-if TYPE_CHECKING:
-    from .bucket_manager import BucketLogManager
 
 logger = logging.getLogger(__name__)
 
@@ -115,15 +112,15 @@ Outcome = tuple["Future[AppendInfo]", "AppendInfo | BaseException"]
 class AppendPipeline:
     """The pipeline of one manager; see the module docstring."""
 
-    def __init__(self, mgr: BucketLogManager, max_in_flight: int,
+    def __init__(self, bucket: BucketCommitter, max_in_flight: int,
                  max_in_flight_bytes: int, linger_ms: int) -> None:
         for name, value, least in (("max_in_flight_appends", max_in_flight, 1),
                                    ("max_in_flight_bytes", max_in_flight_bytes, 1),
                                    ("linger_ms", linger_ms, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ConfigError(f"{name} of the manager of {mgr.uri} must be an integer "
+                raise ConfigError(f"{name} of the manager of {bucket.uri} must be an integer "
                                   f"of at least {least}, got {value!r}")
-        self._mgr = mgr
+        self._bucket = bucket
         self.max_in_flight = max_in_flight
         self.max_in_flight_bytes = max_in_flight_bytes
         self.linger_ms = linger_ms
@@ -166,8 +163,8 @@ class AppendPipeline:
         # upload and commit go on), so cancel() must say False, not pretend.
         future.set_running_or_notify_cancel()
         try:
-            self._mgr.check_writable()
-            part = checked_append(self._mgr, topic, partition, data)
+            self._bucket.check_writable()
+            part = checked_append(self._bucket, topic, partition, data)
         except SeglogError as e:
             future.set_exception(e)
             return future
@@ -186,7 +183,7 @@ class AppendPipeline:
                     self._blocked -= 1
             if self._closed:
                 future.set_exception(LogDirError(
-                    f"the append pipeline of {self._mgr.uri} is closed: nothing of this "
+                    f"the append pipeline of {self._bucket.uri} is closed: nothing of this "
                     f"append to {part.key} was uploaded"))
                 return future
             key = part.key
@@ -203,7 +200,7 @@ class AppendPipeline:
             self._unfinished.append(entry)
             self._open.add(future)
         try:
-            stamp(self._mgr, part, base)
+            stamp(self._bucket, part, base)
         except BaseException as e:  # noqa: BLE001 - handed to the committer, which fails it
             self._finished(entry, e, uploaded=False)
             return future
@@ -226,7 +223,7 @@ class AppendPipeline:
                 last.followers.append(future)
                 self._open.add(future)
                 return future
-            ps = self._mgr.state.partitions.get(key)
+            ps = self._bucket.state.partitions.get(key)
             end = ps.high_watermark if ps is not None else 0
         future.set_result(AppendInfo(end, end - 1, -1, -1, 0, 0))
         return future
@@ -235,7 +232,7 @@ class AppendPipeline:
         """Under the lock: where the partition's next append goes."""
         if self._per_partition.get(key):
             return self._predicted[key]
-        ps = self._mgr.state.partitions.get(key)
+        ps = self._bucket.state.partitions.get(key)
         return ps.high_watermark if ps is not None else 0
 
     def flush(self) -> None:
@@ -280,7 +277,7 @@ class AppendPipeline:
                 continue
             error: BaseException | None = None
             try:
-                upload(self._mgr.storage, entry.part.segments)
+                upload(self._bucket.storage, entry.part.segments)
                 entry.part.uploaded = True  # read by the committer once finished is set
             except BaseException as e:  # noqa: BLE001 - the committer fails its future
                 error = e
@@ -290,7 +287,7 @@ class AppendPipeline:
                   uploaded: bool) -> None:
         with self._cond:
             entry.finished, entry.error = True, error
-            entry.finished_ms = self._mgr.clock.monotonic_ms()
+            entry.finished_ms = self._bucket.clock.monotonic_ms()
             void = entry.void
             self._cond.notify_all()
         if void and uploaded:  # failed while uploading: no commit will name these objects
@@ -327,7 +324,7 @@ class AppendPipeline:
                     self._commit_batch(batch)
             except BaseException:  # noqa: BLE001 - the committer must outlive any one append
                 logger.exception("%s: the append pipeline's committer failed settling "
-                                 "appends; it goes on with the next", self._mgr.uri)
+                                 "appends; it goes on with the next", self._bucket.uri)
 
     def _linger_left(self) -> int | None:
         """Under the lock, with a finished head: how long its commit should still wait
@@ -350,7 +347,7 @@ class AppendPipeline:
             return 0
         if self._flushes and running.seq <= max(self._flushes):
             return None
-        return head.finished_ms + self.linger_ms - self._mgr.clock.monotonic_ms()
+        return head.finished_ms + self.linger_ms - self._bucket.clock.monotonic_ms()
 
     def _commit_batch(self, batch: list[_InFlight]) -> None:
         """Commit ``batch``. When a partition's append fails a check on a fresh state
@@ -373,14 +370,14 @@ class AppendPipeline:
                 self._fail([culprit], e, certain=True, behind=behind)
                 continue
             except BaseException as e:  # noqa: BLE001 - a bug must fail the futures, not hang them
-                logger.exception("%s: the append pipeline's commit failed", self._mgr.uri)
+                logger.exception("%s: the append pipeline's commit failed", self._bucket.uri)
                 self._fail(batch, e, certain=False)
             else:
                 self._committed(batch)
                 if state is not None:
                     # After the futures: a snapshot only spares readers folding commits,
                     # so the appends it follows need not wait for its three requests.
-                    self._mgr.commits.snapshot_if_due(state)
+                    self._bucket.commits.snapshot_if_due(state)
             return
 
     def _commit(self, batch: list[_InFlight], failed: list[PartitionAppend]
@@ -392,10 +389,10 @@ class AppendPipeline:
             # uploads are done, which is why these appends were taken. ``failed`` says
             # which part the last build's check refused.
             failed.clear()
-            upload_parts(self._mgr.storage, restamp(self._mgr, state, parts, failed))
+            upload_parts(self._bucket.storage, restamp(self._bucket, state, parts, failed))
             return change_of(parts)
 
-        return self._mgr._commit("append", build, snapshot=False)
+        return self._bucket.commit("append", build, snapshot=False)
 
     def _committed(self, batch: list[_InFlight]) -> None:
         outcomes: list[Outcome] = []
@@ -441,11 +438,11 @@ class AppendPipeline:
         outcomes: list[Outcome] = [(e.future, error) for e in covered]
         for entry in later:
             outcomes.append((entry.future, self._aborted(
-                error, f"append to {entry.part.key} of {self._mgr.uri} (offsets "
+                error, f"append to {entry.part.key} of {self._bucket.uri} (offsets "
                 f"{entry.base}..{entry.end - 1} reserved)")))
         for entry in doomed:
             outcomes += [(f, self._aborted(error, f"empty append to {entry.part.key} of "
-                                                  f"{self._mgr.uri}"))
+                                                  f"{self._bucket.uri}"))
                          for f in entry.followers]
         self._settle(outcomes)
 
@@ -470,7 +467,7 @@ class AppendPipeline:
             except InvalidStateError:
                 logger.warning("%s: an append_async future was completed by someone else "
                                "before the pipeline (%s); the append's outcome was %r",
-                               self._mgr.uri, future, outcome)
+                               self._bucket.uri, future, outcome)
         with self._cond:
             self._open.difference_update(f for f, _ in outcomes)
             self._cond.notify_all()
@@ -494,7 +491,7 @@ class AppendPipeline:
     def _discard(self, entries: list[_InFlight]) -> None:
         for entry in entries:
             try:
-                discard(self._mgr.storage, entry.part.segments)
+                discard(self._bucket.storage, entry.part.segments)
             except KafkaStorageError as e:  # an orphan the collector removes later
                 logger.warning("%s: could not delete the uploads of a failed append to %s: "
-                               "%s", self._mgr.uri, entry.part.key, e)
+                               "%s", self._bucket.uri, entry.part.key, e)

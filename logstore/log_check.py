@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from .checkpoint_file import OffsetCheckpointFile
 from .errors import (
@@ -57,6 +57,7 @@ from .index_check import (
     read_time_index,
     time_index_violations,
 )
+from .log_check_target import CheckTarget
 from .log_dirs import LogDir, Partition, is_interrupted_write
 from .log_loader import list_segment_bases
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
@@ -67,11 +68,8 @@ from .scheduler import last_runs_file
 from .storage import LOCAL
 from .topics import read_topic_config, write_topic_config
 
-if TYPE_CHECKING:
-    from .log_dirs_reader import LogDirsReader
-    from .log_manager import LogManager
-
-    Manager: TypeAlias = LogManager | LogDirsReader  # check runs on a writer or a reader
+# check runs on a writer or a reader; both call it, so it names neither (no cycle)
+Manager: TypeAlias = CheckTarget
 
 logger = logging.getLogger(__name__)
 

@@ -231,7 +231,7 @@ class LogDirsReader(PartitionTable[LogReader]):
     # -- logs ------------------------------------------------------------------------------
 
     def _open_log(self, p: Partition[LogReader], config: LogConfig) -> LogReader:
-        """``p``'s ``LogReader`` (``_load`` calls this under ``p.lock``)."""
+        """``p``'s ``LogReader`` (``load`` calls this under ``p.lock``)."""
         ld = p.log_dir
         # The directory its topic id is read from (now, or again if it was replaced
         # since the id was read): the log and the id the entry reports are one topic's.
@@ -319,7 +319,7 @@ class LogDirsReader(PartitionTable[LogReader]):
         return check_manager(self, fix=fix, deep=deep)
 
     def check_writable(self) -> NoReturn:
-        raise ReadOnlyError(f"this reader of {self._dirs_text()} is read-only (a "
+        raise ReadOnlyError(f"this reader of {self.dirs_text()} is read-only (a "
                             "LogDirsReader, or LogManager(read_only=True)); open a writer "
                             "LogManager to change it")
 
@@ -352,7 +352,7 @@ class LogDirsReader(PartitionTable[LogReader]):
     def close(self) -> None:
         """Close the ``LogReader``s opened so far (the reader stays usable: the next call
         opens them again). Idempotent."""
-        for p in self._loaded():
+        for p in self.loaded():
             with p.lock:
                 if p.log is not None:
                     p.log.close()
@@ -365,4 +365,4 @@ class LogDirsReader(PartitionTable[LogReader]):
         self.close()
 
     def __repr__(self) -> str:
-        return f"LogDirsReader([{self._dirs_text()}])"
+        return f"LogDirsReader([{self.dirs_text()}])"

@@ -21,11 +21,14 @@ Kafka's LogManager without a broker, for the process that writes. Opening, in or
    from their recovery points), ``num.recovery.threads.per.data.dir`` at a time per dir,
    all dirs at once; their checkpoints are then rewritten.
 
-The manager's other concepts live in its base classes, one module each:
-``log_manager_topics`` (create, alter, add partitions, delete), ``log_manager_maintenance``
-(flushing, the offset checkpoints, retention, compaction, the scheduled tasks; it holds
-the visibility contract below), ``log_manager_pause`` (``pause``/``resume`` of a reused
-writer) and ``log_manager_check`` (the repairs ``log_check`` makes through the writer).
+The manager is a ``partition_table.PartitionTable`` (the partitions and topic configs it
+shares with the reader); its other concepts are components it owns and delegates its
+public methods to, one module each, each handed the table and what else it needs:
+``log_manager_maintenance.ManagerMaintenance`` (flushing, the offset checkpoints,
+retention, compaction, the scheduled tasks; it holds the visibility contract below),
+``log_manager_topics.TopicAdmin`` (create, alter, add partitions, delete),
+``log_manager_pause.PauseController`` (``pause``/``resume`` of a reused writer) and
+``log_manager_check.CheckHooks`` (the repairs ``log_check`` makes through the writer).
 
 The high watermark is the visibility contract with other processes:
 ``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
@@ -35,15 +38,15 @@ write); ``LogManager(dirs, read_only=True)`` returns one, so callers written aga
 manager keep working.
 
 Thread-safety: the public methods are thread-safe. ``_lock`` guards the partition table,
-the checkpoint values of unloaded partitions and the deletion queue; ``_maintenance_lock``
-keeps retention and compaction of a log apart; each partition's own ``lock`` serializes
-the operations that write its log (a ``Log`` has one writer thread): append, flush,
-retention, deletion. Reads through ``get_log(...)`` take no lock.
+the checkpoint values of unloaded partitions and the deletion queue; the maintenance lock
+(``ManagerMaintenance.lock``) keeps retention and compaction of a log apart; each
+partition's own ``lock`` serializes the operations that write its log (a ``Log`` has one
+writer thread): append, flush, retention, deletion. Reads through ``get_log(...)`` take no lock.
 
-Lock order, on every path: ``_lock``, then ``_maintenance_lock``, then a partition's
-``lock``, then the ``Log``'s own. Loading a log (``_load``) takes ``_lock`` (the topic
+Lock order, on every path: ``_lock``, then the maintenance lock, then a partition's
+``lock``, then the ``Log``'s own. Loading a log (``load``) takes ``_lock`` (the topic
 config) and then the partition's lock, so it is never called while holding a partition
-lock or ``_maintenance_lock``: ``append``, retention and compaction load first.
+lock or the maintenance lock: ``append``, retention and compaction load first.
 (``tests/logstore/test_lock_order.py`` checks the order.)
 
 >>> with LogManager([path]) as mgr:                              # doctest: +SKIP
@@ -55,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -84,7 +87,8 @@ from .log_dirs import LogDir, Partition, TopicPartition, canonical_dirs, list_lo
 from .log_dirs_reader import LogDirsReader
 from .log_manager_check import CheckHooks
 from .log_manager_maintenance import CLEANER_TASK as CLEANER_TASK
-from .log_manager_pause import PausableWriter
+from .log_manager_maintenance import ManagerMaintenance
+from .log_manager_pause import PauseController
 from .log_manager_topics import TopicAdmin
 from .object_store_config import StorageOptions
 from .offset_checkpoints import (
@@ -95,11 +99,12 @@ from .offset_checkpoints import (
     set_aside,
     warn_beyond_log_end,
 )
-from .partition_table import warn_start_beyond_log_end
-from .scheduler import read_shared_last_runs
+from .partition_table import PartitionTable, warn_start_beyond_log_end
+from .scheduler import TaskRun, read_shared_last_runs
 from .storage import LOCAL
 
 if TYPE_CHECKING:
+    from .cleaner import CleanerStats
     from .log import AppendInfo, Log
 
 logger = logging.getLogger(__name__)
@@ -132,7 +137,7 @@ def _describe_dirs(log_dirs: Iterable[str | os.PathLike] | str | os.PathLike) ->
     return ", ".join(os.fspath(d) for d in dirs)
 
 
-class LogManager(PausableWriter, TopicAdmin, CheckHooks):
+class LogManager(PartitionTable["Log"]):
     """Every partition log of ``log_dirs``, for the one process that writes them.
     Thread-safe (see the module docstring).
 
@@ -192,6 +197,16 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         self.repair = repair
         self._closed = False
         self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
+        self._maintenance = ManagerMaintenance(self, self.check_writable)
+        self.scheduler = self._maintenance.scheduler
+        self.deleter = self._maintenance.deleter
+        self.publisher = self._maintenance.publisher
+        self._topics = TopicAdmin(self, self._maintenance, self.check_writable)
+        self._repairs = CheckHooks(self, self._maintenance, self.check_writable)
+        self._pause = PauseController(self, self._maintenance,
+                                      check_writable=self.check_writable, pid=self._pid,
+                                      close_unclean=self._close_unclean,
+                                      mark_closed=self._mark_closed)
         if isinstance(log_dirs, (str, os.PathLike)):
             log_dirs = [log_dirs]
         try:
@@ -199,7 +214,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         except BaseException:
             self._abandon()
             raise
-        for task in self._maintenance_tasks():
+        for task in self._maintenance.tasks():
             self.scheduler.add_task(task)
         self.scheduler.restore(read_shared_last_runs(d.path for d in self.log_dirs))
         if background:
@@ -218,8 +233,8 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         empty_dirs = []
         for log_dir in self.log_dirs:
             found, to_delete = list_log_dir(log_dir, read_only=False)
-            with self._lock:
-                self._pending_deletes.extend((d, 0) for d in to_delete)
+            for d in to_delete:
+                self._maintenance.schedule_removal(d, 0)
             self._add_listed(found)
             # After the listing: whether a missing file is damage depends on it.
             self._read_checkpoints(log_dir, has_partitions=bool(found))
@@ -234,7 +249,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
             # missing one is known to be lost (see offset_checkpoints).
             if ld.repairing or not all(LOCAL.lexists(ld.path / n)
                                        for n in OFFSET_CHECKPOINTS):
-                self._write_checkpoints(ld)
+                self._maintenance.write_checkpoints(ld)
         # Only now: an open that failed above leaves a clean dir clean. From here on
         # this writer may leave unflushed data behind.
         for ld in self.log_dirs:
@@ -278,7 +293,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
                  for _ in by_dir]
         try:
-            futures = [(p, pool.submit(self._load, p))
+            futures = [(p, pool.submit(self.load, p))
                        for pool, group in zip(pools, by_dir.values(), strict=True) for p in group]
             errors = []
             for p, fut in futures:
@@ -299,7 +314,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
             # The recovery point may lag the published high watermark (their checkpoints
             # run at different intervals); data below the HW was fsynced before the
             # crash, so this is cheap, and the HW checkpoint below cannot go backwards.
-            log = self._load(p)  # loaded by the pool above: returns it
+            log = self.load(p)  # loaded by the pool above: returns it
             log.flush(log.high_watermark)
             if p.log_dir.repairing:
                 logger.warning("repair of %s: %s-%d gets high watermark %d and log start "
@@ -309,11 +324,11 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
             logger.info("recovered %d partitions of %s",
                         sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
-            self._write_checkpoints(log_dir)
+            self._maintenance.write_checkpoints(log_dir)
             log_dir.recovered = True
 
     def _open_log(self, p: Partition[Log], config: LogConfig) -> Log:
-        """``p``'s Log, recovered when its dir is unclean (``_load`` calls this under
+        """``p``'s Log, recovered when its dir is unclean (``load`` calls this under
         ``p.lock``)."""
         if p.deleted:
             raise UnknownTopicOrPartitionError(
@@ -362,8 +377,8 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         take them back, as the sink's commit). ``in_place``: see ``Log.append`` (a
         writable buffer the caller gives up)."""
         self.check_writable()
-        p = self._partition(topic, partition)
-        self._load(p)  # not under p.lock: loading takes the manager lock first
+        p = self.partition(topic, partition)
+        self.load(p)  # not under p.lock: loading takes the manager lock first
         with p.lock:
             if p.log is None:  # deleted since
                 raise UnknownTopicOrPartitionError(
@@ -384,7 +399,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         same call as the bucket manager's, which makes them visible in one commit."""
         self.check_writable()
         for topic, partition in records:
-            self._partition(topic, partition)
+            self.partition(topic, partition)
         out = {(topic, partition): self.append(topic, partition, data, publish=False)
                for (topic, partition), data in records.items()}
         if publish and out:
@@ -415,8 +430,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the
         checkpoint value read at open under the rules of ``partition_table``."""
-        with self._lock:
-            parts = list(self._partitions.values())
+        parts = self.listed()
         out = {}
         listed = []
         for p in parts:
@@ -435,8 +449,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     def log_start_offsets(self) -> dict[TopicPartition, int]:
         """Per partition, the first offset still in the log (a loaded log's own, else the
         checkpoint value read at open, else the first segment's base offset)."""
-        with self._lock:
-            parts = list(self._partitions.values())
+        parts = self.listed()
         return {p.tp: (p.log.log_start_offset if p.log is not None
                        else self._stored_start_offset(p)) for p in parts}
 
@@ -446,6 +459,108 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         Returns ``log_check.Problem``s; see ``log_check``."""
         return check_manager(self, fix=fix, deep=deep)
 
+    # -- topics (TopicAdmin) --------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions and config overrides
+        (``TopicAdmin.create_topic``). Raises InvalidTopicError, TopicExistsError,
+        ConfigError, ReadOnlyError."""
+        self._topics.create_topic(name, partitions, config)
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> dict[str, str]:
+        """Set and delete persisted config overrides of ``name``; returns the new
+        overrides (``TopicAdmin.alter_topic_config``: logs loaded keep their config)."""
+        return self._topics.alter_topic_config(name, set_configs, delete)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        self._topics.add_partitions(name, total)
+
+    def delete_topic(self, name: str) -> None:
+        """Rename every partition dir of ``name`` for deletion; they are removed after
+        ``file.delete.delay.ms`` (``TopicAdmin.delete_topic``)."""
+        self._topics.delete_topic(name)
+
+    # -- maintenance (ManagerMaintenance) ---------------------------------------------
+
+    def flush_all(self) -> None:
+        """fsync every loaded log (unloaded ones have nothing unflushed)."""
+        self._maintenance.flush_all()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Flush each log up to its high watermark, then write every dir's
+        ``replication-offset-checkpoint``: what other processes can see is fsynced
+        (``ManagerMaintenance.checkpoint_high_watermarks``)."""
+        self._maintenance.checkpoint_high_watermarks()
+
+    def checkpoint_recovery_points(self) -> None:
+        self._maintenance.checkpoint_recovery_points()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._maintenance.checkpoint_log_start_offsets()
+
+    def run_maintenance(self, *, force: bool = False,
+                        before_task: Callable[[str, int, int], None] | None = None
+                        ) -> list[TaskRun]:
+        """Run the maintenance tasks that are due now (``force``: all of them);
+        ``before_task(name, index, count)`` is called before each task (progress)."""
+        return self._maintenance.run_maintenance(force=force, before_task=before_task)
+
+    def clean(self, now_ms: int | None = None) -> CleanerStats | None:
+        """One compaction pass over the dirtiest compacted log; its ``CleanerStats`` or
+        None."""
+        return self._maintenance.clean(now_ms)
+
+    def delete_old_segments(self) -> int:
+        """Retention over every partition; returns the number of segments deleted."""
+        return self._maintenance.delete_old_segments()
+
+    def delete_logs(self, now_ms: int) -> int:
+        """Unlink the due ``.deleted`` segment files and remove the due ``-delete``
+        directories; returns how many went."""
+        return self._maintenance.delete_logs(now_ms)
+
+    # -- pause and resume (PauseController) -------------------------------------------
+
+    def pause(self) -> None:
+        """Writer: leave the log dirs exactly as ``close()`` does and release the locks
+        and every file, but keep what was loaded for ``resume()``
+        (``PauseController.pause``). Not with ``background=True``."""
+        self._pause.pause()
+
+    @property
+    def paused(self) -> bool:
+        return self._pause.paused
+
+    def resume(self) -> bool:
+        """Take the locks of a paused writer again; True: it goes on with what it had
+        loaded, False: the dirs changed, the manager is closed and the caller opens a new
+        one (``PauseController.resume``)."""
+        return self._pause.resume()
+
+    # -- the repairs of check --fix (CheckHooks) --------------------------------------
+
+    def write_checkpoints(self, log_dir: LogDir,
+                          names: Iterable[str] = OFFSET_CHECKPOINTS) -> None:
+        """Write ``log_dir``'s offset checkpoints from the logs' state (writer only)."""
+        self._repairs.write_checkpoints(log_dir, names)
+
+    def truncate_log(self, topic: str, partition: int, offset: int) -> None:
+        """Cut the partition's log at ``offset`` (``check --fix`` after a bad batch)."""
+        self._repairs.truncate_log(topic, partition, offset)
+
+    def rewrite_last_runs(self, log_dir: LogDir) -> None:
+        """Write ``log_dir``'s ``seglog-maintenance-checkpoint`` from this writer's
+        scheduler (writer only)."""
+        self._repairs.rewrite_last_runs(log_dir)
+
+    def reset_cleaner_checkpoint(self, log_dir: LogDir) -> None:
+        """Empty ``log_dir``'s ``cleaner-offset-checkpoint`` and make the cleaner forget
+        what it read."""
+        self._repairs.reset_cleaner_checkpoint(log_dir)
+
     # -- closing ---------------------------------------------------------------------
 
     def close(self) -> None:
@@ -454,8 +569,8 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         done all of that already: closing it only forgets its state."""
         if self._closed:
             return
-        if self._paused is not None:
-            self._drop_paused()
+        if self._pause.paused:
+            self._pause.drop()
             return
         self._closed = True
         if os.getpid() != self._pid:
@@ -464,9 +579,9 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         self.publisher.stop()  # the checkpoints below publish what it had pending
         try:
             self.flush_all()
-            self._save_last_runs()
+            self._maintenance.save_last_runs()
             for ld in self.log_dirs:
-                self._write_checkpoints(ld)
+                self._maintenance.write_checkpoints(ld)
             self._close_logs()
             for ld in self.log_dirs:
                 write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(new_token()))
@@ -474,7 +589,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
             self._abandon()
 
     def _close_logs(self) -> None:
-        for p in self._loaded():
+        for p in self.loaded():
             with p.lock:
                 if p.log is not None:
                     p.log.close()
@@ -484,7 +599,7 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         """Close what is open and release the locks, without flushing (error paths)."""
         self.scheduler.stop()
         self.publisher.stop()
-        for p in self._loaded():
+        for p in self.loaded():
             try:
                 if p.log is not None:
                     p.log.close()
@@ -500,10 +615,13 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if exc_type is None or self._paused is not None:
+        if exc_type is None or self._pause.paused:
             self.close()
         else:
             self._close_unclean()
+
+    def _mark_closed(self) -> None:
+        self._closed = True
 
     def _close_unclean(self) -> None:
         # The process failed mid-way: do not claim a clean shutdown.
@@ -516,16 +634,16 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     def check_writable(self) -> None:
         if os.getpid() != self._pid:
             raise LogDirError(
-                f"this writer LogManager of {self._dirs_text()} was opened by process "
+                f"this writer LogManager of {self.dirs_text()} was opened by process "
                 f"{self._pid}; a forked child does not hold its .lock: open a new one")
         if self._closed:
-            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is closed")
-        if self._paused is not None:
-            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is paused: "
+            raise KafkaStorageError(f"this LogManager of {self.dirs_text()} is closed")
+        if self._pause.paused:
+            raise KafkaStorageError(f"this LogManager of {self.dirs_text()} is paused: "
                                     "resume() it first")
 
     def __repr__(self) -> str:
-        return f"LogManager([{self._dirs_text()}], writer)"
+        return f"LogManager([{self.dirs_text()}], writer)"
 
 
 class _CheckingReader(LogDirsReader):

@@ -1,10 +1,11 @@
 """The writer ``LogManager``'s upkeep: flushing, the offset checkpoints and the periodic
 maintenance tasks (retention, compaction, the flusher, removal of deleted files).
 
-``ManagerMaintenance`` is a base of ``log_manager.LogManager`` and owns the state these
-need: the ``scheduler`` of the tasks (its last runs shared through each log dir), the
-``deleter`` of ``.deleted`` segment files, the ``-delete`` directories pending removal,
-the cleaner (created on first use: its offset map is large) and ``_maintenance_lock``.
+``ManagerMaintenance`` is a component of ``log_manager.LogManager``, handed the manager's
+partition table and its writability check; it owns the state these need: the
+``scheduler`` of the tasks (its last runs shared through each log dir), the ``deleter``
+of ``.deleted`` segment files, the ``-delete`` directories pending removal, the cleaner
+(created on first use: its offset map is large) and ``lock`` (the maintenance lock).
 
 The high watermark is the visibility contract with other processes:
 ``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
@@ -13,20 +14,18 @@ fsynced. ``publisher`` runs it within ``linger.ms`` of an ``append(publish=True)
 (``publisher``), so a producer's records reach other processes without asking.
 
 Thread-safety: as ``LogManager`` (the lock order is in ``log_manager``'s docstring).
-``_maintenance_lock`` keeps retention and compaction of a log apart: the cleaner reads
-inactive segments without the ``Log``'s lock.
+``lock`` keeps retention and compaction of a log apart: the cleaner reads inactive
+segments without the ``Log``'s lock.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from .clock import Clock
-from .config import LogConfig, ManagerConfig
 from .delayed_deletion import DelayedDeleter
 from .errors import SeglogError
 from .file_names import (
@@ -34,9 +33,10 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from .log_dirs import LogDir, Partition, TopicPartition
+from .log_dirs import LogDir, Partition
 from .partition_table import PartitionTable
 from .publisher import LingerPublisher
+from .record_format import TopicPartition
 from .scheduler import (
     MaintenanceTask,
     Scheduler,
@@ -58,30 +58,28 @@ CLEANER_TASK = "log-cleaner"
 _T = TypeVar("_T")
 
 
-class ManagerMaintenance(PartitionTable["Log"]):
-    """Flushing, checkpoints and maintenance of the writer's logs; a base of
-    ``LogManager``, which provides ``check_writable``."""
+class ManagerMaintenance:
+    """Flushing, checkpoints and maintenance of the writer's logs, a component of
+    ``LogManager``: ``table`` is the manager's partition table, ``check_writable`` raises
+    unless the writer may write now."""
 
-    def __init__(self, config: ManagerConfig | Mapping[str, Any] | None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None,
-                 clock: Clock) -> None:
-        super().__init__(config, default_topic_config, clock)
-        # _lock (PartitionTable's) also guards _pending_deletes
+    def __init__(self, table: PartitionTable[Log], check_writable: Callable[[], None]) -> None:
+        self._table = table
+        self._check_writable = check_writable
+        clock = table.clock
+        # table.lock also guards _pending_deletes
         self._pending_deletes: list[tuple[Path, int]] = []  # (dir, due wall-clock ms)
         self.scheduler = Scheduler(clock)
         # retention and compaction of one log must not overlap (the cleaner reads
         # inactive segments without the Log's lock)
-        self._maintenance_lock = threading.RLock()
+        self.lock = threading.RLock()
         self._cleaner: LogCleaner | None = None  # created on first use (large map)
         # `.deleted` segment files of every log, unlinked after file.delete.delay.ms
         self.deleter = DelayedDeleter(clock)
         # appends published within linger.ms (the visibility contract, module doc)
-        self.publisher = LingerPublisher(self.config.linger_ms, self.checkpoint_high_watermarks,
+        self.publisher = LingerPublisher(table.config.linger_ms,
+                                         self.checkpoint_high_watermarks,
                                          name="seglog-publisher")
-
-    def check_writable(self) -> None:
-        """Raise unless this writer may write now (``LogManager``'s)."""
-        raise NotImplementedError
 
     def _each(self, parts: Iterable[Partition[Log]], action: Callable[[Partition[Log]], _T],
               what: str, errors: list[Exception] | None = None) -> list[_T]:
@@ -108,7 +106,7 @@ class ManagerMaintenance(PartitionTable["Log"]):
         for p in parts:
             try:
                 if not p.deleted:
-                    self._load(p)
+                    self._table.load(p)
             except (SeglogError, OSError) as e:
                 logger.error("%s of %s failed: %s", what, p.dir, e)
                 errors.append(e)
@@ -120,14 +118,14 @@ class ManagerMaintenance(PartitionTable["Log"]):
             if p.log is not None:
                 p.log.flush()
 
-        self._each(self._loaded(), flush, "flush")
+        self._each(self._table.loaded(), flush, "flush")
 
     def checkpoint_high_watermarks(self) -> None:
         """Flush each log up to its high watermark, then write every dir's
         ``replication-offset-checkpoint``: what other processes can see is fsynced.
         A log whose flush fails keeps its old published value (the file says
         ``min(HW, recovery point)``), and its error is raised after the write."""
-        self.check_writable()
+        self._check_writable()
         self.publisher.publishing()
 
         def flush_to_hw(p: Partition[Log]) -> None:
@@ -135,29 +133,29 @@ class ManagerMaintenance(PartitionTable["Log"]):
                 p.log.flush(p.log.high_watermark)
 
         try:
-            self._each(self._loaded(), flush_to_hw, "flush to the high watermark")
+            self._each(self._table.loaded(), flush_to_hw, "flush to the high watermark")
         finally:
-            for ld in self.log_dirs:
-                self._write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
+            for ld in self._table.log_dirs:
+                self.write_checkpoint(ld, HIGH_WATERMARK_CHECKPOINT)
 
     def checkpoint_recovery_points(self) -> None:
-        self.check_writable()
-        for ld in self.log_dirs:
-            self._write_checkpoint(ld, RECOVERY_POINT_CHECKPOINT)
+        self._check_writable()
+        for ld in self._table.log_dirs:
+            self.write_checkpoint(ld, RECOVERY_POINT_CHECKPOINT)
 
     def checkpoint_log_start_offsets(self) -> None:
-        self.check_writable()
-        for ld in self.log_dirs:
-            self._write_checkpoint(ld, LOG_START_OFFSET_CHECKPOINT)
+        self._check_writable()
+        for ld in self._table.log_dirs:
+            self.write_checkpoint(ld, LOG_START_OFFSET_CHECKPOINT)
 
-    def _write_checkpoints(self, log_dir: LogDir) -> None:
+    def write_checkpoints(self, log_dir: LogDir) -> None:
         for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
                      HIGH_WATERMARK_CHECKPOINT):
-            self._write_checkpoint(log_dir, name)
+            self.write_checkpoint(log_dir, name)
 
-    def _write_checkpoint(self, log_dir: LogDir, name: str) -> None:
-        with self._lock:
-            parts = [p for p in self._partitions.values() if p.log_dir is log_dir]
+    def write_checkpoint(self, log_dir: LogDir, name: str) -> None:
+        with self._table.lock:
+            parts = [p for p in self._table.listed() if p.log_dir is log_dir]
             offsets: dict[TopicPartition, int] = {}
             for p in parts:
                 log = p.log
@@ -185,81 +183,94 @@ class ManagerMaintenance(PartitionTable["Log"]):
         means the task's interval has passed since any writer of these dirs ran it.
         ``force``: run every task now, due or not (``seglog maintain``).
         ``before_task(name, index, count)`` is called before each task (progress)."""
-        self.check_writable()
+        self._check_writable()
         runs = (self.scheduler.run_all(before_task=before_task) if force
                 else self.scheduler.run_due(before_task=before_task))
         if runs:
-            self._save_last_runs()
+            self.save_last_runs()
         return runs
 
-    def _save_last_runs(self) -> None:
-        write_shared_last_runs([d.path for d in self.log_dirs], self.scheduler.last_runs())
+    def save_last_runs(self) -> None:
+        write_shared_last_runs([d.path for d in self._table.log_dirs], self.scheduler.last_runs())
 
-    def _maintenance_tasks(self) -> list[MaintenanceTask]:
+    def tasks(self) -> list[MaintenanceTask]:
         """Every periodic task of this manager: THE place to add one."""
         tasks = standard_tasks(
-            self.config,
+            self._table.config,
             retention=lambda now: self.delete_old_segments(),
             flush=self._flush_dirty,
             checkpoint_recovery_points=lambda now: self.checkpoint_recovery_points(),
             checkpoint_log_start_offsets=lambda now: self.checkpoint_log_start_offsets(),
             checkpoint_high_watermarks=lambda now: self.checkpoint_high_watermarks(),
             delete_logs=self.delete_logs,
-            now_ms=self.clock.monotonic_ms())
-        if self.config.log_cleaner_enable:
-            tasks.append(MaintenanceTask(CLEANER_TASK, self.config.log_cleaner_backoff_ms or 1,
-                                         self.clean, self.clock.monotonic_ms()))
+            now_ms=self._table.clock.monotonic_ms())
+        if self._table.config.log_cleaner_enable:
+            tasks.append(MaintenanceTask(CLEANER_TASK,
+                                         self._table.config.log_cleaner_backoff_ms or 1,
+                                         self.clean, self._table.clock.monotonic_ms()))
         return tasks
 
     def clean(self, now_ms: int | None = None) -> CleanerStats | None:
         """One compaction pass over the dirtiest log with ``cleanup.policy`` compact
         (Kafka's cleaner thread, one pass per run); returns its ``CleanerStats`` or None.
         Loads the compacted partitions."""
-        self.check_writable()
-        with self._lock:
-            parts = [p for p in self._partitions.values()
-                     if not p.deleted and self._config_of(p).compact]
+        self._check_writable()
+        with self._table.lock:
+            parts = [p for p in self._table.listed()
+                     if not p.deleted and self._table.config_of(p).compact]
         if not parts:
             return None
         errors = self._load_each(parts, "loading for compaction")
         if errors:
             raise errors[0]
         logs = [p.log for p in parts if p.log is not None]
-        with self._maintenance_lock:
-            return self._log_cleaner().clean_dirtiest(logs)
+        with self.lock:
+            return self.log_cleaner().clean_dirtiest(logs)
 
-    def _log_cleaner(self) -> LogCleaner:
+    def log_cleaner(self) -> LogCleaner:
         if self._cleaner is None:
             from .cleaner import LogCleaner
 
-            self._cleaner = LogCleaner(self.config, self.clock)
+            self._cleaner = LogCleaner(self._table.config, self._table.clock)
         return self._cleaner
 
     def delete_old_segments(self) -> int:
         """Retention over every partition: by log start offset always, by time and size
         with ``cleanup.policy`` delete (the Log decides). Returns the number of segments
         deleted. Loads unloaded partitions."""
-        self.check_writable()
-        with self._lock:
-            parts = list(self._partitions.values())
+        self._check_writable()
+        with self._table.lock:
+            parts = list(self._table.listed())
         errors = self._load_each(parts, "loading for retention")
         # None: deleted by a concurrent delete_topic, or its load failed (raised after)
-        with self._maintenance_lock:
+        with self.lock:
             return sum(self._each(parts, lambda p: 0 if p.log is None
                                   else p.log.delete_old_segments(), "retention", errors))
 
     def _flush_dirty(self, now_ms: int) -> int:
         """Kafka's flusher: each log whose ``flush.ms`` has elapsed since its last flush
         (unloaded logs have nothing unflushed)."""
-        return sum(self._each(self._loaded(),
+        return sum(self._each(self._table.loaded(),
                               lambda p: bool(p.log is not None and p.log.flush_if_due()),
                               "scheduled flush"))
+
+    def schedule_removal(self, target: Path, due_ms: int) -> None:
+        """Remove the ``-delete`` directory ``target`` once the wall clock passes
+        ``due_ms`` (``delete_logs``); the caller holds the table lock or not."""
+        with self._table.lock:
+            self._pending_deletes.append((target, due_ms))
+
+    def reload_cleaner_checkpoints(self, log_dir: Path) -> None:
+        """Make the cleaner, if one was created, forget what it read of ``log_dir``'s
+        ``cleaner-offset-checkpoint`` (rewritten by a repair); under ``lock``."""
+        if self._cleaner is not None:
+            self._cleaner.reload_checkpoints(log_dir)
 
     def delete_logs(self, now_ms: int) -> int:
         """Unlink the due ``.deleted`` segment files and remove the ``-delete`` directories
         whose delay has passed; returns how many files and directories went."""
         removed = self.deleter.run_due()
-        with self._lock:
+        with self._table.lock:
             due = [(d, t) for d, t in self._pending_deletes if t <= now_ms]
             self._pending_deletes = [(d, t) for d, t in self._pending_deletes if t > now_ms]
         for d, t in due:
@@ -272,6 +283,6 @@ class ManagerMaintenance(PartitionTable["Log"]):
                 removed += 1
             except OSError as e:
                 logger.error("cannot remove %s (will retry): %s", d, e)
-                with self._lock:
+                with self._table.lock:
                     self._pending_deletes.append((d, t))
         return removed

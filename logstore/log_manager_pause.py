@@ -8,51 +8,57 @@ with it when nothing changed since: each marker still holds the pause's token an
 the manager relies on changed (``clean_shutdown``'s fingerprint). Otherwise the paused
 manager is dropped, without writing anything, and the caller opens a new one.
 
-``PausableWriter`` is a base of ``log_manager.LogManager``, which provides the lifecycle
-(``_closed``, ``_pid``, ``_abandon``, ``_close_unclean``). Thread-safety: as
-``LogManager``; pause and resume are not meant to race other calls on the manager.
+``PauseController`` is a component of ``log_manager.LogManager``, handed the manager's
+partition table, its maintenance and what it needs of the manager's lifecycle: the
+writability check, the process that opened it, closing as after an exception and marking
+it closed. Thread-safety: as ``LogManager``; pause and resume are not meant to race
+other calls on the manager.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .checkpoint_file import write_atomically
 from .clean_shutdown import Fingerprint, fingerprint, holds_token, marker_content, new_token
-from .clock import Clock
-from .config import LogConfig, ManagerConfig
 from .dir_lock import DirLock
 from .errors import ConfigError, KafkaStorageError, LogDirError
 from .file_names import CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT
 from .log_manager_maintenance import ManagerMaintenance
 from .offset_checkpoints import OFFSET_CHECKPOINTS
+from .partition_table import PartitionTable
 from .storage import LOCAL
+
+if TYPE_CHECKING:
+    from .log import Log
 
 # The LogManager's messages keep the one logger name users configure, whichever of its
 # modules logs them.
 logger = logging.getLogger("seglog.logstore.log_manager")
 
 
-class PausableWriter(ManagerMaintenance):
-    """``pause()``/``resume()`` of a writer; a base of ``LogManager``."""
+class PauseController:
+    """``pause()``/``resume()`` of a writer; a component of ``LogManager``.
 
-    _closed: bool  # set by LogManager: closed (or dropped while paused)
-    _pid: int  # the process that opened the writer and holds its dir locks
+    ``pid``: the process that opened the writer and holds its dir locks;
+    ``close_unclean``: close as after an exception (no clean-shutdown claim);
+    ``mark_closed``: the writer is closed from now on (dropped while paused)."""
 
-    def __init__(self, config: ManagerConfig | Mapping[str, Any] | None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None,
-                 clock: Clock) -> None:
-        super().__init__(config, default_topic_config, clock)
+    def __init__(self, table: PartitionTable[Log], maintenance: ManagerMaintenance, *,
+                 check_writable: Callable[[], None], pid: int,
+                 close_unclean: Callable[[], None], mark_closed: Callable[[], None]) -> None:
+        self._table = table
+        self._maintenance = maintenance
+        self._check_writable = check_writable
+        self._pid = pid
+        self._close_unclean = close_unclean
+        self._mark_closed = mark_closed
         # Set while paused: the token of the markers written and what the files looked
         # like then.
         self._paused: tuple[str, Fingerprint] | None = None
-
-    def _close_unclean(self) -> None:
-        """Close as after an exception: no clean-shutdown claim (``LogManager``'s)."""
-        raise NotImplementedError
 
     def pause(self) -> None:
         """Writer: leave the log dirs exactly as ``close()`` does (logs flushed,
@@ -64,28 +70,28 @@ class PausableWriter(ManagerMaintenance):
         ``LogManager`` pays. While paused, other writers may open the dirs. On failure
         the manager is closed as by an exception (no clean-shutdown claim), and it raises.
         Not with ``background=True`` (the maintenance thread would need the lock)."""
-        self.check_writable()
-        if self.scheduler.running:
-            raise ConfigError(f"the LogManager of {self._dirs_text()} runs background "
+        self._check_writable()
+        if self._maintenance.scheduler.running:
+            raise ConfigError(f"the LogManager of {self._table.dirs_text()} runs background "
                               "maintenance: it cannot pause")
-        self.publisher.stop()  # its pending publish is the checkpoints written below
+        self._maintenance.publisher.stop()  # its pending publish is the checkpoints written below
         try:
-            self.flush_all()
-            self._save_last_runs()
-            for ld in self.log_dirs:
-                self._write_checkpoints(ld)
-            for p in self._loaded():
+            self._maintenance.flush_all()
+            self._maintenance.save_last_runs()
+            for ld in self._table.log_dirs:
+                self._maintenance.write_checkpoints(ld)
+            for p in self._table.loaded():
                 with p.lock:
                     if p.log is not None:
                         p.log.pause()
             token = new_token()
-            for ld in self.log_dirs:
+            for ld in self._table.log_dirs:
                 write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(token))
             self._paused = (token, self._fingerprint())
         except BaseException:
             self._close_unclean()
             raise
-        for ld in self.log_dirs:
+        for ld in self._table.log_dirs:
             if ld.lock is not None:
                 ld.lock.release()
 
@@ -103,14 +109,14 @@ class PausableWriter(ManagerMaintenance):
         Raises ``LogDirLockedError`` while another writer holds a dir (still paused: try
         again later)."""
         if self._paused is None:
-            raise KafkaStorageError(f"this LogManager of {self._dirs_text()} is not paused")
+            raise KafkaStorageError(f"this LogManager of {self._table.dirs_text()} is not paused")
         if os.getpid() != self._pid:
-            raise LogDirError(f"this writer LogManager of {self._dirs_text()} was paused by "
+            raise LogDirError(f"this writer LogManager of {self._table.dirs_text()} was paused by "
                               f"process {self._pid}; a forked child must open its own")
         token, seen = self._paused
         taken: list[DirLock] = []
         try:
-            for ld in self.log_dirs:
+            for ld in self._table.log_dirs:
                 # A writer's dirs keep their DirLock (released, not dropped, by pause).
                 lock = ld.lock if ld.lock is not None else DirLock(ld.path)
                 taken.append(lock.acquire())
@@ -119,18 +125,18 @@ class PausableWriter(ManagerMaintenance):
             for lock in taken:
                 lock.release()
             raise
-        if (not all(holds_token(ld.path, token) for ld in self.log_dirs)
+        if (not all(holds_token(ld.path, token) for ld in self._table.log_dirs)
                 or self._fingerprint() != seen):
             logger.info("%s changed since this writer paused: it opens afresh",
-                        self._dirs_text())
-            self._drop_paused()
+                        self._table.dirs_text())
+            self.drop()
             return False
         self._paused = None
         try:
-            for ld in self.log_dirs:
+            for ld in self._table.log_dirs:
                 LOCAL.unlink(ld.path / CLEAN_SHUTDOWN_FILE)
                 LOCAL.fsync_dir(ld.path)
-            for p in self._loaded():
+            for p in self._table.loaded():
                 with p.lock:
                     if p.log is not None:
                         p.log.resume()
@@ -142,24 +148,24 @@ class PausableWriter(ManagerMaintenance):
     def _fingerprint(self) -> Fingerprint:
         """The files a paused writer's state depends on (``clean_shutdown``)."""
         paths = []
-        for ld in self.log_dirs:
+        for ld in self._table.log_dirs:
             paths.append(ld.path / CLEAN_SHUTDOWN_FILE)
             paths.extend(ld.path / name for name in (*OFFSET_CHECKPOINTS,
                                                      CLEANER_OFFSET_CHECKPOINT))
-        for p in sorted(self._loaded(), key=lambda p: p.tp):
+        for p in sorted(self._table.loaded(), key=lambda p: p.tp):
             log = p.log
             if log is not None:
                 paths.append(log.dir)
                 paths.append(log.segments[-1].log_path)
         return fingerprint(paths)
 
-    def _drop_paused(self) -> None:
+    def drop(self) -> None:
         """Forget a paused writer whose files changed: its logs hold no open file, and
         nothing may be written (the dirs are someone else's state now)."""
         self._paused = None
-        self._closed = True
-        for p in self._loaded():
+        self._mark_closed()
+        for p in self._table.loaded():
             p.log = None
-        for ld in self.log_dirs:
+        for ld in self._table.log_dirs:
             if ld.lock is not None:
                 ld.lock.release()

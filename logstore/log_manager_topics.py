@@ -9,15 +9,17 @@ writer's open removes staging leftovers). New partitions go to the log dir holdi
 fewest bytes. A deleted topic's directories are renamed ``<tp>.<id>-delete`` at once and
 removed after ``file.delete.delay.ms`` by the maintenance (``log_manager_maintenance``).
 
-``TopicAdmin`` is a base of ``log_manager.LogManager``. Thread-safety: as ``LogManager``
-(the lock order is in ``log_manager``'s docstring).
+``TopicAdmin`` is a component of ``log_manager.LogManager``, handed the manager's
+partition table, its maintenance (pending removals, the cleaner's checkpoint, the offset
+checkpoints) and its writability check. Thread-safety: as ``LogManager`` (the lock order
+is in ``log_manager``'s docstring).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +34,7 @@ from .file_names import (
 from .log_dirs import STAGING_PREFIX, LogDir, Partition
 from .log_manager_maintenance import ManagerMaintenance
 from .partition_metadata import new_topic_id, read_topic_id, write_partition_metadata
+from .partition_table import PartitionTable
 from .storage import LOCAL
 from .topics import (
     altered_overrides,
@@ -50,9 +53,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("seglog.logstore.log_manager")
 
 
-class TopicAdmin(ManagerMaintenance):
-    """Creating, growing, reconfiguring and deleting the writer's topics; a base of
+class TopicAdmin:
+    """Creating, growing, reconfiguring and deleting the writer's topics; a component of
     ``LogManager``."""
+
+    def __init__(self, table: PartitionTable[Log], maintenance: ManagerMaintenance,
+                 check_writable: Callable[[], None]) -> None:
+        self._table = table
+        self._maintenance = maintenance
+        self._check_writable = check_writable
 
     def create_topic(self, name: str, partitions: int = 1,
                      config: Mapping[str, Any] | None = None) -> None:
@@ -61,22 +70,23 @@ class TopicAdmin(ManagerMaintenance):
         Raises InvalidTopicError (bad name), TopicExistsError, ConfigError (bad config or
         partition count), ReadOnlyError.
         """
-        self.check_writable()
+        self._check_writable()
         validate_topic_name(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
             raise ConfigError(f"partitions must be an integer of at least 1, got {partitions!r}")
-        overrides = parse_overrides(config, base=self.default_topic_config)
-        with self._lock:
-            existing = {t for t, _ in self._partitions}
+        overrides = parse_overrides(config, base=self._table.default_topic_config)
+        with self._table.lock:
+            existing = {p.topic for p in self._table.listed()}
             if name in existing:
-                raise TopicExistsError(f"topic {name!r} already exists in {self._dirs_text()}")
+                raise TopicExistsError(
+                    f"topic {name!r} already exists in {self._table.dirs_text()}")
             warn_on_collision(name, existing)
-            self._topic_configs.pop(name, None)
+            self._table.forget_topic_config(name)
             self._create_partitions(name, range(partitions), overrides, new_topic_id())
-        created = LogConfig.from_properties(overrides, base=self.default_topic_config)
+        created = LogConfig.from_properties(overrides, base=self._table.default_topic_config)
         # Said at creation because retention deletes silently later (Kafka's 7-day default).
         logger.info("created topic %s with %d partition(s) in %s; retention.ms=%d%s, "
-                    "cleanup.policy=%s", name, partitions, self._dirs_text(),
+                    "cleanup.policy=%s", name, partitions, self._table.dirs_text(),
                     created.retention_ms, "" if created.retention_ms < 0 else
                     f" ({created.retention_ms / 86_400_000:.3g} days: older records are deleted)",
                     ",".join(sorted(created.cleanup_policy)))
@@ -95,26 +105,27 @@ class TopicAdmin(ManagerMaintenance):
 
         Raises ConfigError naming the key, UnknownTopicOrPartitionError, ReadOnlyError.
         """
-        self.check_writable()
-        with self._lock:
-            numbers = self.partitions(name)
-            current = self.topic_overrides(name)
-            new = altered_overrides(current, set_configs, delete, base=self.default_topic_config)
+        self._check_writable()
+        with self._table.lock:
+            numbers = self._table.partitions(name)
+            current = self._table.topic_overrides(name)
+            new = altered_overrides(current, set_configs, delete,
+                                    base=self._table.default_topic_config)
             for n in sorted(numbers, reverse=True):
-                write_topic_config(self._partition(name, n).dir, name, new)
-            self._topic_configs.pop(name, None)
+                write_topic_config(self._table.partition(name, n).dir, name, new)
+            self._table.forget_topic_config(name)
         logger.info("altered the config of topic %s: %s", name, new)
         return new
 
     def add_partitions(self, name: str, total: int) -> None:
         """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
-        self.check_writable()
-        with self._lock:
-            current = self.partitions(name)
+        self._check_writable()
+        with self._table.lock:
+            current = self._table.partitions(name)
             if isinstance(total, bool) or not isinstance(total, int) or total <= len(current):
                 raise ConfigError(f"topic {name!r} has {len(current)} partitions; the new "
                                   f"total must be higher, got {total!r}")
-            first = self._partition(name, current[0])
+            first = self._table.partition(name, current[0])
             overrides = read_topic_config(first.dir) or {}
             # The topic's id (none for a topic an older seglog made: its new partitions
             # then have none either, so no partition of it claims another topic's id).
@@ -142,21 +153,21 @@ class TopicAdmin(ManagerMaintenance):
                 raise KafkaStorageError(f"cannot create partition directory {final}: {e}") from e
             p: Partition[Log] = Partition(topic, n, final, log_dir, topic_id=topic_id,
                                           topic_id_read=True)
-            self._partitions[p.tp] = p
-            self._load(p)
+            self._table.add_partition(p)
+            self._table.load(p)
             logger.info("created partition %s", final)
 
     def _place(self, placed: Mapping[Path, int]) -> LogDir:
         """The log dir holding the fewest bytes; ties: fewest partitions (Kafka picks by
         partition count alone, which piles data on one dir when partitions differ)."""
-        if len(self.log_dirs) == 1:
-            return self.log_dirs[0]
-        counts = {id(d): placed.get(d.path, 0) for d in self.log_dirs}
-        sizes = {id(d): 0 for d in self.log_dirs}
-        for p in self._partitions.values():
+        if len(self._table.log_dirs) == 1:
+            return self._table.log_dirs[0]
+        counts = {id(d): placed.get(d.path, 0) for d in self._table.log_dirs}
+        sizes = {id(d): 0 for d in self._table.log_dirs}
+        for p in self._table.listed():
             counts[id(p.log_dir)] += 1
             sizes[id(p.log_dir)] += self._size_of(p)
-        return min(self.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
+        return min(self._table.log_dirs, key=lambda d: (sizes[id(d)], counts[id(d)]))
 
     @staticmethod
     def _size_of(p: Partition[Log]) -> int:
@@ -175,13 +186,14 @@ class TopicAdmin(ManagerMaintenance):
         """Rename every partition dir of ``name`` to ``<tp>.<id>-delete``; the directories
         are removed asynchronously after ``file.delete.delay.ms`` (a crash in between:
         by the next writer that opens the dir)."""
-        self.check_writable()
-        with self._lock:
-            numbers = self.partitions(name)
-            delay = self._config_of(self._partition(name, numbers[0])).file_delete_delay_ms
+        self._check_writable()
+        with self._table.lock:
+            numbers = self._table.partitions(name)
+            first = self._table.partition(name, numbers[0])
+            delay = self._table.config_of(first).file_delete_delay_ms
             touched = {}
             for n in numbers:
-                p = self._partitions[(name, n)]
+                p = self._table.partition(name, n)
                 with p.lock:
                     # A partition leaves the manager only once its directory is renamed:
                     # a failed rename keeps the topic (the error says so; retrying works).
@@ -198,18 +210,19 @@ class TopicAdmin(ManagerMaintenance):
                             f"cannot delete topic {name!r}: renaming {p.dir} for deletion "
                             f"failed: {e}; the partition is unchanged") from e
                     p.deleted = True
-                del self._partitions[(name, n)]
+                self._table.remove_partition((name, n))
                 touched[id(p.log_dir)] = p.log_dir
                 for m in (p.log_dir.recovery_points, p.log_dir.log_start_offsets,
                           p.log_dir.high_watermarks):
                     m.pop(p.tp, None)
                 if LOCAL.exists(p.log_dir.path / CLEANER_OFFSET_CHECKPOINT):
                     # a later topic of this name must not inherit the cleaner's progress
-                    with self._maintenance_lock:
-                        self._log_cleaner().forget(p.log_dir.path, name, n)
-                self._pending_deletes.append((target, self.clock.milliseconds() + delay))
-            self._topic_configs.pop(name, None)
+                    with self._maintenance.lock:
+                        self._maintenance.log_cleaner().forget(p.log_dir.path, name, n)
+                self._maintenance.schedule_removal(target,
+                                                   self._table.clock.milliseconds() + delay)
+            self._table.forget_topic_config(name)
             for log_dir in touched.values():
-                self._write_checkpoints(log_dir)
-        self.scheduler.wake()
+                self._maintenance.write_checkpoints(log_dir)
+        self._maintenance.scheduler.wake()
         logger.info("deleted topic %s (%d partitions), removal pending", name, len(numbers))

@@ -25,9 +25,10 @@ from .clock import Clock
 from .config import LogConfig, ManagerConfig
 from .errors import CorruptPartitionMetadataError, LogDirError, UnknownTopicOrPartitionError
 from .file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
-from .log_dirs import LogDir, LogT, Partition, TopicPartition, first_segment_base
+from .log_dirs import LogDir, LogT, Partition, first_segment_base
 from .offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
 from .partition_metadata import read_topic_id, topic_ids_differ
+from .record_format import TopicPartition
 from .storage import LOCAL
 from .topics import load_topic_config, read_topic_config
 
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 class PartitionTable(Generic[LogT]):
     """The log dirs, their partitions and topic configs, and the lookups over them.
 
-    A base class only: ``_load`` (open a partition's log) and ``_refresh`` (see what
+    A base class only: ``load`` (open a partition's log) and ``_refresh`` (see what
     changed on disk) belong to the writer or the reader. ``LogT``: the kind of log a
     partition holds once loaded (the writer's ``Log``, the reader's ``LogReader``)."""
 
@@ -56,12 +57,12 @@ class PartitionTable(Generic[LogT]):
 
     # -- what a subclass provides ----------------------------------------------------
 
-    def _load(self, p: Partition[LogT]) -> LogT:
+    def load(self, p: Partition[LogT]) -> LogT:
         """Open ``p``'s log if not yet open (thread-safe, idempotent)."""
         log = p.log
         if log is not None:
             return log
-        config = self._config_of(p)  # before p.lock: lock order is _lock, then p.lock
+        config = self.config_of(p)  # before p.lock: lock order is _lock, then p.lock
         with p.lock:
             if p.log is None:
                 p.log = self._open_log(p, config)
@@ -69,11 +70,29 @@ class PartitionTable(Generic[LogT]):
 
     def _open_log(self, p: Partition[LogT], config: LogConfig) -> LogT:
         """Open ``p``'s log (writer: a Log, recovered when due; reader: a LogReader),
-        called under ``p.lock`` by ``_load``."""
+        called under ``p.lock`` by ``load``."""
         raise NotImplementedError
 
     def _refresh(self) -> None:
         """Pick up what changed on disk since the last look (a reader); a writer knows."""
+
+    # -- the table's own state, for its owner's components -------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The table lock (first in the lock order): guards the partitions, the topic
+        configs and the checkpoint values of the ``LogDir``s."""
+        return self._lock
+
+    def add_partition(self, p: Partition[LogT]) -> None:
+        """Enter a partition made by its owner (a writer's new topic or partition)."""
+        with self._lock:
+            self._partitions[p.tp] = p
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        """Forget a partition its owner deleted."""
+        with self._lock:
+            del self._partitions[tp]
 
     # -- listing ----------------------------------------------------------------------
 
@@ -100,7 +119,7 @@ class PartitionTable(Generic[LogT]):
         with self._lock:
             parts = sorted(p for t, p in self._partitions if t == topic)
         if not parts:
-            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self._dirs_text()}")
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.dirs_text()}")
         return parts
 
     def partitions_in(self, log_dir: LogDir) -> list[Partition[LogT]]:
@@ -121,17 +140,23 @@ class PartitionTable(Generic[LogT]):
                 p = self._partitions.get((topic, partition))
         if p is None:
             raise UnknownTopicOrPartitionError(
-                f"unknown partition {topic}-{partition} in {self._dirs_text()}")
+                f"unknown partition {topic}-{partition} in {self.dirs_text()}")
         return p
 
-    def _loaded(self) -> list[Partition[LogT]]:
+    def loaded(self) -> list[Partition[LogT]]:
+        """The partitions whose log is open."""
         with self._lock:
             return [p for p in self._partitions.values() if p.log is not None]
+
+    def listed(self) -> list[Partition[LogT]]:
+        """Every partition listed now (a copy: safe to iterate without the lock)."""
+        with self._lock:
+            return list(self._partitions.values())
 
     def get_log(self, topic: str, partition: int) -> LogT:
         """The partition's log (a writer's ``Log``, a reader's ``LogReader``), loaded on
         first use."""
-        return self._load(self._partition(topic, partition))
+        return self.load(self._partition(topic, partition))
 
     # -- topic ids ----------------------------------------------------------------------
 
@@ -188,7 +213,7 @@ class PartitionTable(Generic[LogT]):
 
     def topic_config(self, topic: str) -> LogConfig:
         """The default topic config plus the topic's persisted overrides."""
-        return self._config_of(self._partition(topic, self.partitions(topic)[0]))
+        return self.config_of(self._partition(topic, self.partitions(topic)[0]))
 
     def topic_overrides(self, name: str) -> dict[str, str]:
         """The config overrides persisted for ``name`` (its lowest partition's file, the
@@ -200,7 +225,8 @@ class PartitionTable(Generic[LogT]):
         with self._lock:
             self._topic_configs.pop(topic, None)
 
-    def _config_of(self, p: Partition[LogT]) -> LogConfig:
+    def config_of(self, p: Partition[LogT]) -> LogConfig:
+        """``p``'s topic config, read from its directory once per topic."""
         with self._lock:
             config = self._topic_configs.get(p.topic)
         if config is None:
@@ -257,7 +283,8 @@ class PartitionTable(Generic[LogT]):
         warn_start_beyond_log_end(p, stored, end, first)
         return first
 
-    def _dirs_text(self) -> str:
+    def dirs_text(self) -> str:
+        """The log dirs, for messages."""
         return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
 
 

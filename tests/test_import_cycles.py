@@ -5,8 +5,11 @@ Every ``import`` of a seglog module counts, at module level or inside a function
 function-level import hides a cycle from Python's import machinery but not from the
 design: the two modules still need each other to be understood or changed (a second
 storage backend would have to replace both at once), and the deferred import runs under
-the interpreter's import lock on first call. ``if TYPE_CHECKING:`` imports do not count:
-they never run and only name types for annotations.
+the interpreter's import lock on first call. ``if TYPE_CHECKING:`` imports count too: they
+never run, but a module that names another's class in its annotations is written against
+it, and a cycle closed that way is the same two-way dependency (a helper typed on the
+manager that calls it). The usual fix is a Protocol, or a small class the helper is
+handed, in a module both can import.
 
 A cycle through module-level imports alone is the worse failure (which module loads
 first decides whether the other sees half-initialised names); it is reported separately.
@@ -36,9 +39,10 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, set[str]]:
-    """The seglog modules ``name`` imports: {"module": ..., "function": ...}."""
+    """The seglog modules ``name`` imports: {"module": ..., "function": ..., "type": ...}
+    ("type": under ``if TYPE_CHECKING:``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: dict[str, set[str]] = {"module": set(), "function": set()}
+    found: dict[str, set[str]] = {"module": set(), "function": set(), "type": set()}
 
     def targets(node: ast.Import | ast.ImportFrom) -> set[str]:
         if isinstance(node, ast.Import):
@@ -51,18 +55,19 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, set[s
         subs = {f"{module}.{a.name}" for a in node.names} & modules.keys()
         return subs or {module}
 
-    def visit(node: ast.AST, in_function: bool) -> None:
+    def visit(node: ast.AST, kind: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                visit(child, True)
+                visit(child, "type" if kind == "type" else "function")
             elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                visit(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+                visit(ast.Module(body=child.body, type_ignores=[]), "type")
+                visit(ast.Module(body=child.orelse, type_ignores=[]), kind)
             else:
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    found["function" if in_function else "module"] |= targets(child)
-                visit(child, in_function)
+                    found[kind] |= targets(child)
+                visit(child, kind)
 
-    visit(ast.parse(path.read_text(), filename=str(path)), False)
+    visit(ast.parse(path.read_text(), filename=str(path)), "module")
     return {k: {m for m in v if m in modules and m != name} for k, v in found.items()}
 
 
@@ -121,7 +126,7 @@ def _graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     modules = _modules()
     edges = {name: _imports(name, path, modules) for name, path in modules.items()}
     return ({n: e["module"] for n, e in edges.items()},
-            {n: e["module"] | e["function"] for n, e in edges.items()})
+            {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()})
 
 
 def test_the_module_walk_sees_every_layer():
@@ -151,7 +156,7 @@ def test_a_cycle_is_found_and_named():
 
 def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     """Real files: ``a`` imports ``b`` inside a function, ``b`` imports ``a`` at the top;
-    an import under ``if TYPE_CHECKING:`` is no edge."""
+    an import under ``if TYPE_CHECKING:`` is a "type" edge, not a module-level one."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "a.py").write_text("def f():\n    from . import b\n    return b\n")
@@ -160,8 +165,29 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
                               "if TYPE_CHECKING:\n    from . import a\n")
     modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("a", "b", "c")}
     edges = {n: _imports(n, p, modules) for n, p in modules.items()}
-    assert edges["pkg.a"] == {"module": set(), "function": {"pkg.b"}}
-    assert edges["pkg.c"] == {"module": set(), "function": set()}
+    assert edges["pkg.a"] == {"module": set(), "function": {"pkg.b"}, "type": set()}
+    assert edges["pkg.c"] == {"module": set(), "function": set(), "type": {"pkg.a"}}
     every = {n: e["module"] | e["function"] for n, e in edges.items()}
     assert _cycles(every) == [["pkg.a", "pkg.b", "pkg.a"]]
+    assert _cycles({n: e["module"] for n, e in edges.items()}) == []
+
+
+def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
+    """Real files, the shape of a helper typed on its manager: ``manager`` imports
+    ``helper`` inside a method, ``helper`` names the manager only under
+    ``if TYPE_CHECKING:``. The whole-tree graph holds the cycle; the module-level one
+    does not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "manager.py").write_text("class Manager:\n    def run(self):\n"
+                                    "        from . import helper\n"
+                                    "        return helper.run(self)\n")
+    (pkg / "helper.py").write_text("from typing import TYPE_CHECKING\n"
+                                   "if TYPE_CHECKING:\n    from .manager import Manager\n"
+                                   "def run(mgr: 'Manager') -> None:\n    pass\n")
+    modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper")}
+    edges = {n: _imports(n, p, modules) for n, p in modules.items()}
+    assert edges["pkg.helper"]["type"] == {"pkg.manager"}
+    every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
+    assert _cycles(every) == [["pkg.helper", "pkg.manager", "pkg.helper"]]
     assert _cycles({n: e["module"] for n, e in edges.items()}) == []

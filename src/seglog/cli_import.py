@@ -47,7 +47,7 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
         Progress(f"import {args.dir}", in_bytes=True, enabled=not args.json) as bar,
     ):
         topics = args.topic or [t for t in source.topics() if t not in INTERNAL_TOPICS]
-        stats = import_log_dir(target, source, topics, progress=bar.on_bytes)
+        stats = import_log_dir(target.committer, source, topics, progress=bar.on_bytes)
         version = target.state.version
     if args.json:
         write_json(

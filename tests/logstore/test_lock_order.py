@@ -1,8 +1,8 @@
 """The LogManager's lock order (log_manager's docstring): the manager's ``_lock``, then
-``_maintenance_lock``, then a partition's ``lock``. A path taking them the other way
-round can deadlock against one that follows it: ``append`` used to load an unloaded log
-under the partition lock, which took the manager lock, while ``delete_topic`` holds the
-manager lock and then takes each partition lock.
+the maintenance lock (``ManagerMaintenance.lock``), then a partition's ``lock``. A path
+taking them the other way round can deadlock against one that follows it: ``append``
+used to load an unloaded log under the partition lock, which took the manager lock,
+while ``delete_topic`` holds the manager lock and then takes each partition lock.
 
 The locks are wrapped to record, per thread, every acquisition that breaks the order, so
 the inversion is caught deterministically, without racing two threads into a deadlock.
@@ -67,8 +67,9 @@ class _Ordered:
 def _watch(mgr: LogManager) -> list[str]:
     violations: list[str] = []
     mgr._lock = _Ordered(mgr._lock, 0, "manager lock", violations)
-    mgr._maintenance_lock = _Ordered(mgr._maintenance_lock, 1, "maintenance lock", violations)
-    for p in mgr._partitions.values():
+    maintenance = mgr._maintenance  # the component that owns the maintenance lock
+    maintenance.lock = _Ordered(maintenance.lock, 1, "maintenance lock", violations)
+    for p in mgr.listed():
         p.lock = _Ordered(p.lock, 2, f"partition lock {p.topic}-{p.partition}", violations)
     return violations
 

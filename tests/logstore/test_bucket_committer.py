@@ -1,0 +1,84 @@
+"""``BucketCommitter`` (logstore/bucket_committer.py): what the bucket helpers are handed
+instead of the manager. A helper runs on a committer alone (no ``BucketLogManager``),
+the committer tells its owner after every fold of commits, and a manager's own
+operations go through its committer. Real objects in a memory:// bucket."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from bucket_helpers import memory_uri
+
+from seglog.logstore.bucket_append import append_many
+from seglog.logstore.bucket_commit_log import Change, CommitLog
+from seglog.logstore.bucket_committer import BucketCommitter
+from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket_state import BucketState, TopicSpec
+from seglog.logstore.clock import SYSTEM_CLOCK
+from seglog.logstore.config import LogConfig, ManagerConfig
+from seglog.logstore.errors import LogDirError, ReadOnlyError, UnknownTopicOrPartitionError
+from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.record_codec import encode_batches
+
+
+def committer_of(uri: str, told: list[int], *, read_only: bool = False) -> BucketCommitter:
+    storage = ObjectStorage(uri)
+    commits = CommitLog(storage)
+    return BucketCommitter(
+        storage,
+        commits,
+        clock=SYSTEM_CLOCK,
+        config=ManagerConfig.of(None),
+        default_topic_config=LogConfig.of(None),
+        read_only=read_only,
+        on_change=lambda: told.append(commits.state.version),
+    )
+
+
+def test_an_append_runs_on_a_committer_alone_and_a_manager_reads_it() -> None:
+    uri = memory_uri()
+    told: list[int] = []
+    committer = committer_of(uri, told)
+
+    def create(state: BucketState) -> Change:
+        return Change(topics={"t": TopicSpec(2, {}, None)})
+
+    committer.commit("create_topic", create)
+    assert told == [committer.state.version]  # told after the commit
+    info = append_many(committer, {("t", 1): encode_batches(pa.array([b"a", b"b"]))})
+    assert info[("t", 1)].last_offset == 1
+    assert committer.partition_state("t", 1).high_watermark == 2
+    with pytest.raises(UnknownTopicOrPartitionError, match=r"unknown partition t-2 in memory"):
+        committer.partition_state("t", 2)
+    with BucketLogManager(uri, read_only=True) as reader:
+        assert reader.high_watermarks() == {("t", 0): 0, ("t", 1): 2}
+
+
+def test_a_refresh_that_folds_commits_tells_the_owner_once() -> None:
+    uri = memory_uri()
+    told: list[int] = []
+    committer = committer_of(uri, told)
+    with BucketLogManager(uri) as other:
+        other.create_topic("t")
+    assert committer.refresh()
+    assert told == [committer.state.version]
+    assert not committer.refresh()  # nothing new: the owner is not told again
+    with committer.one_refresh(refresh=False):
+        with BucketLogManager(uri) as other:
+            other.create_topic("u")
+        assert committer.topics() == ["t"]  # inside the block: the block's state
+    assert committer.topics() == ["t", "u"]
+
+
+def test_the_managers_writes_go_through_its_committer() -> None:
+    uri = memory_uri()
+    with BucketLogManager(uri, read_only=True) as reader:
+        assert reader.read_only and reader.committer.read_only
+        with pytest.raises(ReadOnlyError, match=f"log dir {uri} is open read-only"):
+            reader.create_topic("t")
+    mgr = BucketLogManager(uri)
+    mgr.inline_index_bytes = 0
+    assert mgr.committer.inline_index_bytes == 0
+    mgr.close()
+    with pytest.raises(LogDirError, match=f"the manager of {uri} is closed"):
+        mgr.committer.check_writable()
