@@ -42,7 +42,14 @@ from .bucket_commit_log import Change, CommitLog
 from .bucket_log import BucketLog
 from .bucket_ownership import check_nesting
 from .bucket_segment import INLINE_INDEX_BYTES
-from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
+from .bucket_state import (
+    NO_VERSION,
+    BucketState,
+    PartitionChange,
+    PartitionState,
+    TopicSpec,
+    tp_key,
+)
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .errors import (
@@ -56,6 +63,7 @@ from .errors import (
 )
 from .log import AppendInfo
 from .log_dirs import TopicPartition
+from .log_dirs_api import BeyondLogEnd
 from .object_storage import ObjectStorage, StorageOptions, is_object_uri
 from .partition_metadata import new_topic_id
 from .storage import Storage
@@ -144,6 +152,9 @@ class BucketLogManager:
         self._maintenance: BucketMaintenance | None = None
         self._pipeline: AppendPipeline | None = None  # guarded by _lock; on first use
 
+    is_remote = True
+    """An object-store bucket (``log_dirs_api.LogDirsView.is_remote``)."""
+
     @property
     def uri(self) -> str:
         return self.storage.uri
@@ -151,6 +162,16 @@ class BucketLogManager:
     @property
     def state(self) -> BucketState:
         return self.commits.state
+
+    @property
+    def location(self) -> str:
+        """The bucket URI (for messages)."""
+        return self.uri
+
+    @property
+    def exists(self) -> bool:
+        """Whether the log dir has a commit (an empty or mistyped prefix has none)."""
+        return self.state.version != NO_VERSION
 
     def refresh(self) -> bool:
         """Fold the commits other processes made since (one LIST), and give the logs
@@ -444,6 +465,11 @@ class BucketLogManager:
         self._commit("delete_records", build)
         return self._partition_state(topic, partition).log_start_offset
 
+    def truncate_unpublished(self, topic: str, partition: int, offset: int) -> bool:
+        """False: nothing to take back, every append was a commit, visible at once (the
+        local manager's call, for a caller that undoes its ``publish=False`` appends)."""
+        return False
+
     def checkpoint_high_watermarks(self) -> None:
         """Nothing to do: on a bucket every commit is its own high watermark (kept for
         callers of the local manager's API)."""
@@ -453,7 +479,7 @@ class BucketLogManager:
         self.refresh()
         return {_parse_tp(k): p.high_watermark for k, p in self.state.partitions.items()}
 
-    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Any, int, int]]:
+    def high_watermarks_beyond_log_end(self) -> BeyondLogEnd:
         """Always empty (the reader-of-log-dirs interface): a bucket's high watermark IS
         its committed log end, so none can be published beyond it."""
         return {}
@@ -481,6 +507,20 @@ class BucketLogManager:
         schedule between processes: every call runs every task; ``force`` is accepted
         for the local manager's signature)."""
         return self.maintenance.run(before_task)
+
+    def next_maintenance_ms(self) -> int:
+        """``log.retention.check.interval.ms``: a bucket keeps no schedule between
+        processes, so every pass runs every task."""
+        return self.config.log_retention_check_interval_ms
+
+    def files_awaiting_deletion(self, runs: list[TaskRun]) -> int:
+        """The removed objects the collection among ``runs`` kept for readers that may
+        still hold them (``file.delete.delay.ms``)."""
+        from .bucket_collect import CollectStats
+        from .bucket_maintenance import COLLECT_TASK
+
+        return sum(r.result.waiting for r in runs
+                   if r.name == COLLECT_TASK and isinstance(r.result, CollectStats))
 
     def delete_old_segments(self) -> int:
         """Retention over every partition (one commit); the segments removed."""
