@@ -80,10 +80,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LINGER_MS = 5
-"""The default ``linger_ms`` of ``append_async`` (Kafka's producer ``linger.ms``)."""
-
-
 def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
     """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
     None for local paths. A mix of URIs and paths, or several URIs, is refused."""
@@ -118,13 +114,13 @@ class BucketLogManager:
     max_in_flight_bytes: int = 32 << 20
     """``append_async``: the most bytes of appends between their call and their commit
     (Kafka's producer ``buffer.memory``, whose default this is); a caller beyond it blocks.
-    A single larger append is still taken, alone."""
+    A single larger append is still taken, alone.
 
-    linger_ms: int = LINGER_MS
-    """``append_async``: how long an append whose upload ended may wait for the uploads
-    still running behind it, so that one commit takes them all (Kafka's producer
-    ``linger.ms``). It waits only while such an upload runs: a lone append, or the last
-    of a burst, is committed at once. 0 commits every finished upload at once."""
+    ``append_async`` lingers as Kafka's producer does: the manager config's ``linger.ms``
+    (default 5, the local manager's key) is how long an append whose upload ended may
+    wait for the uploads still running behind it, so that one commit takes them all. It
+    waits only while such an upload runs: a lone append, or the last of a burst, is
+    committed at once; 0 commits every finished upload at once."""
 
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
@@ -434,7 +430,7 @@ class BucketLogManager:
 
                 pipeline = self._pipeline = AppendPipeline(
                     self, self.max_in_flight_appends, self.max_in_flight_bytes,
-                    self.linger_ms)
+                    self.config.linger_ms)
         return pipeline.submit(topic, partition, records)
 
     def flush(self) -> None:
