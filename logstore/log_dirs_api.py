@@ -284,6 +284,7 @@ if TYPE_CHECKING:
     ) -> None:
         writer: LogDirs = local
         writer = bucket
+        writer = reader  # its writer calls raise ReadOnlyError
         view: LogDirsView = reader
         view = local
         view = bucket
