@@ -80,12 +80,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
+
+def bucket_uri(log_dirs: Iterable[object] | object) -> str | None:
     """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
     None for local paths. A mix of URIs and paths, or several URIs, is refused."""
     dirs = [log_dirs] if isinstance(log_dirs, str) or not isinstance(log_dirs, Iterable) \
         else list(log_dirs)
-    uris = [d for d in dirs if is_object_uri(d)]
+    uris = [d for d in dirs if isinstance(d, str) and is_object_uri(d)]
     if not uris:
         return None
     if len(uris) != len(dirs):

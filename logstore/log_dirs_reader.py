@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -76,7 +77,7 @@ _CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
 
 
 def _writer_only(name: str) -> Callable[..., NoReturn]:
-    def refuse(self: LogDirsReader, *args: Any, **kwargs: Any) -> NoReturn:
+    def refuse(self: LogDirsReader, *args: object, **kwargs: object) -> NoReturn:
         self.check_writable()
         raise AssertionError("unreachable")  # check_writable always raises here
 
@@ -368,7 +369,8 @@ class LogDirsReader(PartitionTable[LogReader]):
     def __enter__(self) -> LogDirsReader:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:

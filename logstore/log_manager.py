@@ -214,9 +214,11 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
     read_only = False
 
     def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
-                read_only: bool = False, repair: bool = False, background: bool = False,
-                storage_options: Mapping[str, object] | StorageOptions | None = None,
-                **kwargs: Any) -> Any:
+                read_only: bool = False,
+                config: ManagerConfig | Mapping[str, Any] | None = None,
+                default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                clock: Clock = SYSTEM_CLOCK, background: bool = False, repair: bool = False,
+                storage_options: Mapping[str, object] | StorageOptions | None = None) -> Any:
         # ``LogManager(dirs, read_only=True)`` and ``LogManager("s3://...")`` are how
         # users ask for a reader and a bucket manager: both go to ``open_log_dirs``, the
         # one place the backend is picked. Python skips __init__ when the result is no
@@ -226,7 +228,8 @@ class LogManager(PausableWriter, TopicAdmin, CheckHooks):
         # ``open_log_dirs`` (``-> LogDirs``/``LogDirsView``) or a backend class.
         if read_only or storage_options or _bucket_uri(log_dirs) is not None:
             return open_log_dirs(log_dirs, read_only=read_only, repair=repair,
-                                 storage_options=storage_options, **kwargs)
+                                 storage_options=storage_options, config=config,
+                                 default_topic_config=default_topic_config, clock=clock)
         return super().__new__(cls)
 
     def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,

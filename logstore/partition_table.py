@@ -281,7 +281,7 @@ class PartitionTable(Generic[LogT]):
         return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
 
 
-def inode_of(p: Partition[Any]) -> int:
+def inode_of(p: Partition[LogT]) -> int:
     """``p``'s directory's inode now; UnknownTopicOrPartitionError if it is gone."""
     try:
         return LOCAL.stat(p.dir).st_ino
