@@ -94,7 +94,7 @@ def _planned_topics_log(mgr: LogDirsView, r: ReadRange) -> PartitionLogView | No
     if r.topic_id is None:
         return log
     try:
-        log.sync()  # a bucket log: the state the manager holds now (no request)
+        log.sync()  # a bucket log takes the state its manager holds now (no request)
     except TopicIdChangedError as e:
         # the cached log keeps the old topic's id: compared with the plan's below
         logger.info("%s", e)
