@@ -18,7 +18,7 @@ A moto server (the test suite's, ``tests/s3_server.py``) is started on 127.0.0.1
   through ``append_async`` with ``max_in_flight_appends = --window``, then ``flush``,
   against the same PUTs made by ``--window`` threads (at most ``--window`` in flight, the
   same concurrency). Uploads overlap each other and the commits; a finished append waits
-  for the uploads running behind it (``linger_ms``, ``--linger-ms``; while ``flush``
+  for the uploads running behind it (``linger.ms``, ``--linger-ms``; while ``flush``
   waits, until its uploads ended) and one commit takes them all: "commits/append" is the
   commit requests paid per append (1 MiB x 16: 0.06, one per round; main's code before
   the linger paid 0.19-0.38). Ratio over nine runs alternated with that code, load
@@ -194,10 +194,8 @@ def bench_pipeline(uri: str, plain, boto, bucket: str, mib: int, appends: int, w
     buf = records(mib)
     total = len(buf) * appends
     data = bytes(buf)
-    mgr = BucketLogManager(uri)
+    mgr = BucketLogManager(uri, config=None if linger_ms is None else {"linger.ms": linger_ms})
     mgr.max_in_flight_appends = window
-    if linger_ms is not None:
-        mgr.linger_ms = linger_ms
     commits = []
     for r in range(repeat):  # not timed: the peer creates nothing either
         mgr.create_topic(f"p{mib}-{r}", 1)

@@ -162,6 +162,11 @@ class BucketLog(LogReads):
         self._sync(True)
         return (self._state, self._high_watermark, self.topic_id) != before
 
+    def current_topic_id(self) -> str | None:
+        """The topic id of the state this log took last (``sync``/``refresh``): a bucket
+        has no directory to read it from again."""
+        return self.topic_id
+
     def _relist(self, *, force: bool = False) -> None:
         self._sync(force)
 

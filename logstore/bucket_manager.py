@@ -47,7 +47,14 @@ from .bucket_commit_log import Change, CommitLog
 from .bucket_committer import BucketCommitter
 from .bucket_log import BucketLog
 from .bucket_ownership import check_nesting
-from .bucket_state import BucketState, PartitionChange, PartitionState, TopicSpec, tp_key
+from .bucket_state import (
+    NO_VERSION,
+    BucketState,
+    PartitionChange,
+    PartitionState,
+    TopicSpec,
+    tp_key,
+)
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, ManagerConfig
 from .errors import (
@@ -59,6 +66,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .log import AppendInfo
+from .log_dirs_api import BeyondLogEnd
 from .object_storage import ObjectStorage, StorageOptions, is_object_uri
 from .partition_metadata import new_topic_id
 from .record_format import TopicPartition
@@ -76,16 +84,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LINGER_MS = 5
-"""The default ``linger_ms`` of ``append_async`` (Kafka's producer ``linger.ms``)."""
 
-
-def bucket_uri(log_dirs: Iterable[Any] | str | Any) -> str | None:
+def bucket_uri(log_dirs: Iterable[object] | object) -> str | None:
     """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
     None for local paths. A mix of URIs and paths, or several URIs, is refused."""
     dirs = [log_dirs] if isinstance(log_dirs, str) or not isinstance(log_dirs, Iterable) \
         else list(log_dirs)
-    uris = [d for d in dirs if is_object_uri(d)]
+    uris = [d for d in dirs if isinstance(d, str) and is_object_uri(d)]
     if not uris:
         return None
     if len(uris) != len(dirs):
@@ -110,13 +115,13 @@ class BucketLogManager:
     max_in_flight_bytes: int = 32 << 20
     """``append_async``: the most bytes of appends between their call and their commit
     (Kafka's producer ``buffer.memory``, whose default this is); a caller beyond it blocks.
-    A single larger append is still taken, alone."""
+    A single larger append is still taken, alone.
 
-    linger_ms: int = LINGER_MS
-    """``append_async``: how long an append whose upload ended may wait for the uploads
-    still running behind it, so that one commit takes them all (Kafka's producer
-    ``linger.ms``). It waits only while such an upload runs: a lone append, or the last
-    of a burst, is committed at once. 0 commits every finished upload at once."""
+    ``append_async`` lingers as Kafka's producer does: the manager config's ``linger.ms``
+    (default 5, the local manager's key) is how long an append whose upload ended may
+    wait for the uploads still running behind it, so that one commit takes them all. It
+    waits only while such an upload runs: a lone append, or the last of a burst, is
+    committed at once; 0 commits every finished upload at once."""
 
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
@@ -144,6 +149,9 @@ class BucketLogManager:
         self._maintenance: BucketMaintenance | None = None
         self._pipeline: AppendPipeline | None = None  # guarded by _lock; on first use
 
+    is_remote = True
+    """An object-store bucket (``log_dirs_api.LogDirsView.is_remote``)."""
+
     @property
     def uri(self) -> str:
         return self.storage.uri
@@ -165,6 +173,16 @@ class BucketLogManager:
     @inline_index_bytes.setter
     def inline_index_bytes(self, value: int) -> None:
         self.committer.inline_index_bytes = value
+
+    @property
+    def location(self) -> str:
+        """The bucket URI (for messages)."""
+        return self.uri
+
+    @property
+    def exists(self) -> bool:
+        """Whether the log dir has a commit (an empty or mistyped prefix has none)."""
+        return self.state.version != NO_VERSION
 
     def refresh(self) -> bool:
         """Fold the commits other processes made since (one LIST), and give the logs
@@ -368,7 +386,7 @@ class BucketLogManager:
 
                 pipeline = self._pipeline = AppendPipeline(
                     self.committer, self.max_in_flight_appends, self.max_in_flight_bytes,
-                    self.linger_ms)
+                    self.config.linger_ms)
         return pipeline.submit(topic, partition, records)
 
     def flush(self) -> None:
@@ -399,6 +417,11 @@ class BucketLogManager:
         self.committer.commit("delete_records", build)
         return self.committer.partition_state(topic, partition).log_start_offset
 
+    def truncate_unpublished(self, topic: str, partition: int, offset: int) -> bool:
+        """False: nothing to take back, every append was a commit, visible at once (the
+        local manager's call, for a caller that undoes its ``publish=False`` appends)."""
+        return False
+
     def checkpoint_high_watermarks(self) -> None:
         """Nothing to do: on a bucket every commit is its own high watermark (kept for
         callers of the local manager's API)."""
@@ -408,7 +431,7 @@ class BucketLogManager:
         self.refresh()
         return {_parse_tp(k): p.high_watermark for k, p in self.state.partitions.items()}
 
-    def high_watermarks_beyond_log_end(self) -> dict[TopicPartition, tuple[Any, int, int]]:
+    def high_watermarks_beyond_log_end(self) -> BeyondLogEnd:
         """Always empty (the reader-of-log-dirs interface): a bucket's high watermark IS
         its committed log end, so none can be published beyond it."""
         return {}
@@ -436,6 +459,20 @@ class BucketLogManager:
         schedule between processes: every call runs every task; ``force`` is accepted
         for the local manager's signature)."""
         return self.maintenance.run(before_task)
+
+    def next_maintenance_ms(self) -> int:
+        """``log.retention.check.interval.ms``: a bucket keeps no schedule between
+        processes, so every pass runs every task."""
+        return self.config.log_retention_check_interval_ms
+
+    def files_awaiting_deletion(self, runs: list[TaskRun]) -> int:
+        """The removed objects the collection among ``runs`` kept for readers that may
+        still hold them (``file.delete.delay.ms``)."""
+        from .bucket_collect import CollectStats
+        from .bucket_maintenance import COLLECT_TASK
+
+        return sum(r.result.waiting for r in runs
+                   if r.name == COLLECT_TASK and isinstance(r.result, CollectStats))
 
     def delete_old_segments(self) -> int:
         """Retention over every partition (one commit); the segments removed."""

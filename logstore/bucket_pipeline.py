@@ -116,7 +116,7 @@ class AppendPipeline:
                  max_in_flight_bytes: int, linger_ms: int) -> None:
         for name, value, least in (("max_in_flight_appends", max_in_flight, 1),
                                    ("max_in_flight_bytes", max_in_flight_bytes, 1),
-                                   ("linger_ms", linger_ms, 0)):
+                                   ("linger.ms", linger_ms, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"{name} of the manager of {bucket.uri} must be an integer "
                                   f"of at least {least}, got {value!r}")

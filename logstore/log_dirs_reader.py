@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .clock import SYSTEM_CLOCK, Clock
@@ -76,7 +77,7 @@ _CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
 
 
 def _writer_only(name: str) -> Callable[..., NoReturn]:
-    def refuse(self: LogDirsReader, *args: Any, **kwargs: Any) -> NoReturn:
+    def refuse(self: LogDirsReader, *args: object, **kwargs: object) -> NoReturn:
         self.check_writable()
         raise AssertionError("unreachable")  # check_writable always raises here
 
@@ -329,6 +330,13 @@ class LogDirsReader(PartitionTable[LogReader]):
     delete_topic = _writer_only("delete_topic")
     alter_topic_config = _writer_only("alter_topic_config")
     append = _writer_only("append")
+    append_many = _writer_only("append_many")
+    append_async = _writer_only("append_async")
+    flush = _writer_only("flush")
+    delete_records = _writer_only("delete_records")
+    truncate_unpublished = _writer_only("truncate_unpublished")
+    next_maintenance_ms = _writer_only("next_maintenance_ms")
+    files_awaiting_deletion = _writer_only("files_awaiting_deletion")
     checkpoint_high_watermarks = _writer_only("checkpoint_high_watermarks")
     checkpoint_recovery_points = _writer_only("checkpoint_recovery_points")
     checkpoint_log_start_offsets = _writer_only("checkpoint_log_start_offsets")
@@ -361,7 +369,8 @@ class LogDirsReader(PartitionTable[LogReader]):
     def __enter__(self) -> LogDirsReader:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:

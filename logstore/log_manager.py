@@ -61,7 +61,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .checkpoint_file import write_atomically
 from .clean_shutdown import marker_content, new_token
@@ -73,6 +73,7 @@ from .errors import (
     CorruptCheckpointError,
     KafkaStorageError,
     LogDirError,
+    OffsetOutOfRangeError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
@@ -82,8 +83,8 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from .log_check import Problem, check_manager
 from .log_dirs import LogDir, Partition, TopicPartition, canonical_dirs, list_log_dir
+from .log_dirs_api import LogDirs, LogDirsView
 from .log_dirs_reader import LogDirsReader
 from .log_manager_check import CheckHooks
 from .log_manager_maintenance import CLEANER_TASK as CLEANER_TASK
@@ -103,9 +104,10 @@ from .partition_table import PartitionTable, warn_start_beyond_log_end
 from .scheduler import TaskRun, read_shared_last_runs
 from .storage import LOCAL
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # log_check loads with check(): a reader that only lists starts faster
     from .cleaner import CleanerStats
     from .log import AppendInfo, Log
+    from .log_check import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +134,68 @@ def _bucket_uri(log_dirs: Any) -> str | None:
     return bucket_uri(dirs)
 
 
+@overload
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: Literal[False] = False, repair: bool = False,
+                  background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirs: ...
+
+
+@overload
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: bool, repair: bool = False, background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirsView: ...
+
+
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: bool = False, repair: bool = False, background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirsView:
+    """The log dirs ``log_dirs`` through the backend their location names: one
+    object-store URI (``s3://``, ``gs://``, ``az://``, ``memory://``) opens a
+    ``BucketLogManager`` (``storage_options``: its endpoint, credentials...), local paths
+    a writer ``LogManager`` or, with ``read_only``, a ``LogDirsReader``. What
+    ``LogManager(...)`` returns for the same arguments. ``repair`` (``seglog check
+    --fix``) needs a local writer; ``background`` runs a local writer's scheduled
+    maintenance on a thread (a bucket keeps no schedule: ``run_maintenance``).
+
+    >>> with open_log_dirs("s3://bucket/logs", read_only=True) as dirs:  # doctest: +SKIP
+    ...     dirs.high_watermarks()
+    """
+    uri = _bucket_uri(log_dirs)
+    if uri is not None:
+        from .bucket_manager import BucketLogManager
+
+        if repair:
+            raise ConfigError(f"repair=True is for local log dirs, not {uri}")
+        return BucketLogManager(uri, read_only=read_only, storage_options=storage_options,
+                                config=config, default_topic_config=default_topic_config,
+                                clock=clock)
+    if storage_options:
+        # Endpoint and credentials mean nothing to a directory; taking them silently
+        # would hide a path that was meant to be a bucket URI.
+        raise ConfigError(
+            f"storage_options ({', '.join(StorageOptions.of(storage_options).as_dict())}) "
+            f"are for an "
+            f"object-store URI (s3://, gs://, az://...), not the local log dir(s) "
+            f"{_describe_dirs(log_dirs)}")
+    if not read_only:
+        return LogManager(log_dirs, config=config, default_topic_config=default_topic_config,
+                          clock=clock, background=background, repair=repair)
+    if repair:
+        raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
+    return LogDirsReader(log_dirs, config=config, default_topic_config=default_topic_config,
+                         clock=clock)
+
+
 def _describe_dirs(log_dirs: Iterable[str | os.PathLike] | str | os.PathLike) -> str:
     dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)
     return ", ".join(os.fspath(d) for d in dirs)
@@ -154,36 +218,23 @@ class LogManager(PartitionTable["Log"]):
     read_only = False
 
     def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
-                read_only: bool = False, repair: bool = False, background: bool = False,
-                storage_options: Mapping[str, object] | StorageOptions | None = None,
-                **kwargs: Any) -> Any:
-        # ``LogManager(dirs, read_only=True)`` is how every caller asked for a reader
-        # before the reader was its own class: returning one here keeps that spelling
-        # working without a second, mode-switching code path. A factory function would
-        # need every such call changed at once, and a subclass would be a writer that
-        # cannot write. Python skips __init__ since the result is no LogManager. (Any:
-        # mypy types every call LogManager; typed code constructs the class it needs.)
-        uri = _bucket_uri(log_dirs)
-        if uri is not None:
-            from .bucket_manager import BucketLogManager
-
-            if repair:
-                raise ConfigError(f"repair=True is for local log dirs, not {uri}")
-            return BucketLogManager(uri, read_only=read_only, storage_options=storage_options,
-                                    **kwargs)
-        if storage_options:
-            # Endpoint and credentials mean nothing to a directory; taking them silently
-            # would hide a path that was meant to be a bucket URI.
-            raise ConfigError(
-                f"storage_options ({', '.join(StorageOptions.of(storage_options).as_dict())}) "
-                f"are for an "
-                f"object-store URI (s3://, gs://, az://...), not the local log dir(s) "
-                f"{_describe_dirs(log_dirs)}")
-        if not read_only:
-            return super().__new__(cls)
-        if repair:
-            raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
-        return LogDirsReader(log_dirs, **kwargs)
+                read_only: bool = False,
+                config: ManagerConfig | Mapping[str, Any] | None = None,
+                default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                clock: Clock = SYSTEM_CLOCK, background: bool = False, repair: bool = False,
+                storage_options: Mapping[str, object] | StorageOptions | None = None) -> Any:
+        # ``LogManager(dirs, read_only=True)`` and ``LogManager("s3://...")`` are how
+        # users ask for a reader and a bucket manager: both go to ``open_log_dirs``, the
+        # one place the backend is picked. Python skips __init__ when the result is no
+        # LogManager. The ``Any`` is mypy's limit, not a choice: mypy requires __new__
+        # to return a LogManager subtype (and ignores a metaclass __call__ that does
+        # not), which a reader or a bucket manager is not; typed code calls
+        # ``open_log_dirs`` (``-> LogDirs``/``LogDirsView``) or a backend class.
+        if read_only or storage_options or _bucket_uri(log_dirs) is not None:
+            return open_log_dirs(log_dirs, read_only=read_only, repair=repair,
+                                 storage_options=storage_options, config=config,
+                                 default_topic_config=default_topic_config, clock=clock)
+        return super().__new__(cls)
 
     def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
                  read_only: bool = False,
@@ -427,6 +478,47 @@ class LogManager(PartitionTable["Log"]):
         self.check_writable()
         self.publisher.flush()
 
+    def truncate_unpublished(self, topic: str, partition: int, offset: int) -> bool:
+        """Cut the partition's log at ``offset``: the caller's ``publish=False`` appends
+        since are taken back before any reader saw them (``seglog produce`` on failure).
+        True."""
+        self.truncate_log(topic, partition, offset)
+        return True
+
+    def next_maintenance_ms(self) -> int:
+        """Milliseconds until the scheduler's next task is due (1 s with none)."""
+        next_due = self.scheduler.next_due_ms()
+        return 1000 if next_due is None else next_due - self.clock.monotonic_ms()
+
+    def files_awaiting_deletion(self, runs: list[TaskRun]) -> int:
+        """Files renamed ``.deleted`` and waiting for ``file.delete.delay.ms``."""
+        return self.deleter.pending
+
+    def reload_partition(self, topic: str, partition: int) -> None:
+        """Nothing to look at again: the writer holds the dirs' lock, so no other process
+        deletes or re-creates its partitions (a reader's call: ``LogDirsReader``)."""
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: raise the partition's log start offset to ``offset`` (at
+        most its high watermark) and checkpoint it, so readers see it on return; returns
+        the new log start offset. The segments wholly below it go at the next retention
+        run. (The bucket manager's call: one commit.)"""
+        self.check_writable()
+        if offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} below offset {offset}: "
+                f"offsets start at 0")
+        p = self._partition(topic, partition)
+        self.load(p)  # not under p.lock: loading takes the manager lock first
+        with p.lock:
+            if p.log is None:  # deleted since
+                raise UnknownTopicOrPartitionError(
+                    f"partition {topic}-{partition} was deleted")
+            p.log.maybe_increment_log_start_offset(offset)
+            start = p.log.log_start_offset
+        self.checkpoint_log_start_offsets()
+        return start
+
     def high_watermarks(self) -> dict[TopicPartition, int]:
         """Per partition, the end of what readers may see: a loaded log's own, else the
         checkpoint value read at open under the rules of ``partition_table``."""
@@ -457,6 +549,8 @@ class LogManager(PartitionTable["Log"]):
         """Inconsistencies between the checkpoints, topic configs and files (with
         ``deep``, every batch and index entry too), repaired with ``fix`` (writer only).
         Returns ``log_check.Problem``s; see ``log_check``."""
+        from .log_check import check_manager
+
         return check_manager(self, fix=fix, deep=deep)
 
     # -- topics (TopicAdmin) --------------------------------------------------------

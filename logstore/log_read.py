@@ -31,6 +31,7 @@ from .errors import (
 )
 from .log_segment import LogSegment
 from .offset_continuity import ContinuityCheck, offsets_contiguous
+from .partition_metadata import read_topic_id
 from .record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
 from .transactions import (
     READ_COMMITTED,
@@ -90,6 +91,8 @@ class LogReads:
     topic: str
     partition: int
     config: LogConfig
+    topic_id: str | None = None
+    """The id of the topic the log was opened for (None: unknown, or a writer's log)."""
     _high_watermark: int
     _log_start_offset: int
     _contiguous: bool | None
@@ -110,6 +113,23 @@ class LogReads:
 
     def _tp(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+    # -- what the backends differ in (``log_dirs_api.PartitionLogView``) -----------------
+
+    def sync(self) -> bool:
+        """Take the state the manager holds now, without a request; a log read from
+        local files has none to take (a bucket log's commits: ``BucketLog``)."""
+        return False
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """See what other processes changed since; True if the segments changed. A
+        writer's own log is never changed by another process: nothing to see."""
+        return False
+
+    def current_topic_id(self) -> str | None:
+        """The id of the topic whose directory this is now (its ``partition.metadata``,
+        read again: the topic may have been deleted and re-created under the name)."""
+        return read_topic_id(self.dir)
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start_offset, upper_offset)``, from the

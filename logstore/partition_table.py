@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Generic
 
@@ -54,6 +55,25 @@ class PartitionTable(Generic[LogT]):
         # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
         self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
         self.log_dirs: list[LogDir] = []
+
+    is_remote = False
+    """Local dirs (``log_dirs_api.LogDirsView.is_remote``)."""
+
+    @property
+    def location(self) -> str:
+        """The log dirs' paths, comma-separated (for messages)."""
+        return self.dirs_text()
+
+    @property
+    def exists(self) -> bool:
+        """True: opening checked (a reader) or made (a writer) every dir."""
+        return True
+
+    @contextmanager
+    def one_refresh(self, refresh: bool = True) -> Iterator[None]:
+        """Nothing to hold: local checkpoints are read again on each call and listings
+        are cached by mtime (a bucket manager answers a block from one LIST)."""
+        yield
 
     # -- what a subclass provides ----------------------------------------------------
 
@@ -288,7 +308,7 @@ class PartitionTable(Generic[LogT]):
         return ", ".join(str(d.path) for d in self.log_dirs) or "no log dir"
 
 
-def inode_of(p: Partition[Any]) -> int:
+def inode_of(p: Partition[LogT]) -> int:
     """``p``'s directory's inode now; UnknownTopicOrPartitionError if it is gone."""
     try:
         return LOCAL.stat(p.dir).st_ino

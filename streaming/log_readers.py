@@ -1,4 +1,4 @@
-"""One ``LogDirsReader`` per process and set of log dirs, reused by every call.
+"""One reader (``log_dirs_api.LogDirsView``) per process and set of log dirs, reused by every call.
 
 A streaming query asks the same log dirs the same questions every trigger (high
 watermarks, log start offsets, last stable offsets, segment sizes), and every executor
@@ -26,7 +26,7 @@ bases and the sizes of its inactive segments are kept while the directory's mtim
 unchanged (a roll, retention or compaction swap renames or creates files there, which
 moves it); only the last segment, the one that grows, is stat'ed each time.
 
-Thread-safe: the cache is guarded by ``_lock``; ``LogDirsReader`` is thread-safe itself.
+Thread-safe: the cache is guarded by ``_lock``; every backend is thread-safe itself.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from seglog.logstore.storage import LOCAL
 from .source_options import TopicPartition
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_dirs_reader import LogDirsReader
+    from seglog.logstore.log_dirs_api import LogDirsView
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ timestamp granularity would not move them (the engine's readers use the same rul
 
 _lock = threading.Lock()  # guards _readers, _layouts and _pid
 _Key = tuple[tuple[str, ...], StorageOptions]
-_readers: dict[_Key, LogDirsReader] = {}
+_readers: dict[_Key, LogDirsView] = {}
 # partition dir -> (dir mtime, segment bases, sizes of every segment but the last)
 _layouts: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
 _pid = os.getpid()
@@ -75,8 +75,8 @@ def _forget_parent() -> None:
 
 @contextmanager
 def reader(log_dirs: Iterable[str],
-           storage: StorageOptions = NO_STORAGE_OPTIONS) -> Iterator[LogDirsReader]:
-    """The process's ``LogDirsReader`` of ``log_dirs`` (a bucket's opened with the
+           storage: StorageOptions = NO_STORAGE_OPTIONS) -> Iterator[LogDirsView]:
+    """The process's ``LogDirsView`` of ``log_dirs`` (a bucket's opened with the
     object-store options ``storage``), opened on first use.
 
     >>> with reader(["/data/logs"]) as mgr:            # doctest: +SKIP
@@ -96,22 +96,17 @@ def reader(log_dirs: Iterable[str],
         raise
 
 
-def _open(key: _Key) -> LogDirsReader:
+def _open(key: _Key) -> LogDirsView:
     """A reader of local log dirs, or (one bucket URI) the bucket's read-only manager,
     which answers the same calls from the bucket's commit log (one LIST per refresh)."""
+    from seglog.logstore.log_manager import open_log_dirs
+
     dirs, storage = key
-    if storage or any(is_object_uri(d) for d in dirs):
-        from seglog.logstore.log_manager import LogManager
-
-        # (options with local dirs: refused there, naming them, as the parsers do)
-        return LogManager(list(dirs), read_only=True,  # type: ignore[return-value]
-                          storage_options=storage)
-    from seglog.logstore.log_dirs_reader import LogDirsReader
-
-    return LogDirsReader(list(dirs))
+    # (options with local dirs: refused there, naming them, as the parsers do)
+    return open_log_dirs(list(dirs), read_only=True, storage_options=storage)
 
 
-def discard(log_dirs: Iterable[str], mgr: LogDirsReader | None = None,
+def discard(log_dirs: Iterable[str], mgr: LogDirsView | None = None,
             storage: StorageOptions = NO_STORAGE_OPTIONS) -> None:
     """Close and forget the shared reader of ``log_dirs`` and ``storage`` (only ``mgr``,
     if given)."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,7 +186,7 @@ def snapshot_log_dirs(
     dirs = tuple(log_dirs)
     if options is not None:
         storage = options.storage
-    with reader(dirs, storage) as mgr, _one_refresh(mgr, refresh):
+    with reader(dirs, storage) as mgr, mgr.one_refresh(refresh):
         parts = {t: tuple(sorted(mgr.partitions(t))) for t in sorted(mgr.topics())}
         hws = dict(mgr.high_watermarks())
         if options is not None:
@@ -218,13 +217,6 @@ def snapshot_log_dirs(
         return offset_for_timestamp(dirs, tp, ts_ms, storage)
 
     return LogSnapshot(parts, lsos, hws, lookup, ids)
-
-
-def _one_refresh(mgr: object, refresh: bool) -> AbstractContextManager[object]:
-    """A bucket manager's ``one_refresh`` block; nothing for local dirs (their
-    checkpoints are read on each call, and their listings are cached by mtime)."""
-    hold = getattr(mgr, "one_refresh", None)
-    return hold(refresh) if hold is not None else nullcontext()
 
 
 def _report_beyond_log_end(beyond: dict[TopicPartition, tuple[Path, int, int]],

@@ -38,7 +38,6 @@ from seglog.logstore.errors import (
     TopicIdChangedError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.partition_metadata import read_topic_id
 from seglog.logstore.record_codec import decode_batches
 from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
 
@@ -49,8 +48,7 @@ from .source_offsets import report_data_loss
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_dirs_reader import LogDirsReader
-    from seglog.logstore.log_reader import LogReader
+    from seglog.logstore.log_dirs_api import LogDirsView, PartitionLogView
 
 CHUNK_BYTES = 8 << 20
 """Bytes of whole batches decoded at a time by ``read_range``: bounds a task's memory."""
@@ -86,7 +84,7 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
             )
 
 
-def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
+def _planned_topics_log(mgr: LogDirsView, r: ReadRange) -> PartitionLogView | None:
     """The partition's log, if it is of the topic ``r`` was planned against: a cached log
     of another topic id (the topic was deleted and re-created since it was cached) is
     dropped and the partition looked at again; another id still (re-created after the
@@ -95,12 +93,11 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     log = mgr.get_log(r.topic, r.partition)
     if r.topic_id is None:
         return log
-    if hasattr(log, "sync"):
-        try:
-            log.sync()  # a bucket log: the state the manager holds now (no request)
-        except TopicIdChangedError as e:
-            # the cached log keeps the old topic's id: compared with the plan's below
-            logger.info("%s", e)
+    try:
+        log.sync()  # a bucket log takes the state its manager holds now (no request)
+    except TopicIdChangedError as e:
+        # the cached log keeps the old topic's id: compared with the plan's below
+        logger.info("%s", e)
     if log.topic_id == r.topic_id:
         return log
     log.close()
@@ -118,10 +115,10 @@ def _planned_topics_log(mgr: LogDirsReader, r: ReadRange) -> LogReader | None:
     return None
 
 
-def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schema,
+def _read_log(mgr: LogDirsView, log: PartitionLogView, r: ReadRange, schema: pa.Schema,
               chunk_bytes: int) -> Iterator[pa.RecordBatch]:
-    is_bucket = hasattr(log, "sync")
-    if hasattr(log, "sync"):  # is_bucket, spelled so that mypy narrows ``log``
+    is_bucket = mgr.is_remote
+    if is_bucket:
         # A bucket log: its state comes from commits. The worker's shared manager asks
         # the bucket (one LIST) only when what it knows ends before the range; a range
         # of removed data shows as missing objects, which the read path refreshes on.
@@ -194,21 +191,21 @@ def _read_log(mgr: LogDirsReader, log: LogReader, r: ReadRange, schema: pa.Schem
             start = max(e.end, start + 1)
 
 
-def _check_still_planned_topic(log: LogReader, r: ReadRange) -> None:
+def _check_still_planned_topic(log: PartitionLogView, r: ReadRange) -> None:
     """After the log refreshed (which follows its directory, or the bucket's newest
     state): a topic deleted and re-created since ``_planned_topics_log`` checked it is
     data loss for what is not read yet (``read_range`` reports UnknownTopicOrPartitionError
     so), never the new topic's rows under the old plan. An id that is gone is unknown."""
     if r.topic_id is None:
         return
-    now = log.topic_id if hasattr(log, "sync") else read_topic_id(log.dir)
+    now = log.current_topic_id()
     if now is not None and now != r.topic_id:
         raise UnknownTopicOrPartitionError(
             f"{r.topic}-{r.partition} was deleted and re-created while it was read "
             f"(topic id {now}, planned in {r.topic_id})")
 
 
-def _segment_file(log: LogReader, chunk: memoryview) -> str:
+def _segment_file(log: PartitionLogView, chunk: memoryview) -> str:
     """The segment file holding a chunk that failed to decode (named in the error: the
     codec sees only bytes). Chunks never straddle segments."""
     from seglog.logstore.record_format import read_batch_header

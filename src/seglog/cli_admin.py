@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeGuard
 
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.object_store_config import is_object_uri
 
 from .cli_commands import Command
 from .cli_common import (
@@ -31,14 +29,13 @@ from .cli_common import (
     add_path_args,
     add_topic_arg,
     add_writer_args,
-    log_dirs,
     open_reader,
     writing,
 )
 from .cli_output import write_json
 
-if TYPE_CHECKING:  # delete-records' writer: get-offsets starts without it
-    from seglog.logstore.log_manager import LogManager
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import LogDirs, LogDirsView
 
 LATEST = -1
 EARLIEST = -2
@@ -125,7 +122,7 @@ def partition_list(text: str | None, existing: list[int], topic: str) -> list[in
 
 
 def offsets_for_time(
-    mgr: LogDirsReader, topic: str, partitions: list[int], time_ms: int
+    mgr: LogDirsView, topic: str, partitions: list[int], time_ms: int
 ) -> dict[int, int | None]:
     """Per partition, the offset ``--time`` names (None: no record at or after it)."""
     hws = mgr.high_watermarks()
@@ -220,7 +217,7 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def delete_records(
-    mgr: LogManager, wanted: dict[tuple[str, int], int], *, bucket: bool
+    mgr: LogDirs, wanted: dict[tuple[str, int], int]
 ) -> dict[str, int]:
     """Raise each partition's log start offset (-1: to its high watermark); returns the
     new log start offsets by ``topic-partition``. Every partition is checked before any
@@ -238,21 +235,9 @@ def delete_records(
                 f"high watermark) or 0..{end}"
             )
         targets[(topic, p)] = target
-    result: dict[str, int] = {}
-    if bucket:
-        from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only here
-
-        if not isinstance(mgr, BucketLogManager):
-            raise TypeError(f"a bucket URI opened {type(mgr).__name__}, not a bucket manager")
-        for (topic, p), target in targets.items():
-            result[f"{topic}-{p}"] = mgr.delete_records(topic, p, target)  # a commit each
-        return result
-    for (topic, p), target in targets.items():
-        log = mgr.get_log(topic, p)
-        log.maybe_increment_log_start_offset(target)
-        result[f"{topic}-{p}"] = log.log_start_offset
-    mgr.checkpoint_log_start_offsets()  # what readers see
-    return result
+    # One call per partition: a commit each on a bucket, a checkpoint each locally.
+    return {f"{topic}-{p}": mgr.delete_records(topic, p, target)
+            for (topic, p), target in targets.items()}
 
 
 def _delete_records(args: argparse.Namespace, out: TextIO) -> int:
@@ -267,9 +252,8 @@ def _delete_records(args: argparse.Namespace, out: TextIO) -> int:
         )
     else:
         wanted = {(args.topic, args.partition): args.offset}
-    bucket = any(is_object_uri(d) for d in log_dirs(args))
     with writing(args) as mgr:
-        result = delete_records(mgr, wanted, bucket=bucket)
+        result = delete_records(mgr, wanted)
     if args.json:
         write_json(
             out, {"partitions": [{"partition": k, "lowWatermark": v} for k, v in result.items()]}

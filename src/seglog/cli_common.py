@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, TextIO
 
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import (
@@ -32,12 +32,10 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log_dirs_reader import LogDirsReader
 from seglog.logstore.object_store_config import is_object_uri
 
-if TYPE_CHECKING:  # imported where a command opens one: not needed to list topics
-    from seglog.logstore.bucket_manager import BucketLogManager
-    from seglog.logstore.log_manager import LogManager
+if TYPE_CHECKING:  # the backends are imported where a command opens one
+    from seglog.logstore.log_dirs_api import LogDirs, LogDirsView
 
 PATH_ENV = "SEGLOG_PATH"
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
@@ -142,43 +140,31 @@ def log_dirs(args: argparse.Namespace, extra: Iterable[str] = ()) -> list[str]:
     return dirs
 
 
-def open_reader(args: argparse.Namespace) -> LogDirsReader:
+def open_reader(args: argparse.Namespace) -> LogDirsView:
     """A reader of the log dirs: takes no lock and writes nothing. The dirs must exist (a
     reader never creates one). A bucket URI gives a read-only bucket manager (the same
     reader API)."""
     dirs = log_dirs(args)
     _require_dirs(dirs)
-    options = storage_options(args)
-    if options or any(is_object_uri(d) for d in dirs):
-        from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_manager import open_log_dirs
 
-        # (LogManager refuses options for local dirs, naming them)
-        reader = LogManager(dirs, read_only=True, clock=CLOCK, storage_options=options)
-        _require_bucket_log_dir(reader)
-        # A read-only manager of a bucket has the reader's API (LogManager.__new__).
-        return cast(LogDirsReader, reader)
-    return LogDirsReader(dirs, clock=CLOCK)
+    # (storage options with local dirs are refused there, naming them)
+    reader = open_log_dirs(dirs, read_only=True, clock=CLOCK,
+                           storage_options=storage_options(args))
+    require_bucket_commits(reader)
+    return reader
 
 
-def _require_bucket_log_dir(mgr: object, option: str = "--path") -> None:
+def require_bucket_commits(mgr: LogDirsView, option: str = "--path") -> None:
     """A bucket URI with no commit is no log dir: a mistyped or empty prefix lists
     nothing, which must not pass for an empty log dir (a missing local dir is an error
-    too). ``mgr`` is closed before the error."""
-    from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
+    too, ``_require_dirs``). ``ConfigError`` naming the URI, ``mgr`` closed first."""
+    if not mgr.exists:
+        from seglog.logstore.bucket_state import COMMIT_DIR
 
-    if isinstance(mgr, BucketLogManager):
-        require_bucket_commits(mgr, option)
-
-
-def require_bucket_commits(mgr: BucketLogManager, option: str = "--path") -> None:
-    """``_require_bucket_log_dir`` for a bucket manager: ``ConfigError`` naming the URI
-    when its commit log is empty (``mgr`` closed first)."""
-    from seglog.logstore.bucket_state import COMMIT_DIR, NO_VERSION
-
-    if mgr.state.version == NO_VERSION:
         mgr.close()
-        raise ConfigError(f"log dir {mgr.uri} does not exist: nothing under "
-                          f"{mgr.uri}/{COMMIT_DIR}/ (a mistyped bucket or prefix? "
+        raise ConfigError(f"log dir {mgr.location} does not exist: nothing under "
+                          f"{mgr.location}/{COMMIT_DIR}/ (a mistyped bucket or prefix? "
                           f"seglog create makes a log dir) ({option})")
 
 
@@ -190,7 +176,7 @@ def _require_dirs(dirs: list[str]) -> None:
 
 def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
                 config: dict[str, str] | None = None, *,
-                create_dirs: bool = False) -> LogManager:
+                create_dirs: bool = False) -> LogDirs:
     """A writer LogManager, waiting up to ``--lock-timeout`` ms for each ``.lock``; the
     error after the wait names the dir and the holder (from the lock file). Only
     ``create_dirs`` (``seglog create``) makes missing log dirs: elsewhere a mistyped path
@@ -202,16 +188,17 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     options = storage_options(args)
     if not create_dirs:
         _require_dirs(dirs)
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.log_manager import open_log_dirs
 
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.02
     told = False
     while True:
         try:
-            writer = LogManager(dirs, clock=CLOCK, config=config, storage_options=options)
+            writer = open_log_dirs(dirs, clock=CLOCK, config=config,
+                                   storage_options=options)
             if not create_dirs:
-                _require_bucket_log_dir(writer)
+                require_bucket_commits(writer)
             return writer
         except LogDirLockedError as e:
             if time.monotonic() + pause > deadline:
@@ -232,7 +219,7 @@ _REFUSALS = (ConfigError, InvalidTopicError, TopicExistsError, UnknownTopicOrPar
 @contextlib.contextmanager
 def writing(args: argparse.Namespace, dirs: list[str] | None = None,
             config: dict[str, str] | None = None, *,
-            create_dirs: bool = False) -> Iterator[LogManager]:
+            create_dirs: bool = False) -> Iterator[LogDirs]:
     """``open_writer`` as a context: closed cleanly on success and on a refusal (bad
     input, nothing written); any other error leaves the dirs to be recovered, as
     ``with LogManager(...)`` does."""

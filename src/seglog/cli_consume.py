@@ -30,11 +30,9 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_reader import LogReader
 from seglog.logstore.log_segment import LogSegment
 from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
 from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
@@ -42,6 +40,9 @@ from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from .cli_commands import Command
 from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
 from .cli_output import write_json
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import LogDirsView, PartitionLogView
 
 READ_CHUNK_BYTES = 1 << 20
 _TS_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
@@ -154,7 +155,7 @@ def parse_timestamp(text: str) -> int:
     return int(t.timestamp() * 1000)
 
 
-def start_offsets(mgr: LogDirsReader, topic: str, partitions: list[int],
+def start_offsets(mgr: LogDirsView, topic: str, partitions: list[int],
                   args: argparse.Namespace) -> dict[int, int]:
     """Per partition, the first offset to print (see the module docstring)."""
     hws = mgr.high_watermarks()
@@ -180,7 +181,7 @@ def start_offsets(mgr: LogDirsReader, topic: str, partitions: list[int],
     return out
 
 
-def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
+def records(mgr: LogDirsView, topic: str, positions: dict[int, int],
             hws: dict[int, int], isolation_level: str = READ_UNCOMMITTED
             ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Every record from ``positions`` up to ``hws`` (``read_committed``: up to the last
@@ -202,7 +203,7 @@ def records(mgr: LogDirsReader, topic: str, positions: dict[int, int],
         positions[p] = max(positions[p], min(end, readable))
 
 
-def decode_chunk(log: LogReader, chunk: memoryview, start: int, end: int
+def decode_chunk(log: PartitionLogView, chunk: memoryview, start: int, end: int
                  ) -> Iterator[dict[str, Any]]:
     """The records of a chunk of whole batches. A chunk holding a corrupt batch is
     decoded again batch by batch, so the records before the bad batch are still given
@@ -237,7 +238,7 @@ def decode_chunk(log: LogReader, chunk: memoryview, start: int, end: int
         position = header.end_position
 
 
-def bad_batch_error(log: LogReader, offset: int, header: BatchHeader | None,
+def bad_batch_error(log: PartitionLogView, offset: int, header: BatchHeader | None,
                     error: CorruptRecordError) -> CorruptRecordError:
     """``error`` (about a batch decoded alone, at position 0 of its own buffer) restated
     with the partition, the segment file and the batch's position in that file."""
@@ -258,7 +259,7 @@ def bad_batch_error(log: LogReader, offset: int, header: BatchHeader | None,
                               "it were printed (seglog check DIR reports every problem)")
 
 
-def _segment_of(log: LogReader, offset: int) -> LogSegment | None:
+def _segment_of(log: PartitionLogView, offset: int) -> LogSegment | None:
     below = [s for s in log.segments if s.base_offset <= offset]
     return below[-1] if below else None
 
@@ -321,7 +322,7 @@ def _consume(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def _print_records(mgr: LogDirsReader, args: argparse.Namespace, fmt: TextFormat,
+def _print_records(mgr: LogDirsView, args: argparse.Namespace, fmt: TextFormat,
                    positions: dict[int, int], out: TextIO, printed: list[int]) -> None:
     """Print records from ``positions`` (see the module docstring for when it stops);
     ``printed[0]`` counts them as they go, so an interrupt still knows the total."""

@@ -24,15 +24,17 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptCheckpointError
 from seglog.logstore.log_dirs import TopicPartition
-from seglog.logstore.log_dirs_reader import LogDirsReader
 
 from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_path_args, log_dirs, open_reader
 from .cli_output import write_json, write_table
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import LogDirsView
 
 SourceOffsets = dict[TopicPartition, int]
 
@@ -151,7 +153,7 @@ def checkpoint_topics(progress: QueryProgress) -> set[str]:
             for t, _ in offsets}
 
 
-def require_topics(mgr: LogDirsReader, progress: QueryProgress, dirs: list[str]) -> None:
+def require_topics(mgr: LogDirsView, progress: QueryProgress, dirs: list[str]) -> None:
     """Refuse a checkpoint naming topics the log dirs do not hold: its lag would be
     reported as nothing, which reads as "caught up"."""
     missing = sorted(checkpoint_topics(progress) - set(mgr.topics()))
@@ -161,7 +163,7 @@ def require_topics(mgr: LogDirsReader, progress: QueryProgress, dirs: list[str])
             f"are not in {', '.join(dirs)} (--path): the wrong log dir, or deleted topics")
 
 
-def lag_rows(mgr: LogDirsReader, progress: QueryProgress) -> list[dict[str, Any]]:
+def lag_rows(mgr: LogDirsView, progress: QueryProgress) -> list[dict[str, Any]]:
     """One row per (source, topic, partition) of the seglog sources."""
     hws = mgr.high_watermarks()
     starts = mgr.log_start_offsets()

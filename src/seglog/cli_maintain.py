@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from seglog.logstore.file_names import is_delete_dir_name
-from seglog.logstore.log_manager import CLEANER_TASK, LogManager
+from seglog.logstore.log_manager import CLEANER_TASK
 from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
-from . import cli_common
 from .cli_commands import Command
 from .cli_common import (
     EXIT_OK,
@@ -51,6 +50,7 @@ from .cli_output import Progress, write_json
 
 if TYPE_CHECKING:
     from seglog.logstore.cleaner import CleanerStats  # not imported at run time: numba
+    from seglog.logstore.log_dirs_api import LogDirs
 
 COLLECT_TASK = "object-collect"  # bucket_maintenance's (not imported: it loads numba)
 MERGE_TASK = "segment-merge"
@@ -91,7 +91,7 @@ def task_text(run: TaskRun) -> str | None:
     return None
 
 
-def one_pass(mgr: LogManager, *, force: bool, progress: bool = True) -> list[TaskRun]:
+def one_pass(mgr: LogDirs, *, force: bool, progress: bool = True) -> list[TaskRun]:
     """Run the tasks (all with ``force``, else the due ones), with a bar of the tasks on
     a terminal (``progress``: not with ``--json``)."""
     with Progress("maintain", unit="task", enabled=progress) as bar:
@@ -100,13 +100,6 @@ def one_pass(mgr: LogManager, *, force: bool, progress: bool = True) -> list[Tas
             bar.advance(0 if index == 0 else 1, label=f"maintain: {name}")
 
         return mgr.run_maintenance(force=force, before_task=before)
-
-
-def _pending(mgr: LogManager, runs: list[TaskRun]) -> int:
-    """Files (objects, on a bucket) waiting for ``file.delete.delay.ms``."""
-    if not is_object_uri(getattr(mgr, "uri", None)):
-        return mgr.deleter.pending
-    return sum(getattr(r.result, "waiting", 0) for r in runs if r.name == COLLECT_TASK)
 
 
 def delete_dirs(dirs: list[str]) -> list[Path]:
@@ -119,11 +112,11 @@ def delete_dirs(dirs: list[str]) -> list[Path]:
     return found
 
 
-def report(out: TextIO, mgr: LogManager, runs: list[TaskRun], number: int,
+def report(out: TextIO, mgr: LogDirs, runs: list[TaskRun], number: int,
            as_json: bool, *, quiet_if_idle: bool, removed: list[Path] | None = None) -> None:
     """One pass's report; ``removed``: the deleted topics' directories the writer
     removed as it opened the dirs (first pass only)."""
-    pending = _pending(mgr, runs)
+    pending = mgr.files_awaiting_deletion(runs)
     lines = [f"{DELETE_LOGS}: removed {d} (a deleted topic's partition)"
              for d in removed or []]
     lines += [t for t in (task_text(r) for r in runs) if t]
@@ -158,12 +151,7 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
             failed |= not all(r.ok for r in runs)
             report(out, mgr, runs, number, args.json, quiet_if_idle=False, removed=removed)
             while args.loop and not stop.is_set():
-                if is_object_uri(getattr(mgr, "uri", None)):
-                    wait_ms = mgr.config.log_retention_check_interval_ms
-                else:
-                    next_due = mgr.scheduler.next_due_ms()
-                    clock = cli_common.CLOCK
-                    wait_ms = 1000 if next_due is None else next_due - clock.monotonic_ms()
+                wait_ms = mgr.next_maintenance_ms()
                 if wait_ms > 0 and stop.wait(wait_ms / 1000):
                     break
                 number += 1

@@ -27,14 +27,12 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
 import pyarrow as pa
 
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_store_config import is_object_uri
 from seglog.logstore.record_codec import CompressionType, encode_batches
 from seglog.streaming.partitioner import assign_partitions
 
@@ -50,6 +48,9 @@ from .cli_common import (
     writing,
 )
 from .cli_output import write_json
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import LogDirs
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +163,11 @@ def read_rows(stream: BinaryIO, fmt: LineFormat) -> Iterator[list[Row]]:
 
 
 class Producer:
-    """Appends chunks of rows to one topic of a writer LogManager; remembers where each
-    touched partition ended before, so ``abort`` can take everything back. Not
+    """Appends chunks of rows to one topic of a writer (``log_dirs_api.LogDirs``);
+    remembers where each touched partition ended before, so ``abort`` can take everything back. Not
     thread-safe."""
 
-    def __init__(self, mgr: LogManager, topic: str, partition: int | None,
+    def __init__(self, mgr: LogDirs, topic: str, partition: int | None,
                  compression: CompressionType) -> None:
         self.mgr = mgr
         self.topic = topic
@@ -214,12 +215,11 @@ class Producer:
     def abort(self) -> None:
         """Truncate what this run appended (it was never published). On a bucket every
         append is a commit, visible at once: nothing can be taken back."""
-        if is_object_uri(getattr(self.mgr, "uri", None)):
-            logger.warning("%s: the records appended before the failure stay committed "
-                           "(a bucket commits every chunk): %s", self.topic, self.start)
-            return
         for p, offset in self.start.items():
-            self.mgr.get_log(self.topic, p).truncate_to(offset)
+            if not self.mgr.truncate_unpublished(self.topic, p, offset):
+                logger.warning("%s: the records appended before the failure stay committed "
+                               "(a bucket commits every chunk): %s", self.topic, self.start)
+                return
 
     def summary(self) -> dict:
         parts = [{"partition": p, "firstOffset": self.start[p], "lastOffset": self.last[p],
@@ -227,7 +227,7 @@ class Producer:
         return {"topic": self.topic, "records": sum(self.records.values()), "partitions": parts}
 
 
-def produce(mgr: LogManager, topic: str, chunks: Iterable[list[Row]], *,
+def produce(mgr: LogDirs, topic: str, chunks: Iterable[list[Row]], *,
             partition: int | None = None,
             compression: CompressionType = CompressionType.NONE) -> dict:
     """Append every chunk, then publish; on any failure take it all back and re-raise."""
@@ -247,7 +247,7 @@ def produce(mgr: LogManager, topic: str, chunks: Iterable[list[Row]], *,
     return producer.summary()
 
 
-def ensure_topic(mgr: LogManager, topic: str, *, create: bool, partitions: int,
+def ensure_topic(mgr: LogDirs, topic: str, *, create: bool, partitions: int,
                  config: dict[str, str], where: str) -> None:
     """The sink's ``createTopics`` rule for ``produce``: a missing topic is created (said
     on stderr, since a typo then makes a new topic), or refused without ``create``."""

@@ -9,7 +9,7 @@ config names, validated by ``LogConfig``: a bad key or value is an error naming 
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import (
@@ -18,7 +18,6 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log_dirs_reader import LogDirsReader
 
 from .cli_commands import Command
 from .cli_common import (
@@ -33,6 +32,9 @@ from .cli_common import (
 )
 from .cli_output import write_json, write_table
 
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import LogDirsView
+
 
 def _config_value(config: LogConfig, field: str) -> str:
     value = getattr(config, field)
@@ -43,7 +45,7 @@ def _config_value(config: LogConfig, field: str) -> str:
     return str(value)
 
 
-def describe_topic(mgr: LogDirsReader, topic: str) -> dict[str, Any]:
+def describe_topic(mgr: LogDirsView, topic: str) -> dict[str, Any]:
     """What ``describe`` prints, as the JSON document it prints with ``--json``."""
     numbers = mgr.partitions(topic)
     hws = mgr.high_watermarks()

@@ -1,6 +1,6 @@
 """When ``append_async``'s committer commits (logstore/bucket_pipeline.py,
 ``_linger_left``): a finished upload waits for the uploads running behind it, at most
-``linger_ms`` (by the manager's clock), never while a caller is blocked for room, and
+``linger.ms`` (by the manager's clock), never while a caller is blocked for room, and
 while a ``flush`` waits, until all of that flush's uploads ended; a due snapshot is
 written after the futures of its commit are completed."""
 
@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore.bucket_manager import LINGER_MS, BucketLogManager
+from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, snapshot_key
 from seglog.logstore.clock import SYSTEM_CLOCK, MockClock
 from seglog.logstore.errors import ConfigError
@@ -63,9 +63,8 @@ def frozen_clock() -> MockClock:
 
 
 def manager(storage: PartitionGates, linger_ms: int, **kwargs: Any) -> BucketLogManager:
-    mgr = BucketLogManager(storage, **kwargs)
+    mgr = BucketLogManager(storage, config={"linger.ms": linger_ms}, **kwargs)
     mgr.create_topic("t", 3)
-    mgr.linger_ms = linger_ms
     storage.reset()
     storage.created.clear()  # set by the topic's creation
     return mgr
@@ -154,12 +153,10 @@ def test_while_a_flush_waits_its_appends_are_committed_once_all_their_uploads_en
 def test_linger_ms_has_a_documented_default_and_a_bad_one_is_named():
     uri = memory_uri()
     mgr = BucketLogManager(uri)
-    assert mgr.linger_ms == LINGER_MS == 5
-    mgr.create_topic("t", 1)
-    mgr.linger_ms = -1
-    with pytest.raises(ConfigError, match=f"linger_ms of the manager of {uri}.*-1"):
-        mgr.append_async("t", 0, batches("a"))
-    assert mgr.state.partition("t", 0).high_watermark == 0
+    assert mgr.config.linger_ms == 5  # the local manager's key and default
+    mgr.close()
+    with pytest.raises(ConfigError, match="-1 for config .linger.ms."):
+        BucketLogManager(uri, config={"linger.ms": -1})
 
 
 class HeldSnapshots(CountingStorage):
