@@ -83,7 +83,7 @@ class BucketLog(LogReads):
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")  # type: ignore[assignment]
+        self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")
         self._source = source
         self._contiguous = not config.compact  # set again by every _sync that changes
         self._lock = threading.Lock()  # guards _version, _state, _open
@@ -262,7 +262,7 @@ class BucketLog(LogReads):
             return f"a segment of {self.dir}"
         return f"{self.storage.uri}/{segments[i].key}{LOG_SUFFIX}"
 
-    def _segment_path(self, base: int) -> ObjectPath:  # type: ignore[override]
+    def _segment_path(self, base: int) -> ObjectPath:
         for s in self._state.segments:
             if s.base_offset == base:
                 return ObjectPath(f"{self.storage.uri}/{s.key}.log")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 from .checkpoint_file import write_atomically
@@ -141,7 +142,7 @@ class PausableWriter(ManagerMaintenance):
 
     def _fingerprint(self) -> Fingerprint:
         """The files a paused writer's state depends on (``clean_shutdown``)."""
-        paths = []
+        paths: list[PurePath] = []
         for ld in self.log_dirs:
             paths.append(ld.path / CLEAN_SHUTDOWN_FILE)
             paths.extend(ld.path / name for name in (*OFFSET_CHECKPOINTS,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 from typing import Protocol
 
 from .config import LogConfig
@@ -29,6 +29,7 @@ from .errors import (
     OffsetBelowLogStartError,
     OffsetOutOfRangeError,
 )
+from .file_names import LOG_SUFFIX, offset_file_name
 from .log_segment import LogSegment
 from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
@@ -86,7 +87,7 @@ class LogReads:
 
     _ATTEMPTS = 1
     _READ_END_NAME = "log end offset"
-    dir: Path
+    dir: PurePath
     topic: str
     partition: int
     config: LogConfig
@@ -268,8 +269,8 @@ class LogReads:
                 f"offsets [{offset}, {bases[0]}) of {self._tp()} were removed while it was "
                 f"read (its first segment now starts at {bases[0]})", offset, bases[0])
 
-    def _segment_path(self, base: int) -> Path:
-        return LogSegment.file_paths(self.dir, base)[0]
+    def _segment_path(self, base: int) -> PurePath:
+        return self.dir / offset_file_name(base, LOG_SUFFIX)
 
     def read_chunks(self, start_offset: int, end_offset: int,
                     chunk_bytes: int = 8 << 20, *,
