@@ -197,16 +197,18 @@ class BucketLog(LogReads):
         return fetched
 
     def read_chunks(self, start_offset: int, end_offset: int, chunk_bytes: int = 8 << 20, *,
-                    isolation_level: str = READ_UNCOMMITTED) -> Iterator[memoryview]:
-        """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does."""
+                    isolation_level: str = READ_UNCOMMITTED,
+                    check_crcs: bool = True) -> Iterator[memoryview]:
+        """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does, unless
+        the caller checks them as it decodes (``check_crcs=False``: the source's tasks)."""
         chunks = super().read_chunks(start_offset, end_offset, chunk_bytes,
-                                     isolation_level=isolation_level)
+                                     isolation_level=isolation_level, check_crcs=check_crcs)
         # Closed here, not when the garbage collector gets to it: an error raised below
         # (a CRC) would otherwise keep the walk, and its read-ahead thread and windows,
         # alive for as long as the error's traceback is.
         with closing(cast(Generator[memoryview, None, None], chunks)):
-            if isolation_level == READ_COMMITTED:  # made of read_chunks below: checked there
-                yield from chunks
+            if isolation_level == READ_COMMITTED or not check_crcs:  # checked below, or
+                yield from chunks  # by the caller
                 return
             for chunk in chunks:
                 self._check_crcs(chunk)

@@ -273,8 +273,8 @@ class LogReads:
         return self.dir / offset_file_name(base, LOG_SUFFIX)
 
     def read_chunks(self, start_offset: int, end_offset: int,
-                    chunk_bytes: int = 8 << 20, *,
-                    isolation_level: str = READ_UNCOMMITTED) -> Iterator[memoryview]:
+                    chunk_bytes: int = 8 << 20, *, isolation_level: str = READ_UNCOMMITTED,
+                    check_crcs: bool = True) -> Iterator[memoryview]:
         """Whole batches covering [``start_offset``, ``end_offset``) (capped at the high
         watermark), as memoryviews of at most ``chunk_bytes`` each (a larger batch comes
         alone). Only one chunk is in memory at a time; each chunk is a fresh buffer.
@@ -286,13 +286,20 @@ class LogReads:
         walked: CorruptRecordError for a batch that breaks them, MissingDataError for
         offsets missing from the range (a segment file deleted or cut short, retention
         under the reader: ``OffsetBelowLogStartError``); the caller may go on from the
-        error's ``end``. Never a silent jump."""
+        error's ``end``. Never a silent jump.
+
+        ``check_crcs``: whether a log whose bytes crossed a network (a bucket's) checks
+        every batch's CRC before giving it; False when the caller checks them itself as
+        it decodes (``decode_batches``' ``verify_crc``), so each CRC is computed once. A
+        local log leaves CRCs to its reader either way."""
         if check_isolation_level(isolation_level) == READ_COMMITTED:
             end_offset = min(end_offset, self.last_stable_offset)
             if start_offset < end_offset:
                 aborted = self.aborted_transactions(start_offset, end_offset)
                 yield from committed_chunks(self.read_chunks(start_offset, end_offset,
-                                                             chunk_bytes), aborted)
+                                                             chunk_bytes,
+                                                             check_crcs=check_crcs),
+                                            aborted)
             else:
                 self._check_start(start_offset)
             return
