@@ -30,20 +30,32 @@ CONFIG = {"index.interval.bytes": "100", "segment.bytes": "3000"}
 
 
 def batches(n: int, start: int) -> bytearray:
-    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
-                          timestamps=pa.array([TS + 10 * i for i in range(start, start + n)],
-                                              pa.int64()),
-                          max_batch_bytes=400)
+    return encode_batches(
+        pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+        timestamps=pa.array([TS + 10 * i for i in range(start, start + n)], pa.int64()),
+        max_batch_bytes=400,
+    )
 
 
 def _medium_checks(path: Path) -> list[str]:
     """``isinstance`` calls in ``path`` asking which storage or file type is at hand."""
-    mediums = {"PosixStorage", "FileHandle", "RangeReader", "BytesRangeReader", "Storage",
-               "BucketSegment", "ObjectRecords"}
+    mediums = {
+        "PosixStorage",
+        "FileHandle",
+        "RangeReader",
+        "BytesRangeReader",
+        "Storage",
+        "BucketSegment",
+        "ObjectRecords",
+    }
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == "isinstance" and len(node.args) == 2:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+        ):
             names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
             if names & mediums:
                 found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
@@ -51,10 +63,20 @@ def _medium_checks(path: Path) -> list[str]:
 
 
 def test_the_segment_and_index_modules_never_ask_which_medium_they_are_on():
-    found = [c for name in ("log_segment", "segment_reads", "segment_records",
-                            "abstract_index", "txn_index", "lazy_index", "offset_index",
-                            "time_index")
-             for c in _medium_checks(ROOT / "logstore" / f"{name}.py")]
+    found = [
+        c
+        for name in (
+            "log_segment",
+            "segment_reads",
+            "segment_records",
+            "abstract_index",
+            "txn_index",
+            "lazy_index",
+            "offset_index",
+            "time_index",
+        )
+        for c in _medium_checks(ROOT / "logstore" / f"{name}.py")
+    ]
     assert found == []
 
 
@@ -93,9 +115,18 @@ def test_a_bucket_index_that_is_no_whole_number_of_entries_is_corrupt_metadata()
     uri, mgr = _bucket(1)
     entry = mgr.state.partition("t", 0).segments[0]
     assert entry.inline_index
-    bad = BucketSegment(mgr.storage, entry.__class__(
-        entry.key, entry.base_offset, entry.next_offset, entry.size, entry.max_timestamp,
-        inline_index=entry.inline_index + b"\0", inline_timeindex=entry.inline_timeindex))
+    bad = BucketSegment(
+        mgr.storage,
+        entry.__class__(
+            entry.key,
+            entry.base_offset,
+            entry.next_offset,
+            entry.size,
+            entry.max_timestamp,
+            inline_index=entry.inline_index + b"\0",
+            inline_timeindex=entry.inline_timeindex,
+        ),
+    )
     with pytest.raises(CorruptMetadataError, match=r"\.index has .* not a multiple of 8"):
         _ = bad.offset_index.entries
 
@@ -127,10 +158,14 @@ def test_reads_of_a_bucket_and_a_local_log_dir_are_identical(tmp_path):
     for start in (0, 1, 39, 40, 77, 120, 159):
         want = local_log.read(start, max_bytes=1 << 20)
         got = bucket_log.read(start, max_bytes=1 << 20)
-        assert (got.records, got.first_offset, got.next_offset) == \
-            (want.records, want.first_offset, want.next_offset)
-        assert b"".join(bucket_log.read_chunks(start, 160, 700)) == \
-            b"".join(local_log.read_chunks(start, 160, 700))
+        assert (got.records, got.first_offset, got.next_offset) == (
+            want.records,
+            want.first_offset,
+            want.next_offset,
+        )
+        assert b"".join(bucket_log.read_chunks(start, 160, 700)) == b"".join(
+            local_log.read_chunks(start, 160, 700)
+        )
     for ts in (TS - 5, TS, TS + 5, TS + 395, TS + 1200, TS + 1595, TS + 1600):
         assert bucket_log.offset_for_timestamp(ts) == local_log.offset_for_timestamp(ts)
     local.close()
