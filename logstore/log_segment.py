@@ -75,7 +75,8 @@ class LogSegment(SegmentReads):
                  max_timestamp: tuple[int, int] | None = None,
                  known_max_timestamp: int | None = None) -> None:
         if parts is None:
-            parts = segment_parts(storage, Path(dir_), base_offset, file_suffix=file_suffix,
+            local_dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+            parts = segment_parts(storage, local_dir, base_offset, file_suffix=file_suffix,
                                   read_only=read_only, max_index_size=max_index_size)
         # Asked before the ``.log`` is opened: a segment this call creates is removed
         # again when its indexes cannot be made.

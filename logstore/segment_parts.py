@@ -40,7 +40,7 @@ from .time_index import TimeIndex
 from .txn_index import TransactionIndex
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per segment, a frozen init costs more
 class SegmentParts:
     """What a segment is built from; see the module docstring."""
 

@@ -91,7 +91,8 @@ class SegmentReads:
             # size) on first use, so loading a long partition costs no file opens; a sink
             # commit that loads a partition only to append stays as cheap late in a log
             # as early.
-            parts = segment_parts(storage, Path(dir_), base_offset, file_suffix=file_suffix,
+            local_dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+            parts = segment_parts(storage, local_dir, base_offset, file_suffix=file_suffix,
                                   read_only=read_only, max_index_size=max_index_size)
         self.dir = dir_
         self.base_offset = base_offset
