@@ -10,8 +10,10 @@ checks every batch, rebuilding the indexes), flushes with a real fsync, renames 
 with a temporary suffix and deletes them. A read-only segment is a ``LogSegment`` too
 (``read_only=True`` or ``LogSegment.open_read_only``): its writer operations raise.
 
-File access: the ``.log`` is written with ``write`` (and read with ``pread``, never
-memory-mapped, so a reader survives the writer truncating the file).
+Parts: a segment is built from ``segment_parts.SegmentParts`` (``LogSegment(dir, base)``
+assembles a local one's); the writer's operations go through the parts' ``FileRecords``
+(``write``, and ``pread`` reads, never memory-mapped, so a reader survives the writer
+truncating the file) and raise "not in a filesystem" on a segment that has none.
 
 Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover`` (the
 transaction index by the loader, which knows the producer state at the segment's base). Bytes
