@@ -52,8 +52,8 @@ import errno
 import logging
 import struct
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from .errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from .storage import LOCAL, BytesRangeReader, FileHandle, PosixStorage, RangeReader, Storage
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E")
-_Index = TypeVar("_Index", bound="AbstractIndex")
+_Index = TypeVar("_Index", bound="AbstractIndex[Any]")
 INT32_MAX = 2**31 - 1
 ALLOCATION_CHUNK = 64 * 1024
 """Bytes of an index reserved at a time ahead of its last entry (8,192 offset-index
@@ -78,10 +78,15 @@ class AbstractIndex(Generic[E]):
     KEY_FIELD: ClassVar[int]  # which unpacked field is sorted (the search key)
     REL_OFFSET_FIELD: ClassVar[int]  # which unpacked field is the relative offset
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int = -1, *,
+    def __init__(self, path: PurePath, base_offset: int, max_index_size: int = -1, *,
                  writable: bool = True, count_leading_nonzero: bool = False,
-                 storage: Storage = LOCAL, data: bytes | None = None) -> None:
-        self.path = Path(path)
+                 fs: PosixStorage | None = LOCAL, storage: Storage | None = None,
+                 data: bytes | None = None) -> None:
+        """``fs``: the filesystem holding the file (written, renamed and deleted through
+        it), None for an index elsewhere, which is read-only. ``storage``: where a
+        read-only index is read (default ``fs``); ``data``: its bytes, already read
+        (``from_bytes``). Whoever assembles a segment's parts picks these per medium."""
+        self.path = path
         self.base_offset = base_offset
         self.writable = writable
         self._count_leading_nonzero = count_leading_nonzero and not writable
@@ -94,18 +99,18 @@ class AbstractIndex(Generic[E]):
         # Bytes from the start of the file known to have real blocks: the mapping is
         # stored into (and read through) only below it (see the module docstring).
         self._allocated = 0
-        self._storage = storage
+        self._fs_or_none = fs
         self._handle: FileHandle | None = None  # the writer's open file
         self._file: RangeReader
         if writable:
-            if not isinstance(storage, PosixStorage):
+            if fs is None:
                 raise KafkaStorageError(f"index {self.path} is not in a filesystem: it cannot "
                                         "be written")
-            new = not storage.exists(self.path)
+            new = not fs.exists(self.path)
             if new and max_index_size < size:
                 raise ValueError(f"max index size {max_index_size} holds no entry")
             try:
-                handle = storage.open_file(self.path, "read_write")
+                handle = fs.open_file(self.path, "read_write")
             except OSError as e:
                 raise KafkaStorageError(
                     f"cannot open index {self.path} for writing: {e.strerror}") from e
@@ -126,11 +131,12 @@ class AbstractIndex(Generic[E]):
             self._max_entries = length // size
             self._max_index_size = max_index_size if max_index_size >= size else length
         else:
-            if data is not None:
-                self._file = BytesRangeReader(data)
+            source = storage if storage is not None else fs
+            if data is not None or source is None:
+                self._file = BytesRangeReader(data or b"")
             else:
                 try:
-                    self._file = storage.open_range_reader(self.path)
+                    self._file = source.open_range_reader(self.path)
                 except FileNotFoundError:
                     # A reader may not rebuild anything: a missing index (a hand-made or
                     # half-copied Kafka dir) reads as an empty one, so lookups start at the
@@ -146,12 +152,12 @@ class AbstractIndex(Generic[E]):
                              else self._length // size)
 
     @classmethod
-    def from_bytes(cls: type[_Index], path: Path, base_offset: int,
+    def from_bytes(cls: type[_Index], path: PurePath, base_offset: int,
                    data: bytes | None) -> _Index:
-        """A read-only index whose file is ``data`` (None: absent, read as empty), e.g.
-        read whole from an object store; ``path`` only names it in messages. Entries are
-        its whole length, as Kafka counts them."""
-        return cls(path, base_offset, writable=False, data=data or b"")
+        """A read-only index over ``data``, an in-memory buffer (None: absent, read as
+        empty), e.g. an object's bytes or a commit entry's inline index; ``path`` only
+        names it in messages. Entries are its whole length, as Kafka counts them."""
+        return cls(path, base_offset, writable=False, fs=None, data=data or b"")
 
     # -- file mechanics -----------------------------------------------------------------
 
@@ -178,7 +184,7 @@ class AbstractIndex(Generic[E]):
         except OSError as e:  # EBADF: closed (the segment was deleted)
             raise KafkaStorageError(f"cannot read index {self.path}: {e}") from e
 
-    def _unpack(self, n: int) -> tuple:
+    def _unpack(self, n: int) -> tuple[Any, ...]:
         raw = self._raw(n)
         if len(raw) < self.ENTRY.size:  # a read-only file the writer has just trimmed
             raw = bytes(self.ENTRY.size)
@@ -363,13 +369,13 @@ class AbstractIndex(Generic[E]):
                 self._file.close()
 
     def _fs(self) -> PosixStorage:
-        if not isinstance(self._storage, PosixStorage):
+        if self._fs_or_none is None:
             raise KafkaStorageError(f"index {self.path} is not in a filesystem")
-        return self._storage
+        return self._fs_or_none
 
-    def rename_to(self, path: Path) -> None:
+    def rename_to(self, path: PurePath) -> None:
         self._fs().rename(self.path, path)
-        self.path = Path(path)
+        self.path = path
 
     def delete(self) -> None:
         self.close_handler()
@@ -420,7 +426,7 @@ class AbstractIndex(Generic[E]):
             self._refresh()
             return self._parse(self._unpack(self._entries - 1)) if self._entries else None
 
-    def _parse(self, fields: tuple) -> E:
+    def _parse(self, fields: tuple[Any, ...]) -> E:
         raise NotImplementedError
 
     def sanity_check(self) -> None:

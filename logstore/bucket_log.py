@@ -83,7 +83,7 @@ class BucketLog(LogReads):
         self.topic = topic
         self.partition = partition
         self.config = config
-        self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")  # type: ignore[assignment]
+        self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")
         self._source = source
         self._contiguous = not config.compact  # set again by every _sync that changes
         self._lock = threading.Lock()  # guards _version, _state, _open
@@ -202,16 +202,18 @@ class BucketLog(LogReads):
         return fetched
 
     def read_chunks(self, start_offset: int, end_offset: int, chunk_bytes: int = 8 << 20, *,
-                    isolation_level: str = READ_UNCOMMITTED) -> Iterator[memoryview]:
-        """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does."""
+                    isolation_level: str = READ_UNCOMMITTED,
+                    check_crcs: bool = True) -> Iterator[memoryview]:
+        """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does, unless
+        the caller checks them as it decodes (``check_crcs=False``: the source's tasks)."""
         chunks = super().read_chunks(start_offset, end_offset, chunk_bytes,
-                                     isolation_level=isolation_level)
+                                     isolation_level=isolation_level, check_crcs=check_crcs)
         # Closed here, not when the garbage collector gets to it: an error raised below
         # (a CRC) would otherwise keep the walk, and its read-ahead thread and windows,
         # alive for as long as the error's traceback is.
         with closing(cast(Generator[memoryview, None, None], chunks)):
-            if isolation_level == READ_COMMITTED:  # made of read_chunks below: checked there
-                yield from chunks
+            if isolation_level == READ_COMMITTED or not check_crcs:  # checked below, or
+                yield from chunks  # by the caller
                 return
             for chunk in chunks:
                 self._check_crcs(chunk)
@@ -267,7 +269,7 @@ class BucketLog(LogReads):
             return f"a segment of {self.dir}"
         return f"{self.storage.uri}/{segments[i].key}{LOG_SUFFIX}"
 
-    def _segment_path(self, base: int) -> ObjectPath:  # type: ignore[override]
+    def _segment_path(self, base: int) -> ObjectPath:
         for s in self._state.segments:
             if s.base_offset == base:
                 return ObjectPath(f"{self.storage.uri}/{s.key}.log")

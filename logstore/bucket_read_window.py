@@ -29,13 +29,13 @@ Not thread-safe: one walk owns its windows (the read-ahead thread only runs a GE
 
 from __future__ import annotations
 
-import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .bucket_segment import BucketSegment
 from .errors import CorruptRecordError
 from .log_segment import LogSegment
 from .record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
+from .segment_records import ReadBuffer
 
 FETCH_BYTES = 16 << 20
 """Bytes a read asks a bucket for at once at most (AWS's guidance for ranged GETs is
@@ -151,20 +151,10 @@ class SegmentWindow:
         return self.read_chunk(position, size)[0]
 
     def find_batch(self, offset: int) -> tuple[BatchHeader | None, int]:
-        """``LogSegment.find_batch`` on the window's bytes: the index entry's header and
-        the batch headers after it cost no request of their own."""
-        position = self.seg.index_position(offset, pread=self.pread)
-        while True:
-            buf, n = self.read_chunk(position, V2_HEADER_SIZE)
-            try:
-                h = read_batch_header(buf, 0, n if n < V2_HEADER_SIZE else 1 << 62)
-            except CorruptRecordError as e:
-                raise CorruptRecordError(f"{self.log_path}: {e} (position {position})") from None
-            if h is None or position + h.size > self.seg.size:
-                return None, position
-            if h.last_offset >= offset:
-                return dataclasses.replace(h, position=position), position
-            position += h.size
+        """``LogSegment.find_batch`` reading the window's bytes, a header at a time (the
+        index entry's header and the batch headers after it cost no request of their
+        own, and no read grows past the window's bound)."""
+        return self.seg.find_batch(offset, pread=self.pread, scan_bytes=V2_HEADER_SIZE)
 
 
 class WindowedReads:
@@ -181,7 +171,7 @@ class WindowedReads:
         self._pool: ThreadPoolExecutor | None = None
         # (segment key, position, length, GET) of the one prefetch in flight or done,
         # untaken
-        self._pending: tuple[str, int, int, Future[tuple[memoryview, int]]] | None = None
+        self._pending: tuple[str, int, int, Future[tuple[ReadBuffer, int]]] | None = None
 
     def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
@@ -197,7 +187,7 @@ class WindowedReads:
                          self._pool.submit(seg.read_chunk, position, length))
 
     def take(self, seg: BucketSegment, position: int, need_end: int
-             ) -> tuple[int, memoryview, int] | None:
+             ) -> tuple[int, ReadBuffer, int] | None:
         """The prefetched window of ``seg`` as (position, bytes, length) when it was asked
         to cover [``position``, ``need_end``), or at least bytes from ``position`` (the
         window serves them if they hold a whole batch), else None (and it is dropped:

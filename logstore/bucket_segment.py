@@ -12,22 +12,22 @@ at most ``INLINE_INDEX_BYTES`` together travel inline in the segment's commit en
 instead of as objects (``SegmentEntry.inline_index``/``inline_timeindex``): an append is
 then the ``.log`` PUT and the commit, two sequential requests.
 
-**Reading.** ``BucketSegment`` is a read-only ``LogSegment`` whose ``.log`` is read with
-ranged GETs and whose indexes are the entry's inline bytes or the index objects' bytes
+**Reading.** ``BucketSegment`` is a read-only ``LogSegment`` assembled from object-backed
+parts (``bucket_segment_parts``, as ``segment_parts`` assembles a local segment's): its
+records are ``ObjectRecords`` (the ``.log`` read with ranged GETs), its indexes the
+entry's inline bytes or the index objects' bytes over ``AbstractIndex.from_bytes``
 (fetched on first use, kept: objects never change), so ``LogSegment``'s lookups, batch
 walks and checks serve bucket partitions unchanged. Thread-safety: safe for concurrent
-readers (``_lock`` guards the lazily fetched indexes).
+readers (each ``LazyIndex``'s lock guards its fetch).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-import threading
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import PurePath, PurePosixPath
 
-from .abstract_index import AbstractIndex
 from .bucket_state import SegmentEntry, segment_key
 from .errors import (
     CorruptMetadataError,
@@ -35,11 +35,15 @@ from .errors import (
     KafkaStorageError,
     MissingSegmentError,
 )
+from .file_names import TXN_INDEX_SUFFIX
+from .lazy_index import LazyIndex
 from .log_segment import LogSegment
 from .offset_index import OffsetIndex
 from .record_format import INT32_MAX, LOG_OVERHEAD, BatchHeader, set_base_offset
+from .segment_parts import SegmentParts
 from .storage import Storage
 from .time_index import TimeIndex
+from .txn_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +163,9 @@ def _segment(view: memoryview, headers: list[BatchHeader], topic: str, partition
 # ------------------------------------------------------------------------------ reading
 
 class ObjectPath(PurePosixPath):
-    """An object's URI where the read path expects a file path (messages, ``.name``):
-    ``PurePosixPath`` would print ``s3://b/k`` as ``s3:/b/k``."""
+    """An object's URI as a ``PurePath`` (what a segment's ``log_path`` and ``dir`` are
+    typed as, for messages and ``.name``): ``PurePosixPath`` alone would print
+    ``s3://b/k`` as ``s3:/b/k``."""
 
     def __str__(self) -> str:
         text = super().__str__()
@@ -168,77 +173,43 @@ class ObjectPath(PurePosixPath):
         return f"{scheme}://{rest}" if sep and "/" not in scheme else text
 
 
-class _BytesIndexMixin:
-    """A read-only index over an index object's bytes (``AbstractIndex`` reads entries
-    only through ``_raw``)."""
+class ObjectRecords:
+    """A committed segment's ``.log`` object, read with ranged GETs (the records part of
+    a ``BucketSegment``; ``segment_records.SegmentRecords``). Its size is the commit's,
+    never asked; each read is its own GET, so there is no handle to hold."""
 
-    def _init_bytes(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
-        index: AbstractIndex = self  # type: ignore[assignment]
-        index.path = name  # type: ignore[assignment]  # for messages only
-        index.base_offset = base_offset
-        index.writable = False
-        index._count_leading_nonzero = False
-        index._lock = threading.RLock()
-        index._mmap = None
-        index._allocated = 0
-        size = index.ENTRY.size
-        if len(data) % size:
-            raise CorruptMetadataError(f"index object {name} has {len(data)} bytes, not a "
-                                       f"multiple of {size}")
-        self._data = data
-        index._length = len(data)
-        index._max_entries = index._max_index_size = len(data) // size
-        index._entries = len(data) // size
-
-    def _raw(self, n: int) -> bytes:
-        size = self.ENTRY.size  # type: ignore[attr-defined]
-        return self._data[n * size:(n + 1) * size]
-
-    def close(self) -> None:
-        return None
-
-    def close_handler(self) -> None:
-        return None
-
-
-class BytesOffsetIndex(_BytesIndexMixin, OffsetIndex):
-    def __init__(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
-        self._init_bytes(name, base_offset, data)
-
-
-class BytesTimeIndex(_BytesIndexMixin, TimeIndex):
-    def __init__(self, name: PurePosixPath, base_offset: int, data: bytes) -> None:
-        self._init_bytes(name, base_offset, data)
-
-
-class BucketSegment(LogSegment):
-    """A committed segment of a bucket, read-only; see the module docstring.
-
-    ``log_path`` is ``<uri>/<key>.log`` (as a ``PurePosixPath``, for messages)."""
-
-    def __init__(self, storage: Storage, entry: SegmentEntry, version: int | None = None
-                 ) -> None:
+    def __init__(self, storage: Storage, entry: SegmentEntry, version: int | None) -> None:
         self.storage = storage
         self.entry = entry
         self.version = version  # of the state the segment was found in (for messages)
-        self.base_offset = entry.base_offset
-        self.read_only = True
-        self.file_suffix = ""
-        self.dir = ObjectPath(storage.uri) / entry.key.rpartition("/")[0]  # type: ignore
-        self.log_path = ObjectPath(f"{storage.uri}/{entry.key}{LOG_SUFFIX}")  # type: ignore
-        self._lock = threading.Lock()  # guards _oidx, _tidx
-        self._oidx: BytesOffsetIndex | None = None
-        self._tidx: BytesTimeIndex | None = None
-        self._index_warned = False
+        self._path = ObjectPath(f"{storage.uri}/{entry.key}{LOG_SUFFIX}")
         self._closed = False
-        self._max_ts_and_offset = None
-        self._rolling_based_timestamp = None
-        self._known_size = entry.size
 
-    def _object(self, suffix: str) -> str:
-        return self.entry.key + suffix
+    @property
+    def path(self) -> ObjectPath:
+        return self._path
 
-    def _what(self) -> str:
+    @property
+    def size(self) -> int:
+        return self.entry.size
+
+    @property
+    def known_size(self) -> int:
+        return self.entry.size
+
+    @property
+    def immutable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def is_open(self) -> bool:
+        return False
+
+    def what(self) -> str:
         e = self.entry
         return f"offsets [{e.base_offset}, {e.next_offset}) of {e.key.rpartition('/')[0]}"
 
@@ -251,70 +222,10 @@ class BucketSegment(LogSegment):
         expected = self.entry.size
         how = "cut short" if actual < expected else "longer"
         return CorruptRecordError(
-            f"{self.log_path} (key {self.entry.key}{LOG_SUFFIX} of {self.storage.uri}) has "
+            f"{self._path} (key {self.entry.key}{LOG_SUFFIX} of {self.storage.uri}) has "
             f"{actual} bytes, but the commit that added it says {expected}: the object "
-            f"holding {self._what()} is not the one committed ({how}: replaced or "
+            f"holding {self.what()} is not the one committed ({how}: replaced or "
             f"damaged); the read stops at it")
-
-    def _index_bytes(self, suffix: str, expected: int, inline: bytes) -> bytes:
-        """The entry's inline index, an index object's bytes, or ``b""`` (no index: reads
-        scan the segment from its start, as a local reader does past a corrupt index)
-        when the object is missing or not the size the commit says. The data itself is
-        checked as it is read."""
-        if inline:
-            return inline
-        if expected == 0:
-            return b""
-        where = f"{self.storage.uri}/{self._object(suffix)}"
-        try:
-            data = self.storage.read(self._object(suffix))
-        except FileNotFoundError:
-            problem = "is missing"
-        else:
-            if len(data) == expected:
-                return data
-            problem = f"has {len(data)} bytes, but the commit that added it says {expected}"
-        logger.warning("index object %s %s; reading %s without it (scanning the segment "
-                       "from its start)", where, problem, self._what())
-        return b""
-
-    @property
-    def offset_index(self) -> OffsetIndex:
-        with self._lock:
-            if self._oidx is None:
-                name = ObjectPath(f"{self.storage.uri}/{self._object(INDEX_SUFFIX)}")
-                self._oidx = BytesOffsetIndex(name, self.base_offset, self._index_bytes(
-                    INDEX_SUFFIX, self.entry.index_bytes, self.entry.inline_index))
-            return self._oidx
-
-    @property
-    def time_index(self) -> TimeIndex:
-        with self._lock:
-            if self._tidx is None:
-                name = ObjectPath(f"{self.storage.uri}/{self._object(TIMEINDEX_SUFFIX)}")
-                self._tidx = BytesTimeIndex(name, self.base_offset, self._index_bytes(
-                    TIMEINDEX_SUFFIX, self.entry.timeindex_bytes,
-                    self.entry.inline_timeindex))
-            return self._tidx
-
-    @property
-    def size(self) -> int:
-        return self.entry.size
-
-    @property
-    def max_timestamp_so_far(self) -> int:
-        return self.entry.max_timestamp
-
-    @property
-    def largest_timestamp(self) -> int:
-        return self.entry.max_timestamp
-
-    def is_file_at_path(self) -> bool:
-        return True  # objects are never replaced
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def _get(self, position: int, size: int) -> memoryview:
         """Ranged GETs, no HEAD: the commit gives the size. A read that reaches the
@@ -325,32 +236,29 @@ class BucketSegment(LogSegment):
         if end <= position:
             return memoryview(b"")
         if self._closed:
-            raise KafkaStorageError(f"segment {self.log_path} is closed")
+            raise KafkaStorageError(f"segment {self._path} is closed")
         want = end - position
         # A fragment (offset_delta): 8 more bytes, so a batch starting before ``end`` has
         # its whole baseOffset field here to patch.
         fetch_end = min(end + 8, expected) if self.entry.offset_delta else end
         fetch = fetch_end - position
+        key = self.entry.key + LOG_SUFFIX
         try:
-            data = self.storage.read_range_view(self._object(LOG_SUFFIX), position,
-                                                fetch + (fetch_end == expected))
+            data = self.storage.read_range_view(key, position, fetch + (fetch_end == expected))
         except FileNotFoundError:
             at = f"version {self.version} of " if self.version is not None else ""
             raise MissingSegmentError(
-                f"{self.log_path} is missing, though {at}the bucket's state references it "
-                f"(segment {self.entry.key}): {self._what()} cannot be read; the bucket is "
+                f"{self._path} is missing, though {at}the bucket's state references it "
+                f"(segment {self.entry.key}): {self.what()} cannot be read; the bucket is "
                 f"damaged", self.entry.base_offset, self.entry.next_offset) from None
         if len(data) != fetch:
             raise self._size_error(position + len(data) if len(data) < fetch
-                                   else self.storage.size(self._object(LOG_SUFFIX)))
+                                   else self.storage.size(key))
         if not self.entry.offset_delta:
             return data
         patched = bytearray(data)
         self._patch_base_offsets(patched, position)
         return memoryview(patched)[:want]
-
-    def pread(self, position: int, size: int) -> bytes:
-        return bytes(self._get(position, size))
 
     def _patch_base_offsets(self, data: bytearray, position: int) -> None:
         """Add ``offset_delta`` to the baseOffset of every batch starting in ``data``
@@ -367,13 +275,16 @@ class BucketSegment(LogSegment):
             stored = int.from_bytes(data[pos:pos + 8], "big", signed=True)
             if not low <= stored < high:
                 raise CorruptRecordError(
-                    f"{self.log_path} at position {position + pos}: stored base offset "
+                    f"{self._path} at position {position + pos}: stored base offset "
                     f"{stored} is outside the fragment's [{low}, {high}) (the commit gives "
                     f"it offset_delta {entry.offset_delta})")
             set_base_offset(data, pos, stored + entry.offset_delta)
             if pos + LOG_OVERHEAD > len(data):
                 return
             pos += LOG_OVERHEAD + int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+
+    def pread(self, position: int, size: int) -> bytes:
+        return bytes(self._get(position, size))
 
     def readinto(self, buf: bytearray | memoryview, position: int) -> int:
         data = self._get(position, len(buf))
@@ -384,11 +295,102 @@ class BucketSegment(LogSegment):
         data = self._get(position, max_bytes)  # the buffer the answer came in: no copy
         return data, len(data)
 
-    def close(self, *, flush: bool = False) -> None:
-        self.close_handlers()
+    def is_file_at_path(self) -> bool:
+        return True  # objects are never replaced
 
-    def close_handlers(self) -> None:
-        self._closed = True  # no handle to release: each read is its own GET
+    def identity(self) -> tuple[int | str, int]:
+        return (str(self._path), self.entry.size)
+
+    def mtime_ms(self) -> None:
+        return None  # the commit's max timestamp is all there is
+
+    def open(self) -> None:
+        return None  # nothing to open: each read is its own GET
+
+    def release(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _index_bytes(records: ObjectRecords, suffix: str, expected: int, inline: bytes,
+                 entry_size: int) -> bytes:
+    """The entry's inline index, an index object's bytes, or ``b""`` (no index: reads
+    scan the segment from its start, as a local reader does past a corrupt index) when
+    the object is missing or not the size the commit says. The data itself is checked
+    as it is read."""
+    storage, key = records.storage, records.entry.key + suffix
+    data = inline
+    if not inline and expected:
+        where = f"{storage.uri}/{key}"
+        try:
+            data = storage.read(key)
+        except FileNotFoundError:
+            problem = "is missing"
+        else:
+            problem = "" if len(data) == expected else (
+                f"has {len(data)} bytes, but the commit that added it says {expected}")
+        if problem:
+            logger.warning("index object %s %s; reading %s without it (scanning the "
+                           "segment from its start)", where, problem, records.what())
+            return b""
+    if len(data) % entry_size:
+        raise CorruptMetadataError(f"index object {storage.uri}/{key} has {len(data)} "
+                                   f"bytes, not a multiple of {entry_size}")
+    return data
+
+
+def bucket_segment_parts(records: ObjectRecords) -> SegmentParts:
+    """A committed segment's parts: its ``.log`` object, its indexes over the entry's
+    inline bytes or their objects' (fetched on first use, kept: objects never change),
+    and an empty transaction index (a bucket holds no transactions yet)."""
+    entry, uri = records.entry, records.storage.uri
+    base = entry.base_offset
+
+    def offsets(path: PurePath) -> OffsetIndex:
+        return OffsetIndex.from_bytes(path, base, _index_bytes(
+            records, INDEX_SUFFIX, entry.index_bytes, entry.inline_index,
+            OffsetIndex.ENTRY.size))
+
+    def times(path: PurePath) -> TimeIndex:
+        return TimeIndex.from_bytes(path, base, _index_bytes(
+            records, TIMEINDEX_SUFFIX, entry.timeindex_bytes, entry.inline_timeindex,
+            TimeIndex.ENTRY.size))
+
+    txn = TransactionIndex.from_bytes(ObjectPath(f"{uri}/{entry.key}{TXN_INDEX_SUFFIX}"),
+                                      base, None)
+    return SegmentParts(records,
+                        LazyIndex(offsets, ObjectPath(f"{uri}/{entry.key}{INDEX_SUFFIX}")),
+                        LazyIndex(times, ObjectPath(f"{uri}/{entry.key}{TIMEINDEX_SUFFIX}")),
+                        lambda _suffix: txn)
+
+
+class BucketSegment(LogSegment):
+    """A committed segment of a bucket, read-only: a ``LogSegment`` assembled from
+    object-backed parts (``bucket_segment_parts``), so the shared read path serves it
+    unchanged; this class only names the parts' commit entry. ``log_path`` is
+    ``<uri>/<key>.log`` (an ``ObjectPath``)."""
+
+    def __init__(self, storage: Storage, entry: SegmentEntry, version: int | None = None
+                 ) -> None:
+        self._object = ObjectRecords(storage, entry, version)
+        super().__init__(ObjectPath(storage.uri) / entry.key.rpartition("/")[0],
+                         entry.base_offset, read_only=True, lazy=True,
+                         parts=bucket_segment_parts(self._object),
+                         known_max_timestamp=entry.max_timestamp)
+
+    @property
+    def entry(self) -> SegmentEntry:
+        return self._object.entry
+
+    @property
+    def storage(self) -> Storage:
+        return self._object.storage
+
+    @property
+    def version(self) -> int | None:
+        return self._object.version
 
     def __repr__(self) -> str:
         return f"BucketSegment({self.log_path}, size={self.entry.size})"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .file_names import CLEAN_SHUTDOWN_FILE
 from .storage import LOCAL
@@ -49,7 +49,7 @@ def holds_token(log_dir: Path, token: str) -> bool:
         return False
 
 
-def fingerprint(paths: Iterable[Path]) -> Fingerprint:
+def fingerprint(paths: Iterable[PurePath]) -> Fingerprint:
     out: list[tuple[str, int, int, int, int] | tuple[str]] = []
     for path in paths:
         try:

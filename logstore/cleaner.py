@@ -60,7 +60,7 @@ import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -249,7 +249,7 @@ def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np
             f"(batches end at {lasts.tolist()[:8]}...); nothing was swapped in")
 
 
-def _write_fully(handle: FileHandle, data: bytes | memoryview, path: Path) -> None:
+def _write_fully(handle: FileHandle, data: bytes | memoryview, path: PurePath) -> None:
     try:
         handle.write_all(data)
     except OSError as e:

@@ -18,7 +18,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .clock import SYSTEM_CLOCK, Clock
 from .storage import LOCAL
@@ -36,7 +36,7 @@ class DelayedDeleter:
         self._pending: list[tuple[int, int, tuple[Path, ...], Callable[[], None] | None]] = []
         self._seq = itertools.count()
 
-    def schedule(self, paths: Iterable[Path], delay_ms: int, *,
+    def schedule(self, paths: Iterable[PurePath], delay_ms: int, *,
                  before_delete: Callable[[], None] | None = None) -> None:
         """Unlink ``paths`` once ``delay_ms`` has passed. ``before_delete`` (e.g. closing
         the segment's handles) runs first, at that time."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import PurePath
 from typing import Generic, TypeVar
 
 from .offset_index import OffsetIndex
@@ -23,9 +23,9 @@ class LazyIndex(Generic[IndexT]):
     """An index opened on first use. Thread-safe: ``_lock`` guards ``_index`` and
     ``path``."""
 
-    def __init__(self, factory: Callable[[Path], IndexT],
-                 path: Path | Callable[[], Path]) -> None:
-        self._factory: Callable[[Path], IndexT] = factory
+    def __init__(self, factory: Callable[[PurePath], IndexT],
+                 path: PurePath | Callable[[], PurePath]) -> None:
+        self._factory: Callable[[PurePath], IndexT] = factory
         # A function defers building the Path until the index is used (loading a long
         # partition then builds none for its untouched segments).
         self._path = path
@@ -33,13 +33,13 @@ class LazyIndex(Generic[IndexT]):
         self._lock = threading.Lock()
 
     @property
-    def path(self) -> Path:
+    def path(self) -> PurePath:
         if callable(self._path):
             self._path = self._path()
         return self._path
 
     @path.setter
-    def path(self, value: Path) -> None:
+    def path(self, value: PurePath) -> None:
         self._path = value
 
     @property
@@ -55,7 +55,7 @@ class LazyIndex(Generic[IndexT]):
                 index = self._index
         return index
 
-    def rename_to(self, path: Path, fs: PosixStorage) -> None:
+    def rename_to(self, path: PurePath, fs: PosixStorage) -> None:
         with self._lock:
             if self._index is not None:
                 self._index.rename_to(path)
@@ -63,7 +63,7 @@ class LazyIndex(Generic[IndexT]):
                 fs.rename(self.path, path)
             self.path = path
 
-    def update_path(self, path: Path) -> None:
+    def update_path(self, path: PurePath) -> None:
         with self._lock:
             self.path = path
             if self._index is not None:

@@ -91,7 +91,7 @@ class Log(LogReads):
                  log_start_offset: int, recovery_point: int, log_end_offset: int,
                  high_watermark: int, deleter: DelayedDeleter,
                  producer_state: ProducerStateManager | None = None) -> None:
-        self.dir = Path(dir_)
+        self.dir: Path = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
             raise LogDirError(f"{self.dir} is not a partition directory (<topic>-<partition>)")

@@ -130,6 +130,7 @@ class PartitionLogView(Protocol):
         chunk_bytes: int = 8 << 20,
         *,
         isolation_level: str = ...,
+        check_crcs: bool = ...,
     ) -> Iterator[memoryview]: ...
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]: ...

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from .checkpoint_file import write_atomically
@@ -147,7 +148,7 @@ class PauseController:
 
     def _fingerprint(self) -> Fingerprint:
         """The files a paused writer's state depends on (``clean_shutdown``)."""
-        paths = []
+        paths: list[PurePath] = []
         for ld in self._table.log_dirs:
             paths.append(ld.path / CLEAN_SHUTDOWN_FILE)
             paths.extend(ld.path / name for name in (*OFFSET_CHECKPOINTS,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Protocol
 
 from .config import LogConfig
@@ -29,6 +29,7 @@ from .errors import (
     OffsetBelowLogStartError,
     OffsetOutOfRangeError,
 )
+from .file_names import LOG_SUFFIX, offset_file_name
 from .log_segment import LogSegment
 from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .partition_metadata import read_topic_id
@@ -87,7 +88,7 @@ class LogReads:
 
     _ATTEMPTS = 1
     _READ_END_NAME = "log end offset"
-    dir: Path
+    dir: PurePath
     topic: str
     partition: int
     config: LogConfig
@@ -129,7 +130,7 @@ class LogReads:
     def current_topic_id(self) -> str | None:
         """The id of the topic whose directory this is now (its ``partition.metadata``,
         read again: the topic may have been deleted and re-created under the name)."""
-        return read_topic_id(self.dir)
+        return read_topic_id(Path(self.dir))
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start_offset, upper_offset)``, from the
@@ -288,12 +289,12 @@ class LogReads:
                 f"offsets [{offset}, {bases[0]}) of {self._tp()} were removed while it was "
                 f"read (its first segment now starts at {bases[0]})", offset, bases[0])
 
-    def _segment_path(self, base: int) -> Path:
-        return LogSegment.file_paths(self.dir, base)[0]
+    def _segment_path(self, base: int) -> PurePath:
+        return self.dir / offset_file_name(base, LOG_SUFFIX)
 
     def read_chunks(self, start_offset: int, end_offset: int,
-                    chunk_bytes: int = 8 << 20, *,
-                    isolation_level: str = READ_UNCOMMITTED) -> Iterator[memoryview]:
+                    chunk_bytes: int = 8 << 20, *, isolation_level: str = READ_UNCOMMITTED,
+                    check_crcs: bool = True) -> Iterator[memoryview]:
         """Whole batches covering [``start_offset``, ``end_offset``) (capped at the high
         watermark), as memoryviews of at most ``chunk_bytes`` each (a larger batch comes
         alone). Only one chunk is in memory at a time; each chunk is a fresh buffer.
@@ -305,13 +306,20 @@ class LogReads:
         walked: CorruptRecordError for a batch that breaks them, MissingDataError for
         offsets missing from the range (a segment file deleted or cut short, retention
         under the reader: ``OffsetBelowLogStartError``); the caller may go on from the
-        error's ``end``. Never a silent jump."""
+        error's ``end``. Never a silent jump.
+
+        ``check_crcs``: whether a log whose bytes crossed a network (a bucket's) checks
+        every batch's CRC before giving it; False when the caller checks them itself as
+        it decodes (``decode_batches``' ``verify_crc``), so each CRC is computed once. A
+        local log leaves CRCs to its reader either way."""
         if check_isolation_level(isolation_level) == READ_COMMITTED:
             end_offset = min(end_offset, self.last_stable_offset)
             if start_offset < end_offset:
                 aborted = self.aborted_transactions(start_offset, end_offset)
                 yield from committed_chunks(self.read_chunks(start_offset, end_offset,
-                                                             chunk_bytes), aborted)
+                                                             chunk_bytes,
+                                                             check_crcs=check_crcs),
+                                            aborted)
             else:
                 self._check_start(start_offset)
             return

@@ -78,7 +78,7 @@ class LogReader(LogReads):
 
     def __init__(self, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
                  high_watermark: int | None = None, fail_on_data_loss: bool = True) -> None:
-        self.dir = Path(dir_)
+        self.dir: Path = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
             raise LogDirError(f"{self.dir} is not a partition directory (<topic>-<partition>)")

@@ -10,8 +10,10 @@ checks every batch, rebuilding the indexes), flushes with a real fsync, renames 
 with a temporary suffix and deletes them. A read-only segment is a ``LogSegment`` too
 (``read_only=True`` or ``LogSegment.open_read_only``): its writer operations raise.
 
-File access: the ``.log`` is written with ``write`` (and read with ``pread``, never
-memory-mapped, so a reader survives the writer truncating the file).
+Parts: a segment is built from ``segment_parts.SegmentParts`` (``LogSegment(dir, base)``
+assembles a local one's); the writer's operations go through the parts' ``FileRecords``
+(``write``, and ``pread`` reads, never memory-mapped, so a reader survives the writer
+truncating the file) and raise "not in a filesystem" on a segment that has none.
 
 Crash policy: the ``.log`` is the truth; the indexes are rebuilt by ``recover`` (the
 transaction index by the loader, which knows the producer state at the segment's base). Bytes
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,8 +46,10 @@ from .record_format import (
     iter_batch_headers,
     verify,
 )
+from .segment_parts import SegmentParts, segment_parts
 from .segment_reads import SegmentReads
-from .storage import LOCAL, FileHandle, PosixStorage, Storage
+from .segment_records import FileRecords
+from .storage import LOCAL, FileHandle, Storage
 
 if TYPE_CHECKING:
     from .offset_continuity import ContinuityCheck
@@ -65,25 +69,34 @@ class LogSegment(SegmentReads):
     >>> seg.append(records)                                          # doctest: +SKIP
     """
 
-    def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
+    def __init__(self, dir_: PurePath, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
                  created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
-                 lazy: bool = False, storage: Storage = LOCAL) -> None:
-        # Asked before the open creates the ``.log``: a segment this call creates is
-        # removed again when its indexes cannot be made.
-        creating = (not lazy and not read_only and isinstance(storage, PosixStorage)
-                    and not storage.exists(log_file(Path(dir_), base_offset, file_suffix)))
+                 lazy: bool = False, storage: Storage = LOCAL,
+                 parts: SegmentParts | None = None,
+                 max_timestamp: tuple[int, int] | None = None,
+                 known_max_timestamp: int | None = None) -> None:
+        if parts is None:
+            local_dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+            parts = segment_parts(storage, local_dir, base_offset, file_suffix=file_suffix,
+                                  read_only=read_only, max_index_size=max_index_size)
+        # Asked before the ``.log`` is opened: a segment this call creates is removed
+        # again when its indexes cannot be made.
+        local = parts.file
+        creating = (not lazy and not read_only and local is not None
+                    and not local.fs.exists(local.path))
         super().__init__(dir_, base_offset, index_interval_bytes=index_interval_bytes,
                          max_index_size=max_index_size, rolling_jitter_ms=rolling_jitter_ms,
                          created_ms=created_ms, file_suffix=file_suffix,
-                         read_only=read_only, lazy=lazy, storage=storage)
+                         read_only=read_only, lazy=lazy, storage=storage, parts=parts,
+                         max_timestamp=max_timestamp,
+                         known_max_timestamp=known_max_timestamp)
         if not lazy and not read_only and self._size == 0:
             # A new segment gets its index files now, preallocated, as Kafka's do.
             try:
                 self._offset_index.get()
                 self._time_index.get()
             except (OSError, KafkaStorageError) as e:
-                self._closed = True
                 if creating:
                     self.delete()  # a half-made segment must not be found at the next open
                 else:
@@ -92,18 +105,28 @@ class LogSegment(SegmentReads):
                     from e
 
     @property
-    def _writer(self) -> FileHandle:
-        """The writer's ``.log`` (a read-only segment has none)."""
-        handle = self._file
-        if not isinstance(handle, FileHandle) or self.read_only:
-            raise InvalidOffsetError(f"segment {self.log_path} is open read-only")
-        return handle
-
-    def _filesystem(self) -> PosixStorage:
-        if self._fs is None:
+    def _file(self) -> FileRecords:
+        """The ``.log`` as a file of a filesystem (a segment elsewhere has none)."""
+        if self._local is None:
             raise KafkaStorageError(f"segment {self.log_path} is not in a filesystem: it "
                                     "cannot be renamed or deleted through the segment")
-        return self._fs
+        return self._local
+
+    @property
+    def _writer(self) -> FileHandle:
+        """The writer's ``.log`` (a read-only segment has none)."""
+        if self.read_only:
+            raise InvalidOffsetError(f"segment {self.log_path} is open read-only")
+        return self._file.writer
+
+    @property
+    def _size(self) -> int:
+        """The writer's size of the ``.log``."""
+        return self._file.written_size
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self._file.written_size = value
 
     @classmethod
     def open(cls, dir_: Path, base_offset: int, **kwargs: Any) -> LogSegment:
@@ -224,13 +247,13 @@ class LogSegment(SegmentReads):
 
     def update_dir(self, dir_: Path) -> None:
         """The partition directory was renamed: point the paths at the new one."""
-        self.dir = Path(dir_)
-        self.log_path = log_file(self.dir, self.base_offset, self.file_suffix)
-        self._offset_index.update_path(index_file(self.dir, self.base_offset, self.file_suffix))
-        self._time_index.update_path(time_index_file(self.dir, self.base_offset,
-                                                     self.file_suffix))
+        dir_ = Path(dir_)
+        self.dir = dir_
+        self._file.update_path(log_file(dir_, self.base_offset, self.file_suffix))
+        self._offset_index.update_path(index_file(dir_, self.base_offset, self.file_suffix))
+        self._time_index.update_path(time_index_file(dir_, self.base_offset, self.file_suffix))
         if self._txn is not None:
-            self._txn.path = txn_index_file(self.dir, self.base_offset, self.file_suffix)
+            self._txn.path = txn_index_file(dir_, self.base_offset, self.file_suffix)
 
     # -- mutation -------------------------------------------------------------------------
 
@@ -389,7 +412,7 @@ class LogSegment(SegmentReads):
     def flush(self) -> None:
         """fsync the ``.log`` and both indexes (a lazily loaded segment never opened
         has written nothing through this process: nothing to flush)."""
-        if self.read_only or self.closed or self._handle is None:
+        if self.read_only or self.closed or not self._records.is_open:
             return
         try:
             self._writer.fsync()
@@ -406,16 +429,16 @@ class LogSegment(SegmentReads):
         if self.file_suffix != old_suffix:
             raise ValueError(f"segment {self.log_path} has suffix {self.file_suffix!r}, "
                              f"not {old_suffix!r}")
-        fs = self._filesystem()
-        new_log = log_file(self.dir, self.base_offset, new_suffix)
-        fs.rename(self.log_path, new_log)
-        self.log_path = new_log
-        self._offset_index.rename_to(index_file(self.dir, self.base_offset, new_suffix), fs)
-        self._time_index.rename_to(time_index_file(self.dir, self.base_offset, new_suffix), fs)
-        self.txn_index.rename_to(txn_index_file(self.dir, self.base_offset, new_suffix))
+        file = self._file
+        dir_ = file.path.parent
+        file.move_to(log_file(dir_, self.base_offset, new_suffix))
+        self._offset_index.rename_to(index_file(dir_, self.base_offset, new_suffix), file.fs)
+        self._time_index.rename_to(time_index_file(dir_, self.base_offset, new_suffix),
+                                   file.fs)
+        self.txn_index.rename_to(txn_index_file(dir_, self.base_offset, new_suffix))
         self.file_suffix = new_suffix
 
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[PurePath]:
         """The segment's files (the ``.txnindex`` only when it exists)."""
         paths = [self.log_path, self._offset_index.path, self._time_index.path]
         if self.txn_index.has_file():
@@ -439,12 +462,12 @@ class LogSegment(SegmentReads):
         self._time_index.close()
         if self._txn is not None:
             self._txn.close()
-        self._close_handle()
+        self._records.close()
 
     @property
     def holds_files(self) -> bool:
         """Whether a file of the segment is open (a lazily loaded one opens on use)."""
-        return (self._handle is not None or self._offset_index.is_loaded
+        return (self._records.is_open or self._offset_index.is_loaded
                 or self._time_index.is_loaded or self._txn is not None)
 
     def release(self, *, flush: bool = False) -> None:
@@ -467,16 +490,7 @@ class LogSegment(SegmentReads):
         if self._txn is not None:
             self._txn.close()
             self._txn = None
-        with self._open_lock:
-            if self._handle is not None:
-                self._handle.close()
-                self._handle = None
-
-    def _close_handle(self) -> None:
-        with self._open_lock:
-            self._closed = True
-            if self._handle is not None:
-                self._handle.close()
+        self._records.release()
 
     def close_handlers(self) -> None:
         """Release the files without touching them (before deletion)."""
@@ -484,12 +498,12 @@ class LogSegment(SegmentReads):
         self._time_index.close_handler()
         if self._txn is not None:
             self._txn.close()
-        self._close_handle()
+        self._records.close()
 
     def delete(self) -> None:
         """Close and unlink the three files now."""
         self.close_handlers()
-        fs = self._filesystem()
+        fs = self._file.fs
         for path in self.paths():
             fs.delete(path)
 
@@ -500,5 +514,6 @@ class LogSegment(SegmentReads):
         self.close()
 
     def __repr__(self) -> str:
-        size = "?" if self._known_size is None else self._known_size
+        known = self._records.known_size
+        size = "?" if known is None else known
         return f"LogSegment({self.log_path.name}, size={size})"

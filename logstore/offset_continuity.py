@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class OffsetPolicy(enum.Enum):
     UNKNOWN = "unknown"  # no seglog topic config: gaps are read, check notes them
 
 
-def offset_policy(partition_dir: Path, *, compact: bool | None = None) -> OffsetPolicy:
+def offset_policy(partition_dir: PurePath, *, compact: bool | None = None) -> OffsetPolicy:
     """Rule 3's status for the partition in ``partition_dir``. ``COMPACTED`` when its
     topic is compacted (``compact``; None reads the topic config file there) or the log
     dir's ``cleaner-offset-checkpoint`` has an entry for it (a cleaner pass ran: a topic
@@ -102,7 +102,7 @@ def offset_policy(partition_dir: Path, *, compact: bool | None = None) -> Offset
         return OffsetPolicy.UNKNOWN
 
 
-def offsets_contiguous(partition_dir: Path, *, compact: bool | None = None) -> bool:
+def offsets_contiguous(partition_dir: PurePath, *, compact: bool | None = None) -> bool:
     """Whether rule 3 applies to the partition in ``partition_dir`` (``offset_policy``)."""
     return offset_policy(partition_dir, compact=compact) is OffsetPolicy.CONTIGUOUS
 
@@ -132,10 +132,10 @@ class ContinuityCheck:
         self.gaps = 0
         self._first_gap = ""
         self._first = True  # no batch seen yet
-        self._path: Path | None = None
+        self._path: PurePath | None = None
         self._base = 0
         self._next_base: int | None = None
-        self._prev_path: Path | None = None
+        self._prev_path: PurePath | None = None
         self._tail: tuple[int, int] | None = None  # (position, bytes) of a partial batch
 
     @property
@@ -143,7 +143,7 @@ class ContinuityCheck:
         """True once a batch was checked."""
         return not self._first
 
-    def enter(self, path: Path, base: int, next_base: int | None) -> None:
+    def enter(self, path: PurePath, base: int, next_base: int | None) -> None:
         """Start on the segment ``path`` (base offset ``base``; ``next_base`` is the next
         segment's base, None for the last segment)."""
         if self._path is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
     KEY_FIELD: ClassVar[int] = 0
     REL_OFFSET_FIELD: ClassVar[int] = 0
 
-    def _parse(self, fields: tuple) -> OffsetPosition:
+    def _parse(self, fields: tuple[Any, ...]) -> OffsetPosition:
         return OffsetPosition(self.base_offset + fields[0], fields[1])
 
     @property

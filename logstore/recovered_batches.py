@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class RecoveredBatches:
     needs, the marker (or the parse error) of each control batch by base offset, and
     ``next_offset``, the offset after the segment's last valid batch."""
 
-    log_path: Path
+    log_path: PurePath
     rows: np.ndarray
     markers: Mapping[int, ControlRecord | CorruptRecordError]
     next_offset: int
@@ -73,7 +73,7 @@ class RecoveredBatches:
 class ProducerBatchCollector:
     """Gathers ``RecoveredBatches`` from the chunks of one recovery (module docstring)."""
 
-    def __init__(self, log_path: Path, max_rows: int = MAX_ROWS) -> None:
+    def __init__(self, log_path: PurePath, max_rows: int = MAX_ROWS) -> None:
         self.log_path = log_path
         self.max_rows = max_rows
         self._parts: list[np.ndarray] = []

@@ -7,11 +7,14 @@ once it holds an aborted transaction). Reading translates an offset to a file po
 offset by timestamp; none of it writes. The writer's half (append, roll, truncate,
 recover, flush, rename, delete) is ``log_segment.LogSegment``.
 
-File access: the ``.log`` is read with ``pread``, never memory-mapped, so a reader
-survives the writer truncating the file. Read-only segments (readers in other processes)
-open every file read-only and count the entries of a preallocated index by its leading
-non-zero entries (see ``abstract_index``). ``SegmentReads.open_read_only`` opens a segment
-of any ``Storage`` whose files never change (a bucket's objects).
+Parts: a segment is handed its records (``segment_records``: a local file, a range
+reader, a bucket object) and its indexes, each made for its medium by ``segment_parts``
+(or ``bucket_segment``); nothing here asks which medium it is on. A local ``.log`` is read
+with ``pread``, never memory-mapped, so a reader survives the writer truncating the file.
+Read-only segments (readers in other processes) open every file read-only and count the
+entries of a preallocated index by its leading non-zero entries (see ``abstract_index``).
+``SegmentReads.open_read_only`` opens a segment of any ``Storage`` whose files never
+change.
 
 Thread-safety: reads (``read``, ``translate_offset``, ``iter_batches``...) may run
 concurrently from any thread and never block the segment's one writer thread.
@@ -22,25 +25,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TypeVar
 
-from .errors import CorruptRecordError, KafkaStorageError
-from .file_names import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    index_file,
-    log_file,
-    time_index_file,
-    txn_index_file,
-)
+from .errors import CorruptRecordError
 from .index_check import entry_usable_for_lookup
-from .lazy_index import LazyIndex
 from .offset_continuity import ContinuityCheck
 from .offset_index import OffsetIndex
 from .record_format import (
@@ -50,7 +41,9 @@ from .record_format import (
     iter_batch_headers,
     read_batch_header,
 )
-from .storage import LOCAL, FileHandle, PosixStorage, RangeReader, Storage, StoragePath
+from .segment_parts import SegmentParts, immutable_parts, segment_parts
+from .segment_records import SegmentRecords
+from .storage import LOCAL, Storage, StoragePath
 from .time_index import TimeIndex
 from .txn_index import TransactionIndex
 
@@ -59,6 +52,9 @@ logger = logging.getLogger(__name__)
 _SCAN_CHUNK = 64 * 1024
 
 _Segment = TypeVar("_Segment", bound="SegmentReads")
+
+Reader = Callable[[int, int], bytes | memoryview]
+"""Reads up to ``length`` bytes at a position of a segment's ``.log``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,54 +71,50 @@ class SegmentSlice:
 class SegmentReads:
     """A segment's files and its read path. A base class: a segment is a
     ``log_segment.LogSegment`` (which adds the writer's operations), opened by
-    ``LogSegment(...)``, ``LogSegment.open`` or ``LogSegment.open_read_only``."""
+    ``LogSegment(...)``, ``LogSegment.open`` or ``LogSegment.open_read_only``.
 
-    def __init__(self, dir_: Path, base_offset: int, *, index_interval_bytes: int = 4096,
+    It is built from its parts (``segment_parts.SegmentParts``: the records, the offset,
+    time and transaction indexes), each already made for its medium; given none, the
+    parts of ``<dir_>/<base_offset>.log`` in ``storage`` (``segment_parts.segment_parts``).
+    ``max_timestamp``: the largest timestamp and its offset when known;
+    ``known_max_timestamp``: the largest timestamp alone (a bucket's commit entry)."""
+
+    def __init__(self, dir_: PurePath, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
                  created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
-                 lazy: bool = False, storage: Storage = LOCAL) -> None:
-        self.dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+                 lazy: bool = False, storage: Storage = LOCAL,
+                 parts: SegmentParts | None = None,
+                 max_timestamp: tuple[int, int] | None = None,
+                 known_max_timestamp: int | None = None) -> None:
+        if parts is None:
+            # ``lazy``: an existing inactive segment opens its ``.log`` (and learns its
+            # size) on first use, so loading a long partition costs no file opens; a sink
+            # commit that loads a partition only to append stays as cheap late in a log
+            # as early.
+            local_dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+            parts = segment_parts(storage, local_dir, base_offset, file_suffix=file_suffix,
+                                  read_only=read_only, max_index_size=max_index_size)
+        self.dir = dir_
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
         self.read_only = read_only
         self.file_suffix = file_suffix
-        self.log_path = log_file(self.dir, base_offset, file_suffix)
-        # Reads need only ``Storage``; writing (and the mtime of retention) needs a
-        # filesystem, ``_fs`` (None for a read-only segment elsewhere, e.g. in a bucket).
-        self._storage = storage
-        self._fs = storage if isinstance(storage, PosixStorage) else None
-        if self._fs is None and not read_only:
-            raise KafkaStorageError(f"segment {self.log_path} is not in a filesystem: it can "
-                                    "only be opened read-only")
-        # The ``.log`` never changes (a bucket's object): its size is known, not asked.
-        self._immutable = False
-        # ``lazy``: an existing inactive segment opens its ``.log`` (and learns its size)
-        # on first use, so loading a long partition costs no file opens; a sink commit
-        # that loads a partition only to append stays as cheap late in a log as early.
-        # ``_open_lock`` guards ``_handle`` while it is opened.
-        self._open_lock = threading.Lock()
-        # The writer's ``FileHandle``, or a reader's ``RangeReader``.
-        self._handle: FileHandle | RangeReader | None = None
-        self._closed = False
-        self._known_size: int | None = None
+        self._records = parts.records
         if not lazy:
-            self._handle = self._open_file()
-            self._known_size = self._handle.size
-        count_nonzero = read_only
-        self._offset_index = LazyIndex(
-            lambda path: OffsetIndex(path, base_offset, max_index_size, writable=not read_only,
-                                     count_leading_nonzero=count_nonzero, storage=storage),
-            lambda: index_file(self.dir, base_offset, file_suffix))
-        self._time_index = LazyIndex(
-            lambda path: TimeIndex(path, base_offset, max_index_size, writable=not read_only,
-                                   count_leading_nonzero=count_nonzero, storage=storage),
-            lambda: time_index_file(self.dir, base_offset, file_suffix))
+            self._records.open()
+        self._local = parts.file  # None: not in a filesystem (no writes, renames, deletes)
+        self._offset_index = parts.offset_index
+        self._time_index = parts.time_index
+        self._txn_factory = parts.txn_index
         self._txn: TransactionIndex | None = None  # built on first use (no Path on open)
         self._bytes_since_last_index_entry = 0
         self._index_warned = False  # a corrupt offset index was reported once
-        self._max_ts_and_offset: tuple[int, int] | None = None  # lazily from the time index
+        # The largest timestamp and its offset: given, or lazily from the time index.
+        self._max_ts_and_offset: tuple[int, int] | None = max_timestamp
+        # The largest timestamp alone, when its offset is not known (a commit entry's).
+        self._known_max_timestamp = known_max_timestamp
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
 
     @classmethod
@@ -146,56 +138,22 @@ class SegmentReads:
         >>> seg.read(0, 1 << 20)                                            # doctest: +SKIP
         """
         stem = os.fspath(stem)
-        seg = cls(Path(stem).parent, base_offset, index_interval_bytes=index_interval_bytes,
-                  read_only=True, lazy=True, storage=storage)
-        seg.log_path = Path(stem + LOG_SUFFIX)
-        seg._immutable = True
-        seg._known_size = size
-        seg._max_ts_and_offset = max_timestamp
-        seg._offset_index = LazyIndex(
-            lambda path: OffsetIndex.from_bytes(path, base_offset, offset_index),
-            Path(stem + INDEX_SUFFIX))
-        seg._time_index = LazyIndex(
-            lambda path: TimeIndex.from_bytes(path, base_offset, time_index),
-            Path(stem + TIME_INDEX_SUFFIX))
-        seg._txn = TransactionIndex.from_bytes(Path(stem + TXN_INDEX_SUFFIX), base_offset,
-                                               txn_index)
-        return seg
-
-    def _open_file(self) -> FileHandle | RangeReader:
-        try:
-            if self.read_only:
-                return self._storage.open_range_reader(self.log_path)
-            assert self._fs is not None
-            return self._fs.open_file(self.log_path, "append_read")
-        except OSError as e:
-            raise KafkaStorageError(f"cannot open segment file {self.log_path}: {e}") from e
+        parts = immutable_parts(storage, stem, base_offset, size=size,
+                                offset_index=offset_index, time_index=time_index,
+                                txn_index=txn_index)
+        return cls(PurePath(stem).parent, base_offset,
+                   index_interval_bytes=index_interval_bytes, read_only=True, lazy=True,
+                   parts=parts, max_timestamp=max_timestamp)
 
     @property
-    def _file(self) -> FileHandle | RangeReader:
-        """The open ``.log`` file (opened now if the segment was loaded lazily)."""
-        handle = self._handle
-        if handle is None:
-            with self._open_lock:
-                if self._handle is None:
-                    if self._closed:
-                        raise KafkaStorageError(f"segment {self.log_path} is closed")
-                    self._handle = self._open_file()
-                handle = self._handle
-        return handle
+    def log_path(self) -> PurePath:
+        """The ``.log``'s name (a local path, or an object's URI)."""
+        return self._records.path
 
     @property
-    def _size(self) -> int:
-        if self._known_size is None:
-            try:
-                self._known_size = self._storage.size(self.log_path)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") from e
-        return self._known_size
-
-    @_size.setter
-    def _size(self, value: int) -> None:
-        self._known_size = value
+    def records(self) -> SegmentRecords:
+        """The ``.log``'s bytes (``segment_records``)."""
+        return self._records
 
     @property
     def offset_index(self) -> OffsetIndex:
@@ -212,57 +170,37 @@ class SegmentReads:
         """The transaction index (its file exists only once it holds an entry)."""
         txn = self._txn
         if txn is None:
-            txn = self._txn = TransactionIndex(
-                txn_index_file(self.dir, self.base_offset, self.file_suffix), self.base_offset,
-                writable=not self.read_only, storage=self._storage)
+            txn = self._txn = self._txn_factory(self.file_suffix)
         return txn
 
     # -- sizes and timestamps ------------------------------------------------------------
 
     @property
     def size(self) -> int:
-        """Bytes in the ``.log`` (a read-only segment asks the file system: it grows)."""
-        if self.read_only and not self._immutable:
-            try:
-                return self._file.size
-            except OSError as e:
-                raise KafkaStorageError(f"cannot stat segment file {self.log_path}: {e}") \
-                    from e
-        return self._size
+        """Bytes in the ``.log`` (a read-only segment's file is asked: it grows)."""
+        return self._records.size
 
     def is_file_at_path(self) -> bool:
         """True while the open ``.log`` file is still the one named by ``log_path`` (a
         compaction swap or retention may have put another file there, or none). An
         immutable segment's object is never replaced: always True."""
-        if self._immutable:
-            return True
-        handle = self._file
-        return isinstance(handle, FileHandle) and handle.is_file_at(self.log_path)
+        return self._records.is_file_at_path()
 
     def file_identity(self) -> tuple[int | str, int] | None:
         """What tells this version of the ``.log`` from another at the same name (a
         file's inode and size; an immutable object's name and size), None when unknown
         (the file is closed)."""
-        if self._immutable:
-            return (str(self.log_path), self._size)
-        handle = self._file
-        if not isinstance(handle, FileHandle):
-            return None
-        try:
-            st = handle.fstat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size)
+        return self._records.identity()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._records.closed
 
     def _max_timestamp_and_offset(self) -> tuple[int, int]:
         if self._max_ts_and_offset is None:
             last = self.time_index.last()
             found = (last.timestamp, last.offset)
-            if self._immutable and self.time_index.entries == 0:
+            if self._records.immutable and self.time_index.entries == 0:
                 # Given no time index: the batch headers say (once; the file never changes).
                 for h in self.iter_batches(0):
                     if h.max_timestamp > found[0]:
@@ -272,7 +210,8 @@ class SegmentReads:
 
     @property
     def max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_and_offset()[0]
+        known = self._known_max_timestamp
+        return self._max_timestamp_and_offset()[0] if known is None else known
 
     @property
     def offset_of_max_timestamp_so_far(self) -> int:
@@ -283,12 +222,10 @@ class SegmentReads:
         """The largest record timestamp, or the file's mtime when no batch has one
         (Kafka's rule, so retention still ages timestamp-less segments)."""
         ts = self.max_timestamp_so_far
-        if ts >= 0 or self._fs is None:
+        if ts >= 0:
             return ts
-        try:
-            return int(self._fs.stat(self.log_path).st_mtime * 1000)
-        except FileNotFoundError:
-            return 0
+        mtime = self._records.mtime_ms()
+        return ts if mtime is None else mtime
 
     def rolling_based_timestamp(self) -> int | None:
         """The first batch's max timestamp (read once, lazily: never on open)."""
@@ -301,42 +238,32 @@ class SegmentReads:
     # -- reading --------------------------------------------------------------------------
 
     def pread(self, position: int, size: int) -> bytes:
-        try:
-            return self._file.pread(position, size)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
+        return self._records.pread(position, size)
 
     def readinto(self, buf: bytearray | memoryview, position: int) -> int:
-        """Fill ``buf`` from ``position``; returns the bytes read (short at the end).
-        A file fills it with one ``preadv``; any other ``RangeReader`` copies once."""
-        handle = self._file
-        try:
-            if isinstance(handle, FileHandle):
-                return handle.readinto(buf, position)
-            data = handle.pread(position, len(buf))
-        except OSError as e:
-            raise KafkaStorageError(f"cannot read {self.log_path} at {position}: {e}") from e
-        memoryview(buf).cast("B")[:len(data)] = data
-        return len(data)
+        """Fill ``buf`` from ``position``; returns the bytes read (short at the end)."""
+        return self._records.readinto(buf, position)
 
     def read_chunk(self, position: int, max_bytes: int
                    ) -> tuple[bytes | bytearray | memoryview, int]:
         """A fresh buffer of up to ``max_bytes`` from ``position`` and how many bytes it
         holds (fewer at the end). A bucket segment returns its GET's bytes instead of
         copying them into a zero-filled buffer."""
-        buf = bytearray(max_bytes)
-        return buf, self.readinto(buf, position)
+        return self._records.read_chunk(position, max_bytes)
 
-
-    def iter_batches(self, start_position: int = 0,
-                     end_position: int | None = None) -> Iterator[BatchHeader]:
+    def iter_batches(self, start_position: int = 0, end_position: int | None = None, *,
+                     pread: Reader | None = None,
+                     scan_bytes: int = _SCAN_CHUNK) -> Iterator[BatchHeader]:
         """Headers of the whole batches from ``start_position`` on (positions are file
-        positions); reads in 64 KiB chunks and never reads a large batch's body."""
+        positions); reads ``scan_bytes`` (64 KiB) at a time and never reads a large
+        batch's body. ``pread`` reads instead of the segment (a bucket read's window,
+        which holds the bytes already: it asks for one header at a time)."""
         end = self.size if end_position is None else end_position
+        read = pread or self.pread
         pos = start_position
         while end - pos > MAGIC_OFFSET:
-            want = min(_SCAN_CHUNK, end - pos)
-            buf = self.pread(pos, want)
+            want = min(scan_bytes, end - pos)
+            buf = read(pos, want)
             if len(buf) < want:  # the file shrank under us (a truncation)
                 end = pos + len(buf)
             p = 0
@@ -357,9 +284,7 @@ class SegmentReads:
                 return
             pos += p
 
-    def index_position(self, offset: int,
-                       pread: Callable[[int, int], bytes | memoryview] | None = None
-                       ) -> int:
+    def index_position(self, offset: int, pread: Reader | None = None) -> int:
         """Where a scan for ``offset`` may start: the position of the offset index's
         largest entry <= ``offset`` when ``index_check.entry_usable_for_lookup`` accepts
         it, else 0. A garbled index (a reader's view of an active index is never
@@ -392,12 +317,15 @@ class SegmentReads:
         forward scan), or None when there is none in this segment."""
         return self.find_batch(offset, starting_position)[0]
 
-    def find_batch(self, offset: int, starting_position: int = 0
+    def find_batch(self, offset: int, starting_position: int = 0, *,
+                   pread: Reader | None = None, scan_bytes: int = _SCAN_CHUNK
                    ) -> tuple[BatchHeader | None, int]:
         """``translate_offset``, and when it finds nothing, the position where the whole
-        batches end (a partial batch may follow)."""
-        position = max(self.index_position(offset), starting_position)
-        for h in self.iter_batches(position):
+        batches end (a partial batch may follow). ``pread`` reads instead of the segment
+        (a bucket read's window: the index entry's header and the batch headers after it
+        cost no request of their own)."""
+        position = max(self.index_position(offset, pread), starting_position)
+        for h in self.iter_batches(position, pread=pread, scan_bytes=scan_bytes):
             if h.last_offset >= offset:
                 return h, h.position
             position = h.end_position

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
     KEY_FIELD: ClassVar[int] = 0
     REL_OFFSET_FIELD: ClassVar[int] = 1
 
-    def _parse(self, fields: tuple) -> TimestampOffset:
+    def _parse(self, fields: tuple[Any, ...]) -> TimestampOffset:
         return TimestampOffset(fields[0], self.base_offset + fields[1])
 
     @property

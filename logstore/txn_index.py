@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import PurePath
 
 import numpy as np
 
@@ -76,7 +76,7 @@ def encode_entries(entries: list[AbortedTxn]) -> bytes:
     return arr.tobytes()
 
 
-def decode_entries(data: bytes, path: Path, base_offset: int) -> list[AbortedTxn]:
+def decode_entries(data: bytes, path: PurePath, base_offset: int) -> list[AbortedTxn]:
     """Parse and check a whole ``.txnindex`` (see the module docstring for the checks)."""
     if len(data) % ENTRY_SIZE:
         raise CorruptIndexError(
@@ -126,40 +126,48 @@ class TransactionIndex:
     """A segment's ``.txnindex``; see the module docstring. The file exists only once
     an entry was appended (or ``write_all`` wrote it)."""
 
-    def __init__(self, path: Path, base_offset: int, *, writable: bool = True,
-                 storage: Storage = LOCAL) -> None:
-        self.path = Path(path)
+    def __init__(self, path: PurePath, base_offset: int, *, writable: bool = True,
+                 fs: PosixStorage | None = LOCAL, storage: Storage | None = None) -> None:
+        """``fs``: the filesystem holding the file (written, renamed and deleted through
+        it), None for an index elsewhere, which is read-only; ``storage``: where it is
+        read (default ``fs``). Whoever assembles a segment's parts picks these per
+        medium."""
+        self.path = path
         self.base_offset = base_offset
         self.writable = writable
-        self._storage = storage
+        self._fs_or_none = fs
+        self._storage: Storage | None = storage if storage is not None else fs
         self._handle: FileHandle | None = None
         self._last_offset: int | None = None  # of the last entry, once known
         self._data: bytes | None = None  # the whole file, for an index given as bytes
 
     @classmethod
-    def from_bytes(cls, path: Path, base_offset: int, data: bytes | None) -> TransactionIndex:
+    def from_bytes(cls, path: PurePath, base_offset: int,
+                   data: bytes | None) -> TransactionIndex:
         """A read-only index whose file is ``data`` (None: absent, no entries); ``path``
         only names it in messages."""
-        index = cls(path, base_offset, writable=False)
+        index = cls(path, base_offset, writable=False, fs=None)
         index._data = data or b""
         return index
 
     def _fs(self) -> PosixStorage:
-        if not isinstance(self._storage, PosixStorage):
+        if self._fs_or_none is None:
             raise KafkaStorageError(f"transaction index {self.path} is not in a filesystem: "
                                     "it cannot be written")
-        return self._storage
+        return self._fs_or_none
 
     def has_file(self) -> bool:
         """Whether the file exists (Kafka creates it with its first entry)."""
         if self._data is not None:
             return bool(self._data)
-        return self._storage.exists(self.path)
+        return self._storage is not None and self._storage.exists(self.path)
 
     def entries(self) -> list[AbortedTxn]:
         """Every entry, checked (an absent file has none)."""
         if self._data is not None:
             return decode_entries(self._data, self.path, self.base_offset)
+        if self._storage is None:
+            return []
         try:
             data = self._storage.read(self.path)
         except FileNotFoundError:
@@ -224,11 +232,11 @@ class TransactionIndex:
         if self._handle is not None:
             self._handle.fsync()
 
-    def rename_to(self, path: Path) -> None:
+    def rename_to(self, path: PurePath) -> None:
         fs = self._fs()
         if fs.exists(self.path):
             fs.rename(self.path, path)
-        self.path = Path(path)
+        self.path = path
 
     def delete(self) -> None:
         self.close()

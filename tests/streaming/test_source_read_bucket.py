@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from seglog.datasource.schema import arrow_schema
+from seglog.logstore.bucket_log import BucketLog
 from seglog.logstore.bucket_manager import BucketLogManager
 from seglog.logstore.bucket_segment import object_keys
 from seglog.logstore.errors import CorruptRecordError, DataLossError
@@ -147,3 +148,34 @@ def test_a_referenced_object_missing_after_a_refresh_stays_data_loss(caplog):
     assert got == list(range(10)) + list(range(20, 30))
     assert any("offsets [10, 20) cannot be read" in m and "is missing" in m
                for m in caplog.messages)
+
+
+def test_a_task_checks_each_batchs_crc_once_and_still_names_a_damaged_object(monkeypatch):
+    """The task decodes with ``verify_crc``: the bucket log does not check the same
+    CRCs first (each batch's CRC is computed once), and a batch whose records were
+    flipped still fails the task, naming the partition and the object."""
+    uri = memory_uri()
+    writer = BucketLogManager(uri)
+    writer.create_topic("t", 1)
+    for prefix in "abc":
+        writer.append("t", 0, values(prefix, 10))
+    checked: list[int] = []
+    real = BucketLog._check_crcs
+
+    def counting(self: BucketLog, buf: bytes | memoryview) -> None:
+        checked.append(len(buf))
+        real(self, buf)
+
+    monkeypatch.setattr(BucketLog, "_check_crcs", counting)
+    assert offsets(ReadRange((uri,), "t", 0, 0, 30)) == list(range(30))
+    assert checked == []
+    # The log's own check stays for callers that do not decode (``read``).
+    assert writer.get_log("t", 0).read(0).records and checked
+    seg = writer.state.partitions["t-0"].segments[1]
+    key = seg.key + ".log"
+    data = bytearray(writer.storage.read(key))
+    data[-3] ^= 0x40  # inside the last batch's records: only the CRC knows
+    writer.storage.write_atomic(key, bytes(data))
+    with pytest.raises(CorruptRecordError, match="CRC") as info:
+        offsets(ReadRange((uri,), "t", 0, 0, 30))
+    assert "topic 't' partition 0" in str(info.value) and f"{uri}/{key}" in str(info.value)
