@@ -197,7 +197,10 @@ def _kill_and_restart(tmp_path: Path, logs: Path | str) -> collections.Counter:
         assert ready, f"seed {seed}: job {kill} never got going; see {stderr_log}"
         time.sleep(rng.uniform(0.0, 2.5))
         # the kill of this kind happened: it finds the job still running
-        assert job.proc.poll() is None, f"seed {seed}: job {kill} ended before its kill"
+        ended = job.proc.poll()
+        assert ended is None, (
+            f"seed {seed}: job {kill} ended (exit {ended}) before its kill; see {stderr_log}"
+        )
         job.kill()
     final = _Job(script, [str(logs), str(chk), "100000"], stderr_log)
     assert final.wait_for("DONE", timeout=400), f"seed {seed}: see {stderr_log}"
