@@ -1,11 +1,18 @@
-"""What the ``local-cluster[2,1,1024]`` write tests share: the start of their job script
-and running it in its own Python process (one JVM hosts one SparkContext, and the shared
-test session is ``local[2]``).
+"""One ``local-cluster[2,1,1024]`` job that the three ``test_local_cluster_*.py`` files
+check, each a different part of it: a cluster start (a driver JVM, two executor JVMs,
+their Python workers) costs about a minute on two loaded cores, so the suite starts one
+(the session fixture ``local_cluster_run`` in ``conftest.py``) rather than one per file.
 
-``JOB_START`` builds the session with seglog registered, counts the executors
-(``executors``) and defines ``executor_dir``, a UDF giving the work directory of the
-executor that runs a row (``<app>/<executor id>``); a job goes on from there, reads its
-arguments from ``sys.argv`` and prints one ``RESULT <json>`` line.
+One JVM hosts one SparkContext, and the shared test session is ``local[2]``, so the job
+runs in its own Python process. Its session never calls ``spark.dataSource.register``:
+``format("seglog")`` resolves through the ``pyspark_seglog`` auto-registration (PySpark
+scans ``sys.path`` with ``pkgutil.iter_modules()``; ``run.py``'s editable install puts
+``src/`` there, as a wheel install would), with filter pushdown left at Spark's default
+(off). The job runs in an empty working directory outside the checkout, so neither the
+current directory can stand in for the install nor can a part leave files there unseen.
+
+``executor_dir`` is a UDF giving the work directory of the executor that runs a row
+(``<app>/<executor id>``). The job prints one ``RESULT <json>`` line, one key per part.
 """
 
 from __future__ import annotations
@@ -15,52 +22,153 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-JOB_START = textwrap.dedent('''
+# Rows each part writes or reads.
+READ_RECORDS = 5000  # per partition of the read part's topic ``c`` (2 partitions)
+WRITE_ROWS = 4000  # the write part's and the bucket part's ``spark.range``
+
+JOB = textwrap.dedent("""
     import json, os, sys, time
     from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, concat, lit, udf
-    from seglog.datasource import SeglogDataSource
 
+    read_dir, read_out, write_dir, uri, chk = sys.argv[1:6]
+    n = %(write_rows)d
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.executor.memory", "512m")
+             .config("spark.sql.shuffle.partitions", "2")
              # the first job waits for both executors (a loaded machine registers them late)
              .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
              .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "180s")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(SeglogDataSource)
     deadline = time.monotonic() + 180
-    while True:  # executors register after the session starts
-        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        if executors >= 2 or time.monotonic() > deadline:
-            break
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus
+    while status().size() < 3 and time.monotonic() < deadline:  # driver + 2 executors
         time.sleep(0.5)
+    result = {"executors": status().size() - 1}
 
     @udf("string")
     def executor_dir(v):  # a worker runs in its executor's work dir: <app>/<executor id>
         return os.getcwd()
-''')
+
+    try:
+        # read: a batch read over 8 tasks, then a stream to parquet, 3000 offsets a trigger
+        df = (spark.read.format("seglog").option("path", read_dir).option("subscribe", "c")
+              .option("minPartitions", "8").load())
+        rows = df.select("partition", "offset", "value").orderBy("partition", "offset").collect()
+        pids = df.rdd.mapPartitions(lambda it: [os.getpid()]).distinct().collect()
+        q = (spark.readStream.format("seglog").option("path", read_dir).option("subscribe", "c")
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3000")
+             .load()
+             .select("partition", "offset").writeStream.format("parquet")
+             .option("path", read_out + "/data").option("checkpointLocation", read_out + "/chk")
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        result["read"] = {
+            "pids": len(set(pids)),
+            "rows": [[r.partition, r.offset, r.value.decode()] for r in rows],
+            "streamed": spark.read.parquet(read_out + "/data").count(),
+            "distinct": spark.read.parquet(read_out + "/data").distinct().count(),
+            "batches": len(q.recentProgress),
+        }
+
+        # write: both executors stage rows for the same partitions of a local log dir
+        (spark.range(0, n, numPartitions=8)
+         .selectExpr("cast(id %% 5 AS string) AS key", "concat('v', id) AS value")
+         .select("key", concat(col("value"), lit("@"), executor_dir("value")).alias("value"))
+         .write.format("seglog").option("path", write_dir).option("topic", "t")
+         .option("numPartitions", "2").mode("append").save())
+        result["write"] = "done"
+
+        # bucket: the same batch write into a bucket, a stream t -> t2, a batch read of t2
+        (spark.range(0, n, numPartitions=8)
+         .selectExpr("cast(id %% 5 AS string) AS key", "concat('v', id) AS value")
+         .select("key", concat(col("value"), lit("@"), executor_dir("value")).alias("value"))
+         .write.format("seglog").option("path", uri).option("topic", "t")
+         .option("numPartitions", "2").mode("append").save())
+        q = (spark.readStream.format("seglog").option("path", uri).option("subscribe", "t")
+             .option("startingOffsets", "earliest").option("minPartitions", "4").load()
+             .select("key", concat(col("value").cast("string"), lit("|"),
+                                   executor_dir("value")).alias("value"))
+             .writeStream.format("seglog").option("path", uri).option("topic", "t2")
+             .option("numPartitions", "2").option("checkpointLocation", chk)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(300)
+        read = (spark.read.format("seglog").option("path", uri).option("subscribe", "t2")
+                .option("minPartitions", "4").load()
+                .select(executor_dir("value").alias("reader")).groupBy("reader").count()
+                .collect())
+        result["bucket"] = {"readers": {r[0]: r[1] for r in read}}
+        # the executors' <SPARK_HOME>/work/<app id>, which the fixture removes after
+        result["app_dir"] = os.path.dirname(
+            spark.range(1).select(executor_dir(lit("x"))).first()[0])
+        print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        spark.stop()
+""") % {"write_rows": WRITE_ROWS}
 
 
-def run_job(script: str, args: list[str], tmp_path: Path, *, timeout: int,
-            cwd: Path | None = None) -> dict[str, Any]:
-    """Run ``script`` with ``args`` in a new Python process and return its ``RESULT``;
-    skip the test when local-cluster cannot start executors here."""
+@dataclass
+class ClusterRun:
+    """The job's inputs and what it printed: ``read_dir`` (topic ``c``, written before),
+    ``write_dir`` (topic ``t``), ``uri`` (the bucket's log dir: ``t`` and ``t2``),
+    ``cwd`` (the job's working directory, where ``spark-checkpoint`` is the bucket
+    stream's checkpoint), ``storage_options`` (to reach the bucket), ``result``."""
+
+    read_dir: Path
+    write_dir: Path
+    uri: str
+    cwd: Path
+    storage_options: dict[str, str]
+    result: dict[str, Any]
+
+
+def run_job(
+    script: str,
+    args: list[str],
+    tmp_path: Path,
+    *,
+    timeout: int,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``script`` with ``args`` in a new Python process (with ``env`` added to this
+    process's environment) and return its ``RESULT``; skip when local-cluster cannot
+    start executors here."""
     job = tmp_path / "job.py"
     job.write_text(script)
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    proc = subprocess.run([sys.executable, str(job), *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    full_env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        **(env or {}),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(job), *args],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if not lines and ("Executor" in proc.stderr and "exited" in proc.stderr
-                      or "local-cluster" in proc.stderr and "Exception" in proc.stderr):
-        pytest.skip("local-cluster could not start executors here: "
-                    + proc.stderr.strip().splitlines()[-1][:300])
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    if not lines and (
+        "Executor" in proc.stderr
+        and "exited" in proc.stderr
+        or "local-cluster" in proc.stderr
+        and ("Exception" in proc.stderr or "SPARK_HOME" in proc.stderr)
+    ):
+        pytest.skip(
+            "local-cluster could not start executors here: "
+            + proc.stderr.strip().splitlines()[-1][:300]
+        )
+    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT ") :])

@@ -2,9 +2,12 @@
 
 The job runs in its own process group (driver, JVM, Python workers, the commit worker);
 each kill takes the whole group down at once, wherever it is: planning, tasks staging,
-a commit holding the log dir lock, Spark writing its commit log. After five kills the job
-is restarted from its checkpoint and runs to the end; every input record must then be in
-the output exactly once, and no staging file may be left behind.
+a commit holding the log dir lock, Spark writing its commit log. Each kill is one of two
+kinds, both in every run: a random moment after the run's first micro-batch, or a random
+moment after the query started (start-up, planning). Then the job is restarted from its
+checkpoint and runs to the end; every input record must then be in the output exactly
+once, and no staging file may be left behind. (Each run is a new driver JVM, ~15 s: more
+kills of the same kinds belong to the soak, ``benchmarks/soak.py``.)
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from seglog.logstore.record_codec import decode_batches, encode_batches
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RECORDS = 12_000
-KILLS = 5
+# The moment each kill waits for, then a random delay: one kill of each kind.
+KILL_AFTER = ("PROGRESS", "STARTED")
 
-_JOB = textwrap.dedent('''
+_JOB = textwrap.dedent("""
     import sys
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
@@ -66,7 +70,7 @@ _JOB = textwrap.dedent('''
     q.awaitTermination()
     print("DONE", flush=True)
     spark.stop()
-''')
+""")
 
 
 def _write_input(path: Path | str) -> collections.Counter:
@@ -75,13 +79,19 @@ def _write_input(path: Path | str) -> collections.Counter:
         for p in range(3):
             for lo in range(p, RECORDS, 3 * 1000):
                 ids = range(lo, min(lo + 3 * 1000, RECORDS), 3)
-                mgr.append("in", p, encode_batches(
-                    pa.array([f"r{i}".encode() for i in ids]),
-                    pa.array([f"k{i % 17}".encode() for i in ids])))
+                mgr.append(
+                    "in",
+                    p,
+                    encode_batches(
+                        pa.array([f"r{i}".encode() for i in ids]),
+                        pa.array([f"k{i % 17}".encode() for i in ids]),
+                    ),
+                )
         if isinstance(path, Path):  # a bucket's appends are visible once committed
             mgr.checkpoint_high_watermarks()
-    return collections.Counter((f"k{i % 17}".encode(), f"out-r{i}".encode())
-                               for i in range(RECORDS))
+    return collections.Counter(
+        (f"k{i % 17}".encode(), f"out-r{i}".encode()) for i in range(RECORDS)
+    )
 
 
 def _output(path: Path | str) -> collections.Counter:
@@ -92,8 +102,9 @@ def _output(path: Path | str) -> collections.Counter:
             log = mgr.get_log("out", p)
             for chunk in log.read_chunks(log.log_start_offset, hws[("out", p)]):
                 t = decode_batches(chunk)
-                out.update(zip(t.column("key").to_pylist(), t.column("value").to_pylist(),
-                               strict=True))
+                out.update(
+                    zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)
+                )
     return out
 
 
@@ -101,12 +112,16 @@ class _Job:
     """The job in its own session (process group), its stdout lines in a queue."""
 
     def __init__(self, script: Path, args: list[str], log: Path) -> None:
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         self.stderr = open(log, "ab")  # noqa: SIM115 (closed in wait())
-        self.proc = subprocess.Popen([sys.executable, str(script), *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -146,8 +161,7 @@ def test_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path) -> None:
     assert [p for p in staging.rglob("*") if p.is_file()] == []
 
 
-def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path,
-                                                                s3_uri: str) -> None:
+def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path, s3_uri: str) -> None:
     """The same on a bucket (moto S3; the job inherits the ``AWS_*`` environment): the
     killed runs leave only uploads no commit references, which the collector deletes
     once their batches are settled (here with no orphan grace) without touching the
@@ -160,8 +174,9 @@ def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path,
         stats = mgr.collect()
         referenced = {seg.key for p in mgr.state.partitions.values() for seg in p.segments}
         left = {f"{STAGING_DIR}/{e.name}" for e in mgr.storage.list_tree(STAGING_DIR)}
-    unreferenced = left - {k + suffix for k in referenced
-                           for suffix in (".log", ".index", ".timeindex")}
+    unreferenced = left - {
+        k + suffix for k in referenced for suffix in (".log", ".index", ".timeindex")
+    }
     # What is left and unreferenced was committed, then merged away by the query's
     # tasks: it waits for file.delete.delay.ms (readers may still hold it), no orphan.
     assert stats.orphans_waiting == 0 and len(unreferenced) <= stats.waiting
@@ -176,13 +191,16 @@ def _kill_and_restart(tmp_path: Path, logs: Path | str) -> collections.Counter:
     seed = int(os.environ.get("SEGLOG_TEST_SEED", time.time_ns() % 10_000))
     rng = random.Random(seed)
     stderr_log = tmp_path / "job.stderr"
-    for kill in range(KILLS):
+    for kill, moment in enumerate(KILL_AFTER):
         job = _Job(script, [str(logs), str(chk), "400"], stderr_log)
-        # after the first micro-batch of this run (or, on odd kills, while it is
-        # starting up or planning), then a random moment later
-        ready = job.wait_for("PROGRESS" if kill % 2 == 0 else "STARTED", timeout=300)
+        ready = job.wait_for(moment, timeout=300)
         assert ready, f"seed {seed}: job {kill} never got going; see {stderr_log}"
         time.sleep(rng.uniform(0.0, 2.5))
+        # the kill of this kind happened: it finds the job still running
+        ended = job.proc.poll()
+        assert ended is None, (
+            f"seed {seed}: job {kill} ended (exit {ended}) before its kill; see {stderr_log}"
+        )
         job.kill()
     final = _Job(script, [str(logs), str(chk), "100000"], stderr_log)
     assert final.wait_for("DONE", timeout=400), f"seed {seed}: see {stderr_log}"
@@ -191,5 +209,6 @@ def _kill_and_restart(tmp_path: Path, logs: Path | str) -> collections.Counter:
     missing, extra = expected - got, got - expected
     assert not missing and not extra, (
         f"seed {seed}: {sum(missing.values())} missing, {sum(extra.values())} duplicated, "
-        f"e.g. {list(missing)[:3]} / {list(extra)[:3]}")
+        f"e.g. {list(missing)[:3]} / {list(extra)[:3]}"
+    )
     return expected
