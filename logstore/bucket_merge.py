@@ -30,13 +30,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .bucket_commit_log import Change, CommitLog, crash_point
+from .bucket_commit_log import Change, CommitLog
 from .bucket_objects import concatenated, discard, read_segment, upload
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, tp_key
-from .cleaner import SegmentSizes, group_segments
+from .cleaner_stats import SegmentSizes, group_segments
 from .clock import Clock
 from .config import LogConfig
+from .crash_points import crash_point
 from .storage import Storage
 
 logger = logging.getLogger(__name__)
