@@ -4,7 +4,7 @@ Every append (and every sink fragment) is its own segment object, so a busy part
 holds many small objects. A merge rewrites a run of adjacent segments into one exact
 Kafka segment and commits it as remove + add (``"operation": "merge"``).
 
-**Grouping** is the cleaner's (``cleaner.group_segments``, Kafka's
+**Grouping** is the cleaner's (``cleaner_stats.group_segments``, Kafka's
 ``groupSegmentsBySize``): consecutive segments whose summed sizes fit ``segment.bytes``,
 summed index sizes fit ``segment.index.bytes`` and offsets fit 32 bits relative to the
 first. A run is also cut where a segment's largest timestamp is more than ``segment.ms``
