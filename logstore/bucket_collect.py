@@ -55,7 +55,6 @@ from .bucket_commit_log import (
     MAX_VIEW_AGE_MS,
     collectable_metadata,
     covering_snapshot,
-    crash_point,
 )
 from .bucket_ownership import owned_objects
 from .bucket_segment import object_keys
@@ -72,6 +71,7 @@ from .bucket_state import (
     parse_version_name,
     snapshot_key,
 )
+from .crash_points import crash_point
 from .errors import CorruptMetadataError
 from .storage import Entry, Storage
 

@@ -39,7 +39,7 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
   hint (so the hint is never ahead of a snapshot that exists).
 
-Crash steps (``SEGLOG_CRASH_AT=<step>``, the sink's mechanism): ``after-upload`` (objects
+Crash steps (``SEGLOG_CRASH_AT=<step>``, ``crash_points``): ``after-upload`` (objects
 uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-snapshot``
 (snapshot written, hint not). A crash anywhere leaves either the old or the new version
 visible, whole; uploads no commit references are collected later.
@@ -54,9 +54,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import signal
 import threading
 import time
 import uuid
@@ -81,6 +79,8 @@ from .bucket_state import (
 )
 from .bucket_turn import TURN_AFTER_LOSSES, Turns
 from .clock import SYSTEM_CLOCK, Clock
+from .crash_points import CRASH_ENV as CRASH_ENV  # the tests' spelling, kept
+from .crash_points import crash_point
 from .errors import (
     BucketNotFoundError,
     CommitConflictError,
@@ -95,7 +95,6 @@ from .storage import Entry, Storage
 
 logger = logging.getLogger(__name__)
 
-CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_STEPS = ("after-upload", "after-commit", "after-snapshot")
 """Named steps of a bucket commit where a test may kill the process (``crash_point``)."""
 MAX_ATTEMPTS = 20
@@ -131,13 +130,6 @@ def repair_advice(uri: str) -> str:
     """What an error about a log that no longer folds tells the operator to do."""
     return (f"`seglog repair {uri}` shows what ending the log before the damage would "
             f"lose, and does it with --execute (docs/troubleshooting.md)")
-
-
-def crash_point(step: str) -> None:
-    """Kill this process (SIGKILL, no cleanup) if ``SEGLOG_CRASH_AT`` names ``step``."""
-    if os.environ.get(CRASH_ENV) == step:
-        logger.warning("%s=%s: killing process %d", CRASH_ENV, step, os.getpid())
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def covering_snapshot(snapshots: Sequence[Entry], now_ms: int, delete_delay_ms: int,

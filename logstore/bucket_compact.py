@@ -7,15 +7,13 @@ range (dirty ratio against ``min.cleanable.dirty.ratio``, ``min.compaction.lag.m
 ``max.compaction.lag.ms``), ``cleaner.Cleaner`` builds the offset map and rewrites the
 segments group by group (latest value per key, tombstones kept ``delete.retention.ms``
 through their batch's delete horizon, control batches kept, empty batches closing a
-group's offset range). Only the log it works on differs: ``_CleaningLog`` offers what the
-cleaner reads of a ``Log`` (segments, offsets, config, ``new_segment``,
-``replace_segments``) over the bucket:
+group's offset range). Only the log it works on differs: ``CompactedPartition`` is a
+``cleanable_log.CleanableLog`` (segments, offsets, config, ``new_segment``,
+``replace_segments``, the type the cleaner is written against) over the bucket:
 
 - its segments are the committed ones, read with ranged GETs (``BucketSegment``, which
-  patches the base offsets of an ``offset_delta`` entry). An empty "active" segment at
-  the log end stands
-  for Kafka's (never cleaned): every committed segment is inactive, since nothing is
-  ever appended to one.
+  patches the base offsets of an ``offset_delta`` entry); none is active (nothing is ever
+  appended to a committed segment), so the cleanable part ends at the log end.
 - the cleaner writes its ``.cleaned`` segments into a private local work directory, and
   ``replace_segments`` only records each (new, old) pair;
 - the cleaner checkpoint is the partition's ``cleaner_offset`` in the bucket state,
@@ -36,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from .bucket_commit_log import Change, CommitLog, crash_point
+from .bucket_commit_log import Change, CommitLog
 from .bucket_objects import discard, upload
 from .bucket_segment import BucketSegment, SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, TopicSpec
@@ -45,6 +43,7 @@ from .cleaner import Cleaner, CleanerStats
 from .cleaner_manager import LogCleanerManager
 from .clock import Clock
 from .config import LogConfig, ManagerConfig
+from .crash_points import crash_point
 from .file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from .log_segment import LogSegment
 from .record_format import iter_batch_headers
@@ -55,11 +54,14 @@ logger = logging.getLogger(__name__)
 CompactStats = CleanerStats
 
 
-class _CleaningLog:
-    """What ``Cleaner`` and ``LogCleanerManager`` use of a ``Log``, over one bucket
-    partition (see the module docstring)."""
+class CompactedPartition:
+    """One bucket partition as the cleaner sees it (a ``cleanable_log.CleanableLog``): its
+    committed segments, none active; cleaned segments are written to a private work dir
+    and ``replace_segments`` records each (new, old) pair for the compactor to upload and
+    commit (see the module docstring)."""
 
     read_only = False
+    active_segment: LogSegment | None = None  # nothing is ever appended to a committed one
 
     def __init__(self, storage: Storage, work: Path, topic: str, partition: int,
                  config: LogConfig, ps: PartitionState, clock: Clock) -> None:
@@ -75,9 +77,6 @@ class _CleaningLog:
         self.replaced: list[tuple[LogSegment, list[LogSegment]]] = []
         self.entries: dict[int, SegmentEntry] = {s.base_offset: s for s in ps.segments}
         self.segments: list[LogSegment] = [BucketSegment(storage, e) for e in ps.segments]
-        self.segments.append(LogSegment.open(self.dir, ps.high_watermark,
-                                             index_interval_bytes=config.index_interval_bytes,
-                                             max_index_size=config.segment_index_bytes))
 
     def new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.open(self.dir, base_offset,
@@ -115,7 +114,7 @@ class BucketCompactor:
         """Clean the dirtiest compacted partition once; None when none needs it."""
         state = self.commits.state
         with LOCAL.temp_dir("seglog-compact-") as work:
-            logs = [_CleaningLog(self.commits.storage, work, topic, n,
+            logs = [CompactedPartition(self.commits.storage, work, topic, n,
                                  self.config_of(topic, spec), ps, self.clock)
                     for topic, spec in sorted(state.topics.items())
                     if self.config_of(topic, spec).compact
@@ -127,16 +126,15 @@ class BucketCompactor:
                 for log in logs:
                     log.close()
 
-    def _clean(self, work: Path, logs: list[_CleaningLog]) -> CleanerStats | None:
+    def _clean(self, work: Path, logs: list[CompactedPartition]) -> CleanerStats | None:
         OffsetCheckpointFile(work / CLEANER_OFFSET_CHECKPOINT).write(
             {(log.topic, log.partition): log.state.cleaner_offset for log in logs
              if log.state.cleaner_offset is not None})
         manager = LogCleanerManager(self.clock)
-        picked = manager.grab_filthiest(logs)  # type: ignore[arg-type]
+        picked = manager.grab_filthiest(logs)
         if picked is None:
             return None
         log, cleanable = picked
-        assert isinstance(log, _CleaningLog)
         stats = self.cleaner.clean(log, cleanable, self.clock.milliseconds())
         built = [self._objects(log, new, old) for new, old in log.replaced]
         uploaded_at = self.clock.milliseconds()
@@ -173,7 +171,7 @@ class BucketCompactor:
                     stats.bytes_written)
         return stats
 
-    def _objects(self, log: _CleaningLog, new: LogSegment, old: list[LogSegment]
+    def _objects(self, log: CompactedPartition, new: LogSegment, old: list[LogSegment]
                  ) -> SegmentObjects:
         """The cleaned segment as bucket objects: its bytes under a new unique name, the
         indexes rebuilt as every bucket segment's, the base offset and offset range of

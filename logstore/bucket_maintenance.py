@@ -29,12 +29,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
-from .bucket_commit_log import Change, crash_point
+from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
 from .bucket_merge import merge_partition
 from .bucket_retention import plan_retention
 from .bucket_state import BucketState, PartitionChange, TopicSpec
 from .config import LogConfig
+from .crash_points import crash_point
 from .scheduler import RETENTION, TaskRun
 
 if TYPE_CHECKING:

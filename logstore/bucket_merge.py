@@ -4,7 +4,7 @@ Every append (and every sink fragment) is its own segment object, so a busy part
 holds many small objects. A merge rewrites a run of adjacent segments into one exact
 Kafka segment and commits it as remove + add (``"operation": "merge"``).
 
-**Grouping** is the cleaner's (``cleaner.group_segments``, Kafka's
+**Grouping** is the cleaner's (``cleaner_stats.group_segments``, Kafka's
 ``groupSegmentsBySize``): consecutive segments whose summed sizes fit ``segment.bytes``,
 summed index sizes fit ``segment.index.bytes`` and offsets fit 32 bits relative to the
 first. A run is also cut where a segment's largest timestamp is more than ``segment.ms``
@@ -30,13 +30,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .bucket_commit_log import Change, CommitLog, crash_point
+from .bucket_commit_log import Change, CommitLog
 from .bucket_objects import concatenated, discard, read_segment, upload
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, tp_key
-from .cleaner import SegmentSizes, group_segments
+from .cleaner_stats import SegmentSizes, group_segments
 from .clock import Clock
 from .config import LogConfig
+from .crash_points import crash_point
 from .storage import Storage
 
 logger = logging.getLogger(__name__)

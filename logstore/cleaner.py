@@ -26,10 +26,16 @@ given the manager's ``CleanableRange`` ``[first_dirty, bound)``:
    offsets) takes its place, so the swapped-in segment covers the whole offset range of
    the segments it replaces (the loader's swap completion relies on it).
    Control batches and legacy (magic 0/1) batches are copied unchanged.
-3. **Swap.** ``Log.replace_segments`` renames ``.cleaned`` → ``.swap``, swaps the list,
-   renames the old files ``.deleted`` and drops the ``.swap`` suffix.
+3. **Swap.** The log's ``replace_segments``: a local ``Log`` renames ``.cleaned`` →
+   ``.swap``, swaps the list, renames the old files ``.deleted`` and drops the ``.swap``
+   suffix (a bucket's ``CompactedPartition`` records the pair for its commit).
 4. **Checkpoint.** ``LogCleaner`` hands ``end_offset`` to the manager's
    ``done_cleaning``, which writes it to ``cleaner-offset-checkpoint``.
+
+The cleaner works on any ``cleanable_log.CleanableLog`` (a local ``Log``, a bucket's
+``bucket_compact.CompactedPartition``). Step 2's per-chunk decision is
+``cleaner_filter``'s, its kernels ``cleaner_batches``', its values (``CleanerStats``,
+``group_segments``) ``cleaner_stats``'.
 
 Tombstone delete horizons are also a reason to clean: when no log is dirty enough, the
 manager picks a log holding tombstones whose horizon passed (see ``cleaner_manager``).
@@ -58,196 +64,48 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 import numpy as np
 
+from .cleanable_log import CleanableLog, cleanable_segments
 from .cleaner_batches import (
-    C_COPIED,
-    C_DROPPED,
-    C_NEXT_OFFSET,
-    C_PENDING_HORIZON,
-    C_RECORDS,
-    C_RETAINED,
-    C_REWRITTEN,
-    C_TOMBSTONES_REMOVED,
-    COPY,
-    DROP,
     MAX_CHUNK_BATCHES,
-    NO_HORIZON,
-    REWRITE,
     Chunk,
     ChunkBuffers,
     decompressed,
     empty_batch,
-    filter_batches,
     map_batches,
-    rebuilt_batch,
     segment_chunks,
 )
+from .cleaner_filter import filter_chunk, filter_scanned, malformed
 from .cleaner_manager import CleanableRange, LogCleanerManager
+from .cleaner_stats import CleanerStats, SegmentSizes, group_segments
 from .clock import SYSTEM_CLOCK, Clock
-from .compression import compress
 from .config import ManagerConfig
 from .errors import CorruptRecordError, KafkaStorageError, SeglogError
 from .file_names import CLEANED_SUFFIX
 from .log_segment import LogSegment
-from .offset_map import OffsetMap, hash_keys, valid_mask
+from .offset_map import OffsetMap, hash_keys
 from .record_codec import decode_batches
-from .record_format import (
-    ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
-    H_ATTRIBUTES,
-    H_BASE_OFFSET,
-    H_LAST_OFFSET,
-    H_POSITION,
-    H_RECORDS_COUNT,
-    H_SIZE,
-    INT32_MAX,
-    V2_HEADER_SIZE,
-    WALK_INVALID,
-    WALK_LEGACY,
-    BatchHeader,
-    restamp_crc,
-    set_length,
-)
-from .segment_scan import first_crc_mismatch
+from .record_format import INT32_MAX, WALK_INVALID, WALK_LEGACY
 from .storage import LOCAL, FileHandle
-
-if TYPE_CHECKING:
-    from .log import Log
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CleanableRange", "Cleaner", "CleanerStats", "LogCleaner", "SegmentSizes",
-           "group_segments"]
+__all__ = ["CleanableLog", "CleanableRange", "Cleaner", "CleanerStats", "LogCleaner",
+           "SegmentSizes", "group_segments"]
+
+L = TypeVar("L", bound=CleanableLog)
 
 MIN_CHUNK_BYTES = 4 << 20
 """Segments are read in chunks of at least this much (``log.cleaner.io.buffer.size`` is
 Kafka's per-buffer size; Python pays per chunk, so chunks are larger)."""
 
 
-
-# --------------------------------------------------------------------------- values
-
-@dataclass(slots=True)
-class CleanerStats:
-    """What one cleaning pass did."""
-
-    topic: str
-    partition: int
-    first_dirty_offset: int
-    end_offset: int  # the new cleaner checkpoint: the map covered [first_dirty, end)
-    first_uncleanable_offset: int
-    segments_cleaned: int = 0
-    groups: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_retained: int = 0
-    tombstones_removed: int = 0
-    batches_copied: int = 0
-    batches_rewritten: int = 0
-    batches_dropped: int = 0
-    map_records: int = 0
-    map_entries: int = 0
-    map_capacity: int = 0
-    map_memory_bytes: int = 0
-    elapsed_s: float = 0.0
-    pending_delete_horizon: int | None = None  # earliest horizon of tombstones kept
-
-    @property
-    def more_dirty(self) -> bool:
-        """The map filled before the uncleanable bound: another pass has work."""
-        return self.end_offset < self.first_uncleanable_offset
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_read / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSizes:
-    """What ``group_segments`` needs of a segment (a local one, or a bucket's entry)."""
-
-    base_offset: int
-    next_offset: int  # the next segment's base: an upper bound of this one's last + 1
-    size: int
-    index_bytes: int
-    time_index_bytes: int
-
-
-def group_segments(segments: Sequence[SegmentSizes], max_size: int,
-                   max_index_size: int) -> list[list[int]]:
-    """Kafka's ``groupSegmentsBySize``: consecutive runs (as index lists) whose summed
-    log size fits ``max_size``, summed index sizes fit ``max_index_size`` and whose
-    offsets fit 32 bits relative to the run's first base offset. A run has at least one
-    segment; an empty segment never breaks the offset check."""
-    groups: list[list[int]] = []
-    i = 0
-    while i < len(segments):
-        first = segments[i]
-        group = [i]
-        size, idx, tidx = first.size, first.index_bytes, first.time_index_bytes
-        i += 1
-        while i < len(segments):
-            s = segments[i]
-            if (size + s.size > max_size or idx + s.index_bytes > max_index_size
-                    or tidx + s.time_index_bytes > max_index_size):
-                break
-            if s.size > 0 and s.next_offset - 1 - first.base_offset > INT32_MAX:
-                break
-            group.append(i)
-            size, idx, tidx = size + s.size, idx + s.index_bytes, tidx + s.time_index_bytes
-            i += 1
-        groups.append(group)
-    return groups
-
-
-def _malformed(seg: LogSegment, table: np.ndarray, b: int) -> CorruptRecordError:
-    return CorruptRecordError(
-        f"{seg.log_path}: the batch at offsets {table[b, H_BASE_OFFSET]}.."
-        f"{table[b, H_LAST_OFFSET]} has a malformed record or a record count that does "
-        "not match its bytes")
-
-
-def _check_rewritten_crcs(seg: LogSegment, chunk: memoryview, table: np.ndarray,
-                          action: np.ndarray) -> None:
-    """A rewritten batch gets a new CRC: its old one is checked first, so that corrupt
-    bytes are never given a valid CRC. (Batches copied as they are are checked in the
-    output by ``_CleanedFile``; a dropped batch leaves nothing behind.)"""
-    rewritten = np.flatnonzero(action == REWRITE)
-    if not len(rewritten):
-        return
-    rows = table[rewritten]
-    bad = first_crc_mismatch(np.frombuffer(chunk, np.uint8), rows, len(rows))
-    if bad < len(rows):
-        b = int(rewritten[bad])
-        raise CorruptRecordError(
-            f"{seg.log_path}: CRC mismatch in the batch at offsets {table[b, H_BASE_OFFSET]}.."
-            f"{table[b, H_LAST_OFFSET]}; nothing was swapped in")
-
-
-def _check_batch_membership(chunk: memoryview, offsets: np.ndarray, batch_of: np.ndarray,
-                            lasts: np.ndarray) -> None:
-    """Each decoded record's offset must lie after the previous batch's last offset and
-    at or below its own batch's (a legacy wrapper's inner messages come before its
-    offset); a record claiming an offset outside its batch is corruption."""
-    if not len(offsets):
-        return
-    nb = len(lasts)
-    b = np.minimum(batch_of, nb - 1)
-    previous = np.concatenate(([np.iinfo(np.int64).min], lasts[:-1]))
-    inside = (batch_of < nb) & (offsets <= lasts[b]) & (offsets > previous[b])
-    if not inside.all():
-        i = int(np.flatnonzero(~inside)[0])
-        raise CorruptRecordError(
-            f"a record at offset {offsets[i]} lies outside the offsets of its batch "
-            f"(batches end at {lasts.tolist()[:8]}...); nothing was swapped in")
-
+# --------------------------------------------------------------------------- output
 
 def _write_fully(handle: FileHandle, data: bytes | memoryview, path: PurePath) -> None:
     try:
@@ -332,7 +190,7 @@ class Cleaner:
             self._map.clear()
         return self._map
 
-    def clean(self, log: Log, to_clean: CleanableRange, now: int) -> CleanerStats:
+    def clean(self, log: CleanableLog, to_clean: CleanableRange, now: int) -> CleanerStats:
         """Map ``to_clean``'s dirty records, rewrite and swap in every segment below where
         the map stopped (``stats.end_offset``), with ``now`` as the time for delete
         horizons. The checkpoint is the caller's. Raises on I/O or corruption errors
@@ -345,12 +203,12 @@ class Cleaner:
                              map_capacity=omap.capacity, map_memory_bytes=omap.memory_bytes)
         stats.end_offset = self._build_offset_map(log, r, omap, stats)
         stats.map_entries = omap.size
-        segs = log.segments[:-1]
+        segs, uncleaned = cleanable_segments(log)
         infos = []
         for i, seg in enumerate(segs):
             if seg.base_offset >= stats.end_offset:
                 break
-            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else log.segments[-1].base_offset
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else uncleaned
             infos.append(SegmentSizes(seg.base_offset, nxt, seg.size,
                                       seg.offset_index.size_in_bytes,
                                       seg.time_index.size_in_bytes))
@@ -365,12 +223,12 @@ class Cleaner:
         stats.elapsed_s = time.perf_counter() - started
         return stats
 
-    def _build_offset_map(self, log: Log, r: CleanableRange, omap: OffsetMap,
+    def _build_offset_map(self, log: CleanableLog, r: CleanableRange, omap: OffsetMap,
                           stats: CleanerStats) -> int:
         """Put the dirty records into the map; returns the offset it stopped at."""
         start, bound = r.first_dirty_offset, r.first_uncleanable_offset
         bufs = self.buffers()
-        for seg in log.segments[:-1]:
+        for seg in cleanable_segments(log)[0]:
             if seg.base_offset >= bound:
                 break
             for chunk in segment_chunks(seg, bufs):
@@ -394,13 +252,14 @@ class Cleaner:
                 omap.note_put(size, last)
                 stats.map_records += consumed
                 if status < 0:
-                    raise _malformed(seg, table, -status - 1)
+                    raise malformed(seg, table, -status - 1)
                 if status == 1:
-                    return stop
+                    return int(stop)
         return bound
 
-    def _clean_group(self, log: Log, old: list[LogSegment], omap: OffsetMap, end_offset: int,
-                     now: int, stats: CleanerStats, pending: list[int]) -> None:
+    def _clean_group(self, log: CleanableLog, old: list[LogSegment], omap: OffsetMap,
+                     end_offset: int, now: int, stats: CleanerStats,
+                     pending: list[int]) -> None:
         base = old[0].base_offset
         for path in LogSegment.file_paths(log.dir, base, CLEANED_SUFFIX):
             LOCAL.delete(path)  # left by a failed pass of this process
@@ -413,11 +272,11 @@ class Cleaner:
             for seg in old:
                 for chunk in segment_chunks(seg, self.buffers()):
                     if chunk.table is not None:
-                        out, nxt = self._filter_scanned(seg, chunk.view, chunk.table, omap,
-                                                        end_offset, now, drm, stats, pending)
+                        out, nxt = filter_scanned(self.buffers(), seg, chunk.view, chunk.table,
+                                                  omap, end_offset, now, drm, stats, pending)
                     else:
-                        out, nxt = self._filter_chunk(chunk.view, chunk.headers, omap,
-                                                      end_offset, now, drm, stats, pending)
+                        out, nxt = filter_chunk(chunk.view, chunk.headers, omap, end_offset,
+                                                now, drm, stats, pending)
                     if out:
                         out_file.write(out)
                         written_next = nxt
@@ -435,152 +294,6 @@ class Cleaner:
             if cleaned.file_suffix == CLEANED_SUFFIX:
                 cleaned.delete()
             raise
-
-    def _filter_scanned(self, seg: LogSegment, original: memoryview,
-                        original_table: np.ndarray, omap: OffsetMap, end_offset: int,
-                        now: int, delete_retention_ms: int, stats: CleanerStats,
-                        pending: list[int]) -> tuple[bytes | memoryview, int]:
-        """``_filter_chunk`` for a chunk of v2 batches, in one kernel call. Compressed
-        batches are decompressed first; the rewritten ones get their codec back."""
-        bufs = self.buffers()
-        plain = decompressed(original, original_table, bufs)
-        chunk, table = plain if plain else (original, original_table)
-        nb = len(table)
-        # A rewritten record grows by at most 13 bytes (its re-based timestamp delta and
-        # length varints), and no batch yields more records than it declares (a negative
-        # count yields none) or than its bytes hold (a record the kernel accepts takes at
-        # least 6): the kernel stops at a batch whose count its bytes deny.
-        records = int(np.minimum(np.maximum(table[:, H_RECORDS_COUNT], 0),
-                                 (table[:, H_SIZE] - V2_HEADER_SIZE) // 6).sum())
-        out = bufs.out_buffer(len(chunk) + 16 * records + 16)
-        action, out_pos, out_end = bufs.action[:nb], bufs.out_pos[:nb], bufs.out_end[:nb]
-        c = bufs.counters
-        size = filter_batches(np.frombuffer(chunk, np.uint8), table, nb, omap.table,
-                              end_offset, now, delete_retention_ms, bufs.records(table),
-                              out, action, out_pos, out_end, c)
-        if size < 0:
-            raise _malformed(seg, table, -size - 1)
-        _check_rewritten_crcs(seg, original, original_table, action)
-        view = out.data
-        if plain is None:
-            for b in np.flatnonzero(action == REWRITE).tolist():
-                restamp_crc(view, int(out_pos[b]), int(out_end[b]))
-            result: bytes | memoryview = view[:size]
-        else:
-            result = self._recompressed(original, original_table, view, action, out_pos,
-                                        out_end)
-        if c[C_PENDING_HORIZON] != NO_HORIZON:
-            pending.append(int(c[C_PENDING_HORIZON]))
-        stats.records_read += int(c[C_RECORDS])
-        stats.records_retained += int(c[C_RETAINED])
-        stats.tombstones_removed += int(c[C_TOMBSTONES_REMOVED])
-        stats.batches_copied += int(c[C_COPIED])
-        stats.batches_rewritten += int(c[C_REWRITTEN])
-        stats.batches_dropped += int(c[C_DROPPED])
-        return result, int(c[C_NEXT_OFFSET])
-
-    @staticmethod
-    def _recompressed(original: memoryview, table: np.ndarray, out: memoryview,
-                      action: np.ndarray, out_pos: np.ndarray, out_end: np.ndarray) -> bytes:
-        """The output of a chunk that had compressed batches: batches copied as they were
-        come from the original bytes, rewritten ones get their codec back, then a CRC."""
-        pieces: list = []
-        for b, a in enumerate(action.tolist()):
-            if a == DROP:
-                continue
-            pos, size = int(table[b, H_POSITION]), int(table[b, H_SIZE])
-            if a == COPY:
-                pieces.append(original[pos:pos + size])
-                continue
-            p, e = int(out_pos[b]), int(out_end[b])
-            codec = int(table[b, H_ATTRIBUTES]) & COMPRESSION_MASK
-            batch = bytearray(out[p:p + V2_HEADER_SIZE])
-            records: bytes | memoryview = out[p + V2_HEADER_SIZE:e]
-            if codec:
-                records = compress(codec, records)
-                batch[ATTRIBUTES_OFFSET + 1] |= codec
-            batch += records
-            set_length(batch, 0, len(batch))
-            restamp_crc(batch, 0, len(batch))
-            pieces.append(batch)
-        return b"".join(pieces)
-
-    def _filter_chunk(self, chunk: memoryview, headers: list[BatchHeader], omap: OffsetMap,
-                      end_offset: int, now: int, delete_retention_ms: int,
-                      stats: CleanerStats, pending: list[int]) -> tuple[bytes, int]:
-        """The chunk's batches after the retain/discard decision; and the offset after
-        the last batch written."""
-        rec = decode_batches(chunk, include_headers=False)
-        n = rec.num_rows
-        nb = len(headers)
-        lasts = np.fromiter((h.last_offset for h in headers), np.int64, nb)
-        has_h = np.fromiter((h.has_delete_horizon for h in headers), np.bool_, nb)
-        horizons = np.fromiter((h.base_timestamp for h in headers), np.int64, nb)
-        offsets = rec.column("offset").to_numpy()
-        batch_of = np.searchsorted(lasts, offsets, side="left")
-        _check_batch_membership(chunk, offsets, batch_of, lasts)
-        hashes, kvalid = hash_keys(rec.column("key"))
-        found = omap.get_hashes(hashes, kvalid)
-        tomb = ~valid_mask(rec.column("value"))
-        retain_deletes = ~has_h[batch_of] | (now < horizons[batch_of])
-        legacy = np.fromiter((h.magic < 2 for h in headers), np.bool_, nb)
-        keep = (offsets >= end_offset) | (kvalid & (offsets >= found)
-                                          & (~tomb | retain_deletes))
-        keep |= legacy[batch_of]  # legacy messages are copied as they are
-        totals = np.bincount(batch_of, minlength=nb)
-        kept = np.bincount(batch_of, weights=keep, minlength=nb).astype(np.int64)
-        tombs_kept = np.bincount(batch_of, weights=keep & tomb, minlength=nb).astype(np.int64)
-        firsts = np.concatenate(([0], np.cumsum(totals)[:-1]))
-        stats.records_read += n
-        stats.records_retained += int(keep.sum())
-        stats.tombstones_removed += int((tomb & ~keep).sum())
-
-        pieces: list[bytes | memoryview] = []
-        run_start = run_end = -1  # a run of batches copied as they are
-        next_offset = -1
-        for b, h in enumerate(headers):
-            action = COPY
-            horizon = None
-            if h.magic == 2 and not h.is_control:
-                if totals[b] != h.records_count:
-                    raise CorruptRecordError(
-                        f"batch at offsets {h.base_offset}..{h.last_offset} declares "
-                        f"{h.records_count} records, {totals[b]} decoded")
-                if tombs_kept[b]:
-                    if h.has_delete_horizon:
-                        pending.append(h.base_timestamp)
-                    else:
-                        horizon = now + delete_retention_ms
-                        pending.append(horizon)
-                if kept[b] == 0 and totals[b] > 0:
-                    action = DROP
-                elif kept[b] < totals[b] or horizon is not None:
-                    action = REWRITE
-            if action == COPY:
-                stats.batches_copied += 1
-                if run_start < 0:
-                    run_start = h.position
-                run_end = h.end_position
-                next_offset = h.next_offset
-                continue
-            if run_start >= 0:
-                pieces.append(chunk[run_start:run_end])
-                run_start = -1
-            if action == DROP:
-                stats.batches_dropped += 1
-                continue
-            stats.batches_rewritten += 1
-            f = firsts[b]
-            pieces.append(rebuilt_batch(chunk, h, keep[f:f + totals[b]], horizon))
-            next_offset = h.next_offset
-        if run_start >= 0:
-            pieces.append(chunk[run_start:run_end])
-        if not pieces:
-            return b"", next_offset
-        if len(pieces) == 1 and isinstance(pieces[0], memoryview):
-            return pieces[0], next_offset
-        return b"".join(pieces), next_offset
-
 
 
 # --------------------------------------------------------------------------- entry point
@@ -618,17 +331,17 @@ class LogCleaner:
         truncated): the next log of that name starts dirty from its start."""
         self.manager.forget(log_dir, topic, partition)
 
-    def cleanable_range(self, log: Log) -> CleanableRange:
+    def cleanable_range(self, log: CleanableLog) -> CleanableRange:
         """The log's clean and dirty sections now; see ``LogCleanerManager``."""
         return self.manager.cleanable_range(log)
 
-    def grab_filthiest(self, logs: Iterable[Log]) -> tuple[Log, CleanableRange] | None:
+    def grab_filthiest(self, logs: Iterable[L]) -> tuple[L, CleanableRange] | None:
         """The compacted log to clean next, or None; see ``LogCleanerManager``."""
         return self.manager.grab_filthiest(logs)
 
     # -- cleaning -------------------------------------------------------------------------
 
-    def clean_dirtiest(self, logs: Iterable[Log]) -> CleanerStats | None:
+    def clean_dirtiest(self, logs: Iterable[CleanableLog]) -> CleanerStats | None:
         """One pass over the filthiest log of ``logs`` (see ``grab_filthiest``); None when
         none needs cleaning. The LogManager's maintenance entry point: an error is logged
         and the log is left alone until this cleaner is recreated (Kafka marks it
@@ -645,7 +358,7 @@ class LogCleaner:
             self.manager.mark_uncleanable(log, str(e))
             return None
 
-    def clean_log(self, log: Log) -> CleanerStats:
+    def clean_log(self, log: CleanableLog) -> CleanerStats:
         """One cleaning pass over ``log`` (a writer ``Log`` with a compact policy),
         whatever its dirty ratio, then its checkpoint; returns what it did. Raises on I/O
         or corruption errors (the log is then unchanged, or changed by whole swap

@@ -42,20 +42,20 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from .checkpoint_file import OffsetCheckpointFile
+from .cleanable_log import CleanableLog, cleanable_segments
 from .clock import SYSTEM_CLOCK, Clock
-from .config import LONG_MAX
 from .errors import CorruptCheckpointError, KafkaStorageError
 from .file_names import CLEANER_OFFSET_CHECKPOINT
-
-if TYPE_CHECKING:
-    from .log import Log
+from .record_format import LONG_MAX
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CleanableRange", "LogCleanerManager"]
+
+L = TypeVar("L", bound=CleanableLog)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,8 @@ class LogCleanerManager:
         self._checkpoint_file(log_dir).write(cp)
         self._checkpoints[log_dir] = cp
 
-    def done_cleaning(self, log: Log, end_offset: int, pending_horizon: int | None) -> None:
+    def done_cleaning(self, log: CleanableLog, end_offset: int,
+                      pending_horizon: int | None) -> None:
         """A pass over ``log`` swapped in everything below ``end_offset``: checkpoint it,
         and remember the earliest delete horizon of the tombstones it kept."""
         self._update_checkpoint(log.dir.parent, (log.topic, log.partition), end_offset)
@@ -148,24 +149,24 @@ class LogCleanerManager:
 
     # -- per-log state --------------------------------------------------------------------
 
-    def _state(self, log: Log) -> _LogState:
+    def _state(self, log: CleanableLog) -> _LogState:
         key = (log.dir.parent, log.topic, log.partition)
         st = self._states.get(key)
         if st is None:
             st = self._states[key] = _LogState()
         return st
 
-    def mark_uncleanable(self, log: Log, reason: str) -> None:
+    def mark_uncleanable(self, log: CleanableLog, reason: str) -> None:
         """Skip ``log`` from now on (a pass over it failed); Kafka's
         ``markPartitionUncleanable``."""
         self._state(log).failed = reason
 
     # -- what to clean --------------------------------------------------------------------
 
-    def cleanable_range(self, log: Log) -> CleanableRange:
+    def cleanable_range(self, log: CleanableLog) -> CleanableRange:
         """The log's clean and dirty sections now (see the module docstring)."""
         cfg = log.config
-        segs = log.segments
+        inactive, uncleaned = cleanable_segments(log)
         now = self.clock.milliseconds()
         lso, leo = log.log_start_offset, log.log_end_offset
         checkpoint = self.checkpoints(log.dir.parent).get((log.topic, log.partition), lso)
@@ -175,12 +176,11 @@ class LogCleanerManager:
                            leo, lso)
             checkpoint = lso
         first_dirty = max(checkpoint, lso)
-        inactive = segs[:-1]
 
         def next_base(i: int) -> int:
-            return segs[i + 1].base_offset
+            return inactive[i + 1].base_offset if i + 1 < len(inactive) else uncleaned
 
-        bound = segs[-1].base_offset  # the active segment is never cleaned
+        bound = uncleaned  # the active segment is never cleaned
         for i, seg in enumerate(inactive):
             if next_base(i) > log.high_watermark:  # readers cannot see all of it yet
                 bound = min(bound, seg.base_offset)
@@ -210,14 +210,14 @@ class LogCleanerManager:
         return CleanableRange(log.topic, log.partition, first_dirty, bound, clean, dirty,
                               needs_now)
 
-    def _horizon_due(self, log: Log, now: int) -> bool:
+    def _horizon_due(self, log: CleanableLog, now: int) -> bool:
         # Known only from this manager's own passes, as Kafka's latestDeleteHorizon: a
         # fresh process does not scan logs for it (that would read every segment at each
         # start); their tombstones go at the next pass the dirty ratio or lag triggers.
         pending = self._state(log).pending_horizon
         return pending is not None and pending <= now
 
-    def grab_filthiest(self, logs: Iterable[Log]) -> tuple[Log, CleanableRange] | None:
+    def grab_filthiest(self, logs: Iterable[L]) -> tuple[L, CleanableRange] | None:
         """The compacted log to clean next: the highest dirty ratio at or above its
         ``min.cleanable.dirty.ratio`` (or any past ``max.compaction.lag.ms``); else one
         whose tombstones' delete horizon passed; else None. Read-only, non-compacted and
@@ -226,7 +226,7 @@ class LogCleanerManager:
         horizon_due = None
         now = self.clock.milliseconds()
         for log in logs:
-            if getattr(log, "read_only", False) or not log.config.compact:
+            if log.read_only or not log.config.compact:
                 continue
             if self._state(log).failed:
                 continue

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, overload
@@ -54,6 +54,7 @@ from .log_segments import LogSegments
 from .log_validator import assign_offsets_from, validate_batches
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .record_format import LONG_MAX, BatchHeader
+from .retention import SegmentDescriptor, deletable_segments
 from .storage import LOCAL
 from .transactions import (
     Transactions,
@@ -458,67 +459,33 @@ class Log(LogReads):
             return True
 
     def delete_old_segments(self) -> int:
-        """Retention: by log start offset always; by size and time with
-        ``cleanup.policy`` containing delete. Returns the number of segments deleted.
-        Also unlinks ``.deleted`` files that are due."""
-        cfg = self.config
+        """Retention (``retention.deletable_segments``: by log start offset always; by
+        size and time with ``cleanup.policy`` containing delete). Returns the number of
+        segments deleted. Also unlinks ``.deleted`` files that are due."""
         with self._lock:
-            deleted = self._delete_where(
-                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset,
-                "log start offset")
-            if cfg.delete:
-                deleted += self._delete_retention_size()
-                deleted += self._delete_retention_ms()
+            snap = self._segments.snapshot()
+            decision = deletable_segments(
+                self._retention_view(snap), self.config,
+                log_start_offset=self._log_start_offset,
+                high_watermark=self._high_watermark, now_ms=self.clock.milliseconds())
+            at = 0
+            for reason, count in decision.breaches:
+                if at + count == len(snap):
+                    self.roll()  # Kafka never leaves a log without an active segment
+                self._delete_segments(list(snap[at:at + count]), reason)
+                at += count
+            if decision.count:
+                self._log_start_offset = max(self._log_start_offset,
+                                             decision.log_start_offset)
         self._deleter.run_due()
-        return deleted
+        return decision.count
 
-    def _delete_retention_size(self) -> int:
-        limit = self.config.retention_bytes
-        size = self._segments.size_in_bytes()
-        if limit < 0 or size < limit:
-            return 0
-        diff = size - limit
-
-        def breached(seg: LogSegment, _next: LogSegment | None) -> bool:
-            nonlocal diff
-            if diff - seg.size >= 0:
-                diff -= seg.size
-                return True
-            return False
-
-        return self._delete_where(breached, f"retention.bytes={limit}")
-
-    def _delete_retention_ms(self) -> int:
-        limit = self.config.retention_ms
-        if limit < 0:
-            return 0
-        now = self.clock.milliseconds()
-        return self._delete_where(lambda seg, _n: now - seg.largest_timestamp > limit,
-                                  f"retention.ms={limit}")
-
-    def _delete_where(self, predicate: Callable[[LogSegment, LogSegment | None], bool],
-                      reason: str) -> int:
-        """Delete the oldest segments while ``predicate`` holds and they lie wholly below
-        the high watermark; roll first when every segment would go."""
-        snap = self._segments.snapshot()
-        doomed = []
-        for i, seg in enumerate(snap):
-            nxt = snap[i + 1] if i + 1 < len(snap) else None
-            upper = nxt.base_offset if nxt is not None else self._log_end_offset
-            if nxt is None and seg.size == 0:
-                break
-            if not (self._high_watermark >= upper and predicate(seg, nxt)):
-                break
-            doomed.append(seg)
-        if not doomed:
-            return 0
-        if len(doomed) == len(snap):
-            self.roll()
-        self._delete_segments(doomed, reason)
-        first = self._segments.first
-        if first is not None and first.base_offset > self._log_start_offset:
-            self._log_start_offset = first.base_offset
-        return len(doomed)
+    def _retention_view(self, snap: Sequence[LogSegment]) -> list[SegmentDescriptor]:
+        last = len(snap) - 1
+        return [SegmentDescriptor(seg.base_offset,
+                                  snap[i + 1].base_offset if i < last else self._log_end_offset,
+                                  seg.size, seg.largest_timestamp, is_active=i == last)
+                for i, seg in enumerate(snap)]
 
     def _delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         """Take segments out of the list, rename them ``.deleted``, unlink them after

@@ -58,6 +58,7 @@ from seglog.logstore.bucket_state import (
     tp_key,
 )
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.crash_points import crash_point
 from seglog.logstore.errors import KafkaStorageError, SeglogError
 from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.partition_metadata import new_topic_id
@@ -71,7 +72,7 @@ from .sink_bucket_staging import (
     delete_fragments,
     staging_prefix,
 )
-from .sink_commit import CommitResult, PublishedPartition, crash_point, select_attempts
+from .sink_commit import CommitResult, PublishedPartition, select_attempts
 from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagedTask
 

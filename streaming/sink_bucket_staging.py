@@ -54,6 +54,7 @@ from seglog.logstore.bucket_segment import build_fragment
 from seglog.logstore.bucket_staging import staging_prefix
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
+from seglog.logstore.crash_points import crash_point
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.log_validator import validate_batches
 from seglog.logstore.object_store_config import redact_uris
@@ -62,7 +63,6 @@ from seglog.logstore.topics import parse_overrides
 
 from .log_readers import reader
 from .sink_bucket_merge import MERGING_TASK, merge_small_segments
-from .sink_commit import crash_point
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
     PartitionStager,

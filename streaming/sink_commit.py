@@ -67,9 +67,8 @@ way to adopt a foreign segment. Fragments are appended in 8 MiB chunks of whole 
 instead: the copy is sequential I/O in the page cache, and the benchmark shows the sink
 at the Python writer API's ceiling all the same (``benchmarks/bench_spark_sink.py``).
 
-A test hook kills the process at a named step: ``SEGLOG_CRASH_AT=<step>`` or
-``<step>@<batch id>`` with a step from ``CRASH_STEPS`` (``SEGLOG_CRASH_ONCE=<file>``
-makes it fire once only, for Spark workers that keep the variable for their whole life).
+A test hook kills the process at a named step from ``CRASH_STEPS``
+(``logstore.crash_points``: ``SEGLOG_CRASH_AT=<step>[@<batch id>]``, ``SEGLOG_CRASH_ONCE``).
 
 Not thread-safe: one commit at a time per sink (Spark commits micro-batches in order).
 """
@@ -78,8 +77,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -88,6 +85,7 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.crash_points import CRASH_ENV, crash_point
 from seglog.logstore.errors import (
     CorruptRecordError,
     LogDirLockedError,
@@ -128,9 +126,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult",
            "SinkLedger", "LedgerEntry", "CRASH_ENV", "CRASH_STEPS"]
 
-CRASH_ENV = "SEGLOG_CRASH_AT"
-CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
-"""If set, a path: the crash happens only if this file does not exist yet (it is created)."""
 CRASH_STEPS = ("after-lock", "after-truncate", "after-intent", "mid-partition", "mid-publish",
                "after-append", "after-ledger", "after-checkpoint", "after-cleanup",
                "after-commit")
@@ -139,24 +134,6 @@ STAGING_TTL_MS = 24 * 3600 * 1000
 _APPEND_CHUNK = 8 << 20
 _MAINTENANCE_FILE = "maintenance.json"
 
-
-
-def crash_point(step: str, batch_id: int | None = None) -> None:
-    """Kill this process (SIGKILL, no cleanup) if ``SEGLOG_CRASH_AT`` names ``step``."""
-    wanted = os.environ.get(CRASH_ENV)
-    if not wanted:
-        return
-    name, _, at = wanted.partition("@")
-    if name != step or (at and batch_id is not None and int(at) != batch_id):
-        return
-    once = os.environ.get(CRASH_ONCE_ENV)
-    if once:  # for processes that inherit the variable for their whole life (Spark's)
-        try:
-            LOCAL.open_file(once, "create_new").close()
-        except FileExistsError:
-            return
-    logger.warning("%s=%s: killing process %d at step %s", CRASH_ENV, wanted, os.getpid(), step)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------------- selection

@@ -55,6 +55,6 @@ def test_the_manager_api_is_typed(tmp_path: Path) -> None:
     run = _mypy(str(uses))
     revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
     assert revealed == ["seglog.logstore.log.Log", "seglog.logstore.log.AppendInfo",
-                        "seglog.logstore.cleaner.CleanerStats | None",
+                        "seglog.logstore.cleaner_stats.CleanerStats | None",
                         "seglog.logstore.log_reader.LogReader"], run.stdout
     assert '"LogReader" has no attribute "truncate_to"' in run.stdout, run.stdout
