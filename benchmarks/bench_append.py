@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
 
-from seglog.logstore.config import LogConfig  # noqa: E402
-from seglog.logstore.log import Log  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.config.config import LogConfig  # noqa: E402
+from seglog.logstore.log.log import Log  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
 
 
 def chunk_of(mb: int) -> bytearray:

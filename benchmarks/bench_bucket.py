@@ -70,11 +70,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "logstore
 from bucket_helpers import CountingStorage  # noqa: E402
 from s3_server import MotoServer  # noqa: E402
 
-from seglog.logstore.bucket_manager import BucketLogManager  # noqa: E402
-from seglog.logstore.log_manager import LogManager  # noqa: E402
-from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
-from seglog.logstore.record_format import read_batch_header  # noqa: E402
+from seglog.logstore.bucket.bucket_manager import BucketLogManager  # noqa: E402
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.records.record_format import read_batch_header  # noqa: E402
+from seglog.logstore.storage.object_storage import ObjectStorage  # noqa: E402
 
 TS = 1_700_000_000_000
 RECORD_BYTES = 1024

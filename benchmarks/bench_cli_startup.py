@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import pyarrow as pa  # noqa: E402
 
-from seglog.logstore.log_manager import LogManager  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
 
 
 def _make_log_dir(root: Path) -> Path:

@@ -33,7 +33,7 @@ from kafka.record.default_records import (  # noqa: E402
 )
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords  # noqa: E402
 
-from seglog.logstore.record_codec import (  # noqa: E402
+from seglog.logstore.records.record_codec import (  # noqa: E402
     CompressionType,
     decode_batches,
     encode_batches,
@@ -93,7 +93,7 @@ def decode_with(memory_records_cls, buf: bytes) -> int:
 
 def _chunks(buf: bytes, chunk_bytes: int) -> list[memoryview]:
     """Whole batches, about ``chunk_bytes`` at a time (what Log.read_chunks yields)."""
-    from seglog.logstore.record_format import iter_batch_headers
+    from seglog.logstore.records.record_format import iter_batch_headers
 
     view = memoryview(buf)
     out, start, end = [], 0, 0

@@ -36,11 +36,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from seglog.logstore.cleaner import LogCleaner  # noqa: E402
-from seglog.logstore.clock import SystemClock  # noqa: E402
-from seglog.logstore.config import LogConfig, ManagerConfig  # noqa: E402
-from seglog.logstore.log import Log  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.cleaner.cleaner import LogCleaner  # noqa: E402
+from seglog.logstore.config.config import LogConfig, ManagerConfig  # noqa: E402
+from seglog.logstore.log.log import Log  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.util.clock import SystemClock  # noqa: E402
 
 SEGMENT_BYTES = 16 << 20
 

@@ -28,7 +28,7 @@ seconds seglog adds there, and which heavy libraries seglog makes it load
 cache of its own (``NUMBA_CACHE_DIR``, inherited by the driver and every Python worker
 Spark starts): a fresh install's first application when ``python -m seglog.warmup`` was
 not run (the kernels compile in it, started early by the query's planning: see
-``seglog.logstore.kernel_cache``). The seglog rows without it use the cache as installed
+``seglog.logstore.records.kernel_cache``). The seglog rows without it use the cache as installed
 (run ``python -m seglog.warmup`` first).
 """
 
@@ -108,8 +108,8 @@ def _prepare(work: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
 
     values = pa.array([b"v%d" % i for i in range(ROWS)])
     with LogManager([work / "logs"]) as mgr:

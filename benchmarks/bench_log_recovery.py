@@ -27,10 +27,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
 
-from seglog.logstore.log_segment import LogSegment  # noqa: E402
-from seglog.logstore.offset_continuity import ContinuityCheck  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
-from seglog.logstore.record_format import read_batch_header, set_base_offset  # noqa: E402
+from seglog.logstore.log.log_segment import LogSegment  # noqa: E402
+from seglog.logstore.log.offset_continuity import ContinuityCheck  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.records.record_format import read_batch_header, set_base_offset  # noqa: E402
 
 CHUNK = 16 << 20
 

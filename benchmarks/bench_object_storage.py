@@ -33,7 +33,7 @@ from obstore.store import from_url
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from s3_server import MotoServer  # noqa: E402
 
-from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
+from seglog.logstore.storage.object_storage import ObjectStorage  # noqa: E402
 
 
 def _best_mb_s(run: Callable[[int], None], total_bytes: int, repeat: int) -> float:

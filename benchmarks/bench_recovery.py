@@ -36,19 +36,19 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from seglog.logstore.file_names import (  # noqa: E402
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.storage.file_names import (  # noqa: E402
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_CHECKPOINT,
 )
-from seglog.logstore.log_manager import LogManager  # noqa: E402
 
 CHUNK = 16 << 20
 
 WRITER = textwrap.dedent("""
     import os
     import pyarrow as pa
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
 
     total, partitions = {total}, {partitions}
     n = 4 << 20 >> 7  # ~4 MiB of 100-byte values per append
@@ -108,8 +108,8 @@ def recover(dir_: Path, threads: int) -> tuple[int, float]:
 def recover_logs_alone(dir_: Path) -> float:
     """The same recovery through ``Log.open`` alone, partition after partition: what the
     LogManager adds on top (threads, checkpoints, marker) is the difference."""
-    from seglog.logstore.config import LogConfig
-    from seglog.logstore.log import Log
+    from seglog.logstore.config.config import LogConfig
+    from seglog.logstore.log.log import Log
 
     config = LogConfig.from_properties({})
     t = time.perf_counter()

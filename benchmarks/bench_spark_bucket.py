@@ -351,7 +351,7 @@ class _Timed:
 
 def phases(server: S3Server, work: Path, rows: int) -> None:
     """Where a write task's and a read task's time goes, Spark-free."""
-    from seglog.logstore import object_storage
+    from seglog.logstore.storage import object_storage
     from seglog.streaming import sink_bucket_staging, sink_staging
     from seglog.streaming.sink_options import SinkColumns, SinkOptions
 

@@ -40,8 +40,8 @@ VALUE_BYTES = 100
 
 
 def fill_input(logs: Path, rows: int) -> None:
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
 
     per_part = rows // 3
     chunk = 50_000
@@ -120,8 +120,8 @@ def commit_times(work: Path, rows_per_batch: int, segment_counts: tuple[int, ...
     appends by another writer). Per count: (segments before, the first commit after that
     writer, which opens the log dirs afresh; the next ``commits``, which resume the
     process's paused writer)."""
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
     from seglog.streaming.sink_commit import commit
     from seglog.streaming.sink_options import SinkColumns, SinkOptions
     from seglog.streaming.sink_staging import stage_rows

@@ -42,8 +42,8 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow  # noqa: E402
 
 from seglog.datasource.schema import arrow_schema, source_schema  # noqa: E402
-from seglog.logstore.log_manager import LogManager  # noqa: E402
-from seglog.logstore.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
 
 VALUE_BYTES = 134
 KEY_BYTES = 16

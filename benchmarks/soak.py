@@ -59,9 +59,9 @@ from soak_checks import (  # noqa: E402
 from soak_roles import PARTITIONS, TOPIC  # noqa: E402
 
 from seglog.logstore.errors import LogDirLockedError  # noqa: E402
-from seglog.logstore.log_manager import LogManager  # noqa: E402
-from seglog.logstore.object_storage import ObjectStorage  # noqa: E402
-from seglog.logstore.record_codec import decode_batches  # noqa: E402
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.records.record_codec import decode_batches  # noqa: E402
+from seglog.logstore.storage.object_storage import ObjectStorage  # noqa: E402
 
 QUERIES = ("out1", "out2")
 # What a process prints once it has done something worth interrupting.

@@ -82,8 +82,8 @@ def writer(wid: str, path: str, work: str, seed: str, rate: str) -> None:
     import pyarrow as pa
 
     from seglog.logstore.errors import LogDirLockedError, SeglogError
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
 
     journal_path = Path(work) / f"writer-{wid}.journal"
     seq = _next_seq(journal_path)
@@ -151,8 +151,8 @@ def writer(wid: str, path: str, work: str, seed: str, rate: str) -> None:
 
 def reader(rid: str, path: str, work: str) -> None:
     from seglog.logstore.errors import SeglogError
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import decode_batches
 
     journal = Journal(Path(work) / f"reader-{rid}.journal")
     journal.line("start")
@@ -212,7 +212,7 @@ def maintain(path: str, work: str, orphan_grace_ms: str) -> None:
 
 
 def _collect(path: str, orphan_grace_ms: int, journal: Journal) -> None:
-    from seglog.logstore.bucket_manager import BucketLogManager
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager
     from seglog.logstore.errors import SeglogError
 
     try:

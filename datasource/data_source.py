@@ -45,7 +45,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.kernel_cache import prewarm
+from seglog.logstore.records.kernel_cache import prewarm
 from seglog.streaming.kafka_compat import warn_ignored
 
 from .user_errors import user_errors

@@ -47,7 +47,7 @@ from .user_errors import shown_in_one_piece
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from seglog.logstore.bucket_manager import BucketLogManager
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager
     from seglog.streaming.sink_staging import StagedTask
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
     if opts.bucket_uri is None:
         check_log_dirs(opts.log_dirs, log_dirs_option(options))
     else:
-        from seglog.logstore.object_storage import ObjectStorage
+        from seglog.logstore.storage.object_storage import ObjectStorage
 
         # Builds the client only (no request): an unknown or malformed storage.* option
         # fails here, on the driver, before any task uploads.

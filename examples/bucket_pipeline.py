@@ -81,7 +81,7 @@ class DemoS3Server:
 
 
 def describe_bucket(uri: str, storage_options: dict[str, str]) -> None:
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     with LogManager(uri, read_only=True, storage_options=storage_options) as mgr:
         state = mgr.state

@@ -65,7 +65,7 @@ def parse_instant(text: str) -> int:
 def replay(spark, logs: str, topic: str, from_ms: int, checkpoint: str) -> tuple[int, int]:
     from pyspark.sql import functions as F
 
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     when = dt.datetime.fromtimestamp(from_ms / 1000, dt.timezone.utc).isoformat()
     print(f"replaying {topic!r} from {when} ({from_ms} ms)")

@@ -18,8 +18,8 @@ nothing to do.
   code written for a writer fails clearly on a reader.
 
 ``log_manager.open_log_dirs`` picks the backend from the URI(s) and is typed with these.
-The backends are checked against them by mypy at the bottom of this module (imports
-under ``TYPE_CHECKING`` only: this module loads no backend).
+``tests/test_types.py`` has mypy check that each backend satisfies them (here, importing
+the backends would close an import cycle: they import this module).
 """
 
 from __future__ import annotations
@@ -31,19 +31,16 @@ from pathlib import Path, PurePath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .config import LogConfig, ManagerConfig
+from .config.config import LogConfig, ManagerConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from .bucket_manager import BucketLogManager
-    from .log import AppendInfo
-    from .log_dirs_reader import LogDirsReader
-    from .log_manager import LogManager
-    from .log_read import FetchData
-    from .log_segment import LogSegment
-    from .scheduler import TaskRun
-    from .txn_index import AbortedTxn
+    from .index.txn_index import AbortedTxn
+    from .log.log import AppendInfo
+    from .log.log_read import FetchData
+    from .log.log_segment import LogSegment
+    from .util.scheduler import TaskRun
 
 TopicPartition = tuple[str, int]
 
@@ -275,18 +272,3 @@ class LogDirs(LogDirsView, Protocol):
         """Files (objects, on a bucket) waiting for ``file.delete.delay.ms`` after the
         maintenance ``runs`` (a bucket counts what their collection kept)."""
         ...
-
-
-if TYPE_CHECKING:
-    # mypy checks here that each backend has the interface (assignments in a function
-    # body: never run).
-    def _backends_conform(
-        local: LogManager, reader: LogDirsReader, bucket: BucketLogManager
-    ) -> None:
-        writer: LogDirs = local
-        writer = bucket
-        writer = reader  # its writer calls raise ReadOnlyError
-        view: LogDirsView = reader
-        view = local
-        view = bucket
-        del writer, view

@@ -40,7 +40,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 from .log_readers import segment_files
 from .source_options import SourceOptions, TopicPartition

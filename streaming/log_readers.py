@@ -40,9 +40,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.file_names import LOG_SUFFIX, partition_dir_name
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
-from seglog.logstore.storage import LOCAL
+from seglog.logstore.storage.file_names import LOG_SUFFIX, partition_dir_name
+from seglog.logstore.storage.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    is_object_uri,
+)
+from seglog.logstore.storage.storage import LOCAL
 
 from .source_options import TopicPartition
 
@@ -99,7 +103,7 @@ def reader(log_dirs: Iterable[str],
 def _open(key: _Key) -> LogDirsView:
     """A reader of local log dirs, or (one bucket URI) the bucket's read-only manager,
     which answers the same calls from the bucket's commit log (one LIST per refresh)."""
-    from seglog.logstore.log_manager import open_log_dirs
+    from seglog.logstore.manager.log_manager import open_log_dirs
 
     dirs, storage = key
     # (options with local dirs: refused there, naming them, as the parsers do)

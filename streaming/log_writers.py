@@ -28,11 +28,11 @@ import logging
 import os
 import threading
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.clock import Clock
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.util.clock import Clock
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,12 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from seglog.logstore.errors import ConfigError, LogDirError
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, is_object_uri
-from seglog.logstore.storage import LOCAL
+from seglog.logstore.storage.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    is_object_uri,
+)
+from seglog.logstore.storage.storage import LOCAL
 
 STORAGE_PREFIX = "storage."
 

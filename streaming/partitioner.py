@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from seglog.logstore.kernel_cache import first_call
+from seglog.logstore.records.kernel_cache import first_call
 
 SEED = 0x9747B28C
 _M = 0x5BD1E995

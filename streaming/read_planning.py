@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 from .source_options import TopicPartition
 

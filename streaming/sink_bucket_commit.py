@@ -48,22 +48,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seglog.logstore.bucket_commit_log import Change
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_state import (
+from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import (
     BucketState,
     PartitionChange,
     SegmentEntry,
     TopicSpec,
     tp_key,
 )
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.crash_points import crash_point
+from seglog.logstore.config.topics import parse_overrides, validate_topic_name, warn_on_collision
 from seglog.logstore.errors import KafkaStorageError, SeglogError
-from seglog.logstore.object_store_config import redact_uris
-from seglog.logstore.partition_metadata import new_topic_id
-from seglog.logstore.record_format import TopicPartition
-from seglog.logstore.topics import parse_overrides, validate_topic_name, warn_on_collision
+from seglog.logstore.log.partition_metadata import new_topic_id
+from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.util.crash_points import crash_point
 
 from . import log_writers
 from .errors import SinkCommitError

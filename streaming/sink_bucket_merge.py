@@ -24,10 +24,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from seglog.logstore.bucket_collect import orphan_grace_ms
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_merge import merge_partition, plan_small_merges
-from seglog.logstore.clock import Clock
+from seglog.logstore.bucket.bucket_collect import orphan_grace_ms
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_merge import merge_partition, plan_small_merges
+from seglog.logstore.util.clock import Clock
 
 logger = logging.getLogger(__name__)
 

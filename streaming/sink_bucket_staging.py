@@ -49,17 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import build_fragment
-from seglog.logstore.bucket_staging import staging_prefix
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.crash_points import crash_point
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import build_fragment
+from seglog.logstore.bucket.bucket_staging import staging_prefix
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.log_validator import validate_batches
-from seglog.logstore.object_store_config import redact_uris
-from seglog.logstore.record_format import iter_batch_headers, set_base_offset
-from seglog.logstore.topics import parse_overrides
+from seglog.logstore.records.log_validator import validate_batches
+from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
+from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.util.crash_points import crash_point
 
 from .log_readers import reader
 from .sink_bucket_merge import MERGING_TASK, merge_small_segments

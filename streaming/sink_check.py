@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.record_format import TopicPartition
-from seglog.logstore.storage import LOCAL
+from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.storage import LOCAL
 
 from .sink_intent import read_intents, unexplained_tail
 from .sink_ledger import LedgerDamagedError, LedgerEntry, ledger_dir, read_ledger_file
@@ -73,7 +73,7 @@ def check_sink_state(log_dir: Path) -> list[SinkFinding]:
 
 def _check_entries(log_dir: Path, path: Path, sink: str,
                    entries: dict[TopicPartition, LedgerEntry]) -> list[SinkFinding]:
-    from seglog.logstore.log_dirs_reader import LogDirsReader
+    from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 
     pid = producer_id_of(sink)
     out = []
@@ -108,7 +108,7 @@ def _check_entries(log_dir: Path, path: Path, sink: str,
 
 
 def _check_intents(log_dir: Path) -> list[SinkFinding]:
-    from seglog.logstore.log_dirs_reader import LogDirsReader
+    from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 
     found = read_intents(log_dir)
     out = [SinkFinding(path, True, f"damaged commit intent ({why}): it proves nothing, so a "

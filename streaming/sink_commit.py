@@ -83,21 +83,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seglog.logstore.checkpoint_file import write_atomically
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.crash_points import CRASH_ENV, crash_point
 from seglog.logstore.errors import (
     CorruptRecordError,
     LogDirLockedError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_format import TopicPartition, iter_batch_headers
-from seglog.logstore.storage import LOCAL, DirItem
+from seglog.logstore.log.checkpoint_file import write_atomically
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_format import TopicPartition, iter_batch_headers
+from seglog.logstore.storage.storage import LOCAL, DirItem
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
+from seglog.logstore.util.crash_points import CRASH_ENV, crash_point
 
 if TYPE_CHECKING:
-    from seglog.logstore.log import Log
+    from seglog.logstore.log.log import Log
 
 from . import log_writers
 from .errors import SinkCommitError

@@ -42,16 +42,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seglog.logstore.checkpoint_file import write_atomically
 from seglog.logstore.errors import UnknownTopicOrPartitionError
-from seglog.logstore.storage import LOCAL
+from seglog.logstore.log.checkpoint_file import write_atomically
+from seglog.logstore.storage.storage import LOCAL
 
 from .errors import IntentDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_dirs_reader import LogDirsReader
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+    from seglog.logstore.manager.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from seglog.logstore.checkpoint_file import write_atomically
-from seglog.logstore.record_format import TopicPartition
-from seglog.logstore.storage import LOCAL
+from seglog.logstore.log.checkpoint_file import write_atomically
+from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.storage import LOCAL
 
 from .errors import LedgerDamagedError
 from .sink_staging import MAX_BATCH_ID, producer_id_of, sink_state_dir, staging_root

@@ -31,20 +31,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from seglog.logstore.config.topics import parse_overrides, validate_topic_name
 from seglog.logstore.errors import (
     ConfigError,
     InvalidTopicError,
     LogDirError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import (
+from seglog.logstore.storage.object_store_config import (
     NO_STORAGE_OPTIONS,
     StorageOptions,
     is_object_uri,
     redact_uris,
 )
-from seglog.logstore.storage import LOCAL
-from seglog.logstore.topics import parse_overrides, validate_topic_name
+from seglog.logstore.storage.storage import LOCAL
 
 from .kafka_compat import SINK_RULES, documented_name, refusal, rule_for
 from .option_values import (

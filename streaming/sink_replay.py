@@ -54,10 +54,10 @@ from .sink_ledger import LedgerEntry
 from .sink_staging import batch_id_of
 
 if TYPE_CHECKING:
-    from seglog.logstore.log import Log
-    from seglog.logstore.log_reader import LogReader
-    from seglog.logstore.log_segment import LogSegment
-    from seglog.logstore.record_format import BatchHeader
+    from seglog.logstore.log.log import Log
+    from seglog.logstore.log.log_reader import LogReader
+    from seglog.logstore.log.log_segment import LogSegment
+    from seglog.logstore.records.record_format import BatchHeader
 
 logger = logging.getLogger(__name__)
 

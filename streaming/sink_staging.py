@@ -42,9 +42,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglog.logstore.bucket_staging import sink_dir_name
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
-from seglog.logstore.config import LogConfig
+from seglog.logstore.bucket.bucket_staging import sink_dir_name
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.config.topics import validate_topic_name
 from seglog.logstore.errors import (
     ConfigError,
     InvalidRecordError,
@@ -53,11 +53,11 @@ from seglog.logstore.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
-from seglog.logstore.object_store_config import redact_uris
-from seglog.logstore.record_format import iter_batch_headers
-from seglog.logstore.storage import LOCAL, FileHandle
-from seglog.logstore.topics import validate_topic_name
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
+from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.storage.storage import LOCAL, FileHandle
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 from .log_readers import reader
 from .sink_options import SinkColumns, SinkOptions, require_creatable
@@ -510,7 +510,7 @@ def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
                        **kwargs: Any) -> bytes:
     """``encode_batches`` with the sink's column conventions (headers whose values are
     strings are cast to binary)."""
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.records.record_codec import encode_batches
 
     if headers is not None:
         item = headers.type.value_type

@@ -31,7 +31,11 @@ from seglog.logstore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import NO_STORAGE_OPTIONS, StorageOptions, redact_uris
+from seglog.logstore.storage.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    redact_uris,
+)
 
 from .log_readers import reader
 from .source_options import (

@@ -38,8 +38,8 @@ from seglog.logstore.errors import (
     TopicIdChangedError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.record_codec import decode_batches
-from seglog.logstore.transactions import READ_COMMITTED, committed_chunks
+from seglog.logstore.log.transactions import READ_COMMITTED, committed_chunks
+from seglog.logstore.records.record_codec import decode_batches
 
 from .log_readers import reader
 from .read_planning import ReadRange
@@ -209,7 +209,7 @@ def _check_still_planned_topic(log: PartitionLogView, r: ReadRange) -> None:
 def _segment_file(log: PartitionLogView, chunk: memoryview) -> str:
     """The segment file holding a chunk that failed to decode (named in the error: the
     codec sees only bytes). Chunks never straddle segments."""
-    from seglog.logstore.record_format import read_batch_header
+    from seglog.logstore.records.record_format import read_batch_header
 
     try:
         h = read_batch_header(chunk, 0)

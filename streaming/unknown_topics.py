@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Collection, Iterable
 
-from seglog.logstore.object_store_config import redact_uris
+from seglog.logstore.storage.object_store_config import redact_uris
 
 from .source_options import SourceOptions
 

@@ -137,8 +137,8 @@ def storage(request, tmp_path):
 
     from storage_cases import StorageUnderTest
 
-    from seglog.logstore.object_storage import ObjectStorage
-    from seglog.logstore.storage import PosixStorage
+    from seglog.logstore.storage.object_storage import ObjectStorage
+    from seglog.logstore.storage.storage import PosixStorage
 
     if request.param == "posix":
         location = str(tmp_path / "logs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.records.record_format import iter_batch_headers
 
 
 def lose_unflushed_tail(dir_: Path, durable_offset: int, cut_fraction: float,

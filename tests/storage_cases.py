@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from seglog.logstore.storage import Storage
+from seglog.logstore.storage.storage import Storage
 
 STORAGE_KINDS = ("posix", "memory", "s3")
 

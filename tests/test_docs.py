@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.config import LogConfig
+from seglog.logstore.config.config import LogConfig
 from seglog.streaming import option_docs
 from seglog.streaming.sink_options import SINK_OPTIONS, SinkOptions
 from seglog.streaming.source_options import SOURCE_OPTIONS, SourceOptions, parse_duration_ms

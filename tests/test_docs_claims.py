@@ -22,7 +22,7 @@ def _python_blocks(text: str) -> list[str]:
 
 def test_the_readme_library_example_runs(tmp_path: Path):
     blocks = [b for b in _python_blocks((ROOT / "README.md").read_text())
-              if "from seglog.logstore.log_manager import LogManager" in b]
+              if "from seglog.logstore.manager.log_manager import LogManager" in b]
     assert len(blocks) == 1, "the README's library example moved: update this test"
     code = blocks[0].replace('"/data/logs"', repr(str(tmp_path / "logs")))
     scope: dict[str, object] = {}

@@ -131,11 +131,11 @@ def _graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
 
 def test_the_module_walk_sees_every_layer():
     modules = _modules()
-    for name in ("seglog.cli", "seglog.logstore.log", "seglog.streaming.source_offsets",
+    for name in ("seglog.cli", "seglog.logstore.log.log", "seglog.streaming.source_offsets",
                  "seglog.datasource.data_source"):
         assert name in modules
     module_level, _ = _graphs()
-    assert "seglog.logstore.log_segment" in module_level["seglog.logstore.log"]
+    assert "seglog.logstore.log.log_segment" in module_level["seglog.logstore.log.log"]
 
 
 def test_no_cycle_through_module_level_imports():

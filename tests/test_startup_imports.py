@@ -23,8 +23,8 @@ import pytest
 
 from seglog.datasource.batch_writer import SeglogBatchWriter
 from seglog.datasource.stream_writer import SeglogCommitMessage
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 from seglog.streaming.sink_staging import stage_rows
 
 HEAVY = ("numba", "llvmlite", "pyarrow", "pyarrow.compute")
@@ -106,7 +106,7 @@ def test_commit_loads_no_numba(log_dir, tmp_path):
         args = json.loads(sys.argv[1])
         writer, messages = pickle.loads(Path(args["pickle"]).read_bytes())
         writer.commit(messages)
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.manager.log_manager import LogManager
         with LogManager([args["path"]], read_only=True) as mgr:
             result = {f"{t}-{p}": hw for (t, p), hw in mgr.high_watermarks().items()}
     """, path=str(log_dir), pickle=str(tmp_path / "commit.pkl"))
@@ -122,7 +122,7 @@ def test_appending_to_a_log_loads_no_numba(tmp_path):
     r = _loaded_after("""
         import json, sys
         from pathlib import Path
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.manager.log_manager import LogManager
         args = json.loads(sys.argv[1])
         with LogManager([args["logs"]]) as mgr:
             mgr.create_topic("t", 1)

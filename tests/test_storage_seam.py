@@ -1,5 +1,5 @@
 """Every file operation of ``logstore/`` and ``streaming/`` goes through the storage seam
-(``logstore/storage.py``): no other module opens, reads, writes, syncs, renames, lists,
+(``logstore/storage/storage.py``): no other module opens, reads, writes, syncs, renames, lists,
 locks, maps or removes a file itself. Found by reading the source with ``ast``."""
 
 from __future__ import annotations
@@ -119,5 +119,5 @@ def test_only_the_storage_seam_touches_files():
                 continue
             for line, what in file_operations(path.read_text()):
                 offenders.append(f"{path.relative_to(ROOT)}:{line}: {what}")
-    assert offenders == [], ("file operations outside logstore/storage.py (add what is "
+    assert offenders == [], ("file operations outside logstore/storage/storage.py (add what is "
                              "needed to PosixStorage or FileHandle):\n" + "\n".join(offenders))

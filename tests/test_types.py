@@ -28,15 +28,15 @@ def test_mypy_reports_no_error() -> None:
     assert "Success: no issues found" in run.stdout, run.stdout
     # A configuration that checked nothing would pass too: each layer and the CLI are in.
     checked = set(re.findall(r"Found source: .*module='([\w.]+)'", run.stderr))
-    for module in ("seglog.logstore.log_manager", "seglog.logstore.cleaner",
+    for module in ("seglog.logstore.manager.log_manager", "seglog.logstore.cleaner.cleaner",
                    "seglog.streaming.sink_commit", "seglog.datasource.data_source",
                    "seglog.cli", "pyspark_seglog"):
         assert module in checked, f"mypy did not check {module}"
 
 
 _USES = '''
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager
 
 def uses(mgr: LogManager, reader: LogDirsReader) -> None:
     reveal_type(mgr.get_log("t", 0))
@@ -54,7 +54,37 @@ def test_the_manager_api_is_typed(tmp_path: Path) -> None:
     uses.write_text(_USES)
     run = _mypy(str(uses))
     revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
-    assert revealed == ["seglog.logstore.log.Log", "seglog.logstore.log.AppendInfo",
-                        "seglog.logstore.cleaner_stats.CleanerStats | None",
-                        "seglog.logstore.log_reader.LogReader"], run.stdout
+    assert revealed == ["seglog.logstore.log.log.Log", "seglog.logstore.log.log.AppendInfo",
+                        "seglog.logstore.cleaner.cleaner_stats.CleanerStats | None",
+                        "seglog.logstore.log.log_reader.LogReader"], run.stdout
     assert '"LogReader" has no attribute "truncate_to"' in run.stdout, run.stdout
+
+
+_CONFORM = '''
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.log_dirs_api import LogDirs, LogDirsView, PartitionLogView
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager
+
+def conform(local: LogManager, reader: LogDirsReader, bucket: BucketLogManager) -> None:
+    writer: LogDirs = local
+    writer = bucket
+    writer = reader  # its writer calls raise ReadOnlyError
+    view: LogDirsView = reader
+    view = local
+    view = bucket
+    log: PartitionLogView = local.get_log("t", 0)
+    log = reader.get_log("t", 0)
+    log = bucket.get_log("t", 0)
+    not_a_writer: LogDirs = object()  # the control: mypy must refuse this one
+'''
+
+
+def test_every_backend_has_the_log_dirs_interface(tmp_path: Path) -> None:
+    """The three backends satisfy the Protocols of ``log_dirs_api`` (checked here, not in
+    the module: importing the backends there would close an import cycle)."""
+    conform = tmp_path / "conform.py"
+    conform.write_text(_CONFORM)
+    run = _mypy(str(conform))
+    errors = [line for line in run.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "conform.py:17:" in errors[0], run.stdout

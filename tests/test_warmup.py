@@ -57,7 +57,7 @@ def test_a_reads_warm_up_batch_is_the_codecs_own_bytes():
     exactly the batch the codec writes, so that the decoder compiled is the one reads use."""
     import pyarrow as pa
 
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.records.record_codec import encode_batches
     from seglog.warmup import _one_v2_batch
 
     assert _one_v2_batch() == bytes(encode_batches(pa.array([b"v"]), now_ms=0))

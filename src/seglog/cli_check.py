@@ -27,14 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import (
     CorruptRecordError,
     LogDirError,
     MissingDataError,
     SeglogError,
 )
-from seglog.logstore.file_names import (
+from seglog.logstore.index.index_check import SegmentBatches
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.log.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
+from seglog.logstore.records.record_format import verify_all
+from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOCK_FILE,
@@ -47,10 +50,7 @@ from seglog.logstore.file_names import (
     parse_segment_file_name,
     time_index_file,
 )
-from seglog.logstore.index_check import SegmentBatches
-from seglog.logstore.object_store_config import is_object_uri
-from seglog.logstore.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
-from seglog.logstore.record_format import verify_all
+from seglog.logstore.storage.object_store_config import is_object_uri
 
 from .cli_check_report import CheckReporter, JsonCheckReport, TextCheckReport
 from .cli_commands import Command
@@ -176,7 +176,7 @@ def check_state_files(path: Path, report: CheckReporter, *, fix: bool) -> int:
     """Check (``fix``: repair) the checkpoints and state files of the log dir ``path``;
     returns the number of problems left. A directory that holds none of a log dir's
     state files is only a directory of partitions: nothing to check."""
-    from seglog.logstore.log_manager import check_log_dirs
+    from seglog.logstore.manager.log_manager import check_log_dirs
 
     if not fix and not any(os.path.lexists(path / n) for n in _STATE_FILES):
         return 0
@@ -193,8 +193,8 @@ def check_txn_index(
     """Check a segment's ``.txnindex`` (absent is fine: no aborted transaction, or lost,
     which readers and the writer's loader handle); returns the number of problems."""
     from seglog.logstore.errors import CorruptIndexError
-    from seglog.logstore.file_names import txn_index_file
-    from seglog.logstore.txn_index import TransactionIndex
+    from seglog.logstore.index.txn_index import TransactionIndex
+    from seglog.logstore.storage.file_names import txn_index_file
 
     path = txn_index_file(dir_, base)
     if not path.exists():
@@ -271,9 +271,9 @@ def _check_bucket(
 ) -> int:
     """A bucket log dir: its committed state against its objects (``bucket_check``);
     returns the number of problems. Unreferenced objects are notes."""
-    from seglog.logstore.bucket_manager import BucketLogManager
-    from seglog.logstore.bucket_segment import ObjectPath
-    from seglog.logstore.bucket_state import COMMIT_DIR, NO_VERSION
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager
+    from seglog.logstore.bucket.bucket_segment import ObjectPath
+    from seglog.logstore.bucket.bucket_state import COMMIT_DIR, NO_VERSION
 
     path = ObjectPath(uri)
     report.begin_dir(path)

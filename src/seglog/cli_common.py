@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.errors import (
     ConfigError,
     InvalidTopicError,
@@ -32,7 +31,8 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.storage.object_store_config import is_object_uri
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:  # the backends are imported where a command opens one
     from seglog.logstore.log_dirs_api import LogDirs, LogDirsView
@@ -146,7 +146,7 @@ def open_reader(args: argparse.Namespace) -> LogDirsView:
     reader API)."""
     dirs = log_dirs(args)
     _require_dirs(dirs)
-    from seglog.logstore.log_manager import open_log_dirs
+    from seglog.logstore.manager.log_manager import open_log_dirs
 
     # (storage options with local dirs are refused there, naming them)
     reader = open_log_dirs(dirs, read_only=True, clock=CLOCK,
@@ -160,7 +160,7 @@ def require_bucket_commits(mgr: LogDirsView, option: str = "--path") -> None:
     nothing, which must not pass for an empty log dir (a missing local dir is an error
     too, ``_require_dirs``). ``ConfigError`` naming the URI, ``mgr`` closed first."""
     if not mgr.exists:
-        from seglog.logstore.bucket_state import COMMIT_DIR
+        from seglog.logstore.bucket.bucket_state import COMMIT_DIR
 
         mgr.close()
         raise ConfigError(f"log dir {mgr.location} does not exist: nothing under "
@@ -188,7 +188,7 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
     options = storage_options(args)
     if not create_dirs:
         _require_dirs(dirs)
-    from seglog.logstore.log_manager import open_log_dirs
+    from seglog.logstore.manager.log_manager import open_log_dirs
 
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.02

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
-from seglog.logstore.transactions import READ_COMMITTED, READ_UNCOMMITTED
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.log.transactions import READ_COMMITTED, READ_UNCOMMITTED
+from seglog.logstore.records.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
 
 from .cli_commands import Command
 from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
@@ -210,7 +210,7 @@ def decode_chunk(log: PartitionLogView, chunk: memoryview, start: int, end: int
     before the error (``bad_batch_error``) that names it."""
     # numba's kernels: loaded to decode, not by check and dump-log, which share
     # record_fields, nor by consume --help
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.records.record_codec import decode_batches
 
     try:
         rows = decode_batches(chunk, start_offset=start, end_offset=end).to_pylist()

@@ -23,7 +23,17 @@ from typing import TextIO
 import numpy as np
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, SeglogError
-from seglog.logstore.file_names import (
+from seglog.logstore.index.index_check import (
+    SegmentBatches,
+    kafka_dump_log_offset_mismatches,
+    kafka_dump_log_time_mismatches,
+    offset_index_violations,
+    read_offset_index,
+    read_time_index,
+    time_index_violations,
+)
+from seglog.logstore.records.record_format import verify_all
+from seglog.logstore.storage.file_names import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
@@ -33,17 +43,7 @@ from seglog.logstore.file_names import (
     log_file,
     parse_segment_file_name,
 )
-from seglog.logstore.index_check import (
-    SegmentBatches,
-    kafka_dump_log_offset_mismatches,
-    kafka_dump_log_time_mismatches,
-    offset_index_violations,
-    read_offset_index,
-    read_time_index,
-    time_index_violations,
-)
-from seglog.logstore.object_store_config import is_object_uri
-from seglog.logstore.record_format import verify_all
+from seglog.logstore.storage.object_store_config import is_object_uri
 
 from .cli_commands import Command
 from .cli_common import add_json_arg, add_storage_args, storage_options
@@ -135,7 +135,7 @@ def dump_log_file(
 
 
 def _records(raw: bytes) -> list[dict]:
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.records.record_codec import decode_batches
 
     return decode_batches(raw, include_headers=True).to_pylist()
 
@@ -314,9 +314,9 @@ def _dump_object(
     """``dump-log`` of a bucket's ``.log`` object (``<uri>/<topic>-<p>/<base>-<id>.log``):
     its stored bytes, as Kafka's tool shows a file (an ``offset_delta`` of its commit is
     not applied: this is what the object holds)."""
-    from seglog.logstore.bucket_segment import ObjectPath
-    from seglog.logstore.bucket_state import parse_segment_stem
-    from seglog.logstore.object_storage import ObjectStorage
+    from seglog.logstore.bucket.bucket_segment import ObjectPath
+    from seglog.logstore.bucket.bucket_state import parse_segment_stem
+    from seglog.logstore.storage.object_storage import ObjectStorage
 
     path = ObjectPath(uri)
     root, _, name = uri.rpartition("/")

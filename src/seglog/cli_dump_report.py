@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any, Protocol, TextIO
 
-from seglog.logstore.control_records import ControlRecord
-from seglog.logstore.producer_state import ProducerEntry
-from seglog.logstore.record_format import CODEC_NAMES, BatchHeader
+from seglog.logstore.log.producer_state import ProducerEntry
+from seglog.logstore.records.control_records import ControlRecord
+from seglog.logstore.records.record_format import CODEC_NAMES, BatchHeader
 
 from .cli_consume import record_fields
 from .cli_output import write_json

@@ -9,7 +9,7 @@ import argparse
 from typing import TextIO
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.storage.object_store_config import is_object_uri
 
 from . import cli_common
 from .cli_commands import Command
@@ -21,7 +21,7 @@ def _export(args: argparse.Namespace, out: TextIO) -> int:
     if not is_object_uri(args.uri):
         raise ConfigError(f"export reads a bucket log dir (s3://, gs://, az://, memory://), "
                           f"got {args.uri!r}; a local log dir is already a Kafka log dir")
-    from seglog.logstore.bucket_manager import BucketLogManager  # obstore: only when used
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager  # obstore: only when used
 
     with (BucketLogManager(args.uri, read_only=True, clock=cli_common.CLOCK,
                            storage_options=cli_common.storage_options(args)) as mgr,

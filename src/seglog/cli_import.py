@@ -9,7 +9,7 @@ import os
 from typing import TextIO
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.storage.object_store_config import is_object_uri
 
 from . import cli_common
 from .cli_commands import Command
@@ -35,9 +35,9 @@ def _import(args: argparse.Namespace, out: TextIO) -> int:
     if not os.path.isdir(args.dir):
         raise ConfigError(f"log dir {args.dir} does not exist")
     # obstore and the bucket engine: only when this command runs
-    from seglog.logstore.bucket_import import import_log_dir
-    from seglog.logstore.bucket_manager import BucketLogManager
-    from seglog.logstore.log_dirs_reader import LogDirsReader
+    from seglog.logstore.bucket.bucket_import import import_log_dir
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager
+    from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 
     with (
         LogDirsReader([args.dir], clock=cli_common.CLOCK) as source,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptCheckpointError
-from seglog.logstore.log_dirs import TopicPartition
+from seglog.logstore.manager.log_dirs import TopicPartition
 
 from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_path_args, log_dirs, open_reader

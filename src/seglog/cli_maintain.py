@@ -31,10 +31,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from seglog.logstore.file_names import is_delete_dir_name
-from seglog.logstore.log_manager import CLEANER_TASK
-from seglog.logstore.object_store_config import is_object_uri
-from seglog.logstore.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
+from seglog.logstore.manager.log_manager import CLEANER_TASK
+from seglog.logstore.storage.file_names import is_delete_dir_name
+from seglog.logstore.storage.object_store_config import is_object_uri
+from seglog.logstore.util.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
 from .cli_commands import Command
 from .cli_common import (
@@ -49,7 +49,7 @@ from .cli_common import (
 from .cli_output import Progress, write_json
 
 if TYPE_CHECKING:
-    from seglog.logstore.cleaner import CleanerStats  # not imported at run time: numba
+    from seglog.logstore.cleaner.cleaner import CleanerStats  # not imported at run time: numba
     from seglog.logstore.log_dirs_api import LogDirs
 
 COLLECT_TASK = "object-collect"  # bucket_maintenance's (not imported: it loads numba)

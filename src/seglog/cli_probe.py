@@ -12,7 +12,7 @@ import argparse
 from typing import TextIO
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_store_config import is_object_uri, redact_uri
+from seglog.logstore.storage.object_store_config import is_object_uri, redact_uri
 
 from . import cli_common
 from .cli_commands import Command
@@ -40,8 +40,8 @@ def _probe(args: argparse.Namespace, out: TextIO) -> int:
     if args.writers < 2:
         raise ConfigError(f"--writers {args.writers}: a race needs at least 2 writers")
     # obstore is imported only when a bucket is used
-    from seglog.logstore.object_storage import ObjectStorage
-    from seglog.logstore.store_probe import probe_store
+    from seglog.logstore.storage.object_storage import ObjectStorage
+    from seglog.logstore.storage.store_probe import probe_store
 
     storage = ObjectStorage(args.uri, cli_common.storage_options(args))
     result = probe_store(storage, writers=args.writers, rounds=args.rounds)

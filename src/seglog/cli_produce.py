@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
-from seglog.logstore.record_codec import CompressionType, encode_batches
+from seglog.logstore.records.record_codec import CompressionType, encode_batches
 from seglog.streaming.partitioner import assign_partitions
 
 from . import cli_common

@@ -11,7 +11,7 @@ import argparse
 from typing import TextIO
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_store_config import is_object_uri
+from seglog.logstore.storage.object_store_config import is_object_uri
 
 from . import cli_common
 from .cli_commands import Command
@@ -29,8 +29,8 @@ def _repair(args: argparse.Namespace, out: TextIO) -> int:
             f"got {args.uri!r}; a local log dir is recovered by its writer, and "
             f"its files checked with seglog check"
         )
-    from seglog.logstore.bucket_repair import describe, diagnose, repair
-    from seglog.logstore.object_storage import ObjectStorage  # obstore: only when used
+    from seglog.logstore.bucket.bucket_repair import describe, diagnose, repair
+    from seglog.logstore.storage.object_storage import ObjectStorage  # obstore: only when used
 
     storage = ObjectStorage(args.uri, cli_common.storage_options(args))
     diagnosis = diagnose(storage)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any, TextIO
 
-from seglog.logstore.config import LogConfig
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import (
     ConfigError,
     CorruptPartitionMetadataError,

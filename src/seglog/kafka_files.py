@@ -21,11 +21,11 @@ import re
 import struct
 from pathlib import Path
 
-from seglog.logstore.control_records import ControlRecord, control_records
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.file_names import KRAFT_BOOTSTRAP_FILE
-from seglog.logstore.producer_state import CorruptSnapshotError, ProducerEntry, parse_snapshot
-from seglog.logstore.record_format import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_TYPE_NAMES
+from seglog.logstore.log.producer_state import CorruptSnapshotError, ProducerEntry, parse_snapshot
+from seglog.logstore.records.control_records import ControlRecord, control_records
+from seglog.logstore.records.record_format import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_TYPE_NAMES
+from seglog.logstore.storage.file_names import KRAFT_BOOTSTRAP_FILE
 
 BOOTSTRAP_SNAPSHOT = KRAFT_BOOTSTRAP_FILE
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"

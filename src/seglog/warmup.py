@@ -17,7 +17,7 @@ recompiled by the first process that calls it, warm-up or not.
 ``--kernels read`` / ``--kernels write`` load or compile only the kernels a read's or a
 write's tasks call: the Spark source and sink start it themselves, in the background, when
 a query is planned on a machine where those kernels were never compiled (see
-``seglog.logstore.kernel_cache``; ``SEGLOG_PREWARM=0`` turns that off).
+``seglog.logstore.records.kernel_cache``; ``SEGLOG_PREWARM=0`` turns that off).
 
 Not covered: compacting magic 0/1 messages (old Kafka data under ``cleanup.policy=compact``)
 compiles the cleaner's key-hashing kernels on first use.
@@ -51,7 +51,7 @@ def _codec(work: Path) -> None:
     read-only buffers a log read returns) and from a bytearray, with and without headers."""
     import pyarrow as pa
 
-    from seglog.logstore.record_codec import decode_batches, encode_batches
+    from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
     headers = pa.array([[{"key": "h", "value": b"x"}], None, []],
                        pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
@@ -71,9 +71,9 @@ def _log_paths(work: Path) -> None:
     compact a topic, and recover the partitions after an unclean shutdown."""
     import pyarrow as pa
 
-    from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import decode_batches, encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import decode_batches, encode_batches
+    from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE
 
     logs = work / "logs"
     values, keys = _values(64, False)
@@ -113,7 +113,7 @@ def _legacy_message(offset: int, key: bytes | None, value: bytes, magic: int) ->
 
 def _legacy(work: Path) -> None:
     """Decode a magic 0 and 1 message set (old Kafka data a reader may meet)."""
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.records.record_codec import decode_batches
 
     for magic in (0, 1):
         decode_batches(b"".join(_legacy_message(o, b"k", b"v", magic) for o in range(3)))
@@ -125,11 +125,15 @@ def _transactions(work: Path) -> None:
     import numpy as np
     import pyarrow as pa
 
-    from seglog.logstore import transactions
-    from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
-    from seglog.logstore.record_format import HEADER_COLUMNS, INT64_MAX
-    from seglog.logstore.record_format_kernels import header_table
-    from seglog.logstore.txn_index import AbortedTxn
+    from seglog.logstore.index.txn_index import AbortedTxn
+    from seglog.logstore.log import transactions
+    from seglog.logstore.records.record_codec import (
+        ControlType,
+        encode_batches,
+        encode_control_batch,
+    )
+    from seglog.logstore.records.record_format import HEADER_COLUMNS, INT64_MAX
+    from seglog.logstore.records.record_format_kernels import header_table
 
     data = bytearray(encode_batches(pa.array([b"a", b"b"]), producer_id=5, producer_epoch=0,
                                     base_sequence=0, is_transactional=True))
@@ -156,7 +160,7 @@ def _sink(work: Path) -> None:
 def _one_v2_batch() -> bytes:
     """One uncompressed v2 batch holding one record (key null, value b"v"), built without
     the codec's kernels, so that a read's warm-up compiles no encoder."""
-    from seglog.logstore.record_format import V2_HEADER_SIZE, restamp_crc
+    from seglog.logstore.records.record_format import V2_HEADER_SIZE, restamp_crc
 
     # length 7, attributes, timestamp delta, offset delta, key null, value "v", no headers
     records = bytes([14, 0, 0, 0, 1, 2]) + b"v" + bytes([0])
@@ -168,13 +172,13 @@ def _one_v2_batch() -> bytes:
 
 
 def _read_kernels() -> None:
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.records.record_codec import decode_batches
 
     decode_batches(_one_v2_batch(), include_headers=False)
 
 
 def _write_kernels() -> None:
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.records.record_codec import encode_batches
     from seglog.streaming.partitioner import assign_partitions
 
     values, keys = _values(3, False)

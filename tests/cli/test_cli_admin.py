@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from _cli import one_line_error, run
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 T0 = 1_700_000_000_000
 

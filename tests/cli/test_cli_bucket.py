@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 from _cli import run, run_process
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def test_topic_commands_produce_and_consume_on_a_bucket(s3_uri: str, capsys):

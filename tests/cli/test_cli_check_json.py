@@ -8,10 +8,10 @@ import json
 import pyarrow as pa
 from _cli import run
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.util.clock import MockClock
 
 BASE_TS = 1_700_000_000_000
 

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 from _cli import one_line_error, run
 
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptRecordError, MissingSegmentError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def _bucket(uri: str) -> BucketLogManager:

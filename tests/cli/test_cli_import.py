@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from _cli import one_line_error, run
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import verify_all
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import verify_all
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "interop"))
 from kafka_dirs import kraft_39_dir, zk_27_dir, zk_legacy_dir  # noqa: E402  (tests/interop)

@@ -8,8 +8,8 @@ import pytest
 from _cli import one_line_error, run, run_process
 
 from seglog import __version__
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import ControlType, encode_batches, encode_control_batch
 
 BOOT = ("--bootstrap-server", "localhost:9092")
 

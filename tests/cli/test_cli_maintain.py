@@ -11,10 +11,10 @@ import pyarrow as pa
 from _cli import SEGLOG, run
 
 from seglog import cli_common
-from seglog.logstore.clock import MockClock
-from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE
+from seglog.logstore.util.clock import MockClock
 
 T0 = 1_700_000_000_000
 

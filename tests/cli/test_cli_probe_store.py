@@ -9,7 +9,7 @@ import pytest
 from _cli import one_line_error, run, run_process
 from s3_server import MotoServer
 
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def _nothing_left(uri: str) -> None:

@@ -11,9 +11,9 @@ import pyarrow as pa
 from _cli import SEGLOG, one_line_error, run, run_process
 
 from seglog import cli_produce
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import verify_all
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import verify_all
 from seglog.streaming.partitioner import partitions_for_keys
 
 T0 = 1_700_000_000_000

@@ -20,9 +20,9 @@ from _cli import SEGLOG, run
 
 from seglog import cli_check, cli_export, cli_import
 from seglog.cli_output import Progress
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 
 class _Terminal(io.StringIO):

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 from _cli import run
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_repair import diagnose, repair
-from seglog.logstore.bucket_state import HINT_KEY, commit_key, snapshot_key
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_repair import diagnose, repair
+from seglog.logstore.bucket.bucket_state import HINT_KEY, commit_key, snapshot_key
 from seglog.logstore.errors import CorruptMetadataError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def values(mgr: BucketLogManager, topic: str, partition: int) -> list[str]:

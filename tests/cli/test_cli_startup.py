@@ -19,8 +19,8 @@ import pyarrow as pa
 import pytest
 
 from seglog import cli_commands
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 HEAVY = (
     "numba",
@@ -30,11 +30,11 @@ HEAVY = (
     "obstore",
     "pyspark",
     "tqdm",
-    "seglog.logstore.codec_kernels",
-    "seglog.logstore.record_codec",
-    "seglog.logstore.object_storage",
-    "seglog.logstore.bucket_manager",
-    "seglog.logstore.log_check",
+    "seglog.logstore.records.codec_kernels",
+    "seglog.logstore.records.record_codec",
+    "seglog.logstore.storage.object_storage",
+    "seglog.logstore.bucket.bucket_manager",
+    "seglog.logstore.log.log_check",
     "seglog.cli_dump_log",
 )
 
@@ -114,7 +114,7 @@ def test_check_and_dump_log_load_no_numba(log_dir: Path):
     for argv in (["check", log_dir], ["dump-log", segment]):
         code, out, loaded = _loaded_by(*argv)
         assert code == 0, (argv, out)
-        assert "numba" not in loaded and "seglog.logstore.record_codec" not in loaded, argv
+        assert "numba" not in loaded and "seglog.logstore.records.record_codec" not in loaded, argv
 
 
 def test_a_command_that_decodes_records_still_loads_its_codec(log_dir: Path):
@@ -122,7 +122,7 @@ def test_a_command_that_decodes_records_still_loads_its_codec(log_dir: Path):
     code, out, loaded = _loaded_by("consume", "events", "--path", log_dir, "--from-beginning")
     assert code == 0
     assert out.splitlines() == ["a", "b", "c"]
-    assert "seglog.logstore.record_codec" in loaded and "numba" in loaded
+    assert "seglog.logstore.records.record_codec" in loaded and "numba" in loaded
 
 
 def test_every_registered_command_is_its_module_s():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _cli import run, run_process
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 
 @pytest.fixture

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from _cli import Result, one_line_error, run, run_process
 
-from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import (
+from seglog.logstore.log.partition_metadata import (
     new_topic_id,
     partition_metadata_path,
     read_topic_id,
     write_partition_metadata,
 )
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE
 
 
 def test_create_describe_alter_delete_round_trip(tmp_path, capsys):

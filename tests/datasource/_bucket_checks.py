@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kafka.record import MemoryRecords
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 
 def point_workers_at(spark, env: dict[str, str]) -> None:

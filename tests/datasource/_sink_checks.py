@@ -10,9 +10,9 @@ from pathlib import Path
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record import MemoryRecords
 
-from seglog.logstore.file_names import parse_partition_dir_name, parse_segment_file_name
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.file_names import parse_partition_dir_name, parse_segment_file_name
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:

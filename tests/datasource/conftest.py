@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from _local_cluster import JOB, READ_RECORDS, ClusterRun, run_job
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from seglog.logstore.file_names import LOG_SUFFIX
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.file_names import LOG_SUFFIX
 
 pytestmark = pytest.mark.spark
 

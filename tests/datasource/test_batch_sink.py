@@ -15,7 +15,7 @@ from _sink_checks import (
     staging_files,
 )
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming.sink_staging import producer_id_of
 
 pytestmark = pytest.mark.spark

@@ -12,9 +12,9 @@ import pytest
 from _sink_checks import staging_files
 
 from seglog.cli import main as seglog_main
-from seglog.logstore.clock import MockClock
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.topics import MAX_NAME_LENGTH
+from seglog.logstore.config.topics import MAX_NAME_LENGTH
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.util.clock import MockClock
 from seglog.streaming.sink_commit import STAGING_TTL_MS, sweep_staging
 
 pytestmark = pytest.mark.spark

@@ -17,8 +17,8 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
 
 from seglog.datasource.batch_reader import SeglogBatchReader, SeglogFilteringBatchReader
 from seglog.datasource.schema import arrow_schema, source_schema
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 T0 = 1_700_000_000_000
 N = 200  # records per partition

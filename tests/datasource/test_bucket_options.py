@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _bucket_checks import bucket_records, check_offsets
 
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 pytestmark = pytest.mark.spark
 

@@ -13,7 +13,7 @@ import pytest
 from _bucket_checks import bucket_records, check_offsets, forget_worker_env, point_workers_at
 from _sink_checks import kafka_partition
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming.sink_staging import producer_id_of
 
 pytestmark = pytest.mark.spark

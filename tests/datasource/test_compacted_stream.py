@@ -12,9 +12,9 @@ import time
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.cleaner import LogCleaner
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.cleaner.cleaner import LogCleaner
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 pytestmark = pytest.mark.spark
 

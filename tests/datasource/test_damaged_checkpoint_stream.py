@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from seglog.cli import main
-from seglog.logstore.file_names import HIGH_WATERMARK_CHECKPOINT
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.file_names import HIGH_WATERMARK_CHECKPOINT
 
 pytestmark = pytest.mark.spark
 

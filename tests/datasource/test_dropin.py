@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 pytestmark = pytest.mark.spark
 

@@ -19,7 +19,7 @@ from seglog.datasource.stream_reader import SeglogStreamReader
 from seglog.datasource.stream_writer import SeglogStreamWriter
 from seglog.datasource.user_errors import HIDE_TRACEBACK, iterated_in_one_piece, user_errors
 from seglog.logstore.errors import ConfigError, UnknownTopicOrPartitionError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 
 def _topics(path: Path, *names: str) -> None:

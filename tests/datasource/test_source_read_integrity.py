@@ -21,9 +21,9 @@ import pytest
 from seglog.datasource.schema import arrow_schema, source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
 from seglog.logstore.errors import CorruptRecordError, DataLossError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.streaming.source_read import read_range
 
 TOPIC = "ev"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _sink_checks import kafka_python_records, multiset, staging_files
 
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.streaming.sink_commit import SinkLedger
 from seglog.streaming.sink_staging import batch_id_of, producer_id_of
 

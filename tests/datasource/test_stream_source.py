@@ -15,9 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import read_topic_id
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.log.partition_metadata import read_topic_id
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 pytestmark = pytest.mark.spark
 

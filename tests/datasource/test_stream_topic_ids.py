@@ -14,8 +14,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 pytestmark = pytest.mark.spark
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from _log_checks import make_batch
 
-from seglog.logstore import abstract_index
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.index import abstract_index
+from seglog.logstore.manager.log_manager import LogManager
 
 PAGE = 4096
 # (a default so that this child also runs against code from before the chunked allocation)

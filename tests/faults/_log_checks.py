@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from seglog.logstore.file_names import parse_segment_file_name
-from seglog.logstore.record_format import iter_batch_headers, read_batch_header, verify_crc
+from seglog.logstore.records.record_format import iter_batch_headers, read_batch_header, verify_crc
+from seglog.logstore.storage.file_names import parse_segment_file_name
 
 NOW = 1_700_000_000_000
 

@@ -19,9 +19,11 @@ import pyarrow as pa
 import pytest
 
 from seglog.cli import main
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptCheckpointError
-from seglog.logstore.file_names import (
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -29,8 +31,6 @@ from seglog.logstore.file_names import (
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
-from seglog.logstore.log_manager import LogManager, check_log_dirs
-from seglog.logstore.record_codec import decode_batches, encode_batches
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions

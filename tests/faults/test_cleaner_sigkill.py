@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.clock import SystemClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.file_names import CLEANED_SUFFIX, SWAP_SUFFIX
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.storage.file_names import CLEANED_SUFFIX, SWAP_SUFFIX
+from seglog.logstore.util.clock import SystemClock
 
 KEYS = 40
 CONFIG = {"cleanup.policy": "compact", "segment.bytes": 3000, "index.interval.bytes": 200,
@@ -33,10 +33,10 @@ CONFIG = {"cleanup.policy": "compact", "segment.bytes": 3000, "index.interval.by
 CHILD = r"""
 import random, sys
 import pyarrow as pa
-from seglog.logstore.cleaner import LogCleaner
-from seglog.logstore.config import LogConfig, ManagerConfig
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.cleaner.cleaner import LogCleaner
+from seglog.logstore.config.config import LogConfig, ManagerConfig
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import encode_batches
 
 KEYS = {keys}
 def key(o): return b"k%d" % ((o * 7919 + 13) % KEYS)

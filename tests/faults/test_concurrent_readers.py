@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from _log_checks import make_batch
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 TOPIC = "shared"
 READER = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {checks_dir!r})
     from _log_checks import check_records, fetch_bytes
-    from seglog.logstore.record_format import read_batch_header
+    from seglog.logstore.records.record_format import read_batch_header
     from seglog.logstore.errors import KafkaStorageError, OffsetOutOfRangeError
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     stop = {stop!r}
     tp = ({topic!r}, 0)

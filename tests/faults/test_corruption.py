@@ -14,16 +14,16 @@ from _log_checks import check_partition_files, fetch_bytes, make_batch, value_fo
 from kafka.record.default_records import DefaultRecordBatch
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.file_names import (
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.records.record_format import read_batch_header
+from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
-from seglog.logstore.record_format import read_batch_header
 
 TOPIC = "t"
 CONFIG = {"segment.bytes": 16 * 1024, "index.interval.bytes": 256}

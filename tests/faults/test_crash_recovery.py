@@ -18,14 +18,14 @@ import pytest
 from _log_checks import check_partition_files, read_whole_log
 from power_cut import lose_unflushed_tail
 
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.file_names import (
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
-from seglog.logstore.log_manager import LogManager
 
 TOPIC = "crash.test-topic"
 PARTITIONS = 2
@@ -36,7 +36,7 @@ WRITER = textwrap.dedent("""
     import random, sys
     sys.path.insert(0, {checks_dir!r})
     from _log_checks import make_batch
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     rnd = random.Random({seed})
     mgr = LogManager([{log_dir!r}])

@@ -21,7 +21,7 @@ import pytest
 from _log_checks import check_partition_files, make_batch, read_whole_log
 
 from seglog.cli import main as seglog_main
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 CHILD = Path(__file__).with_name("_full_fs_child.py")
 

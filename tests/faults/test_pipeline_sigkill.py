@@ -27,8 +27,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -166,8 +166,8 @@ def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path, s
     killed runs leave only uploads no commit references, which the collector deletes
     once their batches are settled (here with no orphan grace) without touching the
     output."""
-    from seglog.logstore.bucket_manager import BucketLogManager
-    from seglog.logstore.bucket_state import STAGING_DIR
+    from seglog.logstore.bucket.bucket_manager import BucketLogManager
+    from seglog.logstore.bucket.bucket_state import STAGING_DIR
 
     expected = _kill_and_restart(tmp_path, s3_uri)
     with BucketLogManager(s3_uri, orphan_grace_ms=0) as mgr:

@@ -26,9 +26,9 @@ from seglog.logstore.errors import (
     OffsetBelowLogStartError,
     SeglogError,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
 
 TOPIC = "t"
 CONFIG = {"segment.bytes": 6 * 1024, "index.interval.bytes": 512}

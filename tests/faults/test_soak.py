@@ -126,7 +126,7 @@ def test_a_soak_writer_appends_no_faster_than_its_rate(tmp_path: Path) -> None:
     sys.path.insert(0, str(SOAK.parent))
     from soak_roles import PARTITIONS, TOPIC
 
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     logs = tmp_path / "logs"
     with LogManager([str(logs)]) as mgr:

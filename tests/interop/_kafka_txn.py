@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 BASE_TS = 1_700_000_000_000
 

@@ -17,8 +17,8 @@ from kafka_dirs import T0, BrokerDir, PartitionWriter, _rows, v2_batch
 
 from seglog.cli import main
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
 
 TOPIC = "compacted"
 

@@ -15,8 +15,8 @@ import pytest
 from kafka_dirs import BrokerDir, Rec, build_corpus
 
 from seglog.cli import main
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 from kafka_dirs import BrokerDir, zk_27_dir
 
 from seglog.cli import main
-from seglog.logstore.index_check import read_offset_index
-from seglog.logstore.record_format import verify_all
+from seglog.logstore.index.index_check import read_offset_index
+from seglog.logstore.records.record_format import verify_all
 
 
 @pytest.fixture(scope="module")

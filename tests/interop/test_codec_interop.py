@@ -29,14 +29,14 @@ from kafka.record.default_records import (
 from kafka.record.legacy_records import LegacyRecordBatchBuilder as KpLegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
 
-from seglog.logstore.record_codec import (
+from seglog.logstore.records.record_codec import (
     HEADERS_TYPE,
     CompressionType,
     TimestampType,
     decode_batches,
     encode_batches,
 )
-from seglog.logstore.record_format import iter_batch_headers, set_base_offset
+from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
 
 CODECS = list(CompressionType)
 
@@ -199,7 +199,7 @@ def test_legacy_v1_log_append_time_wrapper(codec):
 @pytest.mark.parametrize("reader", [KpMemoryRecords, AioMemoryRecords],
                          ids=["kafka-python", "aiokafka"])
 def test_control_batches_are_seen_as_transaction_markers(reader):
-    from seglog.logstore.record_codec import ControlType, encode_control_batch
+    from seglog.logstore.records.record_codec import ControlType, encode_control_batch
 
     buf = bytes(encode_control_batch(ControlType.ABORT, producer_id=42, producer_epoch=3,
                                      base_offset=77, timestamp_ms=1_000, coordinator_epoch=9))

@@ -20,8 +20,8 @@ import pytest
 from docker_engine import docker_unavailable
 
 from seglog.cli import main
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
 
 KAFKA_IMAGE = "apache/kafka:3.9.1"  # a KRaft broker (broker and controller in one)
 LOG_DIR = "/var/lib/kafka/data"

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 from _kafka_txn import kafka_classpath
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "logstore"))
 from bucket_helpers import memory_uri  # noqa: E402

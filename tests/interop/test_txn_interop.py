@@ -19,8 +19,8 @@ from _kafka_txn import (
     write_partition,
 )
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
 
 TOPIC = "txn"
 

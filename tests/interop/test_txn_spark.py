@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from _kafka_txn import KafkaRecords, all_values, committed_values, write_partition
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 pytestmark = pytest.mark.spark
 

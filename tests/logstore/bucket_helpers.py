@@ -7,9 +7,9 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches
-from seglog.logstore.storage import Storage
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.storage import Storage
 
 
 def memory_uri() -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from seglog.logstore import log_manager_topics
+from seglog.logstore.config.topics import altered_overrides, read_topic_config
 from seglog.logstore.errors import ConfigError, ReadOnlyError, UnknownTopicOrPartitionError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.topics import altered_overrides, read_topic_config
+from seglog.logstore.manager import log_manager_topics
+from seglog.logstore.manager.log_manager import LogManager
 
 
 def test_set_and_delete_overrides_reach_every_partition_and_the_next_writer(tmp_path):

@@ -1,4 +1,4 @@
-"""Bucket appends (logstore/bucket_append.py): small indexes inline in the commit entry, so
+"""Bucket appends (logstore/bucket/bucket_append.py): small indexes inline in the commit entry, so
 an append is two sequential requests; group commits of several partitions; and the local
 LogManager's same ``append_many`` call."""
 
@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_state import SNAPSHOT_EVERY, SegmentEntry, commit_key
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY, SegmentEntry, commit_key
 from seglog.logstore.errors import CorruptMetadataError, CorruptRecordError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 TS = 1_700_000_000_000
 

@@ -11,17 +11,17 @@ import time
 import pyarrow as pa
 from bucket_helpers import StoreClockStorage, store_moving_with
 
-from seglog.logstore import bucket_append
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.bucket_state import (
+from seglog.logstore.bucket import bucket_append
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
+from seglog.logstore.bucket.bucket_state import (
     COMMIT_DIR,
     SNAPSHOT_DIR,
     parse_version_name,
     snapshot_key,
 )
-from seglog.logstore.clock import MockClock
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 HOUR = 3_600_000
@@ -292,7 +292,7 @@ def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
         mgr.append("t", 0, batch(i))
     storage.write_atomic(snapshot_key(20), b'{"format": 1, "vers')
     clock.advance(120_000)
-    with caplog.at_level(logging.ERROR, "seglog.logstore.bucket_collect"):
+    with caplog.at_level(logging.ERROR, "seglog.logstore.bucket.bucket_collect"):
         stats = mgr.collect()
     assert (stats.commits, stats.snapshots) == (10, 1)  # what the valid snapshot 10 covers
     assert any(snapshot_key(20) in e for e in stats.errors)

@@ -1,5 +1,6 @@
-"""The bucket commit log (logstore/bucket_state.py, logstore/bucket_commit_log.py): the
-fold, snapshots and the hint, bounded open and refresh costs, lost races and damage."""
+"""The bucket commit log (logstore/bucket/bucket_state.py,
+logstore/bucket/bucket_commit_log.py): the fold, snapshots and the hint, bounded open and
+refresh costs, lost races and damage."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import logging
 import pytest
 from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
-from seglog.logstore.bucket_commit_log import (
+from seglog.logstore.bucket.bucket_commit_log import (
     MAX_VIEW_AGE_MS,
     Change,
     CommitLog,
     collectable_metadata,
 )
-from seglog.logstore.bucket_state import (
+from seglog.logstore.bucket.bucket_state import (
     HINT_KEY,
     BucketState,
     Commit,
@@ -26,15 +27,15 @@ from seglog.logstore.bucket_state import (
     snapshot_key,
     version_name,
 )
-from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
     CorruptMetadataError,
     StorageUnreachableError,
 )
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.storage import Entry
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.storage import Entry
+from seglog.logstore.util.clock import MockClock
 
 
 def entry(base: int, n: int, tag: str = "0123456789abcdef") -> SegmentEntry:

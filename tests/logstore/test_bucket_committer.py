@@ -1,4 +1,4 @@
-"""``BucketCommitter`` (logstore/bucket_committer.py): what the bucket helpers are handed
+"""``BucketCommitter`` (logstore/bucket/bucket_committer.py): what the bucket helpers are handed
 instead of the manager. A helper runs on a committer alone (no ``BucketLogManager``),
 the committer tells its owner after every fold of commits, and a manager's own
 operations go through its committer. Real objects in a memory:// bucket."""
@@ -9,16 +9,16 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import memory_uri
 
-from seglog.logstore.bucket_append import append_many
-from seglog.logstore.bucket_commit_log import Change, CommitLog
-from seglog.logstore.bucket_committer import BucketCommitter
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_state import BucketState, TopicSpec
-from seglog.logstore.clock import SYSTEM_CLOCK
-from seglog.logstore.config import LogConfig, ManagerConfig
+from seglog.logstore.bucket.bucket_append import append_many
+from seglog.logstore.bucket.bucket_commit_log import Change, CommitLog
+from seglog.logstore.bucket.bucket_committer import BucketCommitter
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import BucketState, TopicSpec
+from seglog.logstore.config.config import LogConfig, ManagerConfig
 from seglog.logstore.errors import LogDirError, ReadOnlyError, UnknownTopicOrPartitionError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.util.clock import SYSTEM_CLOCK
 
 
 def committer_of(uri: str, told: list[int], *, read_only: bool = False) -> BucketCommitter:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow as pa
 from bucket_helpers import log_records, memory_uri
 
-from seglog.logstore import bucket_compact
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.clock import MockClock
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket import bucket_compact
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01,

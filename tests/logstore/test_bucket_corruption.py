@@ -13,18 +13,18 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from seglog.logstore import bucket_log
-from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, commit_key, snapshot_key
+from seglog.logstore.bucket import bucket_log
+from seglog.logstore.bucket.bucket_state import HINT_KEY, SNAPSHOT_EVERY, commit_key, snapshot_key
 from seglog.logstore.errors import (
     CorruptMetadataError,
     CorruptRecordError,
     KafkaStorageError,
     MissingDataError,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 TS = 1_700_000_000_000
 
@@ -166,7 +166,7 @@ def test_a_missing_or_wrong_sized_index_object_reads_by_scanning(uri, caplog):
     storage.write_atomic(cut, storage.read(cut)[:-8])
     reader = LogManager(uri, read_only=True)
     log = reader.get_log("t", 0)
-    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket_segment"):
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket.bucket_segment"):
         assert log.read(35).first_offset <= 35 < log.read(35).next_offset
         assert log.read(55).first_offset <= 55 < log.read(55).next_offset
     text = caplog.text
@@ -195,7 +195,7 @@ def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, c
     snapshot = snapshot_key(SNAPSHOT_EVERY)
     assert storage.read(HINT_KEY) == b'{"version": %d}' % SNAPSHOT_EVERY
     storage.write_atomic(snapshot, storage.read(snapshot)[:-30])
-    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket_commit_log"):
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket.bucket_commit_log"):
         reader = LogManager(uri, read_only=True)
     assert f"{uri}/{snapshot}" in caplog.text
     assert reader.state == mgr.state  # folded from version 0 instead

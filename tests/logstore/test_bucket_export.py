@@ -12,8 +12,8 @@ from kafka.record.memory_records import MemoryRecords
 from test_bucket_merge_retention import _commit_fragment, batch
 
 from seglog.logstore.errors import LogDirError
-from seglog.logstore.log_manager import LogManager, check_log_dirs
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
+from seglog.logstore.records.record_codec import encode_batches
 
 
 def kafka_python_records(path: Path) -> list[tuple[int, bytes | None]]:

@@ -12,19 +12,19 @@ from pathlib import Path
 import pyarrow as pa
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore import bucket_merge, bucket_turn
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_turn import Turns
-from seglog.logstore.clock import MockClock
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.bucket import bucket_merge, bucket_turn
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_turn import Turns
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.util.clock import MockClock
 
 APPENDER = r"""
 import sys
 import pyarrow as pa
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 with BucketLogManager(sys.argv[1]) as mgr:
     i = 0

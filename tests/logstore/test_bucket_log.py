@@ -1,4 +1,4 @@
-"""BucketLog (logstore/bucket_log.py) over memory://: the state a partition's reader keeps
+"""BucketLog (logstore/bucket/bucket_log.py) over memory://: the state a partition's reader keeps
 (never older than one it already had), reads that meet vanished objects, deleted topics."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import memory_uri
 
-from seglog.logstore.bucket_commit_log import Change
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.bucket_state import PartitionChange
+from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
+from seglog.logstore.bucket.bucket_state import PartitionChange
 from seglog.logstore.errors import (
     MissingSegmentError,
     OffsetBelowLogStartError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 TS = 1_700_000_000_000
 

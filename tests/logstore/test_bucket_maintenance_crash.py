@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import log_records
 
-from seglog.logstore.bucket_commit_log import CRASH_ENV
-from seglog.logstore.bucket_maintenance import MAINTENANCE_CRASH_STEPS
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import object_keys
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket.bucket_commit_log import CRASH_ENV
+from seglog.logstore.bucket.bucket_maintenance import MAINTENANCE_CRASH_STEPS
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
+from seglog.logstore.records.record_codec import encode_batches
 
 SEGLOG = Path(sys.executable).parent / "seglog"
 TOPIC = {"retention.ms": -1, "file.delete.delay.ms": 0}

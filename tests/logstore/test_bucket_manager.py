@@ -1,4 +1,4 @@
-"""BucketLogManager (logstore/bucket_manager.py) over memory://: the LogManager API on a
+"""BucketLogManager (logstore/bucket/bucket_manager.py) over memory://: the LogManager API on a
 bucket, appends checked and committed, lost races, the objects it writes, ranged reads."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from bucket_helpers import CountingStorage, memory_uri
 from kafka.record.memory_records import MemoryRecords
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import INLINE_INDEX_BYTES
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import INLINE_INDEX_BYTES
 from seglog.logstore.errors import (
     ConfigError,
     CorruptRecordError,
@@ -22,9 +22,13 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches, encode_control_batch
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import (
+    decode_batches,
+    encode_batches,
+    encode_control_batch,
+)
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 TS = 1_700_000_000_000
 
@@ -289,8 +293,8 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     """Commits older than file.delete.delay.ms are collected once a snapshot covers them:
     version ``current + 1`` of a writer idle that long is a free name again. It looks
     before it writes, and appends after the records others committed meanwhile."""
-    from seglog.logstore.bucket_state import commit_key, snapshot_key
-    from seglog.logstore.clock import MockClock
+    from seglog.logstore.bucket.bucket_state import commit_key, snapshot_key
+    from seglog.logstore.util.clock import MockClock
 
     clock = MockClock()
     uri = memory_uri()

@@ -12,16 +12,16 @@ import pytest
 from bucket_helpers import log_values, memory_uri
 from kafka.record.memory_records import MemoryRecords
 
-from seglog.logstore import bucket_merge
-from seglog.logstore.bucket_commit_log import Change
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import build_segments
-from seglog.logstore.bucket_state import PartitionChange, SegmentEntry, segment_key
-from seglog.logstore.clock import MockClock
+from seglog.logstore.bucket import bucket_merge
+from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import build_segments
+from seglog.logstore.bucket.bucket_state import PartitionChange, SegmentEntry, segment_key
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 

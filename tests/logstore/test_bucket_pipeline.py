@@ -1,4 +1,4 @@
-"""Pipelined bucket appends (logstore/bucket_pipeline.py, ``append_async``): order and
+"""Pipelined bucket appends (logstore/bucket/bucket_pipeline.py, ``append_async``): order and
 contiguity under concurrent callers, a bad batch in the middle, a lost race and a failed
 commit mid-pipeline, group commits across time, a writer SIGKILLed with appends in
 flight; and the local LogManager's same call."""
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore.bucket_commit_log import CommitLog
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_commit_log import CommitLog
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import (
     AppendAbortedError,
     CommitConflictError,
@@ -27,10 +27,10 @@ from seglog.logstore.errors import (
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log import AppendInfo
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.log.log import AppendInfo
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def tagged(tag: str, n: int) -> bytearray:
@@ -342,8 +342,8 @@ def test_the_local_manager_completes_append_async_at_once(tmp_path):
 KILLED_WRITER = r"""
 import os, signal, sys, threading
 import pyarrow as pa
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 uri = sys.argv[1]
 mgr = LogManager(uri)

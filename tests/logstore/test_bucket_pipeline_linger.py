@@ -1,4 +1,4 @@
-"""When ``append_async``'s committer commits (logstore/bucket_pipeline.py,
+"""When ``append_async``'s committer commits (logstore/bucket/bucket_pipeline.py,
 ``_linger_left``): a finished upload waits for the uploads running behind it, at most
 ``linger.ms`` (by the manager's clock), never while a caller is blocked for room, and
 while a ``flush`` waits, until all of that flush's uploads ended; a due snapshot is
@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_state import HINT_KEY, SNAPSHOT_EVERY, snapshot_key
-from seglog.logstore.clock import SYSTEM_CLOCK, MockClock
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import HINT_KEY, SNAPSHOT_EVERY, snapshot_key
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.util.clock import SYSTEM_CLOCK, MockClock
 
 HOUR_MS = 3_600_000
 BOUND_S = 10  # a wait that should end far sooner; only a hang reaches it

@@ -13,16 +13,16 @@ import sys
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.bucket_commit_log import CRASH_ENV, CRASH_STEPS
-from seglog.logstore.bucket_state import SNAPSHOT_EVERY
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.bucket.bucket_commit_log import CRASH_ENV, CRASH_STEPS
+from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 WRITER = r"""
 import sys
 import pyarrow as pa
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 uri, name, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 with LogManager(uri) as mgr:

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore import bucket_read_window
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket import bucket_read_window
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptRecordError, MissingDataError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 TS = 1_700_000_000_000
 ROWS = 400  # a segment: 400 records in batches of at most 512 bytes (~30 batches)

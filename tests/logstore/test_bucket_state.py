@@ -1,4 +1,4 @@
-"""Damaged commits and snapshots (logstore/bucket_state.py): each is refused with an error
+"""Damaged commits and snapshots (logstore/bucket/bucket_state.py): each is refused with an error
 naming the object and the field, never folded into a state."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from seglog.logstore.bucket_state import BucketState, Commit, PartitionChange, SegmentEntry
+from seglog.logstore.bucket.bucket_state import BucketState, Commit, PartitionChange, SegmentEntry
 from seglog.logstore.errors import CorruptMetadataError
 
 WHERE = "memory://b/_seglog/log/00000000000000000001.json"

@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore.checkpoint_file import (
+from seglog.logstore.errors import CorruptCheckpointError, KafkaStorageError
+from seglog.logstore.log.checkpoint_file import (
     CheckpointFile,
     CheckpointFormat,
     OffsetCheckpointFile,
     write_atomically,
 )
-from seglog.logstore.errors import CorruptCheckpointError, KafkaStorageError
 
 
 def test_round_trip_in_kafkas_text_format(tmp_path):

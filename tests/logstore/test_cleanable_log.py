@@ -10,13 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 from bucket_helpers import memory_uri
 
-from seglog.logstore.bucket_compact import CompactedPartition
-from seglog.logstore.cleanable_log import cleanable_segments
-from seglog.logstore.cleaner_manager import LogCleanerManager
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.bucket.bucket_compact import CompactedPartition
+from seglog.logstore.cleaner.cleanable_log import cleanable_segments
+from seglog.logstore.cleaner.cleaner_manager import LogCleanerManager
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.cleaner import LogCleaner, SegmentSizes, group_segments
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig, ManagerConfig
+from seglog.logstore.cleaner.cleaner import LogCleaner, SegmentSizes, group_segments
+from seglog.logstore.config.config import LogConfig, ManagerConfig
 from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import DELETE_HORIZON_MASK, iter_batch_headers
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import DELETE_HORIZON_MASK, iter_batch_headers
+from seglog.logstore.util.clock import MockClock
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -421,7 +421,7 @@ def test_a_log_without_compact_is_refused(tmp_path):
 
 
 def test_log_append_time_and_control_batches_survive(tmp_path):
-    from seglog.logstore.record_codec import ControlType, encode_control_batch
+    from seglog.logstore.records.record_codec import ControlType, encode_control_batch
 
     clock = MockClock()
     log = open_log(tmp_path / "t-0", clock, **{"message.timestamp.type": "LogAppendTime"})
@@ -475,7 +475,7 @@ def test_kafka_python_reads_cleaned_segments(tmp_path):
 
 
 def test_the_log_manager_maintenance_runs_the_cleaner(tmp_path):
-    from seglog.logstore.log_manager import CLEANER_TASK, LogManager
+    from seglog.logstore.manager.log_manager import CLEANER_TASK, LogManager
 
     clock = MockClock()
     with LogManager([tmp_path / "logs"], clock=clock,
@@ -629,7 +629,7 @@ def test_a_batch_whose_record_count_lies_is_refused_with_its_offsets(tmp_path):
     stops with an error naming the segment and the batch's offsets."""
     import struct
 
-    from seglog.logstore.record_format import crc32c
+    from seglog.logstore.records.record_format import crc32c
 
     clock = MockClock()
     log = open_log(tmp_path / "t-0", clock, **{"segment.bytes": 1 << 20})
@@ -656,7 +656,7 @@ def test_records_too_short_for_a_headers_count_are_refused_not_overrun(tmp_path)
     refuse the batch as malformed, never write past its scratch."""
     import struct
 
-    from seglog.logstore.record_format import crc32c
+    from seglog.logstore.records.record_format import crc32c
 
     clock = MockClock()
     n = 2000
@@ -685,7 +685,7 @@ def test_an_overlong_varint_is_malformed_not_copied_past_the_buffer(tmp_path, fi
     bytes it once sent the rewrite copying the whole chunk past its output buffer."""
     import struct
 
-    from seglog.logstore.record_format import crc32c
+    from seglog.logstore.records.record_format import crc32c
 
     clock = MockClock()
     overlong_zero = bytes([0x80] * 5 + [0x00])
@@ -712,7 +712,7 @@ def test_an_overlong_varint_is_malformed_not_copied_past_the_buffer(tmp_path, fi
 def _raw_v2_batch(base: int, records: bytes, count: int, last_delta: int, ts: int) -> bytes:
     import struct
 
-    from seglog.logstore.record_format import crc32c
+    from seglog.logstore.records.record_format import crc32c
 
     body = struct.pack(">hiqqqhii", 0, last_delta, ts, ts, -1, -1, -1, count) + records
     return (struct.pack(">qiib", base, 9 + len(body), 0, 2) + struct.pack(">I", crc32c(body))

@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.record_codec import (
+from seglog.logstore.records.record_codec import (
     HEADERS_TYPE,
     RECORD_SCHEMA,
     CompressionType,
     decode_batches,
     encode_batches,
 )
-from seglog.logstore.record_format import iter_batch_headers, verify_crc
+from seglog.logstore.records.record_format import iter_batch_headers, verify_crc
 
 NOW_MS = 1_700_000_000_000
 

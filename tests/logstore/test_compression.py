@@ -10,7 +10,8 @@ import pytest
 import snappy
 from kafka import codec as kafka_codec
 
-from seglog.logstore.compression import (
+from seglog.logstore.errors import CorruptRecordError
+from seglog.logstore.records.compression import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_SNAPPY,
@@ -19,7 +20,6 @@ from seglog.logstore.compression import (
     compress,
     decompress,
 )
-from seglog.logstore.errors import CorruptRecordError
 
 PAYLOADS = [b"", b"a", b"hello kafka " * 1000, os.urandom(100_000),
             b"".join(i.to_bytes(4, "big") for i in range(50_000))]

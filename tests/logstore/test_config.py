@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from seglog.logstore.config import LONG_MAX, LogConfig, ManagerConfig
+from seglog.logstore.config.config import LONG_MAX, LogConfig, ManagerConfig
 from seglog.logstore.errors import ConfigError, SeglogError
 
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.control_records import control_records
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.record_codec import (
+from seglog.logstore.records.control_records import control_records
+from seglog.logstore.records.record_codec import (
     CompressionType,
     ControlType,
     encode_batches,
     encode_control_batch,
 )
-from seglog.logstore.record_format import (
+from seglog.logstore.records.record_format import (
     CONTROL_KEY,
     END_TXN_MARKER_VALUE,
     RECORDS_OFFSET,

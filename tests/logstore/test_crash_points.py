@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.crash_points import CRASH_ENV, CRASH_ONCE_ENV, crash_point
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.util.crash_points import CRASH_ENV, CRASH_ONCE_ENV, crash_point
 
 APPEND = r"""
 import sys
 import pyarrow as pa
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 with LogManager(sys.argv[1]) as mgr:
     mgr.append("t", 0, encode_batches(pa.array([sys.argv[2].encode()])))

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 from seglog.cli import main as seglog_main
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
 
 TS = 1_700_000_000_000
 CONFIG = {"index.interval.bytes": "200", "message.timestamp.before.max.ms": str(2**62)}

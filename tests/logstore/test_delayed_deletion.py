@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import logging
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.delayed_deletion import DelayedDeleter
+from seglog.logstore.util.clock import MockClock
+from seglog.logstore.util.delayed_deletion import DelayedDeleter
 
 
 def test_files_go_only_after_the_delay(tmp_path):

@@ -8,15 +8,15 @@ import textwrap
 
 import pytest
 
-from seglog.logstore.dir_lock import DirLock
 from seglog.logstore.errors import LogDirError, LogDirLockedError
+from seglog.logstore.manager.dir_lock import DirLock
 
 
 def _hold_in_child(path, ready_marker):
     """A child process that takes the lock, says so on stdout, and waits for stdin."""
     code = textwrap.dedent(f"""
         import sys
-        from seglog.logstore.dir_lock import DirLock
+        from seglog.logstore.manager.dir_lock import DirLock
         lock = DirLock({str(path)!r}).acquire()
         print({ready_marker!r}, flush=True)
         sys.stdin.readline()
@@ -48,7 +48,8 @@ def test_same_process_twice_is_refused(tmp_path):
         # the failed attempt closed its descriptor without dropping our POSIX lock
         proc = subprocess.run(
             [sys.executable, "-c",
-             f"from seglog.logstore.dir_lock import DirLock; DirLock({str(tmp_path)!r}).acquire()"],
+             "from seglog.logstore.manager.dir_lock import DirLock; "
+             f"DirLock({str(tmp_path)!r}).acquire()"],
             capture_output=True, text=True)
         assert proc.returncode != 0 and "LogDirLockedError" in proc.stderr
 

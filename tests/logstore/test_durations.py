@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from seglog.logstore.durations import parse_duration_ms
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.object_store_config import parse_object_uri, split_options
+from seglog.logstore.storage.object_store_config import parse_object_uri, split_options
+from seglog.logstore.util.durations import parse_duration_ms
 from seglog.streaming.source_options import SourceOptions
 
 

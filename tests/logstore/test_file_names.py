@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from seglog.logstore import file_names as fn
+from seglog.logstore.storage import file_names as fn
 
 
 def test_offset_file_names_are_20_digits():

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from seglog.logstore.errors import DataLossError, TopicIdChangedError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 
 def _values(log, start: int = 0) -> list[tuple[int, bytes]]:

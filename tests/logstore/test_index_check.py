@@ -8,9 +8,8 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.index_check import (
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.index.index_check import (
     IndexEntries,
     SegmentBatches,
     kafka_dump_log_offset_mismatches,
@@ -20,9 +19,10 @@ from seglog.logstore.index_check import (
     read_time_index,
     time_index_violations,
 )
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.util.clock import MockClock
 
 # Six batches of 10 offsets each, 100 bytes apart; max timestamps 1000, 1010, ...
 BATCHES = SegmentBatches(np.arange(0, 600, 100, dtype=np.int64),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore import kernel_cache
+from seglog.logstore.records import kernel_cache
 
 # Waits for the barrier file, so that both processes reach their first call together
 # (after their imports), then hashes one value and says whether numba compiled the kernel

@@ -10,10 +10,10 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from seglog.logstore.compression import compress
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import read_batch_header
+from seglog.logstore.records.compression import compress
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import read_batch_header
 
 KEYS = [b"k0", None, b"", b"key-3"]
 VALUES = [b"v0", b"", None, b"x" * 500]

@@ -15,8 +15,8 @@ import threading
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.util.clock import MockClock
 
 NOW = 1_700_000_000_000
 

@@ -6,9 +6,7 @@ import struct
 import pytest
 from kafka_batches import BASE_TS, batch
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.delayed_deletion import DelayedDeleter
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import (
     CorruptRecordError,
     InvalidOffsetError,
@@ -17,8 +15,10 @@ from seglog.logstore.errors import (
     ReadOnlyError,
     RecordTooLargeError,
 )
-from seglog.logstore.log import Log
-from seglog.logstore.record_format import iter_batch_headers, read_batch_header
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_format import iter_batch_headers, read_batch_header
+from seglog.logstore.util.clock import MockClock
+from seglog.logstore.util.delayed_deletion import DelayedDeleter
 
 ONE = len(batch(3))  # bytes of a 3-record test batch
 
@@ -551,7 +551,7 @@ def test_read_only_reader_gets_out_of_range_when_retention_took_its_segment(tmp_
 
 
 def test_read_only_log_lists_the_directory_only_when_it_changed(tmp_path, monkeypatch):
-    from seglog.logstore import log_reader
+    from seglog.logstore.log import log_reader
 
     log = _open(tmp_path, **{"segment.bytes": str(ONE)})
     log.append(batch(3))

@@ -5,17 +5,17 @@ import struct
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
-from seglog.logstore.file_names import (
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     TOPIC_CONFIG_FILE,
 )
-from seglog.logstore.log_manager import LogManager, check_log_dirs
-from seglog.logstore.record_format import iter_batch_headers
 
 
 def batch(n: int = 10) -> bytes:

@@ -13,8 +13,8 @@ import pytest
 from bucket_helpers import memory_uri
 
 from seglog.logstore.errors import OffsetOutOfRangeError, TopicExistsError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 TS = 1_700_000_000_000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 
 def test_kafka_files_are_known_and_the_metadata_log_is_no_topic(tmp_path, caplog):

@@ -12,12 +12,12 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import memory_uri
 
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import ConfigError, OffsetOutOfRangeError, ReadOnlyError
 from seglog.logstore.log_dirs_api import LogDirs, LogDirsView, PartitionLogView
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager, open_log_dirs
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager, open_log_dirs
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 
 
 def batch(*values: bytes) -> bytearray:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from seglog.logstore.errors import ConfigError, CorruptCheckpointError, ReadOnlyError
-from seglog.logstore.file_names import HIGH_WATERMARK_CHECKPOINT
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.log_reader import LogReader
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.log.log_reader import LogReader
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.file_names import HIGH_WATERMARK_CHECKPOINT
 
 # Directory listings made while `_listings` is a list (an audit hook cannot be removed,
 # so it is installed once and switched by this flag).
@@ -123,7 +123,7 @@ def test_a_high_watermark_beyond_the_log_end_is_clamped_whatever_is_asked_first(
     up to ``log.high_watermark`` works."""
     import pyarrow as pa
 
-    from seglog.logstore.record_codec import decode_batches
+    from seglog.logstore.records.record_codec import decode_batches
 
     with LogManager([tmp_path]) as mgr:
         mgr.create_topic("t", 1)

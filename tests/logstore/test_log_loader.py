@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_batches import BASE_TS, batch
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.log import Log
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.log.log import Log
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.util.clock import MockClock
 
 ONE = len(batch(3))
 CFG_PROPS = {"segment.bytes": str(3 * ONE), "index.interval.bytes": "1",
@@ -237,11 +237,11 @@ def test_read_only_reader_in_another_process(tmp_path):
     writer.flush()
     script = textwrap.dedent(f"""
         import sys, time
-        from seglog.logstore.record_format import iter_batch_headers, verify_crc
-        from seglog.logstore.clock import MockClock
-        from seglog.logstore.config import LogConfig
+        from seglog.logstore.records.record_format import iter_batch_headers, verify_crc
+        from seglog.logstore.util.clock import MockClock
+        from seglog.logstore.config.config import LogConfig
         from seglog.logstore.errors import OffsetOutOfRangeError
-        from seglog.logstore.log import Log
+        from seglog.logstore.log.log import Log
         cfg = LogConfig.from_properties({{"segment.bytes": "{4 * ONE}"}})
         log = Log.open({str(d)!r}, cfg, clock=MockClock(), read_only=True)
         seen, nxt = 0, 0

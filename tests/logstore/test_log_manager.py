@@ -13,9 +13,6 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from power_cut import lose_unflushed_tail
 
-from seglog.logstore import log_manager as lm
-from seglog.logstore.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import (
     ConfigError,
     InvalidTopicError,
@@ -25,7 +22,12 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.file_names import (
+from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
+from seglog.logstore.manager import log_manager as lm
+from seglog.logstore.manager.log_dirs import STAGING_PREFIX
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_format import iter_batch_headers, verify_crc
+from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -34,9 +36,7 @@ from seglog.logstore.file_names import (
     TOPIC_CONFIG_FILE,
     delete_dir_name,
 )
-from seglog.logstore.log_dirs import STAGING_PREFIX
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_format import iter_batch_headers, verify_crc
+from seglog.logstore.util.clock import MockClock
 
 NOW = 1_700_000_000_000
 
@@ -154,7 +154,7 @@ def test_topic_config_persists_for_every_later_process(tmp_path):
     for p in range(3):
         assert (tmp_path / f"a-b.c-{p}" / TOPIC_CONFIG_FILE).is_file()
     code = textwrap.dedent(f"""
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.manager.log_manager import LogManager
         with LogManager([{str(tmp_path)!r}], read_only=True) as m:
             c = m.topic_config("a-b.c")
             print(m.partitions("a-b.c"), c.segment_bytes, sorted(c.cleanup_policy),
@@ -216,7 +216,7 @@ def _crash_after(tmp_path, body: str) -> None:
     code = textwrap.dedent("""
         import os
         from kafka.record.default_records import DefaultRecordBatchBuilder
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.manager.log_manager import LogManager
         def batch(n):
             b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
             for i in range(n):
@@ -517,7 +517,7 @@ def test_unclean_dirs_recover_in_a_pool_per_dir(tmp_path, monkeypatch):
     code_dirs = ", ".join(repr(str(d)) for d in dirs)
     subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import os
-        from seglog.logstore.log_manager import LogManager
+        from seglog.logstore.manager.log_manager import LogManager
         mgr = LogManager([{code_dirs}])
         mgr.create_topic("t", 6)
         os._exit(0)
@@ -630,7 +630,7 @@ def test_compaction_runs_as_a_maintenance_task(tmp_path, clock):
         mgr.run_maintenance()
         assert log.size_in_bytes < before
         mgr.delete_topic("c")  # forgets the cleaner's checkpoint entry
-    from seglog.logstore.file_names import CLEANER_OFFSET_CHECKPOINT
+    from seglog.logstore.storage.file_names import CLEANER_OFFSET_CHECKPOINT
     assert OffsetCheckpointFile(tmp_path / CLEANER_OFFSET_CHECKPOINT).read() == {}
 
 
@@ -668,7 +668,7 @@ def test_a_forked_child_cannot_write_through_its_parents_manager(tmp_path):
         assert answer == b"refused"
         assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
         other = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
-            from seglog.logstore.log_manager import LogManager
+            from seglog.logstore.manager.log_manager import LogManager
             LogManager([{str(tmp_path)!r}])
         """)], capture_output=True, text=True)
         assert other.returncode != 0 and "LogDirLockedError" in other.stderr  # still ours
@@ -775,11 +775,11 @@ test_log_manager_model = LogManagerModel.TestCase
 
 
 def test_the_sink_state_dir_is_known_and_not_warned_about(tmp_path, caplog):
-    from seglog.logstore.file_names import SINK_STATE_DIR
+    from seglog.logstore.storage.file_names import SINK_STATE_DIR
 
     (tmp_path / SINK_STATE_DIR / "staging").mkdir(parents=True)
     (tmp_path / "stray-dir").mkdir()
-    with caplog.at_level("WARNING", logger="seglog.logstore.log_manager"), \
+    with caplog.at_level("WARNING", logger="seglog.logstore.manager.log_manager"), \
             LogManager([tmp_path]) as mgr:
         assert mgr.topics() == []
     warned = " ".join(r.getMessage() for r in caplog.records)

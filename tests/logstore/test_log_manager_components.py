@@ -11,14 +11,14 @@ from typing import Generic
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import ReadOnlyError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.log_manager_check import CheckHooks
-from seglog.logstore.log_manager_maintenance import ManagerMaintenance
-from seglog.logstore.log_manager_topics import TopicAdmin
-from seglog.logstore.partition_table import PartitionTable
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.manager.log_manager_check import CheckHooks
+from seglog.logstore.manager.log_manager_maintenance import ManagerMaintenance
+from seglog.logstore.manager.log_manager_topics import TopicAdmin
+from seglog.logstore.manager.partition_table import PartitionTable
+from seglog.logstore.records.record_codec import encode_batches
 
 
 def test_the_managers_have_one_base_at_most() -> None:

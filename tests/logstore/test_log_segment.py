@@ -7,10 +7,10 @@ import pytest
 from kafka_batches import BASE_TS, batch
 
 from seglog.logstore.errors import KafkaStorageError
-from seglog.logstore.file_names import DELETED_SUFFIX
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.record_format import iter_batch_headers
-from seglog.logstore.storage import PosixStorage
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.file_names import DELETED_SUFFIX
+from seglog.logstore.storage.storage import PosixStorage
 
 
 def _segment(tmp_path, base=0, interval=100, **kw) -> LogSegment:
@@ -127,7 +127,7 @@ def test_recover_cuts_a_batch_whose_last_offset_passes_int64(tmp_path):
     negative and passed every offset check (then any later batch did too)."""
     import struct
 
-    from seglog.logstore.record_format import crc32c
+    from seglog.logstore.records.record_format import crc32c
 
     def with_last_delta(b: bytes, delta: int) -> bytes:
         out = bytearray(b)
@@ -267,7 +267,7 @@ def test_iter_batches_skips_bodies_of_large_batches(tmp_path):
 
 
 def test_recovery_without_the_hardware_crc_kernel_agrees(tmp_path, monkeypatch):
-    from seglog.logstore import segment_scan
+    from seglog.logstore.records import segment_scan
 
     seg = _segment(tmp_path)
     batches = _fill(seg, 30)

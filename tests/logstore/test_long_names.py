@@ -11,11 +11,11 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.cli import main as seglog_main
-from seglog.logstore import file_names as fn
-from seglog.logstore.clock import MockClock
+from seglog.logstore.config.topics import MAX_NAME_LENGTH
 from seglog.logstore.errors import InvalidTopicError, KafkaStorageError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.topics import MAX_NAME_LENGTH
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage import file_names as fn
+from seglog.logstore.util.clock import MockClock
 
 LONGEST = ("a.b_c-" * 50)[:MAX_NAME_LENGTH]
 

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from seglog.logstore.errors import InvalidRecordError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import (
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import (
     BASE_TIMESTAMP_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     iter_batch_headers,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog.logstore.errors import CorruptIndexError, InvalidOffsetError
-from seglog.logstore.offset_index import OffsetIndex, OffsetPosition
+from seglog.logstore.index.offset_index import OffsetIndex, OffsetPosition
 
 
 def test_lookup_finds_the_largest_entry_at_or_below(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore.offset_map import ENTRY_BYTES, OffsetMap, hash_keys
+from seglog.logstore.cleaner.offset_map import ENTRY_BYTES, OffsetMap, hash_keys
 
 _MASK = (1 << 64) - 1
 

@@ -11,19 +11,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_state import BucketState, Commit, TopicSpec
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import BucketState, Commit, TopicSpec
 from seglog.logstore.errors import CorruptMetadataError, CorruptPartitionMetadataError
-from seglog.logstore.file_names import PARTITION_METADATA_FILE
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import (
+from seglog.logstore.log.partition_metadata import (
     new_topic_id,
     parse_partition_metadata,
     read_topic_id,
     valid_topic_id,
 )
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.file_names import PARTITION_METADATA_FILE
 
 
 def _values(log: object) -> list[bytes]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seglog.logstore import transactions
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.log import Log
-from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
+from seglog.logstore.log import transactions
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import ControlType, encode_batches, encode_control_batch
+from seglog.logstore.util.clock import MockClock
 
 FIELDS = ("position", "base_offset", "last_offset", "size", "attributes", "producer_id",
           "producer_epoch", "base_sequence", "max_timestamp")
@@ -72,7 +72,7 @@ def test_a_bucket_segment_scans_a_span_above_small_scan():
     integers): the walk hands it a memoryview of its chunk."""
     from bucket_helpers import memory_uri
 
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
 
     values = pa.array([b"v" * 1000] * 3000)  # ~3 MB: several 1 MiB batches
     with LogManager(memory_uri()) as mgr:

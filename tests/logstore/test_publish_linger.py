@@ -14,10 +14,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.config import ManagerConfig
+from seglog.logstore.config.config import ManagerConfig
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 TP = ("events", 0)
 
@@ -34,7 +34,7 @@ def _published(log_dir: Path) -> dict[tuple[str, int], int]:
 
 _WAIT_IN_OTHER_PROCESS = textwrap.dedent("""
     import sys, time
-    from seglog.logstore.log_manager import LogManager
+    from seglog.logstore.manager.log_manager import LogManager
     deadline = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < deadline:
         with LogManager([sys.argv[1]], read_only=True) as reader:

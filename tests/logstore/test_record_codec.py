@@ -9,7 +9,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
-from seglog.logstore.record_codec import (
+from seglog.logstore.records.record_codec import (
     HEADERS_TYPE,
     RECORD_SCHEMA,
     CompressionType,
@@ -20,7 +20,7 @@ from seglog.logstore.record_codec import (
     encode_control_batch,
     record_schema,
 )
-from seglog.logstore.record_format import (
+from seglog.logstore.records.record_format import (
     V2_HEADER_SIZE,
     iter_batch_headers,
     read_batch_header,

@@ -5,7 +5,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.record_format import (
+from seglog.logstore.records.record_format import (
     compute_crc,
     iter_batch_headers,
     read_batch_header,
@@ -101,7 +101,7 @@ def test_a_last_offset_past_int64_is_refused_by_every_reader():
     out a last offset above int64, which no offset column can hold)."""
     import struct
 
-    from seglog.logstore.record_format import INT64_MAX, REASON_OFFSETS, verify
+    from seglog.logstore.records.record_format import INT64_MAX, REASON_OFFSETS, verify
 
     buf = bytearray(_kafka_python_batch(3))
     struct.pack_into(">q", buf, 0, INT64_MAX - 1)  # last offset delta 2: one past int64

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.record_format import (
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_format import (
     HEADER_COLUMNS,
     INT64_MAX,
     OK,
@@ -29,7 +29,7 @@ from seglog.logstore.record_format import (
     WALK_INVALID,
     verify_all,
 )
-from seglog.logstore.record_format_kernels import header_table
+from seglog.logstore.records.record_format_kernels import header_table
 
 I32 = 2**31 - 1
 

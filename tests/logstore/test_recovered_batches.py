@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore import log_loader, transactions
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.control_records import ControlRecord
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.log import Log
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.producer_state import ProducerEntry, ProducerStateManager
-from seglog.logstore.record_codec import ControlType, encode_batches, encode_control_batch
-from seglog.logstore.record_format import (
+from seglog.logstore.log import log_loader, transactions
+from seglog.logstore.log.log import Log
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.log.producer_state import ProducerEntry, ProducerStateManager
+from seglog.logstore.log.recovered_batches import RecoveredBatches, drop_overwritten
+from seglog.logstore.records.control_records import ControlRecord
+from seglog.logstore.records.record_codec import ControlType, encode_batches, encode_control_batch
+from seglog.logstore.records.record_format import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
     CONTROL_MASK,
@@ -36,7 +36,7 @@ from seglog.logstore.record_format import (
     TRANSACTIONAL_MASK,
     iter_batch_headers,
 )
-from seglog.logstore.recovered_batches import RecoveredBatches, drop_overwritten
+from seglog.logstore.util.clock import MockClock
 
 BASE_TS = 1_700_000_000_000
 CFG = LogConfig.from_properties({"segment.bytes": "1200"})
@@ -159,7 +159,7 @@ def test_a_collector_over_its_bound_leaves_the_segment_to_be_read_again(
 def test_a_damaged_marker_is_an_error_naming_the_file(tmp_path):
     """A control batch whose record does not parse (its CRC recomputed, so recovery keeps
     it) stops the open with an error naming the segment and the batch's position."""
-    from seglog.logstore.record_format import CRC_START, crc32c
+    from seglog.logstore.records.record_format import CRC_START, crc32c
 
     d = tmp_path / "t-0"
     log = Log.open(d, CFG, clock=MockClock(BASE_TS))
@@ -224,7 +224,7 @@ def test_dropping_overwritten_rows_changes_no_state(ops, ongoing):
 def test_the_bound_counts_rows_after_dropping_overwritten_ones():
     """An idempotent producer's batches reduce to one row: a chunk of more batches than
     the bound is kept, not left to be read again."""
-    from seglog.logstore.recovered_batches import ProducerBatchCollector
+    from seglog.logstore.log.recovered_batches import ProducerBatchCollector
 
     chunk = _rows([(7, "plain")] * 500)
     collector = ProducerBatchCollector(chunk.log_path, max_rows=100)
@@ -236,7 +236,7 @@ def test_the_bound_counts_rows_after_dropping_overwritten_ones():
 
 
 def test_a_collector_over_its_bound_after_reduction_gives_up():
-    from seglog.logstore.recovered_batches import ProducerBatchCollector
+    from seglog.logstore.log.recovered_batches import ProducerBatchCollector
 
     chunk = _rows([(7, "txn")] * 500)  # transactional rows are all kept
     collector = ProducerBatchCollector(chunk.log_path, max_rows=100)
@@ -279,7 +279,7 @@ def test_legacy_messages_before_producer_batches(tmp_path, reads):
     messages carry no producer, the v2 batches after them are kept for producer state."""
     from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-    from seglog.logstore.record_format import set_base_offset
+    from seglog.logstore.records.record_format import set_base_offset
 
     d = tmp_path / "t-0"
     d.mkdir()

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore.file_names import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches, encode_batches
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 
 TS = 1_700_000_000_000
 

@@ -12,11 +12,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.retention import SegmentDescriptor, deletable_segments
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.log.retention import SegmentDescriptor, deletable_segments
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 RECORDS = 4  # per batch: segment i holds offsets [4i, 4i + 4)

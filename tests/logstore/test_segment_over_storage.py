@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from kafka_batches import BASE_TS, batch
 
-from seglog.logstore import storage as storage_mod
-from seglog.logstore.config import LogConfig
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import KafkaStorageError
-from seglog.logstore.file_names import INDEX_SUFFIX, TIME_INDEX_SUFFIX
-from seglog.logstore.log import Log
-from seglog.logstore.log_read import LogReads
-from seglog.logstore.log_reader import LogReader
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.record_codec import decode_batches
-from seglog.logstore.storage import Entry, PosixStorage, RangeReader, Storage, StoragePath
+from seglog.logstore.log.log import Log
+from seglog.logstore.log.log_read import LogReads
+from seglog.logstore.log.log_reader import LogReader
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.storage import storage as storage_mod
+from seglog.logstore.storage.file_names import INDEX_SUFFIX, TIME_INDEX_SUFFIX
+from seglog.logstore.storage.storage import Entry, PosixStorage, RangeReader, Storage, StoragePath
 
 _FILESYSTEM_ONLY = ("open_file", "fsync_file", "fsync_dir", "rename", "link", "stat", "lstat",
                     "is_dir", "is_file", "is_link", "lexists", "resolve", "accessible",

@@ -12,17 +12,17 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import memory_uri
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import BucketSegment, ObjectRecords
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import BucketSegment, ObjectRecords
 from seglog.logstore.errors import CorruptMetadataError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.log_segment import LogSegment
-from seglog.logstore.offset_index import OffsetIndex
-from seglog.logstore.record_codec import encode_batches
-from seglog.logstore.segment_parts import file_parts
-from seglog.logstore.segment_records import FileRecords
-from seglog.logstore.storage import LOCAL
-from seglog.logstore.time_index import TimeIndex
+from seglog.logstore.index.offset_index import OffsetIndex
+from seglog.logstore.index.time_index import TimeIndex
+from seglog.logstore.log.log_segment import LogSegment
+from seglog.logstore.log.segment_parts import file_parts
+from seglog.logstore.log.segment_records import FileRecords
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.storage import LOCAL
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TS = 1_700_000_000_000

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from seglog.logstore.errors import InvalidOffsetError
-from seglog.logstore.time_index import TimeIndex, TimestampOffset
+from seglog.logstore.index.time_index import TimeIndex, TimestampOffset
 
 
 def test_appends_only_when_the_timestamp_grows(tmp_path):

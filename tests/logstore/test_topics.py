@@ -4,10 +4,8 @@ import logging
 
 import pytest
 
-from seglog.logstore.config import LogConfig
-from seglog.logstore.errors import ConfigError, InvalidTopicError
-from seglog.logstore.file_names import TOPIC_CONFIG_FILE
-from seglog.logstore.topics import (
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.config.topics import (
     find_collision,
     has_collision_chars,
     load_topic_config,
@@ -17,6 +15,8 @@ from seglog.logstore.topics import (
     warn_on_collision,
     write_topic_config,
 )
+from seglog.logstore.errors import ConfigError, InvalidTopicError
+from seglog.logstore.storage.file_names import TOPIC_CONFIG_FILE
 
 
 @pytest.mark.parametrize("name", ["a", "orders", "my-topic.v2_eu", "A" * 249, "..a", "-"])
@@ -48,7 +48,7 @@ def test_collisions(caplog):
     assert not has_collision_chars("a-b")
     assert find_collision("a.b", ["x", "a_b"]) == "a_b"
     assert find_collision("a.b", ["a.b", "a-b"]) is None
-    with caplog.at_level(logging.WARNING, logger="seglog.logstore.topics"):
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.config.topics"):
         warn_on_collision("a_b", ["a.b"])
     assert "collides with existing topic 'a.b'" in caplog.text
 

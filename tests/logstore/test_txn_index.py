@@ -12,24 +12,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seglog.logstore.clock import MockClock
-from seglog.logstore.config import LogConfig
+from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import ConfigError, CorruptIndexError
-from seglog.logstore.log import Log
-from seglog.logstore.producer_state import (
+from seglog.logstore.index.txn_index import AbortedTxn, TransactionIndex
+from seglog.logstore.log.log import Log
+from seglog.logstore.log.producer_state import (
     CorruptSnapshotError,
     ProducerEntry,
     ProducerStateManager,
     read_snapshot,
     snapshot_file,
 )
-from seglog.logstore.record_codec import (
+from seglog.logstore.records.record_codec import (
     ControlType,
     decode_batches,
     encode_batches,
     encode_control_batch,
 )
-from seglog.logstore.txn_index import AbortedTxn, TransactionIndex
+from seglog.logstore.util.clock import MockClock
 
 BASE_TS = 1_700_000_000_000
 CFG = LogConfig.from_properties({"segment.bytes": "600"})

@@ -12,7 +12,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.cli import main as seglog_main
 from seglog.logstore.errors import KafkaStorageError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 
 
 def batch(n: int) -> bytes:

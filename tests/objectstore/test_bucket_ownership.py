@@ -7,12 +7,12 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.bucket_collect import collect
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import object_keys
+from seglog.logstore.bucket.bucket_collect import collect
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
 from seglog.logstore.errors import LogDirError
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 NO_DELAY = {"file.delete.delay.ms": 0}
 FOREIGN = b"quarter,revenue\nq1,42\n"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 WRITERS = 8
 MAX_TRIALS = 40

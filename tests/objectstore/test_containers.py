@@ -13,7 +13,7 @@ from storage_cases import StorageUnderTest
 from test_conditional_writes import *  # noqa: F403 (the same tests, collected here again)
 from test_storage_contract import *  # noqa: F403
 
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 # A release that enforces If-None-Match/If-Match on PUT (testcontainers' default image,
 # from 2022, predates MinIO's conditional writes).

@@ -13,8 +13,8 @@ from seglog.logstore.errors import (
     KafkaStorageError,
     StorageAccessDeniedError,
 )
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.object_store_config import StorageOptions
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.object_store_config import StorageOptions
 
 BAD_ENDPOINTS = [
     "127.0.0.1:9000",

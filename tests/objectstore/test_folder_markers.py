@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches, encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def test_listings_skip_the_prefix_own_marker(bucket_server, s3_uri):

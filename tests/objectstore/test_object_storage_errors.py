@@ -16,7 +16,7 @@ from seglog.logstore.errors import (
     StorageAccessDeniedError,
     StorageUnreachableError,
 )
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 def _free_port() -> int:

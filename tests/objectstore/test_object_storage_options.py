@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.object_store_config import StorageOptions
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.object_store_config import StorageOptions
 
 SECRET = "wJalrXUtnFEMI-not-a-real-secret"
 

@@ -13,7 +13,7 @@ from s3_proxy import Fault, S3Proxy
 from s3_server import S3Server
 
 from seglog.logstore.errors import KafkaStorageError
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 @pytest.fixture(params=("moto", "seaweedfs"))

@@ -1,4 +1,4 @@
-"""The Storage contract (logstore/storage.py's docstring), clause by clause, over every
+"""The Storage contract (logstore/storage/storage.py's docstring), clause by clause, over every
 backend: posix, memory and S3 (moto)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from seglog.logstore.errors import KafkaStorageError
-from seglog.logstore.storage import RangeReader, Storage
+from seglog.logstore.storage.storage import RangeReader, Storage
 
 
 def test_every_backend_is_a_storage(storage):

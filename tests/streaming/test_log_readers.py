@@ -12,10 +12,10 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
 from seglog.datasource.stream_writer import validate_sink
-from seglog.logstore import log_dirs_reader
 from seglog.logstore.errors import CorruptCheckpointError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager import log_dirs_reader
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 from seglog.streaming import log_readers
 from seglog.streaming.log_readers import reader, segment_files
 from seglog.streaming.sink_options import SinkColumns, SinkOptions

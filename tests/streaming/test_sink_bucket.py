@@ -16,13 +16,13 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_staging import SINK_EXPIRY_MS, staging_prefix
-from seglog.logstore.bucket_state import STAGING_DIR
-from seglog.logstore.clock import MockClock
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_staging import SINK_EXPIRY_MS, staging_prefix
+from seglog.logstore.bucket.bucket_state import STAGING_DIR
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.util.clock import MockClock
 from seglog.streaming import sink_bucket_commit, sink_bucket_staging
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.partitioner import partitions_for_keys
@@ -122,7 +122,7 @@ def test_tasks_upload_fragments_and_the_commit_publishes_them_once():
         log = mgr.get_log(TOPIC, 0)
         seg = log.segments[-1]
         data = seg.pread(0, seg.size)
-        from seglog.logstore.record_format import iter_batch_headers
+        from seglog.logstore.records.record_format import iter_batch_headers
         heads = list(iter_batch_headers(data))
         assert heads[0].base_offset == seg.base_offset
         assert {(h.producer_id, h.producer_epoch, h.base_sequence) for h in heads} == {

@@ -7,7 +7,7 @@ import pytest
 from test_sink_bucket import TOPIC, check_exactly_once, memory_uri, options, stage, values
 
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming.sink_bucket_commit import commit
 from seglog.streaming.sink_bucket_merge import MERGE_MIN_SEGMENTS
 

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pytest
 from test_sink_bucket import SINK, TOPIC, check_exactly_once, memory_uri, options, stage, values
 
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.clock import MockClock
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import InvalidStorageUriError, KafkaStorageError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
-from seglog.logstore.object_store_config import parse_object_uri, redact_uri
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.object_store_config import parse_object_uri, redact_uri
+from seglog.logstore.util.clock import MockClock
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_bucket_commit import abort, commit
 from seglog.streaming.sink_bucket_staging import open_bucket, stage_rows
@@ -281,7 +281,7 @@ def test_a_long_stream_merges_its_fragments_and_collects_them_exactly_once():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "logstore"))
     from bucket_helpers import StoreClockStorage
 
-    from seglog.logstore.bucket_state import STAGING_DIR
+    from seglog.logstore.bucket.bucket_state import STAGING_DIR
     from seglog.streaming.sink_bucket_merge import MERGE_MIN_SEGMENTS
 
     uri = memory_uri()

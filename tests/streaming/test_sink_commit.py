@@ -23,8 +23,8 @@ from seglog.logstore.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import decode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.partitioner import partitions_for_keys
 from seglog.streaming.sink_commit import (
@@ -119,7 +119,7 @@ def test_commit_publishes_every_row_once_with_kafka_key_placement(tmp_path: Path
     pid, epoch, seq = producer_fields(SINK, 0)
     with LogManager([tmp_path], read_only=True) as mgr:
         log = mgr.get_log(TOPIC, 0)
-        from seglog.logstore.record_format import iter_batch_headers
+        from seglog.logstore.records.record_format import iter_batch_headers
 
         headers = list(iter_batch_headers(log.read(0, max_bytes=1 << 20).records))
     assert headers and all((h.producer_id, h.producer_epoch, h.base_sequence) ==

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.clock import MockClock
 from seglog.logstore.errors import ConfigError, InvalidRecordError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.util.clock import MockClock
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
 from seglog.streaming.sink_staging import min_timestamp_ms, stage_rows
@@ -103,7 +103,7 @@ def test_an_explicit_partition_count_must_match_an_existing_topic(tmp_path):
 
 
 def test_creating_a_topic_logs_the_retention_in_force(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="seglog.logstore.log_manager")
+    caplog.set_level(logging.INFO, logger="seglog.logstore.manager.log_manager")
     with LogManager([tmp_path]) as mgr:
         mgr.create_topic("a", 2)
         mgr.create_topic("b", 1, {"retention.ms": "-1"})

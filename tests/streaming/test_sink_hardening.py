@@ -12,7 +12,7 @@ import pytest
 
 from seglog.cli import main as seglog_main
 from seglog.logstore.errors import InvalidRecordError, LogDirError
-from seglog.logstore.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_options import SinkColumns, SinkOptions, check_log_dirs
 from seglog.streaming.sink_staging import stage_rows

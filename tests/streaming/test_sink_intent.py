@@ -25,8 +25,8 @@ from test_sink_replay import (
 )
 
 from seglog.logstore.errors import CorruptRecordError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_format import iter_batch_headers
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import CRASH_STEPS, abort, commit, sweep_staging
 from seglog.streaming.sink_intent import intent_file, read_intents

@@ -11,8 +11,8 @@ from test_sink_bucket import memory_uri
 
 from seglog.datasource.stream_writer import validate_sink
 from seglog.logstore.errors import ConfigError, SeglogError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_storage import ObjectStorage
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.streaming.log_readers import close_all
 
 SCHEMA = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])

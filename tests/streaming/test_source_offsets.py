@@ -152,8 +152,8 @@ def test_a_high_watermark_above_the_log_end_is_data_loss_not_a_short_read(
     import pyarrow as pa
 
     from seglog.logstore.errors import DataLossError
-    from seglog.logstore.log_manager import LogManager
-    from seglog.logstore.record_codec import encode_batches
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.logstore.records.record_codec import encode_batches
     from seglog.streaming.source_offsets import snapshot_log_dirs
 
     with LogManager([tmp_path]) as mgr:

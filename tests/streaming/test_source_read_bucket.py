@@ -13,12 +13,12 @@ import pyarrow as pa
 import pytest
 
 from seglog.datasource.schema import arrow_schema
-from seglog.logstore.bucket_log import BucketLog
-from seglog.logstore.bucket_manager import BucketLogManager
-from seglog.logstore.bucket_segment import object_keys
+from seglog.logstore.bucket.bucket_log import BucketLog
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
 from seglog.logstore.errors import CorruptRecordError, DataLossError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 from seglog.streaming.read_planning import ReadRange
 from seglog.streaming.source_read import read_range
 

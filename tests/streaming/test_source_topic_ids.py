@@ -14,17 +14,17 @@ import pyarrow as pa
 import pytest
 
 from seglog.datasource.schema import arrow_schema
-from seglog.logstore.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.errors import CorruptPartitionMetadataError, DataLossError
-from seglog.logstore.file_names import PARTITION_METADATA_FILE
-from seglog.logstore.log_dirs_reader import LogDirsReader
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.partition_metadata import (
+from seglog.logstore.log.partition_metadata import (
     new_topic_id,
     read_topic_id,
     write_partition_metadata,
 )
-from seglog.logstore.record_codec import encode_batches
+from seglog.logstore.manager.log_dirs_reader import LogDirsReader
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.file_names import PARTITION_METADATA_FILE
 from seglog.streaming import log_readers
 from seglog.streaming.read_planning import ReadRange
 from seglog.streaming.source_offsets import (
@@ -244,7 +244,7 @@ def _drop_id(store) -> None:
     without its ``partition.metadata``, or an older seglog's snapshot of a bucket state
     (TopicSpec as it was written before topic ids)."""
     if isinstance(store, _Bucket):
-        from seglog.logstore import bucket_state
+        from seglog.logstore.bucket import bucket_state
 
         real = bucket_state.TopicSpec.to_json
         bucket_state.TopicSpec.to_json = lambda self: {  # type: ignore[method-assign]

@@ -10,8 +10,8 @@ import pytest
 
 from seglog.datasource.stream_reader import input_partitions
 from seglog.logstore.errors import ConfigError
-from seglog.logstore.log_manager import LogManager
-from seglog.logstore.object_store_config import StorageOptions
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.object_store_config import StorageOptions
 from seglog.streaming.log_readers import reader
 from seglog.streaming.sink_options import SinkOptions
 from seglog.streaming.source_options import SourceOptions

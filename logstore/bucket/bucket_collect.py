@@ -1,0 +1,281 @@
+"""Collecting a bucket's objects that no reader can need any more.
+
+Nothing is deleted when it leaves the state: a reader that planned on an older version
+keeps reading its objects. The collector deletes, in this order:
+
+1. **Removed objects**: the objects of a segment removed by commit ``v`` (explicitly, or
+   with its topic) once ``file.delete.delay.ms`` (of its topic; the default for a
+   deleted topic) has passed since every commit up to ``v`` was made, by the store's
+   clock (the commits' last-modified times against ``store_now_ms``: neither the
+   writers' clocks nor the collector's count, so no skew can shorten the wait). A
+   reader's view becomes stale at the commit after it, so it keeps at least that long to
+   finish. (The newest time of commits ``<= v`` is used, not ``v``'s own: the rule must
+   hold for every older view.)
+2. **Orphans**: segment objects under a partition's prefix, or objects under
+   ``_seglog/staging/``, that neither the state nor any commit kept names, last modified
+   more than the orphan grace ago (``max(file.delete.delay.ms, 1 h)`` by default) by the
+   store's clock (``bucket_staging.store_now_ms``: object times are the store's, so
+   "now" is too):
+   uploads of dead or losing writers, and leftovers of a collector that died. A writer
+   never commits an upload older than half the grace (``bucket_merge``,
+   ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever
+   their age (``bucket_staging.InFlight``).
+3. **Old metadata** (``bucket_commit_log.collectable_metadata`` decides, by the store's
+   timestamps): with ``s`` the newest snapshot older than the delay that decodes, the
+   commits before ``s`` that are older than the delay, but never the newest commit
+   (oldest first, so the log never has a hole a reader cannot explain), and the snapshots
+   before ``s``. The delay is the largest ``file.delete.delay.ms``, never less than
+   ``METADATA_MIN_DELAY_MS``: writers refresh a view older than
+   ``bucket_commit_log.MAX_VIEW_AGE_MS`` whatever their config, and this floor keeps
+   every commit they may not have seen. A damaged snapshot is logged (an error naming
+   it) and never taken as ``s``: the commits it stands for stay. The hint is moved to
+   ``s`` when it names an older one.
+
+Only the log dir's own objects are ever considered (``bucket_ownership.owned_objects``):
+segment objects directly under a partition prefix that the state or a commit still
+present names, and the staging area. Other prefixes, other names and deeper keys are a
+shared bucket's other tenants: never listed for deletion.
+
+The collector folds the commits still present from the snapshot they start after (or
+from version 0), so its cost is the commits of the last ``file.delete.delay.ms`` plus
+one flat listing of each named partition prefix present and of the staging area (paged, never a
+LIST per directory); it keeps no state between runs, and a collector killed at
+any point leaves only objects a later run deletes (``collect-after-data``: objects
+deleted, metadata not yet).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import CorruptMetadataError
+from ..storage.storage import Entry, Storage
+from ..util.crash_points import crash_point
+from .bucket_commit_log import (
+    MAX_VIEW_AGE_MS,
+    collectable_metadata,
+    covering_snapshot,
+)
+from .bucket_ownership import owned_objects
+from .bucket_segment import object_keys
+from .bucket_staging import InFlight, store_now_ms
+from .bucket_state import (
+    COMMIT_DIR,
+    HINT_KEY,
+    NO_VERSION,
+    SNAPSHOT_DIR,
+    BucketState,
+    Commit,
+    SegmentEntry,
+    commit_key,
+    parse_version_name,
+    snapshot_key,
+)
+
+logger = logging.getLogger(__name__)
+
+COLLECT_STEPS = ("collect-after-data",)
+METADATA_MIN_DELAY_MS = 60_000
+"""Commits and snapshots are kept at least this long (by the store's clock), whatever
+``file.delete.delay.ms`` says: a writer refreshes a view older than ``MAX_VIEW_AGE_MS``
+(10 s) before it creates a commit, so every commit made since it looked is still there
+and wins the create against it; the margin above 10 s covers the create's own time."""
+if METADATA_MIN_DELAY_MS <= MAX_VIEW_AGE_MS:  # pragma: no cover - a constant's edit
+    raise AssertionError("METADATA_MIN_DELAY_MS must exceed MAX_VIEW_AGE_MS: writers "
+                         "could otherwise re-create collected versions")
+ORPHAN_GRACE_MIN_MS = 3_600_000
+"""The least orphan grace: an upload younger than this may still be committed."""
+
+
+@dataclass(slots=True)
+class CollectStats:
+    """What one collection deleted (object counts) and kept."""
+
+    removed_objects: int = 0
+    orphans: int = 0
+    commits: int = 0
+    snapshots: int = 0
+    waiting: int = 0  # removed objects kept because a reader may still hold them
+    orphans_waiting: int = 0  # unreferenced objects younger than the grace
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Removal:
+    entry: SegmentEntry
+    topic: str
+    newest_commit_ms: int  # the newest timestamp of the commits up to the removing one
+
+
+def orphan_grace_ms(delete_delay_ms: int, configured: int | None = None) -> int:
+    """The orphan grace: ``configured``, else ``max(file.delete.delay.ms, 1 h)``."""
+    return configured if configured is not None else max(delete_delay_ms, ORPHAN_GRACE_MIN_MS)
+
+
+def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
+            max_delete_delay_ms: int, orphan_grace: int) -> CollectStats:
+    """One collection (see the module docstring). ``delete_delay_ms(topic)`` is the
+    topic's ``file.delete.delay.ms`` (the default for a deleted topic);
+    ``max_delete_delay_ms`` the largest of them (it protects the metadata). Every age is
+    judged by the store's clock (``store_now_ms``), none by this process's."""
+    stats = CollectStats()
+    commit_entries = [e for e in storage.list_dir(COMMIT_DIR) if not e.is_dir]
+    snapshot_entries = [e for e in storage.list_dir(SNAPSHOT_DIR) if not e.is_dir]
+    commits = _versions(commit_entries)
+    snapshots = _versions(snapshot_entries)
+    # Read after the listings: every listed object is at most this old.
+    store_now = store_now_ms(storage)
+    made_ms = {v: e.mtime_ms for v, e in _by_version(commit_entries).items()}
+    try:
+        state, removals, known, named = _fold(storage, commits, snapshots, made_ms)
+    except FileNotFoundError as e:
+        # A commit or snapshot listed above is gone: another collector (a query's driver,
+        # `seglog maintain`) collected it meanwhile. Nothing is deleted yet, and that
+        # collector did this pass's work; the next one starts from a fresh listing.
+        logger.info("%s: collection skipped: %s was collected by another collector "
+                    "meanwhile", storage.uri, e)
+        return stats
+    referenced = {s.key for p in state.partitions.values() for s in p.segments}
+    deletable: set[str] = set()
+    waiting: set[str] = set()
+    for r in removals:
+        if store_now - r.newest_commit_ms >= delete_delay_ms(r.topic):
+            deletable.update(object_keys(r.entry))
+        else:
+            waiting.update(object_keys(r.entry))
+    objects = owned_objects(storage, named)
+    in_flight = InFlight.build(state.sinks, known, objects, store_now)
+    for key, entry in objects:
+        stem = key.rsplit(".", 1)[0]
+        if stem in referenced or key in waiting:
+            stats.waiting += key in waiting
+            continue
+        if key in deletable:
+            storage.delete(key)
+            stats.removed_objects += 1
+        elif stem not in known and in_flight.holds(key):
+            stats.orphans_waiting += 1
+        elif stem not in known and store_now - entry.mtime_ms >= orphan_grace:
+            logger.info("%s/%s: no commit references it and it is older than the orphan "
+                        "grace (%d ms): deleting it", storage.uri, key, orphan_grace)
+            storage.delete(key)
+            stats.orphans += 1
+        elif stem not in known:
+            stats.orphans_waiting += 1
+    crash_point("collect-after-data")
+    _collect_metadata(storage, commit_entries, snapshot_entries, store_now,
+                      max(max_delete_delay_ms, METADATA_MIN_DELAY_MS), stats)
+    return stats
+
+
+def _versions(entries: list[Entry]) -> list[int]:
+    return sorted(v for v in (parse_version_name(e.name) for e in entries) if v is not None)
+
+
+def _by_version(entries: list[Entry]) -> dict[int, Entry]:
+    return {v: e for v, e in ((parse_version_name(e.name), e) for e in entries)
+            if v is not None}
+
+
+def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: dict[int, int]
+          ) -> tuple[BucketState, list[_Removal], set[str], set[str]]:
+    """The state after the last commit present, what each commit removed (with the newest
+    store time ``made_ms`` of the commits up to it), every segment key the fold saw, and
+    every partition prefix (``<topic>-<p>``) a state or commit of the fold named: the
+    prefixes whose segment objects are this log dir's."""
+    start = NO_VERSION
+    if commits and commits[0] != 0:
+        # Older commits were collected: the snapshot they were folded into starts the fold
+        # (after a collector died midway, a later one than commits[0] - 1 may be next).
+        usable = [v for v in snapshots if v >= commits[0] - 1]
+        if not usable:
+            raise CorruptMetadataError(
+                f"{storage.uri}: the commit log starts at version {commits[0]} and no "
+                f"snapshot covers the versions before it")
+        start = usable[0]
+    state = BucketState()
+    if start != NO_VERSION:
+        state = BucketState.decode(storage.read(snapshot_key(start)),
+                                   f"{storage.uri}/{snapshot_key(start)}", start)
+    known = {s.key for p in state.partitions.values() for s in p.segments}
+    named = _partition_names(state)
+    removals: list[_Removal] = []
+    newest = -1
+    for version in (v for v in commits if v > start):
+        where = f"{storage.uri}/{commit_key(version)}"
+        commit = Commit.decode(storage.read(commit_key(version)), where, version)
+        # The store's time, not the commit's timestamp_ms: that is a writer's clock.
+        newest = max(newest, made_ms[version])
+        for name, spec in commit.topics.items():
+            old = state.topics.get(name)
+            if spec is None and old is not None:
+                for n in range(old.partitions):
+                    ps = state.partitions.get(f"{name}-{n}")
+                    removals += [_Removal(s, name, newest) for s in (ps.segments if ps else ())]
+        for key, change in commit.partitions.items():
+            ps = state.partitions.get(key)
+            held = {s.key: s for s in ps.segments} if ps is not None else {}
+            topic = key.rpartition("-")[0]
+            removals += [_Removal(held[k], topic, newest) for k in change.remove if k in held]
+            known.update(e.key for e in change.add)
+        named.update(commit.partitions)
+        state = state.apply(commit, where)
+        named |= _partition_names(state)
+    return state, removals, known, named
+
+
+def _partition_names(state: BucketState) -> set[str]:
+    """The partition prefixes ``state`` names: its topics' and its partitions' (a deleted
+    topic's stay named by the states before its deletion)."""
+    names = {f"{t}-{n}" for t, spec in state.topics.items() for n in range(spec.partitions)}
+    return names | set(state.partitions)
+
+
+def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[Entry],
+                      store_now: int, delay_ms: int, stats: CollectStats) -> None:
+    checked: dict[int, bool] = {}
+
+    def usable(version: int) -> bool:
+        if version not in checked:
+            checked[version] = decodes(version)
+        return checked[version]
+
+    def decodes(version: int) -> bool:
+        # The commits a snapshot covers go with it as their only record: never trust one
+        # unread (a damaged one would make every later open fail).
+        key = snapshot_key(version)
+        try:
+            BucketState.decode(storage.read(key), f"{storage.uri}/{key}", version)
+        except FileNotFoundError:
+            return False  # another collector deleted it meanwhile
+        except CorruptMetadataError as e:
+            message = (f"{e}; keeping it and the commits it covers (an older snapshot, if "
+                       f"any, bounds what is collected)")
+            logger.error("%s", message)
+            stats.errors.append(message)
+            return False
+        return True
+
+    s = covering_snapshot(snapshots, store_now, delay_ms, usable)
+    if s is None:
+        return
+    doomed_commits, doomed_snapshots = collectable_metadata(
+        commits, snapshots, store_now, delay_ms, usable)
+    # The newest commit stays whatever its age (collectable_metadata): a writer's refresh
+    # then tells "nothing new" from "collected". Oldest first: no hole a reader cannot
+    # explain if this dies midway.
+    for version in doomed_commits:
+        storage.delete(commit_key(version))
+        stats.commits += 1
+    for version in doomed_snapshots:
+        storage.delete(snapshot_key(version))
+        stats.snapshots += 1
+    try:
+        hint = json.loads(storage.read(HINT_KEY))["version"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        hint = None  # a missing or damaged hint: openers list the snapshots; rewrite it
+    if not isinstance(hint, int) or hint < s:
+        storage.write_atomic(HINT_KEY, json.dumps({"version": s}).encode())

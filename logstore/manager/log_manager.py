@@ -1,0 +1,764 @@
+"""``LogManager``: every partition log of one or more log dirs, embedded in one process.
+
+Kafka's LogManager without a broker, for the process that writes. Opening, in order:
+
+1. Each log dir is canonicalized (duplicates refused), created if missing, and checked
+   for access; the manager takes its ``.lock``.
+2. ``.kafka_cleanshutdown`` says whether the previous writer closed cleanly; the manager
+   removes it once the open succeeded (anything it writes may be unflushed until close).
+3. Entries are listed: ``<topic>-<partition>`` directories (the partition follows the last
+   ``-``), ``-delete`` directories (finished: removed by a writer during open), anything
+   else is skipped with a warning; one partition in two dirs is a ``LogDirError``.
+4. The three offset checkpoints are read under the rules of ``offset_checkpoints``: a
+   damaged recovery-point checkpoint makes the dir recover from offset 0; a damaged
+   log-start-offset or high-watermark checkpoint (including one missing from a dir that
+   holds partitions) raises ``CorruptCheckpointError``, unless the writer was opened with
+   ``repair=True`` (``seglog check --fix``): its partitions are then all recovered from
+   offset 0 and the lost values rebuilt from them (high watermark = recovered log end,
+   log start = first segment). A writer writes the files into a dir with no partition.
+5. A clean dir's partitions load lazily, on first use, reading no segment data. An
+   unclean dir's partitions are all recovered now (``Log.open(had_clean_shutdown=False)``
+   from their recovery points), ``num.recovery.threads.per.data.dir`` at a time per dir,
+   all dirs at once; their checkpoints are then rewritten.
+
+The manager is a ``partition_table.PartitionTable`` (the partitions and topic configs it
+shares with the reader); its other concepts are components it owns and delegates its
+public methods to, one module each, each handed the table and what else it needs:
+``log_manager_maintenance.ManagerMaintenance`` (flushing, the offset checkpoints,
+retention, compaction, the scheduled tasks; it holds the visibility contract below),
+``log_manager_topics.TopicAdmin`` (create, alter, add partitions, delete),
+``log_manager_pause.PauseController`` (``pause``/``resume`` of a reused writer) and
+``log_manager_check.CheckHooks`` (the repairs ``log_check`` makes through the writer).
+
+The high watermark is the visibility contract with other processes:
+``checkpoint_high_watermarks()`` flushes every log up to its high watermark *before*
+writing ``replication-offset-checkpoint``, so what another process can see has been
+fsynced. Another process reads through a ``log_dirs_reader.LogDirsReader`` (no lock, no
+write); ``LogManager(dirs, read_only=True)`` returns one, so callers written against the
+manager keep working.
+
+Thread-safety: the public methods are thread-safe. ``_lock`` guards the partition table,
+the checkpoint values of unloaded partitions and the deletion queue; the maintenance lock
+(``ManagerMaintenance.lock``) keeps retention and compaction of a log apart; each
+partition's own ``lock`` serializes the operations that write its log (a ``Log`` has one
+writer thread): append, flush, retention, deletion. Reads through ``get_log(...)`` take no lock.
+
+Lock order, on every path: ``_lock``, then the maintenance lock, then a partition's
+``lock``, then the ``Log``'s own. Loading a log (``load``) takes ``_lock`` (the topic
+config) and then the partition's lock, so it is never called while holding a partition
+lock or the maintenance lock: ``append``, retention and compaction load first.
+(``tests/logstore/test_lock_order.py`` checks the order.)
+
+>>> with LogManager([path]) as mgr:                              # doctest: +SKIP
+...     mgr.create_topic("events", partitions=3, config={"retention.ms": 86_400_000})
+...     mgr.append("events", 0, encode_batches(values))
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from ..config.config import LogConfig, ManagerConfig
+from ..errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    KafkaStorageError,
+    LogDirError,
+    OffsetOutOfRangeError,
+    SeglogError,
+    UnknownTopicOrPartitionError,
+)
+from ..log.checkpoint_file import write_atomically
+from ..log.clean_shutdown import marker_content, new_token
+from ..log.offset_checkpoints import (
+    OFFSET_CHECKPOINTS,
+    PUBLISHING_CHECKPOINTS,
+    fix_hint,
+    read_dir_checkpoints,
+    set_aside,
+    warn_beyond_log_end,
+)
+from ..log_dirs_api import LogDirs, LogDirsView
+from ..storage.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
+from ..storage.object_store_config import StorageOptions
+from ..storage.storage import LOCAL
+from ..util.clock import SYSTEM_CLOCK, Clock
+from ..util.scheduler import TaskRun, read_shared_last_runs
+from .dir_lock import DirLock
+from .log_dirs import LogDir, Partition, TopicPartition, canonical_dirs, list_log_dir
+from .log_dirs_reader import LogDirsReader
+from .log_manager_check import CheckHooks
+from .log_manager_maintenance import CLEANER_TASK as CLEANER_TASK
+from .log_manager_maintenance import ManagerMaintenance
+from .log_manager_pause import PauseController
+from .log_manager_topics import TopicAdmin
+from .partition_table import PartitionTable, warn_start_beyond_log_end
+
+if TYPE_CHECKING:  # log_check loads with check(): a reader that only lists starts faster
+    from ..cleaner.cleaner import CleanerStats
+    from ..log.log import AppendInfo, Log
+    from ..log.log_check import Problem
+
+logger = logging.getLogger(__name__)
+
+
+def _log_class() -> type[Log]:
+    # Imported late: the Log is the other half of the storage engine and imports nothing
+    # from here, but keeping the import out of module load lets the manager's
+    # dir/lock/checkpoint logic load without it.
+    from ..log.log import Log
+
+    return Log
+
+
+def _bucket_uri(log_dirs: Any) -> str | None:
+    """The bucket URI of ``log_dirs`` (``bucket_manager.bucket_uri``), loading the bucket
+    engine only when a location looks like a URI: local managers never import it."""
+    dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else log_dirs
+    if not isinstance(dirs, (list, tuple, set, frozenset)):
+        return None  # a one-shot iterable must reach __init__ unconsumed: local paths
+    if not any(isinstance(d, str) and "://" in d for d in dirs):
+        return None
+    from ..bucket.bucket_manager import bucket_uri
+
+    return bucket_uri(dirs)
+
+
+@overload
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: Literal[False] = False, repair: bool = False,
+                  background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirs: ...
+
+
+@overload
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: bool, repair: bool = False, background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirsView: ...
+
+
+def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
+                  read_only: bool = False, repair: bool = False, background: bool = False,
+                  storage_options: Mapping[str, object] | StorageOptions | None = None,
+                  config: ManagerConfig | Mapping[str, Any] | None = None,
+                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  clock: Clock = SYSTEM_CLOCK) -> LogDirsView:
+    """The log dirs ``log_dirs`` through the backend their location names: one
+    object-store URI (``s3://``, ``gs://``, ``az://``, ``memory://``) opens a
+    ``BucketLogManager`` (``storage_options``: its endpoint, credentials...), local paths
+    a writer ``LogManager`` or, with ``read_only``, a ``LogDirsReader``. What
+    ``LogManager(...)`` returns for the same arguments. ``repair`` (``seglog check
+    --fix``) needs a local writer; ``background`` runs a local writer's scheduled
+    maintenance on a thread (a bucket keeps no schedule: ``run_maintenance``).
+
+    >>> with open_log_dirs("s3://bucket/logs", read_only=True) as dirs:  # doctest: +SKIP
+    ...     dirs.high_watermarks()
+    """
+    uri = _bucket_uri(log_dirs)
+    if uri is not None:
+        from ..bucket.bucket_manager import BucketLogManager
+
+        if repair:
+            raise ConfigError(f"repair=True is for local log dirs, not {uri}")
+        return BucketLogManager(uri, read_only=read_only, storage_options=storage_options,
+                                config=config, default_topic_config=default_topic_config,
+                                clock=clock)
+    if storage_options:
+        # Endpoint and credentials mean nothing to a directory; taking them silently
+        # would hide a path that was meant to be a bucket URI.
+        raise ConfigError(
+            f"storage_options ({', '.join(StorageOptions.of(storage_options).as_dict())}) "
+            f"are for an "
+            f"object-store URI (s3://, gs://, az://...), not the local log dir(s) "
+            f"{_describe_dirs(log_dirs)}")
+    if not read_only:
+        return LogManager(log_dirs, config=config, default_topic_config=default_topic_config,
+                          clock=clock, background=background, repair=repair)
+    if repair:
+        raise ConfigError("repair=True needs a writer LogManager, not a read-only one")
+    return LogDirsReader(log_dirs, config=config, default_topic_config=default_topic_config,
+                         clock=clock)
+
+
+def _describe_dirs(log_dirs: Iterable[str | os.PathLike] | str | os.PathLike) -> str:
+    dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)
+    return ", ".join(os.fspath(d) for d in dirs)
+
+
+class LogManager(PartitionTable["Log"]):
+    """Every partition log of ``log_dirs``, for the one process that writes them.
+    Thread-safe (see the module docstring).
+
+    ``config``: a ``ManagerConfig`` or a mapping of broker-level keys;
+    ``default_topic_config``: a mapping of topic-level keys that topics override;
+    ``background``: run the maintenance tasks on a daemon thread;
+    ``repair``: a damaged high-watermark or log-start-offset checkpoint is rebuilt from
+    the recovered logs instead of refusing to open (``seglog check --fix``);
+    ``read_only=True``: returns a ``LogDirsReader`` instead (see ``__new__``);
+    ``storage_options``: endpoint, credentials... of a bucket URI (``object_store_config``),
+    refused for local dirs.
+    """
+
+    read_only = False
+
+    def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                read_only: bool = False,
+                config: ManagerConfig | Mapping[str, Any] | None = None,
+                default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                clock: Clock = SYSTEM_CLOCK, background: bool = False, repair: bool = False,
+                storage_options: Mapping[str, object] | StorageOptions | None = None) -> Any:
+        # ``LogManager(dirs, read_only=True)`` and ``LogManager("s3://...")`` are how
+        # users ask for a reader and a bucket manager: both go to ``open_log_dirs``, the
+        # one place the backend is picked. Python skips __init__ when the result is no
+        # LogManager. The ``Any`` is mypy's limit, not a choice: mypy requires __new__
+        # to return a LogManager subtype (and ignores a metaclass __call__ that does
+        # not), which a reader or a bucket manager is not; typed code calls
+        # ``open_log_dirs`` (``-> LogDirs``/``LogDirsView``) or a backend class.
+        if read_only or storage_options or _bucket_uri(log_dirs) is not None:
+            return open_log_dirs(log_dirs, read_only=read_only, repair=repair,
+                                 storage_options=storage_options, config=config,
+                                 default_topic_config=default_topic_config, clock=clock)
+        return super().__new__(cls)
+
+    def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+                 read_only: bool = False,
+                 config: ManagerConfig | Mapping[str, Any] | None = None,
+                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 clock: Clock = SYSTEM_CLOCK, background: bool = False,
+                 repair: bool = False,
+                 storage_options: Mapping[str, object] | StorageOptions | None = None) -> None:
+        # storage_options: for a bucket URI only (__new__ refuses them for local dirs)
+        super().__init__(config, default_topic_config, clock)
+        self.repair = repair
+        self._closed = False
+        self._pid = os.getpid()  # the dir locks belong to this process, not to a fork
+        self._maintenance = ManagerMaintenance(self, self.check_writable)
+        self.scheduler = self._maintenance.scheduler
+        self.deleter = self._maintenance.deleter
+        self.publisher = self._maintenance.publisher
+        self._topics = TopicAdmin(self, self._maintenance, self.check_writable)
+        self._repairs = CheckHooks(self, self._maintenance, self.check_writable)
+        self._pause = PauseController(self, self._maintenance,
+                                      check_writable=self.check_writable, pid=self._pid,
+                                      close_unclean=self._close_unclean,
+                                      mark_closed=self._mark_closed)
+        if isinstance(log_dirs, (str, os.PathLike)):
+            log_dirs = [log_dirs]
+        try:
+            self._open(list(log_dirs))
+        except BaseException:
+            self._abandon()
+            raise
+        for task in self._maintenance.tasks():
+            self.scheduler.add_task(task)
+        self.scheduler.restore(read_shared_last_runs(d.path for d in self.log_dirs))
+        if background:
+            self.scheduler.start()
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _open(self, raw_dirs: list[str | os.PathLike]) -> None:
+        if not raw_dirs:
+            raise LogDirError("no log dir given")
+        for path in canonical_dirs(raw_dirs, False):
+            lock = DirLock(path).acquire()
+            marker = path / CLEAN_SHUTDOWN_FILE
+            self.log_dirs.append(LogDir(path, lock, LOCAL.exists(marker)))
+        recover: list[Partition[Log]] = []
+        empty_dirs = []
+        for log_dir in self.log_dirs:
+            found, to_delete = list_log_dir(log_dir, read_only=False)
+            for d in to_delete:
+                self._maintenance.schedule_removal(d, 0)
+            self._add_listed(found)
+            # After the listing: whether a missing file is damage depends on it.
+            self._read_checkpoints(log_dir, has_partitions=bool(found))
+            if not log_dir.had_clean_shutdown:
+                recover.extend(found)
+            if not found:
+                empty_dirs.append(log_dir)
+        if recover:
+            self._recover(recover)
+        for ld in empty_dirs:
+            # From now on a dir with partitions always has its checkpoints, so a
+            # missing one is known to be lost (see offset_checkpoints).
+            if ld.repairing or not all(LOCAL.lexists(ld.path / n)
+                                       for n in OFFSET_CHECKPOINTS):
+                self._maintenance.write_checkpoints(ld)
+        # Only now: an open that failed above leaves a clean dir clean. From here on
+        # this writer may leave unflushed data behind.
+        for ld in self.log_dirs:
+            marker = ld.path / CLEAN_SHUTDOWN_FILE
+            if LOCAL.exists(marker):
+                LOCAL.unlink(marker)
+                LOCAL.fsync_dir(ld.path)
+        self.delete_logs(self.clock.milliseconds())
+
+    def _read_checkpoints(self, log_dir: LogDir, *, has_partitions: bool) -> None:
+        """Load the offset checkpoints of ``log_dir`` (rules: ``offset_checkpoints``)."""
+        values, damaged = read_dir_checkpoints(log_dir.path, has_partitions=has_partitions)
+        for name, e in damaged.items():
+            log_dir.damaged[name] = str(e)
+            if name in PUBLISHING_CHECKPOINTS:
+                if not self.repair:
+                    raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
+                logger.error("%s; repairing: recovering every partition of %s from "
+                             "offset 0 and rebuilding it from the logs", e, log_dir.path)
+                log_dir.repairing.add(name)
+                set_aside(log_dir.path / name, self.clock.milliseconds())
+            else:
+                # Recovering everything from offset 0 needs no recovery point.
+                logger.error("%s; recovering every partition of %s from offset 0", e,
+                             log_dir.path)
+                if self.repair:
+                    set_aside(log_dir.path / name, self.clock.milliseconds())
+            log_dir.had_clean_shutdown = False
+        log_dir.recovery_points = values.get(RECOVERY_POINT_CHECKPOINT, {})
+        log_dir.log_start_offsets = values.get(LOG_START_OFFSET_CHECKPOINT, {})
+        log_dir.high_watermarks = values.get(HIGH_WATERMARK_CHECKPOINT, {})
+        if not log_dir.had_clean_shutdown and log_dir.damaged:
+            log_dir.recovery_points = {}
+
+    def _recover(self, partitions: list[Partition[Log]]) -> None:
+        """Recover every partition of the unclean dirs: one pool per dir, all at once."""
+        threads = self.config.num_recovery_threads_per_data_dir
+        by_dir: dict[int, list[Partition[Log]]] = {}
+        for p in partitions:
+            by_dir.setdefault(id(p.log_dir), []).append(p)
+        pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
+                 for _ in by_dir]
+        try:
+            futures = [(p, pool.submit(self.load, p))
+                       for pool, group in zip(pools, by_dir.values(), strict=True) for p in group]
+            errors = []
+            for p, fut in futures:
+                try:
+                    fut.result()
+                except SeglogError as e:
+                    errors.append(e)
+                except OSError as e:
+                    errors.append(KafkaStorageError(f"cannot recover {p.dir}: {e}"))
+            if errors:
+                for other in errors[1:]:
+                    logger.error("recovery failed: %s", other)
+                raise errors[0]
+        finally:
+            for pool in pools:
+                pool.shutdown(wait=True)
+        for p in partitions:
+            # The recovery point may lag the published high watermark (their checkpoints
+            # run at different intervals); data below the HW was fsynced before the
+            # crash, so this is cheap, and the HW checkpoint below cannot go backwards.
+            log = self.load(p)  # loaded by the pool above: returns it
+            log.flush(log.high_watermark)
+            if p.log_dir.repairing:
+                logger.warning("repair of %s: %s-%d gets high watermark %d and log start "
+                               "offset %d (recovered log end %d)", p.log_dir.path, p.topic,
+                               p.partition, log.high_watermark, log.log_start_offset,
+                               log.log_end_offset)
+        for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
+            logger.info("recovered %d partitions of %s",
+                        sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
+            self._maintenance.write_checkpoints(log_dir)
+            log_dir.recovered = True
+
+    def _open_log(self, p: Partition[Log], config: LogConfig) -> Log:
+        """``p``'s Log, recovered when its dir is unclean (``load`` calls this under
+        ``p.lock``)."""
+        if p.deleted:
+            raise UnknownTopicOrPartitionError(
+                f"partition {p.topic}-{p.partition} was deleted")
+        ld = p.log_dir
+        recovering = not (ld.had_clean_shutdown or ld.recovered)
+        stored_hw = ld.high_watermarks.get(p.tp)
+        if HIGH_WATERMARK_CHECKPOINT in ld.repairing and not ld.recovered:
+            hw = None  # the Log's default: its recovered end (what --fix publishes)
+        else:
+            # Not listed: nothing published, so the log start offset (Log.open
+            # clamps 0 up to it), whichever reader asks and in whatever order.
+            hw = stored_hw if stored_hw is not None else 0
+        stored_lso = ld.log_start_offsets.get(p.tp, 0)
+
+        def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Log:
+            return _log_class().open(
+                p.dir, config, clock=self.clock,
+                recovery_point=ld.recovery_points.get(p.tp, 0),
+                log_start_offset=log_start_offset, high_watermark=hw,
+                had_clean_shutdown=had_clean_shutdown, deleter=self.deleter)
+
+        log = open_log(stored_lso, not recovering)
+        if stored_lso > log.log_end_offset:
+            end = log.log_end_offset
+            log.close()
+            log = open_log(0, True)  # the first open recovered it if needed
+            warn_start_beyond_log_end(p, stored_lso, end, log.log_start_offset)
+        if hw is not None and log.high_watermark < hw:
+            # Log.open clamped it to the log end; a writer's next high-watermark
+            # checkpoint writes the clamped value back.
+            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
+                                log.high_watermark)
+        return log
+
+    # -- logs ------------------------------------------------------------------------
+
+    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview, *,
+               in_place: bool = False, publish: bool = True) -> AppendInfo:
+        """Append record batches to a partition; returns the Log's AppendInfo.
+
+        ``publish``: other processes see the records within ``linger.ms`` (default 5;
+        fsynced first, then the high-watermark checkpoint; one publish for a burst of
+        appends; ``linger.ms=0``: before this call returns). ``publish=False`` leaves
+        them to the caller's ``checkpoint_high_watermarks()`` (a caller that may still
+        take them back, as the sink's commit). ``in_place``: see ``Log.append`` (a
+        writable buffer the caller gives up)."""
+        self.check_writable()
+        p = self.partition(topic, partition)
+        self.load(p)  # not under p.lock: loading takes the manager lock first
+        with p.lock:
+            if p.log is None:  # deleted since
+                raise UnknownTopicOrPartitionError(
+                    f"partition {topic}-{partition} was deleted")
+            info = p.log.append(records, in_place=in_place)
+        if publish:
+            self.publisher.request()
+        return info
+
+    def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],
+                    *, publish: bool = True) -> dict[TopicPartition, AppendInfo]:
+        """Append to several partitions, one after another, then (``publish``) write the
+        high-watermark checkpoint once: other processes see them all at the same time.
+        Every partition is looked up first (an unknown one fails the call before any
+        append); a bad batch fails its partition's append, the earlier ones stay
+        appended, unpublished. ``publish=False`` leaves publishing to a later
+        ``checkpoint_high_watermarks()`` (a caller that may still take them back). The
+        same call as the bucket manager's, which makes them visible in one commit."""
+        self.check_writable()
+        for topic, partition in records:
+            self.partition(topic, partition)
+        out = {(topic, partition): self.append(topic, partition, data, publish=False)
+               for (topic, partition), data in records.items()}
+        if publish and out:
+            self.checkpoint_high_watermarks()
+        return out
+
+    def append_async(self, topic: str, partition: int,
+                     records: bytes | bytearray | memoryview) -> Future[AppendInfo]:
+        """``append``, as a future that is already complete (its result, or the
+        ``SeglogError`` it raised): the bucket manager's pipelined call, so code written
+        for one runs on the other. A local append is a write to the page cache: there is
+        no request to overlap."""
+        future: Future[AppendInfo] = Future()
+        try:
+            future.set_result(self.append(topic, partition, records))
+        except SeglogError as e:
+            future.set_exception(e)
+        return future
+
+    def flush(self) -> None:
+        """Publish now what ``append`` left to ``linger.ms`` (Kafka's
+        ``producer.flush()``): on return other processes see every such append, fsynced.
+        Raises the error of a failed background publish. (Every ``append_async``
+        completed in its call: a local append has no request to wait for.)"""
+        self.check_writable()
+        self.publisher.flush()
+
+    def truncate_unpublished(self, topic: str, partition: int, offset: int) -> bool:
+        """Cut the partition's log at ``offset``: the caller's ``publish=False`` appends
+        since are taken back before any reader saw them (``seglog produce`` on failure).
+        True."""
+        self.truncate_log(topic, partition, offset)
+        return True
+
+    def next_maintenance_ms(self) -> int:
+        """Milliseconds until the scheduler's next task is due (1 s with none)."""
+        next_due = self.scheduler.next_due_ms()
+        return 1000 if next_due is None else next_due - self.clock.monotonic_ms()
+
+    def files_awaiting_deletion(self, runs: list[TaskRun]) -> int:
+        """Files renamed ``.deleted`` and waiting for ``file.delete.delay.ms``."""
+        return self.deleter.pending
+
+    def reload_partition(self, topic: str, partition: int) -> None:
+        """Nothing to look at again: the writer holds the dirs' lock, so no other process
+        deletes or re-creates its partitions (a reader's call: ``LogDirsReader``)."""
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: raise the partition's log start offset to ``offset`` (at
+        most its high watermark) and checkpoint it, so readers see it on return; returns
+        the new log start offset. The segments wholly below it go at the next retention
+        run. (The bucket manager's call: one commit.)"""
+        self.check_writable()
+        if offset < 0:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} below offset {offset}: "
+                f"offsets start at 0")
+        p = self._partition(topic, partition)
+        self.load(p)  # not under p.lock: loading takes the manager lock first
+        with p.lock:
+            if p.log is None:  # deleted since
+                raise UnknownTopicOrPartitionError(
+                    f"partition {topic}-{partition} was deleted")
+            p.log.maybe_increment_log_start_offset(offset)
+            start = p.log.log_start_offset
+        self.checkpoint_log_start_offsets()
+        return start
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """Per partition, the end of what readers may see: a loaded log's own, else the
+        checkpoint value read at open under the rules of ``partition_table``."""
+        parts = self.listed()
+        out = {}
+        listed = []
+        for p in parts:
+            log = p.log
+            stored = p.log_dir.high_watermarks.get(p.tp)
+            if log is not None:
+                out[p.tp] = log.high_watermark
+            elif stored is None:
+                out[p.tp] = self._stored_start_offset(p)
+            else:
+                listed.append((p, stored))
+        for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
+            out[p.tp] = value
+        return out
+
+    def log_start_offsets(self) -> dict[TopicPartition, int]:
+        """Per partition, the first offset still in the log (a loaded log's own, else the
+        checkpoint value read at open, else the first segment's base offset)."""
+        parts = self.listed()
+        return {p.tp: (p.log.log_start_offset if p.log is not None
+                       else self._stored_start_offset(p)) for p in parts}
+
+    def check(self, *, fix: bool = False, deep: bool = False) -> list[Problem]:
+        """Inconsistencies between the checkpoints, topic configs and files (with
+        ``deep``, every batch and index entry too), repaired with ``fix`` (writer only).
+        Returns ``log_check.Problem``s; see ``log_check``."""
+        from ..log.log_check import check_manager
+
+        return check_manager(self, fix=fix, deep=deep)
+
+    # -- topics (TopicAdmin) --------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """Create ``name`` with ``partitions`` partitions and config overrides
+        (``TopicAdmin.create_topic``). Raises InvalidTopicError, TopicExistsError,
+        ConfigError, ReadOnlyError."""
+        self._topics.create_topic(name, partitions, config)
+
+    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+                           delete: Iterable[str] = ()) -> dict[str, str]:
+        """Set and delete persisted config overrides of ``name``; returns the new
+        overrides (``TopicAdmin.alter_topic_config``: logs loaded keep their config)."""
+        return self._topics.alter_topic_config(name, set_configs, delete)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (Kafka never shrinks a topic)."""
+        self._topics.add_partitions(name, total)
+
+    def delete_topic(self, name: str) -> None:
+        """Rename every partition dir of ``name`` for deletion; they are removed after
+        ``file.delete.delay.ms`` (``TopicAdmin.delete_topic``)."""
+        self._topics.delete_topic(name)
+
+    # -- maintenance (ManagerMaintenance) ---------------------------------------------
+
+    def flush_all(self) -> None:
+        """fsync every loaded log (unloaded ones have nothing unflushed)."""
+        self._maintenance.flush_all()
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Flush each log up to its high watermark, then write every dir's
+        ``replication-offset-checkpoint``: what other processes can see is fsynced
+        (``ManagerMaintenance.checkpoint_high_watermarks``)."""
+        self._maintenance.checkpoint_high_watermarks()
+
+    def checkpoint_recovery_points(self) -> None:
+        self._maintenance.checkpoint_recovery_points()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._maintenance.checkpoint_log_start_offsets()
+
+    def run_maintenance(self, *, force: bool = False,
+                        before_task: Callable[[str, int, int], None] | None = None
+                        ) -> list[TaskRun]:
+        """Run the maintenance tasks that are due now (``force``: all of them);
+        ``before_task(name, index, count)`` is called before each task (progress)."""
+        return self._maintenance.run_maintenance(force=force, before_task=before_task)
+
+    def clean(self, now_ms: int | None = None) -> CleanerStats | None:
+        """One compaction pass over the dirtiest compacted log; its ``CleanerStats`` or
+        None."""
+        return self._maintenance.clean(now_ms)
+
+    def delete_old_segments(self) -> int:
+        """Retention over every partition; returns the number of segments deleted."""
+        return self._maintenance.delete_old_segments()
+
+    def delete_logs(self, now_ms: int) -> int:
+        """Unlink the due ``.deleted`` segment files and remove the due ``-delete``
+        directories; returns how many went."""
+        return self._maintenance.delete_logs(now_ms)
+
+    # -- pause and resume (PauseController) -------------------------------------------
+
+    def pause(self) -> None:
+        """Writer: leave the log dirs exactly as ``close()`` does and release the locks
+        and every file, but keep what was loaded for ``resume()``
+        (``PauseController.pause``). Not with ``background=True``."""
+        self._pause.pause()
+
+    @property
+    def paused(self) -> bool:
+        return self._pause.paused
+
+    def resume(self) -> bool:
+        """Take the locks of a paused writer again; True: it goes on with what it had
+        loaded, False: the dirs changed, the manager is closed and the caller opens a new
+        one (``PauseController.resume``)."""
+        return self._pause.resume()
+
+    # -- the repairs of check --fix (CheckHooks) --------------------------------------
+
+    def write_checkpoints(self, log_dir: LogDir,
+                          names: Iterable[str] = OFFSET_CHECKPOINTS) -> None:
+        """Write ``log_dir``'s offset checkpoints from the logs' state (writer only)."""
+        self._repairs.write_checkpoints(log_dir, names)
+
+    def truncate_log(self, topic: str, partition: int, offset: int) -> None:
+        """Cut the partition's log at ``offset`` (``check --fix`` after a bad batch)."""
+        self._repairs.truncate_log(topic, partition, offset)
+
+    def rewrite_last_runs(self, log_dir: LogDir) -> None:
+        """Write ``log_dir``'s ``seglog-maintenance-checkpoint`` from this writer's
+        scheduler (writer only)."""
+        self._repairs.rewrite_last_runs(log_dir)
+
+    def reset_cleaner_checkpoint(self, log_dir: LogDir) -> None:
+        """Empty ``log_dir``'s ``cleaner-offset-checkpoint`` and make the cleaner forget
+        what it read."""
+        self._repairs.reset_cleaner_checkpoint(log_dir)
+
+    # -- closing ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Writer: flush every log, write the checkpoints, close the logs, write
+        ``.kafka_cleanshutdown`` and release the locks. Idempotent. A paused writer has
+        done all of that already: closing it only forgets its state."""
+        if self._closed:
+            return
+        if self._pause.paused:
+            self._pause.drop()
+            return
+        self._closed = True
+        if os.getpid() != self._pid:
+            return  # a forked child: the logs, files and locks are the parent's business
+        self.scheduler.stop()
+        self.publisher.stop()  # the checkpoints below publish what it had pending
+        try:
+            self.flush_all()
+            self._maintenance.save_last_runs()
+            for ld in self.log_dirs:
+                self._maintenance.write_checkpoints(ld)
+            self._close_logs()
+            for ld in self.log_dirs:
+                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(new_token()))
+        finally:
+            self._abandon()
+
+    def _close_logs(self) -> None:
+        for p in self.loaded():
+            with p.lock:
+                if p.log is not None:
+                    p.log.close()
+                    p.log = None
+
+    def _abandon(self) -> None:
+        """Close what is open and release the locks, without flushing (error paths)."""
+        self.scheduler.stop()
+        self.publisher.stop()
+        for p in self.loaded():
+            try:
+                if p.log is not None:
+                    p.log.close()
+            except Exception:
+                logger.exception("cannot close the log of %s", p.dir)
+            p.log = None
+        for ld in self.log_dirs:
+            if ld.lock is not None:
+                ld.lock.release()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None or self._pause.paused:
+            self.close()
+        else:
+            self._close_unclean()
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+
+    def _close_unclean(self) -> None:
+        # The process failed mid-way: do not claim a clean shutdown.
+        self._closed = True
+        if os.getpid() == self._pid:
+            self._abandon()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        if os.getpid() != self._pid:
+            raise LogDirError(
+                f"this writer LogManager of {self.dirs_text()} was opened by process "
+                f"{self._pid}; a forked child does not hold its .lock: open a new one")
+        if self._closed:
+            raise KafkaStorageError(f"this LogManager of {self.dirs_text()} is closed")
+        if self._pause.paused:
+            raise KafkaStorageError(f"this LogManager of {self.dirs_text()} is paused: "
+                                    "resume() it first")
+
+    def __repr__(self) -> str:
+        return f"LogManager([{self.dirs_text()}], writer)"
+
+
+class _CheckingReader(LogDirsReader):
+    """A reader that opens despite damaged checkpoints, for ``check`` to report them
+    (their offsets are unknown to it; nothing else should use it)."""
+
+    _tolerate_damaged_checkpoints = True
+
+
+def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
+                   deep: bool = False) -> list[Problem]:
+    """``seglog check``: every problem of ``log_dirs``, even a checkpoint so damaged that
+    a LogManager refuses to open. With ``fix`` (no other writer may run): a writer opened
+    with ``repair=True`` rebuilds damaged checkpoints from the recovered logs, then the
+    rest is fixed as ``check(fix=True)`` does.
+
+    >>> for p in check_log_dirs(["/data/logs"]): print(p.message)   # doctest: +SKIP
+    """
+    dirs = list(log_dirs)
+    if fix:
+        with LogManager(dirs, repair=True) as mgr:
+            return mgr.check(fix=True, deep=deep)
+    with _CheckingReader(dirs) as reader:
+        return reader.check(deep=deep)
