@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+
 from .errors import CorruptRecordError, KafkaStorageError
 from .file_names import (
     INDEX_SUFFIX,
@@ -324,7 +326,9 @@ class SegmentReads:
         """A fresh buffer of up to ``max_bytes`` from ``position`` and how many bytes it
         holds (fewer at the end). A bucket segment returns its GET's bytes instead of
         copying them into a zero-filled buffer."""
-        buf = bytearray(max_bytes)
+        # Not zero-filled (np.empty, not bytearray): the read overwrites what is used,
+        # and zeroing 8 MiB first cost a tenth of a source task's read.
+        buf = memoryview(np.empty(max_bytes, np.uint8))
         return buf, self.readinto(buf, position)
 
 
