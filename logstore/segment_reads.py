@@ -328,7 +328,7 @@ class SegmentReads:
         copying them into a zero-filled buffer."""
         # Not zero-filled (np.empty, not bytearray): the read overwrites what is used,
         # and zeroing 8 MiB first cost a tenth of a source task's read.
-        buf = memoryview(np.empty(max_bytes, np.uint8))
+        buf = np.empty(max_bytes, np.uint8).data
         return buf, self.readinto(buf, position)
 
 
