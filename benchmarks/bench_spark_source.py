@@ -2,7 +2,7 @@
 file stream source, on the same rows, in the same run; plus per-trigger planning cost.
 
 Run: ``python benchmarks/bench_spark_source.py [--rows N] [--per-trigger B] [--rounds R]
-[--planning] [--skip-spark]``
+[--planning [--planning-dir DIR] [--steady-triggers T] [--profile]] [--skip-spark]``
 
 Each source feeds a ``Trigger.AvailableNow`` query into Spark's ``noop`` sink, admitting
 ``B`` rows per micro-batch (``maxOffsetsPerTrigger`` / ``maxFilesPerTrigger``). The fixed
@@ -16,8 +16,14 @@ rows/s = Σ numInputRows / Σ durationMs.triggerExecution over every batch but t
 - parquet: the same rows written once as parquet files (one file per 50,000 rows).
 
 ``--planning`` also times ``latestOffset`` + ``partitions`` of the seglog stream reader
-with 1,000 partitions and 10,000 segments (goal ≤ 50 ms per trigger), against opening a
+with 1,000 partitions and 10,000 segments (goal ≤ 50 ms per trigger), for no limit,
+``maxOffsetsPerTrigger`` and ``maxBytesPerTrigger``: the first trigger from ``earliest``
+(in a process whose shared readers are fresh) and the steady state (each trigger starts
+at the previous end, as Spark calls them), wall and CPU time, against opening a
 read-only LogManager and reading its checkpoints (the unavoidable part) as the peer.
+Building the dir fsyncs 10,000 rolls (10-13 minutes on a loaded machine):
+``--planning-dir DIR`` builds it once and reuses it (``DIR.ready`` marks it built), e.g.
+``--planning --planning-dir /tmp/plan --skip-spark``.
 """
 
 from __future__ import annotations
