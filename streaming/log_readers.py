@@ -56,7 +56,7 @@ _RACY_NS = 2_000_000_000
 """Directory mtimes younger than this are not trusted: a change within the file system's
 timestamp granularity would not move them (the engine's readers use the same rule)."""
 
-_lock = threading.Lock()  # guards _readers, _layouts and _pid
+_lock = threading.Lock()  # guards _readers, _pid and writes to _layouts (read without it)
 _Key = tuple[tuple[str, ...], StorageOptions]
 _readers: dict[_Key, LogDirsReader] = {}
 
@@ -193,7 +193,7 @@ def segment_files(
 def _is_bucket(dirs: tuple[str, ...]) -> bool:
     """Whether ``dirs`` name a bucket (remembered: asked per partition per trigger)."""
     known = _bucket_dirs.get(dirs)
-    if known is None:
+    if known is None:  # two threads may both compute it: the same answer
         known = _bucket_dirs[dirs] = any(is_object_uri(d) for d in dirs)
     return known
 
