@@ -37,7 +37,8 @@ records than its length.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
@@ -90,32 +91,45 @@ class SegmentLayout:
     sizes: tuple[int, ...]
     end_offset: int
 
-    def _spans(self) -> Iterator[tuple[int, int, int]]:
+    def _span(self, i: int) -> tuple[int, int]:
+        """Segment ``i``'s offsets ``[lo, hi)`` (never empty)."""
         bases = self.base_offsets
-        for i, base in enumerate(bases):
-            nxt = bases[i + 1] if i + 1 < len(bases) else max(self.end_offset, base + 1)
-            yield base, max(nxt, base + 1), self.sizes[i]
+        base = bases[i]
+        nxt = bases[i + 1] if i + 1 < len(bases) else max(self.end_offset, base + 1)
+        return base, max(nxt, base + 1)
+
+    def _first_span(self, offset: int) -> int:
+        """The first segment whose span may hold ``offset`` or later ones: the spans
+        before it end at or below ``offset``, so a trigger near the log end looks at its
+        last segments only, not at every segment of the partition."""
+        return max(bisect_right(self.base_offsets, offset) - 1, 0)
 
     def bytes_between(self, a: int, b: int) -> float:
+        bases, sizes = self.base_offsets, self.sizes
+        first = self._first_span(a)
+        last = max(bisect_left(bases, b, first) - 1, first)  # the last span below ``b``
         total = 0.0
-        for lo, hi, size in self._spans():
+        for i in (first, last) if last > first else (first,):
+            lo, hi = self._span(i)
             overlap = min(b, hi) - max(a, lo)
             if overlap > 0:
-                total += size * overlap / (hi - lo)
-        return total
+                total += sizes[i] * overlap / (hi - lo)
+        # The spans between lie wholly inside [a, b): their sizes count in full.
+        return total + sum(sizes[first + 1:last])
 
     def offset_after_bytes(self, a: int, budget: float, limit: int) -> int:
         """The largest ``b ≤ limit`` with ``bytes_between(a, b) ≤ budget`` (at least ``a``)."""
         if budget <= 0:
             return a
         pos = a
-        for lo, hi, size in self._spans():
+        for i in range(self._first_span(a), len(self.base_offsets)):
+            lo, hi = self._span(i)
             if hi <= pos:
                 continue
             if lo >= limit:
                 break
             seg_hi = min(hi, limit)
-            per = size / (hi - lo)
+            per = self.sizes[i] / (hi - lo)
             span = seg_hi - pos
             cost = per * span
             if cost <= budget:

@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
@@ -59,11 +60,24 @@ _RACY_NS = 2_000_000_000
 """Directory mtimes younger than this are not trusted: a change within the file system's
 timestamp granularity would not move them (the engine's readers use the same rule)."""
 
-_lock = threading.Lock()  # guards _readers, _layouts and _pid
+_lock = threading.Lock()  # guards _readers, _pid and writes to _layouts (read without it)
 _Key = tuple[tuple[str, ...], StorageOptions]
 _readers: dict[_Key, LogDirsView] = {}
-# partition dir -> (dir mtime, segment bases, sizes of every segment but the last)
-_layouts: dict[str, tuple[int, tuple[int, ...], tuple[int, ...]]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A partition directory's segments as last listed."""
+
+    path: str  # the partition directory
+    mtime: int  # its mtime then (ns)
+    bases: tuple[int, ...]
+    sealed: tuple[int, ...]  # sizes of every segment but the last (they cannot grow)
+    active: str | None  # the last segment's .log, stat'ed each time (it grows)
+
+
+_layouts: dict[tuple[tuple[str, ...], TopicPartition], _Layout] = {}
+_bucket_dirs: dict[tuple[str, ...], bool] = {}
 _pid = os.getpid()
 
 
@@ -141,8 +155,22 @@ def segment_files(
     """A partition's segment base offsets and ``.log`` sizes, oldest first; None if
     no log dir holds the partition. Sizes of segments deleted while listing read as 0."""
     dirs = tuple(log_dirs)
-    if any(is_object_uri(d) for d in dirs):
+    if _is_bucket(dirs):
         return _bucket_segments(dirs, tp, storage)
+    # No lock and no fork check to read the cache (a dict read is atomic; every entry
+    # is checked against the directory's mtime, so a forked child may use its parent's):
+    # 1,000 partitions ask every trigger.
+    known = _layouts.get((dirs, tp))
+    if known is not None:
+        # Every trigger asks again for every partition: two stats, and no path built.
+        try:
+            mtime = LOCAL.stat(known.path).st_mtime_ns
+        except FileNotFoundError:
+            mtime = None  # gone from this dir: look in every dir again
+        if mtime == known.mtime and time.time_ns() - known.mtime > _RACY_NS:
+            if known.active is None:
+                return known.bases, known.sealed
+            return known.bases, known.sealed + (_size(known.active),)
     name = partition_dir_name(*tp)
     for d in dirs:
         path = os.path.join(d, name)
@@ -150,23 +178,23 @@ def segment_files(
             mtime = LOCAL.stat(path).st_mtime_ns
         except FileNotFoundError:
             continue  # not in this log dir: another one may hold the partition
-        with _lock:
-            _forget_parent()
-            cached = _layouts.get(path)
-        if (cached is not None and cached[0] == mtime
-                and time.time_ns() - mtime > _RACY_NS):
-            _, bases, sizes = cached
-            if not bases:
-                return bases, sizes
-            return bases, sizes + (_size(path, bases[-1]),)
         listed = _list(path)
         if listed is None:  # deleted since the stat
             continue
         bases, sizes = listed
+        active = os.path.join(path, f"{bases[-1]:020d}{LOG_SUFFIX}") if bases else None
         with _lock:
-            _layouts[path] = (mtime, bases, sizes[:-1])
+            _layouts[(dirs, tp)] = _Layout(path, mtime, bases, sizes[:-1], active)
         return bases, sizes
     return None
+
+
+def _is_bucket(dirs: tuple[str, ...]) -> bool:
+    """Whether ``dirs`` name a bucket (remembered: asked per partition per trigger)."""
+    known = _bucket_dirs.get(dirs)
+    if known is None:  # two threads may both compute it: the same answer
+        known = _bucket_dirs[dirs] = any(is_object_uri(d) for d in dirs)
+    return known
 
 
 def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition, storage: StorageOptions
@@ -183,11 +211,10 @@ def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition, storage: Storage
 def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     entries = {}
     try:
-        for e in LOCAL.scan_dir(path):
+        for n in LOCAL.list_names(path):  # names only: a query's first trigger lists all
             # "<20 digits>.log" only: cheaper than the general parser.
-            n = e.name
             if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
-                entries[int(n[:20])] = e.path
+                entries[int(n[:20])] = os.path.join(path, n)
     except FileNotFoundError:
         return None
     bases = tuple(sorted(entries))
@@ -200,8 +227,8 @@ def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     return bases, tuple(sizes)
 
 
-def _size(path: str, base: int) -> int:
+def _size(path: str) -> int:
     try:
-        return LOCAL.size(os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
+        return LOCAL.size(path)
     except FileNotFoundError:
         return 0

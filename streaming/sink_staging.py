@@ -373,7 +373,7 @@ class PartitionStager:
             rows.column(c.headers) if c.headers else None,
             compression=self.options.compression, now_ms=self.clock.milliseconds(),
             max_batch_bytes=max_batch, producer_id=pid, producer_epoch=epoch,
-            base_sequence=seq)
+            base_sequence=seq, same_base_sequence=True)
         for h in iter_batch_headers(data):
             if h.size > limit:
                 raise RecordTooLargeError(

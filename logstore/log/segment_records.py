@@ -24,6 +24,8 @@ import threading
 from pathlib import Path, PurePath
 from typing import Protocol
 
+import numpy as np
+
 from ..errors import InvalidOffsetError, KafkaStorageError
 from ..storage.storage import FileHandle, PosixStorage, RangeReader, Storage
 
@@ -192,7 +194,9 @@ class FileRecords:
             raise _read_error(self._path, position, e) from e
 
     def read_chunk(self, position: int, max_bytes: int) -> tuple[ReadBuffer, int]:
-        buf = bytearray(max_bytes)
+        # Not zero-filled (np.empty, not bytearray): the read overwrites what is used,
+        # and zeroing 8 MiB first cost a tenth of a source task's read.
+        buf = np.empty(max_bytes, np.uint8).data
         return buf, self.readinto(buf, position)
 
     def is_file_at_path(self) -> bool:
@@ -307,7 +311,9 @@ class RangeRecords:
         return len(data)
 
     def read_chunk(self, position: int, max_bytes: int) -> tuple[ReadBuffer, int]:
-        buf = bytearray(max_bytes)
+        # Not zero-filled (np.empty, not bytearray): the read overwrites what is used,
+        # and zeroing 8 MiB first cost a tenth of a source task's read.
+        buf = np.empty(max_bytes, np.uint8).data
         return buf, self.readinto(buf, position)
 
     def is_file_at_path(self) -> bool:

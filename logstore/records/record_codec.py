@@ -37,6 +37,7 @@ from .compression import compress, decompress
 from .kernel_cache import first_call
 from .record_format import (
     ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_NONE,
@@ -81,6 +82,7 @@ __all__ = [
 MAX_OFFSET = INT64_MAX
 _GROUP_BYTES = 1 << 20  # records decoded per kernel call: about what stays in cache
 _INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
 
 
 class CompressionType(enum.IntEnum):
@@ -268,7 +270,7 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
                    max_batch_bytes: int = 1 << 20,
                    producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                    partition_leader_epoch: int = -1, is_transactional: bool = False,
-                   is_control: bool = False) -> bytearray:
+                   is_control: bool = False, same_base_sequence: bool = False) -> bytearray:
     """Encode records into consecutive RecordBatch v2 batches (a Kafka MemoryRecords).
 
     ``values``/``keys``: Arrow binary, large_binary or string (nulls allowed); ``keys``
@@ -284,6 +286,11 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
     on its own. With ``LOG_APPEND_TIME`` the timestamp-type bit is set and maxTimestamp
     is ``now_ms`` (what a broker stamps). Zero records encode to an empty buffer.
     Returns a bytearray (bytes-like; the kernel writes into it, so no final copy).
+
+    A producer's batches number their records from ``base_sequence`` on (each batch's
+    baseSequence is that of its first record); with ``same_base_sequence`` every batch
+    carries ``base_sequence`` itself (the Spark sink's micro-batch id, which must read
+    the same in every batch of the micro-batch).
     """
     codec = CompressionType.from_name(compression)
     ts_type = TimestampType(timestamp_type)
@@ -337,6 +344,9 @@ def encode_batches(values: Any, keys: Any = None, timestamps: Any = None,
                int(log_append_time))
 
     positions = batch_pos[:nb + 1].tolist()
+    if same_base_sequence and nb > 1:
+        for start in positions[1:-1]:  # under the CRC, restamped below
+            _INT32.pack_into(out, start + BASE_SEQUENCE_OFFSET, base_sequence)
     if codec == CompressionType.NONE:
         for start, end in pairwise(positions):
             restamp_crc(out, start, end)

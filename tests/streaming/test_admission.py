@@ -82,3 +82,35 @@ def test_segment_layout_lists_real_files(tmp_path):
 def test_available_now_caps_at_target_and_ignores_new_partitions():
     latest = {("t", 0): 90, ("t", 1): 5, ("t", 2): 3}
     assert cap_to_target(latest, {("t", 0): 50, ("t", 1): 9}) == {("t", 0): 50, ("t", 1): 5}
+
+
+def _reference_bytes(layout: SegmentLayout, a: int, b: int) -> float:
+    """The estimate by its definition: each segment's size spread evenly over its
+    offsets, summed offset by offset."""
+    bases = layout.base_offsets
+    total = 0.0
+    for i, (base, size) in enumerate(zip(bases, layout.sizes, strict=True)):
+        nxt = bases[i + 1] if i + 1 < len(bases) else max(layout.end_offset, base + 1)
+        hi = max(nxt, base + 1)
+        total += size * sum(1 for o in range(base, hi) if a <= o < b) / (hi - base)
+    return total
+
+
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=12),
+       st.lists(st.integers(0, 10_000), min_size=12, max_size=12),
+       st.integers(0, 40), st.integers(0, 400), st.integers(0, 400),
+       st.floats(0, 50_000))
+def test_layout_estimates_match_their_definition(gaps, sizes, tail, x, y, budget):
+    """The bisected estimates (a trigger looks at the segments around its offsets only)
+    give the definition's bytes, and offset_after_bytes the largest end within budget."""
+    bases = tuple(sum(gaps[:i]) for i in range(len(gaps)))
+    layout = SegmentLayout(bases, tuple(sizes[:len(bases)]), bases[-1] + tail)
+    a, b = min(x, y), max(x, y)
+    expected = _reference_bytes(layout, a, b)
+    assert abs(layout.bytes_between(a, b) - expected) <= 1e-6 * max(expected, 1.0)
+    end = layout.offset_after_bytes(a, budget, b)
+    assert a <= end <= b
+    assert _reference_bytes(layout, a, end) <= budget + 1e-6 * max(budget, 1.0)
+    covered = max(layout.end_offset, bases[-1] + 1)  # offsets past the spans cost nothing
+    if end < min(b, covered) and budget > 0:
+        assert _reference_bytes(layout, a, end + 1) > budget - 1e-6 * max(budget, 1.0)

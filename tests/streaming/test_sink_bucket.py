@@ -129,6 +129,27 @@ def test_tasks_upload_fragments_and_the_commit_publishes_them_once():
             (pid, epoch, seq)}
 
 
+def test_micro_batches_of_many_record_batches_are_all_published_on_a_bucket():
+    """As on a local dir, a fragment cut into several record batches (above
+    maxBatchBytes) carries the micro-batch id in every batch (the bucket's replay
+    decides from its commits, but the data must say the same), and every micro-batch
+    is published."""
+    from seglog.logstore.records.record_format import iter_batch_headers
+    from seglog.streaming.sink_staging import batch_id_of
+
+    uri = memory_uri()
+    opts = options(uri, maxBatchBytes="300")
+    for batch in range(3):
+        result = commit([stage(opts, batch)], batch, opts)
+        assert result.records == 300, batch
+    check_exactly_once(uri, values(0) + values(1) + values(2))
+    with LogManager(uri, read_only=True) as mgr:
+        heads = [h for p in range(3) for seg in mgr.get_log(TOPIC, p).segments
+                 for h in iter_batch_headers(seg.pread(0, seg.size))]
+    assert len(heads) > 9
+    assert {batch_id_of(h.producer_epoch, h.base_sequence) for h in heads} == {0, 1, 2}
+
+
 def test_small_fragment_indexes_travel_inline_and_large_ones_are_objects(monkeypatch):
     uri = memory_uri()
     opts = options(uri, maxBatchBytes="1024", **{"topic.index.interval.bytes": "512"})

@@ -126,6 +126,28 @@ def test_commit_publishes_every_row_once_with_kafka_key_placement(tmp_path: Path
                            (pid, epoch, seq) and h.compression == 3 for h in headers)
 
 
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_micro_batches_of_many_record_batches_are_all_published(tmp_path: Path,
+                                                               codec: str) -> None:
+    """A partition's rows of one micro-batch cut into several record batches (above
+    maxBatchBytes) all carry the micro-batch's id: the next micro-batch's commit reads
+    the ledger's last batch as this one, never as a later batch (which made every later
+    micro-batch skip the partition as already written)."""
+    opts = options(tmp_path, maxBatchBytes="300", **{"compression.type": codec})
+    for batch in range(3):
+        result = commit(stage_batch(opts, batch), batch, opts)
+        assert result.records == 120 and not result.skipped, batch
+    assert visible(tmp_path) == expected(0, 1, 2)
+    from seglog.logstore.records.record_format import iter_batch_headers
+    from seglog.streaming.sink_staging import batch_id_of
+
+    with LogManager([tmp_path], read_only=True) as mgr:
+        headers = [h for p in range(3) for h in iter_batch_headers(
+            mgr.get_log(TOPIC, p).read(0, max_bytes=1 << 20).records)]
+    assert len(headers) > 9  # several record batches per partition and micro-batch
+    assert {batch_id_of(h.producer_epoch, h.base_sequence) for h in headers} == {0, 1, 2}
+
+
 @pytest.mark.parametrize("chunk", [97, 1 << 20])
 def test_staging_files_are_appended_whole_whatever_the_read_size(tmp_path: Path, monkeypatch,
                                                                   chunk: int) -> None:
