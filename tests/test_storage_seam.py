@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SEAM = ROOT / "logstore" / "storage.py"
+SEAM = ROOT / "logstore" / "storage" / "storage.py"
 
 _OS_CALLS = frozenset({
     "open", "fdopen", "read", "write", "pread", "pwrite", "preadv", "pwritev", "readv",
