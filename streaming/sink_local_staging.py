@@ -1,0 +1,159 @@
+"""The local backend's half of staging: one staging file per task and topic-partition.
+
+Layout and durability: see ``sink_staging``'s module docstring (the files sit in the log
+dir that holds the partition, for a new topic the first log dir, and are fsynced with
+their directory before the task reports them).
+
+Not thread-safe: one ``LocalStagingArea`` per task.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from seglog.logstore.config import LogConfig
+from seglog.logstore.errors import KafkaStorageError, LogDirError
+from seglog.logstore.file_names import fitted_name, partition_dir_name
+from seglog.logstore.storage import LOCAL, FileHandle
+
+from .log_readers import reader
+from .sink_options import require_creatable
+from .sink_staging import (
+    STAGING_SUFFIX,
+    Fragment,
+    StagedFragment,
+    StagedOutput,
+    StagingAttempt,
+    StagingTopic,
+    check_partition_count,
+    remove_files,
+    staging_root,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LocalStagingArea"]
+
+
+@dataclass(slots=True)
+class _Open:
+    path: Path
+    handle: FileHandle
+    file: io.BufferedWriter  # over ``handle``
+    size: int = 0
+    records: int = 0
+
+
+class LocalStagingArea:
+    """Staging files in the log dir that holds each partition (see the module docstring)."""
+
+    def __init__(self, attempt: StagingAttempt) -> None:
+        self.attempt = attempt
+        self._default_config = LogConfig.from_properties(attempt.options.topic_config or {})
+        self._files: dict[tuple[str, int], _Open] = {}
+        self._dirs: list[Path] = []
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        """Partition count, config and placement of a topic, from the directory listing
+        (no segment is read); a missing topic gets the sink's creation settings.
+
+        Through the process's shared reader (``log_readers``): a reused Python worker
+        describes the topic of every task and micro-batch without opening the log dirs
+        again; the reader re-lists a dir only when its mtime moved (a topic created by a
+        commit since), so nothing published is missed."""
+        options = self.attempt.options
+        dirs = [Path(d) for d in options.log_dirs]
+        try:
+            if not all(LOCAL.is_dir(d) for d in dirs):
+                for d in dirs:
+                    LOCAL.makedirs(d)
+            with reader(options.log_dirs, options.storage) as mgr:
+                # topics() first: a missing topic is no error here (the shared reader is
+                # dropped after a call that raises).
+                exists = name in mgr.topics()
+                if exists:
+                    numbers = mgr.partitions(name)
+                    config = mgr.topic_config(name)
+        except OSError as e:
+            raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
+                              f"{e.strerror}") from e
+        if not exists:
+            require_creatable(options, name)
+            return StagingTopic(name, options.num_partitions, self._default_config, {})
+        check_partition_count(options, name, len(numbers))
+        placement = {}
+        for n in numbers:
+            for d in dirs:
+                if LOCAL.is_dir(d / partition_dir_name(name, n)):
+                    placement[n] = d
+                    break
+        if numbers != list(range(len(numbers))):
+            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
+        return StagingTopic(name, len(numbers), config, placement)
+
+    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+        f = self._file(topic, partition)
+        try:
+            f.file.write(data)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot write staging file {f.path}: {e}") from e
+        f.size += len(data)
+        f.records += records
+
+    def _file(self, topic: StagingTopic, partition: int) -> _Open:
+        key = (topic.name, partition)
+        f = self._files.get(key)
+        if f is None:
+            a = self.attempt
+            log_dir = topic.dirs.get(partition, Path(a.options.log_dirs[0]))
+            d = staging_root(log_dir, a.sink_id) / str(a.batch_id)
+            try:
+                LOCAL.makedirs(d)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
+            if d not in self._dirs:
+                self._dirs.append(d)
+            # The name is for people; the commit message carries the path. A long
+            # topic's name is cut (with a hash) to fit a file name.
+            name = fitted_name(f"{topic.name}-{partition}",
+                               f".t{a.task}.a{a.attempt}.{a.attempt_uid}{STAGING_SUFFIX}")
+            path = d / name
+            try:
+                handle = LOCAL.open_file(path, "exclusive")  # closed in finish/discard
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging file {path}: {e}") from e
+            f = _Open(path, handle, handle.buffered_writer())
+            self._files[key] = f
+        return f
+
+    def finish(self) -> StagedOutput:
+        """fsync every staging file and its directory; describe them."""
+        fragments: list[Fragment] = []
+        try:
+            for (topic, partition), f in sorted(self._files.items()):
+                f.file.flush()
+                f.handle.fsync()
+                f.file.close()
+                f.handle.close()
+                fragments.append(StagedFragment(topic, partition, str(f.path), f.size,
+                                                f.records))
+            for d in self._dirs:
+                LOCAL.fsync_dir(d)
+        except OSError as e:
+            self.discard()
+            raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
+        return StagedOutput(tuple(fragments))
+
+    def discard(self) -> None:
+        for f in self._files.values():
+            try:
+                f.file.close()
+            except OSError as e:
+                logger.warning("cannot close staging file %s: %s", f.path, e)
+            finally:
+                f.handle.close()
+            remove_files([f.path])
+        self._files.clear()
