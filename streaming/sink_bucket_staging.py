@@ -247,8 +247,8 @@ class BucketStagingArea:
         except BaseException:
             self.discard()
             raise
-        fragments: tuple[Fragment, ...] = tuple(sorted(
-            self._uploaded, key=lambda f: (f.topic, f.partition, f.key)))
+        uploaded = sorted(self._uploaded, key=lambda f: (f.topic, f.partition, f.key))
+        fragments: tuple[Fragment, ...] = tuple(uploaded)
         return StagedOutput(fragments, tuple(sorted(
             (name, tuple(sorted(config.items()))) for name, config in self._validated.items())))
 

@@ -74,11 +74,11 @@ MAX_BATCH_ID = (1 << 46) - 1
 _BATCH_SIZE_MARGIN = 512
 
 
-def sink_state_dir(log_dir: str | os.PathLike) -> Path:
+def sink_state_dir(log_dir: str | os.PathLike[str]) -> Path:
     return Path(log_dir) / SINK_DIR
 
 
-def staging_root(log_dir: str | os.PathLike, sink_id: str) -> Path:
+def staging_root(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     return sink_state_dir(log_dir) / "staging" / _safe(sink_id)
 
 
@@ -514,7 +514,7 @@ def run_stager(columns: SinkColumns, attempt: StagingAttempt, area: StagingArea,
         raise
 
 
-def remove_files(paths: Iterable[str | os.PathLike]) -> int:
+def remove_files(paths: Iterable[str | os.PathLike[str]]) -> int:
     """Unlink files that may already be gone; returns how many were removed."""
     removed = 0
     for p in paths:
