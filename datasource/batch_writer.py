@@ -1,6 +1,6 @@
 """``SeglogBatchWriter``: ``df.write.format("seglog").mode("append")``, all or nothing.
 
-Tasks stage rows (through the sink's backend, ``sink_protocol.sink_backend``) under a
+Tasks stage rows (through the sink's backend, ``sink_destination``) under a
 job id drawn when Spark creates the writer on the driver (the same pickled writer
 reaches every task and the commit); ``commit``
 publishes every partition and then moves the high watermark in one checkpoint write per
@@ -22,7 +22,6 @@ from seglog.logstore.errors import ConfigError
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_protocol import abort as sink_abort
 from seglog.streaming.sink_protocol import commit as sink_commit
-from seglog.streaming.sink_protocol import sink_backend
 
 from .stream_writer import (
     SeglogCommitMessage,
@@ -60,17 +59,17 @@ class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
-        staged = sink_backend(self.options).stage(self.columns, iterator, self.job_id,
-                                                  _BATCH_ID, ctx.partitionId(),
-                                                  ctx.attemptNumber())
+        staged = self.backend().stage(self.columns, iterator, self.job_id, _BATCH_ID,
+                                      ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     @shown_in_one_piece
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        sink_commit(sink_backend(self.options), unwrap(messages), _BATCH_ID, use_ledger=False)
+        sink_commit(self.backend(), unwrap(messages), _BATCH_ID,
+                    use_ledger=False)
 
     @shown_in_one_piece
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # The job id too: a task that failed before its message still staged files.
-        sink_abort(sink_backend(self.options), unwrap(messages), _BATCH_ID,
+        sink_abort(self.backend(), unwrap(messages), _BATCH_ID,
                    sink_ids=[self.job_id])

@@ -3,8 +3,8 @@
 A thin adapter over ``seglog.streaming``: options and columns are validated here, on the
 driver, when Spark creates the writer (so a bad option or column fails the query before
 any task runs); ``write()`` stages rows on executors and ``commit``/``abort`` publish or
-discard them on the driver, all through the sink's backend (``sink_protocol.sink_backend``:
-local log dirs or a bucket, picked once by the path).
+discard them on the driver, all through the sink's backend (``sink_destination``: local
+log dirs or a bucket, picked once by the path; ``sink_protocol``: the rules).
 
 Which process calls what (PySpark 4.3): the writer is built and pickled to every task by
 the write planner; ``commit``/``abort`` run in a Python worker that builds a fresh writer
@@ -33,13 +33,14 @@ from pyspark.sql.types import StructType
 from seglog.logstore.errors import ConfigError
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.kafka_compat import warn_ignored
+from seglog.streaming.sink_destination import sink_destination
 from seglog.streaming.sink_options import (
     SinkColumns,
     SinkOptions,
     log_dirs_option,
     require_creatable,
 )
-from seglog.streaming.sink_protocol import SinkBackend, sink_backend
+from seglog.streaming.sink_protocol import SinkBackend, SinkDestination
 from seglog.streaming.sink_protocol import abort as sink_abort
 from seglog.streaming.sink_protocol import commit as sink_commit
 
@@ -67,20 +68,21 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
                   ) -> tuple[SinkOptions, SinkColumns]:
     """Parse the options and check the input columns (driver side, before any task)."""
     opts = SinkOptions.parse(options)
-    backend = sink_backend(opts)
-    backend.check_destination(log_dirs_option(options))
+    destination = sink_destination(opts)  # the one place the path picks the backend
+    destination.check_destination(log_dirs_option(options))
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
     if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
-        _check_existing_topic(opts, backend, opts.topic)
+        _check_existing_topic(opts, destination, opts.topic)
     return opts, columns
 
 
-def _check_existing_topic(opts: SinkOptions, backend: SinkBackend, topic: str) -> None:
+def _check_existing_topic(opts: SinkOptions, destination: SinkDestination,
+                          topic: str) -> None:
     """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it
-    (``SinkBackend.existing_partitions``: on a bucket, usually without a request)."""
+    (``SinkDestination.existing_partitions``: on a bucket, usually without a request)."""
     from seglog.streaming.sink_staging import check_partition_count
 
-    partitions = backend.existing_partitions(topic)
+    partitions = destination.existing_partitions(topic)
     if partitions is not None:
         check_partition_count(opts, topic, partitions)
     else:
@@ -110,6 +112,10 @@ class ShippedOnce:
     def _first_description(self) -> bool:
         """Whether this planning is the first of its query (a batch job: always)."""
         return True
+
+    def backend(self) -> SinkBackend:
+        """The sink's backend (imported where a task stages or the driver commits)."""
+        return sink_destination(self.options).backend()
 
 
 _DESCRIBED_QUERIES: set[str] = set()
@@ -177,9 +183,8 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
                 "the Spark task property 'streaming.sql.batchId' is not visible in this "
                 "Python worker; the exactly-once sink needs it")
         sink_id = ctx.getLocalProperty("sql.streaming.queryId") or self._fallback_sink_id()
-        staged = sink_backend(self.options).stage(self.columns, iterator, sink_id,
-                                                  int(raw_batch), ctx.partitionId(),
-                                                  ctx.attemptNumber())
+        staged = self.backend().stage(self.columns, iterator, sink_id, int(raw_batch),
+                                      ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     def _fallback_sink_id(self) -> str:
@@ -192,9 +197,9 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
     @shown_in_one_piece
     def commit(self, messages: list[WriterCommitMessage | None],
                batchId: int) -> None:  # noqa: N803 (PySpark's name)
-        sink_commit(sink_backend(self.options), unwrap(messages), batchId)
+        sink_commit(self.backend(), unwrap(messages), batchId)
 
     @shown_in_one_piece
     def abort(self, messages: list[WriterCommitMessage | None],
               batchId: int) -> None:  # noqa: N803
-        sink_abort(sink_backend(self.options), unwrap(messages), batchId)
+        sink_abort(self.backend(), unwrap(messages), batchId)

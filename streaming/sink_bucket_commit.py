@@ -48,7 +48,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket_commit_log import Change
 from seglog.logstore.bucket_manager import BucketLogManager
@@ -66,14 +66,15 @@ from seglog.logstore.partition_metadata import new_topic_id
 from seglog.logstore.record_format import TopicPartition
 from seglog.logstore.topics import parse_overrides, validate_topic_name, warn_on_collision
 
-from . import log_writers
+from . import log_writers, sink_protocol
 from .errors import SinkCommitError
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
+    stage_rows,
     staging_prefix,
 )
-from .sink_options import SinkOptions, require_creatable
+from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_protocol import (
     AssumedTopic,
     CommitResult,
@@ -84,9 +85,13 @@ from .sink_protocol import (
 )
 from .sink_staging import Fragment, StagedTask
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketPublication",
+__all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend",
+           "BucketPublication",
            "BUCKET_CRASH_STEPS", "OPERATION"]
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
@@ -96,9 +101,6 @@ OPERATION = "sink_append"
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
            use_ledger: bool = True, clock: Clock = SYSTEM_CLOCK) -> CommitResult:
     """Publish a micro-batch to a bucket exactly once (``sink_protocol.commit``)."""
-    from . import sink_protocol
-    from .sink_backends import BucketSinkBackend
-
     return sink_protocol.commit(BucketSinkBackend(options, clock), messages, batch_id,
                                 use_ledger=use_ledger)
 
@@ -107,16 +109,60 @@ def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOpt
           *, clock: Clock = SYSTEM_CLOCK) -> int:
     """Delete the uploads of a failed batch that no commit references
     (``sink_protocol.abort``)."""
-    from . import sink_protocol
-    from .sink_backends import BucketSinkBackend
-
     return sink_protocol.abort(BucketSinkBackend(options, clock), messages, batch_id)
+
+
+class BucketSinkBackend:
+    """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
+    tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
+
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.options = options
+        self.clock = clock
+
+    @property
+    def location(self) -> str:
+        return redact_uris(self.options.log_dirs)
+
+    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
+              batch_id: int, task: int, attempt: int) -> StagedTask:
+        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
+                          self.clock)
+
+    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
+        """Refreshes the process's writer first (one LIST: the commits of other writers
+        since this process last looked): the view the whole commit decides on."""
+        mgr = bucket_writer(self.options, self.clock)
+        mgr.refresh()
+        return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
+
+    def commit_empty(self, batch: SinkBatch) -> int:
+        """A batch without rows commits nothing (a replay of one included)."""
+        mgr = bucket_writer(self.options, self.clock)
+        if batch.use_ledger and _ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
+            logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
+                        batch.batch_id, batch.sink_id, mgr.uri)
+            return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
+        return 0
+
+    def begin(self, batch: SinkBatch) -> BucketPublication:
+        return BucketPublication(bucket_writer(self.options, self.clock), self.options,
+                                 batch, self.clock)
+
+    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
+              ) -> int:
+        """``sink_ids`` are not needed: a task that uploaded anything reported it, and
+        the collector deletes what a task that died left."""
+        if not tasks:
+            return 0
+        return abort_uploads(bucket_writer(self.options, self.clock), tasks, batch_id)
 
 
 class BucketPublication:
     """One micro-batch's publish to a bucket (``sink_protocol.SinkPublication``): one
     conditional commit carrying the segment entries and the ledger (steps 2-6 of the
-    module docstring). ``mgr`` is the process's writer, refreshed by ``remove_losers``."""
+    module docstring). ``mgr`` is the process's writer, refreshed by
+    ``BucketSinkBackend.remove_losers``."""
 
     def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
                  clock: Clock) -> None:
@@ -196,22 +242,6 @@ class _Plan:
 
     published: tuple[PublishedPartition, ...]
     maintain: bool
-
-
-def remove_losers(mgr: BucketLogManager, losers: Sequence[StagedTask]) -> int:
-    """Refresh ``mgr`` (one LIST: the commits of other writers since this process last
-    looked), then delete the losing attempts' uploads that no commit references."""
-    mgr.refresh()
-    return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
-
-
-def commit_empty(mgr: BucketLogManager, batch: SinkBatch) -> int:
-    """A batch without rows commits nothing (a replay of one included)."""
-    if batch.use_ledger and _ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
-        logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
-                    batch.batch_id, batch.sink_id, mgr.uri)
-        return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
-    return 0
 
 
 def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],

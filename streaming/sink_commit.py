@@ -92,13 +92,16 @@ from seglog.logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.log_manager import LogManager
+from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import TopicPartition, iter_batch_headers
 from seglog.logstore.storage import LOCAL, DirItem
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from seglog.logstore.log import Log
 
-from . import log_writers
+from . import log_writers, sink_protocol
 from .errors import SinkCommitError
 from .sink_intent import (
     CommitIntent,
@@ -108,7 +111,8 @@ from .sink_intent import (
     write_intent,
 )
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
-from .sink_options import SinkOptions, require_creatable
+from .sink_local_staging import stage_rows
+from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_protocol import (
     CRASH_ENV,
     CommitResult,
@@ -134,8 +138,8 @@ logger = logging.getLogger(__name__)
 # CRASH_ENV, crash_point, select_attempts, CommitResult: sink_protocol's, named here too
 # for the callers and tests that import them from the local sink.
 __all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult",
-           "LocalPublication", "SinkLedger", "LedgerEntry", "CRASH_ENV", "CRASH_STEPS",
-           "crash_point", "open_writer"]
+           "LocalSinkBackend", "LocalPublication", "SinkLedger", "LedgerEntry", "CRASH_ENV",
+           "CRASH_STEPS", "crash_point", "open_writer"]
 
 CRASH_STEPS = ("after-lock", "after-truncate", "after-intent", "mid-partition", "mid-publish",
                "after-append", "after-ledger", "after-checkpoint", "after-cleanup",
@@ -153,9 +157,6 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
     ``use_ledger=False`` is for one-shot batch jobs (``df.write``): still all-or-nothing
     through the high-watermark checkpoint, with nothing to replay.
     """
-    from . import sink_protocol
-    from .sink_backends import LocalSinkBackend
-
     return sink_protocol.commit(LocalSinkBackend(options, clock), messages, batch_id,
                                 use_ledger=use_ledger)
 
@@ -163,11 +164,40 @@ def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOp
 def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions, *,
           sink_ids: Iterable[str] = ()) -> int:
     """Remove the staging of a failed batch (``sink_protocol.abort``)."""
-    from . import sink_protocol
-    from .sink_backends import LocalSinkBackend
-
     return sink_protocol.abort(LocalSinkBackend(options), messages, batch_id,
                                sink_ids=sink_ids)
+
+
+class LocalSinkBackend:
+    """The sink over local log dirs (``sink_protocol.SinkBackend``): staging files in
+    the log dirs (``sink_local_staging``), published by ``LocalPublication``."""
+
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.options = options
+        self.clock = clock
+
+    @property
+    def location(self) -> str:
+        return redact_uris(self.options.log_dirs)
+
+    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
+              batch_id: int, task: int, attempt: int) -> StagedTask:
+        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
+                          self.clock)
+
+    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
+        return remove_files(f.path for m in losers for f in m.fragments)
+
+    def commit_empty(self, batch: SinkBatch) -> int:
+        return sweep_staging(self.options.log_dirs, batch.sink_id, batch.batch_id,
+                             clock=self.clock)
+
+    def begin(self, batch: SinkBatch) -> LocalPublication:
+        return LocalPublication(self.options, batch, self.clock)
+
+    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
+              ) -> int:
+        return abort_staging(tasks, batch_id, self.options, sink_ids)
 
 
 class LocalPublication:

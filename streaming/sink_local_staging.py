@@ -11,31 +11,40 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import KafkaStorageError, LogDirError
 from seglog.logstore.file_names import fitted_name, partition_dir_name
 from seglog.logstore.storage import LOCAL, FileHandle
 
 from .log_readers import reader
-from .sink_options import require_creatable
+from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
     STAGING_SUFFIX,
     Fragment,
     StagedFragment,
     StagedOutput,
+    StagedTask,
     StagingAttempt,
     StagingTopic,
     check_partition_count,
+    new_attempt_uid,
     remove_files,
+    run_stager,
     staging_root,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["LocalStagingArea"]
+__all__ = ["LocalStagingArea", "stage_rows"]
 
 
 @dataclass(slots=True)
@@ -157,3 +166,12 @@ class LocalStagingArea:
                 f.handle.close()
             remove_files([f.path])
         self._files.clear()
+
+
+def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
+               sink_id: str, batch_id: int, task: int, attempt: int,
+               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
+    """Stage every batch of ``batches`` in the log dirs; on any error, remove what was
+    staged."""
+    who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
+    return run_stager(columns, who, LocalStagingArea(who), batches)

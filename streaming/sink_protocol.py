@@ -1,6 +1,6 @@
 """The exactly-once sink's commit protocol, written once over a ``SinkBackend``.
 
-Every backend (``sink_backends``: local log dirs, a bucket)
+Every backend (``sink_commit``: local log dirs; ``sink_bucket_commit``: a bucket)
 publishes a micro-batch by the same rules, in the same order (``commit``):
 
 1. **Attempts.** One attempt per task (Spark passes one, but a retried or speculative
@@ -24,9 +24,8 @@ publishes a micro-batch by the same rules, in the same order (``commit``):
 ``abort`` removes a failed batch's staging and nothing else (an abort can follow a
 commit whose worker died after the commit point: published data stays).
 
-The backend is picked by ``sink_backend`` (one place, by the sink's path or URI); its
-methods import the heavy parts (codec, writer) only when called: the write planner
-builds a backend and must load neither.
+The backend is picked in one place, by the sink's path or URI
+(``sink_destination.sink_destination``, then ``SinkDestination.backend``).
 
 A test hook kills the process at a named step: ``SEGLOG_CRASH_AT=<step>`` or
 ``<step>@<batch id>`` (each backend names its steps: ``sink_commit.CRASH_STEPS``,
@@ -45,7 +44,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.record_format import TopicPartition
 from seglog.logstore.storage import LOCAL
 
@@ -54,14 +52,14 @@ from .errors import SinkCommitError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .sink_options import SinkColumns, SinkOptions
+    from .sink_options import SinkColumns
     from .sink_staging import Fragment, StagedTask
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SinkBackend", "SinkPublication", "SinkBatch", "AssumedTopic", "CommitResult",
            "PublishedPartition", "commit", "abort", "select_attempts", "plan_partitions",
-           "assumed_topics", "crash_point", "sink_backend", "CRASH_ENV", "CRASH_ONCE_ENV"]
+           "assumed_topics", "crash_point", "SinkDestination", "CRASH_ENV", "CRASH_ONCE_ENV"]
 
 CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
@@ -246,20 +244,12 @@ class SinkPublication(Protocol):
 
 
 class SinkBackend(Protocol):
-    """Where a sink stages and publishes: a local log dir or a bucket."""
+    """How a sink stages and publishes on one kind of storage (``sink_commit``: local
+    log dirs; ``sink_bucket_commit``: a bucket)."""
 
     @property
     def location(self) -> str:
         """The sink's log dirs or bucket, as logs may show them (no credentials)."""
-        ...
-
-    def check_destination(self, option: str) -> None:
-        """Driver side, before any task: the destination is usable (no request; errors
-        name ``option``, the option that gave the path)."""
-        ...
-
-    def existing_partitions(self, topic: str) -> int | None:
-        """The partition count of an existing ``topic``, None if it does not exist."""
         ...
 
     def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
@@ -285,14 +275,22 @@ class SinkBackend(Protocol):
         ...
 
 
-def sink_backend(options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> SinkBackend:
-    """The sink's backend, by its path: a bucket for an object-store URI (the sink's only
-    log dir then), else its local log dirs."""
-    from .sink_backends import BucketSinkBackend, LocalSinkBackend
+class SinkDestination(Protocol):
+    """Where a sink writes, as the driver checks it before any task
+    (``sink_destination.sink_destination`` picks one by the path); light to build."""
 
-    if options.bucket_uri is not None:
-        return BucketSinkBackend(options, clock)
-    return LocalSinkBackend(options, clock)
+    def check_destination(self, option: str) -> None:
+        """The destination is usable (no request; errors name ``option``, the option
+        that gave the path)."""
+        ...
+
+    def existing_partitions(self, topic: str) -> int | None:
+        """The partition count of an existing ``topic``, None if it does not exist."""
+        ...
+
+    def backend(self) -> SinkBackend:
+        """The backend that stages and publishes here (imports its modules)."""
+        ...
 
 
 # ---------------------------------------------------------------------------- the rules

@@ -490,17 +490,6 @@ def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
     return encode_batches(values, keys, timestamps, headers, **kwargs)
 
 
-def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
-               sink_id: str, batch_id: int, task: int, attempt: int,
-               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
-    """Stage every batch of ``batches`` in the log dirs; on any error, remove what was
-    staged."""
-    from .sink_local_staging import LocalStagingArea  # it imports this module
-
-    who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
-    return run_stager(columns, who, LocalStagingArea(who), batches)
-
-
 def run_stager(columns: SinkColumns, attempt: StagingAttempt, area: StagingArea,
                batches: Iterable[pa.RecordBatch]) -> StagedTask:
     """Stage every batch of ``batches`` into ``area``; on any error, discard it all."""

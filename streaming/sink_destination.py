@@ -1,10 +1,11 @@
-"""The sink's two ``SinkBackend``s: local log dirs and a bucket (``sink_protocol``).
+"""Where a sink writes, picked once by its path (``sink_destination``): local log dirs or
+a bucket, each with its ``SinkBackend`` (``sink_protocol``).
 
-Each is a small object the write planner can build: what it needs on the driver before
-any task (``check_destination``, ``existing_partitions``) imports nothing heavy, and
-every other method imports its backend's modules where it runs. That is the start-up
-rule (docs/internals.md, "Start-up"): only a task loads the codec and numba
-(``stage``), the commit process loads the writer (``begin``), the planner neither.
+A destination is what the write planner needs on the driver before any task
+(``check_destination``, ``existing_partitions``) and imports nothing heavy; its
+``backend()`` imports the backend's module where a task stages or the driver commits.
+That is the start-up rule (docs/internals.md, "Start-up"): only a task loads the codec
+and numba, the commit process loads the writer, the planner neither.
 
 What each backend adds to the protocol:
 - local (``sink_local_staging``, ``sink_commit``): staging files in the log dir that
@@ -20,7 +21,6 @@ What each backend adds to the protocol:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,27 +31,27 @@ from seglog.logstore.object_store_config import redact_uris
 from .sink_options import SinkOptions, check_log_dirs
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from seglog.logstore.bucket_manager import BucketLogManager
 
-    from .sink_options import SinkColumns
-    from .sink_protocol import SinkBatch, SinkPublication
-    from .sink_staging import StagedTask
+    from .sink_protocol import SinkBackend, SinkDestination
 
-__all__ = ["LocalSinkBackend", "BucketSinkBackend"]
+__all__ = ["LocalDestination", "BucketDestination", "sink_destination"]
 
 
-class LocalSinkBackend:
-    """The sink over local log dirs (``SinkBackend``)."""
+def sink_destination(options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> SinkDestination:
+    """The sink's destination, by its path: a bucket for an object-store URI (the sink's
+    only log dir then: ``SinkOptions.parse``), else its local log dirs."""
+    if options.bucket_uri is not None:
+        return BucketDestination(options, clock)
+    return LocalDestination(options, clock)
+
+
+class LocalDestination:
+    """Local log dirs (``SinkDestination``)."""
 
     def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         self.options = options
         self.clock = clock
-
-    @property
-    def location(self) -> str:
-        return redact_uris(self.options.log_dirs)
 
     def check_destination(self, option: str) -> None:
         """Every log dir is a writable directory or can be created (errors name
@@ -70,39 +70,14 @@ class LocalSinkBackend:
                 return len(mgr.partitions(topic))
         return None
 
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
-        from .sink_staging import stage_rows
+    def backend(self) -> SinkBackend:
+        from .sink_commit import LocalSinkBackend
 
-        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
-                          self.clock)
-
-    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
-        from .sink_staging import remove_files
-
-        return remove_files(f.path for m in losers for f in m.fragments)
-
-    def commit_empty(self, batch: SinkBatch) -> int:
-        from .sink_commit import sweep_staging
-
-        return sweep_staging(self.options.log_dirs, batch.sink_id, batch.batch_id,
-                             clock=self.clock)
-
-    def begin(self, batch: SinkBatch) -> SinkPublication:
-        from .sink_commit import LocalPublication
-
-        return LocalPublication(self.options, batch, self.clock)
-
-    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
-              ) -> int:
-        from .sink_commit import abort_staging
-
-        return abort_staging(tasks, batch_id, self.options, sink_ids)
+        return LocalSinkBackend(self.options, self.clock)
 
 
-class BucketSinkBackend:
-    """The sink over a bucket (``SinkBackend``): ``options.bucket_uri`` is its only log
-    dir."""
+class BucketDestination:
+    """A bucket (``SinkDestination``): ``options.bucket_uri`` is the sink's only log dir."""
 
     def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         if options.bucket_uri is None:
@@ -111,10 +86,6 @@ class BucketSinkBackend:
         self.options = options
         self.uri = options.bucket_uri
         self.clock = clock
-
-    @property
-    def location(self) -> str:
-        return redact_uris([self.uri])
 
     def check_destination(self, option: str) -> None:
         """Builds the client only (no request): an unknown or malformed ``storage.*``
@@ -142,44 +113,10 @@ class BucketSinkBackend:
                 spec = bucket.state.topics.get(topic)
         return spec.partitions if spec is not None else None
 
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
-        from .sink_bucket_staging import stage_rows
+    def backend(self) -> SinkBackend:
+        from .sink_bucket_commit import BucketSinkBackend
 
-        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
-                          self.clock)
-
-    def _writer(self) -> BucketLogManager:
-        from .sink_bucket_commit import bucket_writer
-
-        return bucket_writer(self.options, self.clock)
-
-    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
-        """Refreshes the process's writer first (one LIST): the view the whole commit
-        decides on."""
-        from .sink_bucket_commit import remove_losers
-
-        return remove_losers(self._writer(), losers)
-
-    def commit_empty(self, batch: SinkBatch) -> int:
-        from .sink_bucket_commit import commit_empty
-
-        return commit_empty(self._writer(), batch)
-
-    def begin(self, batch: SinkBatch) -> SinkPublication:
-        from .sink_bucket_commit import BucketPublication
-
-        return BucketPublication(self._writer(), self.options, batch, self.clock)
-
-    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
-              ) -> int:
-        """``sink_ids`` are not needed: a task that uploaded anything reported it, and
-        the collector deletes what a dead task left."""
-        from .sink_bucket_commit import abort_uploads
-
-        if not tasks:
-            return 0
-        return abort_uploads(self._writer(), tasks, batch_id)
+        return BucketSinkBackend(self.options, self.clock)
 
 
 def _as_bucket(mgr: object) -> BucketLogManager:
