@@ -81,8 +81,7 @@ class BucketDestination:
 
     def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
         if options.bucket_uri is None:
-            raise ConfigError(
-                f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
+            raise ConfigError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
         self.options = options
         self.uri = options.bucket_uri
         self.clock = clock
@@ -107,8 +106,9 @@ class BucketDestination:
         with reader(opts.log_dirs, opts.storage) as shared:  # the process's shared reader
             bucket = _as_bucket(shared)
             spec = bucket.state.topics.get(topic)
-            if spec is None or (opts.num_partitions_given
-                                and spec.partitions != opts.num_partitions):
+            if spec is None or (
+                opts.num_partitions_given and spec.partitions != opts.num_partitions
+            ):
                 bucket.refresh()
                 spec = bucket.state.topics.get(topic)
         return spec.partitions if spec is not None else None

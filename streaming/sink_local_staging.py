@@ -87,8 +87,9 @@ class LocalStagingArea:
                     numbers = mgr.partitions(name)
                     config = mgr.topic_config(name)
         except OSError as e:
-            raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
-                              f"{e.strerror}") from e
+            raise LogDirError(
+                f"the seglog sink cannot use log dir {e.filename or dirs}: {e.strerror}"
+            ) from e
         if not exists:
             require_creatable(options, name)
             return StagingTopic(name, options.num_partitions, self._default_config, {})
@@ -127,8 +128,10 @@ class LocalStagingArea:
                 self._dirs.append(d)
             # The name is for people; the commit message carries the path. A long
             # topic's name is cut (with a hash) to fit a file name.
-            name = fitted_name(f"{topic.name}-{partition}",
-                               f".t{a.task}.a{a.attempt}.{a.attempt_uid}{STAGING_SUFFIX}")
+            name = fitted_name(
+                f"{topic.name}-{partition}",
+                f".t{a.task}.a{a.attempt}.{a.attempt_uid}{STAGING_SUFFIX}",
+            )
             path = d / name
             try:
                 handle = LOCAL.open_file(path, "exclusive")  # closed in finish/discard
@@ -147,8 +150,7 @@ class LocalStagingArea:
                 f.handle.fsync()
                 f.file.close()
                 f.handle.close()
-                fragments.append(StagedFragment(topic, partition, str(f.path), f.size,
-                                                f.records))
+                fragments.append(StagedFragment(topic, partition, str(f.path), f.size, f.records))
             for d in self._dirs:
                 LOCAL.fsync_dir(d)
         except OSError as e:
@@ -168,9 +170,16 @@ class LocalStagingArea:
         self._files.clear()
 
 
-def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
-               sink_id: str, batch_id: int, task: int, attempt: int,
-               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
+def stage_rows(
+    options: SinkOptions,
+    columns: SinkColumns,
+    batches: Iterable[pa.RecordBatch],
+    sink_id: str,
+    batch_id: int,
+    task: int,
+    attempt: int,
+    clock: Clock = SYSTEM_CLOCK,
+) -> StagedTask:
     """Stage every batch of ``batches`` in the log dirs; on any error, remove what was
     staged."""
     who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)

@@ -57,9 +57,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SinkBackend", "SinkPublication", "SinkBatch", "AssumedTopic", "CommitResult",
-           "PublishedPartition", "commit", "abort", "select_attempts", "plan_partitions",
-           "assumed_topics", "crash_point", "SinkDestination", "CRASH_ENV", "CRASH_ONCE_ENV"]
+__all__ = [
+    "SinkBackend",
+    "SinkPublication",
+    "SinkBatch",
+    "AssumedTopic",
+    "CommitResult",
+    "PublishedPartition",
+    "commit",
+    "abort",
+    "select_attempts",
+    "plan_partitions",
+    "assumed_topics",
+    "crash_point",
+    "SinkDestination",
+    "CRASH_ENV",
+    "CRASH_ONCE_ENV",
+]
 
 CRASH_ENV = "SEGLOG_CRASH_AT"
 CRASH_ONCE_ENV = "SEGLOG_CRASH_ONCE"
@@ -134,8 +148,9 @@ class SinkBatch:
         return assumed_topics(self.chosen)
 
 
-def select_attempts(messages: Sequence[StagedTask | None], batch_id: int
-                    ) -> tuple[list[StagedTask], list[StagedTask]]:
+def select_attempts(
+    messages: Sequence[StagedTask | None], batch_id: int
+) -> tuple[list[StagedTask], list[StagedTask]]:
     """(one attempt per task, ordered by task; the other attempts).
 
     Raises SinkCommitError for a missing message (a task without a commit message cannot
@@ -146,10 +161,12 @@ def select_attempts(messages: Sequence[StagedTask | None], batch_id: int
         if m is None:
             raise SinkCommitError(
                 f"task {i} of batch {batch_id} left no commit message (it failed); "
-                "refusing to publish a partial batch")
+                "refusing to publish a partial batch"
+            )
         if m.batch_id != batch_id:
             raise SinkCommitError(
-                f"task {m.task} staged rows for batch {m.batch_id}, not {batch_id}")
+                f"task {m.task} staged rows for batch {m.batch_id}, not {batch_id}"
+            )
         by_task.setdefault(m.task, []).append(m)
     chosen: list[StagedTask] = []
     losers: list[StagedTask] = []
@@ -159,8 +176,9 @@ def select_attempts(messages: Sequence[StagedTask | None], batch_id: int
         losers.extend(attempts[1:])
     sinks = {m.sink_id for m in chosen}
     if len(sinks) > 1:
-        raise SinkCommitError(f"commit messages of batch {batch_id} come from several sinks: "
-                              f"{sorted(sinks)}")
+        raise SinkCommitError(
+            f"commit messages of batch {batch_id} come from several sinks: {sorted(sinks)}"
+        )
     return chosen, losers
 
 
@@ -184,7 +202,8 @@ def assumed_topics(chosen: Sequence[StagedTask]) -> dict[str, AssumedTopic]:
             if counts.setdefault(topic, n) != n:
                 raise SinkCommitError(
                     f"tasks routed rows of topic {topic!r} with different partition counts "
-                    f"({counts[topic]} and {n}): the topic changed during the batch")
+                    f"({counts[topic]} and {n}): the topic changed during the batch"
+                )
     configs: dict[str, dict[str, str]] = {}
     for m in chosen:
         for topic, pairs in m.topic_configs:
@@ -193,14 +212,16 @@ def assumed_topics(chosen: Sequence[StagedTask]) -> dict[str, AssumedTopic]:
                 raise SinkCommitError(
                     f"tasks checked rows of topic {topic!r} against different configs "
                     f"({config_differences(configs[topic], config)}): the topic changed "
-                    "during the batch")
+                    "during the batch"
+                )
     return {t: AssumedTopic(n, configs.get(t)) for t, n in counts.items()}
 
 
 def config_differences(was: Mapping[str, str], now: Mapping[str, str]) -> str:
     keys = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
-    return "; ".join(f"{k}: {was.get(k, '(default)')!r} then {now.get(k, '(default)')!r}"
-                     for k in keys)
+    return "; ".join(
+        f"{k}: {was.get(k, '(default)')!r} then {now.get(k, '(default)')!r}" for k in keys
+    )
 
 
 # ---------------------------------------------------------------------------- interface
@@ -252,8 +273,15 @@ class SinkBackend(Protocol):
         """The sink's log dirs or bucket, as logs may show them (no credentials)."""
         ...
 
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
+    def stage(
+        self,
+        columns: SinkColumns,
+        batches: Iterable[pa.RecordBatch],
+        sink_id: str,
+        batch_id: int,
+        task: int,
+        attempt: int,
+    ) -> StagedTask:
         """A task: route, encode and stage its rows; on any error, remove them again."""
         ...
 
@@ -269,8 +297,7 @@ class SinkBackend(Protocol):
         """Open the writer for ``batch``'s publish."""
         ...
 
-    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
-              ) -> int:
+    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]) -> int:
         """Remove a failed batch's staging (of ``tasks`` and of the sinks ``sink_ids``)."""
         ...
 
@@ -294,8 +321,13 @@ class SinkDestination(Protocol):
 
 
 # ---------------------------------------------------------------------------- the rules
-def commit(backend: SinkBackend, messages: Sequence[StagedTask | None], batch_id: int, *,
-           use_ledger: bool = True) -> CommitResult:
+def commit(
+    backend: SinkBackend,
+    messages: Sequence[StagedTask | None],
+    batch_id: int,
+    *,
+    use_ledger: bool = True,
+) -> CommitResult:
     """Publish a micro-batch exactly once (see the module docstring)."""
     chosen, losers = select_attempts(messages, batch_id)
     plan = plan_partitions(chosen)
@@ -326,17 +358,32 @@ def commit(backend: SinkBackend, messages: Sequence[StagedTask | None], batch_id
     publication.close()
     result = CommitResult(batch_id, published, skipped, removed)
     if published:
-        logger.info("sink %s committed batch %d to %s: %d records in %d partition(s), "
-                    "%d skipped", batch.sink_id, batch_id, backend.location, result.records,
-                    len(published), len(skipped))
+        logger.info(
+            "sink %s committed batch %d to %s: %d records in %d partition(s), %d skipped",
+            batch.sink_id,
+            batch_id,
+            backend.location,
+            result.records,
+            len(published),
+            len(skipped),
+        )
     else:
-        logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
-                    batch_id, batch.sink_id, backend.location)
+        logger.info(
+            "batch %d of sink %s is already in %s (a replay): nothing committed",
+            batch_id,
+            batch.sink_id,
+            backend.location,
+        )
     return result
 
 
-def abort(backend: SinkBackend, messages: Iterable[StagedTask | None], batch_id: int, *,
-          sink_ids: Iterable[str] = ()) -> int:
+def abort(
+    backend: SinkBackend,
+    messages: Iterable[StagedTask | None],
+    batch_id: int,
+    *,
+    sink_ids: Iterable[str] = (),
+) -> int:
     """Remove the staging of a failed batch (the tasks' and, for a batch job whose tasks
     may have left no message, the sink ids named). Published data stays: Spark also
     aborts after a commit whose worker died past the commit point."""

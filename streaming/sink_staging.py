@@ -1,25 +1,26 @@
-"""Executor side of the exactly-once sink: encode rows, stage them, describe them.
+"""Executor side of the exactly-once sink, for every backend: encode rows, stage them.
 
 A write task routes each input row to its topic-partition (the ``partition`` column,
 else Kafka's key placement, else a content hash; see ``partitioner``), encodes each
-partition's rows into RecordBatch v2 batches with ``encode_batches`` and appends them to
-one staging file per partition. At the end it fsyncs the files and their directory and
-returns a ``StagedTask``: a small, picklable description that the driver's
-``sink_commit.commit`` publishes. Nothing staged is visible to readers: staging lives
-under ``<log dir>/.seglog-sink/staging/``, which no reader looks at.
+partition's rows into RecordBatch v2 batches with ``encode_batches`` and hands them to
+its backend's ``StagingArea``: staging files in the log dir (``sink_local_staging``) or
+fragments uploaded to the bucket (``sink_bucket_staging``). At the end the area makes
+them durable and the task returns a ``StagedTask``: a small, picklable description that
+the driver's commit (``sink_protocol.commit``) publishes. Nothing staged is visible to
+readers.
 
-Layout (one staging directory per sink and micro-batch, so sweeping is ``rmtree``)::
+Local layout (one staging directory per sink and micro-batch, so sweeping is ``rmtree``)::
 
     <log dir>/.seglog-sink/staging/<sink id>/<batch id>/
         <topic>-<partition>.t<task>.a<attempt>.<uid>.stage
 
-The file holds consecutive v2 batches with base offsets from 0: the commit assigns real
-offsets by rewriting the 8-byte baseOffset only (the CRC does not cover it). Every batch
-carries the sink's identity in Kafka's idempotent-producer fields: ``producerId`` is
-derived from the sink id, ``producerEpoch``/``baseSequence`` hold the micro-batch id
+Staged bytes are consecutive v2 batches with base offsets from 0: the commit assigns
+real offsets by rewriting the 8-byte baseOffset only (the CRC does not cover it). Every
+batch carries the sink's identity in Kafka's idempotent-producer fields: ``producerId``
+is derived from the sink id, ``producerEpoch``/``baseSequence`` hold the micro-batch id
 (see ``producer_fields``), so the data itself says which sink batch wrote it.
 
-The staging file sits in the log dir that holds the partition (for a new topic, the
+A local staging file sits in the log dir that holds the partition (for a new topic, the
 first log dir): the same filesystem as the segments it will be copied into.
 
 Not thread-safe: one ``PartitionStager`` per task.
