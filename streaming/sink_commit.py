@@ -94,7 +94,7 @@ from seglog.logstore.errors import (
 from seglog.logstore.log_manager import LogManager
 from seglog.logstore.object_store_config import redact_uris
 from seglog.logstore.record_format import TopicPartition, iter_batch_headers
-from seglog.logstore.storage import LOCAL, DirItem
+from seglog.logstore.storage import LOCAL
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -111,7 +111,7 @@ from .sink_intent import (
     write_intent,
 )
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
-from .sink_local_staging import stage_rows
+from .sink_local_staging import STAGING_TTL_MS, abort_staging, stage_rows, sweep_staging
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_protocol import (
     CRASH_ENV,
@@ -128,24 +128,21 @@ from .sink_staging import (
     StagedTask,
     producer_id_of,
     remove_files,
-    remove_tree,
     sink_state_dir,
-    staging_root,
 )
 
 logger = logging.getLogger(__name__)
 
 # CRASH_ENV, crash_point, select_attempts, CommitResult: sink_protocol's, named here too
 # for the callers and tests that import them from the local sink.
-__all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult",
+__all__ = ["commit", "abort", "sweep_staging", "STAGING_TTL_MS", "select_attempts",
+           "CommitResult",
            "LocalSinkBackend", "LocalPublication", "SinkLedger", "LedgerEntry", "CRASH_ENV",
            "CRASH_STEPS", "crash_point", "open_writer"]
 
 CRASH_STEPS = ("after-lock", "after-truncate", "after-intent", "mid-partition", "mid-publish",
                "after-append", "after-ledger", "after-checkpoint", "after-cleanup",
                "after-commit")
-STAGING_TTL_MS = 24 * 3600 * 1000
-"""Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
 _APPEND_CHUNK = 8 << 20
 _MAINTENANCE_FILE = "maintenance.json"
 
@@ -521,71 +518,6 @@ def _fail(mgr: LogManager, touched: dict[TopicPartition, int], intents: list[Pat
     except BaseException:
         logger.exception("cannot roll back a failed publish; the next commit will")
         mgr.__exit__(SeglogError, None, None)
-
-
-# ---------------------------------------------------------------------------- abort/sweep
-def abort_staging(tasks: Sequence[StagedTask], batch_id: int, options: SinkOptions,
-                  sink_ids: Iterable[str]) -> int:
-    """Remove the staging of a failed batch (no lock needed: staging is private), for the
-    sinks named by the tasks and ``sink_ids``. Returns the number of files removed.
-
-    Commit intents stay: Spark also aborts when the commit's own worker died after
-    appending, and the intent is what lets the next writer remove that tail."""
-    removed = 0
-    sinks = set(sink_ids)
-    for m in tasks:
-        sinks.add(m.sink_id)
-        removed += remove_files(f.path for f in m.fragments)
-    for sink_id in sinks:
-        for d in options.log_dirs:
-            batch_dir = staging_root(d, sink_id) / str(batch_id)
-            removed += _count_files(batch_dir)
-            remove_tree(batch_dir)
-    logger.info("aborted batch %d: removed %d staging file(s)", batch_id, removed)
-    return removed
-
-
-def sweep_staging(log_dirs: Iterable[str], sink_id: str, up_to_batch: int, *,
-                  clock: Clock = SYSTEM_CLOCK, ttl_ms: int = STAGING_TTL_MS) -> int:
-    """Remove the sink's staging of batches ``<= up_to_batch`` (dead attempts, crashed
-    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed.
-    Commit intents are not staging: only a commit, under the lock, removes them."""
-    removed = 0
-    now_s = clock.milliseconds() / 1000
-    for d in log_dirs:
-        own = staging_root(d, sink_id)
-        for child in _children(own):
-            if child.name.isdigit() and int(child.name) <= up_to_batch:
-                removed += _count_files(child.path)
-                remove_tree(Path(child.path))
-        for other in _children(own.parent):
-            if other.name == own.name:
-                continue
-            for child in _children(other.path):
-                try:
-                    age_s = now_s - LOCAL.stat(child.path).st_mtime
-                except FileNotFoundError:  # swept by its own sink meanwhile
-                    continue
-                if age_s * 1000 > ttl_ms:
-                    removed += _count_files(child.path)
-                    remove_tree(Path(child.path))
-            if not _children(other.path):
-                try:
-                    LOCAL.rmdir(other.path)
-                except OSError as e:  # a task of that sink may be staging right now
-                    logger.debug("keeping %s: %s", other.path, e)
-    return removed
-
-
-def _children(d: Path | str) -> list[DirItem]:
-    try:
-        return LOCAL.scan_dir(d)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _count_files(d: Path | str) -> int:
-    return sum(1 for c in _children(d) if c.is_file)
 
 
 # ---------------------------------------------------------------------------- maintenance

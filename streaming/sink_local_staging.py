@@ -1,4 +1,5 @@
-"""The local backend's half of staging: one staging file per task and topic-partition.
+"""The local backend's half of staging: one staging file per task and topic-partition,
+and its removal (``abort_staging``, ``sweep_staging``).
 
 Layout and durability: see ``sink_staging``'s module docstring (the files sit in the log
 dir that holds the partition, for a new topic the first log dir, and are fsynced with
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ from seglog.logstore.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.config import LogConfig
 from seglog.logstore.errors import KafkaStorageError, LogDirError
 from seglog.logstore.file_names import fitted_name, partition_dir_name
-from seglog.logstore.storage import LOCAL, FileHandle
+from seglog.logstore.storage import LOCAL, DirItem, FileHandle
 
 from .log_readers import reader
 from .sink_options import SinkColumns, SinkOptions, require_creatable
@@ -35,6 +36,7 @@ from .sink_staging import (
     check_partition_count,
     new_attempt_uid,
     remove_files,
+    remove_tree,
     run_stager,
     staging_root,
 )
@@ -44,7 +46,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LocalStagingArea", "stage_rows"]
+__all__ = ["LocalStagingArea", "stage_rows", "abort_staging", "sweep_staging", "STAGING_TTL_MS"]
+
+STAGING_TTL_MS = 24 * 3600 * 1000
+"""Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
 
 
 @dataclass(slots=True)
@@ -184,3 +189,74 @@ def stage_rows(
     staged."""
     who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
     return run_stager(columns, who, LocalStagingArea(who), batches)
+
+
+def abort_staging(
+    tasks: Sequence[StagedTask], batch_id: int, options: SinkOptions, sink_ids: Iterable[str]
+) -> int:
+    """Remove the staging of a failed batch (no lock needed: staging is private), for the
+    sinks named by the tasks and ``sink_ids``. Returns the number of files removed.
+
+    Commit intents stay: Spark also aborts when the commit's own worker died after
+    appending, and the intent is what lets the next writer remove that tail."""
+    removed = 0
+    sinks = set(sink_ids)
+    for m in tasks:
+        sinks.add(m.sink_id)
+        removed += remove_files(f.path for f in m.fragments)
+    for sink_id in sinks:
+        for d in options.log_dirs:
+            batch_dir = staging_root(d, sink_id) / str(batch_id)
+            removed += _count_files(batch_dir)
+            remove_tree(batch_dir)
+    logger.info("aborted batch %d: removed %d staging file(s)", batch_id, removed)
+    return removed
+
+
+def sweep_staging(
+    log_dirs: Iterable[str],
+    sink_id: str,
+    up_to_batch: int,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    ttl_ms: int = STAGING_TTL_MS,
+) -> int:
+    """Remove the sink's staging of batches ``<= up_to_batch`` (dead attempts, crashed
+    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed.
+    Commit intents are not staging: only a commit, under the lock, removes them."""
+    removed = 0
+    now_s = clock.milliseconds() / 1000
+    for d in log_dirs:
+        own = staging_root(d, sink_id)
+        for child in _children(own):
+            if child.name.isdigit() and int(child.name) <= up_to_batch:
+                removed += _count_files(child.path)
+                remove_tree(Path(child.path))
+        for other in _children(own.parent):
+            if other.name == own.name:
+                continue
+            for child in _children(other.path):
+                try:
+                    age_s = now_s - LOCAL.stat(child.path).st_mtime
+                except FileNotFoundError:  # swept by its own sink meanwhile
+                    continue
+                if age_s * 1000 > ttl_ms:
+                    removed += _count_files(child.path)
+                    remove_tree(Path(child.path))
+            if not _children(other.path):
+                try:
+                    LOCAL.rmdir(other.path)
+                except OSError as e:  # a task of that sink may be staging right now
+                    logger.debug("keeping %s: %s", other.path, e)
+    return removed
+
+
+def _children(d: Path | str) -> list[DirItem]:
+    try:
+        return LOCAL.scan_dir(d)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _count_files(d: Path | str) -> int:
+    return sum(1 for c in _children(d) if c.is_file)
