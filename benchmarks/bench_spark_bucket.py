@@ -352,7 +352,7 @@ class _Timed:
 def phases(server: S3Server, work: Path, rows: int) -> None:
     """Where a write task's and a read task's time goes, Spark-free."""
     from seglog.logstore.storage import object_storage
-    from seglog.streaming import sink_bucket_staging, sink_staging
+    from seglog.streaming import sink_bucket_staging, sink_local_staging, sink_staging
     from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
     data = pa.record_batch({
@@ -361,7 +361,7 @@ def phases(server: S3Server, work: Path, rows: int) -> None:
     uri = f"s3://{server.create_bucket('phases')}/logs"
     print(f"write task phases, {rows:,} rows ({load()}):")
     for label, path, stage in (
-            ("local dir", str(work / "phase-logs"), sink_staging.stage_rows),
+            ("local dir", str(work / "phase-logs"), sink_local_staging.stage_rows),
             ("bucket", uri, sink_bucket_staging.stage_rows)):
         opts = SinkOptions.parse({"path": path, "topic": "p", "numPartitions": "3"})
         cols = SinkColumns.resolve(data.schema, default_topic="p")

@@ -131,8 +131,8 @@ def commit_times(work: Path, rows_per_batch: int, segment_counts: tuple[int, ...
     from seglog.logstore.manager.log_manager import LogManager
     from seglog.logstore.records.record_codec import encode_batches
     from seglog.streaming.sink_commit import commit
+    from seglog.streaming.sink_local_staging import stage_rows
     from seglog.streaming.sink_options import SinkColumns, SinkOptions
-    from seglog.streaming.sink_staging import stage_rows
 
     logs = work / "commit-logs"
     opts = SinkOptions.parse({"path": str(logs), "topic": "t", "numPartitions": "3",

@@ -1,7 +1,8 @@
 """``SeglogBatchWriter``: ``df.write.format("seglog").mode("append")``, all or nothing.
 
-Tasks stage rows (``sink_staging``) under a job id drawn when Spark creates the writer on
-the driver (the same pickled writer reaches every task and the commit); ``commit``
+Tasks stage rows (through the sink's backend, ``sink_destination``) under a
+job id drawn when Spark creates the writer on the driver (the same pickled writer
+reaches every task and the commit); ``commit``
 publishes every partition and then moves the high watermark in one checkpoint write per
 log dir, so readers see the whole job or nothing; ``abort`` removes the staging. A log
 is append-only: ``mode("overwrite")`` is refused, as Spark's Kafka sink does.
@@ -14,17 +15,17 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSourceArrowWriter
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import ConfigError
 from seglog.streaming.errors import SinkCommitError
+from seglog.streaming.sink_protocol import abort as sink_abort
+from seglog.streaming.sink_protocol import commit as sink_commit
 
 from .stream_writer import (
     SeglogCommitMessage,
     ShippedOnce,
-    commit_module,
-    staging_module,
     unwrap,
     validate_sink,
 )
@@ -58,20 +59,17 @@ class SeglogBatchWriter(ShippedOnce, DataSourceArrowWriter):
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
-        stage_rows = staging_module(self.options).stage_rows
-        staged = stage_rows(self.options, self.columns, iterator, self.job_id, _BATCH_ID,
-                            ctx.partitionId(), ctx.attemptNumber())
+        staged = self.backend().stage(self.columns, iterator, self.job_id, _BATCH_ID,
+                                      ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     @shown_in_one_piece
-    def commit(self, messages) -> None:
-        commit_module(self.options).commit(unwrap(messages), _BATCH_ID, self.options,
-                                           use_ledger=False)
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        sink_commit(self.backend(), unwrap(messages), _BATCH_ID,
+                    use_ledger=False)
 
     @shown_in_one_piece
-    def abort(self, messages) -> None:
-        if self.options.bucket_uri is not None:  # uploads are named by the messages
-            commit_module(self.options).abort(unwrap(messages), _BATCH_ID, self.options)
-            return
-        commit_module(self.options).abort(unwrap(messages), _BATCH_ID, self.options,
-                                          sink_ids=[self.job_id])
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # The job id too: a task that failed before its message still staged files.
+        sink_abort(self.backend(), unwrap(messages), _BATCH_ID,
+                   sink_ids=[self.job_id])

@@ -2,8 +2,9 @@
 
 A thin adapter over ``seglog.streaming``: options and columns are validated here, on the
 driver, when Spark creates the writer (so a bad option or column fails the query before
-any task runs); ``write()`` stages rows on executors (``sink_staging``) and
-``commit``/``abort`` publish or discard them on the driver (``sink_commit``).
+any task runs); ``write()`` stages rows on executors and ``commit``/``abort`` publish or
+discard them on the driver, all through the sink's backend (``sink_destination``: local
+log dirs or a bucket, picked once by the path; ``sink_protocol``: the rules).
 
 Which process calls what (PySpark 4.3): the writer is built and pickled to every task by
 the write planner; ``commit``/``abort`` run in a Python worker that builds a fresh writer
@@ -22,10 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
@@ -33,13 +33,16 @@ from pyspark.sql.types import StructType
 from seglog.logstore.errors import ConfigError
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.kafka_compat import warn_ignored
+from seglog.streaming.sink_destination import sink_destination
 from seglog.streaming.sink_options import (
     SinkColumns,
     SinkOptions,
-    check_log_dirs,
     log_dirs_option,
     require_creatable,
 )
+from seglog.streaming.sink_protocol import SinkBackend, SinkDestination
+from seglog.streaming.sink_protocol import abort as sink_abort
+from seglog.streaming.sink_protocol import commit as sink_commit
 
 from .schema import to_arrow_schema
 from .user_errors import shown_in_one_piece
@@ -47,7 +50,6 @@ from .user_errors import shown_in_one_piece
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from seglog.logstore.bucket.bucket_manager import BucketLogManager
     from seglog.streaming.sink_staging import StagedTask
 
 logger = logging.getLogger(__name__)
@@ -66,47 +68,21 @@ def validate_sink(options: Mapping[str, Any], schema: StructType
                   ) -> tuple[SinkOptions, SinkColumns]:
     """Parse the options and check the input columns (driver side, before any task)."""
     opts = SinkOptions.parse(options)
-    if opts.bucket_uri is None:
-        check_log_dirs(opts.log_dirs, log_dirs_option(options))
-    else:
-        from seglog.logstore.storage.object_storage import ObjectStorage
-
-        # Builds the client only (no request): an unknown or malformed storage.* option
-        # fails here, on the driver, before any task uploads.
-        ObjectStorage(opts.bucket_uri, opts.storage)
+    destination = sink_destination(opts)  # the one place the path picks the backend
+    destination.check_destination(log_dirs_option(options))
     columns = SinkColumns.resolve(to_arrow_schema(schema), default_topic=opts.topic)
     if opts.topic is not None and (not opts.create_topics or opts.num_partitions_given):
-        _check_existing_topic(opts, opts.topic)
+        _check_existing_topic(opts, destination, opts.topic)
     return opts, columns
 
 
-def _check_existing_topic(opts: SinkOptions, topic: str) -> None:
-    """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it.
-
-    On a bucket, a topic the process's shared reader already holds with the expected
-    partition count passes with no request: Spark builds a writer for every micro-batch's
-    commit, and a LIST there would repeat what the commit reads anyway. A passing answer
-    may be stale, which is harmless: every task and the commit check the topic again
-    against the bucket's current state. A failing answer is only given on a fresh one."""
-    from pathlib import Path
-
-    from seglog.streaming.log_readers import reader
+def _check_existing_topic(opts: SinkOptions, destination: SinkDestination,
+                          topic: str) -> None:
+    """``createTopics=false`` needs the topic; an explicit ``numPartitions`` must match it
+    (``SinkDestination.existing_partitions``: on a bucket, usually without a request)."""
     from seglog.streaming.sink_staging import check_partition_count
 
-    partitions = None
-    if opts.bucket_uri is not None:
-        with reader(opts.log_dirs, opts.storage) as shared:  # the process's shared reader
-            bucket = cast("BucketLogManager", shared)
-            spec = bucket.state.topics.get(topic)
-            if spec is None or (opts.num_partitions_given
-                                and spec.partitions != opts.num_partitions):
-                bucket.refresh()
-                spec = bucket.state.topics.get(topic)
-            partitions = spec.partitions if spec is not None else None
-    elif all(Path(d).is_dir() for d in opts.log_dirs):
-        with reader(opts.log_dirs, opts.storage) as mgr:  # the process's shared reader
-            if topic in mgr.topics():
-                partitions = len(mgr.partitions(topic))
+    partitions = destination.existing_partitions(topic)
     if partitions is not None:
         check_partition_count(opts, topic, partitions)
     else:
@@ -137,6 +113,10 @@ class ShippedOnce:
         """Whether this planning is the first of its query (a batch job: always)."""
         return True
 
+    def backend(self) -> SinkBackend:
+        """The sink's backend (imported where a task stages or the driver commits)."""
+        return sink_destination(self.options).backend()
+
 
 _DESCRIBED_QUERIES: set[str] = set()
 """The streaming queries this process has described (their ``query_key``)."""
@@ -162,32 +142,7 @@ def describe_sink(options: SinkOptions, columns_ignored: tuple[str, ...]) -> Non
                     what, ", ".join(repr(c) for c in columns_ignored))
 
 
-def staging_module(options: SinkOptions) -> ModuleType:
-    """Where tasks stage: ``sink_bucket_staging`` (uploads) for a bucket URI, else
-    ``sink_staging`` (files in the log dir). Imported in the task only: both load the
-    codec."""
-    if options.bucket_uri is not None:
-        from seglog.streaming import sink_bucket_staging
-
-        return sink_bucket_staging
-    from seglog.streaming import sink_staging
-
-    return sink_staging
-
-
-def commit_module(options: SinkOptions) -> ModuleType:
-    """Who publishes: ``sink_bucket_commit`` (one conditional commit, metadata only)
-    for a bucket URI, else ``sink_commit`` (appends under the dir lock)."""
-    if options.bucket_uri is not None:
-        from seglog.streaming import sink_bucket_commit
-
-        return sink_bucket_commit
-    from seglog.streaming import sink_commit
-
-    return sink_commit
-
-
-def unwrap(messages) -> list[StagedTask | None]:
+def unwrap(messages: Iterable[WriterCommitMessage | None]) -> list[StagedTask | None]:
     out: list[StagedTask | None] = []
     for m in messages:
         if m is None:
@@ -222,15 +177,14 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         if ctx is None:
             raise SinkCommitError("the seglog sink's write() must run in a Spark task")
-        stage_rows = staging_module(self.options).stage_rows
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         if raw_batch is None:
             raise SinkCommitError(
                 "the Spark task property 'streaming.sql.batchId' is not visible in this "
                 "Python worker; the exactly-once sink needs it")
         sink_id = ctx.getLocalProperty("sql.streaming.queryId") or self._fallback_sink_id()
-        staged = stage_rows(self.options, self.columns, iterator, sink_id, int(raw_batch),
-                            ctx.partitionId(), ctx.attemptNumber())
+        staged = self.backend().stage(self.columns, iterator, sink_id, int(raw_batch),
+                                      ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     def _fallback_sink_id(self) -> str:
@@ -241,9 +195,11 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
         return f"chk-{digest[:32]}"
 
     @shown_in_one_piece
-    def commit(self, messages, batchId: int) -> None:  # noqa: N803 (PySpark's name)
-        commit_module(self.options).commit(unwrap(messages), batchId, self.options)
+    def commit(self, messages: list[WriterCommitMessage | None],
+               batchId: int) -> None:  # noqa: N803 (PySpark's name)
+        sink_commit(self.backend(), unwrap(messages), batchId)
 
     @shown_in_one_piece
-    def abort(self, messages, batchId: int) -> None:  # noqa: N803
-        commit_module(self.options).abort(unwrap(messages), batchId, self.options)
+    def abort(self, messages: list[WriterCommitMessage | None],
+              batchId: int) -> None:  # noqa: N803
+        sink_abort(self.backend(), unwrap(messages), batchId)

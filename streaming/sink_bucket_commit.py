@@ -3,8 +3,10 @@
 The tasks uploaded their fragments (``sink_bucket_staging``); ``commit(messages,
 batch_id)`` reads and writes no data byte. It:
 
-1. picks one attempt per task (``sink_commit.select_attempts``: the lowest attempt
-   wins) and orders each partition's fragments by task, as the local sink does;
+1. picks one attempt per task (``sink_protocol.select_attempts``: the lowest attempt
+   wins) and orders each partition's fragments by task, as the local sink does: the
+   order of the steps and what each may do are ``sink_protocol``'s, this module is the
+   bucket's ``SinkPublication``;
 2. refreshes this process's writer of the bucket (``bucket_writer``: one manager per
    process, so a commit reads the commits made since the last one, never the history),
    then reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
@@ -33,8 +35,8 @@ batch_id)`` reads and writes no data byte. It:
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-
 absent has one winner. A crash before the commit leaves orphans only; after it, the
-replay finds its batch id in the ledger. Named crash steps (``SEGLOG_CRASH_AT``, as in
-``sink_commit``): ``BUCKET_CRASH_STEPS``, plus the commit log's own ``after-upload``,
+replay finds its batch id in the ledger. Named crash steps (``SEGLOG_CRASH_AT``,
+``sink_protocol.crash_point``): ``BUCKET_CRASH_STEPS``, plus the commit log's own ``after-upload``,
 ``after-commit`` and ``after-snapshot``; tasks have ``task-after-upload``.
 
 Not thread-safe: one commit at a time per sink (Spark commits micro-batches in order);
@@ -44,9 +46,9 @@ any number of sinks and processes may commit to one bucket at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket.bucket_commit_log import Change
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
@@ -65,24 +67,173 @@ from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import crash_point
 
-from . import log_writers
+from . import log_writers, sink_protocol
 from .errors import SinkCommitError
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
+    stage_rows,
     staging_prefix,
 )
-from .sink_commit import CommitResult, PublishedPartition, select_attempts
-from .sink_options import SinkOptions, require_creatable
-from .sink_staging import StagedTask
+from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_protocol import (
+    AssumedTopic,
+    CommitResult,
+    PublishedPartition,
+    SinkBatch,
+    config_differences,
+)
+from .sink_staging import Fragment, StagedTask
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BUCKET_CRASH_STEPS",
-           "OPERATION"]
+__all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend",
+           "BucketPublication",
+           "BUCKET_CRASH_STEPS", "OPERATION"]
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
+
+
+def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
+           use_ledger: bool = True, clock: Clock = SYSTEM_CLOCK) -> CommitResult:
+    """Publish a micro-batch to a bucket exactly once (``sink_protocol.commit``)."""
+    return sink_protocol.commit(BucketSinkBackend(options, clock), messages, batch_id,
+                                use_ledger=use_ledger)
+
+
+def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions,
+          *, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Delete the uploads of a failed batch that no commit references
+    (``sink_protocol.abort``)."""
+    return sink_protocol.abort(BucketSinkBackend(options, clock), messages, batch_id)
+
+
+class BucketSinkBackend:
+    """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
+    tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
+
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.options = options
+        self.clock = clock
+
+    @property
+    def location(self) -> str:
+        return redact_uris(self.options.log_dirs)
+
+    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
+              batch_id: int, task: int, attempt: int) -> StagedTask:
+        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
+                          self.clock)
+
+    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
+        """Refreshes the process's writer first (one LIST: the commits of other writers
+        since this process last looked): the view the whole commit decides on."""
+        mgr = bucket_writer(self.options, self.clock)
+        mgr.refresh()
+        return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
+
+    def commit_empty(self, batch: SinkBatch) -> int:
+        """A batch without rows commits nothing (a replay of one included)."""
+        mgr = bucket_writer(self.options, self.clock)
+        if batch.use_ledger and _ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
+            logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
+                        batch.batch_id, batch.sink_id, mgr.uri)
+            return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
+        return 0
+
+    def begin(self, batch: SinkBatch) -> BucketPublication:
+        return BucketPublication(bucket_writer(self.options, self.clock), self.options,
+                                 batch, self.clock)
+
+    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
+              ) -> int:
+        """``sink_ids`` are not needed: a task that uploaded anything reported it, and
+        the collector deletes what a task that died left."""
+        if not tasks:
+            return 0
+        return abort_uploads(bucket_writer(self.options, self.clock), tasks, batch_id)
+
+
+class BucketPublication:
+    """One micro-batch's publish to a bucket (``sink_protocol.SinkPublication``): one
+    conditional commit carrying the segment entries and the ledger (steps 2-6 of the
+    module docstring). ``mgr`` is the process's writer, refreshed by
+    ``BucketSinkBackend.remove_losers``."""
+
+    def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
+                 clock: Clock) -> None:
+        self.mgr = mgr
+        self.options = options
+        self.batch = batch
+        self.clock = clock
+        self.plan = {tp: _bucket(frags) for tp, frags in batch.plan.items()}
+        self.settled = False
+        self.done: _Plan | None = None
+
+    def prepare(self) -> None:
+        """Nothing: topics are created by the commit itself."""
+
+    def replayed(self) -> tuple[TopicPartition, ...]:
+        """Every planned partition when the ledger holds the batch (read before anything
+        about the uploads: a replay is never refused), else none."""
+        if _ledger_batch(self.mgr.state, self.batch.sink_id) >= self.batch.batch_id:
+            return tuple(sorted(self.plan))
+        return ()
+
+    def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
+        """Check the uploads, then one conditional commit (a lost race builds again)."""
+        if not todo:  # the ledger holds the batch: a bucket commits all or nothing
+            return None
+        b = self.batch
+        plan = {tp: self.plan[tp] for tp in todo}
+        _check_uploads(self.mgr, b.sink_id, b.batch_id, plan)
+        assumed = b.topics()
+        decided: list[_Plan] = []
+
+        def build(state: BucketState) -> Change | None:
+            decided.clear()
+            change, decision = _build(state, self.mgr, self.options, plan, assumed,
+                                      b.sink_id, b.batch_id, b.use_ledger, self.clock)
+            if decision is not None:
+                decided.append(decision)
+            crash_point("bucket-after-plan", b.batch_id)
+            return change
+
+        try:
+            self.mgr.commits.commit(OPERATION, build)
+        except KafkaStorageError as e:
+            _settle(self.mgr, plan, b.sink_id, b.batch_id, b.use_ledger, e)  # raises unless landed
+            self.settled = True
+        self.done = decided[0] if decided else None
+        crash_point("bucket-after-commit", b.batch_id)
+        return self.done.published if self.done is not None else None
+
+    def fail(self) -> None:
+        """Nothing to undo: before its commit, a batch is only unreferenced uploads (the
+        collector's once their batch is settled)."""
+
+    def clean_up(self) -> int:
+        """Delete this run's uploads that no commit references: all of a replay's; none
+        after a settled commit (a fragment no longer referenced may have been merged
+        away just now, while readers may still read it: the collector deletes it after
+        file.delete.delay.ms instead)."""
+        if self.done is not None and self.settled:
+            return 0
+        return delete_fragments(self.mgr, _unreferenced(self.mgr.state,
+                                                        _all(self.batch.chosen)))
+
+    def maintain(self) -> None:
+        if self.done is not None and self.done.maintain:
+            _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
+
+    def close(self, *, failed: bool = False) -> None:
+        """A bucket writer holds nothing to release (it stays the process's)."""
+        if self.done is not None and not failed:
+            crash_point("bucket-after-cleanup", self.batch.batch_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,69 +242,6 @@ class _Plan:
 
     published: tuple[PublishedPartition, ...]
     maintain: bool
-
-
-def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
-           use_ledger: bool = True, clock: Clock = SYSTEM_CLOCK) -> CommitResult:
-    """Publish a micro-batch exactly once (see the module docstring)."""
-    chosen, losers = select_attempts(messages, batch_id)
-    plan = _fragments(chosen)
-    sink_id = chosen[0].sink_id if chosen else None
-    mgr = bucket_writer(options, clock)
-    mgr.refresh()  # one LIST: the commits of other writers since this process last looked
-    removed = delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
-    if sink_id is None:
-        return CommitResult(batch_id, removed_files=removed)
-    if use_ledger and _ledger_batch(mgr.state, sink_id) >= batch_id:
-        # The ledger first: a replay is recognised whatever its uploads look like.
-        return _replayed(mgr, chosen, plan, sink_id, batch_id, removed)
-    if not plan:
-        return CommitResult(batch_id, removed_files=removed)  # an empty batch: no commit
-    _check_uploads(mgr, sink_id, batch_id, plan)
-    assumed = _assumed_topics(chosen)
-    decided: list[_Plan] = []
-
-    def build(state: BucketState) -> Change | None:
-        decided.clear()
-        change, decision = _build(state, mgr, options, plan, assumed, sink_id, batch_id,
-                                  use_ledger, clock)
-        if decision is not None:
-            decided.append(decision)
-        crash_point("bucket-after-plan", batch_id)
-        return change
-
-    settled = False
-    try:
-        mgr.commits.commit(OPERATION, build)
-    except KafkaStorageError as e:
-        _settle(mgr, plan, sink_id, batch_id, use_ledger, e)  # raises unless it landed
-        settled = True
-    done = decided[0] if decided else None
-    crash_point("bucket-after-commit", batch_id)
-    if done is None:  # another attempt of this very batch won the race
-        return _replayed(mgr, chosen, plan, sink_id, batch_id, removed)
-    if not settled:
-        # After a settled commit, a fragment no longer referenced may have been merged
-        # away just now, while readers may still read it: the collector deletes it after
-        # file.delete.delay.ms instead.
-        removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
-    if done.maintain:
-        _run_maintenance(mgr, sink_id, batch_id)
-    crash_point("bucket-after-cleanup", batch_id)
-    result = CommitResult(batch_id, done.published, (), removed)
-    logger.info("sink %s committed batch %d to %s: %d records in %d partition(s)", sink_id,
-                batch_id, mgr.uri, result.records, len(done.published))
-    return result
-
-
-def _replayed(mgr: BucketLogManager, chosen: list[StagedTask],
-              plan: dict[TopicPartition, list[BucketFragment]], sink_id: str, batch_id: int,
-              removed: int) -> CommitResult:
-    """The ledger holds the batch: delete this run's uploads, commit nothing."""
-    removed += delete_fragments(mgr, _unreferenced(mgr.state, _all(chosen)))
-    logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
-                batch_id, sink_id, mgr.uri)
-    return CommitResult(batch_id, skipped=tuple(sorted(plan)), removed_files=removed)
 
 
 def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],
@@ -225,7 +313,7 @@ def _run_maintenance(mgr: BucketLogManager, sink_id: str, batch_id: int) -> None
 
 def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
            plan: dict[TopicPartition, list[BucketFragment]],
-           assumed: dict[str, tuple[int, dict[str, str] | None]],
+           assumed: dict[str, AssumedTopic],
            sink_id: str, batch_id: int, use_ledger: bool, clock: Clock
            ) -> tuple[Change | None, _Plan | None]:
     """The commit of this batch on ``state``, or None when the ledger holds it."""
@@ -233,7 +321,8 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
     if use_ledger and _ledger_batch(state, sink_id) >= batch_id:
         return None, None
     topics: dict[str, TopicSpec] = {}
-    for topic, (n, validated) in sorted(assumed.items()):
+    for topic, wanted in sorted(assumed.items()):
+        n, validated = wanted.partitions, wanted.config
         spec = state.topics.get(topic)
         if spec is None:
             require_creatable(options, topic)
@@ -252,7 +341,7 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
             # topic was created or altered meanwhile): what they accepted may break it.
             raise SinkCommitError(
                 f"topic {topic!r} in {mgr.uri} changed its config during batch {batch_id} "
-                f"({_differences(validated, spec.config)}; before: what the tasks checked "
+                f"({config_differences(validated, spec.config)}; before: what the tasks checked "
                 f"the rows against): batch {batch_id} is not published (a restart of the "
                 "query runs it again against the new config)")
     parts: dict[str, PartitionChange] = {}
@@ -296,17 +385,14 @@ def _ledger_batch(state: BucketState, sink_id: str) -> int:
     return batch
 
 
-def _fragments(chosen: list[StagedTask]) -> dict[TopicPartition, list[BucketFragment]]:
-    plan: dict[TopicPartition, list[BucketFragment]] = {}
-    for m in chosen:  # ordered by task: the deterministic publish order
-        found: tuple[Any, ...] = m.fragments
-        for f in found:
-            if not isinstance(f, BucketFragment):
-                raise SinkCommitError(f"task {m.task} staged {f.path} in a local dir, but the "
-                                      "sink writes to a bucket")
-            if f.records:
-                plan.setdefault((f.topic, f.partition), []).append(f)
-    return plan
+def _bucket(fragments: Sequence[Fragment]) -> list[BucketFragment]:
+    out = []
+    for f in fragments:
+        if not isinstance(f, BucketFragment):
+            raise SinkCommitError(f"a task staged {f.path} in a local dir, but the sink "
+                                  "writes to a bucket")
+        out.append(f)
+    return out
 
 
 def _all(tasks: Iterable[StagedTask]) -> list[BucketFragment]:
@@ -321,43 +407,12 @@ def _unreferenced(state: BucketState, fragments: list[BucketFragment]) -> list[B
     return [f for f in fragments if f.key not in referenced]
 
 
-def _assumed_topics(chosen: list[StagedTask]) -> dict[str, tuple[int, dict[str, str] | None]]:
-    """Per topic, the partition count the tasks routed with and the config overrides
-    they checked the rows against (None: a task that recorded none)."""
-    counts: dict[str, int] = {}
-    for m in chosen:
-        for topic, n in m.topic_partitions:
-            if counts.setdefault(topic, n) != n:
-                raise SinkCommitError(
-                    f"tasks routed rows of topic {topic!r} with different partition counts "
-                    f"({counts[topic]} and {n}): the topic changed during the batch")
-    configs: dict[str, dict[str, str]] = {}
-    for m in chosen:
-        for topic, pairs in m.topic_configs:
-            config = dict(pairs)
-            if configs.setdefault(topic, config) != config:
-                raise SinkCommitError(
-                    f"tasks checked rows of topic {topic!r} against different configs "
-                    f"({_differences(configs[topic], config)}): the topic changed during "
-                    "the batch")
-    return {t: (n, configs.get(t)) for t, n in counts.items()}
-
-
-def _differences(was: Mapping[str, str], now: Mapping[str, str]) -> str:
-    keys = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
-    return "; ".join(f"{k}: {was.get(k, '(default)')!r} then {now.get(k, '(default)')!r}"
-                     for k in keys)
-
-
-# ---------------------------------------------------------------------------- abort/sweep
-def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions,
-          *, clock: Clock = SYSTEM_CLOCK) -> int:
+# ---------------------------------------------------------------------------- abort
+def abort_uploads(mgr: BucketLogManager, tasks: Sequence[StagedTask], batch_id: int) -> int:
     """Delete the uploads of a failed batch that no commit references (a commit whose
     worker died after its conditional PUT is visible: its fragments stay)."""
-    tasks = [m for m in messages if m is not None]
     if not tasks:
         return 0
-    mgr = bucket_writer(options, clock)
     mgr.refresh()
     fragments = _all(tasks)
     dead = _unreferenced(mgr.state, fragments)

@@ -38,16 +38,15 @@ but its output goes to the bucket, never through the driver:
 A failing task deletes what it uploaded; a task killed mid-way leaves objects no commit
 references (the collector deletes them once their batch is settled).
 
-Not thread-safe: one ``BucketStager`` per task.
+Not thread-safe: one ``BucketStagingArea`` per task.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_segment import build_fragment
@@ -61,21 +60,26 @@ from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import crash_point
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 from .log_readers import reader
 from .sink_bucket_merge import MERGING_TASK, merge_small_segments
 from .sink_options import SinkColumns, SinkOptions, require_creatable
 from .sink_staging import (
-    PartitionStager,
-    StagedFragment,
+    Fragment,
+    StagedOutput,
     StagedTask,
-    _Open,
-    _Topic,
+    StagingAttempt,
+    StagingTopic,
     check_partition_count,
+    new_attempt_uid,
+    run_stager,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BucketFragment", "BucketStager", "stage_rows", "staging_prefix",
+__all__ = ["BucketFragment", "BucketStagingArea", "stage_rows", "staging_prefix",
            "FRAGMENT_BYTES", "open_bucket"]
 
 FRAGMENT_BYTES = 64 << 20
@@ -137,11 +141,10 @@ class BucketFragment:
 
 
 class _Buffer:
-    """Stands in for a staging file: ``PartitionStager._stage`` writes encoded batches
-    here; full buffers become fragments."""
+    """A topic-partition's encoded batches in memory; a full buffer becomes a fragment."""
 
-    def __init__(self, stager: BucketStager, topic: _Topic, partition: int) -> None:
-        self.stager = stager
+    def __init__(self, area: BucketStagingArea, topic: StagingTopic, partition: int) -> None:
+        self.area = area
         self.topic = topic
         self.partition = partition
         self.data = bytearray()
@@ -164,61 +167,63 @@ class _Buffer:
 
     def flush(self) -> None:
         if self.data:
-            self.stager._upload(self.topic, self.partition, self.data)
+            self.area.upload(self.topic, self.partition, self.data)
             self.data = bytearray()
 
-    def close(self) -> None:
-        self.data = bytearray()
 
+class BucketStagingArea:
+    """The bucket backend's half of staging: fragments uploaded under
+    ``_seglog/staging/``; see the module docstring."""
 
-@dataclass
-class BucketStager(PartitionStager):
-    """``PartitionStager`` whose output is uploaded fragments; see the module docstring."""
+    def __init__(self, attempt: StagingAttempt) -> None:
+        self.attempt = attempt
+        self.bucket: BucketLogManager | None = None
+        self._buffers: dict[tuple[str, int], _Buffer] = {}
+        self._uploaded: list[BucketFragment] = []
+        self._counter = 0
+        self._validated: dict[str, dict[str, str]] = {}
 
-    bucket: BucketLogManager | None = None
-    _uploaded: list[BucketFragment] = field(default_factory=list)
-    _counter: int = 0
-    _validated: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def _mgr(self) -> BucketLogManager:
+    def manager(self) -> BucketLogManager:
+        """The process's shared manager of the bucket, refreshed once per task."""
         if self.bucket is None:
-            self.bucket = shared_bucket(self.options)
+            self.bucket = shared_bucket(self.attempt.options)
             self.bucket.refresh()  # once per task: the commits since the last task
         return self.bucket
 
-    def _describe_topic(self, name: str) -> _Topic:
-        mgr = self._mgr()
+    def describe_topic(self, name: str) -> StagingTopic:
+        mgr = self.manager()
+        options = self.attempt.options
         spec = mgr.state.topics.get(name)
         if spec is None:
-            require_creatable(self.options, name)
-            overrides = parse_overrides(dict(self.options.topic_config or {}),
+            require_creatable(options, name)
+            overrides = parse_overrides(dict(options.topic_config or {}),
                                         base=mgr.default_topic_config)
             self._validated[name] = overrides
             config = LogConfig.from_properties(overrides, base=mgr.default_topic_config)
-            return _Topic(name, self.options.num_partitions, config, {})
-        check_partition_count(self.options, name, spec.partitions)
+            return StagingTopic(name, options.num_partitions, config, {})
+        check_partition_count(options, name, spec.partitions)
         self._validated[name] = dict(spec.config)
-        return _Topic(name, spec.partitions, mgr.topic_config(name), {})
+        return StagingTopic(name, spec.partitions, mgr.topic_config(name), {})
 
-    def _file(self, topic: _Topic, partition: int) -> _Open:
+    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
         key = (topic.name, partition)
-        f = self._files.get(key)
-        if f is None:
-            buf = _Buffer(self, topic, partition)
-            f = self._files[key] = _Open(Path(topic.name), None, buf)  # type: ignore[arg-type]
-        return f
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = _Buffer(self, topic, partition)
+        buf.write(data)
 
-    def _upload(self, topic: _Topic, partition: int, data: bytearray) -> None:
+    def upload(self, topic: StagingTopic, partition: int, data: bytearray) -> None:
+        """Make ``data`` one fragment: relative offsets, validated, indexed, uploaded."""
+        a = self.attempt
         tp = f"{topic.name}-{partition}"
         offset = 0
         for h in list(iter_batch_headers(data)):
             set_base_offset(data, h.position, offset)
             offset += h.last_offset - h.base_offset + 1
-        headers = validate_batches(data, topic.config, tp=tp, now_ms=self.clock.milliseconds(),
+        headers = validate_batches(data, topic.config, tp=tp, now_ms=a.clock.milliseconds(),
                                    assign_offsets=True)
         self._counter += 1
-        key = (f"{staging_prefix(self.sink_id, self.batch_id)}/{self.attempt_uid}/"
-               f"{tp}.{self._counter}")
+        key = f"{staging_prefix(a.sink_id, a.batch_id)}/{a.attempt_uid}/{tp}.{self._counter}"
         objects = build_fragment(data, headers, key,
                                  index_interval_bytes=topic.config.index_interval_bytes,
                                  inline_index_bytes=FRAGMENT_INLINE_INDEX_BYTES)
@@ -229,35 +234,29 @@ class BucketStager(PartitionStager):
                                   e.inline_index, e.inline_timeindex)
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
-        storage = self._mgr().storage
+        storage = self.manager().storage
         for name, body in objects.uploads():
             storage.write_atomic(name, body)
-        crash_point("task-after-upload", self.batch_id)
+        crash_point("task-after-upload", a.batch_id)
 
-    def finish(self) -> StagedTask:
+    def finish(self) -> StagedOutput:
         """Upload every partition's last fragment; describe them all."""
-        self._finished = True
         try:
-            for f in self._files.values():
-                f.file.flush()
+            for buf in self._buffers.values():
+                buf.flush()
         except BaseException:
             self.discard()
             raise
-        return StagedTask(
-            self.sink_id, self.batch_id, self.task, self.attempt, self.attempt_uid,
-            # StagedTask names local fragments; the bucket's travel in the same field
-            # (sink_bucket_commit checks each one's type).
-            cast("tuple[StagedFragment, ...]", tuple(sorted(
-                self._uploaded, key=lambda f: (f.topic, f.partition, f.key)))),
-            tuple(sorted((t.name, t.partitions) for t in self._topics.values())),
-            tuple(sorted((name, tuple(sorted(config.items())))
-                         for name, config in self._validated.items())))
+        uploaded = sorted(self._uploaded, key=lambda f: (f.topic, f.partition, f.key))
+        fragments: tuple[Fragment, ...] = tuple(uploaded)
+        return StagedOutput(fragments, tuple(sorted(
+            (name, tuple(sorted(config.items()))) for name, config in self._validated.items())))
 
     def discard(self) -> None:
         """Delete what this task uploaded (a failed task leaves nothing behind)."""
-        self._files.clear()
+        self._buffers.clear()
         if self._uploaded:
-            delete_fragments(self._mgr(), self._uploaded)
+            delete_fragments(self.manager(), self._uploaded)
             self._uploaded.clear()
 
 
@@ -286,24 +285,19 @@ def shared_bucket(options: SinkOptions) -> BucketLogManager:
         return cast(BucketLogManager, mgr)
 
 
-def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
+def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
                sink_id: str, batch_id: int, task: int, attempt: int,
                clock: Clock = SYSTEM_CLOCK) -> StagedTask:
     """Encode and upload every batch of ``batches``; on any error, delete the uploads."""
-    stager = BucketStager(options, columns, sink_id, batch_id, task, attempt, clock)
-    try:
-        for rb in batches:
-            stager.add(rb)
-        staged = stager.finish()
-    except BaseException:
-        stager.discard()
-        raise
+    who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
+    area = BucketStagingArea(who)
+    staged = run_stager(columns, who, area, batches)
     if task == MERGING_TASK and options.merge_small_segments:
         topics = [t for t, _ in staged.topic_partitions]
         if options.topic is not None:
             topics.append(options.topic)
         try:
-            merge_small_segments(stager._mgr(), topics, clock)
+            merge_small_segments(area.manager(), topics, clock)
         except SeglogError as e:  # best effort: the rows are staged, the next batch retries
             logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
                            "%s", task, batch_id, ", ".join(sorted(set(topics))),

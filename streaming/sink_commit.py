@@ -1,7 +1,8 @@
-"""Driver side of the exactly-once sink: publish staged fragments, once.
+"""The local backend's publish: staged files appended under the log dirs' lock, once.
 
-The protocol (an improvement on the sketch in DESIGN.md, explained below)
--------------------------------------------------------------------------
+The rules every backend follows (attempt selection, replay before publish, one commit
+point, cleanup after it) are ``sink_protocol``'s; ``LocalPublication`` is what a log dir
+adds to them (an improvement on the sketch in DESIGN.md, explained below).
 Executors stage encoded batches (``sink_staging``); every batch carries the sink's
 ``producerId`` and the micro-batch id in ``producerEpoch``/``baseSequence``.
 ``commit(messages, batch_id)`` then, under the log dirs' ``.lock``:
@@ -79,7 +80,6 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,14 +92,20 @@ from seglog.logstore.errors import (
 from seglog.logstore.log.checkpoint_file import write_atomically
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_format import TopicPartition, iter_batch_headers
-from seglog.logstore.storage.storage import LOCAL, DirItem
+from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import CRASH_ENV, crash_point
 
 if TYPE_CHECKING:
     from seglog.logstore.log.log import Log
+from seglog.logstore.storage.object_store_config import redact_uris
 
-from . import log_writers
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from seglog.logstore.log.log import Log
+
+from . import log_writers, sink_protocol
 from .errors import SinkCommitError
 from .sink_intent import (
     CommitIntent,
@@ -109,192 +115,218 @@ from .sink_intent import (
     write_intent,
 )
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
-from .sink_options import SinkOptions, require_creatable
+from .sink_local_staging import STAGING_TTL_MS, abort_staging, stage_rows, sweep_staging
+from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_protocol import (
+    CommitResult,
+    PublishedPartition,
+    SinkBatch,
+    select_attempts,
+)
 from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
+    Fragment,
     StagedFragment,
     StagedTask,
     producer_id_of,
     remove_files,
-    remove_tree,
     sink_state_dir,
-    staging_root,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["commit", "abort", "sweep_staging", "select_attempts", "CommitResult",
-           "SinkLedger", "LedgerEntry", "CRASH_ENV", "CRASH_STEPS"]
+# CRASH_ENV, crash_point, select_attempts, CommitResult: sink_protocol's, named here too
+# for the callers and tests that import them from the local sink.
+__all__ = ["commit", "abort", "sweep_staging", "STAGING_TTL_MS", "select_attempts",
+           "CommitResult",
+           "LocalSinkBackend", "LocalPublication", "SinkLedger", "LedgerEntry", "CRASH_ENV",
+           "CRASH_STEPS", "crash_point", "open_writer"]
 
 CRASH_STEPS = ("after-lock", "after-truncate", "after-intent", "mid-partition", "mid-publish",
                "after-append", "after-ledger", "after-checkpoint", "after-cleanup",
                "after-commit")
-STAGING_TTL_MS = 24 * 3600 * 1000
-"""Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
 _APPEND_CHUNK = 8 << 20
 _MAINTENANCE_FILE = "maintenance.json"
 
 
-
-# ---------------------------------------------------------------------------- selection
-def select_attempts(messages: Sequence[StagedTask | None], batch_id: int
-                    ) -> tuple[list[StagedTask], list[StagedTask]]:
-    """(one attempt per task, ordered by task; the other attempts).
-
-    Raises SinkCommitError for a missing message (a task without a commit message cannot
-    be published: committing without it would lose its rows) or one from another batch.
-    """
-    by_task: dict[int, list[StagedTask]] = {}
-    for i, m in enumerate(messages):
-        if m is None:
-            raise SinkCommitError(
-                f"task {i} of batch {batch_id} left no commit message (it failed); "
-                "refusing to publish a partial batch")
-        if m.batch_id != batch_id:
-            raise SinkCommitError(
-                f"task {m.task} staged rows for batch {m.batch_id}, not {batch_id}")
-        by_task.setdefault(m.task, []).append(m)
-    chosen, losers = [], []
-    for task in sorted(by_task):
-        attempts = sorted(by_task[task], key=lambda m: (m.attempt, m.attempt_uid))
-        chosen.append(attempts[0])
-        losers.extend(attempts[1:])
-    sinks = {m.sink_id for m in chosen}
-    if len(sinks) > 1:
-        raise SinkCommitError(f"commit messages of batch {batch_id} come from several sinks: "
-                              f"{sorted(sinks)}")
-    return chosen, losers
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedPartition:
-    topic: str
-    partition: int
-    start: int
-    end: int  # exclusive
-    records: int
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """What a commit did: the partitions it published, the ones that already held the
-    batch (a replay), the staging files it removed."""
-
-    batch_id: int
-    published: tuple[PublishedPartition, ...] = ()
-    skipped: tuple[TopicPartition, ...] = ()
-    removed_files: int = 0
-
-    @property
-    def records(self) -> int:
-        return sum(p.records for p in self.published)
-
-
-# ---------------------------------------------------------------------------- commit
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
            use_ledger: bool = True, clock: Clock = SYSTEM_CLOCK) -> CommitResult:
-    """Publish a micro-batch exactly once (see the module docstring).
+    """Publish a micro-batch to local log dirs exactly once (``sink_protocol.commit``).
 
     ``use_ledger=False`` is for one-shot batch jobs (``df.write``): still all-or-nothing
     through the high-watermark checkpoint, with nothing to replay.
     """
-    chosen, losers = select_attempts(messages, batch_id)
-    plan = _plan(chosen)
-    removed = remove_files(f.path for m in losers for f in m.fragments)
-    if not plan:
-        if chosen:
-            removed += sweep_staging(options.log_dirs, chosen[0].sink_id, batch_id,
-                                     clock=clock)
-        return CommitResult(batch_id, removed_files=removed)
-    sink_id = chosen[0].sink_id  # a plan comes from chosen messages
-    assumed = _assumed_partition_counts(chosen)
-    pid = producer_id_of(sink_id)
+    return sink_protocol.commit(LocalSinkBackend(options, clock), messages, batch_id,
+                                use_ledger=use_ledger)
 
-    mgr = open_writer(options, clock=clock)
-    checkpointing = False
-    touched: dict[TopicPartition, int] = {}  # partition -> where its publish started
-    created: list[str] = []
-    intents: list[Path] = []  # this commit's intent files (sink_intent)
-    try:
-        crash_point("after-lock", batch_id)
-        created = _ensure_topics(mgr, options, assumed)
-        by_dir: dict[Path, list[tuple[TopicPartition, Log]]] = {}
-        for tp in sorted(plan):
-            log = mgr.get_log(*tp)
-            by_dir.setdefault(log.dir.parent, []).append((tp, log))
-        ledgers: dict[Path, SinkLedger] = {}
-        todo: list[tuple[TopicPartition, Log, SinkLedger]] = []
+
+def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions, *,
+          sink_ids: Iterable[str] = ()) -> int:
+    """Remove the staging of a failed batch (``sink_protocol.abort``)."""
+    return sink_protocol.abort(LocalSinkBackend(options), messages, batch_id,
+                               sink_ids=sink_ids)
+
+
+class LocalSinkBackend:
+    """The sink over local log dirs (``sink_protocol.SinkBackend``): staging files in
+    the log dirs (``sink_local_staging``), published by ``LocalPublication``."""
+
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.options = options
+        self.clock = clock
+
+    @property
+    def location(self) -> str:
+        return redact_uris(self.options.log_dirs)
+
+    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
+              batch_id: int, task: int, attempt: int) -> StagedTask:
+        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
+                          self.clock)
+
+    def remove_losers(self, losers: Sequence[StagedTask]) -> int:
+        return remove_files(f.path for m in losers for f in m.fragments)
+
+    def commit_empty(self, batch: SinkBatch) -> int:
+        return sweep_staging(self.options.log_dirs, batch.sink_id, batch.batch_id,
+                             clock=self.clock)
+
+    def begin(self, batch: SinkBatch) -> LocalPublication:
+        return LocalPublication(self.options, batch, self.clock)
+
+    def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
+              ) -> int:
+        return abort_staging(tasks, batch_id, self.options, sink_ids)
+
+
+class LocalPublication:
+    """One micro-batch's publish to local log dirs (``sink_protocol.SinkPublication``):
+    steps 2-7 of the module docstring, under the dirs' ``.lock``."""
+
+    def __init__(self, options: SinkOptions, batch: SinkBatch, clock: Clock) -> None:
+        self.options = options
+        self.batch = batch
+        self.clock = clock
+        self.plan: dict[TopicPartition, list[StagedFragment]] = {
+            tp: _local(frags) for tp, frags in batch.plan.items()}
+        self.assumed = {t: a.partitions for t, a in batch.topics().items()}
+        self.pid = producer_id_of(batch.sink_id)
+        self.mgr = open_writer(options, clock=clock)
+        self.checkpointing = False
+        self.touched: dict[TopicPartition, int] = {}  # partition -> where its publish started
+        self.created: list[str] = []
+        self.intents: list[Path] = []  # this commit's intent files (sink_intent)
+        self.by_dir: dict[Path, list[tuple[TopicPartition, Log]]] = {}
+        self.ledgers: dict[Path, SinkLedger] = {}
+
+    def prepare(self) -> None:
+        """Create the missing topics; group the partitions by the log dir holding them."""
+        crash_point("after-lock", self.batch.batch_id)
+        self.created = _ensure_topics(self.mgr, self.options, self.assumed)
+        for tp in sorted(self.plan):
+            log = self.mgr.get_log(*tp)
+            self.by_dir.setdefault(log.dir.parent, []).append((tp, log))
+        for log_dir in self.by_dir:
+            self.ledgers[log_dir] = SinkLedger(log_dir, self.batch.sink_id)
+
+    def replayed(self) -> tuple[TopicPartition, ...]:
+        """The partitions of the dirs that hold the batch already (one checkpoint per dir:
+        a dir holds all of it or none), from the data with the ledger as a hint."""
+        b = self.batch
         skipped: list[TopicPartition] = []
-        for log_dir, parts in by_dir.items():
-            ledger = ledgers[log_dir] = SinkLedger(log_dir, sink_id)
-            if use_ledger and _dir_holds(mgr, log_dir, ledger.read(), parts, pid,
-                                         batch_id):
+        for log_dir, parts in self.by_dir.items():
+            if _dir_holds(self.mgr, log_dir, self.ledgers[log_dir].read(), parts, self.pid,
+                          b.batch_id):
                 skipped.extend(tp for tp, _ in parts)
-            else:
-                todo.extend((tp, log, ledger) for tp, log in parts)
         if skipped:
             logger.info("batch %d of sink %s: %d partition(s) already hold it (replay): %s",
-                        batch_id, sink_id, len(skipped), skipped[:10])
+                        b.batch_id, b.sink_id, len(skipped), skipped[:10])
+        return tuple(skipped)
 
+    def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...]:
+        """Clear the tails, write the intents, append, fsync, write the ledgers, then the
+        high-watermark checkpoint: the commit point."""
+        b, batch_id = self.batch, self.batch.batch_id
+        wanted = set(todo)
+        parts = [(tp, log, self.ledgers[d]) for d, logs in self.by_dir.items()
+                 for tp, log in logs if tp in wanted]
         # Every tail is checked before any is removed: a refusal changes nothing.
-        tails = [check_unpublished_tail(log, pid, batch_id, sink_id) for _, log, _ in todo]
-        for (tp, log, _), tail in zip(todo, tails, strict=True):
+        tails = [check_unpublished_tail(log, self.pid, batch_id, b.sink_id)
+                 for _, log, _ in parts]
+        for (tp, log, _), tail in zip(parts, tails, strict=True):
             if tail.batches:
                 _drop_tail(tp, log, tail, batch_id)
-            touched[tp] = log.log_end_offset
+            self.touched[tp] = log.log_end_offset
         crash_point("after-truncate", batch_id)
-        intents.extend(_write_intents(todo, plan, sink_id, batch_id))
+        self.intents.extend(_write_intents(parts, self.plan, b.sink_id, batch_id))
         crash_point("after-intent", batch_id)
 
         published = []
-        for i, (tp, log, ledger) in enumerate(todo):
+        for i, (tp, log, ledger) in enumerate(parts):
             start = log.log_end_offset
-            for j, frag in enumerate(plan[tp]):
-                _append_fragment(mgr, frag)
+            for j, frag in enumerate(self.plan[tp]):
+                _append_fragment(self.mgr, frag)
                 if i == 0 and j == 0:
                     crash_point("mid-partition", batch_id)  # some fragments in, not all
             end = log.log_end_offset
-            records = sum(f.records for f in plan[tp])
+            records = sum(f.records for f in self.plan[tp])
             published.append(PublishedPartition(tp[0], tp[1], start, end, records))
             ledger.entries[tp] = LedgerEntry(batch_id, start, end)
             if i == 0:
                 crash_point("mid-publish", batch_id)
         crash_point("after-append", batch_id)
 
-        for _, log, _ in todo:
+        for _, log, _ in parts:
             log.flush()
-        if use_ledger:
-            published_dirs = {id(lg) for _, _, lg in todo}
-            for ledger in ledgers.values():
+        if b.use_ledger:
+            published_dirs = {id(lg) for _, _, lg in parts}
+            for ledger in self.ledgers.values():
                 if id(ledger) in published_dirs or ledger.dirty:
                     ledger.write()
         crash_point("after-ledger", batch_id)
 
-        checkpointing = True  # from here on, never roll back: data may be visible
-        mgr.checkpoint_high_watermarks()
+        self.checkpointing = True  # from here on, never roll back: data may be visible
+        self.mgr.checkpoint_high_watermarks()
         crash_point("after-checkpoint", batch_id)
-    except BaseException:
-        _fail(mgr, touched, intents, rollback=not checkpointing, created=created)
-        raise
+        return tuple(published)
 
-    try:
-        _remove_intents(intents, options, mgr)
-        files = [f.path for m in chosen for f in m.fragments]
-        removed += remove_files(files)
-        removed += sweep_staging(options.log_dirs, sink_id, batch_id, clock=clock)
-        crash_point("after-cleanup", batch_id)
-        _maybe_run_maintenance(mgr, options, clock)
-    except BaseException:
-        mgr.close()  # the batch is committed; closing cleanly is right
-        raise
-    # As a clean close leaves the dirs, but the next commit of this process resumes it
-    # (log_writers): its cost stays independent of the segments already in the topic.
-    log_writers.pause(options.log_dirs, mgr)
-    crash_point("after-commit", batch_id)
-    result = CommitResult(batch_id, tuple(published), tuple(skipped), removed)
-    logger.info("sink %s committed batch %d: %d records in %d partition(s), %d skipped",
-                sink_id, batch_id, result.records, len(published), len(skipped))
-    return result
+    def fail(self) -> None:
+        _fail(self.mgr, self.touched, self.intents, rollback=not self.checkpointing,
+              created=self.created)
+
+    def clean_up(self) -> int:
+        """The intents that explain nothing now, the batch's staging files, and what dead
+        attempts and older batches left."""
+        b = self.batch
+        _remove_intents(self.intents, self.options, self.mgr)
+        removed = remove_files(f.path for m in b.chosen for f in m.fragments)
+        removed += sweep_staging(self.options.log_dirs, b.sink_id, b.batch_id,
+                                 clock=self.clock)
+        crash_point("after-cleanup", b.batch_id)
+        return removed
+
+    def maintain(self) -> None:
+        _maybe_run_maintenance(self.mgr, self.options, self.clock)
+
+    def close(self, *, failed: bool = False) -> None:
+        if failed:
+            self.mgr.close()  # the batch is committed; closing cleanly is right
+            return
+        # As a clean close leaves the dirs, but the next commit of this process resumes
+        # it (log_writers): its cost stays independent of the segments already in the
+        # topic.
+        log_writers.pause(self.options.log_dirs, self.mgr)
+        crash_point("after-commit", self.batch.batch_id)
+
+
+def _local(fragments: Sequence[Fragment]) -> list[StagedFragment]:
+    out = []
+    for f in fragments:
+        if not isinstance(f, StagedFragment):
+            raise SinkCommitError(f"a task staged {f.path} in a bucket, but the sink writes "
+                                  "to local log dirs")
+        out.append(f)
+    return out
 
 
 def open_writer(options: SinkOptions, *, clock: Clock = SYSTEM_CLOCK) -> LogManager:
@@ -313,26 +345,6 @@ def open_writer(options: SinkOptions, *, clock: Clock = SYSTEM_CLOCK) -> LogMana
                     "(option 'lockTimeoutMs')") from None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-
-
-def _plan(chosen: list[StagedTask]) -> dict[TopicPartition, list[StagedFragment]]:
-    plan: dict[TopicPartition, list[StagedFragment]] = {}
-    for m in chosen:  # ordered by task: the deterministic publish order
-        for f in m.fragments:
-            if f.records:
-                plan.setdefault((f.topic, f.partition), []).append(f)
-    return plan
-
-
-def _assumed_partition_counts(chosen: list[StagedTask]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for m in chosen:
-        for topic, n in m.topic_partitions:
-            if counts.setdefault(topic, n) != n:
-                raise SinkCommitError(
-                    f"tasks routed rows of topic {topic!r} with different partition counts "
-                    f"({counts[topic]} and {n}): the topic changed during the batch")
-    return counts
 
 
 def _ensure_topics(mgr: LogManager, options: SinkOptions,
@@ -508,73 +520,6 @@ def _fail(mgr: LogManager, touched: dict[TopicPartition, int], intents: list[Pat
     except BaseException:
         logger.exception("cannot roll back a failed publish; the next commit will")
         mgr.__exit__(SeglogError, None, None)
-
-
-# ---------------------------------------------------------------------------- abort/sweep
-def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOptions, *,
-          sink_ids: Iterable[str] = ()) -> int:
-    """Remove the staging of a failed batch (no lock needed: staging is private), for the
-    sinks named by the messages and ``sink_ids``. Returns the number of files removed.
-
-    Commit intents stay: Spark also aborts when the commit's own worker died after
-    appending, and the intent is what lets the next writer remove that tail."""
-    removed = 0
-    sinks = set(sink_ids)
-    for m in messages:
-        if m is None:
-            continue
-        sinks.add(m.sink_id)
-        removed += remove_files(f.path for f in m.fragments)
-    for sink_id in sinks:
-        for d in options.log_dirs:
-            batch_dir = staging_root(d, sink_id) / str(batch_id)
-            removed += _count_files(batch_dir)
-            remove_tree(batch_dir)
-    logger.info("aborted batch %d: removed %d staging file(s)", batch_id, removed)
-    return removed
-
-
-def sweep_staging(log_dirs: Iterable[str], sink_id: str, up_to_batch: int, *,
-                  clock: Clock = SYSTEM_CLOCK, ttl_ms: int = STAGING_TTL_MS) -> int:
-    """Remove the sink's staging of batches ``<= up_to_batch`` (dead attempts, crashed
-    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed.
-    Commit intents are not staging: only a commit, under the lock, removes them."""
-    removed = 0
-    now_s = clock.milliseconds() / 1000
-    for d in log_dirs:
-        own = staging_root(d, sink_id)
-        for child in _children(own):
-            if child.name.isdigit() and int(child.name) <= up_to_batch:
-                removed += _count_files(child.path)
-                remove_tree(Path(child.path))
-        for other in _children(own.parent):
-            if other.name == own.name:
-                continue
-            for child in _children(other.path):
-                try:
-                    age_s = now_s - LOCAL.stat(child.path).st_mtime
-                except FileNotFoundError:  # swept by its own sink meanwhile
-                    continue
-                if age_s * 1000 > ttl_ms:
-                    removed += _count_files(child.path)
-                    remove_tree(Path(child.path))
-            if not _children(other.path):
-                try:
-                    LOCAL.rmdir(other.path)
-                except OSError as e:  # a task of that sink may be staging right now
-                    logger.debug("keeping %s: %s", other.path, e)
-    return removed
-
-
-def _children(d: Path | str) -> list[DirItem]:
-    try:
-        return LOCAL.scan_dir(d)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _count_files(d: Path | str) -> int:
-    return sum(1 for c in _children(d) if c.is_file)
 
 
 # ---------------------------------------------------------------------------- maintenance

@@ -1,25 +1,26 @@
-"""Executor side of the exactly-once sink: encode rows, stage them, describe them.
+"""Executor side of the exactly-once sink, for every backend: encode rows, stage them.
 
 A write task routes each input row to its topic-partition (the ``partition`` column,
 else Kafka's key placement, else a content hash; see ``partitioner``), encodes each
-partition's rows into RecordBatch v2 batches with ``encode_batches`` and appends them to
-one staging file per partition. At the end it fsyncs the files and their directory and
-returns a ``StagedTask``: a small, picklable description that the driver's
-``sink_commit.commit`` publishes. Nothing staged is visible to readers: staging lives
-under ``<log dir>/.seglog-sink/staging/``, which no reader looks at.
+partition's rows into RecordBatch v2 batches with ``encode_batches`` and hands them to
+its backend's ``StagingArea``: staging files in the log dir (``sink_local_staging``) or
+fragments uploaded to the bucket (``sink_bucket_staging``). At the end the area makes
+them durable and the task returns a ``StagedTask``: a small, picklable description that
+the driver's commit (``sink_protocol.commit``) publishes. Nothing staged is visible to
+readers.
 
-Layout (one staging directory per sink and micro-batch, so sweeping is ``rmtree``)::
+Local layout (one staging directory per sink and micro-batch, so sweeping is ``rmtree``)::
 
     <log dir>/.seglog-sink/staging/<sink id>/<batch id>/
         <topic>-<partition>.t<task>.a<attempt>.<uid>.stage
 
-The file holds consecutive v2 batches with base offsets from 0: the commit assigns real
-offsets by rewriting the 8-byte baseOffset only (the CRC does not cover it). Every batch
-carries the sink's identity in Kafka's idempotent-producer fields: ``producerId`` is
-derived from the sink id, ``producerEpoch``/``baseSequence`` hold the micro-batch id
+Staged bytes are consecutive v2 batches with base offsets from 0: the commit assigns
+real offsets by rewriting the 8-byte baseOffset only (the CRC does not cover it). Every
+batch carries the sink's identity in Kafka's idempotent-producer fields: ``producerId``
+is derived from the sink id, ``producerEpoch``/``baseSequence`` hold the micro-batch id
 (see ``producer_fields``), so the data itself says which sink batch wrote it.
 
-The staging file sits in the log dir that holds the partition (for a new topic, the
+A local staging file sits in the log dir that holds the partition (for a new topic, the
 first log dir): the same filesystem as the segments it will be copied into.
 
 Not thread-safe: one ``PartitionStager`` per task.
@@ -29,14 +30,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
 import logging
 import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -48,24 +48,23 @@ from seglog.logstore.config.topics import validate_topic_name
 from seglog.logstore.errors import (
     ConfigError,
     InvalidRecordError,
-    KafkaStorageError,
-    LogDirError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
 from seglog.logstore.records.record_format import iter_batch_headers
-from seglog.logstore.storage.file_names import SINK_STATE_DIR, fitted_name, partition_dir_name
+from seglog.logstore.storage.file_names import SINK_STATE_DIR
 from seglog.logstore.storage.object_store_config import redact_uris
-from seglog.logstore.storage.storage import LOCAL, FileHandle
+from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
-from .log_readers import reader
-from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_options import SinkColumns, SinkOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StagedFragment", "StagedTask", "PartitionStager", "producer_fields",
-           "producer_id_of", "staging_root", "sink_state_dir", "SINK_DIR"]
+__all__ = ["Fragment", "StagedFragment", "StagedTask", "StagingAttempt", "StagingTopic",
+           "StagingArea", "StagedOutput", "PartitionStager",
+           "producer_fields", "producer_id_of", "staging_root", "sink_state_dir", "SINK_DIR",
+           "run_stager", "new_attempt_uid"]
 
 SINK_DIR = SINK_STATE_DIR
 """The sink's private directory inside each log dir (staging files and ledgers)."""
@@ -76,11 +75,11 @@ MAX_BATCH_ID = (1 << 46) - 1
 _BATCH_SIZE_MARGIN = 512
 
 
-def sink_state_dir(log_dir: str | os.PathLike) -> Path:
+def sink_state_dir(log_dir: str | os.PathLike[str]) -> Path:
     return Path(log_dir) / SINK_DIR
 
 
-def staging_root(log_dir: str | os.PathLike, sink_id: str) -> Path:
+def staging_root(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     return sink_state_dir(log_dir) / "staging" / _safe(sink_id)
 
 
@@ -113,6 +112,23 @@ def batch_id_of(producer_epoch: int, base_sequence: int) -> int:
     return (producer_epoch << 31) | base_sequence
 
 
+class Fragment(Protocol):
+    """What a commit message says of one staged piece of a partition, on any backend:
+    a local staging file (``StagedFragment``) or an uploaded object
+    (``sink_bucket_staging.BucketFragment``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def records(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StagedFragment:
     """One staging file: a task's encoded rows for one topic-partition."""
@@ -137,7 +153,7 @@ class StagedTask:
     task: int
     attempt: int
     attempt_uid: str
-    fragments: tuple[StagedFragment, ...] = ()
+    fragments: tuple[Fragment, ...] = ()
     topic_partitions: tuple[tuple[str, int], ...] = ()
     topic_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     """Per topic, the config overrides the rows were checked against (the bucket sink's
@@ -154,47 +170,91 @@ class StagedTask:
 
 
 @dataclass(slots=True)
-class _Topic:
+class StagingTopic:
+    """A topic as a task routes and checks rows for it."""
+
     name: str
     partitions: int
     config: LogConfig
-    dirs: dict[int, Path]  # partition -> the log dir holding it (new topics: none)
+    dirs: dict[int, Path]  # partition -> the local log dir holding it (new topics, buckets: none)
 
 
-@dataclass(slots=True)
-class _Open:
-    path: Path
-    handle: FileHandle
-    file: io.BufferedWriter  # over ``handle``
-    size: int = 0
-    records: int = 0
-
-
-@dataclass
-class PartitionStager:
-    """Stages one task's rows. ``add`` each Arrow batch, then ``finish`` (or ``discard``).
-
-    >>> stager = PartitionStager(options, columns, "query", 3, 0, 0)  # doctest: +SKIP
-    >>> for rb in batches: stager.add(rb)                           # doctest: +SKIP
-    >>> staged = stager.finish()                                    # doctest: +SKIP
-    """
+@dataclass(frozen=True, slots=True)
+class StagingAttempt:
+    """Who stages: one task attempt of one micro-batch of one sink."""
 
     options: SinkOptions
-    columns: SinkColumns
     sink_id: str
     batch_id: int
     task: int
     attempt: int
+    attempt_uid: str
     clock: Clock = SYSTEM_CLOCK
-    attempt_uid: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    _topics: dict[str, _Topic] = field(default_factory=dict)
-    _files: dict[tuple[str, int], _Open] = field(default_factory=dict)
-    _dirs: list[Path] = field(default_factory=list)
+
+
+def new_attempt_uid() -> str:
+    """Names one task attempt's staging apart from any other attempt's."""
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedOutput:
+    """What a staging area holds once its task is done."""
+
+    fragments: tuple[Fragment, ...]
+    topic_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+
+class StagingArea(Protocol):
+    """Where a task's encoded batches go (a backend's half of staging): ``PartitionStager``
+    routes, encodes and checks rows the same way for every backend and hands each
+    partition's bytes here."""
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        """Partition count and config of ``name`` (a missing one: the sink's creation
+        settings, after ``require_creatable``)."""
+        ...
+
+    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+        """Stage encoded batches (base offsets from 0) of one topic-partition."""
+        ...
+
+    def finish(self) -> StagedOutput:
+        """Make everything staged durable and describe it; on failure, discard it."""
+        ...
+
+    def discard(self) -> None:
+        """Remove what was staged (a failed task leaves nothing behind)."""
+        ...
+
+
+@dataclass
+class PartitionStager:
+    """Stages one task's rows into a ``StagingArea``. ``add`` each Arrow batch, then
+    ``finish`` (or ``discard``).
+
+    >>> who = StagingAttempt(options, "query", 3, 0, 0, new_attempt_uid())  # doctest: +SKIP
+    >>> stager = PartitionStager(columns, who, LocalStagingArea(who))  # doctest: +SKIP
+    >>> for rb in batches: stager.add(rb)                           # doctest: +SKIP
+    >>> staged = stager.finish()                                    # doctest: +SKIP
+    """
+
+    columns: SinkColumns
+    attempt: StagingAttempt
+    area: StagingArea
+    _topics: dict[str, StagingTopic] = field(default_factory=dict)
     _finished: bool = False
 
     def __post_init__(self) -> None:
-        self._producer = producer_fields(self.sink_id, self.batch_id)
-        self._default_config = LogConfig.from_properties(self.options.topic_config or {})
+        self._producer = producer_fields(self.attempt.sink_id, self.attempt.batch_id)
+
+    @property
+    def options(self) -> SinkOptions:
+        return self.attempt.options
+
+    @property
+    def clock(self) -> Clock:
+        return self.attempt.clock
 
     # -- rows ------------------------------------------------------------------------
 
@@ -224,7 +284,7 @@ class PartitionStager:
             rows = batch.take(pa.array(order[s:e]))
             self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
 
-    def _check_timestamps(self, batch: pa.RecordBatch, topics: list[_Topic],
+    def _check_timestamps(self, batch: pa.RecordBatch, topics: list[StagingTopic],
                           topic_index: np.ndarray, partitions: np.ndarray) -> None:
         """Kafka's producer refuses negative timestamps (-1 is its "no timestamp"); so
         does the sink, before anything of the task is staged."""
@@ -246,7 +306,7 @@ class PartitionStager:
                 "for the time of writing")
 
     def _route_topics(self, batch: pa.RecordBatch
-                      ) -> tuple[list[_Topic], np.ndarray, np.ndarray]:
+                      ) -> tuple[list[StagingTopic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
         n = batch.num_rows
         default = self.options.topic
@@ -271,7 +331,7 @@ class PartitionStager:
             return resolved, index, counts[:1].reshape(())
         return resolved, index, counts[index]
 
-    def _partitions(self, batch: pa.RecordBatch, topics: list[_Topic],
+    def _partitions(self, batch: pa.RecordBatch, topics: list[StagingTopic],
                     topic_index: np.ndarray, counts: np.ndarray) -> np.ndarray:
         # Imported here, not at the top: the commit process unpickles ``StagedTask`` from
         # this module and must not pay for loading numba (the partitioner's kernel).
@@ -300,55 +360,18 @@ class PartitionStager:
         computed = assign_partitions(keys, values, counts)
         return np.where(explicit >= 0, explicit, computed).astype(np.int32)
 
-    def _topic(self, name: str | None) -> _Topic:
+    def _topic(self, name: str | None) -> StagingTopic:
         if name is None:
             raise ConfigError("no topic: give the option 'topic' or a 'topic' column")
         t = self._topics.get(name)
         if t is not None:
             return t
         validate_topic_name(name)
-        t = self._describe_topic(name)
+        t = self.area.describe_topic(name)
         self._topics[name] = t
         return t
 
-    def _describe_topic(self, name: str) -> _Topic:
-        """Partition count, config and placement of a topic, from the directory listing
-        (no segment is read); a missing topic gets the sink's creation settings.
-
-        Through the process's shared reader (``log_readers``): a reused Python worker
-        describes the topic of every task and micro-batch without opening the log dirs
-        again; the reader re-lists a dir only when its mtime moved (a topic created by a
-        commit since), so nothing published is missed."""
-        dirs = [Path(d) for d in self.options.log_dirs]
-        try:
-            if not all(LOCAL.is_dir(d) for d in dirs):
-                for d in dirs:
-                    LOCAL.makedirs(d)
-            with reader(self.options.log_dirs, self.options.storage) as mgr:
-                # topics() first: a missing topic is no error here (the shared reader is
-                # dropped after a call that raises).
-                exists = name in mgr.topics()
-                if exists:
-                    numbers = mgr.partitions(name)
-                    config = mgr.topic_config(name)
-        except OSError as e:
-            raise LogDirError(f"the seglog sink cannot use log dir {e.filename or dirs}: "
-                              f"{e.strerror}") from e
-        if not exists:
-            require_creatable(self.options, name)
-            return _Topic(name, self.options.num_partitions, self._default_config, {})
-        check_partition_count(self.options, name, len(numbers))
-        placement = {}
-        for n in numbers:
-            for d in dirs:
-                if LOCAL.is_dir(d / partition_dir_name(name, n)):
-                    placement[n] = d
-                    break
-        if numbers != list(range(len(numbers))):
-            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
-        return _Topic(name, len(numbers), config, placement)
-
-    def _stage(self, rows: pa.RecordBatch, topic: _Topic, partition: int) -> None:
+    def _stage(self, rows: pa.RecordBatch, topic: StagingTopic, partition: int) -> None:
         c = self.columns
         if c.timestamp is not None and not self.options.allow_expired_timestamps:
             check_retention(topic.name, topic.config, rows.column(c.timestamp),
@@ -379,75 +402,23 @@ class PartitionStager:
                 raise RecordTooLargeError(
                     f"a record batch for {topic.name}-{partition} is {h.size} bytes, above "
                     f"the topic's max.message.bytes ({limit}): a single record is too large")
-        f = self._file(topic, partition)
-        try:
-            f.file.write(data)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot write staging file {f.path}: {e}") from e
-        f.size += len(data)
-        f.records += rows.num_rows
-
-    def _file(self, topic: _Topic, partition: int) -> _Open:
-        key = (topic.name, partition)
-        f = self._files.get(key)
-        if f is None:
-            log_dir = topic.dirs.get(partition, Path(self.options.log_dirs[0]))
-            d = staging_root(log_dir, self.sink_id) / str(self.batch_id)
-            try:
-                LOCAL.makedirs(d)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
-            if d not in self._dirs:
-                self._dirs.append(d)
-            # The name is for people; the commit message carries the path. A long
-            # topic's name is cut (with a hash) to fit a file name.
-            name = fitted_name(f"{topic.name}-{partition}",
-                               f".t{self.task}.a{self.attempt}.{self.attempt_uid}"
-                               f"{STAGING_SUFFIX}")
-            path = d / name
-            try:
-                handle = LOCAL.open_file(path, "exclusive")  # closed in finish/discard
-            except OSError as e:
-                raise KafkaStorageError(f"cannot create staging file {path}: {e}") from e
-            f = _Open(path, handle, handle.buffered_writer())
-            self._files[key] = f
-        return f
+        self.area.write(topic, partition, data, rows.num_rows)
 
     # -- end -------------------------------------------------------------------------
 
     def finish(self) -> StagedTask:
-        """fsync every staging file and its directory; describe them."""
+        """Make the staged batches durable (the area's way); describe them."""
         self._finished = True
-        fragments = []
-        try:
-            for (topic, partition), f in sorted(self._files.items()):
-                f.file.flush()
-                f.handle.fsync()
-                f.file.close()
-                f.handle.close()
-                fragments.append(StagedFragment(topic, partition, str(f.path), f.size,
-                                                f.records))
-            for d in self._dirs:
-                LOCAL.fsync_dir(d)
-        except OSError as e:
-            self.discard()
-            raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
+        out = self.area.finish()
+        a = self.attempt
         return StagedTask(
-            self.sink_id, self.batch_id, self.task, self.attempt, self.attempt_uid,
-            tuple(fragments),
-            tuple(sorted((t.name, t.partitions) for t in self._topics.values())))
+            a.sink_id, a.batch_id, a.task, a.attempt, a.attempt_uid, out.fragments,
+            tuple(sorted((t.name, t.partitions) for t in self._topics.values())),
+            out.topic_configs)
 
     def discard(self) -> None:
         """Remove what this task staged (a failed task leaves nothing behind)."""
-        for f in self._files.values():
-            try:
-                f.file.close()
-            except OSError as e:
-                logger.warning("cannot close staging file %s: %s", f.path, e)
-            finally:
-                f.handle.close()
-            remove_files([f.path])
-        self._files.clear()
+        self.area.discard()
 
 
 def check_partition_count(options: SinkOptions, topic: str, actual: int) -> None:
@@ -520,11 +491,10 @@ def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
     return encode_batches(values, keys, timestamps, headers, **kwargs)
 
 
-def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
-               sink_id: str, batch_id: int, task: int, attempt: int,
-               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
-    """Stage every batch of ``batches``; on any error, remove what was staged."""
-    stager = PartitionStager(options, columns, sink_id, batch_id, task, attempt, clock)
+def run_stager(columns: SinkColumns, attempt: StagingAttempt, area: StagingArea,
+               batches: Iterable[pa.RecordBatch]) -> StagedTask:
+    """Stage every batch of ``batches`` into ``area``; on any error, discard it all."""
+    stager = PartitionStager(columns, attempt, area)
     try:
         for rb in batches:
             stager.add(rb)
@@ -534,7 +504,7 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable,
         raise
 
 
-def remove_files(paths: Iterable[str | os.PathLike]) -> int:
+def remove_files(paths: Iterable[str | os.PathLike[str]]) -> int:
     """Unlink files that may already be gone; returns how many were removed."""
     removed = 0
     for p in paths:

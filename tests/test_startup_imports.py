@@ -25,7 +25,7 @@ from seglog.datasource.batch_writer import SeglogBatchWriter
 from seglog.datasource.stream_writer import SeglogCommitMessage
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import encode_batches
-from seglog.streaming.sink_staging import stage_rows
+from seglog.streaming.sink_local_staging import stage_rows
 
 HEAVY = ("numba", "llvmlite", "pyarrow", "pyarrow.compute")
 

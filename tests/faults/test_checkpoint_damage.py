@@ -33,8 +33,8 @@ from seglog.logstore.storage.file_names import (
 )
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import commit
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import stage_rows
 
 TOPIC = "out"
 SINK = "7d2e-query"

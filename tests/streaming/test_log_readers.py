@@ -18,8 +18,8 @@ from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import encode_batches
 from seglog.streaming import log_readers
 from seglog.streaming.log_readers import reader, segment_files
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import stage_rows
 from seglog.streaming.source_offsets import snapshot_log_dirs
 
 ONE = encode_batches(pa.array([b"v"] * 5, pa.binary()))

@@ -20,8 +20,8 @@ from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE, HIGH_WATERMA
 from seglog.logstore.util.clock import SYSTEM_CLOCK
 from seglog.streaming import log_writers
 from seglog.streaming.sink_commit import commit
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import stage_rows
 
 # Directory listings made while `_listings` is a list (an audit hook cannot be removed,
 # so it is installed once and switched by this flag).

@@ -35,8 +35,9 @@ from seglog.streaming.sink_commit import (
     commit,
     sweep_staging,
 )
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import producer_fields, stage_rows, staging_root
+from seglog.streaming.sink_staging import producer_fields, staging_root
 
 TOPIC = "out"
 SINK = "3f1c6a8e-query"

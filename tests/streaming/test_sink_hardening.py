@@ -14,8 +14,8 @@ from seglog.cli import main as seglog_main
 from seglog.logstore.errors import InvalidRecordError, LogDirError
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming.sink_commit import commit
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions, check_log_dirs
-from seglog.streaming.sink_staging import stage_rows
 
 NOW = 1_700_000_000_000
 

@@ -30,8 +30,9 @@ from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import CRASH_STEPS, abort, commit, sweep_staging
 from seglog.streaming.sink_intent import intent_file, read_intents
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import stage_rows, staging_root
+from seglog.streaming.sink_staging import staging_root
 
 ALL = (0, 1, 2, 3)
 PUBLISHED = CRASH_STEPS[CRASH_STEPS.index("after-checkpoint"):]

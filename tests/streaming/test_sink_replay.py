@@ -25,8 +25,9 @@ from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import CRASH_ENV, CRASH_STEPS, SinkLedger, commit
 from seglog.streaming.sink_ledger import LedgerState
+from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import producer_id_of, stage_rows
+from seglog.streaming.sink_staging import producer_id_of
 
 TOPIC = "out"
 SINK = "7d2e-replay-query"

@@ -1,0 +1,262 @@
+"""The local backend's half of staging: one staging file per task and topic-partition,
+and its removal (``abort_staging``, ``sweep_staging``).
+
+Layout and durability: see ``sink_staging``'s module docstring (the files sit in the log
+dir that holds the partition, for a new topic the first log dir, and are fsynced with
+their directory before the task reports them).
+
+Not thread-safe: one ``LocalStagingArea`` per task.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.errors import KafkaStorageError, LogDirError
+from seglog.logstore.storage.file_names import fitted_name, partition_dir_name
+from seglog.logstore.storage.storage import LOCAL, DirItem, FileHandle
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
+
+from .log_readers import reader
+from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_staging import (
+    STAGING_SUFFIX,
+    Fragment,
+    StagedFragment,
+    StagedOutput,
+    StagedTask,
+    StagingAttempt,
+    StagingTopic,
+    check_partition_count,
+    new_attempt_uid,
+    remove_files,
+    remove_tree,
+    run_stager,
+    staging_root,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LocalStagingArea", "stage_rows", "abort_staging", "sweep_staging", "STAGING_TTL_MS"]
+
+STAGING_TTL_MS = 24 * 3600 * 1000
+"""Staging of *other* sinks untouched for this long belongs to dead jobs and is swept."""
+
+
+@dataclass(slots=True)
+class _Open:
+    path: Path
+    handle: FileHandle
+    file: io.BufferedWriter  # over ``handle``
+    size: int = 0
+    records: int = 0
+
+
+class LocalStagingArea:
+    """Staging files in the log dir that holds each partition (see the module docstring)."""
+
+    def __init__(self, attempt: StagingAttempt) -> None:
+        self.attempt = attempt
+        self._default_config = LogConfig.from_properties(attempt.options.topic_config or {})
+        self._files: dict[tuple[str, int], _Open] = {}
+        self._dirs: list[Path] = []
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        """Partition count, config and placement of a topic, from the directory listing
+        (no segment is read); a missing topic gets the sink's creation settings.
+
+        Through the process's shared reader (``log_readers``): a reused Python worker
+        describes the topic of every task and micro-batch without opening the log dirs
+        again; the reader re-lists a dir only when its mtime moved (a topic created by a
+        commit since), so nothing published is missed."""
+        options = self.attempt.options
+        dirs = [Path(d) for d in options.log_dirs]
+        try:
+            if not all(LOCAL.is_dir(d) for d in dirs):
+                for d in dirs:
+                    LOCAL.makedirs(d)
+            with reader(options.log_dirs, options.storage) as mgr:
+                # topics() first: a missing topic is no error here (the shared reader is
+                # dropped after a call that raises).
+                exists = name in mgr.topics()
+                if exists:
+                    numbers = mgr.partitions(name)
+                    config = mgr.topic_config(name)
+        except OSError as e:
+            raise LogDirError(
+                f"the seglog sink cannot use log dir {e.filename or dirs}: {e.strerror}"
+            ) from e
+        if not exists:
+            require_creatable(options, name)
+            return StagingTopic(name, options.num_partitions, self._default_config, {})
+        check_partition_count(options, name, len(numbers))
+        placement = {}
+        for n in numbers:
+            for d in dirs:
+                if LOCAL.is_dir(d / partition_dir_name(name, n)):
+                    placement[n] = d
+                    break
+        if numbers != list(range(len(numbers))):
+            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
+        return StagingTopic(name, len(numbers), config, placement)
+
+    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+        f = self._file(topic, partition)
+        try:
+            f.file.write(data)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot write staging file {f.path}: {e}") from e
+        f.size += len(data)
+        f.records += records
+
+    def _file(self, topic: StagingTopic, partition: int) -> _Open:
+        key = (topic.name, partition)
+        f = self._files.get(key)
+        if f is None:
+            a = self.attempt
+            log_dir = topic.dirs.get(partition, Path(a.options.log_dirs[0]))
+            d = staging_root(log_dir, a.sink_id) / str(a.batch_id)
+            try:
+                LOCAL.makedirs(d)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
+            if d not in self._dirs:
+                self._dirs.append(d)
+            # The name is for people; the commit message carries the path. A long
+            # topic's name is cut (with a hash) to fit a file name.
+            name = fitted_name(
+                f"{topic.name}-{partition}",
+                f".t{a.task}.a{a.attempt}.{a.attempt_uid}{STAGING_SUFFIX}",
+            )
+            path = d / name
+            try:
+                handle = LOCAL.open_file(path, "exclusive")  # closed in finish/discard
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create staging file {path}: {e}") from e
+            f = _Open(path, handle, handle.buffered_writer())
+            self._files[key] = f
+        return f
+
+    def finish(self) -> StagedOutput:
+        """fsync every staging file and its directory; describe them."""
+        fragments: list[Fragment] = []
+        try:
+            for (topic, partition), f in sorted(self._files.items()):
+                f.file.flush()
+                f.handle.fsync()
+                f.file.close()
+                f.handle.close()
+                fragments.append(StagedFragment(topic, partition, str(f.path), f.size, f.records))
+            for d in self._dirs:
+                LOCAL.fsync_dir(d)
+        except OSError as e:
+            self.discard()
+            raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
+        return StagedOutput(tuple(fragments))
+
+    def discard(self) -> None:
+        for f in self._files.values():
+            try:
+                f.file.close()
+            except OSError as e:
+                logger.warning("cannot close staging file %s: %s", f.path, e)
+            finally:
+                f.handle.close()
+            remove_files([f.path])
+        self._files.clear()
+
+
+def stage_rows(
+    options: SinkOptions,
+    columns: SinkColumns,
+    batches: Iterable[pa.RecordBatch],
+    sink_id: str,
+    batch_id: int,
+    task: int,
+    attempt: int,
+    clock: Clock = SYSTEM_CLOCK,
+) -> StagedTask:
+    """Stage every batch of ``batches`` in the log dirs; on any error, remove what was
+    staged."""
+    who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
+    return run_stager(columns, who, LocalStagingArea(who), batches)
+
+
+def abort_staging(
+    tasks: Sequence[StagedTask], batch_id: int, options: SinkOptions, sink_ids: Iterable[str]
+) -> int:
+    """Remove the staging of a failed batch (no lock needed: staging is private), for the
+    sinks named by the tasks and ``sink_ids``. Returns the number of files removed.
+
+    Commit intents stay: Spark also aborts when the commit's own worker died after
+    appending, and the intent is what lets the next writer remove that tail."""
+    removed = 0
+    sinks = set(sink_ids)
+    for m in tasks:
+        sinks.add(m.sink_id)
+        removed += remove_files(f.path for f in m.fragments)
+    for sink_id in sinks:
+        for d in options.log_dirs:
+            batch_dir = staging_root(d, sink_id) / str(batch_id)
+            removed += _count_files(batch_dir)
+            remove_tree(batch_dir)
+    logger.info("aborted batch %d: removed %d staging file(s)", batch_id, removed)
+    return removed
+
+
+def sweep_staging(
+    log_dirs: Iterable[str],
+    sink_id: str,
+    up_to_batch: int,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    ttl_ms: int = STAGING_TTL_MS,
+) -> int:
+    """Remove the sink's staging of batches ``<= up_to_batch`` (dead attempts, crashed
+    runs) and other sinks' staging untouched for ``ttl_ms``. Returns files removed.
+    Commit intents are not staging: only a commit, under the lock, removes them."""
+    removed = 0
+    now_s = clock.milliseconds() / 1000
+    for d in log_dirs:
+        own = staging_root(d, sink_id)
+        for child in _children(own):
+            if child.name.isdigit() and int(child.name) <= up_to_batch:
+                removed += _count_files(child.path)
+                remove_tree(Path(child.path))
+        for other in _children(own.parent):
+            if other.name == own.name:
+                continue
+            for child in _children(other.path):
+                try:
+                    age_s = now_s - LOCAL.stat(child.path).st_mtime
+                except FileNotFoundError:  # swept by its own sink meanwhile
+                    continue
+                if age_s * 1000 > ttl_ms:
+                    removed += _count_files(child.path)
+                    remove_tree(Path(child.path))
+            if not _children(other.path):
+                try:
+                    LOCAL.rmdir(other.path)
+                except OSError as e:  # a task of that sink may be staging right now
+                    logger.debug("keeping %s: %s", other.path, e)
+    return removed
+
+
+def _children(d: Path | str) -> list[DirItem]:
+    try:
+        return LOCAL.scan_dir(d)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _count_files(d: Path | str) -> int:
+    return sum(1 for c in _children(d) if c.is_file)
