@@ -17,6 +17,7 @@ from seglog.logstore.errors import CorruptMetadataError, CorruptRecordError
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.util.clock import MockClock
 
 TS = 1_700_000_000_000
 
@@ -37,7 +38,10 @@ def offsets(mgr, topic: str, partition: int) -> list[int]:
 
 def counting_manager(partitions: int = 1) -> tuple[BucketLogManager, CountingStorage]:
     storage = CountingStorage(ObjectStorage(memory_uri()))
-    mgr = BucketLogManager(storage)
+    # A clock that stands still: the counts are an append's own requests, never the
+    # refresh a writer makes when its view aged past MAX_VIEW_AGE_MS (a first append
+    # that compiles the kernels on a loaded machine can take that long).
+    mgr = BucketLogManager(storage, clock=MockClock())
     mgr.create_topic("t", partitions)
     storage.reset()
     return mgr, storage
