@@ -21,11 +21,11 @@ What each backend adds to the protocol:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 from .sink_options import SinkOptions, check_log_dirs
@@ -61,7 +61,7 @@ class LocalDestination:
     def existing_partitions(self, topic: str) -> int | None:
         from .log_readers import reader
 
-        if not all(Path(d).is_dir() for d in self.options.log_dirs):
+        if not all(LOCAL.is_dir(d) for d in self.options.log_dirs):
             return None  # created by the first task: no topic yet
         with reader(self.options.log_dirs, self.options.storage) as mgr:  # shared reader
             # topics() first: a missing topic is no error (the shared reader is dropped

@@ -23,7 +23,7 @@ def _classes(module) -> dict[str, type]:
 def _names_used(folder: str, skip: str) -> set[str]:
     """Every identifier the modules of ``folder`` (but ``skip``) mention in code."""
     used: set[str] = set()
-    for path in (ROOT / folder).glob("*.py"):
+    for path in (ROOT / folder).rglob("*.py"):
         if path.name == skip:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
