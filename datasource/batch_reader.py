@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeGuard
 
@@ -41,13 +41,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.streaming.source_offsets import (
     ending_offsets,
     initial_offsets,
     report_data_loss,
     snapshot_log_dirs,
 )
-from seglog.streaming.source_options import SourceOptions, TopicPartition
+from seglog.streaming.source_options import SourceOptions
 from seglog.streaming.unknown_topics import unknown_topics, unknown_topics_message
 
 from .stream_reader import input_partitions, read_input_partition
@@ -229,7 +230,9 @@ def _prune_timestamp(p: Pruning, f: Filter) -> Pruning | None:
     return None
 
 
-def _prune(start, end, prune: Pruning, offset_for_timestamp):
+def _prune(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
+           prune: Pruning, offset_for_timestamp: Callable[[TopicPartition, int], int | None]
+           ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
     """Apply ``prune`` to per-partition ranges; the time index moves starts forward."""
     new_start: dict[TopicPartition, int] = {}
     new_end: dict[TopicPartition, int] = {}

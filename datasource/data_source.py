@@ -40,8 +40,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
 from seglog.logstore.errors import SeglogError
@@ -49,6 +58,9 @@ from seglog.logstore.records.kernel_cache import prewarm
 from seglog.streaming.kafka_compat import warn_ignored
 
 from .user_errors import user_errors
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +88,7 @@ class SeglogDataSource(DataSource):
         prewarm("read")
         return source_schema(self.options)
 
-    def reader(self, schema: StructType):
+    def reader(self, schema: StructType) -> DataSourceReader:
         from .batch_reader import SeglogBatchReader
 
         with user_errors():
@@ -84,7 +96,7 @@ class SeglogDataSource(DataSource):
         prewarm("read")
         return reader
 
-    def streamReader(self, schema: StructType):
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from .stream_reader import SeglogStreamReader
 
         try:
@@ -95,7 +107,7 @@ class SeglogDataSource(DataSource):
         prewarm("read")
         return reader
 
-    def writer(self, schema: StructType, overwrite: bool):
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .batch_writer import SeglogBatchWriter
 
         with user_errors():
@@ -103,7 +115,7 @@ class SeglogDataSource(DataSource):
         prewarm("write")
         return writer
 
-    def streamWriter(self, schema: StructType, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from .stream_writer import SeglogStreamWriter
 
         with user_errors():
@@ -118,23 +130,24 @@ class _RefusedStreamReader(DataSourceStreamReader):
     def __init__(self, error: SeglogError) -> None:
         self._error = error
 
-    def _refuse(self):
+    def _refuse(self) -> NoReturn:
         with user_errors():
             raise self._error
 
-    def initialOffset(self) -> dict:
+    # Offsets are PySpark's JSON documents, which its own API types as a bare ``dict``.
+    def initialOffset(self) -> dict[str, Any]:
         return self._refuse()
 
-    def latestOffset(self, *args) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         return self._refuse()
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         return self._refuse()
 
-    def read(self, partition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._refuse()
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._refuse()
 
     def stop(self) -> None:

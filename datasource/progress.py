@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,16 +126,16 @@ class SeglogLagListener(StreamingQueryListener):
         super().__init__()
         self._callback = callback
 
-    def onQueryStarted(self, event) -> None:  # noqa: N802 (PySpark's names)
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802 (PySpark's names)
         """Nothing to report before the first batch."""
 
-    def onQueryProgress(self, event) -> None:  # noqa: N802
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
         self.report(lags_of_progress(json.loads(event.progress.json)))
 
-    def onQueryIdle(self, event) -> None:  # noqa: N802
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
         """An idle query made no progress: the last reported lag still holds."""
 
-    def onQueryTerminated(self, event) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
         """Nothing to report."""
 
     def report(self, lags: Iterable[SourceLag]) -> None:

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.streaming.admission import AdmissionLimits, admit, cap_to_target, segment_layout
 from seglog.streaming.read_planning import plan_ranges
 from seglog.streaming.source_offsets import (
@@ -48,7 +49,7 @@ from seglog.streaming.source_offsets import (
     snapshot_log_dirs,
     topic_ids_from_json,
 )
-from seglog.streaming.source_options import SourceOptions, TopicPartition
+from seglog.streaming.source_options import SourceOptions
 from seglog.streaming.unknown_topics import unknown_topics, unknown_topics_message
 
 from .schema import arrow_schema
@@ -81,8 +82,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                                   self._options.log_dirs))
 
     # ------------------------------------------------------------------ offsets
+    # Offsets are Kafka's JSON documents (``offsets_to_json``); PySpark types them ``dict``.
     @shown_in_one_piece
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         snap = snapshot_log_dirs(self._options.log_dirs, options=self._options)
         self._warn_unknown_topics(snap)
         return offsets_to_json(initial_offsets(self._options, snap), topic_ids=snap.topic_ids)
@@ -110,7 +112,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("Trigger.AvailableNow target: %s", offsets_to_json(self._target))
 
     @shown_in_one_piece
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next batch: high watermarks (checkpoint files), then limits."""
         o = self._options
         previous = offsets_from_json(start)
@@ -146,7 +148,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(end, stamp, snap.topic_ids)
 
     @shown_in_one_piece
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         # Spark asks right after latestOffset, in the same process: on a bucket, the
         # state that call refreshed answers (no second LIST per trigger).
         snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
@@ -155,7 +157,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ planning
     @shown_in_one_piece
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         o = self._options
         begin = offsets_from_json(start)
         until = offsets_from_json(end)
@@ -179,7 +181,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return iterated_in_one_piece(read_input_partition(partition))
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the log is not the query's to trim."""
 
     def stop(self) -> None:

@@ -41,10 +41,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
 
 from .log_readers import segment_files
-from .source_options import SourceOptions, TopicPartition
+from .source_options import SourceOptions
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.file_names import LOG_SUFFIX, partition_dir_name
 from seglog.logstore.storage.object_store_config import (
     NO_STORAGE_OPTIONS,
@@ -48,8 +49,6 @@ from seglog.logstore.storage.object_store_config import (
     is_object_uri,
 )
 from seglog.logstore.storage.storage import LOCAL
-
-from .source_options import TopicPartition
 
 if TYPE_CHECKING:
     from seglog.logstore.log_dirs_api import LogDirsView

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from seglog.logstore.config.config import LONG_MAX, ConfigKey, LogConfig
+from seglog.logstore.config.config import ConfigKey, LogConfig
+from seglog.logstore.records.record_format import LONG_MAX
 
 from .kafka_compat import SINK_RULES, SOURCE_RULES, TRIGGER_OPTIONS_IN_BATCH, CompatRule
 from .option_values import OptionSpec

@@ -176,8 +176,10 @@ def assign_partitions(keys: pa.Array | pa.ChunkedArray | None,
 
 
 def _by_value(values: pa.Array | pa.ChunkedArray, counts: np.ndarray) -> np.ndarray:
-    return (to_positive(murmur2_array(values).astype(np.int64)) % counts).astype(np.int32)
+    partitions: np.ndarray = to_positive(murmur2_array(values).astype(np.int64)) % counts
+    return partitions.astype(np.int32)
 
 
 def _nulls(arr: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return arr.is_null().to_numpy(zero_copy_only=False)
+    nulls: np.ndarray = arr.is_null().to_numpy(zero_copy_only=False)
+    return nulls

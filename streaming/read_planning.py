@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
-
-from .source_options import TopicPartition
 
 
 @dataclass(frozen=True, slots=True)

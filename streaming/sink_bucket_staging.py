@@ -150,7 +150,7 @@ class _Buffer:
         self.data = bytearray()
         self.cut = min(FRAGMENT_BYTES, topic.config.segment_bytes)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray) -> None:
         if len(self.data) + len(data) <= self.cut:
             self.data += data
             return
@@ -205,7 +205,8 @@ class BucketStagingArea:
         self._validated[name] = dict(spec.config)
         return StagingTopic(name, spec.partitions, mgr.topic_config(name), {})
 
-    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+    def write(self, topic: StagingTopic, partition: int, data: bytes | bytearray,
+              records: int) -> None:
         key = (topic.name, partition)
         buf = self._buffers.get(key)
         if buf is None:

@@ -16,8 +16,9 @@ from seglog.logstore.errors import SeglogError
 from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.storage import LOCAL
 
+from .errors import LedgerDamagedError
 from .sink_intent import read_intents, unexplained_tail
-from .sink_ledger import LedgerDamagedError, LedgerEntry, ledger_dir, read_ledger_file
+from .sink_ledger import LedgerEntry, ledger_dir, read_ledger_file
 from .sink_replay import newest_sink_batch
 from .sink_staging import producer_id_of, sink_state_dir
 

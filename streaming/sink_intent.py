@@ -111,11 +111,11 @@ class DirIntents:
     damaged: tuple[tuple[Path, str], ...] = ()
 
 
-def intent_dir(log_dir: str | os.PathLike) -> Path:
+def intent_dir(log_dir: str | os.PathLike[str]) -> Path:
     return sink_state_dir(log_dir) / "intent"
 
 
-def intent_file(log_dir: str | os.PathLike, sink_id: str) -> Path:
+def intent_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     """``<log dir>/.seglog-sink/intent/<sink id, file-name safe>.json``."""
     return intent_dir(log_dir) / (staging_root(log_dir, sink_id).name + _SUFFIX)
 
@@ -150,7 +150,7 @@ def parse_intent(path: Path, raw: bytes) -> CommitIntent:
     return CommitIntent(sink, batch, tuple(ranges), path)
 
 
-def read_intents(log_dir: str | os.PathLike) -> DirIntents:
+def read_intents(log_dir: str | os.PathLike[str]) -> DirIntents:
     """Every intent file of ``log_dir`` (``.tmp`` leftovers of an interrupted write are
     ignored: the write had not happened)."""
     d = intent_dir(log_dir)
@@ -172,7 +172,7 @@ def read_intents(log_dir: str | os.PathLike) -> DirIntents:
     return DirIntents(tuple(intents), tuple(damaged))
 
 
-def write_intent(log_dir: str | os.PathLike, intent: CommitIntent) -> Path:
+def write_intent(log_dir: str | os.PathLike[str], intent: CommitIntent) -> Path:
     """Make ``intent`` durable in ``log_dir`` (replacing the sink's previous one)."""
     path = intent_file(log_dir, intent.sink_id)
     LOCAL.makedirs(path.parent)
@@ -207,7 +207,7 @@ def unexplained_tail(intent: CommitIntent, mgr: LogManager | LogDirsReader
     return out
 
 
-def remove_obsolete_intents(log_dir: str | os.PathLike, mgr: LogManager) -> int:
+def remove_obsolete_intents(log_dir: str | os.PathLike[str], mgr: LogManager) -> int:
     """Under the dir lock: remove ``log_dir``'s valid intents that explain no offset above
     a high watermark any more. Damaged ones stay (evidence). Returns how many went."""
     removed = 0

@@ -60,11 +60,11 @@ class LedgerEntry:
     end: int
 
 
-def ledger_dir(log_dir: str | os.PathLike) -> Path:
+def ledger_dir(log_dir: str | os.PathLike[str]) -> Path:
     return sink_state_dir(log_dir) / "ledger"
 
 
-def ledger_file(log_dir: str | os.PathLike, sink_id: str) -> Path:
+def ledger_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     """``<log dir>/.seglog-sink/ledger/<sink id, file-name safe>.json``."""
     return ledger_dir(log_dir) / (staging_root(log_dir, sink_id).name + LEDGER_SUFFIX)
 
@@ -126,7 +126,7 @@ class SinkLedger:
 
     VERSION = 1
 
-    def __init__(self, log_dir: str | os.PathLike, sink_id: str) -> None:
+    def __init__(self, log_dir: str | os.PathLike[str], sink_id: str) -> None:
         self.path = ledger_file(log_dir, sink_id)
         self.sink_id = sink_id
         self.entries: dict[TopicPartition, LedgerEntry] = {}

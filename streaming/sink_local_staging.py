@@ -109,7 +109,9 @@ class LocalStagingArea:
             raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
         return StagingTopic(name, len(numbers), config, placement)
 
-    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+    def write(
+        self, topic: StagingTopic, partition: int, data: bytes | bytearray, records: int
+    ) -> None:
         f = self._file(topic, partition)
         try:
             f.file.write(data)

@@ -290,11 +290,11 @@ def _binary_like(t: pa.DataType) -> bool:
 
 
 def _binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t))
 
 
 def _string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def _headers_type(t: pa.DataType) -> bool:

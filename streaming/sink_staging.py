@@ -215,7 +215,8 @@ class StagingArea(Protocol):
         settings, after ``require_creatable``)."""
         ...
 
-    def write(self, topic: StagingTopic, partition: int, data: bytes, records: int) -> None:
+    def write(self, topic: StagingTopic, partition: int, data: bytes | bytearray,
+              records: int) -> None:
         """Stage encoded batches (base offsets from 0) of one topic-partition."""
         ...
 
@@ -344,7 +345,8 @@ class PartitionStager:
         given = batch.column(self.columns.partition)
         if given.null_count == len(given):
             return assign_partitions(keys, values, counts)
-        explicit = pc.fill_null(given, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        explicit: np.ndarray = pc.fill_null(given, -1).to_numpy(
+            zero_copy_only=False).astype(np.int64)
         per_row = np.broadcast_to(counts, explicit.shape)
         bad = np.flatnonzero((explicit < -1) | (explicit >= per_row)
                              | ((explicit == -1) & given.is_valid().to_numpy(
@@ -460,7 +462,7 @@ def min_timestamp_ms(timestamps: pa.Array | pa.ChunkedArray) -> int | None:
         return None
     if pa.types.is_timestamp(timestamps.type):
         per_ms = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[timestamps.type.unit]
-        value = low.cast(pa.int64()).as_py()
+        value: int = low.cast(pa.int64()).as_py()
         return value * 1000 if per_ms < 1 else value // int(per_ms)
     return int(low.as_py())
 
@@ -478,7 +480,7 @@ def _iso(ms: int) -> str:
 
 
 def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
-                       **kwargs: Any) -> bytes:
+                       **kwargs: Any) -> bytearray:
     """``encode_batches`` with the sink's column conventions (headers whose values are
     strings are cast to binary)."""
     from seglog.logstore.records.record_codec import encode_batches

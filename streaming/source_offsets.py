@@ -31,6 +31,7 @@ from seglog.logstore.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.object_store_config import (
     NO_STORAGE_OPTIONS,
     StorageOptions,
@@ -48,7 +49,6 @@ from .source_options import (
     SourceOptions,
     SpecificOffsets,
     SpecificTimestamps,
-    TopicPartition,
 )
 
 logger = logging.getLogger(__name__)

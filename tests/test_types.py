@@ -34,6 +34,36 @@ def test_mypy_reports_no_error() -> None:
         assert module in checked, f"mypy did not check {module}"
 
 
+_LOOSE = '''
+import json
+
+from seglog.streaming.source_options import TopicPartition
+
+def untyped(x):
+    return x
+
+def bare() -> dict:
+    return {}
+
+def leaks(raw: str) -> int:
+    return json.loads(raw)
+
+def offsets() -> list[TopicPartition]:
+    return []
+'''
+
+
+def test_the_checker_is_strict(tmp_path: Path) -> None:
+    """``--strict`` is in force (pyproject's ``strict = true``): what it adds to mypy's
+    defaults is refused in a file checked with the project's settings, one error each."""
+    loose = tmp_path / "loose.py"
+    loose.write_text(_LOOSE)
+    run = _mypy(str(loose))
+    codes = re.findall(r"loose\.py:\d+: error: .*\[([\w-]+)\]$", run.stdout, re.M)
+    assert sorted(codes) == ["attr-defined", "no-any-return", "no-untyped-def", "type-arg"], (
+        run.stdout)
+
+
 _USES = '''
 from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 from seglog.logstore.manager.log_manager import LogManager

@@ -249,7 +249,7 @@ class CommitLog:
         except FileNotFoundError:
             return None
         try:
-            version = json.loads(raw)["version"]
+            version: object = json.loads(raw)["version"]
             if isinstance(version, bool) or not isinstance(version, int) or version < 0:
                 raise ValueError(f"version {version!r}")
         except (ValueError, KeyError, TypeError) as e:

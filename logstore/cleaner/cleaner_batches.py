@@ -402,7 +402,7 @@ def decompressed(chunk: memoryview, table: np.ndarray, bufs: ChunkBuffers
     codecs = table[:, H_ATTRIBUTES] & COMPRESSION_MASK
     if not codecs.any():
         return None
-    pieces: list = []
+    pieces: list[bytes | memoryview] = []
     sizes: list[int] = []
     for start, size, codec in zip(table[:, H_POSITION].tolist(), table[:, H_SIZE].tolist(),
                                   codecs.tolist(), strict=True):

@@ -253,7 +253,8 @@ def valid_mask(arr: pa.Array) -> np.ndarray:
     """``True`` where ``arr`` is not null, as a numpy bool array."""
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=np.bool_)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    valid: np.ndarray = arr.is_valid().to_numpy(zero_copy_only=False)
+    return valid
 
 
 def hash_keys(keys: Any) -> tuple[np.ndarray, np.ndarray]:

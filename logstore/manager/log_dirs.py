@@ -147,7 +147,7 @@ class Partition(Generic[LogT]):
         return (self.topic, self.partition)
 
 
-def canonical_dirs(raw_dirs: list[str | os.PathLike], read_only: bool) -> list[Path]:
+def canonical_dirs(raw_dirs: list[str | os.PathLike[str]], read_only: bool) -> list[Path]:
     """Resolved log dir paths, created if missing (writer only), checked for access;
     the same directory given twice (bind mounts included) is a ``LogDirError``."""
     seen: dict[Any, Path] = {}

@@ -47,6 +47,7 @@ from ..log.offset_checkpoints import (
     warn_beyond_log_end,
 )
 from ..log.partition_metadata import read_topic_id
+from ..records.record_format import TopicPartition
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -58,7 +59,6 @@ from ..util.clock import SYSTEM_CLOCK, Clock
 from .log_dirs import (
     LogDir,
     Partition,
-    TopicPartition,
     canonical_dirs,
     first_segment_base,
     list_log_dir,
@@ -96,7 +96,7 @@ class LogDirsReader(PartitionTable[LogReader]):
     # instead of raised (their offsets are then unknown).
     _tolerate_damaged_checkpoints = False
 
-    def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+    def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:

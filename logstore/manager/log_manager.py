@@ -84,6 +84,7 @@ from ..log.offset_checkpoints import (
     warn_beyond_log_end,
 )
 from ..log_dirs_api import LogDirs, LogDirsView
+from ..records.record_format import TopicPartition
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -95,7 +96,7 @@ from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.scheduler import TaskRun, read_shared_last_runs
 from .dir_lock import DirLock
-from .log_dirs import LogDir, Partition, TopicPartition, canonical_dirs, list_log_dir
+from .log_dirs import LogDir, Partition, canonical_dirs, list_log_dir
 from .log_dirs_reader import LogDirsReader
 from .log_manager_check import CheckHooks
 from .log_manager_maintenance import CLEANER_TASK as CLEANER_TASK
@@ -196,7 +197,7 @@ def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike
                          clock=clock)
 
 
-def _describe_dirs(log_dirs: Iterable[str | os.PathLike] | str | os.PathLike) -> str:
+def _describe_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> str:
     dirs = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)
     return ", ".join(os.fspath(d) for d in dirs)
 
@@ -217,7 +218,7 @@ class LogManager(PartitionTable["Log"]):
 
     read_only = False
 
-    def __new__(cls, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+    def __new__(cls, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                 read_only: bool = False,
                 config: ManagerConfig | Mapping[str, Any] | None = None,
                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
@@ -236,7 +237,7 @@ class LogManager(PartitionTable["Log"]):
                                  default_topic_config=default_topic_config, clock=clock)
         return super().__new__(cls)
 
-    def __init__(self, log_dirs: Iterable[str | os.PathLike] | str | os.PathLike, *,
+    def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                  read_only: bool = False,
                  config: ManagerConfig | Mapping[str, Any] | None = None,
                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
@@ -273,7 +274,7 @@ class LogManager(PartitionTable["Log"]):
 
     # -- opening ---------------------------------------------------------------------
 
-    def _open(self, raw_dirs: list[str | os.PathLike]) -> None:
+    def _open(self, raw_dirs: list[str | os.PathLike[str]]) -> None:
         if not raw_dirs:
             raise LogDirError("no log dir given")
         for path in canonical_dirs(raw_dirs, False):
@@ -747,7 +748,7 @@ class _CheckingReader(LogDirsReader):
     _tolerate_damaged_checkpoints = True
 
 
-def check_log_dirs(log_dirs: Iterable[str | os.PathLike], *, fix: bool = False,
+def check_log_dirs(log_dirs: Iterable[str | os.PathLike[str]], *, fix: bool = False,
                    deep: bool = False) -> list[Problem]:
     """``seglog check``: every problem of ``log_dirs``, even a checkpoint so damaged that
     a LogManager refuses to open. With ``fix`` (no other writer may run): a writer opened

@@ -71,9 +71,11 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     if codec == CODEC_SNAPPY:
         return _snappy_xerial_compress(data)
     if codec == CODEC_LZ4:
-        return lz4.frame.compress(
+        # lz4 ships no type information: the annotation states what it returns.
+        framed: bytes = lz4.frame.compress(
             data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
             store_size=False, content_checksum=False)
+        return framed
     if codec == CODEC_ZSTD:
         return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data)
     raise ValueError(f"unknown compression codec id {codec} (expected 1-4)")
@@ -90,7 +92,8 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int =
         if codec == CODEC_LZ4:
             if magic == 0:
                 return _lz4_frame_decompress_lenient(data)
-            return lz4.frame.decompress(data)
+            unframed: bytes = lz4.frame.decompress(data)
+            return unframed
         if codec == CODEC_ZSTD:
             if magic < 2:
                 raise CorruptRecordError(f"zstd is not allowed in magic {magic} messages")
@@ -120,7 +123,9 @@ def _snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
     # Only the 8-byte magic is checked: some producers write version/compat wrongly
     # (little-endian), and every Kafka client tolerates it.
     if len(view) < 16 or bytes(view[:8]) != XERIAL_HEADER[:8]:
-        return snappy.uncompress(bytes(view))
+        # snappy ships no type information either.
+        raw: bytes = snappy.uncompress(bytes(view))
+        return raw
     parts = []
     pos = 16
     end = len(view)

@@ -215,7 +215,7 @@ def _timestamps(timestamps: Any, n: int, now_ms: int) -> np.ndarray:
         arr = arr.cast(pa.int64())
     if arr.null_count:
         arr = arr.fill_null(now_ms)
-    out = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    out: np.ndarray = arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     bad = np.flatnonzero(out < NO_TIMESTAMP)
     if len(bad):
         i = int(bad[0])

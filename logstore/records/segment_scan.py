@@ -206,7 +206,8 @@ def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
     whose CRC-32C does not match, or ``count``: the SSE4.2 kernel when there is one, else
     the crc32c package per batch."""
     if hardware_crc():
-        return batch_crcs(buf, batches, count)
+        first: int = batch_crcs(buf, batches, count)
+        return first
     view = buf.data
     for k in range(count):
         start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])

@@ -18,13 +18,14 @@ import argparse
 import mmap
 import os
 from pathlib import Path, PurePath
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, SeglogError
 from seglog.logstore.index.index_check import (
     SegmentBatches,
+    Violation,
     kafka_dump_log_offset_mismatches,
     kafka_dump_log_time_mismatches,
     offset_index_violations,
@@ -134,10 +135,12 @@ def dump_log_file(
     return problems
 
 
-def _records(raw: bytes) -> list[dict]:
+def _records(raw: bytes) -> list[dict[str, Any]]:
     from seglog.logstore.records.record_codec import decode_batches
 
-    return decode_batches(raw, include_headers=True).to_pylist()
+    # An Arrow table's rows as Python values: one type per column, so Any per field.
+    rows: list[dict[str, Any]] = decode_batches(raw, include_headers=True).to_pylist()
+    return rows
 
 
 def segment_batches(log_path: Path) -> SegmentBatches | None:
@@ -154,7 +157,7 @@ def segment_batches(log_path: Path) -> SegmentBatches | None:
             buf.close()
 
 
-def _violation_messages(found: list, total: int) -> list[str]:
+def _violation_messages(found: list[Violation], total: int) -> list[str]:
     messages = [v.message for v in found]
     if total > len(found):
         messages.append(f"... and {total - len(found)} more entries like these")

@@ -57,7 +57,7 @@ def _ts_type(h: BatchHeader) -> str:
     return "CreateTime" if h.magic > 0 else "NoTimestampType"
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     if value is None:
         return "null"
     return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from seglog.logstore.errors import ConfigError, CorruptCheckpointError
-from seglog.logstore.manager.log_dirs import TopicPartition
+from seglog.logstore.records.record_format import TopicPartition
 
 from .cli_commands import Command
 from .cli_common import EXIT_OK, add_json_arg, add_path_args, log_dirs, open_reader
@@ -121,7 +121,7 @@ def read_offsets_file(path: Path) -> tuple[SourceOffsets | None, ...]:
     return tuple(out)
 
 
-def read_query_progress(checkpoint: str | os.PathLike) -> QueryProgress:
+def read_query_progress(checkpoint: str | os.PathLike[str]) -> QueryProgress:
     chk = Path(checkpoint)
     if not chk.is_dir():
         raise ConfigError(f"--checkpoint {chk}: no such directory")

@@ -27,7 +27,7 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -162,6 +162,21 @@ def read_rows(stream: BinaryIO, fmt: LineFormat) -> Iterator[list[Row]]:
         yield chunk
 
 
+class PartitionSummary(TypedDict):
+    """What ``produce`` appended to one partition (the ``--json`` output's keys)."""
+
+    partition: int
+    firstOffset: int
+    lastOffset: int
+    records: int
+
+
+class ProduceSummary(TypedDict):
+    topic: str
+    records: int
+    partitions: list[PartitionSummary]
+
+
 class Producer:
     """Appends chunks of rows to one topic of a writer (``log_dirs_api.LogDirs``);
     remembers where each touched partition ended before, so ``abort`` can take everything back. Not
@@ -221,15 +236,16 @@ class Producer:
                                "(a bucket commits every chunk): %s", self.topic, self.start)
                 return
 
-    def summary(self) -> dict:
-        parts = [{"partition": p, "firstOffset": self.start[p], "lastOffset": self.last[p],
-                  "records": self.records[p]} for p in sorted(self.records)]
+    def summary(self) -> ProduceSummary:
+        parts: list[PartitionSummary] = [
+            {"partition": p, "firstOffset": self.start[p], "lastOffset": self.last[p],
+             "records": self.records[p]} for p in sorted(self.records)]
         return {"topic": self.topic, "records": sum(self.records.values()), "partitions": parts}
 
 
 def produce(mgr: LogDirs, topic: str, chunks: Iterable[list[Row]], *,
             partition: int | None = None,
-            compression: CompressionType = CompressionType.NONE) -> dict:
+            compression: CompressionType = CompressionType.NONE) -> ProduceSummary:
     """Append every chunk, then publish; on any failure take it all back and re-raise."""
     producer = Producer(mgr, topic, partition, compression)
     try:

@@ -33,11 +33,15 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["warm_up"]
 
 
-def _values(n: int, large: bool) -> tuple:
+def _values(n: int, large: bool) -> tuple[pa.Array, pa.Array]:
     import pyarrow as pa
 
     binary, string = (pa.large_binary(), pa.large_string()) if large else (pa.binary(),
