@@ -23,8 +23,8 @@ def _classes(module) -> dict[str, type]:
 def _names_used(folder: str, skip: str) -> set[str]:
     """Every identifier the modules of ``folder`` (but ``skip``) mention in code."""
     used: set[str] = set()
-    for path in (ROOT / folder).glob("*.py"):
-        if path.name == skip:
+    for path in (ROOT / folder).rglob("*.py"):
+        if path.relative_to(ROOT / folder).as_posix() == skip:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):
