@@ -54,7 +54,7 @@ from seglog.logstore.bucket.bucket_staging import staging_prefix
 from seglog.logstore.config.config import LogConfig
 from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.records.log_validator import validate_batches
+from seglog.logstore.log.log_validator import validate_batches
 from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
 from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock

@@ -22,7 +22,8 @@ _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
 def test_options_reference_is_generated_from_the_code():
     assert (ROOT / "docs" / "options.md").read_text() == option_docs.render(), (
-        "docs/options.md is stale: python -m seglog.streaming.option_docs > docs/options.md")
+        "docs/options.md is stale: python -m seglog.streaming.option_docs > docs/options.md"
+    )
 
 
 def test_declared_defaults_are_the_parsers_defaults():
@@ -35,13 +36,25 @@ def test_declared_defaults_are_the_parsers_defaults():
     assert source["endingOffsets"] == "latest"
     sink = {o.name: o.default for o in SINK_OPTIONS}
     o = SinkOptions.parse({"path": "/d"})
-    assert (o.compression, str(o.create_topics).lower(), str(o.num_partitions),
-            str(o.allow_expired_timestamps).lower(), str(o.max_batch_bytes),
-            str(o.lock_timeout_ms), str(o.maintenance_interval_ms),
-            str(o.merge_small_segments).lower()) == (
-        sink["compression.type"], sink["createTopics"], sink["numPartitions"],
-        sink["allowExpiredTimestamps"], sink["maxBatchBytes"], sink["lockTimeoutMs"],
-        sink["maintenanceIntervalMs"], sink["mergeSmallSegments"])
+    assert (
+        o.compression,
+        str(o.create_topics).lower(),
+        str(o.num_partitions),
+        str(o.allow_expired_timestamps).lower(),
+        str(o.max_batch_bytes),
+        str(o.lock_timeout_ms),
+        str(o.maintenance_interval_ms),
+        str(o.merge_small_segments).lower(),
+    ) == (
+        sink["compression.type"],
+        sink["createTopics"],
+        sink["numPartitions"],
+        sink["allowExpiredTimestamps"],
+        sink["maxBatchBytes"],
+        sink["lockTimeoutMs"],
+        sink["maintenanceIntervalMs"],
+        sink["mergeSmallSegments"],
+    )
     rendered = option_docs.render()
     assert all(f"`{k.name}`" in rendered for k in LogConfig.KEYS)
 
@@ -84,3 +97,34 @@ def test_examples_rely_on_auto_registration():
         text = path.read_text()
         code = text if path.suffix == ".py" else "\n".join(_FENCE.findall(text))
         assert "dataSource.register(" not in code, path.name
+
+
+def _module_table(page: str, heading: str) -> str:
+    """The text of a section of docs/internals.md up to its first sub-heading."""
+    section = page.split(f"\n{heading}\n", 1)[1]
+    return re.split(r"^#", section, maxsplit=1, flags=re.M)[0]
+
+
+def test_internals_names_every_logstore_module_by_its_path():
+    page = (ROOT / "docs" / "internals.md").read_text()
+    table = _module_table(page, "## logstore/ — the storage engine")
+    named = {
+        m
+        for row in re.findall(r"^\| (.*?) \| ", table, re.M)
+        for m in re.findall(r"`([\w/]+\.py)`", row)
+    }
+    logstore = ROOT / "logstore"
+    modules = {
+        p.relative_to(logstore).as_posix()
+        for p in logstore.rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert sorted(named - modules) == [], "named in docs/internals.md, no such module"
+    assert sorted(modules - named) == [], "modules docs/internals.md does not name"
+    paths = set(
+        re.findall(
+            r"(?<![\w/])logstore/((?:\w+/)*\w+\.py)",
+            "\n".join(p.read_text() for p in [*PAGES, ROOT / "benchmarks" / "README.md"]),
+        )
+    )
+    assert sorted(paths - modules) == [], "logstore/...py paths the docs name that do not exist"

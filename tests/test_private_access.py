@@ -83,17 +83,20 @@ def foreign_private_accesses(source: str, *, self_too: bool) -> list[str]:
     return found
 
 
+def _module(name: str) -> Path:
+    """A logstore module by name, in whichever sub-package it lives."""
+    (path,) = LOGSTORE.rglob(f"{name}.py")
+    return path
+
+
 def test_no_module_of_the_managers_reaches_into_another_objects_privates():
-    found = {
-        m: foreign_private_accesses(next(LOGSTORE.rglob(f"{m}.py")).read_text(), self_too=False)
-        for m in CHECKED
-    }
+    found = {m: foreign_private_accesses(_module(m).read_text(), self_too=False) for m in CHECKED}
     assert {m: f for m, f in found.items() if f} == {}
 
 
 def test_the_managers_components_use_no_inherited_private_state():
     found = {
-        m: foreign_private_accesses(next(LOGSTORE.rglob(f"{m}.py")).read_text(), self_too=True)
+        m: foreign_private_accesses(_module(m).read_text(), self_too=True)
         for m in MANAGER_COMPONENTS
     }
     assert {m: f for m, f in found.items() if f} == {}

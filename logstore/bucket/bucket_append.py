@@ -43,7 +43,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..log.log import AppendInfo
-from ..records.log_validator import assign_offsets_from, validate_batches
+from ..log.log_validator import assign_offsets_from, validate_batches
 from ..records.record_format import BatchHeader, TopicPartition
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter

@@ -37,7 +37,6 @@ from ..errors import (
     LogDirError,
     OffsetOutOfRangeError,
 )
-from ..records.log_validator import assign_offsets_from, validate_batches
 from ..records.record_format import LONG_MAX, BatchHeader
 from ..storage.file_names import (
     CLEANED_SUFFIX,
@@ -54,6 +53,7 @@ from .log_read import LogReads
 from .log_reader import LogReader
 from .log_segment import LogSegment
 from .log_segments import LogSegments
+from .log_validator import assign_offsets_from, validate_batches
 from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
 from .retention import SegmentDescriptor, deletable_segments
 from .transactions import (

@@ -67,7 +67,7 @@ from .log_dirs import (
 from .partition_table import PartitionTable, inode_of, warn_start_beyond_log_end
 
 if TYPE_CHECKING:  # the check's modules load with it: a reader that only lists starts faster
-    from ..log.log_check import Problem
+    from .log_check import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ class LogDirsReader(PartitionTable[LogReader]):
     def check(self, *, fix: bool = False, deep: bool = False) -> list[Problem]:
         """Inconsistencies between the checkpoints, topic configs and files (with
         ``deep``, every batch and index entry too); ``fix`` needs a writer."""
-        from ..log.log_check import check_manager
+        from .log_check import check_manager
 
         return check_manager(self, fix=fix, deep=deep)
 

@@ -108,7 +108,7 @@ from .partition_table import PartitionTable, warn_start_beyond_log_end
 if TYPE_CHECKING:  # log_check loads with check(): a reader that only lists starts faster
     from ..cleaner.cleaner import CleanerStats
     from ..log.log import AppendInfo, Log
-    from ..log.log_check import Problem
+    from .log_check import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -550,7 +550,7 @@ class LogManager(PartitionTable["Log"]):
         """Inconsistencies between the checkpoints, topic configs and files (with
         ``deep``, every batch and index entry too), repaired with ``fix`` (writer only).
         Returns ``log_check.Problem``s; see ``log_check``."""
-        from ..log.log_check import check_manager
+        from .log_check import check_manager
 
         return check_manager(self, fix=fix, deep=deep)
 

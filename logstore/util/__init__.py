@@ -1,1 +1,6 @@
-"""(package docstring: see docs/internals.md)"""
+"""Engine helpers with no Kafka format: the injected clock, durations, the named crash
+points of tests, delayed deletion of ``.deleted`` files, the maintenance scheduler.
+
+May import: ``errors``, ``storage`` (the order ``tests/test_layering.py`` checks; its
+``ALLOWED_UPWARD`` names the exceptions).
+"""

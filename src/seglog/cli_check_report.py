@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from .cli_output import write_json
 
 if TYPE_CHECKING:  # the check loads these lazily; the command line starts without them
-    from seglog.logstore.log.log_check import Problem
+    from seglog.logstore.manager.log_check import Problem
     from seglog.streaming.sink_check import SinkFinding
 
 

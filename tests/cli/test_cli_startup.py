@@ -34,7 +34,7 @@ HEAVY = (
     "seglog.logstore.records.record_codec",
     "seglog.logstore.storage.object_storage",
     "seglog.logstore.bucket.bucket_manager",
-    "seglog.logstore.log.log_check",
+    "seglog.logstore.manager.log_check",
     "seglog.cli_dump_log",
 )
 

@@ -120,3 +120,13 @@ def test_an_unwritable_temp_dir_costs_only_the_sharing(tmp_path, monkeypatch, ca
     monkeypatch.setattr(kernel_cache, "_key", None)
     assert murmur2(b"21") == -973932308
     assert "no compile lock for partitioner._murmur2_kernel" in caplog.text
+
+
+def test_the_cache_key_reads_the_kernels_real_sources(fresh_state, caplog):
+    """The key hashes the files numba's index checks; one path off (after logstore/ was
+    split into packages the partitioner was looked for under logstore/) and no kernel was
+    ever marked, so every query's planning started a warm-up again."""
+    assert all(path.is_file() for path in kernel_cache._SOURCES), kernel_cache._SOURCES
+    kernel_cache.first_call("probe.kernel", lambda: None)
+    assert kernel_cache.is_marked("probe.kernel")
+    assert "could not mark" not in caplog.text

@@ -24,7 +24,7 @@ def _names_used(folder: str, skip: str) -> set[str]:
     """Every identifier the modules of ``folder`` (but ``skip``) mention in code."""
     used: set[str] = set()
     for path in (ROOT / folder).rglob("*.py"):
-        if path.name == skip:
+        if path.relative_to(ROOT / folder).as_posix() == skip:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Name):

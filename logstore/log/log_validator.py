@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..config.config import LogConfig
 from ..errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError, RecordTooLargeError
-from .record_format import (
+from ..records.record_format import (
     LONG_MAX,
     MAGIC_V2,
     NO_TIMESTAMP,
@@ -103,7 +103,7 @@ def _check_records(buf: bytearray | memoryview, cfg: LogConfig, tp: str, now: in
     compacted topic, CreateTime timestamps below -1 or older than allowed."""
     import pyarrow.compute as pc
 
-    from .record_codec import decode_batches
+    from ..records.record_codec import decode_batches
 
     table = decode_batches(bytes(buf), include_headers=False)
     if cfg.compact and table.column("key").null_count:

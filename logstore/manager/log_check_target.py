@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ..config.config import LogConfig
-from ..manager.log_dirs import LogDir, Partition
 from ..records.record_format import TopicPartition
 from ..util.clock import Clock
+from .log_dirs import LogDir, Partition
 
 
 class CheckedLog(Protocol):

@@ -49,7 +49,11 @@ from ..index.index_check import (
     read_time_index,
     time_index_violations,
 )
-from ..manager.log_dirs import LogDir, Partition, is_interrupted_write
+from ..log.checkpoint_file import OffsetCheckpointFile
+from ..log.log_loader import list_segment_bases
+from ..log.offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
+from ..log.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
+from ..log.partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
 from ..records.record_format import TopicPartition, verify_all
 from ..storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -61,12 +65,8 @@ from ..storage.file_names import (
 )
 from ..storage.storage import LOCAL
 from ..util.scheduler import last_runs_file
-from .checkpoint_file import OffsetCheckpointFile
 from .log_check_target import CheckTarget
-from .log_loader import list_segment_bases
-from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
-from .offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
-from .partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
+from .log_dirs import LogDir, Partition, is_interrupted_write
 
 # check runs on a writer or a reader; both call it, so it names neither (no cycle)
 Manager: TypeAlias = CheckTarget
