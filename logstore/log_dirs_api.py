@@ -49,6 +49,10 @@ BeyondLogEnd = dict[TopicPartition, tuple[Path, int, int]]
 watermark, log end offset)."""
 
 
+SegmentLayout = tuple[tuple[int, ...], tuple[int, ...]]
+"""(segment base offsets, their ``.log`` sizes), oldest first."""
+
+
 class PartitionLogView(Protocol):
     """The read side of one partition's log, as ``get_log`` returns it."""
 
@@ -174,6 +178,12 @@ class LogDirsView(Protocol):
     def topic_id_of(self, topic: str, partition: int) -> str | None: ...
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]: ...
+
+    def segment_layout(self, topic: str, partition: int) -> SegmentLayout | None:
+        """The partition's segment base offsets and ``.log`` sizes, oldest first (a bucket:
+        from the state last refreshed, no request; local dirs: one listing); None for an
+        unknown partition."""
+        ...
 
     def get_log(self, topic: str, partition: int) -> PartitionLogView: ...
 

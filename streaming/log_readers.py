@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
+from seglog.logstore.manager.partition_table import list_segment_layout
 from seglog.logstore.records.record_format import TopicPartition
 from seglog.logstore.storage.file_names import LOG_SUFFIX, partition_dir_name
 from seglog.logstore.storage.object_store_config import (
@@ -177,7 +178,7 @@ def segment_files(
             mtime = LOCAL.stat(path).st_mtime_ns
         except FileNotFoundError:
             continue  # not in this log dir: another one may hold the partition
-        listed = _list(path)
+        listed = list_segment_layout(path)
         if listed is None:  # deleted since the stat
             continue
         bases, sizes = listed
@@ -201,29 +202,7 @@ def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition, storage: Storage
     """A bucket partition's segments, from the state the shared reader last refreshed
     (the trigger's snapshot just did): no request."""
     with reader(dirs, storage) as mgr:
-        ps = mgr.state.partition(*tp)  # type: ignore[attr-defined]
-    if ps is None:
-        return None
-    return (tuple(s.base_offset for s in ps.segments), tuple(s.size for s in ps.segments))
-
-
-def _list(path: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    entries = {}
-    try:
-        for n in LOCAL.list_names(path):  # names only: a query's first trigger lists all
-            # "<20 digits>.log" only: cheaper than the general parser.
-            if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
-                entries[int(n[:20])] = os.path.join(path, n)
-    except FileNotFoundError:
-        return None
-    bases = tuple(sorted(entries))
-    sizes = []
-    for base in bases:
-        try:
-            sizes.append(LOCAL.size(entries[base]))
-        except FileNotFoundError:  # deleted by retention while we listed
-            sizes.append(0)
-    return bases, tuple(sizes)
+        return mgr.segment_layout(*tp)
 
 
 def _size(path: str) -> int:

@@ -60,7 +60,7 @@ from ..errors import (
 )
 from ..log.log import AppendInfo
 from ..log.partition_metadata import new_topic_id
-from ..log_dirs_api import BeyondLogEnd
+from ..log_dirs_api import BeyondLogEnd, SegmentLayout
 from ..records.record_format import TopicPartition
 from ..storage.object_storage import ObjectStorage, StorageOptions, is_object_uri
 from ..storage.storage import Storage
@@ -306,6 +306,14 @@ class BucketLogManager:
         """The topic's id in the state (None: a topic created before topic ids)."""
         self.committer.partition_state(topic, partition)
         return self.committer.spec(topic).topic_id
+
+    def segment_layout(self, topic: str, partition: int) -> SegmentLayout | None:
+        """``log_dirs_api.LogDirsView.segment_layout``: from the state last refreshed (no
+        request)."""
+        ps = self.state.partition(topic, partition)
+        if ps is None:
+            return None
+        return (tuple(s.base_offset for s in ps.segments), tuple(s.size for s in ps.segments))
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """Per topic of ``topics`` in the state, its id (no request)."""

@@ -16,6 +16,7 @@ values of the ``LogDir``s; a subclass adds its own locks after it in the lock or
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,8 +28,9 @@ from ..config.topics import load_topic_config, read_topic_config
 from ..errors import CorruptPartitionMetadataError, LogDirError, UnknownTopicOrPartitionError
 from ..log.offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
 from ..log.partition_metadata import read_topic_id, topic_ids_differ
+from ..log_dirs_api import SegmentLayout
 from ..records.record_format import TopicPartition
-from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT
+from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LOG_SUFFIX
 from ..storage.storage import LOCAL
 from ..util.clock import Clock
 from .log_dirs import LogDir, LogT, Partition, first_segment_base
@@ -185,6 +187,14 @@ class PartitionTable(Generic[LogT]):
         none); read once per listed directory, so asking every trigger costs nothing."""
         return self._topic_id(self._partition(topic, partition))
 
+    def segment_layout(self, topic: str, partition: int) -> SegmentLayout | None:
+        """``log_dirs_api.LogDirsView.segment_layout``: one listing of the partition dir."""
+        try:
+            p = self._partition(topic, partition)
+        except UnknownTopicOrPartitionError:
+            return None
+        return list_segment_layout(str(p.dir))
+
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """Per topic of ``topics`` that exists, the id its partitions hold (None: none
         holds one; partitions without the file, from before ids, are left out). Partitions
@@ -324,3 +334,24 @@ def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: 
                    "%d: using its first segment's base offset %d",
                    p.log_dir.path / LOG_START_OFFSET_CHECKPOINT, stored, p.topic,
                    p.partition, end, first)
+
+
+def list_segment_layout(path: str) -> SegmentLayout | None:
+    """The segments of the partition dir ``path`` (``SegmentLayout``), from its names and
+    sizes; None if it is gone. A segment deleted while listing reads as size 0."""
+    entries = {}
+    try:
+        for n in LOCAL.list_names(path):  # names only: a query's first trigger lists all
+            # "<20 digits>.log" only: cheaper than the general parser.
+            if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
+                entries[int(n[:20])] = os.path.join(path, n)
+    except FileNotFoundError:
+        return None
+    bases = tuple(sorted(entries))
+    sizes = []
+    for base in bases:
+        try:
+            sizes.append(LOCAL.size(entries[base]))
+        except FileNotFoundError:  # deleted by retention while we listed
+            sizes.append(0)
+    return bases, tuple(sizes)

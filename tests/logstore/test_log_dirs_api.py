@@ -158,3 +158,21 @@ def test_every_backend_has_every_member_of_the_interface(tmp_path: Path):
         log_members = {n for n in vars(PartitionLogView) if not n.startswith("_")}
         missing = sorted(n for n in log_members if not hasattr(local.get_log("t", 0), n))
         assert missing == []
+
+
+def test_every_backend_gives_the_same_segment_layout(location: str) -> None:
+    """``segment_layout`` (what the source's planning sizes a trigger by): the same bases and
+    sizes on each backend, for the writer and for a reader of the same dirs."""
+    with open_log_dirs(location, default_topic_config={"segment.bytes": "1024"}) as mgr:
+        mgr.create_topic("t", 1)
+        for i in range(6):
+            mgr.append("t", 0, batch(bytes([i]) * 300))
+        layout = mgr.segment_layout("t", 0)
+        assert mgr.segment_layout("t", 1) is None and mgr.segment_layout("u", 0) is None
+    assert layout is not None
+    bases, sizes = layout
+    assert len(bases) == len(sizes) >= 2 and list(bases) == sorted(bases) and bases[0] == 0
+    assert sum(sizes) == sum(len(batch(bytes([i]) * 300)) for i in range(6))
+    with open_log_dirs(location, read_only=True) as reader:
+        reader.topics()  # a bucket reader answers from the state it refreshed
+        assert reader.segment_layout("t", 0) == layout
