@@ -10,7 +10,8 @@ arrive unchanged; bodies streamed, fixed-length or chunked; keep-alive kept), an
 response comes back byte for byte. On top of that it
 
 - waits ``delay_s`` (default 25 ms) before forwarding each request;
-- optionally caps each connection's bandwidth (``bandwidth_bps``, both directions);
+- optionally caps each connection's bandwidth (``bandwidth_bps``, bytes a second, both
+  directions together), and keeps each capped connection's schedule (``throttled``);
 - counts requests by kind (``request_kind``: GET, RANGED_GET, HEAD, PUT,
   CONDITIONAL_PUT, COPY, LIST, DELETE, MULTIPART, POST);
 - injects faults, on a schedule (``inject``: the next N requests of some kinds) or at
@@ -42,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["Fault", "S3Proxy", "request_kind"]
+__all__ = ["Fault", "S3Proxy", "ThrottleRecord", "request_kind"]
 
 _CHUNK = 64 * 1024
 _MAX_LINE = 64 * 1024
@@ -138,23 +139,47 @@ def _read_head(reader: io.BufferedReader) -> _Message | None:
     return _Message(start, b"".join(raw), headers)
 
 
+@dataclass
+class ThrottleRecord:
+    """One capped connection's schedule, on the proxy's clock: bytes relayed (both
+    directions) since ``started``, and when the last of them was let through
+    (``released``, after the throttle's wait). The cap holds when ``released - started
+    >= relayed / bandwidth_bps``."""
+
+    started: float
+    relayed: int = 0
+    released: float = 0.0
+    waited_s: float = 0.0
+
+
 class _Throttle:
     """A connection's bandwidth cap: after sending n bytes, wait until n/rate seconds
     have passed since the connection's first byte (so short bursts are not penalised
-    twice)."""
+    twice). ``clock``/``sleep`` are the proxy's (injectable, so a test can check the
+    schedule without measuring time)."""
 
-    def __init__(self, bytes_per_s: float | None) -> None:
+    def __init__(
+        self,
+        bytes_per_s: float | None,
+        record: ThrottleRecord,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> None:
         self._rate = bytes_per_s
-        self._start = time.monotonic()
-        self._sent = 0
+        self._record = record
+        self._clock = clock
+        self._sleep = sleep
 
     def sent(self, n: int) -> None:
         if not self._rate:
             return
-        self._sent += n
-        ahead = self._start + self._sent / self._rate - time.monotonic()
+        record = self._record
+        record.relayed += n
+        ahead = record.started + record.relayed / self._rate - self._clock()
         if ahead > 0:
-            time.sleep(ahead)
+            record.waited_s += ahead
+            self._sleep(ahead)
+        record.released = self._clock()
 
 
 def _relay_body(
@@ -226,7 +251,13 @@ class S3Proxy:
     """
 
     def __init__(
-        self, upstream: str, *, delay_s: float = 0.025, bandwidth_bps: float | None = None
+        self,
+        upstream: str,
+        *,
+        delay_s: float = 0.025,
+        bandwidth_bps: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         parts = urllib.parse.urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
@@ -234,6 +265,9 @@ class S3Proxy:
         self._upstream = (parts.hostname, parts.port)
         self.delay_s = delay_s
         self.bandwidth_bps = bandwidth_bps
+        self._clock = clock
+        self._sleep = sleep
+        self._throttled: list[ThrottleRecord] = []
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
@@ -284,6 +318,13 @@ class S3Proxy:
     def faults(self) -> Counter[str]:
         with self._lock:
             return Counter(self._faults)
+
+    @property
+    def throttled(self) -> list[ThrottleRecord]:
+        """One record per connection served under ``bandwidth_bps`` (copies), in the
+        order the connections were accepted."""
+        with self._lock:
+            return [ThrottleRecord(**vars(r)) for r in self._throttled]
 
     @property
     def delayed(self) -> int:
@@ -373,7 +414,11 @@ class S3Proxy:
         self._track(client)
         upstream: socket.socket | None = None
         up_reader: io.BufferedReader | None = None
-        throttle = _Throttle(self.bandwidth_bps)
+        record = ThrottleRecord(started=self._clock())
+        if self.bandwidth_bps:
+            with self._lock:
+                self._throttled.append(record)
+        throttle = _Throttle(self.bandwidth_bps, record, self._clock, self._sleep)
         reader = client.makefile("rb")
         try:
             while (request := _read_head(reader)) is not None:
@@ -383,7 +428,7 @@ class S3Proxy:
                 if self.delay_s > 0:
                     with self._lock:
                         self._delayed += 1
-                    time.sleep(self.delay_s)
+                    self._sleep(self.delay_s)
                 if fault is Fault.DROP_BEFORE:
                     return
                 if fault in _STATUS_BODY:

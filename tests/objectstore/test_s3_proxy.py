@@ -5,6 +5,7 @@ response, as an error for a request that in fact happened)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -129,3 +130,43 @@ def test_a_bandwidth_cap_keeps_the_bytes_intact(server: S3Server) -> None:
         st.write_atomic(_path("big"), body)
         assert st.read(_path("big")) == body
         assert capped.delayed == 0 and capped.counts["PUT"] == 1
+
+
+class _ProxyClock:
+    """A clock that moves only when the proxy sleeps: the throttle's schedule is then
+    exact and independent of how fast the machine relays."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def test_a_capped_transfer_is_scheduled_at_no_more_than_the_cap(server: S3Server) -> None:
+    bucket = server.create_bucket()
+    body = uuid.uuid4().bytes * 16384  # 256 KiB: several relay chunks each way
+    rate = 64 << 10  # 64 KiB/s: the body alone needs 4 s of the proxy's clock each way
+    clock = _ProxyClock()
+    with S3Proxy(
+        server.endpoint, delay_s=0, bandwidth_bps=rate, clock=clock, sleep=clock.sleep
+    ) as capped:
+        st = _storage(server, capped.endpoint, bucket)
+        st.write_atomic(_path("big"), body)
+        assert st.read(_path("big")) == body
+        records = capped.throttled
+    # Every byte relayed is accounted for: the body went up and came back, with heads.
+    assert sum(r.relayed for r in records) >= 2 * len(body)
+    for r in records:
+        # Each connection's last byte left no earlier than its bytes allow at the cap.
+        assert r.released - r.started >= r.relayed / rate - 1e-9
+    busiest = max(records, key=lambda r: r.relayed)
+    assert busiest.relayed >= len(body) and busiest.waited_s >= len(body) / rate * 0.99
+    # Only the throttle moved the proxy's clock, by exactly what it waited.
+    assert abs((clock.now - 1000.0) - sum(r.waited_s for r in records)) < 1e-6
