@@ -63,8 +63,9 @@ from pyspark.sql.datasource import (  # noqa: E402
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import ReadLimit  # noqa: E402
 from s3_proxy import S3Proxy  # noqa: E402
-from s3_server import MotoServer, S3Server, SeaweedServer, seaweed_unavailable  # noqa: E402
+from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
 from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
@@ -95,7 +96,8 @@ class _LinesReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 (PySpark's name)
         return {"pos": 0}
 
-    def latestOffset(self) -> dict[str, int]:  # noqa: N802
+    def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:  # noqa: N802
+        # Everything produced so far: a latency floor reads all that is there.
         data = Path(self.path).read_bytes()
         return {"pos": data.rfind(b"\n") + 1}
 
@@ -124,13 +126,14 @@ class _LatencyWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> _Times:
         return _Times([row[0] for row in iterator])
 
-    def commit(self, messages: list[_Times | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         now = time.time_ns()
-        lines = [f"{t} {now - t}\n" for m in messages if m is not None for t in m.produced_ns]
+        times = [m for m in messages if isinstance(m, _Times)]
+        lines = [f"{t} {now - t}\n" for m in times for t in m.produced_ns]
         with open(self.out, "a") as f:
             f.writelines(lines)
 
-    def abort(self, messages: list[_Times | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         pass  # nothing was written
 
 
@@ -368,13 +371,12 @@ def main() -> None:
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
     )
-    server: S3Server = SeaweedServer() if use_seaweed else MotoServer()
+    server: MotoServer | SeaweedServer = SeaweedServer() if use_seaweed else MotoServer()
     with (
         tempfile.TemporaryDirectory() as tmp,
         server,
         S3Proxy(server.endpoint, delay_s=args.delay_ms / 1000) as proxy,
     ):
-        assert isinstance(server, MotoServer | SeaweedServer)
         # Before the session: Spark's Python workers inherit the environment.
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
         work = Path(tmp)

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips  # noqa: E402
-from s3_server import MotoServer, S3Server, SeaweedServer, seaweed_unavailable  # noqa: E402
+from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
@@ -79,10 +79,9 @@ def main() -> None:
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
     )
-    server: S3Server = SeaweedServer() if use_seaweed else MotoServer()
+    server: MotoServer | SeaweedServer = SeaweedServer() if use_seaweed else MotoServer()
     delay_s = args.delay_ms / 1000
     with server, S3Proxy(server.endpoint, delay_s=delay_s, log_requests=True) as proxy:
-        assert isinstance(server, MotoServer | SeaweedServer)
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
         uri = f"s3://{server.create_bucket('sink-requests')}/logs"
         opts = SinkOptions.parse(

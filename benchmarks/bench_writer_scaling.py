@@ -290,9 +290,8 @@ def main() -> None:
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
     )
-    server: S3Server = SeaweedServer() if use_seaweed else MotoServer()
+    server: MotoServer | SeaweedServer = SeaweedServer() if use_seaweed else MotoServer()
     with server, S3Proxy(server.endpoint, delay_s=args.delay_ms / 1000) as proxy:
-        assert isinstance(server, MotoServer | SeaweedServer)
         bucket = server.create_bucket("scaling")
         uri = f"s3://{bucket}/logs"
         env = {**os.environ, **server.env, "AWS_ENDPOINT_URL": proxy.endpoint}
