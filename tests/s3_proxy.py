@@ -10,7 +10,11 @@ arrive unchanged; bodies streamed, fixed-length or chunked; keep-alive kept), an
 response comes back byte for byte. On top of that it
 
 - waits ``delay_s`` (default 25 ms) before forwarding each request;
-- optionally caps each connection's bandwidth (``bandwidth_bps``, both directions);
+- optionally logs every request (``log_requests``: kind, connection, arrival and answer
+  on the proxy's clock; ``sequential_round_trips`` of a window says how many of them a
+  caller waited for one after the other);
+- optionally caps each connection's bandwidth (``bandwidth_bps``, bytes a second, both
+  directions together), and keeps each capped connection's schedule (``throttled``);
 - counts requests by kind (``request_kind``: GET, RANGED_GET, HEAD, PUT,
   CONDITIONAL_PUT, COPY, LIST, DELETE, MULTIPART, POST);
 - injects faults, on a schedule (``inject``: the next N requests of some kinds) or at
@@ -42,7 +46,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["Fault", "S3Proxy", "request_kind"]
+__all__ = [
+    "Fault",
+    "RequestRecord",
+    "S3Proxy",
+    "ThrottleRecord",
+    "request_kind",
+    "sequential_round_trips",
+]
 
 _CHUNK = 64 * 1024
 _MAX_LINE = 64 * 1024
@@ -138,23 +149,72 @@ def _read_head(reader: io.BufferedReader) -> _Message | None:
     return _Message(start, b"".join(raw), headers)
 
 
+@dataclass
+class ThrottleRecord:
+    """One capped connection's schedule, on the proxy's clock: bytes relayed (both
+    directions) since ``started``, and when the last of them was let through
+    (``released``, after the throttle's wait; ``started`` while none was). The cap
+    holds when ``released - started >= relayed / bandwidth_bps``."""
+
+    started: float
+    relayed: int = 0
+    released: float = 0.0
+    waited_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the proxy saw it (``log_requests``), on the proxy's clock: its
+    kind, the client connection it came on (numbered from 0 in accept order), when its
+    head arrived and when its answer was relayed (or the connection dropped)."""
+
+    kind: str
+    connection: int
+    arrived: float
+    answered: float
+
+
+def sequential_round_trips(records: Iterable[RequestRecord]) -> int:
+    """The most requests of ``records`` that ran one after the other (each arrived after
+    the one before was answered): a lower bound on the round trips on the critical path
+    of whatever made them, and exact for a caller that waits for each answer."""
+    chain = 0
+    last_end = float("-inf")
+    for r in sorted(records, key=lambda r: r.answered):
+        if r.arrived >= last_end:
+            chain += 1
+            last_end = r.answered
+    return chain
+
+
 class _Throttle:
     """A connection's bandwidth cap: after sending n bytes, wait until n/rate seconds
     have passed since the connection's first byte (so short bursts are not penalised
-    twice)."""
+    twice). ``clock``/``sleep`` are the proxy's (injectable, so a test can check the
+    schedule without measuring time)."""
 
-    def __init__(self, bytes_per_s: float | None) -> None:
+    def __init__(
+        self,
+        bytes_per_s: float | None,
+        record: ThrottleRecord,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> None:
         self._rate = bytes_per_s
-        self._start = time.monotonic()
-        self._sent = 0
+        self._record = record
+        self._clock = clock
+        self._sleep = sleep
 
     def sent(self, n: int) -> None:
         if not self._rate:
             return
-        self._sent += n
-        ahead = self._start + self._sent / self._rate - time.monotonic()
+        record = self._record
+        record.relayed += n
+        ahead = record.started + record.relayed / self._rate - self._clock()
         if ahead > 0:
-            time.sleep(ahead)
+            record.waited_s += ahead
+            self._sleep(ahead)
+        record.released = self._clock()
 
 
 def _relay_body(
@@ -226,7 +286,14 @@ class S3Proxy:
     """
 
     def __init__(
-        self, upstream: str, *, delay_s: float = 0.025, bandwidth_bps: float | None = None
+        self,
+        upstream: str,
+        *,
+        delay_s: float = 0.025,
+        bandwidth_bps: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        log_requests: bool = False,
     ) -> None:
         parts = urllib.parse.urlsplit(upstream)
         if parts.scheme != "http" or not parts.hostname or not parts.port:
@@ -234,7 +301,15 @@ class S3Proxy:
         self._upstream = (parts.hostname, parts.port)
         self.delay_s = delay_s
         self.bandwidth_bps = bandwidth_bps
+        self._clock = clock
+        self._sleep = sleep
+        self._throttled: list[ThrottleRecord] = []
+        self._log_requests = log_requests
+        self._requests: list[RequestRecord] = []
+        self._in_flight = 0
+        self._connections = 0
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # _in_flight fell to 0
         self._counts: Counter[str] = Counter()
         self._faults: Counter[str] = Counter()
         self._delayed = 0
@@ -284,6 +359,28 @@ class S3Proxy:
     def faults(self) -> Counter[str]:
         with self._lock:
             return Counter(self._faults)
+
+    @property
+    def throttled(self) -> list[ThrottleRecord]:
+        """One record per connection served under ``bandwidth_bps`` (copies), in the
+        order the connections were accepted; after the requests in flight were answered
+        (up to 5 s: a client has its last byte before the proxy counted it)."""
+        with self._settled:
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=5.0)
+            return [ThrottleRecord(**vars(r)) for r in self._throttled]
+
+    def requests(self, since: float = float("-inf"), *, wait_s: float = 5.0) -> list[RequestRecord]:
+        """The requests answered so far (``log_requests=True``) whose head arrived at or
+        after ``since`` (the proxy's clock: ``clock()``), in the order answered. Waits up
+        to ``wait_s`` for requests in flight: a client has its answer a moment before the
+        proxy has logged it."""
+        with self._settled:
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=wait_s)
+            return [r for r in self._requests if r.arrived >= since]
+
+    def clock(self) -> float:
+        """The proxy's clock (``time.monotonic`` unless one was given)."""
+        return self._clock()
 
     @property
     def delayed(self) -> int:
@@ -371,65 +468,87 @@ class S3Proxy:
 
     def _serve(self, client: socket.socket) -> None:
         self._track(client)
+        with self._lock:
+            connection = self._connections
+            self._connections += 1
         upstream: socket.socket | None = None
         up_reader: io.BufferedReader | None = None
-        throttle = _Throttle(self.bandwidth_bps)
+        opened = self._clock()
+        record = ThrottleRecord(started=opened, released=opened)
+        if self.bandwidth_bps:
+            with self._lock:
+                self._throttled.append(record)
+        throttle = _Throttle(self.bandwidth_bps, record, self._clock, self._sleep)
         reader = client.makefile("rb")
         try:
             while (request := _read_head(reader)) is not None:
+                arrived = self._clock()
                 method, target = _request_line(request)
                 kind = request_kind(method.decode(), target, request.headers)
-                fault = self._choose_fault(kind)
-                if self.delay_s > 0:
-                    with self._lock:
-                        self._delayed += 1
-                    time.sleep(self.delay_s)
-                if fault is Fault.DROP_BEFORE:
-                    return
-                if fault in _STATUS_BODY:
-                    # The body is read (and dropped) so the connection stays usable.
-                    _relay_body(request, reader, None, throttle)
-                    client.sendall(_error_response(fault))
-                    continue
-                if upstream is None:
-                    upstream = self._track(socket.create_connection(self._upstream))
-                    up_reader = upstream.makefile("rb")
-                assert up_reader is not None
-                upstream.sendall(request.raw)
-                throttle.sent(len(request.raw))
-                relay = None if fault is Fault.DROP_AFTER else client
-                if request.headers.get("expect", "").lower() == "100-continue":
-                    response = _read_head(up_reader)
-                    if response is None:
+                with self._lock:
+                    self._in_flight += 1
+                try:
+                    fault = self._choose_fault(kind)
+                    if self.delay_s > 0:
+                        with self._lock:
+                            self._delayed += 1
+                        self._sleep(self.delay_s)
+                    if fault is Fault.DROP_BEFORE:
                         return
-                    if _status(response) == 100:
+                    if fault in _STATUS_BODY:
+                        # The body is read (and dropped) so the connection stays usable.
+                        _relay_body(request, reader, None, throttle)
+                        client.sendall(_error_response(fault))
+                        continue
+                    if upstream is None:
+                        upstream = self._track(socket.create_connection(self._upstream))
+                        up_reader = upstream.makefile("rb")
+                    assert up_reader is not None
+                    upstream.sendall(request.raw)
+                    throttle.sent(len(request.raw))
+                    relay = None if fault is Fault.DROP_AFTER else client
+                    if request.headers.get("expect", "").lower() == "100-continue":
+                        response = _read_head(up_reader)
+                        if response is None:
+                            return
+                        if _status(response) == 100:
+                            if relay is not None:
+                                client.sendall(response.raw)
+                        else:
+                            # A final answer before the body: the client will not send it.
+                            self._relay_response(method, response, up_reader, relay, throttle)
+                            return
+                    _relay_body(request, reader, upstream, throttle)
+                    response = _read_head(up_reader)
+                    while response is not None and _status(response) in range(100, 200):
                         if relay is not None:
                             client.sendall(response.raw)
-                    else:
-                        # A final answer before the body: the client will not send it.
-                        self._relay_response(method, response, up_reader, relay, throttle)
+                        response = _read_head(up_reader)
+                    if response is None:
                         return
-                _relay_body(request, reader, upstream, throttle)
-                response = _read_head(up_reader)
-                while response is not None and _status(response) in range(100, 200):
-                    if relay is not None:
-                        client.sendall(response.raw)
-                    response = _read_head(up_reader)
-                if response is None:
-                    return
-                keep = self._relay_response(method, response, up_reader, relay, throttle)
-                if fault is Fault.DROP_AFTER:
-                    return
-                if not keep:
-                    self._untrack(upstream)
-                    upstream = up_reader = None
-                if "close" in request.headers.get("connection", "").lower():
-                    return
+                    keep = self._relay_response(method, response, up_reader, relay, throttle)
+                    if fault is Fault.DROP_AFTER:
+                        return
+                    if not keep:
+                        self._untrack(upstream)
+                        upstream = up_reader = None
+                    if "close" in request.headers.get("connection", "").lower():
+                        return
+                finally:
+                    self._answered(kind, connection, arrived)
         except (OSError, ValueError):
             return  # a peer went away (or a stop()): this connection ends, nothing else
         finally:
             self._untrack(upstream)
             self._untrack(client)
+
+    def _answered(self, kind: str, connection: int, arrived: float) -> None:
+        record = RequestRecord(kind, connection, arrived, self._clock())
+        with self._settled:
+            if self._log_requests:
+                self._requests.append(record)
+            self._in_flight -= 1
+            self._settled.notify_all()
 
     def _relay_response(
         self,

@@ -5,11 +5,12 @@ response, as an error for a request that in fact happened)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from s3_proxy import Fault, S3Proxy
+from s3_proxy import Fault, RequestRecord, S3Proxy, sequential_round_trips
 from s3_server import S3Server
 
 from seglog.logstore.errors import KafkaStorageError
@@ -129,3 +130,70 @@ def test_a_bandwidth_cap_keeps_the_bytes_intact(server: S3Server) -> None:
         st.write_atomic(_path("big"), body)
         assert st.read(_path("big")) == body
         assert capped.delayed == 0 and capped.counts["PUT"] == 1
+
+
+class _ProxyClock:
+    """A clock that moves only when the proxy sleeps: the throttle's schedule is then
+    exact and independent of how fast the machine relays."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def test_a_capped_transfer_is_scheduled_at_no_more_than_the_cap(server: S3Server) -> None:
+    bucket = server.create_bucket()
+    body = uuid.uuid4().bytes * 16384  # 256 KiB: several relay chunks each way
+    rate = 64 << 10  # 64 KiB/s: the body alone needs 4 s of the proxy's clock each way
+    clock = _ProxyClock()
+    with S3Proxy(
+        server.endpoint, delay_s=0, bandwidth_bps=rate, clock=clock, sleep=clock.sleep
+    ) as capped:
+        st = _storage(server, capped.endpoint, bucket)
+        st.write_atomic(_path("big"), body)
+        assert st.read(_path("big")) == body
+        records = capped.throttled
+    # Every byte relayed is accounted for: the body went up and came back, with heads.
+    assert sum(r.relayed for r in records) >= 2 * len(body)
+    for r in records:
+        # Each connection's last byte left no earlier than its bytes allow at the cap.
+        assert r.released - r.started >= r.relayed / rate - 1e-9
+    busiest = max(records, key=lambda r: r.relayed)
+    assert busiest.relayed >= len(body) and busiest.waited_s >= len(body) / rate * 0.99
+    # Only the throttle moved the proxy's clock, by exactly what it waited.
+    assert abs((clock.now - 1000.0) - sum(r.waited_s for r in records)) < 1e-6
+
+
+def test_the_request_log_says_what_a_caller_waited_for(server: S3Server) -> None:
+    bucket = server.create_bucket()
+    with S3Proxy(server.endpoint, delay_s=0.002, log_requests=True) as logged:
+        st = _storage(server, logged.endpoint, bucket)
+        st.write_atomic(_path("warm"), b"w")  # the client's connection, set up unlogged
+        since = logged.clock()
+        assert st.create(_path("c.json"), b"x")
+        assert st.read(_path("c.json")) == b"x"
+        st.delete(_path("c.json"))
+        records = logged.requests(since)
+    assert [r.kind for r in records] == ["CONDITIONAL_PUT", "GET", "DELETE"]
+    # Each was answered (after the proxy's delay) before the next arrived.
+    assert all(r.answered - r.arrived >= 0.002 for r in records)
+    assert all(a.answered <= b.arrived for a, b in zip(records, records[1:], strict=False))
+    assert sequential_round_trips(records) == 3
+
+
+def test_sequential_round_trips_count_overlapping_requests_once() -> None:
+    def req(arrived: float, answered: float) -> RequestRecord:
+        return RequestRecord("PUT", 0, arrived, answered)
+
+    # Three uploads at once, then a commit, then a read: three round trips, not five.
+    parallel = [req(0.0, 1.0), req(0.1, 1.2), req(0.2, 0.9)]
+    assert sequential_round_trips([*parallel, req(1.3, 2.0), req(2.0, 2.5)]) == 3
+    assert sequential_round_trips([]) == 0

@@ -1,0 +1,436 @@
+"""End-to-end latency of a record through a seglog -> seglog streaming query: from the
+producer's ``append_many`` until a reader of the output topic sees it (issue 25's
+baseline), on a local dir and on a bucket behind the 25 ms proxy, beside the floor of a
+no-op Python source and sink in the same Spark session.
+
+Run: ``python benchmarks/bench_e2e_latency.py [--duration-s 60] [--interval-ms 100]
+[--delay-ms 25] [--storage local bucket noop] [--server auto|seaweedfs|moto] [--quick]``
+(``--quick``: ``--duration-s 15``).
+
+Per storage, one query from topic ``in`` of one log dir to topic ``out`` of another
+(two log dirs: on a local dir the producer holds its log dir's lock; the bucket does the
+same for a like comparison); format ``seglog`` both sides, exactly-once sink,
+``processingTime`` 0 (the next micro-batch starts as soon as the last ended), in a
+``local[2]`` session. A producer thread appends one record every ``--interval-ms``
+(``append_many``, the record's value its wall-clock time in ns); a reader thread tails
+``out`` (``high_watermarks``, then ``read_chunks``; every 5 ms) and takes for each record
+its latency = the time it saw it - the time in its value. Records produced before 3 s
+after the query's first micro-batch with rows ended (its start-up) are left out. On
+the bucket the reader's look is one LIST at ``--delay-ms``: up to one more round trip is
+in each figure, as for any consumer.
+
+The floor (``noop``): a Python data source whose offsets are lines of a local file the
+producer appends to (one line per record, its time in ns) and a Python sink whose
+driver-side ``commit`` takes each record's latency: Spark's own cost of planning,
+launching and committing a micro-batch, with no storage at all.
+
+Printed: p50/p90/p99 latency and, from the query's progress events (micro-batches that
+had rows; means): the producer's publish (``append_many`` call time), and Spark's
+``latestOffset`` + ``queryPlanning`` + ``getBatch`` (trigger planning), ``walCommit``,
+``addBatch`` (task launch, read, write and the sink's commit: Spark's events do not split
+it), ``commitOffsets``, and ``triggerExecution`` (all of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE.parent / "tests"))
+# The no-op data source is defined here: Spark's Python workers import it by module.
+sys.path.insert(0, str(_HERE))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(_HERE), os.environ.get("PYTHONPATH", "")) if p
+)
+
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit  # noqa: E402
+from s3_proxy import S3Proxy  # noqa: E402
+from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
+
+from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
+from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
+
+WARMUP_S = 3.0
+FIRST_BATCH_TIMEOUT_S = 600.0
+POLL_S = 0.005
+PROGRESS_KEYS = (
+    "latestOffset",
+    "queryPlanning",
+    "getBatch",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+# -- the floor: a no-op Python source and sink over a local file of times -------------
+
+
+class _LinesReader(DataSourceStreamReader):
+    """Offsets are byte positions of whole lines of ``path`` (one produced time each)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (PySpark's name)
+        return {"pos": 0}
+
+    def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:  # noqa: N802
+        # Everything produced so far: a latency floor reads all that is there.
+        data = Path(self.path).read_bytes()
+        return {"pos": data.rfind(b"\n") + 1}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition((start["pos"], end["pos"]))]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        lo, hi = partition.value
+        with open(self.path, "rb") as f:
+            f.seek(lo)
+            for line in f.read(hi - lo).split():
+                yield (int(line),)
+
+
+@dataclass
+class _Times(WriterCommitMessage):
+    produced_ns: list[int] = field(default_factory=list)
+
+
+class _LatencyWriter(DataSourceStreamWriter):
+    """Writes nothing; its driver-side commit takes each record's latency."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    def write(self, iterator: Iterator[Any]) -> _Times:
+        return _Times([row[0] for row in iterator])
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        now = time.time_ns()
+        times = [m for m in messages if isinstance(m, _Times)]
+        lines = [f"{t} {now - t}\n" for m in times for t in m.produced_ns]
+        with open(self.out, "a") as f:
+            f.writelines(lines)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        pass  # nothing was written
+
+
+class NoopLatencySource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "noop_latency_bench"
+
+    def schema(self) -> str:
+        return "produced_ns long"
+
+    def streamReader(self, schema: Any) -> _LinesReader:  # noqa: N802
+        return _LinesReader(self.options["path"])
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _LatencyWriter:  # noqa: N802
+        return _LatencyWriter(self.options["latencies"])
+
+
+# -- producer and reader ---------------------------------------------------------------
+
+
+class Warm:
+    """When measuring starts (wall clock, ns): ``WARMUP_S`` after the query's first
+    micro-batch with rows ended (its start-up and its tasks' first use of the codec
+    kernels, tens of seconds on a loaded machine, are no latency of a running query);
+    records produced before are left out."""
+
+    def __init__(self) -> None:
+        self.ns = 2**63 - 1
+        self.first_batch = -1
+
+    def wait_for(self, query: Any) -> None:
+        deadline = time.monotonic() + FIRST_BATCH_TIMEOUT_S
+        while not (with_rows := [p for p in query.recentProgress if p["numInputRows"] > 0]):
+            if query.exception() is not None:
+                raise RuntimeError(f"the query failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"no micro-batch with rows ended within {FIRST_BATCH_TIMEOUT_S} s"
+                )
+            time.sleep(0.2)
+        self.first_batch = with_rows[0]["batchId"]
+        time.sleep(WARMUP_S)
+        self.ns = time.time_ns()
+
+
+@dataclass
+class Case:
+    name: str
+    latencies_ms: list[float] = field(default_factory=list)
+    publish_ms: list[float] = field(default_factory=list)
+    progress: list[dict[str, Any]] = field(default_factory=list)  # after the first
+
+
+def _produce(
+    append: Callable[[int], None],
+    case: Case,
+    stop: threading.Event,
+    interval_s: float,
+    warm: Warm,
+) -> None:
+    next_at = time.monotonic()
+    while not stop.is_set():
+        t0 = time.monotonic()
+        ns = time.time_ns()
+        append(ns)
+        if ns >= warm.ns:
+            case.publish_ms.append((time.monotonic() - t0) * 1000)
+        next_at += interval_s
+        stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def _tail(mgr: LogManager, case: Case, stop: threading.Event, warm: Warm) -> None:
+    pos = 0
+    while not stop.is_set():
+        hw = mgr.high_watermarks().get(("out", 0), 0)
+        if hw > pos:
+            for chunk in mgr.get_log("out", 0).read_chunks(pos, hw):
+                now = time.time_ns()
+                for value in decode_batches(chunk, start_offset=pos).column("value").to_pylist():
+                    produced = int(value)
+                    if produced >= warm.ns:
+                        case.latencies_ms.append((now - produced) / 1e6)
+            pos = hw
+        stop.wait(POLL_S)
+
+
+def _record(ns: int) -> bytearray:
+    return encode_batches(pa.array([b"%d" % ns]), None, pa.array([ns // 1_000_000], pa.int64()))
+
+
+def run_seglog(
+    spark: Any, case: Case, in_dir: str, out_dir: str, chk: str, args: argparse.Namespace
+) -> None:
+    for log_dir, topic in ((in_dir, "in"), (out_dir, "out")):
+        with LogManager(log_dir) as mgr:
+            mgr.create_topic(topic, 1, {"retention.ms": -1})
+    writer = LogManager(in_dir)
+    reader = LogManager(out_dir, read_only=True)
+    stop = threading.Event()
+    warm = Warm()
+    query = (
+        spark.readStream.format("seglog")
+        .option("path", in_dir)
+        .option("subscribe", "in")
+        .load()
+        .writeStream.format("seglog")
+        .option("path", out_dir)
+        .option("topic", "out")
+        .option("checkpointLocation", chk)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    threads = [
+        threading.Thread(
+            target=_produce,
+            args=(
+                lambda ns: writer.append_many({("in", 0): _record(ns)}),
+                case,
+                stop,
+                args.interval_ms / 1000,
+                warm,
+            ),
+        ),
+        threading.Thread(target=_tail, args=(reader, case, stop, warm)),
+    ]
+    try:
+        for t in threads:
+            t.start()
+        warm.wait_for(query)
+        time.sleep(args.duration_s)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        case.progress = _measured(query, warm)
+        query.stop()
+        writer.close()
+        reader.close()
+
+
+def run_noop(spark: Any, case: Case, work: Path, args: argparse.Namespace) -> None:
+    times, lats = work / "produced.txt", work / "latencies.txt"
+    times.write_bytes(b"")
+    lats.write_bytes(b"")
+    stop = threading.Event()
+    warm = Warm()
+
+    def append(ns: int) -> None:
+        with open(times, "ab") as f:
+            f.write(b"%d\n" % ns)
+
+    query = (
+        spark.readStream.format("noop_latency_bench")
+        .option("path", str(times))
+        .load()
+        .writeStream.format("noop_latency_bench")
+        .option("latencies", str(lats))
+        .option("checkpointLocation", str(work / "chk-noop"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    producer = threading.Thread(
+        target=_produce, args=(append, case, stop, args.interval_ms / 1000, warm)
+    )
+    try:
+        producer.start()
+        warm.wait_for(query)
+        time.sleep(args.duration_s)
+    finally:
+        stop.set()
+        producer.join()
+        case.progress = _measured(query, warm)
+        query.stop()
+    pairs = [line.split() for line in lats.read_text().splitlines()]
+    case.latencies_ms = [int(lat) / 1e6 for produced, lat in pairs if int(produced) >= warm.ns]
+
+
+def _measured(query: Any, warm: Warm) -> list[dict[str, Any]]:
+    """The progress of the micro-batches after the first that had rows."""
+    return [
+        p for p in query.recentProgress if p["numInputRows"] > 0 and p["batchId"] > warm.first_batch
+    ]
+
+
+def _pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def report(case: Case) -> None:
+    if len(case.latencies_ms) < 2:
+        print(
+            f"  {case.name}: fewer than 2 records seen "
+            f"({len(case.progress)} micro-batches with rows after the first)"
+        )
+        return
+    lat = case.latencies_ms
+    print(
+        f"  {case.name:>20}: {len(lat)} records, latency p50 {_pct(lat, 50):6.0f} ms  "
+        f"p90 {_pct(lat, 90):6.0f} ms  p99 {_pct(lat, 99):6.0f} ms"
+    )
+    parts = [f"publish {statistics.mean(case.publish_ms):.0f}"] if case.publish_ms else []
+    for key in PROGRESS_KEYS:
+        values = [p["durationMs"].get(key, 0) for p in case.progress]
+        if values:
+            parts.append(f"{key} {statistics.mean(values):.0f}")
+    rows = [p["numInputRows"] for p in case.progress]
+    print(
+        f"  {'':>20}  ms means over {len(rows)} micro-batches with rows "
+        f"({statistics.mean(rows) if rows else 0:.1f} rows each): " + ", ".join(parts)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration-s", type=float, default=60.0)
+    parser.add_argument("--interval-ms", type=float, default=100.0)
+    parser.add_argument("--delay-ms", type=float, default=25.0)
+    parser.add_argument(
+        "--storage",
+        nargs="*",
+        default=["noop", "local", "bucket"],
+        choices=("noop", "local", "bucket"),
+    )
+    parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
+    parser.add_argument("--quick", action="store_true", help="--duration-s 15")
+    args = parser.parse_args()
+    if args.quick:
+        args.duration_s = 15.0
+
+    from pyspark.sql import SparkSession
+
+    from seglog.datasource import SeglogDataSource
+
+    use_seaweed = args.server == "seaweedfs" or (
+        args.server == "auto" and seaweed_unavailable() is None
+    )
+    server: MotoServer | SeaweedServer = SeaweedServer() if use_seaweed else MotoServer()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        server,
+        S3Proxy(server.endpoint, delay_s=args.delay_ms / 1000) as proxy,
+    ):
+        # Before the session: Spark's Python workers inherit the environment.
+        os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
+        work = Path(tmp)
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("bench-e2e-latency")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.dataSource.register(SeglogDataSource)
+        spark.dataSource.register(NoopLatencySource)
+        print(
+            f"local[2]; one record every {args.interval_ms:.0f} ms for {args.duration_s:.0f} s "
+            f"from {WARMUP_S:.0f} s after the first micro-batch; bucket: "
+            f"{'SeaweedFS' if use_seaweed else 'moto'}, "
+            f"{args.delay_ms:.0f} ms per request; load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        try:
+            for storage in args.storage:
+                case = Case(storage)
+                if storage == "noop":
+                    case.name = "no-op Python floor"
+                    run_noop(spark, case, work, args)
+                elif storage == "local":
+                    case.name = "seglog local dir"
+                    for d in ("in", "out"):
+                        (work / d).mkdir()
+                    run_seglog(
+                        spark,
+                        case,
+                        str(work / "in"),
+                        str(work / "out"),
+                        str(work / "chk-local"),
+                        args,
+                    )
+                else:
+                    case.name = "seglog bucket"
+                    bucket = server.create_bucket("e2e")
+                    run_seglog(
+                        spark,
+                        case,
+                        f"s3://{bucket}/in",
+                        f"s3://{bucket}/out",
+                        str(work / "chk-bucket"),
+                        args,
+                    )
+                report(case)
+            print(f"  (load {os.getloadavg()[0]:.1f} at the end)")
+        finally:
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()
