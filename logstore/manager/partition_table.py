@@ -51,7 +51,9 @@ class PartitionTable(Generic[LogT]):
         self.default_topic_config = LogConfig.of(default_topic_config)
         self._lock = threading.RLock()  # guards _partitions, _topic_configs
         self._partitions: dict[TopicPartition, Partition[LogT]] = {}
-        self._topic_configs: dict[str, LogConfig] = {}
+        # topic -> (the topic id its config was read with, the config): a config read
+        # under another id is a deleted topic's (re-created since under the same name)
+        self._topic_configs: dict[str, tuple[str | None, LogConfig]] = {}
         # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
         self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
         self.log_dirs: list[LogDir] = []
@@ -246,13 +248,16 @@ class PartitionTable(Generic[LogT]):
             self._topic_configs.pop(topic, None)
 
     def config_of(self, p: Partition[LogT]) -> LogConfig:
-        """``p``'s topic config, read from its directory once per topic."""
+        """``p``'s topic config, read from its directory once per topic id: a config
+        cached under another id than ``p``'s is the deleted topic's, read again."""
+        topic_id = self._topic_id(p)
         with self._lock:
-            config = self._topic_configs.get(p.topic)
-        if config is None:
-            config = load_topic_config(p.dir, self.default_topic_config)
-            with self._lock:
-                self._topic_configs.setdefault(p.topic, config)
+            cached = self._topic_configs.get(p.topic)
+        if cached is not None and cached[0] == topic_id:
+            return cached[1]
+        config = load_topic_config(p.dir, self.default_topic_config)
+        with self._lock:
+            self._topic_configs[p.topic] = (topic_id, config)
         return config
 
     # -- the published offsets' rules ---------------------------------------------------
