@@ -141,8 +141,8 @@ class Partition(Generic[LogT]):
     # on first use (``partition_table.topic_id_of``), when ``topic_id_read`` is set
     topic_id: str | None = None
     topic_id_read: bool = False
-    # readers: the directory's mtime when its topic id was last found unchanged (a
-    # re-listing reads the id again only when the directory changed since)
+    # the directory's mtime when its topic id was read or last found unchanged (a
+    # reader's re-listing reads the id again only when the directory changed since)
     id_confirmed_mtime_ns: int | None = None
 
     @property

@@ -177,11 +177,18 @@ class LogDirsReader(PartitionTable[LogReader]):
         """Whether ``p``'s directory now holds another topic id than the one its entry
         read, under the same inode number: deleted, collected and re-created between two
         listings, the new directory got the old one's inode back (ext4 reuses them at
-        once). Read only when the directory changed since its id was last confirmed."""
+        once). The id is read again only when the directory's mtime is not the one it
+        had when the id was last read or confirmed, so an unchanged partition costs one
+        stat per listing. Limit: a re-created directory whose mtime is exactly the old
+        one's (all within one tick of the kernel clock) is left to ``reload_partition``
+        (a task whose plan names another id)."""
         if not p.topic_id_read or p.topic_id is None:
             return False  # no id to compare: ``reload_partition`` looks for an added one
-        unchanged, mtime = unchanged_since(p.dir, p.id_confirmed_mtime_ns)
-        if unchanged:
+        try:
+            mtime = LOCAL.stat(p.dir).st_mtime_ns
+        except FileNotFoundError:
+            return False  # gone since the listing: the next one drops it
+        if mtime == p.id_confirmed_mtime_ns:
             return False
         on_disk = read_topic_id(p.dir)
         if on_disk is not None and on_disk != p.topic_id:

@@ -16,6 +16,7 @@ values of the ``LogDir``s; a subclass adds its own locks after it in the lock or
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -225,11 +226,12 @@ class PartitionTable(Generic[LogT]):
         entry names one directory: the one its id, and its log once loaded, were read
         from (called under ``p.lock``). UnknownTopicOrPartitionError if it vanished."""
         while True:
-            before = inode_of(p)
+            before = dir_stat(p)
             topic_id = read_topic_id(p.dir)
-            if inode_of(p) == before:  # not replaced while it was read
+            if inode_of(p) == before.st_ino:  # not replaced while it was read
                 break
-        p.inode, p.topic_id, p.topic_id_read = before, topic_id, True
+        p.inode, p.topic_id, p.topic_id_read = before.st_ino, topic_id, True
+        p.id_confirmed_mtime_ns = before.st_mtime_ns
 
     # -- topic configs ------------------------------------------------------------------
 
@@ -315,8 +317,13 @@ class PartitionTable(Generic[LogT]):
 
 def inode_of(p: Partition[LogT]) -> int:
     """``p``'s directory's inode now; UnknownTopicOrPartitionError if it is gone."""
+    return dir_stat(p).st_ino
+
+
+def dir_stat(p: Partition[LogT]) -> os.stat_result:
+    """``p``'s directory's stat now; UnknownTopicOrPartitionError if it is gone."""
     try:
-        return LOCAL.stat(p.dir).st_ino
+        return LOCAL.stat(p.dir)
     except FileNotFoundError:
         raise UnknownTopicOrPartitionError(
             f"partition directory {p.dir} no longer exists") from None

@@ -21,8 +21,11 @@ _NEW = {"cleanup.policy": "delete", "retention.ms": 222_222, "segment.bytes": 30
 
 def _append(mgr, prefix: str, n: int) -> None:
     for i in range(n):
-        mgr.append("t", 0, encode_batches(pa.array([f"{prefix}{i}".encode()]),
-                                          keys=pa.array([f"k{i}".encode()])))
+        mgr.append(
+            "t",
+            0,
+            encode_batches(pa.array([f"{prefix}{i}".encode()]), keys=pa.array([f"k{i}".encode()])),
+        )
 
 
 def _values(log) -> list[bytes]:
@@ -51,7 +54,10 @@ def _assert_new(reader, new_id: str) -> None:
     # the log that serves the new topic's records carries the new topic's config
     assert log.topic_id == new_id
     assert (log.config.compact, log.config.retention_ms, log.config.segment_bytes) == (
-        False, 222_222, 3000)
+        False,
+        222_222,
+        3000,
+    )
     assert _values(log) == [b"new0", b"new1", b"new2"]
 
 
@@ -69,13 +75,17 @@ def _recreate(writer, between=lambda: None) -> str:
 @pytest.mark.parametrize("loaded", [False, True], ids=["config-only", "log-loaded"])
 @pytest.mark.parametrize("collected", ["kept", "after", "before"])
 def test_a_local_reader_reports_the_recreated_topics_config(
-        tmp_path: Path, collected: str, loaded: bool) -> None:
+    tmp_path: Path, collected: str, loaded: bool
+) -> None:
     """``collected``: the deleted directory is kept, removed after the re-creation, or
     removed before it (ext4 then gives the new directory the old one's inode number:
     only the topic id in ``partition.metadata`` tells the two apart)."""
     delay = 60_000 if collected == "kept" else 0
-    writer = LogManager([tmp_path], config={"log.cleaner.enable": False},
-                        default_topic_config={"file.delete.delay.ms": delay})
+    writer = LogManager(
+        [tmp_path],
+        config={"log.cleaner.enable": False},
+        default_topic_config={"file.delete.delay.ms": delay},
+    )
     writer.create_topic("t", 1, _OLD)
     _append(writer, "old", 4)
     writer.checkpoint_high_watermarks()
