@@ -57,7 +57,7 @@ _SOURCES = (
     _HERE / "codec_kernels.py",
     _HERE / "record_format_kernels.py",
     _HERE / "record_format.py",
-    _HERE.parent / "streaming" / "partitioner.py",
+    _HERE.parents[1] / "streaming" / "partitioner.py",  # logstore/records -> the root
 )
 # How long a started warm-up keeps others from starting one: far longer than a compile
 # takes, short enough that one killed early is started again on a later query.
