@@ -1,6 +1,6 @@
 """The example pipeline on object storage: log dirs in an S3 bucket instead of a directory.
 
-    python examples/bucket_pipeline.py [--work-dir DIR] [--events N]
+    python examples/bucket_pipeline.py [--work-dir DIR]
 
 For the demo it starts a local S3-compatible server (moto's, installed with seglog's
 examples extra: ``pip install 'seglog[examples]'``) on 127.0.0.1 and creates the bucket
@@ -100,9 +100,9 @@ def describe_bucket(uri: str, storage_options: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    work, count = pipeline.clean_work_dir(argv, description=__doc__.splitlines()[0],
-                                          default="work-data-bucket",
-                                          holds="Spark's checkpoint goes")
+    work = pipeline.clean_work_dir(argv, description=__doc__.splitlines()[0],
+                                   default="work-data-bucket",
+                                   holds="Spark's checkpoint goes")
     checkpoint = str(work / "checkpoints" / "purchases")
     uri = f"s3://{BUCKET}/logs"
 
@@ -120,11 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         spark = pipeline.spark_session()
         try:
             t = time.monotonic()
-            expected = pipeline.generate_events(spark, uri, spark_options, count)
-            print(f"generated {count} events into {uri} topic 'events' in "
+            expected = pipeline.generate_events(spark, uri, spark_options)
+            print(f"generated {pipeline.EVENTS} events into {uri} topic 'events' in "
                   f"{time.monotonic() - t:.1f} s")
             t = time.monotonic()
-            query = pipeline.run_transform(spark, uri, checkpoint, spark_options, count)
+            query = pipeline.run_transform(spark, uri, checkpoint, spark_options)
             batches = (query.lastProgress or {}).get("batchId", -1) + 1
             print(f"streamed events -> purchases in {batches} micro-batches "
                   f"({time.monotonic() - t:.1f} s)")

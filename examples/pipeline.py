@@ -1,6 +1,6 @@
 """seglog's main example: an exactly-once Spark pipeline on an embedded log dir.
 
-    python3 run.py example      # or: python examples/pipeline.py [--work-dir DIR] [--events N]
+    python3 run.py example            # or: python examples/pipeline.py [--work-dir DIR]
 
 1. generates shop events (views, carts, purchases) and writes them to the topic
    ``events`` with the seglog sink (``df.write.format("seglog")``), keyed by user, so each
@@ -45,11 +45,10 @@ def spark_session():
     return spark
 
 
-def generate_events(spark, logs: str, options: dict[str, str] | None = None,
-                    count: int = EVENTS) -> int:
-    """Write ``count`` shop events to the topic ``events`` (4 partitions, lz4).
-    ``options``: more sink options (the bucket example's ``storage.*``)."""
-    events = spark.range(0, count, numPartitions=4).selectExpr(
+def generate_events(spark, logs: str, options: dict[str, str] | None = None) -> int:
+    """Write EVENTS shop events to the topic ``events`` (4 partitions, lz4). ``options``:
+    more sink options (the bucket example's ``storage.*``)."""
+    events = spark.range(0, EVENTS, numPartitions=4).selectExpr(
         f"concat('user-', cast(pmod(id * 7919, {USERS}) AS string)) AS user",
         "CASE WHEN id % 10 = 0 THEN 'purchase' WHEN id % 3 = 0 THEN 'cart' "
         "ELSE 'view' END AS kind",
@@ -67,23 +66,14 @@ def generate_events(spark, logs: str, options: dict[str, str] | None = None,
     return events.filter("kind = 'purchase'").count()
 
 
-def per_trigger(count: int) -> int:
-    """The micro-batch cap for ``count`` events: 3/8 of them (15 000 of 40 000), so
-    the transform runs in 3 micro-batches whatever the count."""
-    return -(-count * 3 // 8)
-
-
-def run_transform(spark, logs: str, checkpoint: str, options: dict[str, str] | None = None,
-                  count: int = EVENTS):
-    """events → purchases, exactly once, as 3 micro-batches (``per_trigger(count)``
-    records at most each; ``count``: the events generated)."""
+def run_transform(spark, logs: str, checkpoint: str, options: dict[str, str] | None = None):
+    """events → purchases, exactly once, as micro-batches of at most 15 000 records."""
     from pyspark.sql import functions as F
 
     schema = "id long, kind string, sku string, cents int"
     events = (spark.readStream.format("seglog").option("path", logs)
               .option("subscribe", "events").option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(per_trigger(count)))
-              .options(**(options or {})).load())
+              .option("maxOffsetsPerTrigger", "15000").options(**(options or {})).load())
     purchases = (events
                  .select(F.col("key"), F.col("timestamp"),
                          F.from_json(F.col("value").cast("string"), schema).alias("e"))
@@ -130,34 +120,29 @@ def summarize(spark, logs: str, expected: int, options: dict[str, str] | None = 
 
 
 def clean_work_dir(argv: list[str] | None, *, description: str, default: str,
-                   holds: str) -> tuple[Path, int]:
-    """The ``--work-dir`` given in ``argv`` (``default`` otherwise), resolved and emptied
-    (each run of an example starts from nothing), and the ``--events`` to generate."""
+                   holds: str) -> Path:
+    """The ``--work-dir`` given in ``argv`` (``default`` otherwise), resolved and emptied:
+    each run of an example starts from nothing."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--work-dir", default=default, help=f"where {holds} (cleaned first)")
-    parser.add_argument("--events", type=int, default=EVENTS,
-                        help=f"how many shop events to generate (default {EVENTS})")
-    args = parser.parse_args(argv)
-    if args.events < 10:
-        parser.error(f"--events must be at least 10 (one purchase), got {args.events}")
-    work = Path(args.work_dir).resolve()
+    work = Path(parser.parse_args(argv).work_dir).resolve()
     shutil.rmtree(work, ignore_errors=True)
-    return work, args.events
+    return work
 
 
 def main(argv: list[str] | None = None) -> int:
-    work, count = clean_work_dir(argv, description=__doc__.splitlines()[0],
-                                 default="work-data", holds="the log dir and checkpoint go")
+    work = clean_work_dir(argv, description=__doc__.splitlines()[0], default="work-data",
+                          holds="the log dir and checkpoint go")
     logs, checkpoint = str(work / "logs"), str(work / "checkpoints" / "purchases")
 
     started = time.monotonic()
     spark = spark_session()
     try:
         t = time.monotonic()
-        expected = generate_events(spark, logs, count=count)
-        print(f"generated {count} events into topic 'events' in {time.monotonic() - t:.1f} s")
+        expected = generate_events(spark, logs)
+        print(f"generated {EVENTS} events into topic 'events' in {time.monotonic() - t:.1f} s")
         t = time.monotonic()
-        query = run_transform(spark, logs, checkpoint, count=count)
+        query = run_transform(spark, logs, checkpoint)
         batches = (query.lastProgress or {}).get("batchId", -1) + 1
         print(f"streamed events -> purchases in {batches} micro-batches "
               f"({time.monotonic() - t:.1f} s, checkpoint {checkpoint})")
