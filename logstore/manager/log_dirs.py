@@ -141,6 +141,9 @@ class Partition(Generic[LogT]):
     # on first use (``partition_table.topic_id_of``), when ``topic_id_read`` is set
     topic_id: str | None = None
     topic_id_read: bool = False
+    # the directory's mtime when its topic id was read or last found unchanged (a
+    # reader's re-listing reads the id again only when the directory changed since)
+    id_confirmed_mtime_ns: int | None = None
 
     @property
     def tp(self) -> TopicPartition:

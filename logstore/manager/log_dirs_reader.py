@@ -145,7 +145,8 @@ class LogDirsReader(PartitionTable[LogReader]):
                 for p in list_log_dir(ld, read_only=True, warn=False)[0]:
                     seen.add(p.tp)
                     known = self._partitions.setdefault(p.tp, p)
-                    if known is not p and known.inode != p.inode:
+                    if known is not p and (known.inode != p.inode
+                                           or self._replaced_in_place(known)):
                         # Another directory under the same name: the topic was deleted
                         # and re-created. Its entry (log, topic id, config) is the old
                         # topic's and must not answer for the new one.
@@ -170,6 +171,30 @@ class LogDirsReader(PartitionTable[LogReader]):
             if old.log is not None:
                 old.log.close()
                 old.log = None
+
+    @staticmethod
+    def _replaced_in_place(p: Partition[LogReader]) -> bool:
+        """Whether ``p``'s directory now holds another topic id than the one its entry
+        read, under the same inode number: deleted, collected and re-created between two
+        listings, the new directory got the old one's inode back (ext4 reuses them at
+        once). The id is read again only when the directory's mtime is not the one it
+        had when the id was last read or confirmed, so an unchanged partition costs one
+        stat per listing. Limit: a re-created directory whose mtime is exactly the old
+        one's (all within one tick of the kernel clock) is left to ``reload_partition``
+        (a task whose plan names another id)."""
+        if not p.topic_id_read or p.topic_id is None:
+            return False  # no id to compare: ``reload_partition`` looks for an added one
+        try:
+            mtime = LOCAL.stat(p.dir).st_mtime_ns
+        except FileNotFoundError:
+            return False  # gone since the listing: the next one drops it
+        if mtime == p.id_confirmed_mtime_ns:
+            return False
+        on_disk = read_topic_id(p.dir)
+        if on_disk is not None and on_disk != p.topic_id:
+            return True
+        p.id_confirmed_mtime_ns = mtime
+        return False
 
     def reload_partition(self, topic: str, partition: int) -> None:
         """Look at the partition's directory again whatever its log dir's mtime says: a

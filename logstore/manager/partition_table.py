@@ -53,7 +53,9 @@ class PartitionTable(Generic[LogT]):
         self.default_topic_config = LogConfig.of(default_topic_config)
         self._lock = threading.RLock()  # guards _partitions, _topic_configs
         self._partitions: dict[TopicPartition, Partition[LogT]] = {}
-        self._topic_configs: dict[str, LogConfig] = {}
+        # topic -> (the topic id its config was read with, the config): a config read
+        # under another id is a deleted topic's (re-created since under the same name)
+        self._topic_configs: dict[str, tuple[str | None, LogConfig]] = {}
         # clamped by the last high_watermarks(): tp -> (checkpoint, published HW, log end)
         self._beyond_log_end: dict[TopicPartition, tuple[Path, int, int]] = {}
         self.log_dirs: list[LogDir] = []
@@ -233,11 +235,12 @@ class PartitionTable(Generic[LogT]):
         entry names one directory: the one its id, and its log once loaded, were read
         from (called under ``p.lock``). UnknownTopicOrPartitionError if it vanished."""
         while True:
-            before = inode_of(p)
+            before = dir_stat(p)
             topic_id = read_topic_id(p.dir)
-            if inode_of(p) == before:  # not replaced while it was read
+            if inode_of(p) == before.st_ino:  # not replaced while it was read
                 break
-        p.inode, p.topic_id, p.topic_id_read = before, topic_id, True
+        p.inode, p.topic_id, p.topic_id_read = before.st_ino, topic_id, True
+        p.id_confirmed_mtime_ns = before.st_mtime_ns
 
     # -- topic configs ------------------------------------------------------------------
 
@@ -256,13 +259,16 @@ class PartitionTable(Generic[LogT]):
             self._topic_configs.pop(topic, None)
 
     def config_of(self, p: Partition[LogT]) -> LogConfig:
-        """``p``'s topic config, read from its directory once per topic."""
+        """``p``'s topic config, read from its directory once per topic id: a config
+        cached under another id than ``p``'s is the deleted topic's, read again."""
+        topic_id = self._topic_id(p)
         with self._lock:
-            config = self._topic_configs.get(p.topic)
-        if config is None:
-            config = load_topic_config(p.dir, self.default_topic_config)
-            with self._lock:
-                self._topic_configs.setdefault(p.topic, config)
+            cached = self._topic_configs.get(p.topic)
+        if cached is not None and cached[0] == topic_id:
+            return cached[1]
+        config = load_topic_config(p.dir, self.default_topic_config)
+        with self._lock:
+            self._topic_configs[p.topic] = (topic_id, config)
         return config
 
     # -- the published offsets' rules ---------------------------------------------------
@@ -320,8 +326,13 @@ class PartitionTable(Generic[LogT]):
 
 def inode_of(p: Partition[LogT]) -> int:
     """``p``'s directory's inode now; UnknownTopicOrPartitionError if it is gone."""
+    return dir_stat(p).st_ino
+
+
+def dir_stat(p: Partition[LogT]) -> os.stat_result:
+    """``p``'s directory's stat now; UnknownTopicOrPartitionError if it is gone."""
     try:
-        return LOCAL.stat(p.dir).st_ino
+        return LOCAL.stat(p.dir)
     except FileNotFoundError:
         raise UnknownTopicOrPartitionError(
             f"partition directory {p.dir} no longer exists") from None
