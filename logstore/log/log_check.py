@@ -57,7 +57,7 @@ from .log_check_target import CheckTarget
 from .offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from .offset_continuity import OffsetPolicy, offset_policy
 from .partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
-from .partition_scan import scan_partition
+from .partition_scan import published_high_watermark, scan_partition
 
 # check runs on a writer or a reader; both call it, so it names neither (no cycle)
 Manager: TypeAlias = CheckTarget
@@ -310,7 +310,9 @@ def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[P
         )
     except SeglogError as e:
         return [Problem("unloadable", p.dir, f"cannot load {p.dir}: {e}", False)]
-    hw = mgr.high_watermarks().get((topic, n), 0)
+    # The stricter of what this manager holds and what was published: batches a reader
+    # was once told it may read must still be there (a reader's own is clamped to them).
+    hw = max(mgr.high_watermarks().get((topic, n), 0), published_high_watermark(p.dir) or 0)
     findings = list(scan_partition(p.dir, high_watermark=hw, policy=policy))
     cut = min((f.truncate_at for f in findings if f.truncate_at is not None), default=None)
     out = [

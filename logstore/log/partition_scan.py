@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CorruptIndexError, CorruptRecordError, MissingDataError
+from ..errors import CorruptIndexError, CorruptRecordError, MissingDataError, SeglogError
 from ..index.index_check import (
     IndexEntries,
     SegmentBatches,
@@ -58,12 +58,15 @@ from ..index.txn_index import TransactionIndex
 from ..records.record_format import BatchHeader, verify_all
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
     index_file,
     log_file,
+    parse_partition_dir_name,
     time_index_file,
     txn_index_file,
 )
 from ..storage.storage import LOCAL
+from .checkpoint_file import OffsetCheckpointFile
 from .log_loader import list_segment_bases
 from .offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
 
@@ -106,6 +109,20 @@ class ScanTotals:
     segments: int = 0
     batches: int = 0
     log_end_offset: int = 0
+
+
+def published_high_watermark(dir_: Path) -> int | None:
+    """The partition's entry in its log dir's ``replication-offset-checkpoint``, if
+    readable (a damaged one is reported by the log dir's own check): what readers were
+    told they may read, so the batches must reach it."""
+    parsed = parse_partition_dir_name(dir_.name)
+    path = dir_.parent / HIGH_WATERMARK_CHECKPOINT
+    if parsed is None or not LOCAL.exists(path):
+        return None
+    try:
+        return OffsetCheckpointFile(path).read().get(parsed)
+    except SeglogError:
+        return None
 
 
 def _finding(
@@ -346,24 +363,36 @@ def _index_findings(dir_: Path, base: int, batches: SegmentBatches) -> Iterator[
 
 
 def offset_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
-    """Why entries of an ``.index`` would mislead a lookup (``index_check``'s rule) and
-    its torn bytes; each message is about ``path`` (also ``seglog dump-log``'s)."""
-    entries = read_offset_index(path, base)
+    """``offset_index_messages`` of the ``.index`` file ``path`` (also ``seglog
+    dump-log``'s)."""
+    return offset_index_messages(read_offset_index(path, base), batches)
+
+
+def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
+    """``time_index_messages`` of the ``.timeindex`` file ``path``, with lookups through
+    the ``.index`` beside it (also ``seglog dump-log``'s)."""
+    offsets = index_file(path.parent, base)
+    offset_entries = read_offset_index(offsets, base) if LOCAL.exists(offsets) else None
+    return time_index_messages(read_time_index(path, base), offset_entries, batches)
+
+
+def offset_index_messages(entries: IndexEntries, batches: SegmentBatches) -> list[str]:
+    """Why entries of an offset index would mislead a lookup (``index_check``'s rule),
+    and its torn bytes: the first ``VIOLATIONS_LISTED``, then a count (a local file's or
+    a bucket's index object)."""
     return _torn(entries) + _violation_messages(
         *offset_index_violations(entries, batches, limit=VIOLATIONS_LISTED)
     )
 
 
-def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
-    """Why entries of a ``.timeindex`` would mislead a lookup (``index_check``'s rule),
-    with lookups through the ``.index`` beside it, and its torn bytes; each message is
-    about ``path`` (also ``seglog dump-log``'s). An ``.index`` that misleads lookups is
-    not held against this file: a reader refuses its entries and scans the segment from
-    its start (``index_check.entry_usable_for_lookup``), so the rule is applied as
-    without one."""
-    entries = read_time_index(path, base)
-    offsets = index_file(path.parent, base)
-    offset_entries = read_offset_index(offsets, base) if LOCAL.exists(offsets) else None
+def time_index_messages(
+    entries: IndexEntries, offset_entries: IndexEntries | None, batches: SegmentBatches
+) -> list[str]:
+    """Why entries of a time index would mislead a lookup (``index_check``'s rule) with
+    lookups through ``offset_entries`` (None: no offset index), and its torn bytes. An
+    offset index that misleads lookups is not held against the time index: a reader
+    refuses its entries and scans the segment from its start
+    (``index_check.entry_usable_for_lookup``), so the rule is applied as without one."""
     if offset_entries is not None and offset_index_violations(offset_entries, batches, 0)[1]:
         offset_entries = None
     return _torn(entries) + _violation_messages(

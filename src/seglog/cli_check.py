@@ -29,9 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from seglog.logstore.errors import LogDirError, SeglogError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.log.partition_scan import ScanTotals, scan_partition
+from seglog.logstore.errors import LogDirError
+from seglog.logstore.log.partition_scan import (
+    ScanTotals,
+    published_high_watermark,
+    scan_partition,
+)
 from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -39,7 +42,6 @@ from seglog.logstore.storage.file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     LOG_SUFFIX,
     RECOVERY_POINT_CHECKPOINT,
-    parse_partition_dir_name,
 )
 from seglog.logstore.storage.object_store_config import is_object_uri
 
@@ -60,7 +62,7 @@ def check_partition_dir(
     totals = ScanTotals()
     problems = notes = 0
     for f in scan_partition(
-        dir_, high_watermark=_high_watermark(dir_), totals=totals, progress=progress
+        dir_, high_watermark=published_high_watermark(dir_), totals=totals, progress=progress
     ):
         if f.note:
             report.note(f.file, f.message)
@@ -72,19 +74,6 @@ def check_partition_dir(
         dir_, totals.segments, totals.batches, totals.log_end_offset, problems, notes
     )
     return problems
-
-
-def _high_watermark(dir_: Path) -> int | None:
-    """The partition's entry in its log dir's high-watermark checkpoint, if readable (a
-    damaged one is reported by the log dir's own check)."""
-    parsed = parse_partition_dir_name(dir_.name)
-    path = dir_.parent / HIGH_WATERMARK_CHECKPOINT
-    if parsed is None or not path.exists():
-        return None
-    try:
-        return OffsetCheckpointFile(path).read().get(parsed)
-    except SeglogError:
-        return None
 
 
 _STATE_FILES = (
