@@ -105,9 +105,9 @@ def check_bucket(
             batches += len(seg.headers)
             if progress is not None:
                 progress(entry.size, total)
-            # A segment wholly below the log start waits for retention: nothing reads it.
-            below_start = entry.next_offset <= ps.log_start_offset
-            for h in () if below_start else seg.headers:
+            for h in seg.headers:
+                if h.last_offset < ps.log_start_offset:
+                    continue  # waits for retention (DeleteRecords): nothing reads it
                 problem = check.problem(h)
                 if problem:
                     findings.append(

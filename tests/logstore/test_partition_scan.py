@@ -4,10 +4,12 @@ partition gives the same findings through ``seglog check`` and through
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
 import struct
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.cli import main as seglog_main
+from seglog.logstore.bucket.bucket_check import check_bucket
 from seglog.logstore.log import partition_scan
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_format import iter_batch_headers
@@ -183,3 +186,32 @@ def test_a_misleading_offset_index_is_not_blamed_on_the_time_index(log_dir: Path
     assert "would start past their batch" in found[0].message
     code, cli, text = cli_findings(log_dir)
     assert code == 1 and [file for file, _, _ in cli] == [str(index)], text
+
+
+def test_a_bucket_checks_offsets_from_its_log_start_by_the_same_rules() -> None:
+    """``bucket_check`` applies ``ContinuityCheck`` from the log start: a segment wholly
+    below it (DeleteRecords, before retention removes it) is read and CRC-checked but is
+    no offset problem; a segment that repeats offsets already read is one."""
+    import pyarrow as pa
+
+    from seglog.logstore.bucket.bucket_state import PartitionState
+    from seglog.logstore.records.record_codec import encode_batches
+
+    uri = f"memory://partition-scan-{uuid.uuid4().hex}"
+    with LogManager(uri) as mgr:
+        mgr.create_topic("t", 1)
+        for i in range(3):
+            values = pa.array([b"v%d" % (10 * i + k) for k in range(10)])
+            mgr.append("t", 0, encode_batches(values, max_batch_bytes=100))
+        mgr.delete_records("t", 0, 15)
+        findings, _ = mgr.check_objects()
+        assert [f for f in findings if f.problem] == []
+        # the state as a commit that listed segment [10, 20) twice would leave it
+        ps = mgr.state.partition("t", 0)
+        first, second, third = ps.segments
+        twice = PartitionState((first, second, second, third), ps.log_start_offset)
+        state = dataclasses.replace(mgr.state, partitions={"t-0": twice})
+        found, _ = check_bucket(mgr.storage, state, {"t": mgr.topic_config("t")})
+    problems = [f for f in found if f.problem]
+    assert problems and all("/t-0/" in f.where for f in problems), problems
+    assert any("not above the previous batch's last offset" in f.message for f in problems)
