@@ -10,15 +10,18 @@ file, unfinished partition directories; ``log_dirs.is_interrupted_write``: anoth
 ``replication-offset-checkpoint`` does not list is a note (``Problem.note``): it has
 published nothing, which is what every reader then sees. Per partition: the topic config
 file exists, parses, and agrees with the topic's other partitions. With ``deep=True``
-every segment is read: batch sizes, CRCs, the offset rules readers apply
-(``offset_continuity``; kind ``bad-batch`` for wrong bytes, ``missing-data`` for a deleted
-or short segment, up to the high watermark), and both indexes by Kafka's lookup rule
-(``index_check``: no entry may send a lookup past what it looks for).
+every segment is read by ``partition_scan`` (the one deep check, also ``seglog check``'s):
+batch sizes, CRCs, the offset rules readers apply (``offset_continuity``; kind
+``bad-batch`` for wrong bytes, ``missing-data`` for a deleted or short segment, up to the
+high watermark), partial batches by Kafka's recovery rule, each ``.txnindex``, and both
+indexes by Kafka's lookup rule (``index_check``: no entry may send a lookup past what it
+looks for).
 
 ``fix=True`` (writer only) rewrites checkpoints from the logs' own state, removes
 leftovers, rewrites missing or disagreeing topic configs from the lowest partition, and
-for a bad batch truncates the log before it (what crash recovery would do; the data
-after it is lost); missing data has nothing to cut and stays reported. A damaged
+for a bad batch truncates the log before the first one (what crash recovery would do;
+the data after it is lost); missing data, indexes and ``.txnindex`` have nothing to cut
+and stay reported (a writer's recovery rebuilds the indexes). A damaged
 high-watermark or log-start-offset checkpoint keeps a LogManager from opening at all:
 ``log_manager.check_log_dirs(dirs, fix=True)`` (``seglog check --fix``) opens a writer with
 ``repair=True``, which rebuilds them from the recovered logs (see ``log_manager``), then
@@ -37,31 +40,19 @@ from ..errors import (
     ConfigError,
     CorruptCheckpointError,
     CorruptPartitionMetadataError,
-    CorruptRecordError,
     KafkaStorageError,
-    MissingDataError,
     SeglogError,
 )
-from ..index.index_check import (
-    SegmentBatches,
-    offset_index_violations,
-    read_offset_index,
-    read_time_index,
-    time_index_violations,
-)
 from ..log.checkpoint_file import OffsetCheckpointFile
-from ..log.log_loader import list_segment_bases
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
-from ..log.offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
+from ..log.offset_continuity import OffsetPolicy, offset_policy
 from ..log.partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
-from ..records.record_format import TopicPartition, verify_all
+from ..log.partition_scan import published_high_watermark, scan_partition
+from ..records.record_format import TopicPartition
 from ..storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,
-    INDEX_SUFFIX,
     MAINTENANCE_CHECKPOINT,
-    TIME_INDEX_SUFFIX,
-    log_file,
 )
 from ..storage.storage import LOCAL
 from ..util.scheduler import last_runs_file
@@ -126,21 +117,37 @@ def _check_dir(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
             out += _unpublished(mgr, path, parts, entries)
         for tp, offset in sorted(entries.items()):
             if tp not in parts:
-                out.append(Problem("stale-checkpoint-entry", path,
-                                   f"{path} lists {tp[0]}-{tp[1]}, which is not in {ld.path}",
-                                   fix))
+                out.append(
+                    Problem(
+                        "stale-checkpoint-entry",
+                        path,
+                        f"{path} lists {tp[0]}-{tp[1]}, which is not in {ld.path}",
+                        fix,
+                    )
+                )
                 rewrite = True
                 continue
             end = _log_end(mgr, parts[tp])
             if end is not None and offset > end:
-                out.append(Problem("checkpoint-beyond-log-end", path,
-                                   f"{path} says {offset} for {tp[0]}-{tp[1]}, whose log "
-                                   f"ends at {end}", fix))
+                out.append(
+                    Problem(
+                        "checkpoint-beyond-log-end",
+                        path,
+                        f"{path} says {offset} for {tp[0]}-{tp[1]}, whose log ends at {end}",
+                        fix,
+                    )
+                )
                 rewrite = True
     for entry in LOCAL.scan_dir(ld.path):
         if is_interrupted_write(entry.name, entry.is_dir):
-            out.append(Problem("leftover", Path(entry.path),
-                               f"{entry.path} is left over from an interrupted write", fix))
+            out.append(
+                Problem(
+                    "leftover",
+                    Path(entry.path),
+                    f"{entry.path} is left over from an interrupted write",
+                    fix,
+                )
+            )
             if fix:
                 if entry.is_dir:
                     LOCAL.rmtree(entry.path)
@@ -153,8 +160,12 @@ def _check_dir(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
     return out
 
 
-def _unpublished(mgr: Manager, path: Path, parts: dict[TopicPartition, Partition[Any]],
-                 entries: dict[TopicPartition, int]) -> list[Problem]:
+def _unpublished(
+    mgr: Manager,
+    path: Path,
+    parts: dict[TopicPartition, Partition[Any]],
+    entries: dict[TopicPartition, int],
+) -> list[Problem]:
     """Notes for the partitions holding records above what ``path`` publishes (a crash's
     unpublished tail, or a partition not listed at all): what readers see."""
     out = []
@@ -166,12 +177,16 @@ def _unpublished(mgr: Manager, path: Path, parts: dict[TopicPartition, Partition
         published = max(entries.get(tp, start), start)
         if published >= end:
             continue
-        what = ("does not list" if tp not in entries
-                else f"publishes offsets up to {published} of")
-        out.append(Problem(
-            "unpublished-records", path,
-            f"{path} {what} {tp[0]}-{tp[1]}: readers see none of its offsets "
-            f"[{published}, {end}) until a writer appends to it", note=True))
+        what = "does not list" if tp not in entries else f"publishes offsets up to {published} of"
+        out.append(
+            Problem(
+                "unpublished-records",
+                path,
+                f"{path} {what} {tp[0]}-{tp[1]}: readers see none of its offsets "
+                f"[{published}, {end}) until a writer appends to it",
+                note=True,
+            )
+        )
     return out
 
 
@@ -180,10 +195,17 @@ def _check_state_files(mgr: Manager, ld: LogDir, fix: bool) -> list[Problem]:
     (the cleaner re-cleans from the log start; every maintenance task becomes due)."""
     out = []
     for name, read, consequence in (
-            (CLEANER_OFFSET_CHECKPOINT, lambda p: OffsetCheckpointFile(p).read(),
-             "the cleaner re-cleans every compacted partition of the dir from its log start"),
-            (MAINTENANCE_CHECKPOINT, lambda p: last_runs_file(p.parent).read(),
-             "every maintenance task is due")):
+        (
+            CLEANER_OFFSET_CHECKPOINT,
+            lambda p: OffsetCheckpointFile(p).read(),
+            "the cleaner re-cleans every compacted partition of the dir from its log start",
+        ),
+        (
+            MAINTENANCE_CHECKPOINT,
+            lambda p: last_runs_file(p.parent).read(),
+            "every maintenance task is due",
+        ),
+    ):
         path = ld.path / name
         if not LOCAL.lexists(path):
             continue  # both are optional: written after the first cleaning or task run
@@ -227,9 +249,13 @@ def _check_topic_configs(mgr: Manager, topic: str, fix: bool) -> list[Problem]:
         c = configs.get(p.partition)
         if not corrupt and c == reference:
             continue
-        what = (f"has an unreadable topic config ({errors[p.partition]})" if corrupt else
-                "has no topic config file" if c is None
-                else "has a topic config that differs from the topic's other partitions")
+        what = (
+            f"has an unreadable topic config ({errors[p.partition]})"
+            if corrupt
+            else "has no topic config file"
+            if c is None
+            else "has a topic config that differs from the topic's other partitions"
+        )
         # Never a default in place of a damaged config: a compacted topic rewritten with
         # the default cleanup.policy=delete would lose data to retention.
         fixable = fix and reference is not None
@@ -259,106 +285,41 @@ def _check_topic_ids(mgr: Manager, topic: str) -> list[Problem]:
         if topic_id is not None:
             ids.setdefault(topic_id, []).append(n)
     if len(ids) > 1:
-        out.append(Problem("topic-id", mgr.partition(topic, mgr.partitions(topic)[0]).dir,
-                           topic_ids_differ(topic, ids), False))
+        out.append(
+            Problem(
+                "topic-id",
+                mgr.partition(topic, mgr.partitions(topic)[0]).dir,
+                topic_ids_differ(topic, ids),
+                False,
+            )
+        )
     return out
 
 
 def _check_partition_data(mgr: Manager, topic: str, n: int, fix: bool) -> list[Problem]:
-    """Every batch of the partition against ``offset_continuity``'s rules (as readers
-    apply them, up to the high watermark) and its CRC, then the segment's indexes."""
+    """The partition's data by ``partition_scan`` (every batch, offsets up to the high
+    watermark, ``.txnindex``, indexes); with ``fix``, the log is cut before the first
+    finding a cut repairs, as crash recovery would cut it."""
     p = mgr.partition(topic, n)
     try:
         log = mgr.get_log(topic, n)
-        contiguous = log.offsets_contiguous
+        policy = (
+            OffsetPolicy.CONTIGUOUS
+            if log.offsets_contiguous
+            else offset_policy(p.dir, compact=log.config.compact)
+        )
     except SeglogError as e:
         return [Problem("unloadable", p.dir, f"cannot load {p.dir}: {e}", False)]
-    hw = mgr.high_watermarks().get((topic, n), 0)
-    bases = list_segment_bases(p.dir)
-    out: list[Problem] = []
-    unknown = offset_policy(p.dir, compact=log.config.compact) is OffsetPolicy.UNKNOWN
-    check = ContinuityCheck(f"{topic}-{n}", contiguous=contiguous,
-                            expected=bases[0] if bases else 0, note_gaps=unknown)
-    bad_offset = None
-    for i, base in enumerate(bases):
-        path = log_file(p.dir, base)
-        next_base = bases[i + 1] if i + 1 < len(bases) else None
-        try:
-            check.enter(path, base, next_base)
-        except MissingDataError as e:
-            out.append(Problem("missing-data", path, str(e), False))
-            check.expected = e.end  # nothing to cut: check on from there
-            check.enter(path, base, next_base)
-        found, bad_offset = _scan_segment(path, base, check)
-        out += [Problem(kind, where, msg, fix and bad_offset is not None)
-                for kind, where, msg in found]
-        if bad_offset is not None:
-            break
-    else:
-        try:
-            check.finish(hw, hw)
-        except MissingDataError as e:
-            out.append(Problem("missing-data", p.dir, str(e), False))
-        except CorruptRecordError as e:
-            out.append(Problem("bad-batch", p.dir, str(e), fix))
-            bad_offset = check.expected
-    gaps = check.gap_note()
-    if gaps is not None:
-        out.append(Problem("offset-gaps", p.dir, gaps, note=True))
-    if fix and bad_offset is not None:
-        mgr.truncate_log(topic, n, bad_offset)
-        logger.warning("check: truncated %s to offset %d", p.dir, bad_offset)
+    # The stricter of what this manager holds and what was published: batches a reader
+    # was once told it may read must still be there (a reader's own is clamped to them).
+    hw = max(mgr.high_watermarks().get((topic, n), 0), published_high_watermark(p.dir) or 0)
+    findings = list(scan_partition(p.dir, high_watermark=hw, policy=policy))
+    cut = min((f.truncate_at for f in findings if f.truncate_at is not None), default=None)
+    out = [
+        Problem(f.kind, f.file, f.text, fix and f.truncate_at is not None, f.note) for f in findings
+    ]
+    if fix and cut is not None:
+        mgr.truncate_log(topic, n, cut)
+        logger.warning("check: truncated %s to offset %d", p.dir, cut)
         mgr.write_checkpoints(p.log_dir)  # nothing may point past the new end
     return out
-
-
-def _scan_segment(path: Path, base: int, check: ContinuityCheck
-                  ) -> tuple[list[tuple[str, Path, str]], int | None]:
-    """Problems of one segment as (kind, file, message), and the first untrustworthy
-    offset (None when the batches are good: the log needs no cut)."""
-    with LOCAL.open_file(path, "read") as f:
-        size = f.size
-        if not size:
-            return [], None
-        buf = f.map(size, writable=False)
-    headers = []
-    end = 0
-    try:
-        for v in verify_all(buf, segment_base=base):
-            if v.partial:
-                break  # judged by segment_end: only the active segment may end in one
-            if not v.valid or v.header is None:
-                raise CorruptRecordError(v.reason)
-            h = v.header
-            check.batch(h)  # moves check.expected past h: only once h is known good
-            headers.append(h)
-            end = h.end_position
-        check.segment_end(end, size)
-    except CorruptRecordError as e:
-        return [("bad-batch", path, f"{path}: {e}")], check.expected
-    finally:
-        buf.close()
-    index_problems = _index_problems(path, base, SegmentBatches.from_headers(headers))
-    return [(kind, path, msg) for kind, msg, _ in index_problems], None
-
-
-def _index_problems(path: Path, base: int, batches: SegmentBatches
-                    ) -> list[tuple[str, str, int | None]]:
-    """Entries of the segment's indexes that would mislead a lookup (``index_check``'s
-    rule, as ``seglog check`` applies it); a missing index is no problem (rebuilt)."""
-    found: list[tuple[str, str, int | None]] = []
-    index, time_index = path.with_suffix(INDEX_SUFFIX), path.with_suffix(TIME_INDEX_SUFFIX)
-    offsets = read_offset_index(index, base) if LOCAL.exists(index) else None
-    if offsets is not None:
-        bad, total = offset_index_violations(offsets, batches, limit=1)
-        if total:
-            found.append(("bad-index-entry", f"{index}: {bad[0].message} ({total} such "
-                          "entries)", None))
-            return found  # time lookups go through the offset index: not checked
-    if LOCAL.exists(time_index):
-        bad, total = time_index_violations(read_time_index(time_index, base), offsets,
-                                           batches, limit=1)
-        if total:
-            found.append(("bad-index-entry", f"{time_index}: {bad[0].message} ({total} "
-                          "such entries)", None))
-    return found

@@ -20,19 +20,15 @@ import os
 from pathlib import Path, PurePath
 from typing import Any, TextIO
 
-import numpy as np
-
 from seglog.logstore.errors import ConfigError, CorruptRecordError, SeglogError
 from seglog.logstore.index.index_check import (
     SegmentBatches,
-    Violation,
     kafka_dump_log_offset_mismatches,
     kafka_dump_log_time_mismatches,
-    offset_index_violations,
     read_offset_index,
     read_time_index,
-    time_index_violations,
 )
+from seglog.logstore.log.partition_scan import offset_index_problems, time_index_problems
 from seglog.logstore.records.record_format import verify_all
 from seglog.logstore.storage.file_names import (
     INDEX_SUFFIX,
@@ -155,37 +151,6 @@ def segment_batches(log_path: Path) -> SegmentBatches | None:
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
-
-
-def _violation_messages(found: list[Violation], total: int) -> list[str]:
-    messages = [v.message for v in found]
-    if total > len(found):
-        messages.append(f"... and {total - len(found)} more entries like these")
-    return messages
-
-
-def offset_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
-    """Why entries of an ``.index`` would mislead a lookup (``index_check``'s rule); each
-    message is about ``path``."""
-    entries = read_offset_index(path, base)
-    messages = (
-        [f"{entries.torn_bytes} bytes after the last whole entry"] if entries.torn_bytes else []
-    )
-    return messages + _violation_messages(*offset_index_violations(entries, batches))
-
-
-def time_index_problems(path: Path, base: int, batches: SegmentBatches) -> list[str]:
-    """Why entries of a ``.timeindex`` would mislead a lookup (``index_check``'s rule),
-    with lookups through the ``.index`` beside it; each message is about ``path``."""
-    entries = read_time_index(path, base)
-    messages = (
-        [f"{entries.torn_bytes} bytes after the last whole entry"] if entries.torn_bytes else []
-    )
-    offsets = index_file(path.parent, base)
-    offset_entries = read_offset_index(offsets, base) if offsets.exists() else None
-    if offset_entries is not None and np.any(np.diff(offset_entries.keys) <= 0):
-        return messages + [f"not checked: {offsets.name} is not sorted by offset"]
-    return messages + _violation_messages(*time_index_violations(entries, offset_entries, batches))
 
 
 def _batches_beside(path: Path, base: int, report: DumpReporter) -> SegmentBatches | None:
