@@ -75,7 +75,7 @@ from .sink_bucket_staging import (
     stage_rows,
     staging_prefix,
 )
-from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_options import SinkOptions, require_creatable
 from .sink_protocol import (
     AssumedTopic,
     CommitResult,
@@ -86,7 +86,7 @@ from .sink_protocol import (
 from .sink_staging import Fragment, StagedTask
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -112,22 +112,12 @@ def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOpt
     return sink_protocol.abort(BucketSinkBackend(options, clock), messages, batch_id)
 
 
-class BucketSinkBackend:
+class BucketSinkBackend(sink_protocol.StagingBackend):
     """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
     tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
 
-    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.options = options
-        self.clock = clock
-
-    @property
-    def location(self) -> str:
-        return redact_uris(self.options.log_dirs)
-
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
-        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
-                          self.clock)
+    def stage_rows(self) -> sink_protocol.StageRows:
+        return stage_rows
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         """Refreshes the process's writer first (one LIST: the commits of other writers

@@ -98,10 +98,8 @@ from seglog.logstore.util.crash_points import CRASH_ENV, crash_point
 
 if TYPE_CHECKING:
     from seglog.logstore.log.log import Log
-from seglog.logstore.storage.object_store_config import redact_uris
 
 if TYPE_CHECKING:
-    import pyarrow as pa
 
     from seglog.logstore.log.log import Log
 
@@ -116,7 +114,7 @@ from .sink_intent import (
 )
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
 from .sink_local_staging import STAGING_TTL_MS, abort_staging, stage_rows, sweep_staging
-from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_options import SinkOptions, require_creatable
 from .sink_protocol import (
     CommitResult,
     PublishedPartition,
@@ -167,22 +165,12 @@ def abort(messages: Iterable[StagedTask | None], batch_id: int, options: SinkOpt
                                sink_ids=sink_ids)
 
 
-class LocalSinkBackend:
+class LocalSinkBackend(sink_protocol.StagingBackend):
     """The sink over local log dirs (``sink_protocol.SinkBackend``): staging files in
     the log dirs (``sink_local_staging``), published by ``LocalPublication``."""
 
-    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.options = options
-        self.clock = clock
-
-    @property
-    def location(self) -> str:
-        return redact_uris(self.options.log_dirs)
-
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
-        return stage_rows(self.options, columns, batches, sink_id, batch_id, task, attempt,
-                          self.clock)
+    def stage_rows(self) -> sink_protocol.StageRows:
+        return stage_rows
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         return remove_files(f.path for m in losers for f in m.fragments)

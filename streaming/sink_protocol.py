@@ -38,11 +38,13 @@ Not thread-safe: one commit at a time per sink (Spark commits micro-batches in o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import CRASH_ENV, CRASH_ONCE_ENV, crash_point
 
 from .errors import SinkCommitError
@@ -50,7 +52,7 @@ from .errors import SinkCommitError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .sink_options import SinkColumns
+    from .sink_options import SinkColumns, SinkOptions
     from .sink_staging import Fragment, StagedTask
 
 logger = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ __all__ = [
     "assumed_topics",
     "crash_point",
     "SinkDestination",
+    "StagingBackend",
     "CRASH_ENV",
     "CRASH_ONCE_ENV",
 ]
@@ -278,6 +281,37 @@ class SinkBackend(Protocol):
     def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]) -> int:
         """Remove a failed batch's staging (of ``tasks`` and of the sinks ``sink_ids``)."""
         ...
+
+
+StageRows = Callable[
+    ["SinkOptions", "SinkColumns", "Iterable[pa.RecordBatch]", str, int, int, int, Clock],
+    "StagedTask",
+]
+"""A backend's task-side staging: ``(options, columns, batches, sink_id, batch_id, task,
+attempt, clock) -> StagedTask``."""
+
+
+class StagingBackend:
+    """What both backends share: their options and clock, where they write (as logs may
+    show it), and a task's staging through the backend's own ``stage_rows``."""
+
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.options = options
+        self.clock = clock
+
+    @property
+    def location(self) -> str:
+        return redact_uris(self.options.log_dirs)
+
+    def stage_rows(self) -> StageRows:
+        """The backend's staging function (``sink_local_staging`` or
+        ``sink_bucket_staging``)."""
+        raise NotImplementedError
+
+    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
+              batch_id: int, task: int, attempt: int) -> StagedTask:
+        return self.stage_rows()(self.options, columns, batches, sink_id, batch_id, task,
+                                 attempt, self.clock)
 
 
 class SinkDestination(Protocol):
