@@ -32,9 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow as pa  # noqa: E402
 
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
 from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile  # noqa: E402
 from seglog.logstore.storage.file_names import (  # noqa: E402
     HIGH_WATERMARK_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,

@@ -89,9 +89,9 @@ from seglog.logstore.errors import (
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log.checkpoint_file import write_atomically
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_format import TopicPartition, iter_batch_headers
+from seglog.logstore.storage.checkpoint_file import write_atomically
 from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import CRASH_ENV, crash_point

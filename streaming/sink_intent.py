@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import UnknownTopicOrPartitionError
-from seglog.logstore.log.checkpoint_file import write_atomically
+from seglog.logstore.storage.checkpoint_file import write_atomically
 from seglog.logstore.storage.storage import LOCAL
 
 from .errors import IntentDamagedError

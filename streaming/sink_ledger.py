@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from seglog.logstore.log.checkpoint_file import write_atomically
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.checkpoint_file import write_atomically
 from seglog.logstore.storage.storage import LOCAL
 
 from .errors import LedgerDamagedError

@@ -101,11 +101,9 @@ ALLOWED_UPWARD = {
     # Known layering debts (issue 24): each is a move of a module that a dozen other
     # modules import. durations is a pure option parser object-store options use;
     # scheduler is the managers' and belongs in manager/ (its TaskRun is log_dirs_api's
-    # type); checkpoint_file is a file format over Storage and belongs in storage/.
+    # type).
     ("storage.object_store_config", "util.durations"): "parse_duration_ms",
     ("util.scheduler", "config.config"): "ManagerConfig of the schedule",
-    ("util.scheduler", "log.checkpoint_file"): "the last-runs checkpoint",
-    ("config.topics", "log.checkpoint_file"): "write_atomically of topic overrides",
 }
 
 

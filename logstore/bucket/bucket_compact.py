@@ -37,9 +37,9 @@ from pathlib import Path
 from ..cleaner.cleaner import Cleaner, CleanerStats
 from ..cleaner.cleaner_manager import LogCleanerManager
 from ..config.config import LogConfig, ManagerConfig
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..log.log_segment import LogSegment
 from ..records.record_format import iter_batch_headers
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from ..storage.storage import LOCAL, Storage
 from ..util.clock import Clock

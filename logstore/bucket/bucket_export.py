@@ -46,9 +46,9 @@ from ..errors import (
     MissingSegmentError,
     SeglogError,
 )
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..log.clean_shutdown import marker_content
 from ..log.partition_metadata import write_partition_metadata
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import CorruptCheckpointError, KafkaStorageError
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..records.record_format import LONG_MAX
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import CLEANER_OFFSET_CHECKPOINT
 from ..util.clock import SYSTEM_CLOCK, Clock
 from .cleanable_log import CleanableLog, cleanable_segments

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, InvalidTopicError
-from ..log.checkpoint_file import write_atomically
+from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import TOPIC_CONFIG_FILE
 from ..storage.storage import read_small_file
 from .config import LogConfig

@@ -45,9 +45,9 @@ from ..errors import (
     ReadOnlyError,
     TopicIdChangedError,
 )
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, parse_partition_dir_name
 from ..storage.storage import LOCAL
-from .checkpoint_file import OffsetCheckpointFile
 from .log_loader import list_segment_bases
 from .log_read import LogReads
 from .log_segment import LogSegment

@@ -40,13 +40,13 @@ from pathlib import Path
 from ..config.config import LogConfig
 from ..errors import CorruptCheckpointError, KafkaStorageError
 from ..records.record_format import TopicPartition
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     HIGH_WATERMARK_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
 )
 from ..storage.storage import LOCAL
-from .checkpoint_file import OffsetCheckpointFile
 from .log_reader import LogReader
 
 logger = logging.getLogger(__name__)

@@ -86,7 +86,7 @@ def offset_policy(partition_dir: PurePath, *, compact: bool | None = None) -> Of
     as unknown too: only the gap checks get weaker; nothing is skipped on it."""
     from ..config.config import LogConfig
     from ..config.topics import read_topic_config
-    from .checkpoint_file import OffsetCheckpointFile
+    from ..storage.checkpoint_file import OffsetCheckpointFile
 
     partition_dir = Path(partition_dir)
     tp = parse_partition_dir_name(partition_dir.name)

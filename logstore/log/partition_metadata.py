@@ -29,9 +29,9 @@ import uuid
 from pathlib import Path
 
 from ..errors import CorruptPartitionMetadataError
+from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import PARTITION_METADATA_FILE
 from ..storage.storage import read_small_file
-from .checkpoint_file import write_atomically
 
 VERSION = 0
 _LINE = re.compile(r"^([a-z_]+):\s+(\S+)\s*$")  # Kafka splits on ":\s+"

@@ -56,6 +56,7 @@ from ..index.index_check import (
 )
 from ..index.txn_index import TransactionIndex
 from ..records.record_format import BatchHeader, verify_all
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,
@@ -66,7 +67,6 @@ from ..storage.file_names import (
     txn_index_file,
 )
 from ..storage.storage import LOCAL
-from .checkpoint_file import OffsetCheckpointFile
 from .log_loader import list_segment_bases
 from .offset_continuity import ContinuityCheck, OffsetPolicy, offset_policy
 

@@ -49,9 +49,9 @@ from pathlib import Path
 from ..errors import CorruptRecordError, SeglogError
 from ..records.control_records import ControlRecord, control_records
 from ..records.record_format import CONTROL_ABORT, CONTROL_COMMIT, BatchHeader, Bytes, crc32c
+from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import SNAPSHOT_SUFFIX, offset_file_name, parse_segment_file_name
 from ..storage.storage import LOCAL, Storage
-from .checkpoint_file import write_atomically
 
 logger = logging.getLogger(__name__)
 

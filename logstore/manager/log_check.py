@@ -43,12 +43,12 @@ from ..errors import (
     KafkaStorageError,
     SeglogError,
 )
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS, read_offset_checkpoint, set_aside
 from ..log.offset_continuity import OffsetPolicy, offset_policy
 from ..log.partition_metadata import partition_metadata_path, read_topic_id, topic_ids_differ
 from ..log.partition_scan import published_high_watermark, scan_partition
 from ..records.record_format import TopicPartition
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import LogDirError
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..records.record_format import TopicPartition
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     CLEANER_OFFSET_CHECKPOINT,

@@ -73,7 +73,6 @@ from ..errors import (
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from ..log.checkpoint_file import write_atomically
 from ..log.clean_shutdown import marker_content, new_token
 from ..log.offset_checkpoints import (
     OFFSET_CHECKPOINTS,
@@ -85,6 +84,7 @@ from ..log.offset_checkpoints import (
 )
 from ..log_dirs_api import LogDirs, LogDirsView
 from ..records.record_format import TopicPartition
+from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,

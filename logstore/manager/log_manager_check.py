@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..log.checkpoint_file import OffsetCheckpointFile
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS
+from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import CLEANER_OFFSET_CHECKPOINT
 from ..util.scheduler import write_shared_last_runs
 from .log_dirs import LogDir

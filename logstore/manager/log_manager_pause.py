@@ -24,9 +24,9 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, KafkaStorageError, LogDirError
-from ..log.checkpoint_file import write_atomically
 from ..log.clean_shutdown import Fingerprint, fingerprint, holds_token, marker_content, new_token
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS
+from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT
 from ..storage.storage import LOCAL
 from .dir_lock import DirLock

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..config.config import ManagerConfig
 from ..errors import CorruptCheckpointError, KafkaStorageError
-from ..log.checkpoint_file import CheckpointFile, CheckpointFormat
+from ..storage.checkpoint_file import CheckpointFile, CheckpointFormat
 from ..storage.file_names import MAINTENANCE_CHECKPOINT
 from .clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
 

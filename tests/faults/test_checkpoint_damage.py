@@ -20,9 +20,9 @@ import pytest
 
 from seglog.cli import main
 from seglog.logstore.errors import CorruptCheckpointError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,

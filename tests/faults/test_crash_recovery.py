@@ -19,8 +19,8 @@ from _log_checks import check_partition_files, read_whole_log
 from power_cut import lose_unflushed_tail
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,

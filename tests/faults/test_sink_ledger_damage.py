@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from seglog.logstore.log.checkpoint_file import OFFSETS, CheckpointFile
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches
 from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.checkpoint_file import OFFSETS, CheckpointFile
 from seglog.streaming.sink_commit import SinkLedger
 from seglog.streaming.sink_staging import batch_id_of, producer_id_of
 

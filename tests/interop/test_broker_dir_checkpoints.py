@@ -11,9 +11,9 @@ import pytest
 from kafka_dirs import BrokerDir, kraft_39_dir, zk_legacy_dir
 
 from seglog.cli import main
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 
 
 def _check(path) -> tuple[int, list[str]]:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seglog.logstore.errors import CorruptCheckpointError, KafkaStorageError
-from seglog.logstore.log.checkpoint_file import (
+from seglog.logstore.storage.checkpoint_file import (
     CheckpointFile,
     CheckpointFormat,
     OffsetCheckpointFile,

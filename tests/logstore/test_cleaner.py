@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from seglog.logstore.cleaner.cleaner import LogCleaner, SegmentSizes, group_segments
 from seglog.logstore.config.config import LogConfig, ManagerConfig
 from seglog.logstore.errors import CorruptRecordError, InvalidRecordError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.log.log import Log
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.records.record_format import DELETE_HORIZON_MASK, iter_batch_headers
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.util.clock import MockClock
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]

@@ -6,9 +6,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
 from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import (
     CLEANER_OFFSET_CHECKPOINT,
     HIGH_WATERMARK_CHECKPOINT,

@@ -22,11 +22,11 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager import log_manager as lm
 from seglog.logstore.manager.log_dirs import STAGING_PREFIX
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_format import iter_batch_headers, verify_crc
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT,

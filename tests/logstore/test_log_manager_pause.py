@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 
 from seglog.logstore.errors import KafkaStorageError, LogDirLockedError
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.dir_lock import DirLock
 from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT
 
 SMALL = {"segment.bytes": "1000", "index.interval.bytes": "256"}

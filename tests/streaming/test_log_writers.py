@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from seglog.logstore.log.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.manager.dir_lock import DirLock
 from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
 from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT
 from seglog.logstore.util.clock import SYSTEM_CLOCK
 from seglog.streaming import log_writers

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from power_cut import lose_unflushed_tail
 
-from seglog.logstore.log.checkpoint_file import OFFSETS, CheckpointFile
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.logstore.storage.checkpoint_file import OFFSETS, CheckpointFile
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_commit import CRASH_ENV, CRASH_STEPS, SinkLedger, commit
 from seglog.streaming.sink_ledger import LedgerState

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from ..errors import CorruptCheckpointError, KafkaStorageError
-from ..storage.storage import LOCAL, Storage
+from .storage import LOCAL, Storage
 
 logger = logging.getLogger(__name__)
 
