@@ -25,10 +25,12 @@ Not thread-safe: one cleaner pass owns one map.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numba
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from llvmlite import ir
 from numba import types
@@ -142,10 +144,10 @@ def map_slot(a, slots):
     return (a & 0x7FFFFFFFFFFFFFFF) % slots
 
 
-@intrinsic
-def prefetch_row(typingctx, table, row):
+def _prefetch_row_typing(typingctx, table, row):
     """Ask the CPU to fetch row ``row`` of a 2-D array into cache; for kernels that
-    probe many slots. Only a hint: no effect on any result."""
+    probe many slots. Only a hint: no effect on any result. (The typing of the
+    ``prefetch_row`` intrinsic.)"""
     sig = types.void(table, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -161,6 +163,13 @@ def prefetch_row(typingctx, table, row):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# Jitted code calls an intrinsic with its operands only (numba supplies the typing
+# context), while numba's stubs type the call as the definition, typing context first:
+# the cast states the signature kernels call.
+prefetch_row = cast("Callable[[npt.NDArray[np.int64], int], None]",
+                    intrinsic(_prefetch_row_typing))
 
 
 @numba.njit(inline="always")

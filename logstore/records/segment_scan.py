@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import logging
 import platform
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -71,9 +74,9 @@ _crc_u64 = _sse42_crc32(64)
 _crc_u8 = _sse42_crc32(8)
 
 
-@intrinsic
-def _load_u64(typingctx, arr, idx):
-    """An unaligned native (little-endian) 8-byte load from a uint8 array."""
+def _load_u64_typing(typingctx, arr, idx):
+    """An unaligned native (little-endian) 8-byte load from a uint8 array: the typing of
+    the ``_load_u64`` intrinsic."""
     sig = types.uint64(arr, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -84,13 +87,18 @@ def _load_u64(typingctx, arr, idx):
     return sig, codegen
 
 
+# Jitted code calls an intrinsic with its operands only (numba supplies the typing
+# context), while numba's stubs type the call as the definition, typing context first:
+# the cast states the signature kernels call.
+_load_u64 = cast("Callable[[npt.NDArray[np.uint8], int], np.uint64]",
+                 intrinsic(_load_u64_typing))
+
+
 @njit(cache=True, nogil=True)
 def _crc_finish(buf, c, j, e):
-    # The call-arg ignores: numba's stubs type an intrinsic's call as its definition,
-    # with the typing context first; jitted code passes only the operands. (The CRC
-    # intrinsics come from a factory, so the checker sees them untyped.)
+    # (The CRC intrinsics come from a factory, so the checker sees them untyped.)
     while j + 8 <= e:
-        c = _crc_u64(c, _load_u64(buf, j))  # type: ignore[call-arg]
+        c = _crc_u64(c, _load_u64(buf, j))
         j += 8
     c32 = np.uint32(c)
     while j < e:
@@ -118,8 +126,8 @@ def batch_crcs(buf, batches, count):
                      batches[g + 3, H_SIZE]) - CRC_START
         c0 = c1 = c2 = c3 = np.uint64(0xFFFFFFFF)
         i = 0
-        while i + 8 <= length:  # ignores: see _crc_finish
-            c0 = _crc_u64(c0, _load_u64(buf, s0 + i))  # type: ignore[call-arg]
+        while i + 8 <= length:
+            c0 = _crc_u64(c0, _load_u64(buf, s0 + i))
             c1 = _crc_u64(c1, _load_u64(buf, s1 + i))
             c2 = _crc_u64(c2, _load_u64(buf, s2 + i))
             c3 = _crc_u64(c3, _load_u64(buf, s3 + i))

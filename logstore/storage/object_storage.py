@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -36,7 +36,7 @@ from obstore.exceptions import (
     UnauthenticatedError,
     UnknownConfigurationKeyError,
 )
-from obstore.store import MemoryStore, from_url
+from obstore.store import MemoryStore, ObjectStore, from_url
 
 from ..errors import (
     BucketNotFoundError,
@@ -144,6 +144,14 @@ class _ObjectRangeReader:
         self.close()
 
 
+# obstore's from_url is overloaded per scheme, each taking its config, client and retry
+# options as TypedDicts; split_options builds plain dicts from the user's strings, which no
+# TypedDict admits statically, and obstore checks every key itself at run time
+# (UnknownConfigurationKeyError, in ObjectStorage). Seen through this wider signature the
+# call's result keeps its type (an ObjectStore), where an ignore would hide every error.
+_from_url: Callable[..., ObjectStore] = from_url
+
+
 class ObjectStorage:
     """A bucket prefix (or a memory store) as a ``Storage``.
 
@@ -165,10 +173,7 @@ class ObjectStorage:
                 self._store: Any = _memory_stores.setdefault(target.bucket, MemoryStore())
             return
         try:
-            # obstore types config per scheme (one TypedDict each) and the client and retry
-            # options as TypedDicts; split_options builds plain dicts, and obstore checks
-            # every key itself (UnknownConfigurationKeyError, below).
-            self._store = from_url(  # type: ignore[call-overload]
+            self._store = _from_url(
                 target.url, config=settings.config or None,
                 client_options=settings.client_options, retry_config=settings.retry_config)
         except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
