@@ -17,9 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(ROOT / ".mypy_cache"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_mypy_reports_no_error() -> None:
@@ -28,13 +40,18 @@ def test_mypy_reports_no_error() -> None:
     assert "Success: no issues found" in run.stdout, run.stdout
     # A configuration that checked nothing would pass too: each layer and the CLI are in.
     checked = set(re.findall(r"Found source: .*module='([\w.]+)'", run.stderr))
-    for module in ("seglog.logstore.manager.log_manager", "seglog.logstore.cleaner.cleaner",
-                   "seglog.streaming.sink_commit", "seglog.datasource.data_source",
-                   "seglog.cli", "pyspark_seglog"):
+    for module in (
+        "seglog.logstore.manager.log_manager",
+        "seglog.logstore.cleaner.cleaner",
+        "seglog.streaming.sink_commit",
+        "seglog.datasource.data_source",
+        "seglog.cli",
+        "pyspark_seglog",
+    ):
         assert module in checked, f"mypy did not check {module}"
 
 
-_LOOSE = '''
+_LOOSE = """
 import json
 
 from seglog.streaming.source_options import TopicPartition
@@ -50,7 +67,7 @@ def leaks(raw: str) -> int:
 
 def offsets() -> list[TopicPartition]:
     return []
-'''
+"""
 
 
 def test_the_checker_is_strict(tmp_path: Path) -> None:
@@ -61,10 +78,11 @@ def test_the_checker_is_strict(tmp_path: Path) -> None:
     run = _mypy(str(loose))
     codes = re.findall(r"loose\.py:\d+: error: .*\[([\w-]+)\]$", run.stdout, re.M)
     assert sorted(codes) == ["attr-defined", "no-any-return", "no-untyped-def", "type-arg"], (
-        run.stdout)
+        run.stdout
+    )
 
 
-_USES = '''
+_USES = """
 from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 from seglog.logstore.manager.log_manager import LogManager
 
@@ -74,7 +92,7 @@ def uses(mgr: LogManager, reader: LogDirsReader) -> None:
     reveal_type(mgr.clean())
     reveal_type(reader.get_log("t", 0))
     reader.get_log("t", 0).truncate_to(0)
-'''
+"""
 
 
 def test_the_manager_api_is_typed(tmp_path: Path) -> None:
@@ -84,13 +102,16 @@ def test_the_manager_api_is_typed(tmp_path: Path) -> None:
     uses.write_text(_USES)
     run = _mypy(str(uses))
     revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
-    assert revealed == ["seglog.logstore.log.log.Log", "seglog.logstore.log.log.AppendInfo",
-                        "seglog.logstore.cleaner.cleaner_stats.CleanerStats | None",
-                        "seglog.logstore.log.log_reader.LogReader"], run.stdout
+    assert revealed == [
+        "seglog.logstore.log.log.Log",
+        "seglog.logstore.log.log.AppendInfo",
+        "seglog.logstore.cleaner.cleaner_stats.CleanerStats | None",
+        "seglog.logstore.log.log_reader.LogReader",
+    ], run.stdout
     assert '"LogReader" has no attribute "truncate_to"' in run.stdout, run.stdout
 
 
-_CONFORM = '''
+_CONFORM = """
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.log_dirs_api import LogDirs, LogDirsView, PartitionLogView
 from seglog.logstore.manager.log_dirs_reader import LogDirsReader
@@ -107,7 +128,7 @@ def conform(local: LogManager, reader: LogDirsReader, bucket: BucketLogManager) 
     log = reader.get_log("t", 0)
     log = bucket.get_log("t", 0)
     not_a_writer: LogDirs = object()  # the control: mypy must refuse this one
-'''
+"""
 
 
 def test_every_backend_has_the_log_dirs_interface(tmp_path: Path) -> None:
