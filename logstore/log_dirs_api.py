@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from .log.log import AppendInfo
     from .log.log_read import FetchData
     from .log.log_segment import LogSegment
-    from .util.scheduler import TaskRun
 
 TopicPartition = tuple[str, int]
 
@@ -51,6 +51,21 @@ watermark, log end offset)."""
 
 SegmentLayout = tuple[tuple[int, ...], tuple[int, ...]]
 """(segment base offsets, their ``.log`` sizes), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """What one run of a maintenance task did (``run_maintenance``): its result, or the
+    error it raised. (The local managers' scheduler and a bucket's maintenance both
+    report in it.)"""
+
+    name: str
+    result: object = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 class PartitionLogView(Protocol):

@@ -79,7 +79,7 @@ from .bucket_state import (
 )
 
 if TYPE_CHECKING:
-    from ..util.scheduler import TaskRun
+    from ..log_dirs_api import TaskRun
     from .bucket_check import BucketFinding, PartitionReport
     from .bucket_collect import CollectStats
     from .bucket_compact import CompactStats

@@ -82,7 +82,7 @@ from ..log.offset_checkpoints import (
     set_aside,
     warn_beyond_log_end,
 )
-from ..log_dirs_api import LogDirs, LogDirsView
+from ..log_dirs_api import LogDirs, LogDirsView, TaskRun
 from ..records.record_format import TopicPartition
 from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import (
@@ -94,7 +94,6 @@ from ..storage.file_names import (
 from ..storage.object_store_config import StorageOptions
 from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
-from ..util.scheduler import TaskRun, read_shared_last_runs
 from .dir_lock import DirLock
 from .log_dirs import LogDir, Partition, canonical_dirs, list_log_dir
 from .log_dirs_reader import LogDirsReader
@@ -104,6 +103,7 @@ from .log_manager_maintenance import ManagerMaintenance
 from .log_manager_pause import PauseController
 from .log_manager_topics import TopicAdmin
 from .partition_table import PartitionTable, warn_start_beyond_log_end
+from .scheduler import read_shared_last_runs
 
 if TYPE_CHECKING:  # log_check loads with check(): a reader that only lists starts faster
     from ..cleaner.cleaner import CleanerStats

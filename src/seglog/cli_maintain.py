@@ -31,10 +31,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from seglog.logstore.log_dirs_api import TaskRun
 from seglog.logstore.manager.log_manager import CLEANER_TASK
+from seglog.logstore.manager.scheduler import DELETE_LOGS, FLUSH, RETENTION
 from seglog.logstore.storage.file_names import is_delete_dir_name
 from seglog.logstore.storage.object_store_config import is_object_uri
-from seglog.logstore.util.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
 from .cli_commands import Command
 from .cli_common import (

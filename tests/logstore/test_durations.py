@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 
 from seglog.logstore.errors import ConfigError
+from seglog.logstore.storage.durations import parse_duration_ms
 from seglog.logstore.storage.object_store_config import parse_object_uri, split_options
-from seglog.logstore.util.durations import parse_duration_ms
 from seglog.streaming.source_options import SourceOptions
 
 

@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from seglog.logstore.config.config import ManagerConfig
-from seglog.logstore.util import scheduler as sched
+from seglog.logstore.manager import scheduler as sched
+from seglog.logstore.manager.scheduler import MaintenanceTask, Scheduler, standard_tasks
 from seglog.logstore.util.clock import MockClock
-from seglog.logstore.util.scheduler import MaintenanceTask, Scheduler, standard_tasks
 
 
 def test_run_due_respects_intervals_and_initial_delay():
@@ -51,7 +51,7 @@ def test_a_failing_task_is_logged_and_does_not_stop_the_others(caplog):
     s.add("first", 10, lambda now: ran.append("first") or 7)
     s.add("broken", 10, boom)
     s.add("last", 10, lambda now: ran.append("last"))
-    with caplog.at_level(logging.ERROR, logger="seglog.logstore.util.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="seglog.logstore.manager.scheduler"):
         runs = s.run_due()
     assert [(r.name, r.ok) for r in runs] == [("first", True), ("broken", False), ("last", True)]
     assert runs[0].result == 7 and isinstance(runs[1].error, OSError)

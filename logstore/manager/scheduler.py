@@ -34,9 +34,10 @@ from pathlib import Path
 
 from ..config.config import ManagerConfig
 from ..errors import CorruptCheckpointError, KafkaStorageError
+from ..log_dirs_api import TaskRun
 from ..storage.checkpoint_file import CheckpointFile, CheckpointFormat
 from ..storage.file_names import MAINTENANCE_CHECKPOINT
-from .clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
+from ..util.clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
 
 logger = logging.getLogger(__name__)
 
@@ -62,19 +63,6 @@ class MaintenanceTask:
     run: Callable[[int], object]
     next_due_ms: int = 0  # on the clock's monotonic scale
     last_run_ms: int | None = None  # wall clock, of the last run in any process
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRun:
-    """What one run of a task did: its result, or the error it raised."""
-
-    name: str
-    result: object = None
-    error: BaseException | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 class Scheduler:
