@@ -50,6 +50,7 @@ from .cli_common import (
 from .cli_output import Progress, write_json
 
 if TYPE_CHECKING:
+    from seglog.logstore.bucket.bucket_collect import CollectStats
     from seglog.logstore.cleaner.cleaner import CleanerStats  # not imported at run time: numba
     from seglog.logstore.log_dirs_api import LogDirs
 
@@ -84,11 +85,11 @@ def task_text(run: TaskRun) -> str | None:
     if run.name in _COUNTS and isinstance(r, int) and r:
         return f"{run.name}: {r} {_COUNTS[run.name]}"
     if run.name == COLLECT_TASK and r is not None:
-        done = {k: getattr(r, k) for k in ("removed_objects", "orphans", "commits", "snapshots")}
-        if any(done.values()):
-            return (f"{run.name}: deleted {done['removed_objects']} removed object(s), "
-                    f"{done['orphans']} orphan(s), {done['commits']} old commit(s), "
-                    f"{done['snapshots']} old snapshot(s)")
+        c = cast("CollectStats", r)  # the collect task's result (bucket_collect.collect)
+        if c.removed_objects or c.orphans or c.commits or c.snapshots:
+            return (f"{run.name}: deleted {c.removed_objects} removed object(s), "
+                    f"{c.orphans} orphan(s), {c.commits} old commit(s), "
+                    f"{c.snapshots} old snapshot(s)")
     return None
 
 

@@ -73,3 +73,17 @@ def test_loop_runs_until_sigterm_and_leaves_the_dir_clean(tmp_path):
     assert (d / CLEAN_SHUTDOWN_FILE).exists()
     with LogManager([d]) as mgr:  # the lock was released
         assert mgr.get_log("idle", 0).num_segments == 1
+
+
+def test_a_collect_run_is_reported_by_its_counts():
+    """The bucket's collect task reports what it deleted, and nothing when it deleted
+    nothing (objects only waiting for their delay are no news)."""
+    from seglog.cli_maintain import COLLECT_TASK, task_text
+    from seglog.logstore.bucket.bucket_collect import CollectStats
+    from seglog.logstore.log_dirs_api import TaskRun
+
+    done = CollectStats(removed_objects=2, orphans=1, commits=3, waiting=7)
+    assert task_text(TaskRun(COLLECT_TASK, done)) == (
+        "object-collect: deleted 2 removed object(s), 1 orphan(s), 3 old commit(s), "
+        "0 old snapshot(s)")
+    assert task_text(TaskRun(COLLECT_TASK, CollectStats(waiting=4, orphans_waiting=1))) is None
