@@ -191,3 +191,51 @@ def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
     every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
     assert _cycles(every) == [["pkg.helper", "pkg.manager", "pkg.helper"]]
     assert _cycles({n: e["module"] for n, e in edges.items()}) == []
+
+
+def type_cycle_closers(edges: dict[str, dict[str, set[str]]]) -> list[str]:
+    """Each ``if TYPE_CHECKING:`` import that closes a cycle, with the way back through
+    the other imports (of any kind): ``a => b -> ... -> a``. The import to move: the type
+    it names belongs in a module beneath both."""
+    every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
+    found = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]["type"]):
+            way = {b: [b]}
+            todo = [b]
+            while todo and a not in way:  # breadth first: the shortest way back to ``a``
+                v = todo.pop(0)
+                for w in sorted(every.get(v, ())):
+                    if w not in way:
+                        way[w] = way[v] + [w]
+                        todo.append(w)
+            if a in way:
+                found.append(f"{a} => " + " -> ".join(way[a]))
+    return found
+
+
+def test_no_type_checking_import_closes_a_cycle():
+    modules = _modules()
+    edges = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert sum(len(e["type"]) for e in edges.values()) > 10  # the walk sees them
+    assert type_cycle_closers(edges) == []
+
+
+def test_a_type_checking_import_closing_a_cycle_is_named(tmp_path):
+    """Real files: the helper's type-only import of its manager closes the cycle the
+    manager's call opened; a type-only import of a module that imports nothing back
+    closes none."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "manager.py").write_text("class Manager:\n    def run(self):\n"
+                                    "        from . import helper\n"
+                                    "        return helper.run(self)\n")
+    (pkg / "helper.py").write_text("from typing import TYPE_CHECKING\n"
+                                   "if TYPE_CHECKING:\n    from .manager import Manager\n"
+                                   "    from .values import Value\n"
+                                   "def run(mgr: 'Manager') -> None:\n    pass\n")
+    (pkg / "values.py").write_text("class Value:\n    pass\n")
+    modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper", "values")}
+    edges = {n: _imports(n, p, modules) for n, p in modules.items()}
+    assert edges["pkg.helper"]["type"] == {"pkg.manager", "pkg.values"}
+    assert type_cycle_closers(edges) == ["pkg.helper => pkg.manager -> pkg.helper"]
