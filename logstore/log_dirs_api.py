@@ -30,9 +30,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .config.config import LogConfig, ManagerConfig
+from .config.config import ConfigValues, LogConfig, ManagerConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -236,11 +236,11 @@ class LogDirs(LogDirsView, Protocol):
     """A set of log dirs, read and written (a read-only one raises ``ReadOnlyError``)."""
 
     def create_topic(
-        self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None
+        self, name: str, partitions: int = 1, config: ConfigValues | None = None
     ) -> None: ...
 
     def alter_topic_config(
-        self, name: str, set_configs: Mapping[str, Any] | None = None, delete: Iterable[str] = ()
+        self, name: str, set_configs: ConfigValues | None = None, delete: Iterable[str] = ()
     ) -> dict[str, str]: ...
 
     def add_partitions(self, name: str, total: int) -> None: ...

@@ -197,3 +197,40 @@ def test_no_type_ignore_outside_the_kernel_modules(tmp_path: Path) -> None:
     probe.write_text('x: int = "a"  # type: ignore[assignment]\ny = "# type: ignore"\n')
     assert type_ignores({"probe": probe}, set()) == ["probe:1"]
     assert type_ignores({"probe": probe}, {"probe"}) == []
+
+
+_FACTORY = """
+from seglog.logstore.manager.log_manager import LogManager, open_log_dirs
+
+def opens(path: str, flag: bool) -> None:
+    reveal_type(LogManager(path))
+    reveal_type(open_log_dirs(path))
+    reveal_type(open_log_dirs(path, read_only=True))
+    reveal_type(open_log_dirs("s3://bucket/logs", storage_options={"region": "x"}))
+    LogManager(path, read_only=True)
+    LogManager(path, read_only=flag)
+    LogManager("s3://bucket/logs", storage_options={"region": "x"})
+    LogManager(path, config={"log.retention.check.interval.ms": 1000})
+    LogManager(path, config={"log.retention.check.interval.ms": object()})
+"""
+
+
+def test_what_log_manager_returns_is_typed_or_flagged(tmp_path: Path) -> None:
+    """``LogManager(path)`` is a ``LogManager``; the calls that return another backend
+    (a reader, a bucket manager) are flagged and point to ``open_log_dirs``, whose results
+    are the interfaces; a config value is checked, not ``Any``."""
+    opens = tmp_path / "opens.py"
+    opens.write_text(_FACTORY)
+    run = _mypy(str(opens))
+    revealed = re.findall(r'Revealed type is "([^"]+)"', run.stdout)
+    assert revealed == [
+        "seglog.logstore.manager.log_manager.LogManager",
+        "seglog.logstore.log_dirs_api.LogDirs",
+        "seglog.logstore.log_dirs_api.LogDirsView",
+        "seglog.logstore.log_dirs_api.LogDirs",
+    ], run.stdout
+    errors = re.findall(r"opens\.py:(\d+): error: (.*)", run.stdout)
+    lines = [int(line) for line, _ in errors]
+    assert lines == [9, 10, 11, 13], run.stdout
+    assert all("open_log_dirs" in text for _, text in errors[:3]), run.stdout
+    assert "object" in errors[3][1], run.stdout
