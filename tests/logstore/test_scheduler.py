@@ -107,26 +107,38 @@ def test_thread_handles_kafkas_never_interval():
 
 
 def test_standard_tasks_follow_the_manager_config():
-    config = ManagerConfig.from_properties({
-        "log.retention.check.interval.ms": 11, "log.flush.scheduler.interval.ms": 22,
-        "log.flush.offset.checkpoint.interval.ms": 33,
-        "log.flush.start.offset.checkpoint.interval.ms": 44,
-        "replica.high.watermark.checkpoint.interval.ms": 55})
+    config = ManagerConfig.from_properties(
+        {
+            "log.retention.check.interval.ms": 11,
+            "log.flush.scheduler.interval.ms": 22,
+            "log.flush.offset.checkpoint.interval.ms": 33,
+            "log.flush.start.offset.checkpoint.interval.ms": 44,
+            "replica.high.watermark.checkpoint.interval.ms": 55,
+        }
+    )
     calls = []
 
     def cb(name):
         return lambda now: calls.append(name)
 
-    tasks = standard_tasks(config, retention=cb("r"), flush=cb("f"),
-                           checkpoint_recovery_points=cb("rp"),
-                           checkpoint_log_start_offsets=cb("lso"),
-                           checkpoint_high_watermarks=cb("hw"), delete_logs=cb("d"))
+    tasks = standard_tasks(
+        config,
+        retention=cb("r"),
+        flush=cb("f"),
+        checkpoint_recovery_points=cb("rp"),
+        checkpoint_log_start_offsets=cb("lso"),
+        checkpoint_high_watermarks=cb("hw"),
+        delete_logs=cb("d"),
+    )
     intervals = {t.name: t.interval_ms for t in tasks}
-    assert intervals == {sched.RETENTION: 11, sched.FLUSH: 22,
-                         sched.RECOVERY_POINT_CHECKPOINT: 33,
-                         sched.LOG_START_OFFSET_CHECKPOINT: 44,
-                         sched.HIGH_WATERMARK_CHECKPOINT: 55,
-                         sched.DELETE_LOGS: sched.DELETE_CHECK_INTERVAL_MS}
+    assert intervals == {
+        sched.RETENTION: 11,
+        sched.FLUSH: 22,
+        sched.RECOVERY_POINT_CHECKPOINT: 33,
+        sched.LOG_START_OFFSET_CHECKPOINT: 44,
+        sched.HIGH_WATERMARK_CHECKPOINT: 55,
+        sched.DELETE_LOGS: sched.DELETE_CHECK_INTERVAL_MS,
+    }
     s = Scheduler(MockClock(0), tasks)
     s.run_due()
     assert calls == ["r", "f", "hw", "rp", "lso", "d"]
