@@ -27,11 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .config.config import LogConfig, ManagerConfig
+from .config.config import ConfigValues, LogConfig, ManagerConfig
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from .log.log import AppendInfo
     from .log.log_read import FetchData
     from .log.log_segment import LogSegment
-    from .util.scheduler import TaskRun
 
 TopicPartition = tuple[str, int]
 
@@ -51,6 +51,21 @@ watermark, log end offset)."""
 
 SegmentLayout = tuple[tuple[int, ...], tuple[int, ...]]
 """(segment base offsets, their ``.log`` sizes), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRun:
+    """What one run of a maintenance task did (``run_maintenance``): its result, or the
+    error it raised. (The local managers' scheduler and a bucket's maintenance both
+    report in it.)"""
+
+    name: str
+    result: object = None
+    error: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 class PartitionLogView(Protocol):
@@ -221,11 +236,11 @@ class LogDirs(LogDirsView, Protocol):
     """A set of log dirs, read and written (a read-only one raises ``ReadOnlyError``)."""
 
     def create_topic(
-        self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None
+        self, name: str, partitions: int = 1, config: ConfigValues | None = None
     ) -> None: ...
 
     def alter_topic_config(
-        self, name: str, set_configs: Mapping[str, Any] | None = None, delete: Iterable[str] = ()
+        self, name: str, set_configs: ConfigValues | None = None, delete: Iterable[str] = ()
     ) -> dict[str, str]: ...
 
     def add_partitions(self, name: str, total: int) -> None: ...

@@ -69,6 +69,13 @@ from seglog.logstore.util.crash_points import crash_point
 
 from . import log_writers, sink_protocol
 from .errors import SinkCommitError
+from .sink_batch import (
+    AssumedTopic,
+    CommitResult,
+    PublishedPartition,
+    SinkBatch,
+    config_differences,
+)
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
@@ -76,13 +83,6 @@ from .sink_bucket_staging import (
     staging_prefix,
 )
 from .sink_options import SinkOptions, require_creatable
-from .sink_protocol import (
-    AssumedTopic,
-    CommitResult,
-    PublishedPartition,
-    SinkBatch,
-    config_differences,
-)
 from .sink_staging import Fragment, StagedTask
 
 if TYPE_CHECKING:

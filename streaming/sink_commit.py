@@ -105,6 +105,7 @@ if TYPE_CHECKING:
 
 from . import log_writers, sink_protocol
 from .errors import SinkCommitError
+from .sink_batch import CommitResult, PublishedPartition, SinkBatch
 from .sink_intent import (
     CommitIntent,
     IntentRange,
@@ -115,12 +116,7 @@ from .sink_intent import (
 from .sink_ledger import LedgerEntry, LedgerState, SinkLedger
 from .sink_local_staging import STAGING_TTL_MS, abort_staging, stage_rows, sweep_staging
 from .sink_options import SinkOptions, require_creatable
-from .sink_protocol import (
-    CommitResult,
-    PublishedPartition,
-    SinkBatch,
-    select_attempts,
-)
+from .sink_protocol import select_attempts
 from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
     Fragment,

@@ -38,8 +38,7 @@ Not thread-safe: one commit at a time per sink (Spark commits micro-batches in o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from seglog.logstore.records.record_format import TopicPartition
@@ -48,6 +47,7 @@ from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import CRASH_ENV, CRASH_ONCE_ENV, crash_point
 
 from .errors import SinkCommitError
+from .sink_batch import CommitResult, PublishedPartition, SinkBatch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -60,15 +60,10 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SinkBackend",
     "SinkPublication",
-    "SinkBatch",
-    "AssumedTopic",
-    "CommitResult",
-    "PublishedPartition",
     "commit",
     "abort",
     "select_attempts",
     "plan_partitions",
-    "assumed_topics",
     "crash_point",
     "SinkDestination",
     "StagingBackend",
@@ -77,56 +72,6 @@ __all__ = [
 ]
 
 # The sink's steps use the engine's one reader of SEGLOG_CRASH_AT (logstore.util.crash_points).
-
-
-# ---------------------------------------------------------------------------- results
-@dataclass(frozen=True, slots=True)
-class PublishedPartition:
-    topic: str
-    partition: int
-    start: int
-    end: int  # exclusive
-    records: int
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """What a commit did: the partitions it published, the ones that already held the
-    batch (a replay), the staging files or objects it removed."""
-
-    batch_id: int
-    published: tuple[PublishedPartition, ...] = ()
-    skipped: tuple[TopicPartition, ...] = ()
-    removed_files: int = 0
-
-    @property
-    def records(self) -> int:
-        return sum(p.records for p in self.published)
-
-
-# ---------------------------------------------------------------------------- the batch
-@dataclass(frozen=True, slots=True)
-class AssumedTopic:
-    """What the tasks routed and checked a topic's rows with: its partition count and
-    (when they recorded it) its config overrides. A commit refuses a topic that differs."""
-
-    partitions: int
-    config: dict[str, str] | None
-
-
-@dataclass(frozen=True, slots=True)
-class SinkBatch:
-    """One micro-batch to publish: the chosen attempts and their fragments per partition."""
-
-    sink_id: str
-    batch_id: int
-    chosen: tuple[StagedTask, ...]
-    plan: Mapping[TopicPartition, Sequence[Fragment]]
-    use_ledger: bool
-
-    def topics(self) -> dict[str, AssumedTopic]:
-        """The topics the tasks routed rows for (raises when tasks disagree)."""
-        return assumed_topics(self.chosen)
 
 
 def select_attempts(
@@ -172,37 +117,6 @@ def plan_partitions(chosen: Sequence[StagedTask]) -> dict[TopicPartition, list[F
             if f.records:
                 plan.setdefault((f.topic, f.partition), []).append(f)
     return plan
-
-
-def assumed_topics(chosen: Sequence[StagedTask]) -> dict[str, AssumedTopic]:
-    """Per topic, the partition count the tasks routed with and the config overrides
-    they checked the rows against (None: tasks that recorded none)."""
-    counts: dict[str, int] = {}
-    for m in chosen:
-        for topic, n in m.topic_partitions:
-            if counts.setdefault(topic, n) != n:
-                raise SinkCommitError(
-                    f"tasks routed rows of topic {topic!r} with different partition counts "
-                    f"({counts[topic]} and {n}): the topic changed during the batch"
-                )
-    configs: dict[str, dict[str, str]] = {}
-    for m in chosen:
-        for topic, pairs in m.topic_configs:
-            config = dict(pairs)
-            if configs.setdefault(topic, config) != config:
-                raise SinkCommitError(
-                    f"tasks checked rows of topic {topic!r} against different configs "
-                    f"({config_differences(configs[topic], config)}): the topic changed "
-                    "during the batch"
-                )
-    return {t: AssumedTopic(n, configs.get(t)) for t, n in counts.items()}
-
-
-def config_differences(was: Mapping[str, str], now: Mapping[str, str]) -> str:
-    keys = sorted(k for k in set(was) | set(now) if was.get(k) != now.get(k))
-    return "; ".join(
-        f"{k}: {was.get(k, '(default)')!r} then {now.get(k, '(default)')!r}" for k in keys
-    )
 
 
 # ---------------------------------------------------------------------------- interface
@@ -308,10 +222,18 @@ class StagingBackend:
         ``sink_bucket_staging``)."""
         raise NotImplementedError
 
-    def stage(self, columns: SinkColumns, batches: Iterable[pa.RecordBatch], sink_id: str,
-              batch_id: int, task: int, attempt: int) -> StagedTask:
-        return self.stage_rows()(self.options, columns, batches, sink_id, batch_id, task,
-                                 attempt, self.clock)
+    def stage(
+        self,
+        columns: SinkColumns,
+        batches: Iterable[pa.RecordBatch],
+        sink_id: str,
+        batch_id: int,
+        task: int,
+        attempt: int,
+    ) -> StagedTask:
+        return self.stage_rows()(
+            self.options, columns, batches, sink_id, batch_id, task, attempt, self.clock
+        )
 
 
 class SinkDestination(Protocol):

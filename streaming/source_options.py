@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.durations import parse_duration_ms
 from seglog.logstore.storage.file_names import INTERNAL_TOPICS
 from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
-from seglog.logstore.util.durations import parse_duration_ms
 
 from .kafka_compat import SOURCE_RULES, documented_name, refusal, rule_for
 from .option_values import (

@@ -23,6 +23,7 @@ from pathlib import Path
 
 SEGLOG = Path(__file__).resolve().parent.parent / "src" / "seglog"
 
+
 def _modules() -> dict[str, Path]:
     """Module name -> file, following the symlinked layer folders."""
     out = {}
@@ -48,7 +49,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> dict[str, set[s
         if isinstance(node, ast.Import):
             return {a.name for a in node.names}
         if node.level:
-            base = package.split(".")[:len(package.split(".")) - node.level + 1]
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
             module = ".".join(base + ([node.module] if node.module else []))
         else:
             module = node.module or ""
@@ -125,14 +126,20 @@ def _one_cycle(graph: dict[str, set[str]], comp: set[str]) -> list[str]:
 def _graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     modules = _modules()
     edges = {name: _imports(name, path, modules) for name, path in modules.items()}
-    return ({n: e["module"] for n, e in edges.items()},
-            {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()})
+    return (
+        {n: e["module"] for n, e in edges.items()},
+        {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()},
+    )
 
 
 def test_the_module_walk_sees_every_layer():
     modules = _modules()
-    for name in ("seglog.cli", "seglog.logstore.log.log", "seglog.streaming.source_offsets",
-                 "seglog.datasource.data_source"):
+    for name in (
+        "seglog.cli",
+        "seglog.logstore.log.log",
+        "seglog.streaming.source_offsets",
+        "seglog.datasource.data_source",
+    ):
         assert name in modules
     module_level, _ = _graphs()
     assert "seglog.logstore.log.log_segment" in module_level["seglog.logstore.log.log"]
@@ -161,8 +168,9 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     pkg.mkdir()
     (pkg / "a.py").write_text("def f():\n    from . import b\n    return b\n")
     (pkg / "b.py").write_text("from . import a\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\n"
-                              "if TYPE_CHECKING:\n    from . import a\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n"
+    )
     modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("a", "b", "c")}
     edges = {n: _imports(n, p, modules) for n, p in modules.items()}
     assert edges["pkg.a"] == {"module": set(), "function": {"pkg.b"}, "type": set()}
@@ -179,15 +187,71 @@ def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
     does not."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "manager.py").write_text("class Manager:\n    def run(self):\n"
-                                    "        from . import helper\n"
-                                    "        return helper.run(self)\n")
-    (pkg / "helper.py").write_text("from typing import TYPE_CHECKING\n"
-                                   "if TYPE_CHECKING:\n    from .manager import Manager\n"
-                                   "def run(mgr: 'Manager') -> None:\n    pass\n")
+    (pkg / "manager.py").write_text(
+        "class Manager:\n    def run(self):\n"
+        "        from . import helper\n"
+        "        return helper.run(self)\n"
+    )
+    (pkg / "helper.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .manager import Manager\n"
+        "def run(mgr: 'Manager') -> None:\n    pass\n"
+    )
     modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper")}
     edges = {n: _imports(n, p, modules) for n, p in modules.items()}
     assert edges["pkg.helper"]["type"] == {"pkg.manager"}
     every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
     assert _cycles(every) == [["pkg.helper", "pkg.manager", "pkg.helper"]]
     assert _cycles({n: e["module"] for n, e in edges.items()}) == []
+
+
+def type_cycle_closers(edges: dict[str, dict[str, set[str]]]) -> list[str]:
+    """Each ``if TYPE_CHECKING:`` import that closes a cycle, with the way back through
+    the other imports (of any kind): ``a => b -> ... -> a``. The import to move: the type
+    it names belongs in a module beneath both."""
+    every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
+    found = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]["type"]):
+            way = {b: [b]}
+            todo = [b]
+            while todo and a not in way:  # breadth first: the shortest way back to ``a``
+                v = todo.pop(0)
+                for w in sorted(every.get(v, ())):
+                    if w not in way:
+                        way[w] = way[v] + [w]
+                        todo.append(w)
+            if a in way:
+                found.append(f"{a} => " + " -> ".join(way[a]))
+    return found
+
+
+def test_no_type_checking_import_closes_a_cycle():
+    modules = _modules()
+    edges = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert sum(len(e["type"]) for e in edges.values()) > 10  # the walk sees them
+    assert type_cycle_closers(edges) == []
+
+
+def test_a_type_checking_import_closing_a_cycle_is_named(tmp_path):
+    """Real files: the helper's type-only import of its manager closes the cycle the
+    manager's call opened; a type-only import of a module that imports nothing back
+    closes none."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "manager.py").write_text(
+        "class Manager:\n    def run(self):\n"
+        "        from . import helper\n"
+        "        return helper.run(self)\n"
+    )
+    (pkg / "helper.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .manager import Manager\n"
+        "    from .values import Value\n"
+        "def run(mgr: 'Manager') -> None:\n    pass\n"
+    )
+    (pkg / "values.py").write_text("class Value:\n    pass\n")
+    modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper", "values")}
+    edges = {n: _imports(n, p, modules) for n, p in modules.items()}
+    assert edges["pkg.helper"]["type"] == {"pkg.manager", "pkg.values"}
+    assert type_cycle_closers(edges) == ["pkg.helper => pkg.manager -> pkg.helper"]

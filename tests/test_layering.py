@@ -98,12 +98,6 @@ ALLOWED_UPWARD = {
     # open_log_dirs/LogManager(uri): the one factory choosing the bucket backend, a
     # function-level import so a local manager never loads the bucket engine.
     ("manager.log_manager", "bucket.bucket_manager"): "the backend factory",
-    # Known layering debts (issue 24): each is a move of a module that a dozen other
-    # modules import. durations is a pure option parser object-store options use;
-    # scheduler is the managers' and belongs in manager/ (its TaskRun is log_dirs_api's
-    # type).
-    ("storage.object_store_config", "util.durations"): "parse_duration_ms",
-    ("util.scheduler", "config.config"): "ManagerConfig of the schedule",
 }
 
 

@@ -44,10 +44,6 @@ KNOWN_RETURNS = {
     # Written once, the backend plugged in: the stager hands rows to its StagingArea.
     "streaming.sink_bucket_staging > streaming.sink_staging"
     " > streaming.sink_bucket_staging": "write: PartitionStager -> describe_topic",
-    # A value type of the protocol (SinkBatch.topics) read by the backend: SinkBatch and
-    # its kin could live in a value module beneath both.
-    "streaming.sink_protocol > streaming.sink_bucket_commit"
-    " > streaming.sink_protocol": "write: SinkBatch.topics",
     # Written once, the backend plugged in: LogReads asks the log for its read end, and
     # SegmentReads.find_batch reads through the window's pread.
     "logstore.bucket.bucket_log > logstore.log.log_read"

@@ -29,8 +29,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..config.config import LogConfig
+from ..log_dirs_api import TaskRun
+from ..manager.scheduler import RETENTION
 from ..util.crash_points import crash_point
-from ..util.scheduler import RETENTION, TaskRun
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter

@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..config.config import LogConfig, ManagerConfig
+from ..config.config import ConfigValues, LogConfig, ManagerConfig
 from ..config.topics import (
     altered_overrides,
     parse_overrides,
@@ -79,7 +79,7 @@ from .bucket_state import (
 )
 
 if TYPE_CHECKING:
-    from ..util.scheduler import TaskRun
+    from ..log_dirs_api import TaskRun
     from .bucket_check import BucketFinding, PartitionReport
     from .bucket_collect import CollectStats
     from .bucket_compact import CompactStats
@@ -129,8 +129,8 @@ class BucketLogManager:
     committed at once; 0 commits every finished upload at once."""
 
     def __init__(self, uri: str | Storage, *, read_only: bool = False,
-                 config: ManagerConfig | Mapping[str, Any] | None = None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 config: ManagerConfig | ConfigValues | None = None,
+                 default_topic_config: LogConfig | ConfigValues | None = None,
                  clock: Clock = SYSTEM_CLOCK,
                  storage_options: Mapping[str, object] | StorageOptions | None = None,
                  commit_log: CommitLog | None = None,
@@ -240,7 +240,7 @@ class BucketLogManager:
         return self.committer.topic_config(topic)
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None) -> None:
+                     config: ConfigValues | None = None) -> None:
         """Create ``name``; raises InvalidTopicError, TopicExistsError, ConfigError."""
         self.check_writable()
         validate_topic_name(name)
@@ -257,7 +257,7 @@ class BucketLogManager:
         self.committer.commit("create_topic", build)
         logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
 
-    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+    def alter_topic_config(self, name: str, set_configs: ConfigValues | None = None,
                            delete: Iterable[str] = ()) -> dict[str, str]:
         """Set and delete config overrides of ``name`` (one commit); returns the new ones."""
         self.check_writable()

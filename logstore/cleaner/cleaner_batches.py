@@ -205,8 +205,7 @@ def _parse_batch(buf, table, b, map_table, recs):
         flags = 0
         if kl >= 0:
             h1, h2 = murmur3_128(buf, k, kl)
-            # numba's stubs type an intrinsic's call with its typing context first
-            prefetch_row(map_table, map_slot(h1, slots))  # type: ignore[call-arg]
+            prefetch_row(map_table, map_slot(h1, slots))
             recs[i, R_H1] = h1
             recs[i, R_H2] = h2
             flags = F_KEY

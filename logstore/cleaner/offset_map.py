@@ -25,10 +25,12 @@ Not thread-safe: one cleaner pass owns one map.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numba
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from llvmlite import ir
 from numba import types
@@ -142,10 +144,10 @@ def map_slot(a, slots):
     return (a & 0x7FFFFFFFFFFFFFFF) % slots
 
 
-@intrinsic
-def prefetch_row(typingctx, table, row):
+def _prefetch_row_typing(typingctx, table, row):
     """Ask the CPU to fetch row ``row`` of a 2-D array into cache; for kernels that
-    probe many slots. Only a hint: no effect on any result."""
+    probe many slots. Only a hint: no effect on any result. (The typing of the
+    ``prefetch_row`` intrinsic.)"""
     sig = types.void(table, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -154,13 +156,19 @@ def prefetch_row(typingctx, table, row):
         row_bytes = cgutils.unpack_tuple(builder, a.strides)[0]
         ptr = builder.gep(builder.bitcast(a.data, i8p), [builder.mul(args[1], row_bytes)])
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-            "llvm.prefetch.p0")
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+        )
         # read, high temporal locality, data cache
         builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# Jitted code calls an intrinsic with its operands only (numba supplies the typing
+# context), while numba's stubs type the call as the definition, typing context first:
+# the cast states the signature kernels call.
+prefetch_row = cast("Callable[[npt.NDArray[np.int64], int], None]", intrinsic(_prefetch_row_typing))
 
 
 @numba.njit(inline="always")
@@ -271,9 +279,12 @@ def hash_keys(keys: Any) -> tuple[np.ndarray, np.ndarray]:
         return out, valid
     _, off_buf, data_buf = keys.buffers()
     off_dtype = np.int64 if pa.types.is_large_binary(keys.type) else np.int32
-    value_offsets = np.frombuffer(off_buf, dtype=off_dtype)[keys.offset:keys.offset + n + 1]
-    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
-            else np.zeros(0, dtype=np.uint8))
+    value_offsets = np.frombuffer(off_buf, dtype=off_dtype)[keys.offset : keys.offset + n + 1]
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8)
+        if data_buf is not None
+        else np.zeros(0, dtype=np.uint8)
+    )
     _murmur3_128(value_offsets, data, valid, out)
     return out, valid
 
@@ -292,7 +303,8 @@ class OffsetMap:
         if slots < 2:
             raise ValueError(
                 f"an offset map needs at least {2 * ENTRY_BYTES} bytes, got {memory_bytes} "
-                "(log.cleaner.dedupe.buffer.size)")
+                "(log.cleaner.dedupe.buffer.size)"
+            )
         self.slots = slots
         # At least one slot stays empty: a probe for an absent key stops there.
         self.capacity = max(1, min(int(slots * load_factor), slots - 1))
@@ -323,8 +335,7 @@ class OffsetMap:
         skipped. Returns how many leading records were consumed: fewer than ``len(offsets)``
         only when the map is full, and then record ``[returned]`` was not put."""
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        consumed, self.size = _put(self._table, hashes, valid, offsets, self.size,
-                                   self.capacity)
+        consumed, self.size = _put(self._table, hashes, valid, offsets, self.size, self.capacity)
         if consumed:
             self.latest_offset = max(self.latest_offset, int(offsets[consumed - 1]))
         return int(consumed)
@@ -357,5 +368,7 @@ class OffsetMap:
         return self.get_hashes(hashes, valid)
 
     def __repr__(self) -> str:
-        return (f"OffsetMap(size={self.size}, capacity={self.capacity}, "
-                f"memory_bytes={self.memory_bytes}, latest_offset={self.latest_offset})")
+        return (
+            f"OffsetMap(size={self.size}, capacity={self.capacity}, "
+            f"memory_bytes={self.memory_bytes}, latest_offset={self.latest_offset})"
+        )

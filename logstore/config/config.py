@@ -15,13 +15,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from ..errors import ConfigError
 from ..records.record_format import INT32_MAX as INT_MAX
 from ..records.record_format import LONG_MAX
+
+ConfigValue: TypeAlias = str | int | float | Collection[str]
+"""A config value as callers give it: Kafka's property string (``"1048576"``), or the
+value itself (a number, a bool, the cleanup policies as a list); each key's parser takes
+either and names the key when it cannot."""
+
+ConfigValues: TypeAlias = Mapping[str, ConfigValue]
+"""Config keys and their values, as ``create_topic``, ``alter_topic_config`` and the
+managers' ``config``/``default_topic_config`` take them."""
 
 
 def _parse_int(raw: Any) -> int:
@@ -122,7 +131,7 @@ class _Config:
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @classmethod
-    def from_properties(cls: type[_C], props: Mapping[str, Any] | None = None, *,
+    def from_properties(cls: type[_C], props: ConfigValues | None = None, *,
                         base: _C | None = None) -> _C:
         """Defaults (or ``base``), overridden by ``props``; errors name the key."""
         by_name = {k.name: k for k in cls.KEYS}
@@ -144,7 +153,7 @@ class _Config:
         return cls(**values)
 
     @classmethod
-    def of(cls: type[_C], config: _C | Mapping[str, Any] | None) -> _C:
+    def of(cls: type[_C], config: _C | ConfigValues | None) -> _C:
         """``config`` when it is already this config, else built from a mapping of keys
         (None: the defaults) by ``from_properties``: how a manager takes its configs."""
         if config is None or isinstance(config, Mapping):

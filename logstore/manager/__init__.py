@@ -1,5 +1,6 @@
 """The local managers of many logs over log dirs: ``LogManager`` (writer) and its
-components, ``LogDirsReader``, the dir lock, the partition table, ``check``; and
+components, ``LogDirsReader``, the dir lock, the partition table, the maintenance
+scheduler, ``check``; and
 ``open_log_dirs``/``LogManager(uri)``, the one factory that hands a bucket URI to
 ``bucket`` (a function-level import, the only upward one).
 

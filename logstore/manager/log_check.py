@@ -55,9 +55,9 @@ from ..storage.file_names import (
     MAINTENANCE_CHECKPOINT,
 )
 from ..storage.storage import LOCAL
-from ..util.scheduler import last_runs_file
 from .log_check_target import CheckTarget
 from .log_dirs import LogDir, Partition, is_interrupted_write
+from .scheduler import last_runs_file
 
 # check runs on a writer or a reader; both call it, so it names neither (no cycle)
 Manager: TypeAlias = CheckTarget

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from ..config.config import LogConfig, ManagerConfig
+from ..config.config import ConfigValues, LogConfig, ManagerConfig
 from ..errors import CorruptCheckpointError, LogDirError, ReadOnlyError
 from ..log.log_reader import LogReader
 from ..log.offset_checkpoints import (
@@ -97,8 +97,8 @@ class LogDirsReader(PartitionTable[LogReader]):
     _tolerate_damaged_checkpoints = False
 
     def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
-                 config: ManagerConfig | Mapping[str, Any] | None = None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 config: ManagerConfig | ConfigValues | None = None,
+                 default_topic_config: LogConfig | ConfigValues | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(config, default_topic_config, clock)
         raw = ([log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs))

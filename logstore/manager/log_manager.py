@@ -63,7 +63,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ..config.config import LogConfig, ManagerConfig
+from ..config.config import ConfigValues, LogConfig, ManagerConfig
 from ..errors import (
     ConfigError,
     CorruptCheckpointError,
@@ -82,7 +82,7 @@ from ..log.offset_checkpoints import (
     set_aside,
     warn_beyond_log_end,
 )
-from ..log_dirs_api import LogDirs, LogDirsView
+from ..log_dirs_api import LogDirs, LogDirsView, TaskRun
 from ..records.record_format import TopicPartition
 from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import (
@@ -94,7 +94,6 @@ from ..storage.file_names import (
 from ..storage.object_store_config import StorageOptions
 from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
-from ..util.scheduler import TaskRun, read_shared_last_runs
 from .dir_lock import DirLock
 from .log_dirs import LogDir, Partition, canonical_dirs, list_log_dir
 from .log_dirs_reader import LogDirsReader
@@ -104,8 +103,11 @@ from .log_manager_maintenance import ManagerMaintenance
 from .log_manager_pause import PauseController
 from .log_manager_topics import TopicAdmin
 from .partition_table import PartitionTable, warn_start_beyond_log_end
+from .scheduler import read_shared_last_runs
 
 if TYPE_CHECKING:  # log_check loads with check(): a reader that only lists starts faster
+    from typing_extensions import deprecated
+
     from ..cleaner.cleaner import CleanerStats
     from ..log.log import AppendInfo, Log
     from .log_check import Problem
@@ -140,8 +142,8 @@ def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike
                   read_only: Literal[False] = False, repair: bool = False,
                   background: bool = False,
                   storage_options: Mapping[str, object] | StorageOptions | None = None,
-                  config: ManagerConfig | Mapping[str, Any] | None = None,
-                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  config: ManagerConfig | ConfigValues | None = None,
+                  default_topic_config: LogConfig | ConfigValues | None = None,
                   clock: Clock = SYSTEM_CLOCK) -> LogDirs: ...
 
 
@@ -149,16 +151,16 @@ def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike
 def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                   read_only: bool, repair: bool = False, background: bool = False,
                   storage_options: Mapping[str, object] | StorageOptions | None = None,
-                  config: ManagerConfig | Mapping[str, Any] | None = None,
-                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  config: ManagerConfig | ConfigValues | None = None,
+                  default_topic_config: LogConfig | ConfigValues | None = None,
                   clock: Clock = SYSTEM_CLOCK) -> LogDirsView: ...
 
 
 def open_log_dirs(log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                   read_only: bool = False, repair: bool = False, background: bool = False,
                   storage_options: Mapping[str, object] | StorageOptions | None = None,
-                  config: ManagerConfig | Mapping[str, Any] | None = None,
-                  default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                  config: ManagerConfig | ConfigValues | None = None,
+                  default_topic_config: LogConfig | ConfigValues | None = None,
                   clock: Clock = SYSTEM_CLOCK) -> LogDirsView:
     """The log dirs ``log_dirs`` through the backend their location names: one
     object-store URI (``s3://``, ``gs://``, ``az://``, ``memory://``) opens a
@@ -220,27 +222,67 @@ class LogManager(PartitionTable["Log"]):
 
     def __new__(cls, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                 read_only: bool = False,
-                config: ManagerConfig | Mapping[str, Any] | None = None,
-                default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                config: ManagerConfig | ConfigValues | None = None,
+                default_topic_config: LogConfig | ConfigValues | None = None,
                 clock: Clock = SYSTEM_CLOCK, background: bool = False, repair: bool = False,
                 storage_options: Mapping[str, object] | StorageOptions | None = None) -> Any:
         # ``LogManager(dirs, read_only=True)`` and ``LogManager("s3://...")`` are how
         # users ask for a reader and a bucket manager: both go to ``open_log_dirs``, the
         # one place the backend is picked. Python skips __init__ when the result is no
-        # LogManager. The ``Any`` is mypy's limit, not a choice: mypy requires __new__
-        # to return a LogManager subtype (and ignores a metaclass __call__ that does
-        # not), which a reader or a bucket manager is not; typed code calls
-        # ``open_log_dirs`` (``-> LogDirs``/``LogDirsView``) or a backend class.
+        # LogManager. (Callers see __init__'s overloads, below; this ``Any`` is what it
+        # returns, a LogManager or not, which no __new__ return type can say to mypy.)
         if read_only or storage_options or _bucket_uri(log_dirs) is not None:
             return open_log_dirs(log_dirs, read_only=read_only, repair=repair,
                                  storage_options=storage_options, config=config,
                                  default_topic_config=default_topic_config, clock=clock)
         return super().__new__(cls)
 
+    # What the checker sees of ``LogManager(...)`` (mypy types a class call by __init__,
+    # and by __new__ only where it returns a LogManager; a metaclass __call__ returning
+    # anything else is ignored too). The calls that return another backend are flagged:
+    # ``read_only=True`` (a ``LogDirsReader``) and ``storage_options`` (a
+    # ``BucketLogManager``) are deprecated for typed code, which calls ``open_log_dirs``
+    # (``-> LogDirs``/``LogDirsView``) or the backend class. A bucket URI without options
+    # is a string like a path: the one case the signature cannot tell apart.
+    if TYPE_CHECKING:
+
+        @overload
+        def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+                     *, read_only: Literal[False] = False,
+                     config: ManagerConfig | ConfigValues | None = None,
+                     default_topic_config: LogConfig | ConfigValues | None = None,
+                     clock: Clock = SYSTEM_CLOCK, background: bool = False,
+                     repair: bool = False, storage_options: None = None) -> None: ...
+
+        @overload
+        @deprecated("LogManager(..., read_only=True) returns a LogDirsReader, not a "
+                    "LogManager: call open_log_dirs(..., read_only=True) (a LogDirsView) "
+                    "or LogDirsReader(...)")
+        def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+                     *, read_only: bool,
+                     config: ManagerConfig | ConfigValues | None = None,
+                     default_topic_config: LogConfig | ConfigValues | None = None,
+                     clock: Clock = SYSTEM_CLOCK, background: bool = False,
+                     repair: bool = False,
+                     storage_options: Mapping[str, object] | StorageOptions | None = None
+                     ) -> None: ...
+
+        @overload
+        @deprecated("LogManager(uri, storage_options=...) returns a BucketLogManager, not "
+                    "a LogManager: call open_log_dirs(uri, storage_options=...) (a LogDirs) "
+                    "or BucketLogManager(...)")
+        def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+                     *, read_only: bool = False,
+                     config: ManagerConfig | ConfigValues | None = None,
+                     default_topic_config: LogConfig | ConfigValues | None = None,
+                     clock: Clock = SYSTEM_CLOCK, background: bool = False,
+                     repair: bool = False,
+                     storage_options: Mapping[str, object] | StorageOptions) -> None: ...
+
     def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
                  read_only: bool = False,
-                 config: ManagerConfig | Mapping[str, Any] | None = None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None = None,
+                 config: ManagerConfig | ConfigValues | None = None,
+                 default_topic_config: LogConfig | ConfigValues | None = None,
                  clock: Clock = SYSTEM_CLOCK, background: bool = False,
                  repair: bool = False,
                  storage_options: Mapping[str, object] | StorageOptions | None = None) -> None:
@@ -557,13 +599,13 @@ class LogManager(PartitionTable["Log"]):
     # -- topics (TopicAdmin) --------------------------------------------------------
 
     def create_topic(self, name: str, partitions: int = 1,
-                     config: Mapping[str, Any] | None = None) -> None:
+                     config: ConfigValues | None = None) -> None:
         """Create ``name`` with ``partitions`` partitions and config overrides
         (``TopicAdmin.create_topic``). Raises InvalidTopicError, TopicExistsError,
         ConfigError, ReadOnlyError."""
         self._topics.create_topic(name, partitions, config)
 
-    def alter_topic_config(self, name: str, set_configs: Mapping[str, Any] | None = None,
+    def alter_topic_config(self, name: str, set_configs: ConfigValues | None = None,
                            delete: Iterable[str] = ()) -> dict[str, str]:
         """Set and delete persisted config overrides of ``name``; returns the new
         overrides (``TopicAdmin.alter_topic_config``: logs loaded keep their config)."""

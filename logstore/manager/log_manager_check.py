@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS
 from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import CLEANER_OFFSET_CHECKPOINT
-from ..util.scheduler import write_shared_last_runs
 from .log_dirs import LogDir
 from .log_manager_maintenance import ManagerMaintenance
 from .partition_table import PartitionTable
+from .scheduler import write_shared_last_runs
 
 if TYPE_CHECKING:
     from ..log.log import Log

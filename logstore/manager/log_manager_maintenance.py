@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import SeglogError
+from ..log_dirs_api import TaskRun
 from ..records.record_format import TopicPartition
 from ..storage.file_names import (
     HIGH_WATERMARK_CHECKPOINT,
@@ -35,16 +36,15 @@ from ..storage.file_names import (
 )
 from ..storage.storage import LOCAL
 from ..util.delayed_deletion import DelayedDeleter
-from ..util.scheduler import (
-    MaintenanceTask,
-    Scheduler,
-    TaskRun,
-    standard_tasks,
-    write_shared_last_runs,
-)
 from .log_dirs import LogDir, Partition
 from .partition_table import PartitionTable
 from .publisher import LingerPublisher
+from .scheduler import (
+    MaintenanceTask,
+    Scheduler,
+    standard_tasks,
+    write_shared_last_runs,
+)
 
 if TYPE_CHECKING:
     from ..cleaner.cleaner import CleanerStats, LogCleaner

@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import logging
 import platform
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -44,7 +47,6 @@ from .record_format import (
 logger = logging.getLogger(__name__)
 
 
-
 def _sse42_crc32(data_bits: int):
     """The SSE4.2 ``crc32`` instruction folding ``data_bits`` of data into a CRC-32C
     (LLVM's ``llvm.x86.sse42.crc32.<crc bits>.<data bits>``; the CRC is 64-bit wide
@@ -56,10 +58,10 @@ def _sse42_crc32(data_bits: int):
 
     def crc32(typingctx, crc, data):
         def codegen(context, builder, signature, args):
-            fn_type = ir.FunctionType(ir.IntType(crc_bits),
-                                      [ir.IntType(crc_bits), ir.IntType(data_bits)])
-            return builder.call(cgutils.get_or_insert_function(builder.module, fn_type, name),
-                                args)
+            fn_type = ir.FunctionType(
+                ir.IntType(crc_bits), [ir.IntType(crc_bits), ir.IntType(data_bits)]
+            )
+            return builder.call(cgutils.get_or_insert_function(builder.module, fn_type, name), args)
 
         return crc_type(crc_type, data_type), codegen
 
@@ -71,9 +73,9 @@ _crc_u64 = _sse42_crc32(64)
 _crc_u8 = _sse42_crc32(8)
 
 
-@intrinsic
-def _load_u64(typingctx, arr, idx):
-    """An unaligned native (little-endian) 8-byte load from a uint8 array."""
+def _load_u64_typing(typingctx, arr, idx):
+    """An unaligned native (little-endian) 8-byte load from a uint8 array: the typing of
+    the ``_load_u64`` intrinsic."""
     sig = types.uint64(arr, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -84,13 +86,17 @@ def _load_u64(typingctx, arr, idx):
     return sig, codegen
 
 
+# Jitted code calls an intrinsic with its operands only (numba supplies the typing
+# context), while numba's stubs type the call as the definition, typing context first:
+# the cast states the signature kernels call.
+_load_u64 = cast("Callable[[npt.NDArray[np.uint8], int], np.uint64]", intrinsic(_load_u64_typing))
+
+
 @njit(cache=True, nogil=True)
 def _crc_finish(buf, c, j, e):
-    # The call-arg ignores: numba's stubs type an intrinsic's call as its definition,
-    # with the typing context first; jitted code passes only the operands. (The CRC
-    # intrinsics come from a factory, so the checker sees them untyped.)
+    # (The CRC intrinsics come from a factory, so the checker sees them untyped.)
     while j + 8 <= e:
-        c = _crc_u64(c, _load_u64(buf, j))  # type: ignore[call-arg]
+        c = _crc_u64(c, _load_u64(buf, j))
         j += 8
     c32 = np.uint32(c)
     while j < e:
@@ -114,12 +120,19 @@ def batch_crcs(buf, batches, count):
         s1 = batches[g + 1, H_POSITION] + CRC_START
         s2 = batches[g + 2, H_POSITION] + CRC_START
         s3 = batches[g + 3, H_POSITION] + CRC_START
-        length = min(batches[g, H_SIZE], batches[g + 1, H_SIZE], batches[g + 2, H_SIZE],
-                     batches[g + 3, H_SIZE]) - CRC_START
+        length = (
+            min(
+                batches[g, H_SIZE],
+                batches[g + 1, H_SIZE],
+                batches[g + 2, H_SIZE],
+                batches[g + 3, H_SIZE],
+            )
+            - CRC_START
+        )
         c0 = c1 = c2 = c3 = np.uint64(0xFFFFFFFF)
         i = 0
-        while i + 8 <= length:  # ignores: see _crc_finish
-            c0 = _crc_u64(c0, _load_u64(buf, s0 + i))  # type: ignore[call-arg]
+        while i + 8 <= length:
+            c0 = _crc_u64(c0, _load_u64(buf, s0 + i))
             c1 = _crc_u64(c1, _load_u64(buf, s1 + i))
             c2 = _crc_u64(c2, _load_u64(buf, s2 + i))
             c3 = _crc_u64(c3, _load_u64(buf, s3 + i))
@@ -185,8 +198,9 @@ def _probe_hardware_crc() -> bool:
         probe = np.frombuffer(b"\x00" * 21 + b"123456789", np.uint8)
         return int(_crc_one(probe, 21, 30)) == 0xE3069283  # the CRC-32C check value
     except Exception:  # noqa: BLE001 - any compile/CPU failure means "use the fallback"
-        logger.info("hardware CRC-32C kernel unavailable; recovery uses crc32c per batch",
-                    exc_info=True)
+        logger.info(
+            "hardware CRC-32C kernel unavailable; recovery uses crc32c per batch", exc_info=True
+        )
         return False
 
 
@@ -211,6 +225,6 @@ def first_crc_mismatch(buf: np.ndarray, batches: np.ndarray, count: int) -> int:
     view = buf.data
     for k in range(count):
         start, size = int(batches[k, H_POSITION]), int(batches[k, H_SIZE])
-        if crc32c(view[start + CRC_START:start + size]) != batches[k, H_CRC]:
+        if crc32c(view[start + CRC_START : start + size]) != batches[k, H_CRC]:
             return k
     return count

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -36,7 +36,7 @@ from obstore.exceptions import (
     UnauthenticatedError,
     UnknownConfigurationKeyError,
 )
-from obstore.store import MemoryStore, from_url
+from obstore.store import MemoryStore, ObjectStore, from_url
 
 from ..errors import (
     BucketNotFoundError,
@@ -60,15 +60,23 @@ _memory_stores: dict[str, MemoryStore] = {}
 _memory_lock = threading.Lock()  # guards _memory_stores
 
 # How obstore 0.12 words the failures it has no exception class for.
-_UNREACHABLE = ("error sending request", "operation timed out", "timed out", "dns error",
-                "connection refused", "connection reset")
+_UNREACHABLE = (
+    "error sending request",
+    "operation timed out",
+    "timed out",
+    "dns error",
+    "connection refused",
+    "connection reset",
+)
 _DENIED = ("403 Forbidden", "401 Unauthorized")
 _RANGE_NOT_SATISFIABLE = ("416 Range Not Satisfiable", "Invalid range")
 
 
 _METADATA_SERVICE = "169.254.169.254"
-_OPTION_HINT = ("check the endpoint and the other storage options: aws_endpoint or "
-                "AWS_ENDPOINT_URL must be http(s)://host[:port]")
+_OPTION_HINT = (
+    "check the endpoint and the other storage options: aws_endpoint or "
+    "AWS_ENDPOINT_URL must be http(s)://host[:port]"
+)
 
 
 def _is_panic(e: BaseException) -> bool:
@@ -89,9 +97,11 @@ def _entries(objects: Sequence[Mapping[str, Any]], prefix: str) -> list[Entry]:
     for "Create folder" and SeaweedFS leaves where a "directory" emptied. obstore strips
     the trailing ``/``, so it lists as the prefix itself, an entry with no name."""
     cut = len(prefix) + 1 if prefix else 0
-    entries = [Entry(o["path"][cut:], int(o["size"]),
-                     int(o["last_modified"].timestamp() * 1000)) for o in objects
-               if o["path"][cut:]]
+    entries = [
+        Entry(o["path"][cut:], int(o["size"]), int(o["last_modified"].timestamp() * 1000))
+        for o in objects
+        if o["path"][cut:]
+    ]
     entries.sort(key=lambda e: e.name)
     return entries
 
@@ -123,15 +133,18 @@ class _ObjectRangeReader:
         if self._etag:
             options["if_match"] = self._etag
         try:
-            result = self._storage._call("GET", self._key, obstore.get, self._storage._store,
-                                         self._key, options=options)
+            result = self._storage._call(
+                "GET", self._key, obstore.get, self._storage._store, self._key, options=options
+            )
         except PreconditionError:
             raise KafkaStorageError(
                 f"GET {self._storage.uri}/{self._key}: the object was replaced after it was "
-                f"opened (ETag {self._etag} no longer matches)") from None
+                f"opened (ETag {self._etag} no longer matches)"
+            ) from None
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"{self._storage.uri}/{self._key} was deleted after it was opened") from None
+                f"{self._storage.uri}/{self._key} was deleted after it was opened"
+            ) from None
         return bytes(result.bytes())
 
     def close(self) -> None:
@@ -144,6 +157,14 @@ class _ObjectRangeReader:
         self.close()
 
 
+# obstore's from_url is overloaded per scheme, each taking its config, client and retry
+# options as TypedDicts; split_options builds plain dicts from the user's strings, which no
+# TypedDict admits statically, and obstore checks every key itself at run time
+# (UnknownConfigurationKeyError, in ObjectStorage). Seen through this wider signature the
+# call's result keeps its type (an ObjectStore), where an ignore would hide every error.
+_from_url: Callable[..., ObjectStore] = from_url
+
+
 class ObjectStorage:
     """A bucket prefix (or a memory store) as a ``Storage``.
 
@@ -152,8 +173,9 @@ class ObjectStorage:
     True
     """
 
-    def __init__(self, uri: str,
-                 options: Mapping[str, object] | StorageOptions | None = None) -> None:
+    def __init__(
+        self, uri: str, options: Mapping[str, object] | StorageOptions | None = None
+    ) -> None:
         target = parse_object_uri(uri)
         self._uri = target.uri
         self._options = StorageOptions.of(options)
@@ -165,22 +187,24 @@ class ObjectStorage:
                 self._store: Any = _memory_stores.setdefault(target.bucket, MemoryStore())
             return
         try:
-            # obstore types config per scheme (one TypedDict each) and the client and retry
-            # options as TypedDicts; split_options builds plain dicts, and obstore checks
-            # every key itself (UnknownConfigurationKeyError, below).
-            self._store = from_url(  # type: ignore[call-overload]
-                target.url, config=settings.config or None,
-                client_options=settings.client_options, retry_config=settings.retry_config)
+            self._store = _from_url(
+                target.url,
+                config=settings.config or None,
+                client_options=settings.client_options,
+                retry_config=settings.retry_config,
+            )
         except (UnknownConfigurationKeyError, ValueError, TypeError) as e:
-            raise ConfigError(f"{self._uri}: bad object-store option: "
-                              f"{self._cause(e)}") from None
+            raise ConfigError(f"{self._uri}: bad object-store option: {self._cause(e)}") from None
         except Exception as e:  # obstore reports a bad option value as a generic error
-            raise ConfigError(f"{self._uri}: cannot configure the object store: "
-                              f"{self._cause(e)}") from None
+            raise ConfigError(
+                f"{self._uri}: cannot configure the object store: {self._cause(e)}"
+            ) from None
         except BaseException as e:
             if _is_panic(e):
-                raise ConfigError(f"{self._uri}: the object-store client rejected its "
-                                  f"options ({_OPTION_HINT}): {self._cause(e)}") from None
+                raise ConfigError(
+                    f"{self._uri}: the object-store client rejected its "
+                    f"options ({_OPTION_HINT}): {self._cause(e)}"
+                ) from None
             raise
 
     @property
@@ -207,7 +231,8 @@ class ObjectStorage:
         except (PermissionDeniedError, UnauthenticatedError) as e:
             raise StorageAccessDeniedError(
                 f"{op} {where}: access denied; check the credentials (AWS_ACCESS_KEY_ID... or "
-                f"options) and their permissions: {self._cause(e)}") from e
+                f"options) and their permissions: {self._cause(e)}"
+            ) from e
         except FileNotFoundError as e:
             if "NoSuchBucket" in str(e):
                 raise self._no_bucket(op, where, e) from e
@@ -227,17 +252,20 @@ class ObjectStorage:
                     f"AWS_ENDPOINT_URL for a store other than AWS), or the options "
                     f"aws_access_key_id, aws_secret_access_key, aws_endpoint (storage.* in "
                     f"Spark, --storage-option for seglog commands): "
-                    f"{self._cause(e).splitlines()[0]}") from e
+                    f"{self._cause(e).splitlines()[0]}"
+                ) from e
             if any(s in text for s in _DENIED):
                 raise StorageAccessDeniedError(
-                    f"{op} {where}: access denied: {self._cause(e)}") from e
+                    f"{op} {where}: access denied: {self._cause(e)}"
+                ) from e
             if any(s in text.lower() for s in _UNREACHABLE):
                 raise StorageUnreachableError(
                     f"{op} {where}: the object store did not answer (up to "
                     f"{self._retry['max_retries']} retries within "
                     f"{self._retry['retry_timeout'].total_seconds():g} s; options "
                     f"max_retries, retry_timeout, connect_timeout, read_timeout, timeout): "
-                    f"{self._cause(e)}") from e
+                    f"{self._cause(e)}"
+                ) from e
             raise KafkaStorageError(f"{op} {where} failed: {self._cause(e)}") from e
         except BaseException as e:
             if _is_panic(e):
@@ -245,14 +273,17 @@ class ObjectStorage:
                 # miss it and the process would die) on input it did not expect.
                 raise KafkaStorageError(
                     f"{op} {where}: the object-store client failed on this request "
-                    f"({_OPTION_HINT}): {self._cause(e)}") from None
+                    f"({_OPTION_HINT}): {self._cause(e)}"
+                ) from None
             raise
         self._bucket_seen = True
         return result
 
     def _no_bucket(self, op: str, where: str, e: BaseException) -> BucketNotFoundError:
-        return BucketNotFoundError(f"{op} {where}: the bucket of {self._uri} does not exist "
-                                   f"({self._cause(e).splitlines()[0]})")
+        return BucketNotFoundError(
+            f"{op} {where}: the bucket of {self._uri} does not exist "
+            f"({self._cause(e).splitlines()[0]})"
+        )
 
     def _check_bucket(self) -> None:
         # One LIST of at most a page, once per instance: a missing bucket raises from _call.
@@ -268,8 +299,11 @@ class ObjectStorage:
         if length <= 0:
             return b""
         try:
-            return bytes(self._call("GET", key, obstore.get_range, self._store, key,
-                                    start=position, length=length))
+            return bytes(
+                self._call(
+                    "GET", key, obstore.get_range, self._store, key, start=position, length=length
+                )
+            )
         except KafkaStorageError as e:
             if any(s in str(e) for s in _RANGE_NOT_SATISFIABLE):
                 return b""
@@ -282,22 +316,31 @@ class ObjectStorage:
         if length <= 0:
             return memoryview(b"")
         try:
-            return memoryview(self._call("GET", key, obstore.get_range, self._store, key,
-                                         start=position, length=length))
+            return memoryview(
+                self._call(
+                    "GET", key, obstore.get_range, self._store, key, start=position, length=length
+                )
+            )
         except KafkaStorageError as e:
             if any(s in str(e) for s in _RANGE_NOT_SATISFIABLE):
                 return memoryview(b"")
             raise
 
-    def read_ranges(self, path: StoragePath,
-                    ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def read_ranges(self, path: StoragePath, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The ``(position, length)`` ranges of one object, fetched concurrently (near ones
         coalesced into one request); each range must lie within the object."""
         key = _key(path)
         if not ranges:
             return []
-        parts = self._call("GET", key, obstore.get_ranges, self._store, key,
-                           starts=[p for p, _ in ranges], lengths=[n for _, n in ranges])
+        parts = self._call(
+            "GET",
+            key,
+            obstore.get_ranges,
+            self._store,
+            key,
+            starts=[p for p, _ in ranges],
+            lengths=[n for _, n in ranges],
+        )
         return [bytes(p) for p in parts]
 
     def open_range_reader(self, path: StoragePath) -> _ObjectRangeReader:
@@ -316,8 +359,9 @@ class ObjectStorage:
 
     def list_dir(self, path: StoragePath) -> list[Entry]:
         prefix = _key(path)
-        listed = self._call("LIST", prefix, obstore.list_with_delimiter, self._store,
-                            prefix or None)
+        listed = self._call(
+            "LIST", prefix, obstore.list_with_delimiter, self._store, prefix or None
+        )
         entries = _entries(listed["objects"], prefix)
         cut = len(prefix) + 1 if prefix else 0
         entries += [Entry(p[cut:].rstrip("/"), 0, 0, True) for p in listed["common_prefixes"]]
@@ -330,8 +374,15 @@ class ObjectStorage:
         newer names, not the whole history."""
         prefix = _key(path)
         offset = (f"{prefix}/{start_after}" if prefix else start_after) or None
-        stream = self._call("LIST", prefix, obstore.list, self._store, prefix or None,
-                            offset=offset, chunk_size=1000)
+        stream = self._call(
+            "LIST",
+            prefix,
+            obstore.list,
+            self._store,
+            prefix or None,
+            offset=offset,
+            chunk_size=1000,
+        )
         objects = self._call("LIST", prefix, stream.collect)
         return [e for e in _entries(objects, prefix) if "/" not in e.name]
 
@@ -339,8 +390,14 @@ class ObjectStorage:
         """Every object under ``path``, flat (no delimiter: a page of 1,000 names per
         request however many "directories" they sit in)."""
         prefix = _key(path)
-        stream = self._call("LIST", prefix, obstore.list, self._store,
-                            f"{prefix}/" if prefix else None, chunk_size=1000)
+        stream = self._call(
+            "LIST",
+            prefix,
+            obstore.list,
+            self._store,
+            f"{prefix}/" if prefix else None,
+            chunk_size=1000,
+        )
         return _entries(self._call("LIST", prefix, stream.collect), prefix)
 
     def write_atomic(self, path: StoragePath, data: bytes | bytearray | memoryview) -> None:
@@ -361,8 +418,9 @@ class ObjectStorage:
         """
         key = _key(path)
         try:
-            self._call("PUT", key, obstore.put, self._store, key, data, mode="create",
-                       use_multipart=False)
+            self._call(
+                "PUT", key, obstore.put, self._store, key, data, mode="create", use_multipart=False
+            )
         except (AlreadyExistsError, PreconditionError):
             return False
         return True
@@ -374,15 +432,24 @@ class ObjectStorage:
         tag = self._call("HEAD", key, obstore.head, self._store, key).get("e_tag")
         return str(tag) if tag else None
 
-    def replace_if_match(self, path: StoragePath, data: bytes | bytearray | memoryview,
-                         etag: str) -> bool:
+    def replace_if_match(
+        self, path: StoragePath, data: bytes | bytearray | memoryview, etag: str
+    ) -> bool:
         """One ``PUT`` with ``If-Match: <etag>``: ``False`` if the object there is not
         the one of ``etag`` any more (or is gone). Not part of the ``Storage`` contract:
         ``seglog probe-store`` uses it to see whether a store enforces the header."""
         key = _key(path)
         try:
-            self._call("PUT", key, obstore.put, self._store, key, data,
-                       mode={"e_tag": etag}, use_multipart=False)
+            self._call(
+                "PUT",
+                key,
+                obstore.put,
+                self._store,
+                key,
+                data,
+                mode={"e_tag": etag},
+                use_multipart=False,
+            )
         except (AlreadyExistsError, PreconditionError, FileNotFoundError):
             return False
         return True

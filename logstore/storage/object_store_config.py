@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError, InvalidStorageUriError
-from ..util.durations import parse_duration_ms
+from .durations import parse_duration_ms
 
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "azure", "memory")
 _PROVIDER_PREFIXES = ("aws_", "google_", "azure_")

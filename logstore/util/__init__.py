@@ -1,5 +1,5 @@
-"""Engine helpers with no Kafka format: the injected clock, durations, the named crash
-points of tests, delayed deletion of ``.deleted`` files, the maintenance scheduler.
+"""Engine helpers with no Kafka format: the injected clock, the named crash points of
+tests, delayed deletion of ``.deleted`` files.
 
 May import: ``errors``, ``storage`` (the order ``tests/test_layering.py`` checks; its
 ``ALLOWED_UPWARD`` names the exceptions).

@@ -31,10 +31,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
+from seglog.logstore.log_dirs_api import TaskRun
 from seglog.logstore.manager.log_manager import CLEANER_TASK
+from seglog.logstore.manager.scheduler import DELETE_LOGS, FLUSH, RETENTION
 from seglog.logstore.storage.file_names import is_delete_dir_name
 from seglog.logstore.storage.object_store_config import is_object_uri
-from seglog.logstore.util.scheduler import DELETE_LOGS, FLUSH, RETENTION, TaskRun
 
 from .cli_commands import Command
 from .cli_common import (
@@ -49,14 +50,18 @@ from .cli_common import (
 from .cli_output import Progress, write_json
 
 if TYPE_CHECKING:
+    from seglog.logstore.bucket.bucket_collect import CollectStats
     from seglog.logstore.cleaner.cleaner import CleanerStats  # not imported at run time: numba
     from seglog.logstore.log_dirs_api import LogDirs
 
 COLLECT_TASK = "object-collect"  # bucket_maintenance's (not imported: it loads numba)
 MERGE_TASK = "segment-merge"
-_COUNTS = {RETENTION: "segment(s) deleted by retention", FLUSH: "log(s) flushed",
-           DELETE_LOGS: "file(s) and directories removed",
-           MERGE_TASK: "small segment(s) merged"}
+_COUNTS = {
+    RETENTION: "segment(s) deleted by retention",
+    FLUSH: "log(s) flushed",
+    DELETE_LOGS: "file(s) and directories removed",
+    MERGE_TASK: "small segment(s) merged",
+}
 
 
 def task_json(run: TaskRun) -> dict[str, Any]:
@@ -65,8 +70,12 @@ def task_json(run: TaskRun) -> dict[str, Any]:
         result = dataclasses.asdict(result)
     elif not isinstance(result, (int, float, str)) or isinstance(result, bool):
         result = None
-    return {"task": run.name, "ok": run.ok, "result": result,
-            "error": None if run.error is None else str(run.error)}
+    return {
+        "task": run.name,
+        "ok": run.ok,
+        "result": result,
+        "error": None if run.error is None else str(run.error),
+    }
 
 
 def task_text(run: TaskRun) -> str | None:
@@ -76,18 +85,22 @@ def task_text(run: TaskRun) -> str | None:
     r = run.result
     if run.name == CLEANER_TASK and r is not None:
         r = cast("CleanerStats", r)  # the cleaner task's result (LogManager.clean)
-        return (f"{run.name}: cleaned {r.topic}-{r.partition} offsets "
-                f"{r.first_dirty_offset}..{r.end_offset}: {r.segments_cleaned} segment(s), "
-                f"{r.records_read} record(s) read, {r.records_retained} kept, "
-                f"{r.bytes_read} -> {r.bytes_written} bytes")
+        return (
+            f"{run.name}: cleaned {r.topic}-{r.partition} offsets "
+            f"{r.first_dirty_offset}..{r.end_offset}: {r.segments_cleaned} segment(s), "
+            f"{r.records_read} record(s) read, {r.records_retained} kept, "
+            f"{r.bytes_read} -> {r.bytes_written} bytes"
+        )
     if run.name in _COUNTS and isinstance(r, int) and r:
         return f"{run.name}: {r} {_COUNTS[run.name]}"
     if run.name == COLLECT_TASK and r is not None:
-        done = {k: getattr(r, k) for k in ("removed_objects", "orphans", "commits", "snapshots")}
-        if any(done.values()):
-            return (f"{run.name}: deleted {done['removed_objects']} removed object(s), "
-                    f"{done['orphans']} orphan(s), {done['commits']} old commit(s), "
-                    f"{done['snapshots']} old snapshot(s)")
+        c = cast("CollectStats", r)  # the collect task's result (bucket_collect.collect)
+        if c.removed_objects or c.orphans or c.commits or c.snapshots:
+            return (
+                f"{run.name}: deleted {c.removed_objects} removed object(s), "
+                f"{c.orphans} orphan(s), {c.commits} old commit(s), "
+                f"{c.snapshots} old snapshot(s)"
+            )
     return None
 
 
@@ -95,6 +108,7 @@ def one_pass(mgr: LogDirs, *, force: bool, progress: bool = True) -> list[TaskRu
     """Run the tasks (all with ``force``, else the due ones), with a bar of the tasks on
     a terminal (``progress``: not with ``--json``)."""
     with Progress("maintain", unit="task", enabled=progress) as bar:
+
         def before(name: str, index: int, count: int) -> None:
             bar.set_total(count)
             bar.advance(0 if index == 0 else 1, label=f"maintain: {name}")
@@ -112,24 +126,39 @@ def delete_dirs(dirs: list[str]) -> list[Path]:
     return found
 
 
-def report(out: TextIO, mgr: LogDirs, runs: list[TaskRun], number: int,
-           as_json: bool, *, quiet_if_idle: bool, removed: list[Path] | None = None) -> None:
+def report(
+    out: TextIO,
+    mgr: LogDirs,
+    runs: list[TaskRun],
+    number: int,
+    as_json: bool,
+    *,
+    quiet_if_idle: bool,
+    removed: list[Path] | None = None,
+) -> None:
     """One pass's report; ``removed``: the deleted topics' directories the writer
     removed as it opened the dirs (first pass only)."""
     pending = mgr.files_awaiting_deletion(runs)
-    lines = [f"{DELETE_LOGS}: removed {d} (a deleted topic's partition)"
-             for d in removed or []]
+    lines = [f"{DELETE_LOGS}: removed {d} (a deleted topic's partition)" for d in removed or []]
     lines += [t for t in (task_text(r) for r in runs) if t]
     if quiet_if_idle and not lines:
         return
     if as_json:
-        write_json(out, {"pass": number, "tasks": [task_json(r) for r in runs],
-                         "removedDirectories": [str(d) for d in removed or []],
-                         "pendingFileDeletions": pending})
+        write_json(
+            out,
+            {
+                "pass": number,
+                "tasks": [task_json(r) for r in runs],
+                "removedDirectories": [str(d) for d in removed or []],
+                "pendingFileDeletions": pending,
+            },
+        )
     else:
         out.writelines(f"{line}\n" for line in lines)
-        out.write(f"pass {number}: {len(runs)} task(s) run, {sum(not r.ok for r in runs)} "
-                  f"failed, {pending} file(s) waiting for file.delete.delay.ms\n")
+        out.write(
+            f"pass {number}: {len(runs)} task(s) run, {sum(not r.ok for r in runs)} "
+            f"failed, {pending} file(s) waiting for file.delete.delay.ms\n"
+        )
     out.flush()
 
 
@@ -166,11 +195,19 @@ def _maintain(args: argparse.Namespace, out: TextIO) -> int:
 
 def _maintain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="*", metavar="DIR", help="log dirs (or use --path)")
-    p.add_argument("--loop", action="store_true",
-                   help="keep running each task on its schedule until SIGINT/SIGTERM")
-    p.add_argument("--manager-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a broker-level setting, e.g. log.retention.check.interval.ms=60000 "
-                        "or log.cleaner.enable=false (repeatable)")
+    p.add_argument(
+        "--loop",
+        action="store_true",
+        help="keep running each task on its schedule until SIGINT/SIGTERM",
+    )
+    p.add_argument(
+        "--manager-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker-level setting, e.g. log.retention.check.interval.ms=60000 "
+        "or log.cleaner.enable=false (repeatable)",
+    )
     add_writer_args(p)
     add_json_arg(p)
 

@@ -21,11 +21,19 @@ T0 = 1_700_000_000_000
 
 def _idle_topic(d, clock):
     with LogManager([d], clock=clock) as mgr:
-        mgr.create_topic("idle", 1, {"segment.bytes": "300", "retention.ms": "60000",
-                                     "file.delete.delay.ms": "0"})
+        mgr.create_topic(
+            "idle",
+            1,
+            {"segment.bytes": "300", "retention.ms": "60000", "file.delete.delay.ms": "0"},
+        )
         for _ in range(12):
-            mgr.append("idle", 0, encode_batches(
-                pa.array([b"x" * 50, b"y" * 50]), timestamps=pa.array([T0, T0], pa.int64())))
+            mgr.append(
+                "idle",
+                0,
+                encode_batches(
+                    pa.array([b"x" * 50, b"y" * 50]), timestamps=pa.array([T0, T0], pa.int64())
+                ),
+            )
         mgr.checkpoint_high_watermarks()
         return mgr.get_log("idle", 0).num_segments
 
@@ -41,8 +49,7 @@ def test_one_pass_applies_retention_to_an_idle_topic(tmp_path, capsys, monkeypat
     assert doc["pass"] == 1
     retention = next(t for t in doc["tasks"] if t["task"] == "log-retention")
     # every segment expired: Kafka deletes the active one too, leaving an empty one
-    assert retention == {"task": "log-retention", "ok": True, "result": before,
-                         "error": None}
+    assert retention == {"task": "log-retention", "ok": True, "result": before, "error": None}
     described = run(capsys, "describe", "idle", "--path", d, "--json").json()
     part = described["topics"][0]["partitions"][0]
     assert part["segments"] == 1 and part["startOffset"] == part["endOffset"] == 24
@@ -57,9 +64,19 @@ def test_one_pass_applies_retention_to_an_idle_topic(tmp_path, capsys, monkeypat
 def test_loop_runs_until_sigterm_and_leaves_the_dir_clean(tmp_path):
     d = tmp_path / "logs"
     _idle_topic(d, MockClock(T0))
-    proc = subprocess.Popen([str(SEGLOG), "maintain", str(d), "--loop", "--json",
-                             "--manager-config", "log.retention.check.interval.ms=100"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            str(SEGLOG),
+            "maintain",
+            str(d),
+            "--loop",
+            "--json",
+            "--manager-config",
+            "log.retention.check.interval.ms=100",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         first = json.loads(proc.stdout.readline())
         assert first["pass"] == 1 and all(t["ok"] for t in first["tasks"])
@@ -73,3 +90,18 @@ def test_loop_runs_until_sigterm_and_leaves_the_dir_clean(tmp_path):
     assert (d / CLEAN_SHUTDOWN_FILE).exists()
     with LogManager([d]) as mgr:  # the lock was released
         assert mgr.get_log("idle", 0).num_segments == 1
+
+
+def test_a_collect_run_is_reported_by_its_counts():
+    """The bucket's collect task reports what it deleted, and nothing when it deleted
+    nothing (objects only waiting for their delay are no news)."""
+    from seglog.cli_maintain import COLLECT_TASK, task_text
+    from seglog.logstore.bucket.bucket_collect import CollectStats
+    from seglog.logstore.log_dirs_api import TaskRun
+
+    done = CollectStats(removed_objects=2, orphans=1, commits=3, waiting=7)
+    assert task_text(TaskRun(COLLECT_TASK, done)) == (
+        "object-collect: deleted 2 removed object(s), 1 orphan(s), 3 old commit(s), "
+        "0 old snapshot(s)"
+    )
+    assert task_text(TaskRun(COLLECT_TASK, CollectStats(waiting=4, orphans_waiting=1))) is None

@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from seglog.logstore.config.config import ManagerConfig
-from seglog.logstore.util import scheduler as sched
+from seglog.logstore.manager import scheduler as sched
+from seglog.logstore.manager.scheduler import MaintenanceTask, Scheduler, standard_tasks
 from seglog.logstore.util.clock import MockClock
-from seglog.logstore.util.scheduler import MaintenanceTask, Scheduler, standard_tasks
 
 
 def test_run_due_respects_intervals_and_initial_delay():
@@ -51,7 +51,7 @@ def test_a_failing_task_is_logged_and_does_not_stop_the_others(caplog):
     s.add("first", 10, lambda now: ran.append("first") or 7)
     s.add("broken", 10, boom)
     s.add("last", 10, lambda now: ran.append("last"))
-    with caplog.at_level(logging.ERROR, logger="seglog.logstore.util.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="seglog.logstore.manager.scheduler"):
         runs = s.run_due()
     assert [(r.name, r.ok) for r in runs] == [("first", True), ("broken", False), ("last", True)]
     assert runs[0].result == 7 and isinstance(runs[1].error, OSError)
@@ -107,26 +107,38 @@ def test_thread_handles_kafkas_never_interval():
 
 
 def test_standard_tasks_follow_the_manager_config():
-    config = ManagerConfig.from_properties({
-        "log.retention.check.interval.ms": 11, "log.flush.scheduler.interval.ms": 22,
-        "log.flush.offset.checkpoint.interval.ms": 33,
-        "log.flush.start.offset.checkpoint.interval.ms": 44,
-        "replica.high.watermark.checkpoint.interval.ms": 55})
+    config = ManagerConfig.from_properties(
+        {
+            "log.retention.check.interval.ms": 11,
+            "log.flush.scheduler.interval.ms": 22,
+            "log.flush.offset.checkpoint.interval.ms": 33,
+            "log.flush.start.offset.checkpoint.interval.ms": 44,
+            "replica.high.watermark.checkpoint.interval.ms": 55,
+        }
+    )
     calls = []
 
     def cb(name):
         return lambda now: calls.append(name)
 
-    tasks = standard_tasks(config, retention=cb("r"), flush=cb("f"),
-                           checkpoint_recovery_points=cb("rp"),
-                           checkpoint_log_start_offsets=cb("lso"),
-                           checkpoint_high_watermarks=cb("hw"), delete_logs=cb("d"))
+    tasks = standard_tasks(
+        config,
+        retention=cb("r"),
+        flush=cb("f"),
+        checkpoint_recovery_points=cb("rp"),
+        checkpoint_log_start_offsets=cb("lso"),
+        checkpoint_high_watermarks=cb("hw"),
+        delete_logs=cb("d"),
+    )
     intervals = {t.name: t.interval_ms for t in tasks}
-    assert intervals == {sched.RETENTION: 11, sched.FLUSH: 22,
-                         sched.RECOVERY_POINT_CHECKPOINT: 33,
-                         sched.LOG_START_OFFSET_CHECKPOINT: 44,
-                         sched.HIGH_WATERMARK_CHECKPOINT: 55,
-                         sched.DELETE_LOGS: sched.DELETE_CHECK_INTERVAL_MS}
+    assert intervals == {
+        sched.RETENTION: 11,
+        sched.FLUSH: 22,
+        sched.RECOVERY_POINT_CHECKPOINT: 33,
+        sched.LOG_START_OFFSET_CHECKPOINT: 44,
+        sched.HIGH_WATERMARK_CHECKPOINT: 55,
+        sched.DELETE_LOGS: sched.DELETE_CHECK_INTERVAL_MS,
+    }
     s = Scheduler(MockClock(0), tasks)
     s.run_due()
     assert calls == ["r", "f", "hw", "rp", "lso", "d"]

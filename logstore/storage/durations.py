@@ -21,8 +21,15 @@ from ..errors import ConfigError
 _DURATION_RE = re.compile(r"^([0-9]+)([a-z]+)?$")
 # Units in microseconds, so "us" needs no fractions; the result is whole milliseconds,
 # truncated as Spark's TimeUnit conversion does.
-UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "min": 60_000_000,
-            "h": 3_600_000_000, "d": 86_400_000_000}
+UNITS_US = {
+    "us": 1,
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "min": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+}
 
 
 def parse_duration_ms(value: str | int, option: str) -> int:
@@ -31,8 +38,13 @@ def parse_duration_ms(value: str | int, option: str) -> int:
     text = str(value).strip().lower()
     m = _DURATION_RE.match(text)
     if m is None or (m[2] is not None and m[2] not in UNITS_US):
-        why = "must not be negative" if text.startswith("-") else (
-            f"expected a whole number with an optional unit ({', '.join(UNITS_US)}; "
-            f"none means ms), e.g. '15m', '30s', '500'")
+        why = (
+            "must not be negative"
+            if text.startswith("-")
+            else (
+                f"expected a whole number with an optional unit ({', '.join(UNITS_US)}; "
+                f"none means ms), e.g. '15m', '30s', '500'"
+            )
+        )
         raise ConfigError(f"invalid duration {value!r} for option {option!r}: {why}")
     return int(m[1]) * UNITS_US[m[2] or "ms"] // 1_000

@@ -34,9 +34,10 @@ from pathlib import Path
 
 from ..config.config import ManagerConfig
 from ..errors import CorruptCheckpointError, KafkaStorageError
+from ..log_dirs_api import TaskRun
 from ..storage.checkpoint_file import CheckpointFile, CheckpointFormat
 from ..storage.file_names import MAINTENANCE_CHECKPOINT
-from .clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
+from ..util.clock import SYSTEM_CLOCK, Clock, MockClock  # noqa: F401  (MockClock: doctest)
 
 logger = logging.getLogger(__name__)
 
@@ -64,19 +65,6 @@ class MaintenanceTask:
     last_run_ms: int | None = None  # wall clock, of the last run in any process
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRun:
-    """What one run of a task did: its result, or the error it raised."""
-
-    name: str
-    result: object = None
-    error: BaseException | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
 class Scheduler:
     """Runs ``MaintenanceTask``s when due. Thread-safe: ``_run_lock`` makes the background
     thread and explicit ``run_due`` calls take turns, so a task never runs twice at once.
@@ -97,18 +85,24 @@ class Scheduler:
         with self._run_lock:
             return tuple(self._tasks.values())
 
-    def add(self, name: str, interval_ms: int, run: Callable[[int], object], *,
-            initial_delay_ms: int = 0) -> MaintenanceTask:
+    def add(
+        self,
+        name: str,
+        interval_ms: int,
+        run: Callable[[int], object],
+        *,
+        initial_delay_ms: int = 0,
+    ) -> MaintenanceTask:
         """Schedule ``run`` every ``interval_ms``, first after ``initial_delay_ms``."""
-        task = MaintenanceTask(name, interval_ms, run,
-                               self.clock.monotonic_ms() + initial_delay_ms)
+        task = MaintenanceTask(name, interval_ms, run, self.clock.monotonic_ms() + initial_delay_ms)
         self.add_task(task)
         return task
 
     def add_task(self, task: MaintenanceTask) -> None:
         if task.interval_ms <= 0:
-            raise ValueError(f"task {task.name!r}: interval must be positive, "
-                             f"got {task.interval_ms}")
+            raise ValueError(
+                f"task {task.name!r}: interval must be positive, got {task.interval_ms}"
+            )
         with self._run_lock:
             if task.name in self._tasks:
                 raise ValueError(f"a task named {task.name!r} is already scheduled")
@@ -119,8 +113,12 @@ class Scheduler:
         with self._run_lock:
             self._tasks.pop(name, None)
 
-    def run_due(self, now_ms: int | None = None, *,
-                before_task: Callable[[str, int, int], None] | None = None) -> list[TaskRun]:
+    def run_due(
+        self,
+        now_ms: int | None = None,
+        *,
+        before_task: Callable[[str, int, int], None] | None = None,
+    ) -> list[TaskRun]:
         """Run every task due at ``now_ms`` (monotonic; default: the clock's now), in the
         order they were added. Returns what each did; failures are logged, not raised.
         ``before_task(name, index, count)`` is called before each (progress display)."""
@@ -129,15 +127,20 @@ class Scheduler:
             due = [t for t in self._tasks.values() if t.next_due_ms <= now]
             return self._run_each(due, now, before_task)
 
-    def run_all(self, *, before_task: Callable[[str, int, int], None] | None = None
-                ) -> list[TaskRun]:
+    def run_all(
+        self, *, before_task: Callable[[str, int, int], None] | None = None
+    ) -> list[TaskRun]:
         """Run every task now, due or not (e.g. before a clean shutdown)."""
         with self._run_lock:
             now = self.clock.monotonic_ms()
             return self._run_each(list(self._tasks.values()), now, before_task)
 
-    def _run_each(self, tasks: list[MaintenanceTask], now: int,
-                  before_task: Callable[[str, int, int], None] | None) -> list[TaskRun]:
+    def _run_each(
+        self,
+        tasks: list[MaintenanceTask],
+        now: int,
+        before_task: Callable[[str, int, int], None] | None,
+    ) -> list[TaskRun]:
         runs = []
         for i, t in enumerate(tasks):
             if before_task is not None:
@@ -152,8 +155,9 @@ class Scheduler:
     def last_runs(self) -> dict[str, int]:
         """Wall-clock time of each task's last run (what ``restore`` takes back)."""
         with self._run_lock:
-            return {t.name: t.last_run_ms for t in self._tasks.values()
-                    if t.last_run_ms is not None}
+            return {
+                t.name: t.last_run_ms for t in self._tasks.values() if t.last_run_ms is not None
+            }
 
     def restore(self, last_runs: Mapping[str, int]) -> None:
         """Reschedule tasks from the wall-clock times they last ran, possibly in another
@@ -177,8 +181,11 @@ class Scheduler:
             result = task.run(task.last_run_ms)
             run = TaskRun(task.name, result)
         except Exception as e:  # one task's failure must not stop the others
-            logger.exception("maintenance task %r failed; it will be retried in %d ms",
-                             task.name, task.interval_ms)
+            logger.exception(
+                "maintenance task %r failed; it will be retried in %d ms",
+                task.name,
+                task.interval_ms,
+            )
             run = TaskRun(task.name, error=e)
         task.next_due_ms = now + task.interval_ms
         return run
@@ -212,8 +219,7 @@ class Scheduler:
         self._wake.set()
         thread.join(timeout_s)
         if thread.is_alive():
-            logger.warning("scheduler thread %s did not stop within %.0f s", thread.name,
-                           timeout_s)
+            logger.warning("scheduler thread %s did not stop within %.0f s", thread.name, timeout_s)
         else:
             self._thread = None
 
@@ -231,13 +237,18 @@ class Scheduler:
             self._wake.clear()
 
 
-def standard_tasks(config: ManagerConfig, *, retention: Callable[[int], object],
-                   flush: Callable[[int], object],
-                   checkpoint_recovery_points: Callable[[int], object],
-                   checkpoint_log_start_offsets: Callable[[int], object],
-                   checkpoint_high_watermarks: Callable[[int], object],
-                   delete_logs: Callable[[int], object],
-                   initial_delay_ms: int = 0, now_ms: int = 0) -> list[MaintenanceTask]:
+def standard_tasks(
+    config: ManagerConfig,
+    *,
+    retention: Callable[[int], object],
+    flush: Callable[[int], object],
+    checkpoint_recovery_points: Callable[[int], object],
+    checkpoint_log_start_offsets: Callable[[int], object],
+    checkpoint_high_watermarks: Callable[[int], object],
+    delete_logs: Callable[[int], object],
+    initial_delay_ms: int = 0,
+    now_ms: int = 0,
+) -> list[MaintenanceTask]:
     """Kafka's LogManager tasks (plus ReplicaManager's high-watermark checkpoint) with
     their intervals from ``config``. Order matters within one ``run_due``: retention
     before the checkpoints (they then record the new start offsets), flush before the
@@ -246,15 +257,24 @@ def standard_tasks(config: ManagerConfig, *, retention: Callable[[int], object],
     return [
         MaintenanceTask(RETENTION, config.log_retention_check_interval_ms, retention, due),
         MaintenanceTask(FLUSH, config.log_flush_scheduler_interval_ms, flush, due),
-        MaintenanceTask(HIGH_WATERMARK_CHECKPOINT,
-                        config.replica_high_watermark_checkpoint_interval_ms,
-                        checkpoint_high_watermarks, due),
-        MaintenanceTask(RECOVERY_POINT_CHECKPOINT,
-                        config.log_flush_offset_checkpoint_interval_ms,
-                        checkpoint_recovery_points, due),
-        MaintenanceTask(LOG_START_OFFSET_CHECKPOINT,
-                        config.log_flush_start_offset_checkpoint_interval_ms,
-                        checkpoint_log_start_offsets, due),
+        MaintenanceTask(
+            HIGH_WATERMARK_CHECKPOINT,
+            config.replica_high_watermark_checkpoint_interval_ms,
+            checkpoint_high_watermarks,
+            due,
+        ),
+        MaintenanceTask(
+            RECOVERY_POINT_CHECKPOINT,
+            config.log_flush_offset_checkpoint_interval_ms,
+            checkpoint_recovery_points,
+            due,
+        ),
+        MaintenanceTask(
+            LOG_START_OFFSET_CHECKPOINT,
+            config.log_flush_start_offset_checkpoint_interval_ms,
+            checkpoint_log_start_offsets,
+            due,
+        ),
         MaintenanceTask(DELETE_LOGS, DELETE_CHECK_INTERVAL_MS, delete_logs, due),
     ]
 
@@ -267,7 +287,8 @@ def _parse_last_run(line: str) -> tuple[str, int]:
 
 
 _LAST_RUNS_FORMAT: CheckpointFormat[tuple[str, int]] = CheckpointFormat(
-    lambda e: f"{e[0]} {e[1]}", _parse_last_run)
+    lambda e: f"{e[0]} {e[1]}", _parse_last_run
+)
 
 
 def last_runs_file(log_dir: Path) -> CheckpointFile[tuple[str, int]]:
