@@ -48,10 +48,8 @@ KNOWN_RETURNS = {
     # its kin could live in a value module beneath both.
     "streaming.sink_protocol > streaming.sink_bucket_commit"
     " > streaming.sink_protocol": "write: SinkBatch.topics",
-    # Written once, the backend plugged in: LogReads asks the log for its read end, and
-    # SegmentReads.find_batch reads through the window's pread.
-    "logstore.bucket.bucket_log > logstore.log.log_read"
-    " > logstore.bucket.bucket_log": "read: LogReads -> BucketLog._read_end",
+    # Written once, the backend plugged in: SegmentReads.find_batch reads through the
+    # window's pread.
     "logstore.bucket.bucket_read_window > logstore.log.segment_reads"
     " > logstore.bucket.bucket_read_window": "read: find_batch -> SegmentWindow.pread",
     # The manager told of every fold (on_change), and a log's state source, both handed
