@@ -137,7 +137,9 @@ class BucketLog(LogReads):
             if state == self._state and self._high_watermark == state.high_watermark:
                 # The same segments, opened from now on as segments of this version (a
                 # missing object's error names the version that references it).
-                self._read_view = self._view_of(state, version, self._read_view.bases)
+                view = self._read_view
+                self._read_view = self._view_of(state, version,
+                                                None if view is None else view.bases)
                 return False
             self._opened.retain({s.key for s in state.segments})
             self._state = state
