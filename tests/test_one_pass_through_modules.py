@@ -20,6 +20,9 @@ from types import FrameType
 import pyarrow as pa
 
 from seglog.datasource.schema import arrow_schema
+from seglog.logstore.bucket import bucket_read_window
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.streaming.read_planning import ReadRange
 from seglog.streaming.sink_destination import sink_destination
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
@@ -143,10 +146,6 @@ def test_reads_over_windows_segments_and_a_timestamp_pass_through_each_module_on
     and into the next segment), ranges ending inside a segment, ``read`` and
     ``offset_for_timestamp``.
     None calls back into the bucket log or its read window."""
-    from seglog.logstore.bucket import bucket_read_window
-    from seglog.logstore.bucket.bucket_manager import BucketLogManager
-    from seglog.logstore.records.record_codec import decode_batches, encode_batches
-
     monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", 3000)
     mgr = BucketLogManager(f"memory://one-pass-{uuid.uuid4().hex}")
     mgr.create_topic("t", 1, {"index.interval.bytes": "100"})
