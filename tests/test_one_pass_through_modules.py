@@ -20,6 +20,9 @@ from types import FrameType
 import pyarrow as pa
 
 from seglog.datasource.schema import arrow_schema
+from seglog.logstore.bucket import bucket_read_window
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.streaming.read_planning import ReadRange
 from seglog.streaming.sink_destination import sink_destination
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
@@ -44,12 +47,6 @@ KNOWN_RETURNS = {
     # Written once, the backend plugged in: the stager hands rows to its StagingArea.
     "streaming.sink_bucket_staging > streaming.sink_staging"
     " > streaming.sink_bucket_staging": "write: PartitionStager -> describe_topic",
-    # Written once, the backend plugged in: LogReads asks the log for its read end, and
-    # SegmentReads.find_batch reads through the window's pread.
-    "logstore.bucket.bucket_log > logstore.log.log_read"
-    " > logstore.bucket.bucket_log": "read: LogReads -> BucketLog._read_end",
-    "logstore.bucket.bucket_read_window > logstore.log.segment_reads"
-    " > logstore.bucket.bucket_read_window": "read: find_batch -> SegmentWindow.pread",
     # The manager told of every fold (on_change), and a log's state source, both handed
     # down by the manager so that its logs follow the committed state.
     "logstore.bucket.bucket_manager > logstore.bucket.bucket_committer"
@@ -135,3 +132,41 @@ def test_one_append_and_one_read_back_pass_through_each_module_once():
     found = on_write | on_read
     assert sorted(found - set(KNOWN_RETURNS)) == [], "calls back into a module the call left"
     assert sorted(set(KNOWN_RETURNS) - found) == [], "a known return is gone: drop it"
+
+
+def test_reads_over_windows_segments_and_a_timestamp_pass_through_each_module_once(
+    monkeypatch,
+):
+    """The read side's paths the sink's one-segment read does not take: two segments
+    with offset indexes, windows smaller than a segment (read-ahead from an index entry
+    and into the next segment), ranges ending inside a segment, ``read`` and
+    ``offset_for_timestamp``.
+    None calls back into the bucket log or its read window."""
+    monkeypatch.setattr(bucket_read_window, "FETCH_BYTES", 3000)
+    mgr = BucketLogManager(f"memory://one-pass-{uuid.uuid4().hex}")
+    mgr.create_topic("t", 1, {"index.interval.bytes": "100"})
+    ts = 1_700_000_000_000
+    for start in (0, 400, 800):
+        values = pa.array([b"value-%06d" % i for i in range(start, start + 400)])
+        times = pa.array([ts + i for i in range(start, start + 400)], pa.int64())
+        mgr.append("t", 0, encode_batches(values, timestamps=times, max_batch_bytes=512))
+    log = mgr.get_log("t", 0)
+
+    def reads() -> tuple[list[int], list[int], int | None]:
+        chunked = [
+            o
+            for c in log.read_chunks(150, 780, 600)
+            for o in decode_batches(bytes(c), start_offset=150, end_offset=780)
+            .column("offset")
+            .to_pylist()
+        ]
+        fetched = log.read(390, max_offset=800, max_bytes=1 << 20)
+        whole = decode_batches(fetched.records, start_offset=390, end_offset=800)
+        return chunked, whole.column("offset").to_pylist(), log.offset_for_timestamp(ts + 555)
+
+    (chunked, whole, at), found = traced(reads)
+    assert chunked == list(range(150, 780))
+    assert whole == list(range(390, 800))
+    assert at == 555
+    mgr.close()
+    assert sorted(found) == []

@@ -12,8 +12,13 @@ before it reports what is missing.
 Transactions: the bucket writer takes no transactional or control batches yet, so the
 last stable offset is the high watermark and no transaction is ever aborted.
 
-Thread-safety: safe for concurrent readers (``_lock`` guards the view and the opened
-segments).
+It hands the read path its state as values, never to be called back for it: a
+``read_view.ReadView`` of its segments made each time it takes a state (opened on first
+use as ``BucketSegment``s, kept in its ``SegmentCache``), its high watermark as the read
+end, and ``bucket_read_window.WindowedReads`` as the walks' chunk sources.
+
+Thread-safety: safe for concurrent readers (``_lock`` guards the state it takes; the
+cache's own lock the opened segments).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import logging
 import threading
 from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
+from functools import partial
+from operator import attrgetter
 from typing import NoReturn, cast
 
 import numpy as np
@@ -37,6 +44,7 @@ from ..errors import (
 from ..index.txn_index import AbortedTxn
 from ..log.log_read import FetchData, LogReads
 from ..log.log_segment import LogSegment
+from ..log.read_view import ReadView, SegmentCache
 from ..log.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from ..records.record_format import (
     H_POSITION,
@@ -51,7 +59,7 @@ from ..records.record_format import (
 from ..storage.storage import Storage
 from .bucket_read_window import WindowedReads
 from .bucket_segment import LOG_SUFFIX, BucketSegment, ObjectPath
-from .bucket_state import NO_VERSION, PartitionState, index_of
+from .bucket_state import NO_VERSION, PartitionState, SegmentEntry
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +80,7 @@ class BucketLog(LogReads):
 
     _ATTEMPTS = 2
     _READ_END_NAME = "high watermark"
+    _RELIST_BEFORE_READ = False  # it takes the manager's state before it reads
     read_only = True
 
     def __init__(self, storage: Storage, topic: str, partition: int, config: LogConfig,
@@ -86,10 +95,12 @@ class BucketLog(LogReads):
         self.dir = ObjectPath(f"{storage.uri}/{topic}-{partition}")
         self._source = source
         self._contiguous = not config.compact  # set again by every _sync that changes
-        self._lock = threading.Lock()  # guards _version, _state, _open
-        self._open: dict[str, BucketSegment] = {}
+        self._lock = threading.Lock()  # guards _version, _state
+        self._opened = SegmentCache()
         self._version = NO_VERSION
         self._state = PartitionState()
+        self._read_view = self._view_of(self._state, NO_VERSION)
+        self._chunk_source = WindowedReads
         self._high_watermark = 0
         self._log_start_offset = 0
         self.topic_id: str | None = None
@@ -124,10 +135,15 @@ class BucketLog(LogReads):
                 self.config = config
             self._contiguous = not self.config.compact and state.cleaner_offset is None
             if state == self._state and self._high_watermark == state.high_watermark:
+                # The same segments, opened from now on as segments of this version (a
+                # missing object's error names the version that references it).
+                view = self._read_view
+                self._read_view = self._view_of(state, version,
+                                                None if view is None else view.bases)
                 return False
-            for key in [k for k in self._open if index_of(state.segments, k) is None]:
-                self._open.pop(key).close_handlers()
+            self._opened.retain({s.key for s in state.segments})
             self._state = state
+            self._read_view = self._view_of(state, version)
             self._log_start_offset = state.log_start_offset
             self._high_watermark = state.high_watermark
             return True
@@ -168,25 +184,20 @@ class BucketLog(LogReads):
         return self.topic_id
 
     def _relist(self, *, force: bool = False) -> None:
+        # Called back by the read path only to retry a read that met a vanished object
+        # (``_RELIST_BEFORE_READ`` is False: every read takes the state first, here).
         self._sync(force)
 
-    def _view(self) -> tuple[tuple[int, ...], Callable[[int], LogSegment]]:
-        segments = self._state.segments
-        bases = tuple(s.base_offset for s in segments)
-
-        def get(i: int) -> LogSegment:
-            entry = segments[i]
-            with self._lock:
-                seg = self._open.get(entry.key)
-                if seg is None:
-                    seg = self._open[entry.key] = BucketSegment(self.storage, entry,
-                                                                self._version)
-                return seg
-
-        return bases, get
-
-    def _read_end(self) -> int:
-        return self._high_watermark
+    def _view_of(self, state: PartitionState, version: int,
+                 bases: tuple[int, ...] | None = None) -> ReadView[SegmentEntry]:
+        """The read path's view of ``state``'s segments (``bases``: their base offsets,
+        when known), opened as segments of ``version``."""
+        segments = state.segments
+        if bases is None:
+            bases = tuple(s.base_offset for s in segments)
+        return ReadView(segments, bases, attrgetter("key"),
+                        partial(BucketSegment, self.storage, version=version),
+                        self._opened)
 
     # -- reads: batches are CRC-checked before they are returned ------------------------
 
@@ -206,6 +217,7 @@ class BucketLog(LogReads):
                     check_crcs: bool = True) -> Iterator[memoryview]:
         """``LogReads.read_chunks``, every batch CRC-checked as ``read`` does, unless
         the caller checks them as it decodes (``check_crcs=False``: the source's tasks)."""
+        self._sync(False)
         chunks = super().read_chunks(start_offset, end_offset, chunk_bytes,
                                      isolation_level=isolation_level, check_crcs=check_crcs)
         # Closed here, not when the garbage collector gets to it: an error raised below
@@ -219,10 +231,10 @@ class BucketLog(LogReads):
                 self._check_crcs(chunk)
                 yield chunk
 
-    def _chunk_sources(self, end_offset: int) -> WindowedReads:
-        """Large ranged GETs sliced into the walk's chunks, the next one fetched while
-        the current one is decoded (``bucket_read_window``)."""
-        return WindowedReads(end_offset)
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """``LogReads.offset_for_timestamp`` over the state the manager holds now."""
+        self._sync(False)
+        return super().offset_for_timestamp(timestamp_ms)
 
     def _check_crcs(self, buf: bytes | memoryview) -> None:
         """Every batch's CRC, v2 batches by the header-table and CRC kernels (one call
@@ -269,12 +281,6 @@ class BucketLog(LogReads):
             return f"a segment of {self.dir}"
         return f"{self.storage.uri}/{segments[i].key}{LOG_SUFFIX}"
 
-    def _segment_path(self, base: int) -> ObjectPath:
-        for s in self._state.segments:
-            if s.base_offset == base:
-                return ObjectPath(f"{self.storage.uri}/{s.key}.log")
-        return ObjectPath(f"{self.dir}/{base:020d}.log")
-
     # -- offsets and sizes ----------------------------------------------------------------
 
     @property
@@ -311,10 +317,7 @@ class BucketLog(LogReads):
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            for seg in self._open.values():
-                seg.close_handlers()
-            self._open.clear()
+        self._opened.close()
 
     def __getattr__(self, name: str) -> NoReturn:
         if name in _WRITER_OPERATIONS:

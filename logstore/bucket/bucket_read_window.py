@@ -19,7 +19,13 @@ walk, the current one and the one read ahead (the chunks handed out are views: n
 dropped when the walk moves on or ends. A batch larger than a chunk is read on its own,
 as before.
 
-Correctness stays the segment's: every fetch is ``BucketSegment.read_chunk`` (a short
+The bytes come from a part beneath the read path (``log.records_window``: the
+``RecordsWindow`` over the segment's ``ObjectRecords``, and the walk's ``ReadAhead``);
+this module chooses the sizes and hands each window its segment's parts as values (its
+records, its offset index, its committed next offset, whether it is a fragment), so
+``SegmentReads.find_batch`` reads the window's bytes without calling back up here.
+
+Correctness stays the segment's: every fetch is ``ObjectRecords.read_chunk`` (a short
 object is ``CorruptRecordError``, a missing one ``MissingSegmentError``, a fragment's
 base offsets are patched, which needs a batch start: every window starts at one). The
 bound only sizes requests; a read that needs bytes past it fetches them.
@@ -29,12 +35,9 @@ Not thread-safe: one walk owns its windows (the read-ahead thread only runs a GE
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
-
-from ..errors import CorruptRecordError
 from ..log.log_segment import LogSegment
-from ..log.segment_records import ReadBuffer
-from ..records.record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
+from ..log.records_window import ReadAhead, RecordsWindow, WindowBound
+from ..records.record_format import V2_HEADER_SIZE, BatchHeader
 from .bucket_segment import BucketSegment
 
 FETCH_BYTES = 16 << 20
@@ -44,167 +47,60 @@ READ_AHEAD = True
 """Whether a walk GETs its next window while it decodes the current one."""
 
 
+def window_bound(seg: BucketSegment) -> WindowBound:
+    """The parts and values of ``seg`` a window reads it by."""
+    entry = seg.entry
+    return WindowBound(seg.records, seg.offset_index_part.get, entry.next_offset,
+                       bool(entry.offset_delta))
+
+
 class SegmentWindow:
     """``read_chunk``/``find_batch`` of a ``BucketSegment`` for a read of offsets below
-    ``end_offset``, served from one large ranged GET at a time."""
+    ``end_offset``, served from one large ranged GET at a time (a ``RecordsWindow``)."""
 
     def __init__(self, seg: BucketSegment, end_offset: int, *,
-                 fetch_bytes: int | None = None, reads: WindowedReads | None = None,
+                 fetch_bytes: int | None = None, read_ahead: ReadAhead | None = None,
                  next_seg: BucketSegment | None = None) -> None:
         self.seg = seg
         self.log_path = seg.log_path
-        self._fetch_bytes = FETCH_BYTES if fetch_bytes is None else fetch_bytes
-        self._end_offset = end_offset
-        self._limit: int | None = None  # bytes the read needs at most; found on first fetch
-        self._start = 0
-        self._buf = memoryview(b"")
-        self._reads = reads
-        self._next_seg = next_seg
+        self._window = RecordsWindow(
+            window_bound(seg), end_offset, FETCH_BYTES if fetch_bytes is None else fetch_bytes,
+            read_ahead=read_ahead if READ_AHEAD else None,
+            next_bound=None if next_seg is None else window_bound(next_seg))
 
     @property
     def size(self) -> int:
         return self.seg.size
 
-    def _read_limit(self) -> int:
-        if self._limit is None:
-            seg = self.seg
-            if self._end_offset >= seg.entry.next_offset:
-                self._limit = seg.size
-            else:
-                past = seg.offset_index.position_past(self._end_offset)
-                self._limit = seg.size if past is None else min(past, seg.size)
-        return self._limit
-
     def read_chunk(self, position: int, max_bytes: int) -> tuple[memoryview, int]:
         """Up to ``max_bytes`` from ``position`` (a batch start), and how many bytes."""
-        size = self.seg.size
-        want_end = min(position + max_bytes, size)
-        view = self._window_at(position, want_end, max_bytes)
-        if len(view) < want_end - position and self._limit != size \
-                and not self._whole_batch_at(position):
-            # The window ends at the read's bound inside the batch at ``position``: the
-            # offset index that gave the bound is wrong (the data may well be right, as
-            # a read without the bound finds). Read past it.
-            self._limit = size
-            view = self._window_at(position, want_end, max_bytes)
-        return view, len(view)
-
-    def _window_at(self, position: int, want_end: int, max_bytes: int) -> memoryview:
-        """The window's bytes from ``position`` up to ``want_end`` (fewer where the
-        window ends after a whole batch or at the read's bound), fetching when needed."""
-        size = self.seg.size
-        window_end = self._start + len(self._buf)
-        # The window serves what it holds up to the read's bound: past it the walk needs
-        # nothing (its last batch ends there), unless the bound was wrong.
-        reach = size if self._limit is None or position >= self._limit else self._limit
-        if not (self._start <= position and window_end >= min(want_end, reach)) \
-                and not self._whole_batch_at(position):
-            limit = self._read_limit()
-            stop = limit if position < limit else size
-            need_end = min(want_end, max(stop, position))
-            ahead = self._reads.take(self.seg, position, need_end) \
-                if self._reads is not None else None
-            if ahead is not None:
-                self._start, buf, n = ahead
-                self._buf = memoryview(buf)[:n]
-                # A window shorter than the chunk (chunk_bytes above FETCH_BYTES, or
-                # an index entry far below its end) serves the whole batches it holds.
-                if self._start + n < need_end and not self._whole_batch_at(position):
-                    ahead = None
-            if ahead is None:
-                buf, n = self.seg.read_chunk(position, min(max(max_bytes, self._fetch_bytes),
-                                                           stop - position) or max_bytes)
-                self._start = position
-            self._buf = memoryview(buf)[:n]
-            window_end = self._start + n
-            self._read_ahead(window_end, limit)
-        return self._buf[position - self._start:min(want_end, window_end) - self._start]
-
-    def _whole_batch_at(self, position: int) -> bool:
-        """Whether the window holds a whole batch at ``position``: the walk then takes
-        the window's rest as a shorter chunk and asks for the next window from the batch
-        that straddles its end (where the read-ahead starts, at an index entry)."""
-        if not self._start <= position < self._start + len(self._buf):
-            return False
-        try:
-            return read_batch_header(self._buf, position - self._start) is not None
-        except CorruptRecordError:
-            return False  # the walk reads the header again and names the damage
-    def _read_ahead(self, window_end: int, limit: int) -> None:
-        """Start the GET of what the walk needs after this window, if any: the rest of
-        this segment from the last index entry at or below the window's end (a batch
-        start, as a fragment's patching needs), or the next segment's first window."""
-        if self._reads is None or not READ_AHEAD:
-            return
-        if window_end < limit:
-            if self.seg.entry.offset_delta:
-                return  # a fragment's patching needs a batch start: the index's is unchecked
-            start = self.seg.offset_index.position_at_or_below(window_end)
-            if start is not None and start > self._start:
-                self._reads.prefetch(self.seg, start, min(self._fetch_bytes, limit - start))
-        elif self._next_seg is not None:
-            nxt = SegmentWindow(self._next_seg, self._end_offset, fetch_bytes=self._fetch_bytes)
-            self._reads.prefetch(self._next_seg, 0,
-                                 min(self._fetch_bytes, nxt._read_limit()))
+        return self._window.read_chunk(position, max_bytes)
 
     def pread(self, position: int, size: int) -> memoryview:
-        return self.read_chunk(position, size)[0]
+        return self._window.pread(position, size)
 
     def find_batch(self, offset: int) -> tuple[BatchHeader | None, int]:
         """``LogSegment.find_batch`` reading the window's bytes, a header at a time (the
         index entry's header and the batch headers after it cost no request of their
         own, and no read grows past the window's bound)."""
-        return self.seg.find_batch(offset, pread=self.pread, scan_bytes=V2_HEADER_SIZE)
+        return self.seg.find_batch(offset, pread=self._window.pread, scan_bytes=V2_HEADER_SIZE)
 
 
 class WindowedReads:
     """One reading walk's windows (``LogReads._chunk_sources`` on a bucket log) and its
-    read-ahead: while the walk decodes a window, at most one GET of the next one runs on
-    a thread of this walk's own (created on first use, joined by ``close``: never a
-    process-wide pool, which a forked worker would inherit without its threads). A
-    prefetch's error (a missing or cut-short object) is raised when the walk takes it,
-    where a plain fetch would have raised it; one the walk never needs is dropped with
-    its bytes. Memory: two windows at most. Not thread-safe: one walk owns it."""
+    read-ahead (``records_window.ReadAhead``: while the walk decodes a window, at most
+    one GET of the next one runs on a thread of this walk's own, joined by ``close``).
+    Memory: two windows at most. Not thread-safe: one walk owns it."""
 
     def __init__(self, end_offset: int) -> None:
         self._end_offset = end_offset
-        self._pool: ThreadPoolExecutor | None = None
-        # (segment key, position, length, GET) of the one prefetch in flight or done,
-        # untaken
-        self._pending: tuple[str, int, int, Future[tuple[ReadBuffer, int]]] | None = None
+        self._read_ahead = ReadAhead()
 
     def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
         assert next_seg is None or isinstance(next_seg, BucketSegment)
-        return SegmentWindow(seg, self._end_offset, reads=self, next_seg=next_seg)
-
-    def prefetch(self, seg: BucketSegment, position: int, length: int) -> None:
-        if self._pending is not None or length <= 0:
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead")
-        self._pending = (seg.entry.key, position, length,
-                         self._pool.submit(seg.read_chunk, position, length))
-
-    def take(self, seg: BucketSegment, position: int, need_end: int
-             ) -> tuple[int, ReadBuffer, int] | None:
-        """The prefetched window of ``seg`` as (position, bytes, length) when it was asked
-        to cover [``position``, ``need_end``), or at least bytes from ``position`` (the
-        window serves them if they hold a whole batch), else None (and it is dropped:
-        the walk fetches what it needs itself, and meets any error of those bytes
-        then)."""
-        pending = self._pending
-        if pending is None:
-            return None
-        self._pending = None
-        key, start, length, get = pending
-        if key != seg.entry.key or not start <= position < start + length:
-            return None
-        buf, n = get.result()
-        return start, buf, n
+        return SegmentWindow(seg, self._end_offset, read_ahead=self._read_ahead,
+                             next_seg=next_seg)
 
     def close(self) -> None:
-        self._pending = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._read_ahead.close()

@@ -375,14 +375,26 @@ class BucketSegment(LogSegment):
     def __init__(self, storage: Storage, entry: SegmentEntry, version: int | None = None
                  ) -> None:
         self._object = ObjectRecords(storage, entry, version)
+        parts = bucket_segment_parts(self._object)
+        self._offsets = parts.offset_index
         super().__init__(ObjectPath(storage.uri) / entry.key.rpartition("/")[0],
-                         entry.base_offset, read_only=True, lazy=True,
-                         parts=bucket_segment_parts(self._object),
+                         entry.base_offset, read_only=True, lazy=True, parts=parts,
                          known_max_timestamp=entry.max_timestamp)
 
     @property
     def entry(self) -> SegmentEntry:
         return self._object.entry
+
+    @property
+    def records(self) -> ObjectRecords:
+        """The ``.log`` object (``ObjectRecords``)."""
+        return self._object
+
+    @property
+    def offset_index_part(self) -> LazyIndex[OffsetIndex]:
+        """The offset index part, fetched on first ``get`` (a read window is handed it,
+        to fetch the index without asking the segment)."""
+        return self._offsets
 
     @property
     def storage(self) -> Storage:

@@ -3,12 +3,15 @@
 reads, timestamp lookups and read_committed reads, each batch header checked against
 ``offset_continuity``'s rules as it is walked.
 
-``LogReads`` is the base of the writer ``log.Log`` and of ``log_reader.LogReader``
-(another process's log, from its directory listing). They differ only in the hooks:
-``_view`` (the segment list to read), ``_read_end`` (the log end for the writer, the
-published high watermark for a reader), ``_relist`` (nothing for the writer; a reader
-lists again when its directory changed) and ``_ATTEMPTS`` (a reader retries a read that
-met a roll, retention or a compaction swap after listing again).
+``LogReads`` is the base of the writer ``log.Log``, of ``log_reader.LogReader``
+(another process's log, from its directory listing) and of a bucket's log. They differ
+only in the hooks: ``_view`` (the segment list to read), ``_read_end`` (the log end for
+the writer, the high watermark for a reader), ``_relist`` (nothing for the writer; a
+reader lists again when its directory changed) and ``_ATTEMPTS`` (a reader retries a
+read that met a roll, retention or a compaction swap after listing again). A log that
+holds its segment list as state hands it down instead (``_read_view``, a
+``read_view.ReadView`` set each time the state changes; ``_chunk_source``), so its reads
+never call back into it.
 
 Reads take no lock and work on a snapshot of the segment list: they never block the
 writer, and concurrent readers are safe.
@@ -35,6 +38,7 @@ from ..storage.file_names import LOG_SUFFIX, offset_file_name
 from .log_segment import LogSegment
 from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .partition_metadata import read_topic_id
+from .read_view import ReadView
 from .transactions import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -98,6 +102,15 @@ class LogReads:
     _log_start_offset: int
     _contiguous: bool | None
     _txns: Transactions
+    _read_view: ReadView[object] | None = None
+    """The segments to read, handed down by a log that holds them as state (set each time
+    its state changes); None: the log's ``_view`` gives them."""
+    _chunk_source: Callable[[int], ChunkSources] | None = None
+    """What a walk reads its segments through (``_chunk_sources``), given the end offset;
+    None: the segments themselves."""
+    _RELIST_BEFORE_READ = True
+    """Whether ``read_chunks`` and ``offset_for_timestamp`` bring the segment list up to
+    date first (``_relist``); False for a log that takes its state before it calls them."""
 
     @property
     def log_start_offset(self) -> int:
@@ -167,12 +180,15 @@ class LogReads:
                                expected=start_offset)
 
     def _view(self) -> tuple[tuple[int, ...], Callable[[int], LogSegment]]:
-        """(base offsets, i -> segment) over a consistent snapshot."""
-        raise NotImplementedError
+        """(base offsets, i -> segment) over a consistent snapshot: the view handed down."""
+        view = self._read_view
+        if view is None:
+            raise NotImplementedError(f"{type(self).__name__} has no read view")
+        return view.bases, view.segment
 
     def _read_end(self) -> int:
-        """The offset reads may not start past."""
-        raise NotImplementedError
+        """The offset reads may not start past (a reader's: the high watermark)."""
+        return self._high_watermark
 
     def _relist(self, *, force: bool = False) -> None:
         """Bring the segment list up to date (a reader of another process's log)."""
@@ -290,7 +306,9 @@ class LogReads:
                 f"read (its first segment now starts at {bases[0]})", offset, bases[0])
 
     def _segment_path(self, base: int) -> PurePath:
-        return self.dir / offset_file_name(base, LOG_SUFFIX)
+        view = self._read_view
+        path = None if view is None else view.log_path(base)
+        return self.dir / offset_file_name(base, LOG_SUFFIX) if path is None else path
 
     def read_chunks(self, start_offset: int, end_offset: int,
                     chunk_bytes: int = 8 << 20, *, isolation_level: str = READ_UNCOMMITTED,
@@ -330,7 +348,8 @@ class LogReads:
         check = self._continuity(start_offset)
         for attempt in range(self._ATTEMPTS):
             last_attempt = attempt == self._ATTEMPTS - 1
-            self._relist(force=attempt > 0)
+            if attempt or self._RELIST_BEFORE_READ:
+                self._relist(force=attempt > 0)
             self._check_start(check.expected)
             try:
                 done = yield from self._walk_chunks(check, end_offset, chunk_bytes)
@@ -430,7 +449,8 @@ class LogReads:
         """What one ``_walk_chunks`` reads its segments through, or None for the
         segments themselves (local files); a bucket log's walk reads windows of large
         GETs with read-ahead (``bucket_read_window.WindowedReads``)."""
-        return None
+        make = self._chunk_source
+        return None if make is None else make(end_offset)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp_ms`` (and at or
@@ -438,7 +458,8 @@ class LogReads:
         hw = self._high_watermark
         lso = self._log_start_offset
         for attempt in range(self._ATTEMPTS):
-            self._relist(force=attempt > 0)
+            if attempt or self._RELIST_BEFORE_READ:
+                self._relist(force=attempt > 0)
             if attempt:
                 hw, lso = self._high_watermark, self._log_start_offset
             try:
