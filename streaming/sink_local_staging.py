@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import KafkaStorageError, LogDirError
+from seglog.logstore.storage.file_handle import FileHandle
 from seglog.logstore.storage.file_names import fitted_name, partition_dir_name
-from seglog.logstore.storage.storage import LOCAL, DirItem, FileHandle
+from seglog.logstore.storage.storage import LOCAL, DirItem
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 from .log_readers import reader

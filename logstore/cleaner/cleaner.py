@@ -75,8 +75,9 @@ from ..errors import CorruptRecordError, KafkaStorageError, SeglogError
 from ..log.log_segment import LogSegment
 from ..records.record_codec import decode_batches
 from ..records.record_format import INT32_MAX, WALK_INVALID, WALK_LEGACY
+from ..storage.file_handle import FileHandle
 from ..storage.file_names import CLEANED_SUFFIX
-from ..storage.storage import LOCAL, FileHandle
+from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
 from .cleanable_log import CleanableLog, cleanable_segments
 from .cleaner_batches import (

@@ -45,8 +45,9 @@ from ..records.record_format import (
     iter_batch_headers,
     verify,
 )
+from ..storage.file_handle import FileHandle
 from ..storage.file_names import index_file, log_file, time_index_file, txn_index_file
-from ..storage.storage import LOCAL, FileHandle, Storage
+from ..storage.storage import LOCAL, Storage
 from .segment_parts import SegmentParts, segment_parts
 from .segment_reads import SegmentReads
 from .segment_records import FileRecords
