@@ -26,6 +26,7 @@ from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 from .log_readers import reader
 from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_stager import run_stager
 from .sink_staging import (
     STAGING_SUFFIX,
     Fragment,
@@ -38,7 +39,6 @@ from .sink_staging import (
     new_attempt_uid,
     remove_files,
     remove_tree,
-    run_stager,
     staging_root,
 )
 

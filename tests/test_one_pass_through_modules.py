@@ -42,7 +42,7 @@ KNOWN_RETURNS = {
     "logstore.bucket.bucket_maintenance > logstore.bucket.bucket_commit_log"
     " > logstore.bucket.bucket_maintenance": "write: retention's build",
     # Written once, the backend plugged in: the stager hands rows to its StagingArea.
-    "streaming.sink_bucket_staging > streaming.sink_staging"
+    "streaming.sink_bucket_staging > streaming.sink_stager"
     " > streaming.sink_bucket_staging": "write: PartitionStager -> describe_topic",
     # A value type of the protocol (SinkBatch.topics) read by the backend: SinkBatch and
     # its kin could live in a value module beneath both.
