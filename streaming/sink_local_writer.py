@@ -56,13 +56,13 @@ def open_writer(options: SinkOptions, *, clock: Clock = SYSTEM_CLOCK) -> LogMana
             if time.monotonic() + pause > deadline:
                 raise LogDirLockedError(
                     f"{e}; the seglog sink waited {options.lock_timeout_ms} ms for it "
-                    "(option 'lockTimeoutMs')") from None
+                    "(option 'lockTimeoutMs')"
+                ) from None
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
 
 
-def ensure_topics(mgr: LogManager, options: SinkOptions,
-                  assumed: dict[str, int]) -> list[str]:
+def ensure_topics(mgr: LogManager, options: SinkOptions, assumed: dict[str, int]) -> list[str]:
     """Create the missing topics (``createTopics``); returns the ones created."""
     created = []
     for topic, n in sorted(assumed.items()):
@@ -77,7 +77,8 @@ def ensure_topics(mgr: LogManager, options: SinkOptions,
         if actual != n:
             raise SinkCommitError(
                 f"topic {topic!r} has {actual} partition(s) but the tasks routed rows for "
-                f"{n}: it changed during the batch; the batch is not published")
+                f"{n}: it changed during the batch; the batch is not published"
+            )
     return created
 
 
@@ -88,7 +89,8 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
     except FileNotFoundError:
         raise SinkCommitError(
             f"staging file {frag.path} of {frag.topic}-{frag.partition} is missing: was the "
-            "batch already cleaned up, or the log dir not shared by every executor?") from None
+            "batch already cleaned up, or the log dir not shared by every executor?"
+        ) from None
     with handle, handle.buffered_reader() as f:
         # One buffer for the whole file: a batch that straddles two reads is moved to
         # the front (less than one batch), never joined into a new bytes object.
@@ -105,11 +107,10 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
                     end = h.end_position
                 if end:
                     # The bytes are consumed here: the Log stamps offsets in them.
-                    mgr.append(frag.topic, frag.partition, mv[:end], in_place=True,
-                               publish=False)
+                    mgr.append(frag.topic, frag.partition, mv[:end], in_place=True, publish=False)
                     total += end
             if end:
-                buf[:filled - end] = buf[end:filled]
+                buf[: filled - end] = buf[end:filled]
                 filled -= end
             if not n:
                 break
@@ -117,11 +118,18 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
     if pending or total != frag.size:
         raise CorruptRecordError(
             f"staging file {frag.path} holds {total} bytes of whole batches, the task "
-            f"wrote {frag.size}: it is truncated or corrupt")
+            f"wrote {frag.size}: it is truncated or corrupt"
+        )
 
 
-def fail_publish(mgr: LogManager, touched: dict[TopicPartition, int], intents: list[Path],
-                 *, rollback: bool, created: Sequence[str] = ()) -> None:
+def fail_publish(
+    mgr: LogManager,
+    touched: dict[TopicPartition, int],
+    intents: list[Path],
+    *,
+    rollback: bool,
+    created: Sequence[str] = (),
+) -> None:
     """Error path: undo what was appended (nothing of it is visible yet) and close; if the
     checkpoint step had started, close without claiming a clean shutdown instead. Topics
     this commit created are deleted again: nothing else wrote to them (the lock was held

@@ -42,8 +42,13 @@ from .sink_staging import (
     producer_fields,
 )
 
-__all__ = ["PartitionStager", "run_stager", "check_retention", "min_timestamp_ms",
-           "encode_batches_for"]
+__all__ = [
+    "PartitionStager",
+    "run_stager",
+    "check_retention",
+    "min_timestamp_ms",
+    "encode_batches_for",
+]
 
 # Room left in max.message.bytes for the batch header and codec framing, so that a batch
 # whose records were cut at max_batch_bytes still fits once compressed.
@@ -106,8 +111,13 @@ class PartitionStager:
             rows = batch.take(pa.array(order[s:e]))
             self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
 
-    def _check_timestamps(self, batch: pa.RecordBatch, topics: list[StagingTopic],
-                          topic_index: np.ndarray, partitions: np.ndarray) -> None:
+    def _check_timestamps(
+        self,
+        batch: pa.RecordBatch,
+        topics: list[StagingTopic],
+        topic_index: np.ndarray,
+        partitions: np.ndarray,
+    ) -> None:
         """Kafka's producer refuses negative timestamps (-1 is its "no timestamp"); so
         does the sink, before anything of the task is staged."""
         name = self.columns.timestamp
@@ -125,10 +135,12 @@ class PartitionStager:
                 f"column {name!r}: row {row} (topic-partition {topic}-{int(partitions[row])}) "
                 f"has timestamp {int(values[row])} ms, before 1970; Kafka refuses negative "
                 "timestamps (-1 means none): give a timestamp at or after the epoch, or null "
-                "for the time of writing")
+                "for the time of writing"
+            )
 
-    def _route_topics(self, batch: pa.RecordBatch
-                      ) -> tuple[list[StagingTopic], np.ndarray, np.ndarray]:
+    def _route_topics(
+        self, batch: pa.RecordBatch
+    ) -> tuple[list[StagingTopic], np.ndarray, np.ndarray]:
         """(distinct topics, per-row index into them, per-row partition count)."""
         n = batch.num_rows
         default = self.options.topic
@@ -140,7 +152,8 @@ class PartitionStager:
             if default is None:
                 row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
                 raise InvalidRecordError(
-                    f"row {row} has a null 'topic' and the option 'topic' is not set")
+                    f"row {row} has a null 'topic' and the option 'topic' is not set"
+                )
             col = pc.fill_null(col, default)
         encoded = pc.dictionary_encode(col)
         if isinstance(encoded, pa.ChunkedArray):
@@ -153,8 +166,13 @@ class PartitionStager:
             return resolved, index, counts[:1].reshape(())
         return resolved, index, counts[index]
 
-    def _partitions(self, batch: pa.RecordBatch, topics: list[StagingTopic],
-                    topic_index: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def _partitions(
+        self,
+        batch: pa.RecordBatch,
+        topics: list[StagingTopic],
+        topic_index: np.ndarray,
+        counts: np.ndarray,
+    ) -> np.ndarray:
         # Imported here, not at the top: the commit process unpickles ``StagedTask`` from
         # this module and must not pay for loading numba (the partitioner's kernel).
         from .partitioner import assign_partitions
@@ -166,18 +184,22 @@ class PartitionStager:
         given = batch.column(self.columns.partition)
         if given.null_count == len(given):
             return assign_partitions(keys, values, counts)
-        explicit: np.ndarray = pc.fill_null(given, -1).to_numpy(
-            zero_copy_only=False).astype(np.int64)
+        explicit: np.ndarray = (
+            pc.fill_null(given, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        )
         per_row = np.broadcast_to(counts, explicit.shape)
-        bad = np.flatnonzero((explicit < -1) | (explicit >= per_row)
-                             | ((explicit == -1) & given.is_valid().to_numpy(
-                                 zero_copy_only=False)))
+        bad = np.flatnonzero(
+            (explicit < -1)
+            | (explicit >= per_row)
+            | ((explicit == -1) & given.is_valid().to_numpy(zero_copy_only=False))
+        )
         if len(bad):
             row = int(bad[0])
             topic = topics[int(topic_index[row])].name
             raise UnknownTopicOrPartitionError(
                 f"row {row} asks for partition {int(explicit[row])} of topic {topic!r}, "
-                f"which has {int(per_row[row])} partition(s) (0..{int(per_row[row]) - 1})")
+                f"which has {int(per_row[row])} partition(s) (0..{int(per_row[row]) - 1})"
+            )
         if given.null_count == 0:
             return explicit.astype(np.int32)
         computed = assign_partitions(keys, values, counts)
@@ -197,8 +219,9 @@ class PartitionStager:
     def _stage(self, rows: pa.RecordBatch, topic: StagingTopic, partition: int) -> None:
         c = self.columns
         if c.timestamp is not None and not self.options.allow_expired_timestamps:
-            check_retention(topic.name, topic.config, rows.column(c.timestamp),
-                            self.clock.milliseconds())
+            check_retention(
+                topic.name, topic.config, rows.column(c.timestamp), self.clock.milliseconds()
+            )
         pid, epoch, seq = self._producer
         config = topic.config
         if config.compact and (c.key is None or rows.column(c.key).null_count):
@@ -207,24 +230,35 @@ class PartitionStager:
             raise InvalidRecordError(
                 f"topic-partition {topic.name}-{partition} is compacted "
                 "(cleanup.policy=compact): its records need a key, and "
-                + ("the input has no 'key' column" if c.key is None
-                   else f"{rows.column(c.key).null_count} row(s) have a null key"))
+                + (
+                    "the input has no 'key' column"
+                    if c.key is None
+                    else f"{rows.column(c.key).null_count} row(s) have a null key"
+                )
+            )
         limit = config.max_message_bytes
-        max_batch = min(self.options.max_batch_bytes,
-                        max(limit - _BATCH_SIZE_MARGIN, limit // 2, 64))
+        max_batch = min(
+            self.options.max_batch_bytes, max(limit - _BATCH_SIZE_MARGIN, limit // 2, 64)
+        )
         data = encode_batches_for(
             rows.column(c.value),
             rows.column(c.key) if c.key else None,
             rows.column(c.timestamp) if c.timestamp else None,
             rows.column(c.headers) if c.headers else None,
-            compression=self.options.compression, now_ms=self.clock.milliseconds(),
-            max_batch_bytes=max_batch, producer_id=pid, producer_epoch=epoch,
-            base_sequence=seq, same_base_sequence=True)
+            compression=self.options.compression,
+            now_ms=self.clock.milliseconds(),
+            max_batch_bytes=max_batch,
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            same_base_sequence=True,
+        )
         for h in iter_batch_headers(data):
             if h.size > limit:
                 raise RecordTooLargeError(
                     f"a record batch for {topic.name}-{partition} is {h.size} bytes, above "
-                    f"the topic's max.message.bytes ({limit}): a single record is too large")
+                    f"the topic's max.message.bytes ({limit}): a single record is too large"
+                )
         self.area.write(topic, partition, data, rows.num_rows)
 
     # -- end -------------------------------------------------------------------------
@@ -235,24 +269,34 @@ class PartitionStager:
         out = self.area.finish()
         a = self.attempt
         return StagedTask(
-            a.sink_id, a.batch_id, a.task, a.attempt, a.attempt_uid, out.fragments,
+            a.sink_id,
+            a.batch_id,
+            a.task,
+            a.attempt,
+            a.attempt_uid,
+            out.fragments,
             tuple(sorted((t.name, t.partitions) for t in self._topics.values())),
-            out.topic_configs)
+            out.topic_configs,
+        )
 
     def discard(self) -> None:
         """Remove what this task staged (a failed task leaves nothing behind)."""
         self.area.discard()
 
 
-def check_retention(topic: str, config: LogConfig, timestamps: pa.Array | pa.ChunkedArray,
-                    now_ms: int) -> None:
+def check_retention(
+    topic: str, config: LogConfig, timestamps: pa.Array | pa.ChunkedArray, now_ms: int
+) -> None:
     """Refuse rows that retention would delete at once: a backfill of events older than
     the topic's ``retention.ms`` would otherwise vanish at the next maintenance, unseen.
 
     Exempt: ``retention.ms=-1``, topics without ``delete`` in ``cleanup.policy``, and
     ``LogAppendTime`` topics (the append time replaces the row's timestamp)."""
-    if (config.retention_ms < 0 or not config.delete
-            or config.message_timestamp_type == "LogAppendTime"):
+    if (
+        config.retention_ms < 0
+        or not config.delete
+        or config.message_timestamp_type == "LogAppendTime"
+    ):
         return
     oldest = min_timestamp_ms(timestamps)
     if oldest is None or oldest >= now_ms - config.retention_ms:
@@ -263,7 +307,8 @@ def check_retention(topic: str, config: LogConfig, timestamps: pa.Array | pa.Chu
         f"{_iso(oldest)} ({oldest} ms), so the next maintenance would delete them. Nothing "
         "was written. Set the sink option 'allowExpiredTimestamps' to true to write them "
         "anyway, or raise the topic's retention.ms (option 'topic.retention.ms' for a new "
-        "topic; -1 keeps records forever)")
+        "topic; -1 keeps records forever)"
+    )
 
 
 def min_timestamp_ms(timestamps: pa.Array | pa.ChunkedArray) -> int | None:
@@ -291,8 +336,9 @@ def _iso(ms: int) -> str:
     return stamp.isoformat(timespec="milliseconds")
 
 
-def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
-                       **kwargs: Any) -> bytearray:
+def encode_batches_for(
+    values: Any, keys: Any, timestamps: Any, headers: Any, **kwargs: Any
+) -> bytearray:
     """``encode_batches`` with the sink's column conventions (headers whose values are
     strings are cast to binary)."""
     from seglog.logstore.records.record_codec import encode_batches
@@ -305,8 +351,12 @@ def encode_batches_for(values: Any, keys: Any, timestamps: Any, headers: Any,
     return encode_batches(values, keys, timestamps, headers, **kwargs)
 
 
-def run_stager(columns: SinkColumns, attempt: StagingAttempt, area: StagingArea,
-               batches: Iterable[pa.RecordBatch]) -> StagedTask:
+def run_stager(
+    columns: SinkColumns,
+    attempt: StagingAttempt,
+    area: StagingArea,
+    batches: Iterable[pa.RecordBatch],
+) -> StagedTask:
     """Stage every batch of ``batches`` into ``area``; on any error, discard it all."""
     stager = PartitionStager(columns, attempt, area)
     try:

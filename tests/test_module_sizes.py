@@ -13,17 +13,20 @@ MAX_LINES = 500
 MARKER = "Over 500 lines:"
 
 # Being changed by issue 25 / speed work; the lead marks or splits them after merge.
-PENDING = frozenset({
-    "logstore/records/record_codec.py",
-    "logstore/bucket/bucket_commit_log.py",
-    "logstore/bucket/bucket_state.py",
-    "logstore/bucket/bucket_manager.py",
-})
+PENDING = frozenset(
+    {
+        "logstore/records/record_codec.py",
+        "logstore/bucket/bucket_commit_log.py",
+        "logstore/bucket/bucket_state.py",
+        "logstore/bucket/bucket_manager.py",
+    }
+)
 
 
 def _modules() -> list[Path]:
-    found = [p for layer in ("logstore", "streaming", "datasource")
-             for p in (ROOT / layer).rglob("*.py")]
+    found = [
+        p for layer in ("logstore", "streaming", "datasource") for p in (ROOT / layer).rglob("*.py")
+    ]
     return sorted(found + list((ROOT / "src" / "seglog").glob("cli*.py")))
 
 
@@ -35,21 +38,26 @@ def has_reason(source: str) -> bool:
     """True when the module docstring has a line starting with ``MARKER`` followed by a
     reason (a bare marker says nothing)."""
     doc = ast.get_docstring(ast.parse(source)) or ""
-    return any(line.strip().startswith(MARKER) and line.strip() != MARKER
-               for line in doc.splitlines())
+    return any(
+        line.strip().startswith(MARKER) and line.strip() != MARKER for line in doc.splitlines()
+    )
 
 
 def oversized(paths: list[Path], root: Path = ROOT) -> list[str]:
     """The modules of ``paths`` over ``MAX_LINES`` lines without the marker, relative to
     ``root``."""
-    return [f"{p.relative_to(root)}: {_lines(p)} lines" for p in paths
-            if _lines(p) > MAX_LINES and not has_reason(p.read_text())]
+    return [
+        f"{p.relative_to(root)}: {_lines(p)} lines"
+        for p in paths
+        if _lines(p) > MAX_LINES and not has_reason(p.read_text())
+    ]
 
 
 def test_every_module_over_500_lines_says_why():
     unexplained = [m for m in oversized(_modules()) if m.split(":")[0] not in PENDING]
     assert unexplained == [], (
-        f"split these by concept, or add a docstring line '{MARKER} <why>': {unexplained}")
+        f"split these by concept, or add a docstring line '{MARKER} <why>': {unexplained}"
+    )
 
 
 def test_the_pending_modules_exist():

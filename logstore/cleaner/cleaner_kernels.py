@@ -81,7 +81,7 @@ def rewrite_records(src, n, keep, old_base_ts, new_base_ts, out):
             out[o] = attrs
             o = _write_varint(out, o + 1, nd)
             o = _write_varint(out, o, off_delta)
-            out[o:o + rest] = src[r:rec_end]
+            out[o : o + rest] = src[r:rec_end]
             o += rest
             kept += 1
             if ts > max_ts:
@@ -226,8 +226,7 @@ def map_batches(buf, table, nb, start, bound, map_table, size, max_size, recs):
             if offset < start or offset >= bound:
                 continue
             if recs[i, R_FLAGS] & F_KEY:
-                grown = map_put(map_table, recs[i, R_H1], recs[i, R_H2], offset, size,
-                                max_size)
+                grown = map_put(map_table, recs[i, R_H1], recs[i, R_H2], offset, size, max_size)
                 if grown < 0:
                     status = 1
                     stop = offset
@@ -240,14 +239,35 @@ def map_batches(buf, table, nb, start, bound, map_table, size, max_size, recs):
 
 
 # Totals filled by filter_batches.
-(C_RECORDS, C_RETAINED, C_TOMBSTONES_REMOVED, C_COPIED, C_REWRITTEN, C_DROPPED,
- C_PENDING_HORIZON, C_NEXT_OFFSET) = range(8)
+(
+    C_RECORDS,
+    C_RETAINED,
+    C_TOMBSTONES_REMOVED,
+    C_COPIED,
+    C_REWRITTEN,
+    C_DROPPED,
+    C_PENDING_HORIZON,
+    C_NEXT_OFFSET,
+) = range(8)
 NO_HORIZON = np.iinfo(np.int64).max
 
 
 @numba.njit(cache=True, nogil=True)
-def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_ms, recs,
-                   out, action, out_pos, out_end, counters):
+def filter_batches(
+    buf,
+    table,
+    nb,
+    map_table,
+    end_offset,
+    now,
+    delete_retention_ms,
+    recs,
+    out,
+    action,
+    out_pos,
+    out_end,
+    counters,
+):
     """The cleaner's retain/discard decision and rewrite for a chunk of uncompressed v2
     batches (``cleaner`` step 3): each record's key is looked up in ``map_table``; each
     batch is then copied, dropped or rewritten (kept records, header patched; CRC left
@@ -287,8 +307,9 @@ def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_
                 elif not flags & F_KEY:
                     keep_it = False
                 else:
-                    keep_it = (offset >= map_get(map_table, recs[i, R_H1], recs[i, R_H2])
-                               and (not flags & F_TOMBSTONE or retain_deletes))
+                    keep_it = offset >= map_get(map_table, recs[i, R_H1], recs[i, R_H2]) and (
+                        not flags & F_TOMBSTONE or retain_deletes
+                    )
                 if keep_it:
                     recs[i, R_FLAGS] = flags | F_KEEP
                     kept += 1
@@ -324,8 +345,14 @@ def filter_batches(buf, table, nb, map_table, end_offset, now, delete_retention_
                     i += 1
                     continue
                 if stamp:  # timestamp deltas re-based on the delete horizon
-                    w = _rebased_record(buf, recs[i, R_AT], recs[i + 1, R_AT],
-                                        old_base_ts + recs[i, R_TS] - new_base_ts, out, w)
+                    w = _rebased_record(
+                        buf,
+                        recs[i, R_AT],
+                        recs[i + 1, R_AT],
+                        old_base_ts + recs[i, R_TS] - new_base_ts,
+                        out,
+                        w,
+                    )
                     max_ts = max(max_ts, old_base_ts + recs[i, R_TS])
                     i += 1
                     continue

@@ -26,8 +26,9 @@ from .transactions import Transactions, append_completions
 class LogProducers:
     """The producer state of a writer ``Log``; a component of ``Log``."""
 
-    def __init__(self, state: ProducerStateManager, dir_: Callable[[], Path],
-                 txns: Transactions) -> None:
+    def __init__(
+        self, state: ProducerStateManager, dir_: Callable[[], Path], txns: Transactions
+    ) -> None:
         self.state = state
         self._dir = dir_
         self._txns = txns
@@ -35,8 +36,13 @@ class LogProducers:
         # (they keep the LSO down, as Kafka's unreplicated transactions).
         self._unstable_completed: list[tuple[int, int]] = []  # (first, marker offset)
 
-    def update(self, buf: bytearray | memoryview, headers: list[BatchHeader],
-               segment: LogSegment, high_watermark: int) -> None:
+    def update(
+        self,
+        buf: bytearray | memoryview,
+        headers: list[BatchHeader],
+        segment: LogSegment,
+        high_watermark: int,
+    ) -> None:
         """Kafka's step after a log append: batches with a producer id update the
         producer state; an abort marker appends its entry to ``segment``'s
         ``.txnindex``. Batch by batch, as Kafka's recovery replays them, so a rebuilt
@@ -53,8 +59,10 @@ class LogProducers:
         # Completed transactions whose markers are not yet below the high watermark
         # (a new list each time: readers iterate it without the lock).
         self._unstable_completed = [(f, m) for f, m in self._unstable_completed if m >= hw] + [
-            (first, ends[pid]) for first, pid in before.items()
-            if first not in after and pid in ends]
+            (first, ends[pid])
+            for first, pid in before.items()
+            if first not in after and pid in ends
+        ]
 
     def last_stable_offset(self, high_watermark: int, log_start_offset: int) -> int:
         """Kafka's LSO: the high watermark, or the first offset of the earliest

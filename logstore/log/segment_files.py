@@ -33,8 +33,14 @@ class SegmentFiles:
     """Creating, deleting and swapping a writer Log's segment files; a component of
     ``Log``. ``dir_`` returns the partition directory now."""
 
-    def __init__(self, segments: LogSegments, dir_: Callable[[], Path], config: LogConfig,
-                 clock: Clock, deleter: DelayedDeleter) -> None:
+    def __init__(
+        self,
+        segments: LogSegments,
+        dir_: Callable[[], Path],
+        config: LogConfig,
+        clock: Clock,
+        deleter: DelayedDeleter,
+    ) -> None:
         self._segments = segments
         self._dir = dir_
         self._config = config
@@ -59,10 +65,15 @@ class SegmentFiles:
                 logger.warning("new segment file %s already exists; deleting it first", path)
                 LOCAL.delete(path)
         self.dir_dirty = True
-        return LogSegment.open(self._dir(), base_offset,
-                               index_interval_bytes=cfg.index_interval_bytes,
-                               max_index_size=cfg.segment_index_bytes, rolling_jitter_ms=jitter,
-                               created_ms=self._clock.milliseconds(), file_suffix=file_suffix)
+        return LogSegment.open(
+            self._dir(),
+            base_offset,
+            index_interval_bytes=cfg.index_interval_bytes,
+            max_index_size=cfg.segment_index_bytes,
+            rolling_jitter_ms=jitter,
+            created_ms=self._clock.milliseconds(),
+            file_suffix=file_suffix,
+        )
 
     def sync_dir(self) -> None:
         """fsync the directory if a segment file was created in it since the last one."""
@@ -80,11 +91,13 @@ class SegmentFiles:
                 seg.change_file_suffixes(seg.file_suffix, DELETED_SUFFIX)
             except FileNotFoundError:
                 logger.warning("segment %s vanished before deletion", seg.log_path)
-            self._deleter.schedule(seg.paths(), self._config.file_delete_delay_ms,
-                                   before_delete=seg.close_handlers)
+            self._deleter.schedule(
+                seg.paths(), self._config.file_delete_delay_ms, before_delete=seg.close_handlers
+            )
 
-    def replace_segments(self, new_segments: list[LogSegment],
-                         old_segments: list[LogSegment]) -> None:
+    def replace_segments(
+        self, new_segments: list[LogSegment], old_segments: list[LogSegment]
+    ) -> None:
         """Swap the cleaner's ``.cleaned`` segments in for ``old_segments`` (Kafka's
         ``replaceSegments``), crash-safely: new files become ``.swap`` (a crash from here
         on is completed by the loader), the list changes atomically for readers, old files
@@ -92,8 +105,11 @@ class SegmentFiles:
         lock."""
         new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
         existing = {s.base_offset: s for s in self._segments}
-        old_sorted = [s for s in sorted(old_segments, key=lambda s: s.base_offset)
-                      if existing.get(s.base_offset) is s]
+        old_sorted = [
+            s
+            for s in sorted(old_segments, key=lambda s: s.base_offset)
+            if existing.get(s.base_offset) is s
+        ]
         for seg in new_sorted:
             seg.flush()
             seg.on_become_inactive()
@@ -115,5 +131,6 @@ class SegmentFiles:
 
     def _schedule_deletion(self, seg: LogSegment) -> None:
         seg.change_file_suffixes(seg.file_suffix, DELETED_SUFFIX)
-        self._deleter.schedule(seg.paths(), self._config.file_delete_delay_ms,
-                               before_delete=seg.close_handlers)
+        self._deleter.schedule(
+            seg.paths(), self._config.file_delete_delay_ms, before_delete=seg.close_handlers
+        )

@@ -23,8 +23,15 @@ if TYPE_CHECKING:
 _RECOVERY_CHUNK = 16 * 1024 * 1024
 
 
-def scan_log_file(handle: FileHandle, file_size: int, ix: SegmentIndexer, *, base_offset: int,
-                  max_message_bytes: int, continuity: ContinuityCheck | None) -> str:
+def scan_log_file(
+    handle: FileHandle,
+    file_size: int,
+    ix: SegmentIndexer,
+    *,
+    base_offset: int,
+    max_message_bytes: int,
+    continuity: ContinuityCheck | None,
+) -> str:
     """Feed every valid batch of the ``file_size`` bytes of ``handle`` to ``ix`` (which
     then knows the valid end, the next offset and the index entries), checking each
     against ``max_message_bytes`` and ``continuity``; returns why the walk stopped before
@@ -38,15 +45,22 @@ def scan_log_file(handle: FileHandle, file_size: int, ix: SegmentIndexer, *, bas
         if status == WALK_INVALID:
             # The kernels say which rule in a word; the batch's own check says it
             # with the position and the numbers (an offset rule is already worded).
-            stop = verify(chunk.data, p, n, max_message_bytes=max_message_bytes,
-                          file_position=chunk_pos)
+            stop = verify(
+                chunk.data, p, n, max_message_bytes=max_message_bytes, file_position=chunk_pos
+            )
             if not stop.valid and not stop.partial:
                 reason = stop.reason
             break
         if status == WALK_LEGACY:
-            check = verify(chunk.data, p, n, next_offset=ix.next_offset,
-                           segment_base=base_offset,
-                           max_message_bytes=max_message_bytes, file_position=chunk_pos)
+            check = verify(
+                chunk.data,
+                p,
+                n,
+                next_offset=ix.next_offset,
+                segment_base=base_offset,
+                max_message_bytes=max_message_bytes,
+                file_position=chunk_pos,
+            )
             h = check.header
             if not check.valid:
                 if not check.partial:
@@ -65,16 +79,21 @@ def scan_log_file(handle: FileHandle, file_size: int, ix: SegmentIndexer, *, bas
                     reason = f"batch at position {chunk_pos + p} {problem}"
                     break
                 continuity.batch(h)
-            ix.add_batch(chunk_pos + p, h.size, h.base_offset, h.last_offset,
-                         h.max_timestamp, h.crc)
+            ix.add_batch(
+                chunk_pos + p, h.size, h.base_offset, h.last_offset, h.max_timestamp, h.crc
+            )
             chunk_pos += p + h.size
             continue
         if p == 0:
             if chunk_pos + n >= file_size:
                 reason = verify(chunk.data, 0, n, file_position=chunk_pos).reason
                 break
-            need = int.from_bytes(chunk[LENGTH_OFFSET:LENGTH_OFFSET + 4].tobytes(), "big",
-                                  signed=True) + LOG_OVERHEAD
+            need = (
+                int.from_bytes(
+                    chunk[LENGTH_OFFSET : LENGTH_OFFSET + 4].tobytes(), "big", signed=True
+                )
+                + LOG_OVERHEAD
+            )
             chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)  # one huge batch
             continue
         chunk_pos += p

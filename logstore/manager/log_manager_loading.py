@@ -86,8 +86,14 @@ class LogDirsLoader:
     refusing (``seglog check --fix``); ``add_listed``: put the partitions a listing found
     into the table."""
 
-    def __init__(self, table: PartitionTable[Log], maintenance: ManagerMaintenance, *,
-                 repair: bool, add_listed: Callable[[list[Partition[Log]]], None]) -> None:
+    def __init__(
+        self,
+        table: PartitionTable[Log],
+        maintenance: ManagerMaintenance,
+        *,
+        repair: bool,
+        add_listed: Callable[[list[Partition[Log]]], None],
+    ) -> None:
         self._table = table
         self._maintenance = maintenance
         self._repair = repair
@@ -119,8 +125,7 @@ class LogDirsLoader:
         for ld in empty_dirs:
             # From now on a dir with partitions always has its checkpoints, so a
             # missing one is known to be lost (see offset_checkpoints).
-            if ld.repairing or not all(LOCAL.lexists(ld.path / n)
-                                       for n in OFFSET_CHECKPOINTS):
+            if ld.repairing or not all(LOCAL.lexists(ld.path / n) for n in OFFSET_CHECKPOINTS):
                 self._maintenance.write_checkpoints(ld)
         # Only now: an open that failed above leaves a clean dir clean. From here on
         # this writer may leave unflushed data behind.
@@ -139,14 +144,17 @@ class LogDirsLoader:
             if name in PUBLISHING_CHECKPOINTS:
                 if not self._repair:
                     raise CorruptCheckpointError(f"{e}; {fix_hint(log_dir.path)}") from e
-                logger.error("%s; repairing: recovering every partition of %s from "
-                             "offset 0 and rebuilding it from the logs", e, log_dir.path)
+                logger.error(
+                    "%s; repairing: recovering every partition of %s from "
+                    "offset 0 and rebuilding it from the logs",
+                    e,
+                    log_dir.path,
+                )
                 log_dir.repairing.add(name)
                 set_aside(log_dir.path / name, self._table.clock.milliseconds())
             else:
                 # Recovering everything from offset 0 needs no recovery point.
-                logger.error("%s; recovering every partition of %s from offset 0", e,
-                             log_dir.path)
+                logger.error("%s; recovering every partition of %s from offset 0", e, log_dir.path)
                 if self._repair:
                     set_aside(log_dir.path / name, self._table.clock.milliseconds())
             log_dir.had_clean_shutdown = False
@@ -162,11 +170,13 @@ class LogDirsLoader:
         by_dir: dict[int, list[Partition[Log]]] = {}
         for p in partitions:
             by_dir.setdefault(id(p.log_dir), []).append(p)
-        pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery")
-                 for _ in by_dir]
+        pools = [ThreadPoolExecutor(threads, thread_name_prefix="seglog-recovery") for _ in by_dir]
         try:
-            futures = [(p, pool.submit(self._table.load, p))
-                       for pool, group in zip(pools, by_dir.values(), strict=True) for p in group]
+            futures = [
+                (p, pool.submit(self._table.load, p))
+                for pool, group in zip(pools, by_dir.values(), strict=True)
+                for p in group
+            ]
             errors = []
             for p, fut in futures:
                 try:
@@ -189,13 +199,22 @@ class LogDirsLoader:
             log = self._table.load(p)  # loaded by the pool above: returns it
             log.flush(log.high_watermark)
             if p.log_dir.repairing:
-                logger.warning("repair of %s: %s-%d gets high watermark %d and log start "
-                               "offset %d (recovered log end %d)", p.log_dir.path, p.topic,
-                               p.partition, log.high_watermark, log.log_start_offset,
-                               log.log_end_offset)
+                logger.warning(
+                    "repair of %s: %s-%d gets high watermark %d and log start "
+                    "offset %d (recovered log end %d)",
+                    p.log_dir.path,
+                    p.topic,
+                    p.partition,
+                    log.high_watermark,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                )
         for log_dir in {id(p.log_dir): p.log_dir for p in partitions}.values():
-            logger.info("recovered %d partitions of %s",
-                        sum(1 for p in partitions if p.log_dir is log_dir), log_dir.path)
+            logger.info(
+                "recovered %d partitions of %s",
+                sum(1 for p in partitions if p.log_dir is log_dir),
+                log_dir.path,
+            )
             self._maintenance.write_checkpoints(log_dir)
             log_dir.recovered = True
 
@@ -203,8 +222,7 @@ class LogDirsLoader:
         """``p``'s Log, recovered when its dir is unclean (the manager's ``load`` calls
         this under ``p.lock``)."""
         if p.deleted:
-            raise UnknownTopicOrPartitionError(
-                f"partition {p.topic}-{p.partition} was deleted")
+            raise UnknownTopicOrPartitionError(f"partition {p.topic}-{p.partition} was deleted")
         ld = p.log_dir
         recovering = not (ld.had_clean_shutdown or ld.recovered)
         stored_hw = ld.high_watermarks.get(p.tp)
@@ -218,10 +236,15 @@ class LogDirsLoader:
 
         def open_log(log_start_offset: int, had_clean_shutdown: bool) -> Log:
             return _log_class().open(
-                p.dir, config, clock=self._table.clock,
+                p.dir,
+                config,
+                clock=self._table.clock,
                 recovery_point=ld.recovery_points.get(p.tp, 0),
-                log_start_offset=log_start_offset, high_watermark=hw,
-                had_clean_shutdown=had_clean_shutdown, deleter=self._maintenance.deleter)
+                log_start_offset=log_start_offset,
+                high_watermark=hw,
+                had_clean_shutdown=had_clean_shutdown,
+                deleter=self._maintenance.deleter,
+            )
 
         log = open_log(stored_lso, not recovering)
         if stored_lso > log.log_end_offset:
@@ -232,6 +255,5 @@ class LogDirsLoader:
         if hw is not None and log.high_watermark < hw:
             # Log.open clamped it to the log end; a writer's next high-watermark
             # checkpoint writes the clamped value back.
-            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw,
-                                log.high_watermark)
+            warn_beyond_log_end(ld.path / HIGH_WATERMARK_CHECKPOINT, p.tp, hw, log.high_watermark)
         return log

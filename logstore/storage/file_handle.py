@@ -78,7 +78,7 @@ class FileHandle:
     def write_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
 
     def pwrite(self, data: bytes | bytearray | memoryview, position: int) -> int:
         return os.pwrite(self._fd, data, position)
@@ -117,8 +117,9 @@ class FileHandle:
 
     def map(self, length: int, *, writable: bool) -> mmap.mmap:
         """A shared memory map of the first ``length`` bytes (read-only or read-write)."""
-        return mmap.mmap(self._fd, length,
-                         access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        return mmap.mmap(
+            self._fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+        )
 
     def wait_for_exclusive_lock(self) -> None:
         """An exclusive ``fcntl.lockf`` lock on the whole file, waiting for its holder
