@@ -352,7 +352,7 @@ class _Timed:
 def phases(server: S3Server, work: Path, rows: int) -> None:
     """Where a write task's and a read task's time goes, Spark-free."""
     from seglog.logstore.storage import object_storage
-    from seglog.streaming import sink_bucket_staging, sink_local_staging, sink_staging
+    from seglog.streaming import sink_bucket_staging, sink_local_staging, sink_stager
     from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
     data = pa.record_batch({
@@ -369,7 +369,7 @@ def phases(server: S3Server, work: Path, rows: int) -> None:
         timed.wrap(sink_bucket_staging, "validate_batches", "validate (CRC, headers)")
         timed.wrap(sink_bucket_staging, "build_fragment", "build .index/.timeindex")
         timed.wrap(object_storage.ObjectStorage, "write_atomic", "upload (PUT)")
-        timed.wrap(sink_staging.PartitionStager, "add", "add (route, encode, stage)")
+        timed.wrap(sink_stager.PartitionStager, "add", "add (route, encode, stage)")
         t = time.perf_counter()
         try:
             stage(opts, cols, (data for _ in range(rows // 10_000)), "phases", 0, 0, 0)

@@ -16,8 +16,8 @@ Nothing is trusted that another writer may have changed: ``resume`` fails when a
 no longer holds the token the pause wrote (any writer that opened the dir removed it) or
 a checkpoint, partition directory or active segment changed, and the commit then opens a
 new writer as before. Only a commit that succeeded pauses its writer; every failure path
-closes it as before (``sink_commit._fail``). The cache is keyed by process id: a forked
-child never resumes its parent's writer.
+closes it as before (``sink_local_writer.fail_publish``). The cache is keyed by process
+id: a forked child never resumes its parent's writer.
 
 Thread-safety: ``_lock`` guards the cache; a writer taken out of it is the taker's alone.
 """

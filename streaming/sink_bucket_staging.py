@@ -1,6 +1,6 @@
 """Executor side of the exactly-once sink on a bucket: encode, index, upload, describe.
 
-A write task does what it does for a local dir (``sink_staging.PartitionStager``: the
+A write task does what it does for a local dir (``sink_stager.PartitionStager``: the
 same routing, murmur2 placement, encoder, producerId/micro-batch stamping and checks),
 but its output goes to the bucket, never through the driver:
 
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 from .log_readers import reader
 from .sink_bucket_merge import MERGING_TASK, merge_small_segments
 from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_stager import run_stager
 from .sink_staging import (
     Fragment,
     StagedOutput,
@@ -74,7 +75,6 @@ from .sink_staging import (
     StagingTopic,
     check_partition_count,
     new_attempt_uid,
-    run_stager,
 )
 
 logger = logging.getLogger(__name__)

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 
 from seglog.logstore.config.config import LogConfig
 from seglog.logstore.errors import KafkaStorageError, LogDirError
+from seglog.logstore.storage.file_handle import FileHandle
 from seglog.logstore.storage.file_names import fitted_name, partition_dir_name
-from seglog.logstore.storage.storage import LOCAL, DirItem, FileHandle
+from seglog.logstore.storage.storage import LOCAL, DirItem
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
 from .log_readers import reader
 from .sink_options import SinkColumns, SinkOptions, require_creatable
+from .sink_stager import run_stager
 from .sink_staging import (
     STAGING_SUFFIX,
     Fragment,
@@ -37,7 +39,6 @@ from .sink_staging import (
     new_attempt_uid,
     remove_files,
     remove_tree,
-    run_stager,
     staging_root,
 )
 

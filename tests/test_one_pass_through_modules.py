@@ -45,7 +45,7 @@ KNOWN_RETURNS = {
     "logstore.bucket.bucket_maintenance > logstore.bucket.bucket_commit_log"
     " > logstore.bucket.bucket_maintenance": "write: retention's build",
     # Written once, the backend plugged in: the stager hands rows to its StagingArea.
-    "streaming.sink_bucket_staging > streaming.sink_staging"
+    "streaming.sink_bucket_staging > streaming.sink_stager"
     " > streaming.sink_bucket_staging": "write: PartitionStager -> describe_topic",
     # The manager told of every fold (on_change), and a log's state source, both handed
     # down by the manager so that its logs follow the committed state.

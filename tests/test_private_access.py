@@ -32,6 +32,7 @@ BUCKET_HELPERS = (
 )
 MANAGER_COMPONENTS = (
     "log_manager_check",
+    "log_manager_loading",
     "log_manager_maintenance",
     "log_manager_pause",
     "log_manager_topics",

@@ -10,7 +10,7 @@ import textwrap
 
 # The cleaner's magic 0/1 path, documented in seglog.warmup as compiled on first use.
 LEGACY_COMPACTION = {"offset_map._murmur3_128", "offset_map._put", "offset_map._get",
-                     "cleaner_batches.rewrite_records"}
+                     "cleaner_kernels.rewrite_records"}
 
 # After the warm-up: every cached kernel with no compiled signature in this process,
 # leaving out those another kernel calls (compiled into their callers, so loading the

@@ -34,8 +34,8 @@ given the manager's ``CleanableRange`` ``[first_dirty, bound)``:
 
 The cleaner works on any ``cleanable_log.CleanableLog`` (a local ``Log``, a bucket's
 ``bucket_compact.CompactedPartition``). Step 2's per-chunk decision is
-``cleaner_filter``'s, its kernels ``cleaner_batches``', its values (``CleanerStats``,
-``group_segments``) ``cleaner_stats``'.
+``cleaner_filter``'s, its chunks ``cleaner_batches``', its kernels ``cleaner_kernels``',
+its values (``CleanerStats``, ``group_segments``) ``cleaner_stats``'.
 
 Tombstone delete horizons are also a reason to clean: when no log is dirty enough, the
 manager picks a log holding tombstones whose horizon passed (see ``cleaner_manager``).
@@ -75,8 +75,9 @@ from ..errors import CorruptRecordError, KafkaStorageError, SeglogError
 from ..log.log_segment import LogSegment
 from ..records.record_codec import decode_batches
 from ..records.record_format import INT32_MAX, WALK_INVALID, WALK_LEGACY
+from ..storage.file_handle import FileHandle
 from ..storage.file_names import CLEANED_SUFFIX
-from ..storage.storage import LOCAL, FileHandle
+from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
 from .cleanable_log import CleanableLog, cleanable_segments
 from .cleaner_batches import (
@@ -85,10 +86,10 @@ from .cleaner_batches import (
     ChunkBuffers,
     decompressed,
     empty_batch,
-    map_batches,
     segment_chunks,
 )
 from .cleaner_filter import filter_chunk, filter_scanned, malformed
+from .cleaner_kernels import map_batches
 from .cleaner_manager import CleanableRange, LogCleanerManager
 from .cleaner_stats import CleanerStats, SegmentSizes, group_segments
 from .offset_map import OffsetMap, hash_keys

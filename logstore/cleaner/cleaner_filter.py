@@ -2,7 +2,7 @@
 ``MemoryRecords.filterTo``, the rules of ``cleaner``'s step 2): which batches are copied
 as they are, rewritten with their survivors (a new CRC, their codec back) or dropped.
 
-``filter_scanned`` runs the ``cleaner_batches.filter_batches`` kernel over a chunk of v2
+``filter_scanned`` runs the ``cleaner_kernels.filter_batches`` kernel over a chunk of v2
 batches; ``filter_chunk`` applies the same rules batch by batch in Python for chunks
 holding legacy messages. Both check what they would give a new CRC first (a rewritten
 batch's old CRC; each record's offset inside its batch), so corrupt bytes never leave
@@ -33,7 +33,8 @@ from ..records.record_format import (
     set_length,
 )
 from ..records.segment_scan import first_crc_mismatch
-from .cleaner_batches import (
+from .cleaner_batches import ChunkBuffers, decompressed, rebuilt_batch
+from .cleaner_kernels import (
     C_COPIED,
     C_DROPPED,
     C_NEXT_OFFSET,
@@ -46,10 +47,7 @@ from .cleaner_batches import (
     DROP,
     NO_HORIZON,
     REWRITE,
-    ChunkBuffers,
-    decompressed,
     filter_batches,
-    rebuilt_batch,
 )
 from .cleaner_stats import CleanerStats
 from .offset_map import OffsetMap, hash_keys, valid_mask

@@ -56,10 +56,10 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from ..storage.file_handle import FileHandle
 from ..storage.storage import (
     LOCAL,
     BytesRangeReader,
-    FileHandle,
     PosixStorage,
     RangeReader,
     Storage,

@@ -39,7 +39,8 @@ from pathlib import PurePath
 import numpy as np
 
 from ..errors import CorruptIndexError, KafkaStorageError
-from ..storage.storage import LOCAL, FileHandle, PosixStorage, Storage
+from ..storage.file_handle import FileHandle
+from ..storage.storage import LOCAL, PosixStorage, Storage
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,10 @@ shared with ``log_reader.LogReader``: what other processes open the same directo
 (``Log.open(..., read_only=True)`` returns one). Appended batches are checked by
 ``log_validator``.
 
+Components, one module each: ``segment_files.SegmentFiles`` (creating, deleting and
+swapping segment files) and ``log_producers.LogProducers`` (producer state, the LSO's
+pending transactions, ``.snapshot`` files).
+
 Thread-safety: one writer thread calls the mutating methods; they take ``_lock``. Reads
 take no lock and work on a snapshot of the segment list, so they never block the writer.
 
@@ -37,29 +41,22 @@ from ..errors import (
     LogDirError,
     OffsetOutOfRangeError,
 )
-from ..records.record_format import LONG_MAX, BatchHeader
-from ..storage.file_names import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    SWAP_SUFFIX,
-    delete_dir_name,
-    parse_partition_dir_name,
-)
+from ..records.record_format import LONG_MAX
+from ..storage.file_names import CLEANED_SUFFIX, delete_dir_name, parse_partition_dir_name
 from ..storage.storage import LOCAL
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.delayed_deletion import DelayedDeleter
 from .log_loader import LogLoader
+from .log_producers import LogProducers
 from .log_read import LogReads
 from .log_reader import LogReader
 from .log_segment import LogSegment
 from .log_segments import LogSegments
 from .log_validator import assign_offsets_from, validate_batches
-from .producer_state import ProducerStateManager, list_snapshot_offsets, snapshot_file
+from .producer_state import ProducerStateManager
 from .retention import SegmentDescriptor, deletable_segments
-from .transactions import (
-    Transactions,
-    append_completions,
-)
+from .segment_files import SegmentFiles
+from .transactions import Transactions
 
 logger = logging.getLogger(__name__)
 
@@ -104,20 +101,18 @@ class Log(LogReads):
         # Readers never take it.
         self._lock = threading.RLock()
         self._segments = LogSegments(segments)
+        self._files = SegmentFiles(self._segments, lambda: self.dir, config, clock, deleter)
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._log_end_offset = log_end_offset
         self._high_watermark = high_watermark
         self._last_flush_ms = clock.monotonic_ms()
-        self._dir_dirty = False  # a segment file was created since the last dir fsync
         self._contiguous: bool | None = None  # offsets_contiguous, decided on first read
-        # Writer: producers and ongoing transactions up to the log end (changed under
-        # _lock), and completed transactions whose markers are not yet below the high
-        # watermark (they keep the LSO down, as Kafka's unreplicated transactions).
-        self._producer_state = producer_state or ProducerStateManager(log_end_offset)
-        self._unstable_completed: list[tuple[int, int]] = []  # (first, marker offset)
+        # Writer: producers and ongoing transactions up to the log end, changed under _lock.
         self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
                                   read_only=False)
+        self._producers = LogProducers(producer_state or ProducerStateManager(log_end_offset),
+                                       lambda: self.dir, self._txns)
 
     @overload
     @classmethod
@@ -232,7 +227,7 @@ class Log(LogReads):
             first, last = headers[0].base_offset, headers[-1].last_offset
             segment = self._maybe_roll(len(buf), max_ts, first, last)
             segment.append(buf, headers)
-            self._update_producer_state(buf, headers, segment)
+            self._producers.update(buf, headers, segment, self._high_watermark)
             self._log_end_offset = last + 1
             self._high_watermark = self._log_end_offset
             if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
@@ -240,53 +235,17 @@ class Log(LogReads):
         return AppendInfo(first, last, max_ts, max_ts_offset,
                           sum(max(h.records_count, 0) for h in headers), len(buf))
 
-    def _update_producer_state(self, buf: bytearray | memoryview,
-                               headers: list[BatchHeader], segment: LogSegment) -> None:
-        """Kafka's step after a log append: batches with a producer id update the
-        producer state; an abort marker appends its entry to ``segment``'s
-        ``.txnindex``. Batch by batch, as Kafka's recovery replays them, so a rebuilt
-        index equals the appended one."""
-        state = self._producer_state
-        if all(h.producer_id < 0 for h in headers):
-            state.map_end_offset = headers[-1].last_offset + 1
-            return
-        before = dict(state.ongoing_txns())
-        append_completions(state, headers, buf, segment)
-        after = {f for f, _p in state.ongoing_txns()}
-        ends = {h.producer_id: h.base_offset for h in headers if h.is_control}
-        hw = self._high_watermark
-        # Completed transactions whose markers are not yet below the high watermark
-        # (a new list each time: readers iterate it without the lock).
-        self._unstable_completed = [(f, m) for f, m in self._unstable_completed if m >= hw] + [
-            (first, ends[pid]) for first, pid in before.items()
-            if first not in after and pid in ends]
-
     @property
     def last_stable_offset(self) -> int:
         """Kafka's LSO: the high watermark, or the first offset of the earliest
         transaction not yet decided below it, if lower."""
-        hw = self._high_watermark
-        # No lock, as every read: a racing append can only make the answer one append
-        # old, never past what is stable.
-        first = self._producer_state.first_unstable_offset()
-        for f, m in self._unstable_completed:
-            if m >= hw:
-                first = f if first is None else min(first, f)
-        if first is None:
-            return hw
-        return max(min(hw, first), self._log_start_offset)
+        return self._producers.last_stable_offset(self._high_watermark, self._log_start_offset)
 
     def take_producer_snapshot(self) -> None:
         """Write the producer state at the log end (``<offset>.snapshot``), if newer
         than the newest snapshot (Kafka's ``takeSnapshot``)."""
         with self._lock:
-            state = self._producer_state
-            state.map_end_offset = self._log_end_offset
-            # One stat, not a listing (a commit's cost must not grow with the segment
-            # count): no snapshot lies past the log end (the loader and truncation delete
-            # those), so "none at the log end" is "the newest is older".
-            if not LOCAL.exists(snapshot_file(self.dir, state.map_end_offset)):
-                state.take_snapshot(self.dir)
+            self._producers.take_snapshot(self._log_end_offset)
 
     # -- roll and flush -------------------------------------------------------------------
 
@@ -313,7 +272,7 @@ class Log(LogReads):
                 return active
             # The new segment first: if its files cannot be made (a full filesystem, no
             # inodes), the active segment stays active with its indexes untrimmed.
-            segment = self._new_segment(new_base)
+            segment = self._files.new_segment(new_base)
             try:
                 if active is not None and active.size == 0:
                     self._segments.remove(active.base_offset)
@@ -333,28 +292,10 @@ class Log(LogReads):
             self.flush(new_base)
             return segment
 
-    def _new_segment(self, base_offset: int, file_suffix: str = "") -> LogSegment:
-        cfg = self.config
-        jitter = cfg.random_segment_jitter()
-        paths = LogSegment.file_paths(self.dir, base_offset, file_suffix)
-        for path in paths:
-            if path.suffix == ".log" and LOCAL.exists(path) and LOCAL.size(path) > 0:
-                raise KafkaStorageError(f"cannot create segment {path}: it already exists")
-        for path in paths:
-            # Left by an attempt that failed (a full filesystem): an index of an empty
-            # segment opened as existing would count its whole length as entries.
-            if LOCAL.exists(path):
-                logger.warning("new segment file %s already exists; deleting it first", path)
-                LOCAL.delete(path)
-        self._dir_dirty = True
-        return LogSegment.open(self.dir, base_offset, index_interval_bytes=cfg.index_interval_bytes,
-                               max_index_size=cfg.segment_index_bytes, rolling_jitter_ms=jitter,
-                               created_ms=self.clock.milliseconds(), file_suffix=file_suffix)
-
     def new_segment(self, base_offset: int) -> LogSegment:
         """A new, empty ``.cleaned`` segment for the cleaner to fill and then hand to
         ``replace_segments``."""
-        return self._new_segment(base_offset, CLEANED_SUFFIX)
+        return self._files.new_segment(base_offset, CLEANED_SUFFIX)
 
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, ``offset``) (default:
@@ -366,9 +307,7 @@ class Log(LogReads):
                     if seg.base_offset >= target:
                         break
                     seg.flush()
-                if self._dir_dirty:
-                    LOCAL.fsync_dir(self.dir)
-                    self._dir_dirty = False
+                self._files.sync_dir()
                 self._recovery_point = target
             self._last_flush_ms = self.clock.monotonic_ms()
 
@@ -412,33 +351,19 @@ class Log(LogReads):
             active.truncate_to(offset)
             active.resize_indexes(self.config.segment_index_bytes)
             self._log_end_offset = active.read_next_offset()
-            self._reload_producer_state()
+            self._producers.reload(self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             return True
 
-    def _delete_snapshots(self, doomed: Callable[[int], bool]) -> None:
-        for snap in list_snapshot_offsets(self.dir):
-            if doomed(snap):
-                LOCAL.delete(snapshot_file(self.dir, snap))
-
-    def _reload_producer_state(self) -> None:
-        """After a truncation: drop snapshots past the log end, rebuild the state from
-        the newest remaining one (Kafka's ``truncateAndReload``)."""
-        leo = self._log_end_offset
-        self._delete_snapshots(lambda o: o > leo)
-        self._producer_state = self._txns.state_at(leo)
-        self._unstable_completed = [(f, m) for f, m in self._unstable_completed if m < leo]
-
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at ``offset``."""
         with self._lock:
             self._delete_segments(list(self._segments), "full truncation")
-            self._delete_snapshots(lambda o: True)
-            self._segments.add(self._new_segment(offset))
-            self._producer_state = ProducerStateManager(offset)
-            self._unstable_completed = []
+            self._producers.delete_snapshots(lambda o: True)
+            self._segments.add(self._files.new_segment(offset))
+            self._producers.reset(offset)
             self._log_end_offset = self._log_start_offset = offset
             self._recovery_point = self._high_watermark = offset
             self.flush()
@@ -488,59 +413,23 @@ class Log(LogReads):
                 for i, seg in enumerate(snap)]
 
     def _delete_segments(self, segments: list[LogSegment], reason: str) -> None:
-        """Take segments out of the list, rename them ``.deleted``, unlink them after
-        ``file.delete.delay.ms`` (readers holding them keep reading meanwhile)."""
-        for seg in segments:
-            self._segments.remove(seg.base_offset)
-            logger.info("deleting segment %s of %s (%s)", seg.log_path.name, self._tp(), reason)
-            try:
-                seg.change_file_suffixes(seg.file_suffix, DELETED_SUFFIX)
-            except FileNotFoundError:
-                logger.warning("segment %s vanished before deletion", seg.log_path)
-            self._deleter.schedule(seg.paths(), self.config.file_delete_delay_ms,
-                                   before_delete=seg.close_handlers)
+        """``SegmentFiles.delete_segments``, then the producer snapshots below the first
+        segment left."""
+        self._files.delete_segments(segments, reason, self._tp())
         first = self._segments.first
         if first is not None:
             # Snapshots below the first segment describe nothing left (Kafka deletes a
             # segment's snapshot with it).
-            self._delete_snapshots(lambda o: o < first.base_offset)
+            self._producers.delete_snapshots(lambda o: o < first.base_offset)
 
     # -- compaction support ---------------------------------------------------------------
 
     def replace_segments(self, new_segments: list[LogSegment],
                          old_segments: list[LogSegment]) -> None:
         """Swap the cleaner's ``.cleaned`` segments in for ``old_segments`` (Kafka's
-        ``replaceSegments``), crash-safely: new files become ``.swap`` (a crash from here
-        on is completed by the loader), the list changes atomically for readers, old files
-        become ``.deleted``, and the ``.swap`` files take their final names."""
+        ``replaceSegments``), crash-safely (``SegmentFiles.replace_segments``)."""
         with self._lock:
-            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
-            existing = {s.base_offset: s for s in self._segments}
-            old_sorted = [s for s in sorted(old_segments, key=lambda s: s.base_offset)
-                          if existing.get(s.base_offset) is s]
-            for seg in new_sorted:
-                seg.flush()
-                seg.on_become_inactive()
-            for seg in reversed(new_sorted):
-                if seg.file_suffix == CLEANED_SUFFIX:
-                    seg.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
-            LOCAL.fsync_dir(self.dir)
-            old_bases = {s.base_offset for s in old_sorted}
-            kept = [s for s in self._segments if s.base_offset not in old_bases]
-            new_bases = {s.base_offset for s in new_sorted}
-            kept = [s for s in kept if s.base_offset not in new_bases] + new_sorted
-            self._segments.replace_all(kept)
-            for seg in old_sorted:
-                self._segments_deleted_files(seg)
-            for seg in new_sorted:
-                if seg.file_suffix == SWAP_SUFFIX:
-                    seg.change_file_suffixes(SWAP_SUFFIX, "")
-            LOCAL.fsync_dir(self.dir)
-
-    def _segments_deleted_files(self, seg: LogSegment) -> None:
-        seg.change_file_suffixes(seg.file_suffix, DELETED_SUFFIX)
-        self._deleter.schedule(seg.paths(), self.config.file_delete_delay_ms,
-                               before_delete=seg.close_handlers)
+            self._files.replace_segments(new_segments, old_segments)
 
     # -- lifecycle ------------------------------------------------------------------------
 

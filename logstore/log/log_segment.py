@@ -31,25 +31,20 @@ from collections.abc import Sequence
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from ..records.record_format import (
     INT32_MAX,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
-    WALK_INVALID,
-    WALK_LEGACY,
     BatchHeader,
     Bytes,
     iter_batch_headers,
-    verify,
 )
+from ..storage.file_handle import FileHandle
 from ..storage.file_names import index_file, log_file, time_index_file, txn_index_file
-from ..storage.storage import LOCAL, FileHandle, Storage
+from ..storage.storage import LOCAL, Storage
 from .segment_parts import SegmentParts, segment_parts
 from .segment_reads import SegmentReads
 from .segment_records import FileRecords
+from .segment_recovery import scan_log_file
 
 if TYPE_CHECKING:
     from .offset_continuity import ContinuityCheck
@@ -57,8 +52,6 @@ if TYPE_CHECKING:
     from .segment_indexer import SegmentIndexer
 
 logger = logging.getLogger(__name__)
-
-_RECOVERY_CHUNK = 16 * 1024 * 1024
 
 
 class LogSegment(SegmentReads):
@@ -287,9 +280,7 @@ class LogSegment(SegmentReads):
         ``continuity`` (entered on this segment): the offset rules readers apply judge
         every batch's offsets, so recovery keeps exactly the batches a reader accepts.
 
-        Reads 16 MiB chunks; the header walk, the CRCs and the index rule run in numba
-        kernels over a whole chunk (``SegmentIndexer``), Python only per chunk (and per
-        legacy magic 0/1 message, which has no producer).
+        The walk over the ``.log`` is ``segment_recovery.scan_log_file``'s.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -298,55 +289,8 @@ class LogSegment(SegmentReads):
         ix = self.indexer(max_message_bytes)
         ix.producers = producers
         ix.continuity = continuity
-        chunk = np.empty(min(_RECOVERY_CHUNK, max(file_size, 1)), np.uint8)
-        reason = ""
-        chunk_pos = 0
-        while chunk_pos < file_size:
-            n = handle.readinto(chunk.data, chunk_pos)
-            p, status, reason = ix.scan(chunk, n, chunk_pos)
-            if status == WALK_INVALID:
-                # The kernels say which rule in a word; the batch's own check says it
-                # with the position and the numbers (an offset rule is already worded).
-                stop = verify(chunk.data, p, n, max_message_bytes=max_message_bytes,
-                              file_position=chunk_pos)
-                if not stop.valid and not stop.partial:
-                    reason = stop.reason
-                break
-            if status == WALK_LEGACY:
-                check = verify(chunk.data, p, n, next_offset=ix.next_offset,
-                               segment_base=self.base_offset,
-                               max_message_bytes=max_message_bytes, file_position=chunk_pos)
-                h = check.header
-                if not check.valid:
-                    if not check.partial:
-                        reason = check.reason
-                        break
-                    if chunk_pos + n >= file_size:
-                        reason = check.reason
-                        break
-                    chunk = np.empty(len(chunk) * 2, np.uint8)  # larger than a chunk
-                    chunk_pos += p
-                    continue
-                assert h is not None
-                if continuity is not None:
-                    problem = continuity.problem(h)
-                    if problem:
-                        reason = f"batch at position {chunk_pos + p} {problem}"
-                        break
-                    continuity.batch(h)
-                ix.add_batch(chunk_pos + p, h.size, h.base_offset, h.last_offset,
-                             h.max_timestamp, h.crc)
-                chunk_pos += p + h.size
-                continue
-            if p == 0:
-                if chunk_pos + n >= file_size:
-                    reason = verify(chunk.data, 0, n, file_position=chunk_pos).reason
-                    break
-                need = int.from_bytes(chunk[LENGTH_OFFSET:LENGTH_OFFSET + 4].tobytes(), "big",
-                                      signed=True) + LOG_OVERHEAD
-                chunk = np.empty(max(need, 2 * len(chunk)), np.uint8)  # one huge batch
-                continue
-            chunk_pos += p
+        reason = scan_log_file(handle, file_size, ix, base_offset=self.base_offset,
+                               max_message_bytes=max_message_bytes, continuity=continuity)
         truncated = file_size - ix.valid_end
         if truncated:
             logger.warning("recovery of %s: cutting its last %d bytes, from position %d "

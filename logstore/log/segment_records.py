@@ -27,7 +27,8 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import InvalidOffsetError, KafkaStorageError
-from ..storage.storage import FileHandle, PosixStorage, RangeReader, Storage
+from ..storage.file_handle import FileHandle
+from ..storage.storage import PosixStorage, RangeReader, Storage
 
 ReadBuffer = bytes | bytearray | memoryview
 

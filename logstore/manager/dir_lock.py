@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from ..errors import LogDirError, LogDirLockedError
+from ..storage.file_handle import FileHandle
 from ..storage.file_names import LOCK_FILE
-from ..storage.storage import LOCAL, FileHandle
+from ..storage.storage import LOCAL
 
 logger = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from seglog.logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from seglog.logstore.log.log import Log
 from seglog.logstore.manager import log_manager as lm
 from seglog.logstore.manager.log_dirs import STAGING_PREFIX
 from seglog.logstore.manager.log_manager import LogManager
@@ -192,13 +193,13 @@ def test_clean_dir_loads_lazily(tmp_path, monkeypatch):
         for p in range(3):
             mgr.append("t", p, batch())
     opened = []
-    real_open = lm._log_class().open
+    real_open = Log.open
 
     def counting_open(dir_, *args, **kwargs):
         opened.append((os.path.basename(dir_), kwargs["had_clean_shutdown"]))
         return real_open(dir_, *args, **kwargs)
 
-    monkeypatch.setattr(lm._log_class(), "open", counting_open)
+    monkeypatch.setattr(Log, "open", counting_open)
     with LogManager([tmp_path]) as mgr:
         assert opened == []
         assert mgr.high_watermarks() == {("t", 0): 10, ("t", 1): 10, ("t", 2): 10}
@@ -240,14 +241,14 @@ def test_unclean_dir_recovers_every_partition_at_open(tmp_path, monkeypatch):
     with open(seg, "ab") as f:  # a torn write at the end of the active segment
         f.write(batch(4)[:50])
     calls = []
-    real_open = lm._log_class().open
+    real_open = Log.open
 
     def spy(dir_, *args, **kwargs):
         calls.append((os.path.basename(dir_), kwargs["recovery_point"],
                       kwargs["had_clean_shutdown"]))
         return real_open(dir_, *args, **kwargs)
 
-    monkeypatch.setattr(lm._log_class(), "open", spy)
+    monkeypatch.setattr(Log, "open", spy)
     with LogManager([tmp_path]) as mgr:
         assert sorted(calls) == [("t-0", 10, False), ("t-1", 3, False)]
         log = mgr.get_log("t", 0)
@@ -293,13 +294,13 @@ def test_corrupt_recovery_checkpoint_is_reported_and_recovery_starts_at_zero(
         mgr.append("t", 0, batch())
     (tmp_path / RECOVERY_POINT_CHECKPOINT).write_text("0\n1\nt 0 1x0\n")
     calls = []
-    real_open = lm._log_class().open
+    real_open = Log.open
 
     def spy(dir_, *args, **kwargs):
         calls.append((kwargs["recovery_point"], kwargs["had_clean_shutdown"]))
         return real_open(dir_, *args, **kwargs)
 
-    monkeypatch.setattr(lm._log_class(), "open", spy)
+    monkeypatch.setattr(Log, "open", spy)
     with caplog.at_level(logging.ERROR), LogManager([tmp_path]) as mgr:
         assert calls == [(0, False)]
         assert "line 3" in caplog.text and RECOVERY_POINT_CHECKPOINT in caplog.text
@@ -524,7 +525,7 @@ def test_unclean_dirs_recover_in_a_pool_per_dir(tmp_path, monkeypatch):
     """)], check=True, timeout=120)
     active, peak, threads = {}, {}, set()
     guard = threading.Lock()
-    real_open = lm._log_class().open
+    real_open = Log.open
 
     def spy(dir_, *args, **kwargs):
         key = os.path.dirname(dir_)
@@ -539,7 +540,7 @@ def test_unclean_dirs_recover_in_a_pool_per_dir(tmp_path, monkeypatch):
             with guard:
                 active[key] -= 1
 
-    monkeypatch.setattr(lm._log_class(), "open", spy)
+    monkeypatch.setattr(Log, "open", spy)
     with LogManager(dirs, config={"num.recovery.threads.per.data.dir": 2}) as mgr:
         assert len(mgr.partitions("t")) == 6
     assert all(name.startswith("seglog-recovery") for name in threads)

@@ -72,7 +72,7 @@ def _write_crashed(d: Path) -> tuple[dict, list, list[str]]:
             log.append(_marker(9, commit=False))
         if i == 25:
             log.append(_data(11, i, txn=True))
-    state = log._producer_state
+    state = log._producers.state
     assert log.num_segments >= 4 and state.ongoing_txns()
     expected = (state.producers, state.ongoing_txns(), _txn_files(d))
     for seg in log.segments:
@@ -106,7 +106,7 @@ def reads(monkeypatch) -> dict[str, list[int]]:
 
 def _check_state(log: Log, d: Path, expected: tuple[dict, list, list]) -> None:
     producers, ongoing, txn_files = expected
-    state = log._producer_state
+    state = log._producers.state
     assert state.producers == producers
     assert state.ongoing_txns() == ongoing
     assert _txn_files(d) == txn_files
@@ -269,7 +269,7 @@ def test_a_truncation_in_recovery_drops_what_later_segments_would_have_kept(tmp_
                    had_clean_shutdown=False)
     assert reads == {"recover": bases[:2], "scan": []}
     assert _bases(d) == bases[:2]
-    producers, ongoing = log._producer_state.producers, log._producer_state.ongoing_txns()
+    producers, ongoing = log._producers.state.producers, log._producers.state.ongoing_txns()
     log.close()
     assert (producers, ongoing) == _scanned_state(d)
 
@@ -297,7 +297,7 @@ def test_legacy_messages_before_producer_batches(tmp_path, reads):
                    had_clean_shutdown=False)
     assert reads == {"recover": [0], "scan": []}
     assert log.log_end_offset == 11
-    state = log._producer_state
+    state = log._producers.state
     assert state.ongoing_txns() == [(7, 8)]
     assert state.producers[8].last_offset == 10 and state.producers[8].last_sequence == 7
     log.close()

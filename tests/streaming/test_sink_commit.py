@@ -154,9 +154,9 @@ def test_staging_files_are_appended_whole_whatever_the_read_size(tmp_path: Path,
                                                                   chunk: int) -> None:
     """Reads smaller than a batch (every batch straddles reads, the buffer grows) and
     larger than the file publish the same records, batch for batch."""
-    from seglog.streaming import sink_commit
+    from seglog.streaming import sink_local_writer
 
-    monkeypatch.setattr(sink_commit, "_APPEND_CHUNK", chunk)
+    monkeypatch.setattr(sink_local_writer, "_APPEND_CHUNK", chunk)
     opts = options(tmp_path, maxBatchBytes="600")
     staged = stage_batch(opts, 0)
     sizes = [f.size for t in staged for f in t.fragments]

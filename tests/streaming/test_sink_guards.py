@@ -16,7 +16,7 @@ from seglog.logstore.util.clock import MockClock
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
-from seglog.streaming.sink_staging import min_timestamp_ms
+from seglog.streaming.sink_stager import min_timestamp_ms
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000
