@@ -70,6 +70,50 @@ def snapshot_key(version: int) -> str:
     return f"{SNAPSHOT_DIR}/{version_name(version)}"
 
 
+TOPIC_LOGS_DIR = "_seglog/topics"
+"""Where the commit logs of topics created with their own log live (``<topic id>/``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLayout:
+    """The object names of one commit log under ``prefix``: the catalog log's is
+    ``_seglog`` (``CATALOG``), a topic log's ``_seglog/topics/<topic id>``
+    (``topic_layout``). Every log has the same protocol (``bucket_commit_log``)."""
+
+    prefix: str
+
+    @property
+    def commit_dir(self) -> str:
+        return f"{self.prefix}/log"
+
+    @property
+    def snapshot_dir(self) -> str:
+        return f"{self.prefix}/snapshots"
+
+    @property
+    def hint_key(self) -> str:
+        return f"{self.prefix}/last-snapshot"
+
+    @property
+    def turn_key(self) -> str:
+        return f"{self.prefix}/turn"
+
+    def commit_key(self, version: int) -> str:
+        return f"{self.commit_dir}/{version_name(version)}"
+
+    def snapshot_key(self, version: int) -> str:
+        return f"{self.snapshot_dir}/{version_name(version)}"
+
+
+CATALOG = LogLayout(META_DIR)
+"""The catalog log: the log every bucket had before per-topic logs (``docs/object-storage.md``)."""
+
+
+def topic_layout(topic_id: str) -> LogLayout:
+    """The commit log of the topic whose id is ``topic_id``."""
+    return LogLayout(f"{TOPIC_LOGS_DIR}/{topic_id}")
+
+
 def parse_version_name(name: str) -> int | None:
     """The version of a commit or snapshot object name, or None for any other name."""
     m = _VERSION_NAME.match(name)
