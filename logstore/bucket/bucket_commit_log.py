@@ -180,6 +180,8 @@ class Change:
     topics: Mapping[str, TopicSpec | None] = field(default_factory=dict)
     partitions: Mapping[str, PartitionChange] = field(default_factory=dict)
     sinks: Mapping[str, Any] = field(default_factory=dict)
+    topic_logs: Mapping[str, str | None] = field(default_factory=dict)
+    """Catalog commits only (``bucket_logs``): names given to (or taken from) topic logs."""
 
 
 class CommitLog:
@@ -224,6 +226,13 @@ class CommitLog:
     @property
     def state(self) -> BucketState:
         return self._state
+
+    def sibling(self, layout: LogLayout, *, load: bool = True) -> CommitLog:
+        """Another log of the same log dir (a topic log), with this one's writer id and
+        settings."""
+        return CommitLog(self.storage, clock=self.clock, writer_id=self.writer_id,
+                         max_attempts=self.max_attempts, sleep=self._sleep, layout=layout,
+                         load=load)
 
     @property
     def last_attempts(self) -> int:
@@ -577,7 +586,7 @@ class CommitLog:
             return None, True
         version = state.version + 1
         commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
-                        change.topics, change.partitions, change.sinks)
+                        change.topics, change.partitions, change.sinks, change.topic_logs)
         key = self.layout.commit_key(version)
         new_state = state.apply(commit, f"{self.storage.uri}/{key} ({operation})")
         crash_point("after-upload")
