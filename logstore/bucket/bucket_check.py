@@ -145,8 +145,8 @@ def check_bucket(
     # Per partition, the time of the newest commit of the log that holds it.
     newest_of: dict[str, int | None] = {}
     for layout, log_state in logs:
-        listed = storage.list_after(layout.commit_dir, _before(log_state))
-        when = max((e.mtime_ms for e in listed), default=None)
+        newest_commits = storage.list_after(layout.commit_dir, _before(log_state))
+        when = max((e.mtime_ms for e in newest_commits), default=None)
         newest_of.update(dict.fromkeys(log_state.partitions, when))
     # Only objects the log dir can prove are its own (bucket_ownership): never another
     # log dir's, never a foreign file.

@@ -44,6 +44,12 @@ uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-sn
 (snapshot written, hint not). A crash anywhere leaves either the old or the new version
 visible, whole; uploads no commit references are collected later.
 
+Over 500 lines: the protocol of one log is one unit: open, refresh, the fold, the create
+and the fork checks share the cached state, the own-commit record and ``_lock``, whose
+invariants (never create from a view older than ``MAX_VIEW_AGE_MS``; a read-back before
+trusting a create) would be spread over modules by a split; the set of logs is
+``bucket_logs``.
+
 Thread-safety: thread-safe. ``_lock`` guards the state it caches and is held only to
 refresh and to create a commit: ``build`` (the uploads) and the snapshot run outside it,
 so one large append does not hold up the other commits of the process; a thread whose

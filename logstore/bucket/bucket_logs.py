@@ -70,6 +70,15 @@ _Route = tuple[str, ...]
 """("catalog",) | ("topic", name, log id) | ("create", *names)."""
 
 
+class _ThisThread(threading.local):
+    """What the calling thread's last ``commit`` did: the creates it tried, and the log
+    and state of a commit whose snapshot the caller may still owe (``snapshot_if_due``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.due: tuple[CommitLog, BucketState | None] | None = None
+
+
 class _Reroute(Exception):  # noqa: N818 - a signal, never raised to a caller
     """A rebuild on a newer state belongs to another log: start over from the view."""
 
@@ -89,8 +98,14 @@ class BucketLogs:
     docstring. ``catalog``: the catalog's ``CommitLog`` (its settings, such as
     ``max_attempts``, are every topic log's)."""
 
-    def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
-                 catalog: CommitLog | None = None, topic_logs: bool = True) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        catalog: CommitLog | None = None,
+        topic_logs: bool = True,
+    ) -> None:
         self.storage = storage
         self.topic_logs = topic_logs
         """False: new topics are created in the catalog, as before per-topic logs (for
@@ -102,7 +117,7 @@ class BucketLogs:
         self._view = BucketState()
         self._inputs: tuple[object, ...] = ()
         self._view_version = NO_VERSION
-        self._attempts = threading.local()
+        self._attempts = _ThisThread()
         self._open_named(self.catalog.state)
 
     @property
@@ -117,8 +132,7 @@ class BucketLogs:
     def last_attempts(self) -> int:
         """The creates the calling thread's last ``commit`` tried, over every log it
         wrote (1: it won the first; 0: nothing to do)."""
-        count: int = getattr(self._attempts, "count", 0)
-        return count
+        return self._attempts.count
 
     # -- the logs --------------------------------------------------------------------
 
@@ -158,18 +172,22 @@ class BucketLogs:
         """The merged view of every log (cached; rebuilt when a log's state changed)."""
         catalog = self.catalog.state
         with self._lock:
-            logs = [(log_id, self._logs[log_id].state)
-                    for log_id in sorted(set(catalog.topic_logs.values()) & set(self._logs))]
+            logs = [
+                (log_id, self._logs[log_id].state)
+                for log_id in sorted(set(catalog.topic_logs.values()) & set(self._logs))
+            ]
             inputs: tuple[object, ...] = (catalog, *(s for _, s in logs))
             if len(inputs) == len(self._inputs) and all(
-                    a is b for a, b in zip(inputs, self._inputs, strict=True)):
+                a is b for a, b in zip(inputs, self._inputs, strict=True)
+            ):
                 return self._view
             view = merge(catalog, dict(logs))
             if catalog.topic_logs:
                 # Its own counter: readers (``BucketLog``) take a higher version as newer,
                 # and a deleted topic's log leaves the sum of the logs' versions.
-                version = max(self._view_version + 1,
-                              catalog.version + sum(s.version + 1 for _, s in logs))
+                version = max(
+                    self._view_version + 1, catalog.version + sum(s.version + 1 for _, s in logs)
+                )
                 view = _with_version(view, version)
             self._view, self._inputs, self._view_version = view, inputs, view.version
             return view
@@ -178,17 +196,21 @@ class BucketLogs:
         """Fold the commits other processes made since; True if any. ``topics``: only
         the logs of those topics (one LIST each, at once; the catalog is not asked, so a
         topic deleted and created again is seen by the next full refresh); None: the
-        catalog, then every topic log at once (two round trips)."""
+        catalog and every topic log at once (one round trip; one more to open the logs
+        of topics created meanwhile)."""
         if topics is not None:
-            logs = [log for log in (self.topic_log(t) for t in sorted(set(topics)))
-                    if log is not None]
-            legacy = any(self.topic_log(t) is None for t in topics)
-            changed = self.catalog.refresh() if legacy else False
-            return any(_parallel(lambda log: log.refresh(), logs)) or changed
+            named = [self.topic_log(t) for t in sorted(set(topics))]
+            changed = False
+            if any(log is None for log in named):  # a legacy topic, or one not known yet
+                changed = self.catalog.refresh()
+                self._open_named(self.catalog.state)
+                named = [self.topic_log(t) for t in sorted(set(topics))]
+            own = [log for log in named if log is not None]
+            return any(_parallel(lambda log: log.refresh(), own)) or changed
         # The catalog and every open topic log at once: one round trip when nothing
         # changed; logs the catalog newly names are opened after (a second one).
-        logs: list[CommitLog] = [self.catalog, *self.logs().values()]
-        changed = any(_parallel(lambda log: log.refresh(), logs))
+        every: list[CommitLog] = [self.catalog, *self.logs().values()]
+        changed = any(_parallel(lambda log: log.refresh(), every))
         self._open_named(self.catalog.state)
         return changed
 
@@ -196,16 +218,20 @@ class BucketLogs:
         """After a ``commit(..., snapshot=False)`` of this thread: the snapshot of the
         log it wrote, if its new version is due one (``state``, the merged view, cannot
         say which log that was)."""
-        due: tuple[CommitLog, BucketState | None] | None = getattr(self._attempts, "due",
-                                                                     None)
+        due = self._attempts.due
         self._attempts.due = None
         if due is not None and due[1] is not None:
             due[0].snapshot_if_due(due[1])
 
     # -- writing ---------------------------------------------------------------------
 
-    def commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
-               snapshot: bool = True) -> BucketState | None:
+    def commit(
+        self,
+        operation: str,
+        build: Callable[[BucketState], Change | None],
+        *,
+        snapshot: bool = True,
+    ) -> BucketState | None:
         """Make ``build``'s change the next version of the log it belongs to (see the
         module docstring); the merged view after it, or None when ``build`` said there
         is nothing to do. ``build`` may run again on a newer view after a lost race."""
@@ -230,8 +256,7 @@ class BucketLogs:
             route = self._route(view, change)
             try:
                 if route[0] == "topic":
-                    done = self._commit_topic(route, operation, build, view, change,
-                                              snapshot)
+                    done = self._commit_topic(route, operation, build, view, change, snapshot)
                 elif route[0] == "create":
                     done = self._create(route[1:], operation, view, change)
                 else:
@@ -246,7 +271,8 @@ class BucketLogs:
         raise CommitConflictError(
             f"{self.uri}: could not commit {operation}: the topics it changes moved to "
             f"other logs {self.catalog.max_attempts} times (created or deleted meanwhile); "
-            f"nothing of this {operation} is visible")
+            f"nothing of this {operation} is visible"
+        )
 
     def _route(self, view: BucketState, change: Change) -> _Route:
         topics = change_topics(change)
@@ -257,8 +283,9 @@ class BucketLogs:
             return ("catalog",)
         if new and not own and not legacy:
             if any(change.topics.get(t) is None for t in new):
-                raise ValueError(f"{self.uri}: a change names topics {new} it neither "
-                                 f"holds nor creates")
+                raise ValueError(
+                    f"{self.uri}: a change names topics {new} it neither holds nor creates"
+                )
             return ("create", *new)
         if len(own) == 1 and not new and not legacy:
             return ("topic", own[0], view.topic_logs[own[0]])
@@ -266,14 +293,21 @@ class BucketLogs:
             return ("catalog",)
         raise ValueError(
             f"{self.uri}: one commit cannot span the logs of topics {sorted(topics)} "
-            f"(each topic in its own log is committed alone: bucket_logs.topic_groups)")
+            f"(each topic in its own log is committed alone: bucket_logs.topic_groups)"
+        )
 
     def _count(self, log: CommitLog) -> None:
-        self._attempts.count = self.last_attempts + log.last_attempts
+        self._attempts.count += log.last_attempts
 
-    def _commit_topic(self, route: _Route, operation: str,
-                      build: Callable[[BucketState], Change | None], view: BucketState,
-                      change: Change, snapshot: bool) -> bool:
+    def _commit_topic(
+        self,
+        route: _Route,
+        operation: str,
+        build: Callable[[BucketState], Change | None],
+        view: BucketState,
+        change: Change,
+        snapshot: bool,
+    ) -> bool:
         name, log_id = route[1], route[2]
         with self._lock:
             log = self._logs[log_id]
@@ -282,19 +316,26 @@ class BucketLogs:
 
         def topic_build(state: BucketState) -> Change | None:
             if name not in state.topics:
-                # The caller's own check names what it missed (a partition, say); a
-                # build that does not check gets the tombstone's error.
+                # The caller's own check names what it missed (a partition, say); a build
+                # that creates the topic anew (a sink) starts over on a new log; one that
+                # does neither gets the tombstone's error. Never a commit after it.
                 first.clear()
-                build(self._view_with(log_id, state))
+                gone = self._view_with(log_id, state)
+                rebuilt = build(gone)
+                if rebuilt is not None and self._route(gone, rebuilt)[0] != "topic":
+                    raise _Reroute()
                 raise UnknownTopicOrPartitionError(
                     f"topic {name!r} in {self.uri} was deleted (its log "
-                    f"{log.uri} ends with a tombstone)")
+                    f"{log.uri} ends with a tombstone)"
+                )
             if first and state is built_on:
                 return first.pop()
             first.clear()
             rebuilt = build(self._view_with(log_id, state))
-            if rebuilt is not None and self._route(self._view_with(log_id, state),
-                                                   rebuilt) != route:
+            if (
+                rebuilt is not None
+                and self._route(self._view_with(log_id, state), rebuilt) != route
+            ):
                 raise _Reroute()
             return rebuilt
 
@@ -311,6 +352,7 @@ class BucketLogs:
     def finish_delete(self, name: str) -> bool:
         """Remove ``name`` from the catalog if it names a log that ends with a tombstone
         (the second step of a delete; a no-op otherwise). True if it did."""
+
         def catalog_build(state: BucketState) -> Change | None:
             log_id = state.topic_logs.get(name)
             if log_id is None:
@@ -324,8 +366,14 @@ class BucketLogs:
 
         return self.catalog.commit("delete_topic", catalog_build) is not None
 
-    def _commit_catalog(self, operation: str, build: Callable[[BucketState], Change | None],
-                        view: BucketState, change: Change, snapshot: bool) -> bool:
+    def _commit_catalog(
+        self,
+        operation: str,
+        build: Callable[[BucketState], Change | None],
+        view: BucketState,
+        change: Change,
+        snapshot: bool,
+    ) -> bool:
         built_on = self.catalog.state
         first: list[Change] = [change]
 
@@ -347,18 +395,20 @@ class BucketLogs:
         self._attempts.due = (self.catalog, done)
         return done is not None
 
-    def _create(self, names: tuple[str, ...], operation: str, view: BucketState,
-                change: Change) -> bool:
+    def _create(
+        self, names: tuple[str, ...], operation: str, view: BucketState, change: Change
+    ) -> bool:
         """Version 0 of each new topic's log, then the catalog commit naming them all."""
         log_ids: dict[str, str] = {}
         for name in names:
             spec = change.topics[name]
             if spec is None:  # _route refuses it; for the type checker
                 raise ValueError(f"{self.uri}: cannot create topic {name!r} without a spec")
-            part = Change(topics={name: spec},
-                          partitions={k: c for k, c in change.partitions.items()
-                                      if topic_of(k) == name},
-                          sinks=change.sinks)
+            part = Change(
+                topics={name: spec},
+                partitions={k: c for k, c in change.partitions.items() if topic_of(k) == name},
+                sinks=change.sinks,
+            )
             log_ids[name] = self._first_version(spec.topic_id, operation, part)
         crash_point("create-after-topic-log")
 
@@ -396,15 +446,20 @@ class BucketLogs:
             except (_LogIdTaken, CommitOutcomeUnknownError) as e:
                 # Taken, or unknown whether ours landed: either way nothing names this
                 # log yet, so another id is as good (an unnamed log is collected).
-                logger.info("%s: topic log %s not used (%s); writing another",
-                            self.uri, log_id, e or "taken")
+                logger.info(
+                    "%s: topic log %s not used (%s); writing another",
+                    self.uri,
+                    log_id,
+                    e or "taken",
+                )
                 log_id = f"{topic_id}-{uuid.uuid4().hex[:8]}"
                 continue
             with self._lock:
                 self._logs[log_id] = log
             return log_id
-        raise CommitConflictError(f"{self.uri}: could not find a free log id for topic id "
-                                  f"{topic_id}")
+        raise CommitConflictError(
+            f"{self.uri}: could not find a free log id for topic id {topic_id}"
+        )
 
     def _view_with(self, log_id: str | None, state: BucketState) -> BucketState:
         """The merged view with ``state`` as the catalog's (``log_id`` None) or as that
@@ -444,8 +499,7 @@ def merge(catalog: BucketState, logs: Mapping[str, BucketState]) -> BucketState:
         for sink, held in state.sinks.items():
             if _batch_of(held) > _batch_of(sinks.get(sink)):
                 sinks[sink] = held
-    return BucketState(catalog.version, topics, parts, sinks, catalog.topic_logs,
-                       topic_sinks)
+    return BucketState(catalog.version, topics, parts, sinks, catalog.topic_logs, topic_sinks)
 
 
 def _batch_of(held: Any) -> int:
@@ -454,8 +508,9 @@ def _batch_of(held: Any) -> int:
 
 
 def _with_version(state: BucketState, version: int) -> BucketState:
-    return BucketState(version, state.topics, state.partitions, state.sinks,
-                       state.topic_logs, state.topic_sinks)
+    return BucketState(
+        version, state.topics, state.partitions, state.sinks, state.topic_logs, state.topic_sinks
+    )
 
 
 def topic_groups(state: BucketState, topics: Iterable[str]) -> list[list[str]]:
@@ -482,6 +537,7 @@ def ledger(state: BucketState, sink_id: str, topic: str) -> Any:
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     if len(items) <= 1:
         return [call(item) for item in items]
-    with ThreadPoolExecutor(min(len(items), OPEN_THREADS),
-                            thread_name_prefix="seglog-topic-logs") as pool:
+    with ThreadPoolExecutor(
+        min(len(items), OPEN_THREADS), thread_name_prefix="seglog-topic-logs"
+    ) as pool:
         return list(pool.map(call, items))

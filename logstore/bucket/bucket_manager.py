@@ -28,6 +28,9 @@ The state, its lookups and the one way to commit live in a ``bucket_committer.Bu
 the logs it opened (given the new state whenever the committer folds commits), the append
 pipeline and the maintenance.
 
+Over 500 lines: ``LogManager``'s public API for a bucket, one short method each, most
+delegating to the helpers above; splitting it would split the API surface itself.
+
 Thread-safety: the public methods are thread-safe (``_lock`` guards the logs opened;
 the ``CommitLog`` serializes commits of this process).
 """

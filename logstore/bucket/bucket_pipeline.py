@@ -351,18 +351,14 @@ class AppendPipeline:
         return head.finished_ms + self.linger_ms - self._bucket.clock.monotonic_ms()
 
     def _commit_batch(self, batch: list[_InFlight]) -> None:
-        """Commit ``batch``: one commit per group of ``bucket_logs.topic_groups`` (each
-        topic in its own log alone, so appends to other topics never race it), each
-        group's appends failing or landing on their own."""
-        groups = topic_groups(self._bucket.state, {e.part.topic for e in batch})
-        for group in groups:
+        """One commit per log (``bucket_logs.topic_groups``), each landing on its own."""
+        for group in topic_groups(self._bucket.state, {e.part.topic for e in batch}):
             self._commit_group([e for e in batch if e.part.topic in group])
 
     def _commit_group(self, batch: list[_InFlight]) -> None:
-        """Commit ``batch`` (one log's appends). When a partition's append fails a check
-        on a fresh state (its partition deleted, a new config refusing it) only that
-        append and the later ones of its partition fail: the others are committed again
-        without them."""
+        """Commit ``batch`` (one log's). When a partition's append fails a check on a fresh
+        state (its partition deleted, a new config refusing it) only that append and the
+        later ones of its partition fail: the others are committed again without them."""
         while batch:
             failed: list[PartitionAppend] = []
             try:

@@ -149,8 +149,9 @@ def _hint(storage: Storage, layout: LogLayout) -> int | None:
     return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
-def _base(storage: Storage, layout: LogLayout, commits: list[int], snapshots: list[int]
-          ) -> BucketState:
+def _base(
+    storage: Storage, layout: LogLayout, commits: list[int], snapshots: list[int]
+) -> BucketState:
     """Where an open starts: the newest snapshot that decodes and is followed by the
     listed commits (none missing in between), else the empty state (from version 0)."""
     newest = commits[-1] if commits else -1
@@ -183,8 +184,9 @@ def _lost_commit(storage: Storage, layout: LogLayout, version: int) -> LostCommi
 def diagnose_all(storage: Storage) -> list[Diagnosis]:
     """``diagnose`` of every commit log of the log dir: the catalog's first, then each
     topic log listed under ``_seglog/topics/``. Read-only."""
-    layouts = [CATALOG] + [topic_layout(e.name) for e in storage.list_dir(TOPIC_LOGS_DIR)
-                           if e.is_dir]
+    layouts = [CATALOG] + [
+        topic_layout(e.name) for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir
+    ]
     return [diagnose(storage, layout) for layout in layouts]
 
 
@@ -238,8 +240,9 @@ def diagnose(storage: Storage, layout: LogLayout = CATALOG) -> Diagnosis:
     return Diagnosis(uri, state, bad, reason, lost, tuple(ahead), tuple(evidence), layout)
 
 
-def rollback_evidence(storage: Storage, state: BucketState,
-                      layout: LogLayout = CATALOG) -> list[str]:
+def rollback_evidence(
+    storage: Storage, state: BucketState, layout: LogLayout = CATALOG
+) -> list[str]:
     """Evidence that commits after ``state`` (the newest that folds) were deleted: the
     hint or a snapshot naming a later version (one GET, one LIST). Segment objects beyond
     a partition's log end are judged by ``bucket_check``, which lists them anyway."""
@@ -354,8 +357,9 @@ def _set_aside_metadata(storage: Storage, layout: LogLayout, run: str, cut: int)
             storage.delete(layout.snapshot_key(s))
 
 
-def _set_aside_commits(storage: Storage, layout: LogLayout, run: str, state: BucketState,
-                       void: list[int]) -> None:
+def _set_aside_commits(
+    storage: Storage, layout: LogLayout, run: str, state: BucketState, void: list[int]
+) -> None:
     """Copy the ``void`` commits and the segment objects only they name, then delete the
     commits, newest first."""
     kept = {k for ps in state.partitions.values() for s in ps.segments for k in object_keys(s)}

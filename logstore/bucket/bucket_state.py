@@ -16,6 +16,10 @@ written before topic ids), ``partitions`` ("<topic>-<p>" -> ``{"add": [entry...]
 state is the fold of every commit from version 0; the high watermark of a partition is
 its last segment's ``next_offset``: a commit makes everything it adds visible at once.
 
+Over 500 lines: the JSON codec of commits and snapshots and the fold that checks them
+validate the same fields (segment keys, offsets, topic ids, topic logs) with the same
+messages; the natural split (codec vs fold) is noted for the issue-24 clean-ups.
+
 Every parse error names the object it came from (``CorruptMetadataError``): a damaged
 commit is evidence, never read as "nothing happened".
 """

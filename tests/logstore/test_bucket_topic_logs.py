@@ -68,10 +68,15 @@ class KeyLog:
 
 
 def catalog_requests(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(op, k) for op, k in keys
-            if k == CATALOG.commit_dir or k.startswith(CATALOG.commit_dir + "/")
-            or k.startswith(CATALOG.snapshot_dir) or k == CATALOG.hint_key
-            or k == CATALOG.turn_key]
+    return [
+        (op, k)
+        for op, k in keys
+        if k == CATALOG.commit_dir
+        or k.startswith(CATALOG.commit_dir + "/")
+        or k.startswith(CATALOG.snapshot_dir)
+        or k == CATALOG.hint_key
+        or k == CATALOG.turn_key
+    ]
 
 
 def test_writers_of_two_topics_never_race_and_never_ask_the_catalog(s3_uri: str):
@@ -160,16 +165,16 @@ def test_a_create_racing_a_create_of_the_same_name_leaves_one_id(monkeypatch):
     assert reader.collect().topic_logs == 1
     assert {e.name for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir} == {winner}
     reader.append("t", 1, batch("x"))
-    assert BucketLogManager(storage, clock=clock).high_watermarks() == {("t", 0): 0,
-                                                                       ("t", 1): 3}
+    assert BucketLogManager(storage, clock=clock).high_watermarks() == {("t", 0): 0, ("t", 1): 3}
 
 
 def _crash(s3_uri: str, step: str, script: str) -> None:
     env = {**os.environ, "SEGLOG_CRASH_AT": step, "PYTHONPATH": SRC}
-    code = ("from seglog.logstore.bucket.bucket_manager import BucketLogManager\n"
-            f"mgr = BucketLogManager({s3_uri!r})\n" + script)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          timeout=120)
+    code = (
+        "from seglog.logstore.bucket.bucket_manager import BucketLogManager\n"
+        f"mgr = BucketLogManager({s3_uri!r})\n" + script
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert done.returncode == -9, done.stderr.decode()[-2000:]  # killed at the step
 
 
@@ -201,8 +206,7 @@ def test_a_delete_killed_between_its_tombstone_and_the_catalog_reads_deleted(s3_
         assert mgr.high_watermarks() == {("t", 0): 0}
 
 
-def test_append_many_over_topics_commits_each_and_names_the_committed_on_failure(
-        monkeypatch):
+def test_append_many_over_topics_commits_each_and_names_the_committed_on_failure(monkeypatch):
     uri = memory_uri()
     mgr = BucketLogManager(uri)
     mgr.create_topic("a", 1)
@@ -233,8 +237,10 @@ def test_a_bucket_written_before_topic_logs_opens_reads_appends_and_grows(s3_uri
         old.append("legacy", 1, batch("old"))
     storage = ObjectStorage(s3_uri)
     assert [e.name for e in storage.list_dir(TOPIC_LOGS_DIR)] == []
-    formats = {json.loads(storage.read(f"{CATALOG.commit_dir}/{e.name}"))["format"]
-               for e in storage.list_dir(CATALOG.commit_dir)}
+    formats = {
+        json.loads(storage.read(f"{CATALOG.commit_dir}/{e.name}"))["format"]
+        for e in storage.list_dir(CATALOG.commit_dir)
+    }
     assert formats == {1}
     with BucketLogManager(s3_uri) as mgr:
         assert [v for _, v in log_values(mgr, "legacy", 1)] == [b"old-0", b"old-1", b"old-2"]
@@ -248,5 +254,4 @@ def test_a_bucket_written_before_topic_logs_opens_reads_appends_and_grows(s3_uri
     assert json.loads(newest)["format"] == 2  # seglog before topic logs refuses it
     assert Commit.decode(newest, "here", version).topic_logs
     with BucketLogManager(s3_uri, read_only=True) as reader:
-        assert reader.high_watermarks() == {("legacy", 0): 0, ("legacy", 1): 6,
-                                            ("fresh", 0): 3}
+        assert reader.high_watermarks() == {("legacy", 0): 0, ("legacy", 1): 6, ("fresh", 0): 3}

@@ -26,10 +26,12 @@ TOPICS = ("alpha", "beta", "gamma")
 
 
 def rows(batch: int, n: int = 90) -> pa.RecordBatch:
-    return pa.record_batch({
-        "topic": pa.array([TOPICS[i % 3] for i in range(n)], pa.string()),
-        "value": pa.array([f"b{batch}-row{i}".encode() for i in range(n)], pa.binary()),
-    })
+    return pa.record_batch(
+        {
+            "topic": pa.array([TOPICS[i % 3] for i in range(n)], pa.string()),
+            "value": pa.array([f"b{batch}-row{i}".encode() for i in range(n)], pa.binary()),
+        }
+    )
 
 
 def options(uri: str) -> SinkOptions:
@@ -39,8 +41,9 @@ def options(uri: str) -> SinkOptions:
 def stage(uri: str, batch: int):  # noqa: ANN201 - a StagedTask
     opts = options(uri)
     rb = rows(batch)
-    return stage_rows(opts, SinkColumns.resolve(rb.schema, default_topic=None), [rb], SINK,
-                      batch, 0, 0)
+    return stage_rows(
+        opts, SinkColumns.resolve(rb.schema, default_topic=None), [rb], SINK, batch, 0, 0
+    )
 
 
 def published(uri: str) -> collections.Counter[bytes]:
@@ -62,21 +65,29 @@ def test_a_driver_killed_between_topic_commits_is_replayed_exactly_once(s3_uri: 
     commit([stage(s3_uri, 0)], 0, options(s3_uri))  # creates the three topics
     assert published(s3_uri) == expected(0)
     # Batch 1's driver dies after its first topic's commit (alpha), before beta's.
-    code = ("import pickle, sys\n"
-            "from seglog.streaming.sink_bucket_commit import commit\n"
-            "from seglog.streaming.sink_options import SinkOptions\n"
-            "task = pickle.loads(sys.stdin.buffer.read())\n"
-            f"commit([task], 1, SinkOptions.parse({{'path': {s3_uri!r}, "
-            "'numPartitions': '2'}))\n")
+    code = (
+        "import pickle, sys\n"
+        "from seglog.streaming.sink_bucket_commit import commit\n"
+        "from seglog.streaming.sink_options import SinkOptions\n"
+        "task = pickle.loads(sys.stdin.buffer.read())\n"
+        f"commit([task], 1, SinkOptions.parse({{'path': {s3_uri!r}, "
+        "'numPartitions': '2'}))\n"
+    )
     import pickle
 
     env = {**os.environ, "SEGLOG_CRASH_AT": "bucket-between-topics@1", "PYTHONPATH": SRC}
-    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(stage(s3_uri, 1)),
-                          env=env, capture_output=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=pickle.dumps(stage(s3_uri, 1)),
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     partly = published(s3_uri) - expected(0)
-    assert set(partly) == {v for v in expected(1) if b"row" in v
-                           and int(v.split(b"row")[1]) % 3 == 0}  # alpha's rows only
+    assert set(partly) == {
+        v for v in expected(1) if b"row" in v and int(v.split(b"row")[1]) % 3 == 0
+    }  # alpha's rows only
     # The rerun of batch 1 (new uploads): alpha is a replay, beta and gamma are published.
     result = commit([stage(s3_uri, 1)], 1, options(s3_uri))
     assert {tp[0] for tp in result.skipped} == {"alpha"}
