@@ -253,3 +253,23 @@ def test_repair_ends_a_damaged_topic_log_and_leaves_the_other_logs(s3_uri: str, 
         mgr.append("b", 0, batch("after"))
         assert values(mgr, "b", 0)[-3:] == [f"after-{j}" for j in range(3)]
     assert run(capsys, "repair", s3_uri).code == 0
+
+
+def test_check_sees_a_deleted_newest_commit_of_a_topic_log(s3_uri: str, capsys):
+    """The rollback evidence is judged per commit log: a topic log whose newest commit
+    was deleted under its snapshot's hint is reported by seglog check, naming that log."""
+    with BucketLogManager(s3_uri) as mgr:
+        mgr.create_topic("t", 1)
+        for i in range(10):
+            mgr.append("t", 0, batch(f"t{i}"))  # versions 1..10: the snapshot and hint of 10
+        log = mgr.commits.topic_log("t")
+        assert log is not None
+        layout = log.layout
+    storage = ObjectStorage(s3_uri)
+    storage.delete(layout.commit_key(10))
+    storage.delete(layout.snapshot_key(10))
+    checked = run(capsys, "check", s3_uri)
+    assert checked.code == 1, checked
+    assert f"{layout.hint_key} names version 10, beyond the newest commit 9" in checked.out
+    assert run(capsys, "repair", s3_uri, "--execute").code == 0
+    assert run(capsys, "check", s3_uri).code == 0
