@@ -462,7 +462,7 @@ class CommitLog:
             commit: Commit | None = None
             try:
                 commit = Commit.decode(data, where, version)
-                state = state.apply(commit, where)
+                state = self._apply(state, commit, where)
             except CorruptMetadataError as e:
                 if (commit is not None and version - 1 in own
                         and commit.writer != self.writer_id):
@@ -594,7 +594,7 @@ class CommitLog:
         commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
                         change.topics, change.partitions, change.sinks, change.topic_logs)
         key = self.layout.commit_key(version)
-        new_state = state.apply(commit, f"{self.storage.uri}/{key} ({operation})")
+        new_state = self._apply(state, commit, f"{self.storage.uri}/{key} ({operation})")
         crash_point("after-upload")
         data = commit.encode()
         with self._lock:
@@ -639,9 +639,18 @@ class CommitLog:
         # commits after the winner are younger still, and the age check before the next
         # create keeps them uncollectable.
         try:
-            self._state = self._state.apply(Commit.decode(data, where, version), where)
+            self._state = self._apply(self._state, Commit.decode(data, where, version), where)
         except CorruptMetadataError as e:
             raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
+
+    def _apply(self, state: BucketState, commit: Commit, where: str) -> BucketState:
+        """``state.apply``, and in a topic log, no commit after its tombstone (version 0
+        creates the topic; a state without it later is the tombstone's)."""
+        if self.layout != CATALOG and state.version >= 0 and not state.topics:
+            raise CorruptMetadataError(
+                f"{where}: follows the tombstone of its topic log (version {state.version} "
+                f"deleted the topic): no commit may follow a tombstone")
+        return state.apply(commit, where)
 
     def _rolled_back_message(self) -> str:
         version = self._state.version

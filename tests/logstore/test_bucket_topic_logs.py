@@ -27,6 +27,7 @@ from seglog.logstore.bucket import bucket_append
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import CATALOG, TOPIC_LOGS_DIR, Commit
 from seglog.logstore.errors import (
+    CorruptMetadataError,
     PartialCommitError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -255,3 +256,21 @@ def test_a_bucket_written_before_topic_logs_opens_reads_appends_and_grows(s3_uri
     assert Commit.decode(newest, "here", version).topic_logs
     with BucketLogManager(s3_uri, read_only=True) as reader:
         assert reader.high_watermarks() == {("legacy", 0): 0, ("legacy", 1): 6, ("fresh", 0): 3}
+
+
+def test_a_commit_after_a_tombstone_is_refused_by_readers():
+    """A writer never commits after its topic log's tombstone; a log that holds one anyway
+    (a writer of another version, a hand edit) is damage, named, never read as the topic
+    coming back."""
+    uri = memory_uri()
+    mgr = BucketLogManager(uri)
+    mgr.create_topic("t", 1)
+    layout = mgr.commits.topic_log("t").layout
+    mgr.delete_topic("t")
+    storage = ObjectStorage(uri)
+    tombstone = json.loads(storage.read(layout.commit_key(1)))
+    assert tombstone["topics"] == {"t": None}
+    again = {**json.loads(storage.read(layout.commit_key(0))), "version": 2}
+    storage.write_atomic(layout.commit_key(2), json.dumps(again).encode())
+    with pytest.raises(CorruptMetadataError, match="follows the tombstone"):
+        BucketLogManager(uri, read_only=True).commits.catalog.sibling(layout)
