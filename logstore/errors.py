@@ -184,3 +184,14 @@ class AppendAbortedError(SeglogError):
     append of its partition failed: the offsets it was given
     followed that one's and are void. Nothing of it is visible; ``__cause__`` is the
     earlier failure."""
+
+
+class PartialCommitError(SeglogError):
+    """A bucket call that changes several topics in their own commit logs (one commit
+    per topic, in name order) failed after some of them committed: the message names
+    the topics whose part IS visible and the one that failed (``__cause__``); nothing of
+    the later topics is."""
+
+    def __init__(self, message: str, committed: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.committed = committed

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_logs import ledger, topic_groups
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import (
     BucketState,
@@ -168,20 +169,43 @@ class BucketPublication:
         """Nothing: topics are created by the commit itself."""
 
     def replayed(self) -> tuple[TopicPartition, ...]:
-        """Every planned partition when the ledger holds the batch (read before anything
-        about the uploads: a replay is never refused), else none."""
-        if _ledger_batch(self.mgr.state, self.batch.sink_id) >= self.batch.batch_id:
-            return tuple(sorted(self.plan))
-        return ()
+        """The planned partitions whose log's ledger holds the batch (read before
+        anything about the uploads: a replay is never refused): all of them, or, for
+        topics in their own logs, those of the topics committed before a crash."""
+        state = self.mgr.state
+        return tuple(tp for tp in sorted(self.plan)
+                     if _ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads, then one conditional commit (a lost race builds again)."""
-        if not todo:  # the ledger holds the batch: a bucket commits all or nothing
+        """Check the uploads, then one conditional commit per log (a lost race builds
+        again): the legacy topics together, each topic in its own log alone, in that
+        order (``bucket_logs.topic_groups``), each carrying the sink's ledger, so a
+        replay publishes exactly the topics whose log lacks the batch."""
+        if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
         _check_uploads(self.mgr, b.sink_id, b.batch_id, plan)
         assumed = b.topics()
+        published: list[PublishedPartition] = []
+        maintain = False
+        groups = topic_groups(self.mgr.state, {tp[0] for tp in plan})
+        for n, group in enumerate(groups):
+            if n:
+                crash_point("bucket-between-topics", b.batch_id)
+            done = self._publish_group({tp: f for tp, f in plan.items() if tp[0] in group},
+                                       {t: a for t, a in assumed.items() if t in group})
+            if done is not None:
+                published += done.published
+                maintain = maintain or done.maintain
+        self.done = _Plan(tuple(published), maintain) if published else None
+        crash_point("bucket-after-commit", b.batch_id)
+        return self.done.published if self.done is not None else None
+
+    def _publish_group(self, plan: dict[TopicPartition, list[BucketFragment]],
+                       assumed: dict[str, AssumedTopic]) -> _Plan | None:
+        """One conditional commit of ``plan`` (the partitions of one log)."""
+        b = self.batch
         decided: list[_Plan] = []
 
         def build(state: BucketState) -> Change | None:
@@ -198,9 +222,7 @@ class BucketPublication:
         except KafkaStorageError as e:
             _settle(self.mgr, plan, b.sink_id, b.batch_id, b.use_ledger, e)  # raises unless landed
             self.settled = True
-        self.done = decided[0] if decided else None
-        crash_point("bucket-after-commit", b.batch_id)
-        return self.done.published if self.done is not None else None
+        return decided[0] if decided else None
 
     def fail(self) -> None:
         """Nothing to undo: before its commit, a batch is only unreferenced uploads (the
@@ -251,7 +273,7 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
             f"check the sink's ledger ('seglog check {mgr.uri}') before writing it "
             "again") from cause
     if use_ledger:
-        landed = _ledger_batch(mgr.state, sink_id) >= batch_id
+        landed = _ledger_batch(mgr.state, sink_id, sorted({t for t, _ in plan})) >= batch_id
     else:
         referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
         landed = all(k in referenced for k in keys)
@@ -307,8 +329,9 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
            sink_id: str, batch_id: int, use_ledger: bool, clock: Clock
            ) -> tuple[Change | None, _Plan | None]:
     """The commit of this batch on ``state``, or None when the ledger holds it."""
-    ledger = state.sinks.get(sink_id) if use_ledger else None
-    if use_ledger and _ledger_batch(state, sink_id) >= batch_id:
+    topics_of_plan = sorted({t for t, _ in plan} | set(assumed))
+    ledger = _ledger_of(state, sink_id, topics_of_plan) if use_ledger else None
+    if use_ledger and _ledger_batch(state, sink_id, topics_of_plan) >= batch_id:
         return None, None
     topics: dict[str, TopicSpec] = {}
     for topic, wanted in sorted(assumed.items()):
@@ -362,16 +385,23 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
             _Plan(tuple(published), maintain))
 
 
-def _ledger_batch(state: BucketState, sink_id: str) -> int:
-    """The last batch id the sink's ledger holds; -1 for none. A ledger that is not what
-    this sink writes is corruption of the commit that wrote it, never "no batch"."""
-    ledger = state.sinks.get(sink_id)
-    if ledger is None:
+def _ledger_of(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> Any:
+    """The sink's ledger that decides for ``topics`` (one log's: ``topic_groups``): the
+    first topic's own log's, or the catalog's (legacy topics, or no topic)."""
+    return ledger(state, sink_id, topics[0]) if topics else state.sinks.get(sink_id)
+
+
+def _ledger_batch(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> int:
+    """The last batch id the sink's ledger holds (``_ledger_of``: for ``topics``); -1 for
+    none. A ledger that is not what this sink writes is corruption of the commit that
+    wrote it, never "no batch"."""
+    held = _ledger_of(state, sink_id, topics)
+    if held is None:
         return -1
-    batch = ledger.get("batch_id") if isinstance(ledger, dict) else None
+    batch = held.get("batch_id") if isinstance(held, dict) else None
     if isinstance(batch, bool) or not isinstance(batch, int):
         raise SinkCommitError(f"the ledger of sink {sink_id!r} in the bucket's state (version "
-                              f"{state.version}) is not a sink ledger: {ledger!r}")
+                              f"{state.version}) is not a sink ledger: {held!r}")
     return batch
 
 

@@ -38,12 +38,15 @@ LEAVES = frozenset({"seglog.logstore.errors", "seglog.logstore.records.record_fo
 # the call had left, kept with its reason; a new one fails the test, a fixed one must be
 # dropped from here.
 KNOWN_RETURNS = {
-    # The optimistic commit: CommitLog.commit calls the caller's build(state) again on
-    # every attempt, against the state that won the race.
-    "streaming.sink_bucket_commit > logstore.bucket.bucket_commit_log"
+    # The optimistic commit: BucketLogs.commit calls the caller's build(view), and the
+    # one log it routes the change to (CommitLog.commit) calls the router's build again
+    # on every attempt, against the state that won the race.
+    "streaming.sink_bucket_commit > logstore.bucket.bucket_logs"
     " > streaming.sink_bucket_commit": "write: BucketPublication.publish's build",
-    "logstore.bucket.bucket_maintenance > logstore.bucket.bucket_commit_log"
+    "logstore.bucket.bucket_maintenance > logstore.bucket.bucket_logs"
     " > logstore.bucket.bucket_maintenance": "write: retention's build",
+    "logstore.bucket.bucket_logs > logstore.bucket.bucket_commit_log"
+    " > logstore.bucket.bucket_logs": "write: the routed log's build (topic_build)",
     # Written once, the backend plugged in: the stager hands rows to its StagingArea.
     "streaming.sink_bucket_staging > streaming.sink_stager"
     " > streaming.sink_bucket_staging": "write: PartitionStager -> describe_topic",

@@ -1,4 +1,7 @@
-"""Appends to a bucket log dir: any number of partitions in ONE commit (group commit).
+"""Appends to a bucket log dir: any number of partitions in ONE commit (group commit)
+per log: the legacy topics of the catalog log together, each topic in its own log alone
+(``bucket_logs.topic_groups``, in that order; a failure after the first group raises
+``PartialCommitError`` naming the topics committed).
 
 ``append_many(manager, {(topic, partition): records, ...})`` checks every partition's
 batches as ``Log.append`` checks them (``log_validator``: CRC, sizes, timestamps,
@@ -39,6 +42,7 @@ from ..config.config import LogConfig
 from ..errors import (
     InvalidRecordError,
     KafkaStorageError,
+    PartialCommitError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
@@ -47,6 +51,7 @@ from ..log.log_validator import assign_offsets_from, validate_batches
 from ..records.record_format import BatchHeader, TopicPartition
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
+from .bucket_logs import topic_groups
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, SegmentEntry, TopicSpec, tp_key
 
@@ -107,9 +112,21 @@ def append_many(committer: BucketCommitter,
         else:
             pending.append(part)
     out: dict[TopicPartition, AppendInfo] = {}
-    if pending:
-        _commit(committer, pending)
-        out.update({(p.topic, p.partition): p.info() for p in pending})
+    committed: list[str] = []
+    for group in topic_groups(committer.state, {p.topic for p in pending}):
+        # One commit per group: a topic in its own log is committed alone
+        # (``bucket_logs``), so appends to other topics never race this one.
+        parts = [p for p in pending if p.topic in group]
+        try:
+            _commit(committer, parts)
+        except SeglogError as e:
+            if not committed:
+                raise
+            raise PartialCommitError(
+                f"append to {committer.uri}: topic(s) {committed} committed, then topic(s) "
+                f"{group} failed: {e}", tuple(committed)) from e
+        committed += group
+        out.update({(p.topic, p.partition): p.info() for p in parts})
     for topic, partition in empty:
         hw = committer.state.partitions[tp_key(topic, partition)].high_watermark
         out[(topic, partition)] = AppendInfo(hw, hw - 1, -1, -1, 0, 0)

@@ -17,7 +17,7 @@ objects are looked at (``bucket_ownership``): a shared bucket's other objects ar
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..config.config import LogConfig
@@ -33,8 +33,9 @@ from .bucket_ownership import owned_objects
 from .bucket_repair import rollback_evidence
 from .bucket_segment import ObjectPath, object_keys
 from .bucket_state import (
-    COMMIT_DIR,
+    CATALOG,
     BucketState,
+    LogLayout,
     SegmentEntry,
     parse_segment_stem,
     version_name,
@@ -66,9 +67,15 @@ def check_bucket(
     state: BucketState,
     config_of: dict[str, LogConfig],
     progress: Callable[[int, int], object] | None = None,
+    logs: Sequence[tuple[LogLayout, BucketState]] = (),
 ) -> tuple[list[BucketFinding], list[PartitionReport]]:
     """Every finding, and a summary per partition; ``config_of``: each topic's config.
-    ``progress(n, total)``: n more bytes of the ``total`` the commit names were read."""
+    ``progress(n, total)``: n more bytes of the ``total`` the commit names were read.
+    ``logs``: each commit log of the log dir with its own state (the catalog's and each
+    topic's, ``bucket_logs``; empty: ``state`` is the catalog's, the only log), whose
+    hint, snapshots and newest commit are judged on their own."""
+    if not logs:
+        logs = [(CATALOG, state)]
     findings: list[BucketFinding] = []
     reports = []
     total = sum(e.size for ps in state.partitions.values() for e in ps.segments)
@@ -129,12 +136,18 @@ def check_bucket(
             f"{e}: the newest commits were deleted (the log "
             f"rolled back); {repair_advice(storage.uri)}",
         )
-        for e in rollback_evidence(storage, state)
+        for layout, log_state in logs
+        for e in rollback_evidence(storage, log_state, layout)
     ]
     referenced = {
         k for ps in state.partitions.values() for s in ps.segments for k in object_keys(s)
     }
-    newest = max((e.mtime_ms for e in storage.list_after(COMMIT_DIR, _before(state))), default=None)
+    # Per partition, the time of the newest commit of the log that holds it.
+    newest_of: dict[str, int | None] = {}
+    for layout, log_state in logs:
+        newest_commits = storage.list_after(layout.commit_dir, _before(log_state))
+        when = max((e.mtime_ms for e in newest_commits), default=None)
+        newest_of.update(dict.fromkeys(log_state.partitions, when))
     # Only objects the log dir can prove are its own (bucket_ownership): never another
     # log dir's, never a foreign file.
     named = {f"{t}-{n}" for t, spec in state.topics.items() for n in range(spec.partitions)}
@@ -142,6 +155,7 @@ def check_bucket(
         if key in referenced:
             continue
         at = _at_or_beyond_log_end(state, key)
+        newest = newest_of.get(key.rpartition("/")[0])
         if at is not None and newest is not None and listed.mtime_ms >= newest:
             base, end = at
             if base > end:

@@ -31,6 +31,14 @@ keeps reading its objects. The collector deletes, in this order:
    it) and never taken as ``s``: the commits it stands for stay. The hint is moved to
    ``s`` when it names an older one.
 
+Every commit log is collected alike: the catalog and each topic log under
+``_seglog/topics/`` (``bucket_logs``); a segment is kept while any log names it. A topic
+log that neither the catalog's state nor a catalog commit still present names (a create
+that lost the catalog race or died before it; a deleted topic once the catalog commits
+naming it are collected), whose newest object is older than the orphan grace, is deleted
+whole: it is under ``_seglog/``, so seglog's (a create names its log within seconds of
+writing it, far below the grace).
+
 Only the log dir's own objects are ever considered (``bucket_ownership.owned_objects``):
 segment objects directly under a partition prefix that the state or a commit still
 present names, and the staging area. Other prefixes, other names and deeper keys are a
@@ -63,16 +71,15 @@ from .bucket_ownership import owned_objects
 from .bucket_segment import object_keys
 from .bucket_staging import InFlight, store_now_ms
 from .bucket_state import (
-    COMMIT_DIR,
-    HINT_KEY,
+    CATALOG,
     NO_VERSION,
-    SNAPSHOT_DIR,
+    TOPIC_LOGS_DIR,
     BucketState,
     Commit,
+    LogLayout,
     SegmentEntry,
-    commit_key,
     parse_version_name,
-    snapshot_key,
+    topic_layout,
 )
 
 logger = logging.getLogger(__name__)
@@ -99,6 +106,7 @@ class CollectStats:
     commits: int = 0
     snapshots: int = 0
     waiting: int = 0  # removed objects kept because a reader may still hold them
+    topic_logs: int = 0  # topic logs no catalog names, deleted whole
     orphans_waiting: int = 0  # unreferenced objects younger than the grace
     errors: list[str] = field(default_factory=list)
 
@@ -115,6 +123,26 @@ def orphan_grace_ms(delete_delay_ms: int, configured: int | None = None) -> int:
     return configured if configured is not None else max(delete_delay_ms, ORPHAN_GRACE_MIN_MS)
 
 
+@dataclass(slots=True)
+class _Folded:
+    """One log's part of a collection: its listings, then its fold."""
+
+    layout: LogLayout
+    commit_entries: list[Entry]
+    snapshot_entries: list[Entry]
+    state: BucketState = field(default_factory=BucketState)
+    removals: list[_Removal] = field(default_factory=list)
+    known: set[str] = field(default_factory=set)
+    named: set[str] = field(default_factory=set)
+    named_logs: set[str] = field(default_factory=set)
+
+
+def _listed(storage: Storage, layout: LogLayout) -> _Folded:
+    return _Folded(layout,
+                   [e for e in storage.list_dir(layout.commit_dir) if not e.is_dir],
+                   [e for e in storage.list_dir(layout.snapshot_dir) if not e.is_dir])
+
+
 def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
             max_delete_delay_ms: int, orphan_grace: int) -> CollectStats:
     """One collection (see the module docstring). ``delete_delay_ms(topic)`` is the
@@ -122,15 +150,14 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
     ``max_delete_delay_ms`` the largest of them (it protects the metadata). Every age is
     judged by the store's clock (``store_now_ms``), none by this process's."""
     stats = CollectStats()
-    commit_entries = [e for e in storage.list_dir(COMMIT_DIR) if not e.is_dir]
-    snapshot_entries = [e for e in storage.list_dir(SNAPSHOT_DIR) if not e.is_dir]
-    commits = _versions(commit_entries)
-    snapshots = _versions(snapshot_entries)
+    logs = [_listed(storage, CATALOG)]
+    logs += [_listed(storage, topic_layout(e.name))
+             for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir]
     # Read after the listings: every listed object is at most this old.
     store_now = store_now_ms(storage)
-    made_ms = {v: e.mtime_ms for v, e in _by_version(commit_entries).items()}
     try:
-        state, removals, known, named = _fold(storage, commits, snapshots, made_ms)
+        for log in logs:
+            _fold(storage, log)
     except FileNotFoundError as e:
         # A commit or snapshot listed above is gone: another collector (a query's driver,
         # `seglog maintain`) collected it meanwhile. Nothing is deleted yet, and that
@@ -138,16 +165,19 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
         logger.info("%s: collection skipped: %s was collected by another collector "
                     "meanwhile", storage.uri, e)
         return stats
-    referenced = {s.key for p in state.partitions.values() for s in p.segments}
+    referenced = {s.key for log in logs for p in log.state.partitions.values()
+                  for s in p.segments}
+    known = {k for log in logs for k in log.known}
+    named = {n for log in logs for n in log.named}
     deletable: set[str] = set()
     waiting: set[str] = set()
-    for r in removals:
+    for r in (r for log in logs for r in log.removals):
         if store_now - r.newest_commit_ms >= delete_delay_ms(r.topic):
             deletable.update(object_keys(r.entry))
         else:
             waiting.update(object_keys(r.entry))
     objects = owned_objects(storage, named)
-    in_flight = InFlight.build(state.sinks, known, objects, store_now)
+    in_flight = InFlight.build(_oldest_ledgers(logs), known, objects, store_now)
     for key, entry in objects:
         stem = key.rsplit(".", 1)[0]
         if stem in referenced or key in waiting:
@@ -166,9 +196,47 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
         elif stem not in known:
             stats.orphans_waiting += 1
     crash_point("collect-after-data")
-    _collect_metadata(storage, commit_entries, snapshot_entries, store_now,
-                      max(max_delete_delay_ms, METADATA_MIN_DELAY_MS), stats)
+    delay = max(max_delete_delay_ms, METADATA_MIN_DELAY_MS)
+    named_logs = logs[0].named_logs
+    for log in logs:
+        log_id = log.layout.prefix.rpartition("/")[2]
+        if log.layout != CATALOG and log_id not in named_logs:
+            _collect_unnamed(storage, log, store_now, orphan_grace, stats)
+            continue
+        _collect_metadata(storage, log.layout, log.commit_entries, log.snapshot_entries,
+                          store_now, delay, stats)
     return stats
+
+
+def _oldest_ledgers(logs: list[_Folded]) -> dict[str, object]:
+    """Per sink, its ledger of the lowest batch over the logs (a sink writing topics in
+    their own logs has a ledger in each): a batch is settled only when every log's is
+    past it, so no upload of a batch some log may still commit is taken as settled."""
+    out: dict[str, object] = {}
+    for log in logs:
+        for sink, ledger in log.state.sinks.items():
+            batch = ledger.get("batch_id") if isinstance(ledger, dict) else None
+            held = out.get(sink)
+            held_batch = held.get("batch_id") if isinstance(held, dict) else None
+            if held is None or (isinstance(batch, int) and isinstance(held_batch, int)
+                                and batch < held_batch):
+                out[sink] = ledger
+    return out
+
+
+def _collect_unnamed(storage: Storage, log: _Folded, store_now: int, orphan_grace: int,
+                     stats: CollectStats) -> None:
+    """Delete a topic log no catalog names once its newest object is older than the
+    orphan grace (a create names its log seconds after writing it)."""
+    entries = list(storage.list_tree(log.layout.prefix))
+    newest = max((e.mtime_ms for e in entries), default=None)
+    if newest is None or store_now - newest < orphan_grace:
+        return
+    logger.info("%s/%s: a topic log no catalog names, older than the orphan grace (%d "
+                "ms): deleting it", storage.uri, log.layout.prefix, orphan_grace)
+    for e in entries:
+        storage.delete(f"{log.layout.prefix}/{e.name}")
+    stats.topic_logs += 1
 
 
 def _versions(entries: list[Entry]) -> list[int]:
@@ -180,12 +248,16 @@ def _by_version(entries: list[Entry]) -> dict[int, Entry]:
             if v is not None}
 
 
-def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: dict[int, int]
-          ) -> tuple[BucketState, list[_Removal], set[str], set[str]]:
-    """The state after the last commit present, what each commit removed (with the newest
-    store time ``made_ms`` of the commits up to it), every segment key the fold saw, and
-    every partition prefix (``<topic>-<p>``) a state or commit of the fold named: the
-    prefixes whose segment objects are this log dir's."""
+def _fold(storage: Storage, log: _Folded) -> None:
+    """Fold ``log``: the state after the last commit present, what each commit removed
+    (with the newest store time of the commits up to it), every segment key the fold
+    saw, every partition prefix (``<topic>-<p>``) a state or commit of the fold named
+    (the prefixes whose segment objects are this log dir's), and the topic logs the
+    states and commits name (the catalog's)."""
+    commits = _versions(log.commit_entries)
+    snapshots = _versions(log.snapshot_entries)
+    made_ms = {v: e.mtime_ms for v, e in _by_version(log.commit_entries).items()}
+    layout = log.layout
     start = NO_VERSION
     if commits and commits[0] != 0:
         # Older commits were collected: the snapshot they were folded into starts the fold
@@ -193,20 +265,21 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: d
         usable = [v for v in snapshots if v >= commits[0] - 1]
         if not usable:
             raise CorruptMetadataError(
-                f"{storage.uri}: the commit log starts at version {commits[0]} and no "
-                f"snapshot covers the versions before it")
+                f"{storage.uri}/{layout.prefix}: the commit log starts at version "
+                f"{commits[0]} and no snapshot covers the versions before it")
         start = usable[0]
     state = BucketState()
     if start != NO_VERSION:
-        state = BucketState.decode(storage.read(snapshot_key(start)),
-                                   f"{storage.uri}/{snapshot_key(start)}", start)
+        state = BucketState.decode(storage.read(layout.snapshot_key(start)),
+                                   f"{storage.uri}/{layout.snapshot_key(start)}", start)
     known = {s.key for p in state.partitions.values() for s in p.segments}
     named = _partition_names(state)
+    named_logs = set(state.topic_logs.values())
     removals: list[_Removal] = []
     newest = -1
     for version in (v for v in commits if v > start):
-        where = f"{storage.uri}/{commit_key(version)}"
-        commit = Commit.decode(storage.read(commit_key(version)), where, version)
+        where = f"{storage.uri}/{layout.commit_key(version)}"
+        commit = Commit.decode(storage.read(layout.commit_key(version)), where, version)
         # The store's time, not the commit's timestamp_ms: that is a writer's clock.
         newest = max(newest, made_ms[version])
         for name, spec in commit.topics.items():
@@ -222,9 +295,11 @@ def _fold(storage: Storage, commits: list[int], snapshots: list[int], made_ms: d
             removals += [_Removal(held[k], topic, newest) for k in change.remove if k in held]
             known.update(e.key for e in change.add)
         named.update(commit.partitions)
+        named_logs.update(i for i in commit.topic_logs.values() if i is not None)
         state = state.apply(commit, where)
         named |= _partition_names(state)
-    return state, removals, known, named
+    log.state, log.removals, log.known, log.named = state, removals, known, named
+    log.named_logs = named_logs | set(state.topic_logs.values())
 
 
 def _partition_names(state: BucketState) -> set[str]:
@@ -234,8 +309,9 @@ def _partition_names(state: BucketState) -> set[str]:
     return names | set(state.partitions)
 
 
-def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[Entry],
-                      store_now: int, delay_ms: int, stats: CollectStats) -> None:
+def _collect_metadata(storage: Storage, layout: LogLayout, commits: list[Entry],
+                      snapshots: list[Entry], store_now: int, delay_ms: int,
+                      stats: CollectStats) -> None:
     checked: dict[int, bool] = {}
 
     def usable(version: int) -> bool:
@@ -246,7 +322,7 @@ def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[En
     def decodes(version: int) -> bool:
         # The commits a snapshot covers go with it as their only record: never trust one
         # unread (a damaged one would make every later open fail).
-        key = snapshot_key(version)
+        key = layout.snapshot_key(version)
         try:
             BucketState.decode(storage.read(key), f"{storage.uri}/{key}", version)
         except FileNotFoundError:
@@ -268,14 +344,14 @@ def _collect_metadata(storage: Storage, commits: list[Entry], snapshots: list[En
     # then tells "nothing new" from "collected". Oldest first: no hole a reader cannot
     # explain if this dies midway.
     for version in doomed_commits:
-        storage.delete(commit_key(version))
+        storage.delete(layout.commit_key(version))
         stats.commits += 1
     for version in doomed_snapshots:
-        storage.delete(snapshot_key(version))
+        storage.delete(layout.snapshot_key(version))
         stats.snapshots += 1
     try:
-        hint = json.loads(storage.read(HINT_KEY))["version"]
+        hint = json.loads(storage.read(layout.hint_key))["version"]
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         hint = None  # a missing or damaged hint: openers list the snapshots; rewrite it
     if not isinstance(hint, int) or hint < s:
-        storage.write_atomic(HINT_KEY, json.dumps({"version": s}).encode())
+        storage.write_atomic(layout.hint_key, json.dumps({"version": s}).encode())

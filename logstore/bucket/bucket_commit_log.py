@@ -44,6 +44,12 @@ uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-sn
 (snapshot written, hint not). A crash anywhere leaves either the old or the new version
 visible, whole; uploads no commit references are collected later.
 
+Over 500 lines: the protocol of one log is one unit: open, refresh, the fold, the create
+and the fork checks share the cached state, the own-commit record and ``_lock``, whose
+invariants (never create from a view older than ``MAX_VIEW_AGE_MS``; a read-back before
+trusting a create) would be spread over modules by a split; the set of logs is
+``bucket_logs``.
+
 Thread-safety: thread-safe. ``_lock`` guards the state it caches and is held only to
 refresh and to create a commit: ``build`` (the uploads) and the snapshot run outside it,
 so one large append does not hold up the other commits of the process; a thread whose
@@ -78,17 +84,14 @@ from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import CRASH_ENV as CRASH_ENV  # the tests' spelling, kept
 from ..util.crash_points import crash_point
 from .bucket_state import (
-    COMMIT_DIR,
-    HINT_KEY,
-    SNAPSHOT_DIR,
+    CATALOG,
     SNAPSHOT_EVERY,
     BucketState,
     Commit,
+    LogLayout,
     PartitionChange,
     TopicSpec,
-    commit_key,
     parse_version_name,
-    snapshot_key,
     version_name,
 )
 from .bucket_turn import TURN_AFTER_LOSSES, Turns
@@ -183,6 +186,8 @@ class Change:
     topics: Mapping[str, TopicSpec | None] = field(default_factory=dict)
     partitions: Mapping[str, PartitionChange] = field(default_factory=dict)
     sinks: Mapping[str, Any] = field(default_factory=dict)
+    topic_logs: Mapping[str, str | None] = field(default_factory=dict)
+    """Catalog commits only (``bucket_logs``): names given to (or taken from) topic logs."""
 
 
 class CommitLog:
@@ -190,8 +195,13 @@ class CommitLog:
 
     def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
                  writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 layout: LogLayout = CATALOG, load: bool = True) -> None:
+        """``layout``: where this log's objects are (the catalog log by default; a topic
+        log's: ``bucket_state.topic_layout``). ``load=False``: a log known to be new (a
+        topic id just drawn), opened empty without a request."""
         self.storage = storage
+        self.layout = layout
         self.clock = clock
         self.writer_id = writer_id or uuid.uuid4().hex[:16]
         self.max_attempts = max_attempts
@@ -201,7 +211,7 @@ class CommitLog:
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
-        self.turns = Turns(storage, self.writer_id, clock, sleep)
+        self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
         # Commits this writer was told it created and has not read back: version ->
         # (its bytes, operation). See _check_own_commits.
@@ -209,15 +219,26 @@ class CommitLog:
         # Set once this writer has seen the store ignore create-if-absent: it then
         # refuses every commit (reading goes on).
         self._refusal: str | None = None
-        self._load()
+        if load:
+            self._load()
 
     @property
     def uri(self) -> str:
-        return self.storage.uri
+        """The log dir's URI, plus the log's prefix for a topic log (for messages)."""
+        if self.layout == CATALOG:
+            return self.storage.uri
+        return f"{self.storage.uri}/{self.layout.prefix}"
 
     @property
     def state(self) -> BucketState:
         return self._state
+
+    def sibling(self, layout: LogLayout, *, load: bool = True) -> CommitLog:
+        """Another log of the same log dir (a topic log), with this one's writer id and
+        settings."""
+        return CommitLog(self.storage, clock=self.clock, writer_id=self.writer_id,
+                         max_attempts=self.max_attempts, sleep=self._sleep, layout=layout,
+                         load=load)
 
     @property
     def last_attempts(self) -> int:
@@ -245,7 +266,7 @@ class CommitLog:
 
     def _hint_version(self) -> int | None:
         try:
-            raw = self.storage.read(HINT_KEY)
+            raw = self.storage.read(self.layout.hint_key)
         except FileNotFoundError:
             return None
         try:
@@ -255,7 +276,7 @@ class CommitLog:
         except (ValueError, KeyError, TypeError) as e:
             # Only a hint: the snapshot names are probed instead (nothing is lost).
             logger.warning("%s/%s is damaged (%s); looking for the snapshots instead",
-                           self.uri, HINT_KEY, e)
+                           self.uri, self.layout.hint_key, e)
             return None
         return version
 
@@ -264,16 +285,16 @@ class CommitLog:
         skipped (logged, and named if the commits it stood for are gone too): the state
         is then folded from an older snapshot and the commits, which are what a
         snapshot only summarises."""
-        key = snapshot_key(version)
+        key = self.layout.snapshot_key(version)
         try:
             data = self.storage.read(key)
         except FileNotFoundError:
             return None  # collected after a newer one, or its writer died
         try:
-            return BucketState.decode(data, f"{self.uri}/{key}", version)
+            return BucketState.decode(data, f"{self.storage.uri}/{key}", version)
         except CorruptMetadataError as e:
             logger.warning("%s; folding the commits from an older snapshot instead", e)
-            self._damaged.add(f"{self.uri}/{key}")
+            self._damaged.add(f"{self.storage.uri}/{key}")
             return None
 
     def _newer_snapshot(self, above: int, newest: int) -> BucketState | None:
@@ -286,7 +307,7 @@ class CommitLog:
             if state is not None:
                 return state
         listed = sorted(v for v in (parse_version_name(e.name)
-                                    for e in self.storage.list_dir(SNAPSHOT_DIR))
+                                    for e in self.storage.list_dir(self.layout.snapshot_dir))
                         if v is not None and above < v <= newest)
         for version in reversed(listed):
             state = self._read_snapshot(version)
@@ -304,7 +325,7 @@ class CommitLog:
         """``_list_commits`` with each commit's size (the same one LIST)."""
         after = version_name(version - 1) if version >= 1 else ""
         sizes = {}
-        for e in self.storage.list_after(COMMIT_DIR, after):
+        for e in self.storage.list_after(self.layout.commit_dir, after):
             v = parse_version_name(e.name)
             if v is not None and v >= version:
                 sizes[v] = e.size
@@ -348,7 +369,7 @@ class CommitLog:
             data, operation = mine[version]
             if version not in read_back and sizes[version] == len(data):
                 continue
-            key = commit_key(version)
+            key = self.layout.commit_key(version)
             try:
                 found = self.storage.read(key)
             except FileNotFoundError:
@@ -368,7 +389,7 @@ class CommitLog:
         bucket holds this writer's; the other writer's is lost, and its successor does not
         follow. Certain without a request; commits are refused from here on."""
         below = commit.version - 1
-        where = f"{self.uri}/{commit_key(commit.version)}"
+        where = f"{self.storage.uri}/{self.layout.commit_key(commit.version)}"
         cause = str(error).removeprefix(f"{where}: ")
         message = (
             f"{where}: writer {commit.writer}'s "
@@ -382,7 +403,7 @@ class CommitLog:
 
     def _forked(self, version: int, operation: str, found: bytes
                 ) -> ConditionalWriteNotEnforcedError:
-        where = f"{self.uri}/{commit_key(version)}"
+        where = f"{self.storage.uri}/{self.layout.commit_key(version)}"
         try:
             other = Commit.decode(found, where, version)
             whose = f"writer {other.writer}'s {other.operation}"
@@ -429,8 +450,8 @@ class CommitLog:
                 state = self._snapshot_over_gap(state, version, listed[-1])
                 if version <= state.version:
                     continue
-            key = commit_key(version)
-            where = f"{self.uri}/{key}"
+            key = self.layout.commit_key(version)
+            where = f"{self.storage.uri}/{key}"
             data = fetched.get(version)
             if data is None:
                 try:
@@ -441,7 +462,7 @@ class CommitLog:
             commit: Commit | None = None
             try:
                 commit = Commit.decode(data, where, version)
-                state = state.apply(commit, where)
+                state = self._apply(state, commit, where)
             except CorruptMetadataError as e:
                 if (commit is not None and version - 1 in own
                         and commit.writer != self.writer_id):
@@ -462,7 +483,7 @@ class CommitLog:
 
         def read(version: int) -> tuple[int, bytes | None]:
             try:
-                return version, self.storage.read(commit_key(version))
+                return version, self.storage.read(self.layout.commit_key(version))
             except (FileNotFoundError, KafkaStorageError):
                 return version, None
 
@@ -571,9 +592,9 @@ class CommitLog:
             return None, True
         version = state.version + 1
         commit = Commit(version, self.writer_id, self.clock.milliseconds(), operation,
-                        change.topics, change.partitions, change.sinks)
-        key = commit_key(version)
-        new_state = state.apply(commit, f"{self.uri}/{key} ({operation})")
+                        change.topics, change.partitions, change.sinks, change.topic_logs)
+        key = self.layout.commit_key(version)
+        new_state = self._apply(state, commit, f"{self.storage.uri}/{key} ({operation})")
         crash_point("after-upload")
         data = commit.encode()
         with self._lock:
@@ -607,8 +628,8 @@ class CommitLog:
         """After losing the create of ``version`` again: fold the winner's commit (one
         GET, no LIST: its name is known), so that the next attempt builds at once on the
         state the winner made. Later commits are found by the next lost create."""
-        key = commit_key(version)
-        where = f"{self.uri}/{key}"
+        key = self.layout.commit_key(version)
+        where = f"{self.storage.uri}/{key}"
         try:
             data = self.storage.read(key)
         except FileNotFoundError:
@@ -618,13 +639,23 @@ class CommitLog:
         # commits after the winner are younger still, and the age check before the next
         # create keeps them uncollectable.
         try:
-            self._state = self._state.apply(Commit.decode(data, where, version), where)
+            self._state = self._apply(self._state, Commit.decode(data, where, version), where)
         except CorruptMetadataError as e:
             raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
 
+    def _apply(self, state: BucketState, commit: Commit, where: str) -> BucketState:
+        """``state.apply``, and in a topic log, no commit after its tombstone (version 0
+        creates the topic; a state without it later is the tombstone's)."""
+        if self.layout != CATALOG and state.version >= 0 and not state.topics:
+            raise CorruptMetadataError(
+                f"{where}: follows the tombstone of its topic log (version {state.version} "
+                f"deleted the topic): no commit may follow a tombstone")
+        return state.apply(commit, where)
+
     def _rolled_back_message(self) -> str:
         version = self._state.version
-        return (f"{self.uri}/{HINT_KEY} names version {self._hint_ahead}, beyond the newest "
+        return (f"{self.storage.uri}/{self.layout.hint_key} names version "
+                f"{self._hint_ahead}, beyond the newest "
                 f"commit {version}: commits after {version} were deleted; refusing to write "
                 f"over them. {repair_advice(self.uri)}")
 
@@ -658,7 +689,8 @@ class CommitLog:
                 cause = e
                 break
         raise CommitOutcomeUnknownError(
-            f"{self.uri}/{key}: the outcome of this {operation} is unknown: the create of "
+            f"{self.storage.uri}/{key}: the outcome of this {operation} is unknown: the "
+            f"create of "
             f"the commit failed ({cause}) and the bucket could not say whether it landed; "
             f"it may be visible. Refresh and look before doing it again (a blindly "
             f"retried append may duplicate its records)") from cause
@@ -671,14 +703,15 @@ class CommitLog:
 
     def _write_snapshot(self, state: BucketState) -> None:
         try:
-            self.storage.write_atomic(snapshot_key(state.version), state.encode())
+            self.storage.write_atomic(self.layout.snapshot_key(state.version), state.encode())
             crash_point("after-snapshot")
             hint = self._hint_version()
             if hint is not None and hint >= state.version:
                 # A slow writer: a newer snapshot's hint is there already. (A plain PUT
                 # racing another can still lose; opens then probe for newer snapshots.)
                 return
-            self.storage.write_atomic(HINT_KEY, json.dumps({"version": state.version}).encode())
+            self.storage.write_atomic(self.layout.hint_key,
+                                      json.dumps({"version": state.version}).encode())
         except KafkaStorageError as e:
             # The commit stands; a later writer's snapshot covers it. Readers just fold
             # more commits meanwhile.

@@ -4,11 +4,12 @@
 The appends (``bucket_append``, ``bucket_pipeline``), the maintenance
 (``bucket_maintenance``), ``bucket_export`` and ``bucket_import`` need the committed state
 (refreshed when a lookup misses), the topic configs of that state, the writability check
-and one call that commits a change: this object owns those (the ``CommitLog``, the
-refresh depth of ``one_refresh``, the parsed configs, the read-only and closed flags),
-with public methods only. The manager keeps what is its own (the ``BucketLog``s it
-opened, the append pipeline, the maintenance) and is told after every fold of new
-commits through ``on_change``, so it can give its opened logs the new state.
+and one call that commits a change: this object owns those (the ``BucketLogs``: the
+catalog and the topic logs; the refresh depth of ``one_refresh``, the parsed configs,
+the read-only and closed flags), with public methods only. The manager keeps what is
+its own (the ``BucketLog``s it opened, the append pipeline, the maintenance) and is
+told after every fold of new commits through ``on_change``, so it can give its opened
+logs the new state.
 
 It imports nothing of the manager: the helpers depend on this module, the manager on
 them, never the other way round (``tests/test_import_cycles.py``).
@@ -20,14 +21,15 @@ this process; ``_lock`` guards the parsed configs).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from ..config.config import LogConfig, ManagerConfig
 from ..errors import LogDirError, ReadOnlyError, UnknownTopicOrPartitionError
 from ..storage.storage import Storage
 from ..util.clock import Clock
-from .bucket_commit_log import Change, CommitLog
+from .bucket_commit_log import Change
+from .bucket_logs import BucketLogs
 from .bucket_segment import INLINE_INDEX_BYTES
 from .bucket_state import BucketState, PartitionState, TopicSpec
 
@@ -46,7 +48,7 @@ class BucketCommitter:
     def __init__(
         self,
         storage: Storage,
-        commits: CommitLog,
+        commits: BucketLogs,
         *,
         clock: Clock,
         config: ManagerConfig,
@@ -86,13 +88,14 @@ class BucketCommitter:
 
     # -- the state ---------------------------------------------------------------------
 
-    def refresh(self) -> bool:
-        """Fold the commits other processes made since (one LIST) and tell the owner
-        (``on_change``); True if there were any. Inside ``one_refresh`` of this thread,
-        no request: the state that block refreshed."""
+    def refresh(self, topics: Iterable[str] | None = None) -> bool:
+        """Fold the commits other processes made since (``BucketLogs.refresh``: the
+        catalog, then every topic log at once; ``topics``: only their logs) and tell the
+        owner (``on_change``); True if there were any. Inside ``one_refresh`` of this
+        thread, no request: the state that block refreshed."""
         if self._held.depth:
             return False
-        changed = self.commits.refresh()
+        changed = self.commits.refresh(topics)
         if changed:
             self._on_change()
         return changed
@@ -178,7 +181,9 @@ class BucketCommitter:
         return config
 
     def delete_topic(self, name: str) -> None:
-        """Remove ``name`` from the state (one commit); its objects are collected later."""
+        """Remove ``name`` from the state: one commit for a legacy topic; for a topic in
+        its own log, its tombstone, then the catalog commit (``bucket_logs``). Its
+        objects are collected later."""
         self.check_writable()
 
         def build(state: BucketState) -> Change:
@@ -186,4 +191,10 @@ class BucketCommitter:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
             return Change(topics={name: None})
 
-        self.commit("delete_topic", build)
+        try:
+            self.commit("delete_topic", build)
+        except UnknownTopicOrPartitionError:
+            # A delete that died between its two commits: finish its catalog step.
+            if self.commits.finish_delete(name):
+                self._on_change()
+            raise

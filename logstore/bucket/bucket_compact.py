@@ -44,7 +44,8 @@ from ..storage.file_names import CLEANED_SUFFIX, CLEANER_OFFSET_CHECKPOINT
 from ..storage.storage import LOCAL, Storage
 from ..util.clock import Clock
 from ..util.crash_points import crash_point
-from .bucket_commit_log import Change, CommitLog
+from .bucket_commit_log import Change
+from .bucket_logs import BucketLogs
 from .bucket_objects import discard, upload
 from .bucket_segment import BucketSegment, SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, TopicSpec
@@ -100,7 +101,7 @@ class BucketCompactor:
     """One compaction pass over a bucket (``clean_dirtiest``); see the module docstring.
     ``config_of(topic, spec)`` gives a topic's ``LogConfig``."""
 
-    def __init__(self, commits: CommitLog, manager_config: ManagerConfig, clock: Clock,
+    def __init__(self, commits: BucketLogs, manager_config: ManagerConfig, clock: Clock,
                  config_of: Callable[[str, TopicSpec | None], LogConfig],
                  max_upload_age_ms: Callable[[], int], on_commit: Callable[[], None]) -> None:
         self.commits = commits

@@ -35,6 +35,7 @@ from ..util.crash_points import crash_point
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
+from .bucket_logs import topic_groups
 from .bucket_merge import merge_partition
 from .bucket_retention import plan_retention
 from .bucket_state import BucketState, PartitionChange, TopicSpec
@@ -97,35 +98,45 @@ class BucketMaintenance:
     # -- the tasks ------------------------------------------------------------------------
 
     def delete_old_segments(self) -> int:
-        """Retention over every partition in one commit; returns the segments removed
-        from the log (their objects go after ``file.delete.delay.ms``)."""
+        """Retention over every partition, one commit per log (``topic_groups``: the
+        legacy topics together, each topic in its own log alone); returns the segments
+        removed from the log (their objects go after ``file.delete.delay.ms``)."""
         with self._lock:
             self.committer.refresh()
-            removed: list[int] = []
+            state = self.commits.state
+            return sum(self._retention(group)
+                       for group in topic_groups(state, state.topics))
 
-            def build(state: BucketState) -> Change | None:
-                now = self.clock.milliseconds()
-                changes = {}
-                removed.clear()
-                for key, ps in state.partitions.items():
-                    topic = key.rpartition("-")[0]
-                    plan = plan_retention(ps, self._config(topic, state.topics.get(topic)), now)
-                    if plan is None:
-                        continue
-                    changes[key] = PartitionChange(remove=tuple(s.key for s in plan.remove),
-                                                   log_start_offset=plan.log_start_offset)
-                    removed.append(len(plan.remove))
-                    logger.info("%s: retention of %s: %s; log start offset %d", self.commits.uri,
-                                key, "; ".join(plan.reasons) or "log start offset moved",
-                                plan.log_start_offset)
-                return Change(partitions=changes) if changes else None
+    def _retention(self, group: list[str]) -> int:
+        """Retention of the partitions of ``group``'s topics, in one commit."""
+        removed: list[int] = []
+        topics = set(group)
 
-            done = self.commits.commit("retention", build)
-            self.committer.sync_logs()
-            if done is None:
-                return 0
-            crash_point("retention-after-commit")
-            return sum(removed)
+        def build(state: BucketState) -> Change | None:
+            now = self.clock.milliseconds()
+            changes = {}
+            removed.clear()
+            for key, ps in state.partitions.items():
+                topic = key.rpartition("-")[0]
+                if topic not in topics:
+                    continue
+                plan = plan_retention(ps, self._config(topic, state.topics.get(topic)), now)
+                if plan is None:
+                    continue
+                changes[key] = PartitionChange(remove=tuple(s.key for s in plan.remove),
+                                               log_start_offset=plan.log_start_offset)
+                removed.append(len(plan.remove))
+                logger.info("%s: retention of %s: %s; log start offset %d", self.commits.uri,
+                            key, "; ".join(plan.reasons) or "log start offset moved",
+                            plan.log_start_offset)
+            return Change(partitions=changes) if changes else None
+
+        done = self.commits.commit("retention", build)
+        self.committer.sync_logs()
+        if done is None:
+            return 0
+        crash_point("retention-after-commit")
+        return sum(removed)
 
     def merge_segments(self) -> int:
         """Merge small segments of every partition; returns the segments merged away."""

@@ -28,6 +28,9 @@ The state, its lookups and the one way to commit live in a ``bucket_committer.Bu
 the logs it opened (given the new state whenever the committer folds commits), the append
 pipeline and the maintenance.
 
+Over 500 lines: ``LogManager``'s public API for a bucket, one short method each, most
+delegating to the helpers above; splitting it would split the API surface itself.
+
 Thread-safety: the public methods are thread-safe (``_lock`` guards the logs opened;
 the ``CommitLog`` serializes commits of this process).
 """
@@ -68,6 +71,7 @@ from ..util.clock import SYSTEM_CLOCK, Clock
 from .bucket_commit_log import Change, CommitLog
 from .bucket_committer import BucketCommitter
 from .bucket_log import BucketLog
+from .bucket_logs import BucketLogs
 from .bucket_ownership import check_nesting
 from .bucket_state import (
     NO_VERSION,
@@ -134,7 +138,10 @@ class BucketLogManager:
                  clock: Clock = SYSTEM_CLOCK,
                  storage_options: Mapping[str, object] | StorageOptions | None = None,
                  commit_log: CommitLog | None = None,
-                 orphan_grace_ms: int | None = None) -> None:
+                 orphan_grace_ms: int | None = None, topic_logs: bool = True) -> None:
+        """``topic_logs=False``: topics created by this manager go to the catalog log, as
+        before per-topic commit logs, so that seglog versions before them can still read
+        the bucket during a rolling upgrade (docs/upgrading.md)."""
         self.storage: Storage = (ObjectStorage(uri, storage_options)
                                  if isinstance(uri, str) else uri)
         self.clock = clock
@@ -143,7 +150,9 @@ class BucketLogManager:
         if isinstance(self.storage, ObjectStorage):
             # A few LISTs, once per open (never per append): no log dir inside another.
             check_nesting(self.storage)
-        self.commits = commit_log or CommitLog(self.storage, clock=clock)
+        self.commits = BucketLogs(self.storage, clock=clock,
+                                  catalog=commit_log or CommitLog(self.storage, clock=clock),
+                                  topic_logs=topic_logs)
         self.committer = BucketCommitter(
             self.storage, self.commits, clock=clock, config=self.config,
             default_topic_config=self.default_topic_config, read_only=read_only,
@@ -336,7 +345,13 @@ class BucketLogManager:
                 def source(refresh: bool) -> tuple[int, PartitionState | None,
                                                    LogConfig | None, str | None]:
                     if refresh:
-                        self.refresh()
+                        # Its topic's log only (one LIST; the catalog's for a legacy
+                        # topic): a reader behind on one partition asks nothing else.
+                        self.committer.refresh([topic])
+                        if topic not in self.state.topics:
+                            # Its log ends with a tombstone: was the name re-created?
+                            # The catalog says (one more LIST, only now).
+                            self.refresh()
                     state = self.state
                     # The config of the same state: a log kept across an
                     # alter_topic_config (a worker's cached reader) must not check a
@@ -511,8 +526,10 @@ class BucketLogManager:
 
         self.refresh()
         state = self.state
+        logs = [(self.commits.catalog.layout, self.commits.catalog.state)]
+        logs += [(log.layout, log.state) for log in self.commits.logs().values()]
         return check_bucket(self.storage, state, {t: self.topic_config(t) for t in state.topics},
-                            progress)
+                            progress, logs)
 
     def export(self, target: str | os.PathLike[str],
                progress: Callable[[int, int], object] | None = None) -> ExportStats:

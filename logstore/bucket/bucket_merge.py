@@ -35,7 +35,8 @@ from ..config.config import LogConfig
 from ..storage.storage import Storage
 from ..util.clock import Clock
 from ..util.crash_points import crash_point
-from .bucket_commit_log import Change, CommitLog
+from .bucket_commit_log import Change
+from .bucket_logs import BucketLogs
 from .bucket_objects import concatenated, discard, read_segment, upload
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentEntry, tp_key
@@ -112,7 +113,7 @@ def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
     return SegmentObjects(entry, seg.log, seg.index, seg.timeindex)
 
 
-def merge_partition(commits: CommitLog, topic: str, partition: int, config: LogConfig,
+def merge_partition(commits: BucketLogs, topic: str, partition: int, config: LogConfig,
                     clock: Clock, max_upload_age_ms: int,
                     on_commit: Callable[[], None] = lambda: None,
                     runs: list[tuple[SegmentEntry, ...]] | None = None) -> MergeResult:

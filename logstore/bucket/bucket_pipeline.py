@@ -80,6 +80,7 @@ from .bucket_append import (
 )
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
+from .bucket_logs import topic_groups
 from .bucket_state import BucketState
 
 logger = logging.getLogger(__name__)
@@ -350,9 +351,14 @@ class AppendPipeline:
         return head.finished_ms + self.linger_ms - self._bucket.clock.monotonic_ms()
 
     def _commit_batch(self, batch: list[_InFlight]) -> None:
-        """Commit ``batch``. When a partition's append fails a check on a fresh state
-        (its partition deleted, a new config refusing it) only that append and the later
-        ones of its partition fail: the others are committed again without them."""
+        """One commit per log (``bucket_logs.topic_groups``), each landing on its own."""
+        for group in topic_groups(self._bucket.state, {e.part.topic for e in batch}):
+            self._commit_group([e for e in batch if e.part.topic in group])
+
+    def _commit_group(self, batch: list[_InFlight]) -> None:
+        """Commit ``batch`` (one log's). When a partition's append fails a check on a fresh
+        state (its partition deleted, a new config refusing it) only that append and the
+        later ones of its partition fail: the others are committed again without them."""
         while batch:
             failed: list[PartitionAppend] = []
             try:

@@ -25,6 +25,10 @@ LIST after the deletes, and its commit is moved aside the same way (at most
 void commits are gone, the next writer commits the cut's version anew. The collector
 never touches ``_seglog/repaired/``; delete it by hand once the data there is judged.
 
+Every commit log of the log dir is diagnosed alike (``diagnose_all``): the catalog and
+each topic log under ``_seglog/topics/`` (``bucket_logs``); a repair ends each damaged
+log at its own cut, the others are left as they are.
+
 What cannot be detected (docs/troubleshooting.md): a deleted newest commit that left no
 snapshot or hint beyond it and whose segments were collected, or a commit replaced by
 another valid commit.
@@ -43,15 +47,14 @@ from ..errors import CorruptMetadataError, KafkaStorageError
 from ..storage.storage import Storage
 from .bucket_segment import object_keys
 from .bucket_state import (
-    COMMIT_DIR,
-    HINT_KEY,
+    CATALOG,
     META_DIR,
-    SNAPSHOT_DIR,
+    TOPIC_LOGS_DIR,
     BucketState,
     Commit,
-    commit_key,
+    LogLayout,
     parse_version_name,
-    snapshot_key,
+    topic_layout,
     version_name,
 )
 
@@ -88,6 +91,8 @@ class Diagnosis:
     """Keys of the hint and snapshots that name versions beyond the cut."""
     evidence: tuple[str, ...]
     """Why the newest commits look deleted (hint/snapshot ahead of the newest commit)."""
+    layout: LogLayout = CATALOG
+    """Which commit log of the log dir (the catalog, or a topic's own)."""
 
     @property
     def cut(self) -> int:
@@ -134,9 +139,9 @@ def _listed(storage: Storage, prefix: str) -> list[int]:
     )
 
 
-def _hint(storage: Storage) -> int | None:
+def _hint(storage: Storage, layout: LogLayout) -> int | None:
     try:
-        version = json.loads(storage.read(HINT_KEY))["version"]
+        version = json.loads(storage.read(layout.hint_key))["version"]
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError):
@@ -144,7 +149,9 @@ def _hint(storage: Storage) -> int | None:
     return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
-def _base(storage: Storage, commits: list[int], snapshots: list[int]) -> BucketState:
+def _base(
+    storage: Storage, layout: LogLayout, commits: list[int], snapshots: list[int]
+) -> BucketState:
     """Where an open starts: the newest snapshot that decodes and is followed by the
     listed commits (none missing in between), else the empty state (from version 0)."""
     newest = commits[-1] if commits else -1
@@ -152,7 +159,7 @@ def _base(storage: Storage, commits: list[int], snapshots: list[int]) -> BucketS
     for version in reversed([s for s in snapshots if s <= newest]):
         if not all(v in listed for v in range(version + 1, newest + 1)):
             continue
-        key = snapshot_key(version)
+        key = layout.snapshot_key(version)
         try:
             return BucketState.decode(storage.read(key), f"{storage.uri}/{key}", version)
         except (FileNotFoundError, CorruptMetadataError) as e:
@@ -160,8 +167,8 @@ def _base(storage: Storage, commits: list[int], snapshots: list[int]) -> BucketS
     return BucketState()
 
 
-def _lost_commit(storage: Storage, version: int) -> LostCommit:
-    key = commit_key(version)
+def _lost_commit(storage: Storage, layout: LogLayout, version: int) -> LostCommit:
+    key = layout.commit_key(version)
     try:
         commit = Commit.decode(storage.read(key), f"{storage.uri}/{key}", version)
     except (FileNotFoundError, CorruptMetadataError):
@@ -174,22 +181,31 @@ def _lost_commit(storage: Storage, version: int) -> LostCommit:
     return LostCommit(version, commit.operation, parts, sorted(commit.topics))
 
 
-def diagnose(storage: Storage) -> Diagnosis:
+def diagnose_all(storage: Storage) -> list[Diagnosis]:
+    """``diagnose`` of every commit log of the log dir: the catalog's first, then each
+    topic log listed under ``_seglog/topics/``. Read-only."""
+    layouts = [CATALOG] + [
+        topic_layout(e.name) for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir
+    ]
+    return [diagnose(storage, layout) for layout in layouts]
+
+
+def diagnose(storage: Storage, layout: LogLayout = CATALOG) -> Diagnosis:
     """Fold the log as an open does and name the first commit that does not follow; see
     the module docstring. Read-only."""
-    commits = _listed(storage, COMMIT_DIR)
-    snapshots = _listed(storage, SNAPSHOT_DIR)
-    state = _base(storage, commits, snapshots)
+    commits = _listed(storage, layout.commit_dir)
+    snapshots = _listed(storage, layout.snapshot_dir)
+    state = _base(storage, layout, commits, snapshots)
     bad: int | None = None
     reason: str | None = None
     for version in (v for v in commits if v > state.version):
-        key = commit_key(version)
+        key = layout.commit_key(version)
         where = f"{storage.uri}/{key}"
         if version != state.version + 1:
             bad, reason = (
                 state.version + 1,
                 (
-                    f"{storage.uri}/{commit_key(state.version + 1)}"
+                    f"{storage.uri}/{layout.commit_key(state.version + 1)}"
                     f" is missing (the log lists {version} next)"
                 ),
             )
@@ -202,39 +218,45 @@ def diagnose(storage: Storage) -> Diagnosis:
         except CorruptMetadataError as e:
             bad, reason = version, str(e)
             break
-    lost = tuple(_lost_commit(storage, v) for v in commits if v > state.version)
+    lost = tuple(_lost_commit(storage, layout, v) for v in commits if v > state.version)
     newest = commits[-1] if commits else -1
-    hint = _hint(storage)
-    ahead = [snapshot_key(s) for s in snapshots if s > state.version]
+    hint = _hint(storage, layout)
+    ahead = [layout.snapshot_key(s) for s in snapshots if s > state.version]
     if hint is not None and hint > state.version:
-        ahead.insert(0, HINT_KEY)
+        ahead.insert(0, layout.hint_key)
     evidence = [
-        f"{storage.uri}/{snapshot_key(s)} is of version {s}, beyond the newest commit {newest}"
+        f"{storage.uri}/{layout.snapshot_key(s)} is of version {s}, beyond the newest "
+        f"commit {newest}"
         for s in snapshots
         if s > newest
     ]
     if hint is not None and hint > newest:
         evidence.insert(
-            0, f"{storage.uri}/{HINT_KEY} names version {hint}, beyond the newest commit {newest}"
+            0,
+            f"{storage.uri}/{layout.hint_key} names version {hint}, beyond the newest "
+            f"commit {newest}",
         )
-    return Diagnosis(storage.uri, state, bad, reason, lost, tuple(ahead), tuple(evidence))
+    uri = storage.uri if layout == CATALOG else f"{storage.uri}/{layout.prefix}"
+    return Diagnosis(uri, state, bad, reason, lost, tuple(ahead), tuple(evidence), layout)
 
 
-def rollback_evidence(storage: Storage, state: BucketState) -> list[str]:
+def rollback_evidence(
+    storage: Storage, state: BucketState, layout: LogLayout = CATALOG
+) -> list[str]:
     """Evidence that commits after ``state`` (the newest that folds) were deleted: the
     hint or a snapshot naming a later version (one GET, one LIST). Segment objects beyond
     a partition's log end are judged by ``bucket_check``, which lists them anyway."""
-    hint = _hint(storage)
+    hint = _hint(storage, layout)
     out = [
-        f"{storage.uri}/{snapshot_key(s)} is of version {s}, beyond the newest commit "
-        f"{state.version}"
-        for s in _listed(storage, SNAPSHOT_DIR)
+        f"{storage.uri}/{layout.snapshot_key(s)} is of version {s}, beyond the newest "
+        f"commit {state.version}"
+        for s in _listed(storage, layout.snapshot_dir)
         if s > state.version
     ]
     if hint is not None and hint > state.version:
         out.insert(
             0,
-            f"{storage.uri}/{HINT_KEY} names version {hint}, beyond the newest "
+            f"{storage.uri}/{layout.hint_key} names version {hint}, beyond the newest "
             f"commit {state.version}",
         )
     return out
@@ -275,9 +297,10 @@ def repair(storage: Storage, diagnosis: Diagnosis) -> str:
     run = f"{REPAIRED_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     storage.write_atomic(f"{run}/report.json", json.dumps(diagnosis.to_json(), indent=2).encode())
     cut = diagnosis.cut
-    _set_aside_metadata(storage, run, cut)
+    layout = diagnosis.layout
+    _set_aside_metadata(storage, layout, run, cut)
     for round_ in range(ROUNDS):
-        void = [v for v in _listed(storage, COMMIT_DIR) if v > cut]
+        void = [v for v in _listed(storage, layout.commit_dir) if v > cut]
         if not void:
             logger.warning(
                 "%s: repaired: the log ends at version %d; what was taken out is under %s/%s",
@@ -298,7 +321,7 @@ def repair(storage: Storage, diagnosis: Diagnosis) -> str:
                 storage.uri,
                 run,
             )
-        _set_aside_commits(storage, run, diagnosis.state, void)
+        _set_aside_commits(storage, layout, run, diagnosis.state, void)
     raise CorruptMetadataError(
         f"{storage.uri}: commits after version {cut} keep appearing while repairing "
         f"(a writer is still committing on a state it cannot have read from this log); "
@@ -316,31 +339,33 @@ def _copy(storage: Storage, key: str, run: str) -> bool:
     return True
 
 
-def _set_aside_metadata(storage: Storage, run: str, cut: int) -> None:
+def _set_aside_metadata(storage: Storage, layout: LogLayout, run: str, cut: int) -> None:
     """The hint and snapshots ahead of ``cut``: copied, then the hint rewritten (to the
     newest snapshot at or before the cut) or deleted, then the snapshots deleted; an open
     never starts beyond the cut again."""
-    snapshots = _listed(storage, SNAPSHOT_DIR)
-    hint = _hint(storage)
+    snapshots = _listed(storage, layout.snapshot_dir)
+    hint = _hint(storage, layout)
     if hint is not None and hint > cut:
-        _copy(storage, HINT_KEY, run)
+        _copy(storage, layout.hint_key, run)
         kept = [s for s in snapshots if s <= cut]
         if kept:
-            storage.write_atomic(HINT_KEY, json.dumps({"version": kept[-1]}).encode())
+            storage.write_atomic(layout.hint_key, json.dumps({"version": kept[-1]}).encode())
         else:
-            storage.delete(HINT_KEY)
+            storage.delete(layout.hint_key)
     for s in (s for s in snapshots if s > cut):
-        if _copy(storage, snapshot_key(s), run):
-            storage.delete(snapshot_key(s))
+        if _copy(storage, layout.snapshot_key(s), run):
+            storage.delete(layout.snapshot_key(s))
 
 
-def _set_aside_commits(storage: Storage, run: str, state: BucketState, void: list[int]) -> None:
+def _set_aside_commits(
+    storage: Storage, layout: LogLayout, run: str, state: BucketState, void: list[int]
+) -> None:
     """Copy the ``void`` commits and the segment objects only they name, then delete the
     commits, newest first."""
     kept = {k for ps in state.partitions.values() for s in ps.segments for k in object_keys(s)}
     copied: list[str] = []
     for version in void:
-        key = commit_key(version)
+        key = layout.commit_key(version)
         try:
             data = storage.read(key)
         except FileNotFoundError:
@@ -366,7 +391,7 @@ def _set_aside_commits(storage: Storage, run: str, state: BucketState, void: lis
                                 f"commit was deleted"
                             ) from e
     for version in reversed(void):
-        storage.delete(commit_key(version))
+        storage.delete(layout.commit_key(version))
         logger.info("%s: moved commit %s aside to %s", storage.uri, version_name(version), run)
     for obj in copied:
         # Copied above; left in place, they would look like the segments of a deleted

@@ -16,6 +16,10 @@ written before topic ids), ``partitions`` ("<topic>-<p>" -> ``{"add": [entry...]
 state is the fold of every commit from version 0; the high watermark of a partition is
 its last segment's ``next_offset``: a commit makes everything it adds visible at once.
 
+Over 500 lines: the JSON codec of commits and snapshots and the fold that checks them
+validate the same fields (segment keys, offsets, topic ids, topic logs) with the same
+messages; the natural split (codec vs fold) is noted for the issue-24 clean-ups.
+
 Every parse error names the object it came from (``CorruptMetadataError``): a damaged
 commit is evidence, never read as "nothing happened".
 """
@@ -35,6 +39,11 @@ from ..errors import CorruptMetadataError
 from ..log.partition_metadata import valid_topic_id
 
 FORMAT = 1
+CATALOG_FORMAT = 2
+"""The format of a catalog commit or snapshot that names topic logs (``topic_logs``):
+seglog before per-topic logs reads format 1 only, so it refuses such a catalog ("unknown
+commit format 2") instead of missing the topics it does not know how to read."""
+READ_FORMATS = (FORMAT, CATALOG_FORMAT)
 META_DIR = "_seglog"
 COMMIT_DIR = "_seglog/log"
 SNAPSHOT_DIR = "_seglog/snapshots"
@@ -68,6 +77,50 @@ def commit_key(version: int) -> str:
 
 def snapshot_key(version: int) -> str:
     return f"{SNAPSHOT_DIR}/{version_name(version)}"
+
+
+TOPIC_LOGS_DIR = "_seglog/topics"
+"""Where the commit logs of topics created with their own log live (``<topic id>/``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLayout:
+    """The object names of one commit log under ``prefix``: the catalog log's is
+    ``_seglog`` (``CATALOG``), a topic log's ``_seglog/topics/<topic id>``
+    (``topic_layout``). Every log has the same protocol (``bucket_commit_log``)."""
+
+    prefix: str
+
+    @property
+    def commit_dir(self) -> str:
+        return f"{self.prefix}/log"
+
+    @property
+    def snapshot_dir(self) -> str:
+        return f"{self.prefix}/snapshots"
+
+    @property
+    def hint_key(self) -> str:
+        return f"{self.prefix}/last-snapshot"
+
+    @property
+    def turn_key(self) -> str:
+        return f"{self.prefix}/turn"
+
+    def commit_key(self, version: int) -> str:
+        return f"{self.commit_dir}/{version_name(version)}"
+
+    def snapshot_key(self, version: int) -> str:
+        return f"{self.snapshot_dir}/{version_name(version)}"
+
+
+CATALOG = LogLayout(META_DIR)
+"""The catalog log: the log every bucket had before per-topic logs (``docs/object-storage.md``)."""
+
+
+def topic_layout(topic_id: str) -> LogLayout:
+    """The commit log of the topic whose id is ``topic_id``."""
+    return LogLayout(f"{TOPIC_LOGS_DIR}/{topic_id}")
 
 
 def parse_version_name(name: str) -> int | None:
@@ -256,23 +309,29 @@ class Commit:
     topics: Mapping[str, TopicSpec | None] = field(default_factory=dict)
     partitions: Mapping[str, PartitionChange] = field(default_factory=dict)
     sinks: Mapping[str, Any] = field(default_factory=dict)
+    topic_logs: Mapping[str, str | None] = field(default_factory=dict)
+    """Catalog commits only: topic name -> the id of its own commit log (``topic_layout``),
+    or None when the name leaves the catalog (the topic's log holds its tombstone)."""
 
     def encode(self) -> bytes:
-        doc = {"format": FORMAT, "version": self.version, "writer": self.writer,
+        fmt = CATALOG_FORMAT if self.topic_logs else FORMAT
+        doc = {"format": fmt, "version": self.version, "writer": self.writer,
                "timestamp_ms": self.timestamp_ms, "operation": self.operation,
                "topics": {t: (s.to_json() if s is not None else None)
                           for t, s in sorted(self.topics.items())},
                "partitions": {k: c.to_json() for k, c in sorted(self.partitions.items())}}
         if self.sinks:
             doc["sinks"] = dict(self.sinks)
+        if self.topic_logs:
+            doc["topic_logs"] = dict(sorted(self.topic_logs.items()))
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes, where: str, expected_version: int) -> Commit:
         doc = _load_json(data, where)
-        if doc.get("format") != FORMAT:
+        if doc.get("format") not in READ_FORMATS:
             raise CorruptMetadataError(f"{where}: unknown commit format {doc.get('format')!r} "
-                                       f"(this seglog reads format {FORMAT})")
+                                       f"(this seglog reads formats {READ_FORMATS})")
         if doc.get("version") != expected_version:
             raise CorruptMetadataError(f"{where}: holds version {doc.get('version')!r}, "
                                        f"expected {expected_version}")
@@ -294,7 +353,27 @@ class Commit:
                     for t, s in topics.items()},
                    {k: PartitionChange.from_json(c, f"{where}: partition {k}")
                     for k, c in parts.items()},
-                   sinks)
+                   sinks, _topic_logs(doc, where, nullable=True))
+
+
+def _topic_logs(doc: dict[str, Any], where: str, *, nullable: bool) -> dict[str, Any]:
+    """The ``topic_logs`` field (format 2 only): name -> log id (None: removed, in a
+    commit)."""
+    raw = doc.get("topic_logs", {})
+    if doc.get("format") == FORMAT and raw:
+        raise CorruptMetadataError(f"{where}: a format-{FORMAT} object names topic logs")
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and ((v is None and nullable) or _valid_log_id(v))
+            for k, v in raw.items()):
+        raise CorruptMetadataError(f"{where}: field 'topic_logs' is invalid: {raw!r:.200}")
+    return raw
+
+
+_LOG_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _valid_log_id(value: object) -> bool:
+    return isinstance(value, str) and _LOG_ID.match(value) is not None
 
 
 def _load_json(data: bytes, where: str) -> dict[str, Any]:
@@ -335,6 +414,11 @@ class BucketState:
     topics: Mapping[str, TopicSpec] = field(default_factory=dict)
     partitions: Mapping[str, PartitionState] = field(default_factory=dict)
     sinks: Mapping[str, Any] = field(default_factory=dict)
+    topic_logs: Mapping[str, str] = field(default_factory=dict)
+    """The catalog's names of topics in their own logs: name -> log id."""
+    topic_sinks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Only in the merged view of all logs (``bucket_logs``), never stored: per topic in
+    its own log, the sink ledgers that log holds (``sinks`` is the catalog's)."""
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get(tp_key(topic, partition))
@@ -350,7 +434,19 @@ class BucketState:
                                        f"version {self.version}")
         topics = dict(self.topics)
         parts = dict(self.partitions)
+        topic_logs = dict(self.topic_logs)
+        for name, log_id in commit.topic_logs.items():
+            if log_id is None:
+                topic_logs.pop(name, None)
+            elif name in topics or name in commit.topics:
+                raise CorruptMetadataError(f"{where}: names a log for topic {name!r}, which "
+                                           f"the catalog holds itself")
+            else:
+                topic_logs[name] = log_id
         for name, spec in commit.topics.items():
+            if spec is not None and name in topic_logs:
+                raise CorruptMetadataError(f"{where}: creates topic {name!r} in the catalog, "
+                                           f"which names its own log {topic_logs[name]}")
             old = topics.get(name)
             if spec is None:
                 topics.pop(name, None)
@@ -379,24 +475,28 @@ class BucketState:
                                        gaps_allowed=commit.operation in GAPS_ALLOWED)
         sinks = dict(self.sinks)
         sinks.update(commit.sinks)
-        return BucketState(commit.version, topics, parts, sinks)
+        return BucketState(commit.version, topics, parts, sinks, topic_logs)
 
     # -- snapshots ------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        doc = {"format": FORMAT, "version": self.version,
+        doc = {"format": CATALOG_FORMAT if self.topic_logs else FORMAT,
+               "version": self.version,
                "topics": {t: s.to_json() for t, s in sorted(self.topics.items())},
                "partitions": {k: _partition_json(p) for k, p in sorted(self.partitions.items())},
                "sinks": dict(self.sinks)}
+        if self.topic_logs:
+            doc["topic_logs"] = dict(sorted(self.topic_logs.items()))
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes, where: str, expected_version: int) -> BucketState:
         doc = _load_json(data, where)
-        if doc.get("format") != FORMAT or doc.get("version") != expected_version:
+        if doc.get("format") not in READ_FORMATS or doc.get("version") != expected_version:
             raise CorruptMetadataError(
-                f"{where}: expected a format-{FORMAT} snapshot of version {expected_version}, "
-                f"got format {doc.get('format')!r} version {doc.get('version')!r}")
+                f"{where}: expected a snapshot (format {READ_FORMATS}) of version "
+                f"{expected_version}, got format {doc.get('format')!r} version "
+                f"{doc.get('version')!r}")
         topics, parts, sinks = doc.get("topics"), doc.get("partitions"), doc.get("sinks", {})
         if not isinstance(topics, dict) or not isinstance(parts, dict) \
                 or not isinstance(sinks, dict):
@@ -426,7 +526,7 @@ class BucketState:
                     f"[{entries[0].base_offset}, {entries[-1].next_offset})")
             out[key] = PartitionState(entries, lso,
                                       _optional_offset(raw, "cleaner_offset", here))
-        return cls(expected_version, specs, out, sinks)
+        return cls(expected_version, specs, out, sinks, _topic_logs(doc, where, nullable=False))
 
 
 def _partition_json(p: PartitionState) -> dict[str, Any]:

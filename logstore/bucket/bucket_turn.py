@@ -60,9 +60,15 @@ class Turns:
     """Requests for the turn and giving way to them; see the module docstring."""
 
     def __init__(
-        self, storage: Storage, writer_id: str, clock: Clock, sleep: Callable[[float], None]
+        self,
+        storage: Storage,
+        writer_id: str,
+        clock: Clock,
+        sleep: Callable[[float], None],
+        key: str = TURN_KEY,
     ) -> None:
         self.storage = storage
+        self.key = key  # the marker of the commit log these turns are of
         self.writer_id = writer_id
         self.clock = clock
         self._sleep = sleep
@@ -82,7 +88,7 @@ class Turns:
         token = uuid.uuid4().hex
         body = json.dumps({"writer": self.writer_id, "token": token}).encode()
         try:
-            self.storage.write_atomic(TURN_KEY, body)
+            self.storage.write_atomic(self.key, body)
         except KafkaStorageError as e:
             logger.warning(
                 "%s: could not ask the other writers for the turn (%s); committing without it",
@@ -104,7 +110,7 @@ class Turns:
         requester's newer one stays)."""
         try:
             if self._token() == token:
-                self.storage.delete(TURN_KEY)
+                self.storage.delete(self.key)
         except KafkaStorageError as e:
             # Others give way to it once each, at most MAX_YIELD_MS: harmless.
             logger.warning(
@@ -147,18 +153,18 @@ class Turns:
     def _foreign_token(self) -> str | None:
         """The token of the standing request of another writer, or None."""
         try:
-            raw = self.storage.read(TURN_KEY)
+            raw = self.storage.read(self.key)
         except FileNotFoundError:
             return None
         except KafkaStorageError as e:
-            logger.debug("%s: could not read %s: %s", self.storage.uri, TURN_KEY, e)
+            logger.debug("%s: could not read %s: %s", self.storage.uri, self.key, e)
             return None
         writer, token = _parse(raw)
         return token if writer != self.writer_id else None
 
     def _token(self) -> str | None:
         try:
-            return _parse(self.storage.read(TURN_KEY))[1]
+            return _parse(self.storage.read(self.key))[1]
         except FileNotFoundError:
             return None
 

@@ -29,32 +29,45 @@ def _repair(args: argparse.Namespace, out: TextIO) -> int:
             f"got {args.uri!r}; a local log dir is recovered by its writer, and "
             f"its files checked with seglog check"
         )
-    from seglog.logstore.bucket.bucket_repair import describe, diagnose, repair
+    from seglog.logstore.bucket.bucket_repair import describe, diagnose_all, repair
     from seglog.logstore.storage.object_storage import ObjectStorage  # obstore: only when used
 
     storage = ObjectStorage(args.uri, cli_common.storage_options(args))
-    diagnosis = diagnose(storage)
-    moved_to = None
-    if args.execute and not diagnosis.healthy:
-        moved_to = f"{storage.uri}/{repair(storage, diagnosis)}"
+    # Every commit log: the catalog's and each topic's own; each damaged one is ended at
+    # its own cut.
+    diagnoses = diagnose_all(storage)
+    damaged = [d for d in diagnoses if not d.healthy]
+    shown = damaged or diagnoses[:1]
+    moved: dict[str, str] = {}
+    if args.execute:
+        for d in damaged:
+            moved[d.uri] = f"{storage.uri}/{repair(storage, d)}"
     if args.json:
-        doc = diagnosis.to_json()
-        doc["executed"] = moved_to is not None
-        doc["moved_to"] = moved_to
-        write_json(out, doc)
+        docs = []
+        for d in diagnoses:
+            doc = d.to_json()
+            doc["executed"] = d.uri in moved
+            doc["moved_to"] = moved.get(d.uri)
+            docs.append(doc)
+        # The first damaged log's report at the top (the catalog's when none is), every
+        # log's under "logs".
+        top = dict(docs[diagnoses.index(shown[0])])
+        top["logs"] = docs
+        write_json(out, top)
     else:
-        for line in describe(diagnosis):
-            out.write(line + "\n")
-        if moved_to is not None:
-            out.write(
-                f"Repaired: the log now ends at version {diagnosis.cut}; everything "
-                f"taken out of it was copied to {moved_to}/ first\n"
-            )
-        elif not diagnosis.healthy:
+        for d in shown:
+            for line in describe(d):
+                out.write(line + "\n")
+            if d.uri in moved:
+                out.write(
+                    f"Repaired: the log now ends at version {d.cut}; everything "
+                    f"taken out of it was copied to {moved[d.uri]}/ first\n"
+                )
+        if damaged and not moved:
             out.write(
                 "Dry run: nothing was changed. Run again with --execute to end the log there\n"
             )
-    return EXIT_OK if diagnosis.healthy or moved_to is not None else EXIT_DAMAGED
+    return EXIT_OK if not damaged or len(moved) == len(damaged) else EXIT_DAMAGED
 
 
 def _repair_args(p: argparse.ArgumentParser) -> None:

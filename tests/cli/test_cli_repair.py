@@ -39,9 +39,10 @@ PARTITIONS = [("a", 0), ("b", 0), ("b", 1)]
 def make_log(uri: str, appends: int) -> dict[tuple[str, int], list[str]]:
     """Topics a (1 partition) and b (2): versions 0 and 1; then ``appends`` appends
     (versions 2, 3, ...) round robin. Returns per partition the values of versions <= 10
-    (the snapshot a writer of version 10 leaves)."""
+    (the snapshot a writer of version 10 leaves). All in the catalog log (a bucket
+    written before per-topic logs: ``topic_logs=False``), so one log holds them all."""
     upto: dict[tuple[str, int], list[str]] = {tp: [] for tp in PARTITIONS}
-    with BucketLogManager(uri) as mgr:
+    with BucketLogManager(uri, topic_logs=False) as mgr:
         mgr.create_topic("a", 1)
         mgr.create_topic("b", 2)
         for i in range(appends):
@@ -221,3 +222,54 @@ def test_a_writer_committing_during_the_repair_is_moved_aside_too(s3_uri: str):
         assert reader.state.version == 10
         for tp in PARTITIONS:
             assert values(reader, *tp) == upto[tp]
+
+
+def test_repair_ends_a_damaged_topic_log_and_leaves_the_other_logs(s3_uri: str, capsys):
+    """Topics created now have their own commit logs: a damaged one is named by its own
+    URI and ended at its own cut; the catalog and the other topic's log are untouched."""
+    with BucketLogManager(s3_uri) as mgr:
+        mgr.create_topic("a", 1)
+        mgr.create_topic("b", 1)
+        for i in range(4):
+            mgr.append("a", 0, batch(f"a{i}"))
+            mgr.append("b", 0, batch(f"b{i}"))
+        log = mgr.commits.topic_log("b")
+        assert log is not None
+        layout = log.layout
+    storage = ObjectStorage(s3_uri)
+    storage.write_atomic(layout.commit_key(3), b'{"format": 1, "version": ')  # b's 3rd append
+    with pytest.raises(CorruptMetadataError, match=layout.prefix):
+        BucketLogManager(s3_uri, read_only=True)
+    dry = run(capsys, "repair", s3_uri)
+    assert dry.code == 1, dry
+    assert f"{s3_uri}/{layout.prefix}: commit 3 does not follow its state" in dry.out
+    assert "commit 4 (append): b-0 offsets [9, 12)" in dry.out
+    assert f"{s3_uri}: commit" not in dry.out  # the catalog is not damaged
+    done = run(capsys, "repair", s3_uri, "--execute")
+    assert done.code == 0, done
+    with BucketLogManager(s3_uri) as mgr:
+        assert values(mgr, "a", 0) == [f"a{i}-{j}" for i in range(4) for j in range(3)]
+        assert values(mgr, "b", 0) == [f"b{i}-{j}" for i in range(2) for j in range(3)]
+        mgr.append("b", 0, batch("after"))
+        assert values(mgr, "b", 0)[-3:] == [f"after-{j}" for j in range(3)]
+    assert run(capsys, "repair", s3_uri).code == 0
+
+
+def test_check_sees_a_deleted_newest_commit_of_a_topic_log(s3_uri: str, capsys):
+    """The rollback evidence is judged per commit log: a topic log whose newest commit
+    was deleted under its snapshot's hint is reported by seglog check, naming that log."""
+    with BucketLogManager(s3_uri) as mgr:
+        mgr.create_topic("t", 1)
+        for i in range(10):
+            mgr.append("t", 0, batch(f"t{i}"))  # versions 1..10: the snapshot and hint of 10
+        log = mgr.commits.topic_log("t")
+        assert log is not None
+        layout = log.layout
+    storage = ObjectStorage(s3_uri)
+    storage.delete(layout.commit_key(10))
+    storage.delete(layout.snapshot_key(10))
+    checked = run(capsys, "check", s3_uri)
+    assert checked.code == 1, checked
+    assert f"{layout.hint_key} names version 10, beyond the newest commit 9" in checked.out
+    assert run(capsys, "repair", s3_uri, "--execute").code == 0
+    assert run(capsys, "check", s3_uri).code == 0

@@ -93,7 +93,13 @@ def test_pipeline_on_a_bucket_is_exactly_once_across_a_killed_commit(spark, buck
     with LogManager(bucket, read_only=True) as mgr:
         (sink_id,) = [s for s in mgr.state.sinks]
         assert mgr.state.sinks[sink_id]["batch_id"] == 2  # three micro-batches, 0..2
-        ops = [mgr.storage.read(f"_seglog/log/{v:020d}.json") for v in range(mgr.state.version + 1)]
+        # Every commit of every log: the catalog's and each topic's own.
+        logs = [mgr.commits.catalog, *mgr.commits.logs().values()]
+        ops = [
+            mgr.storage.read(log.layout.commit_key(v))
+            for log in logs
+            for v in range(log.state.version + 1)
+        ]
     assert {r[4] for r in records} == {producer_id_of(sink_id)}
     assert sum(b'"operation":"sink_append"' in o for o in ops) == 4  # 3 streaming + 1 batch
     # batch reads of the bucket, through Spark

@@ -14,12 +14,7 @@ from bucket_helpers import StoreClockStorage, store_moving_with
 from seglog.logstore.bucket import bucket_append
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_segment import object_keys
-from seglog.logstore.bucket.bucket_state import (
-    COMMIT_DIR,
-    SNAPSHOT_DIR,
-    parse_version_name,
-    snapshot_key,
-)
+from seglog.logstore.bucket.bucket_state import LogLayout, parse_version_name
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.util.clock import MockClock
 
@@ -53,6 +48,19 @@ def writer_of_kept_topic(clock: MockClock) -> tuple[StoreClockStorage, BucketLog
 
 def names(mgr: BucketLogManager, prefix: str) -> set[str]:
     return {e.name for e in mgr.storage.list_dir(prefix) if not e.is_dir}
+
+
+def log_of(mgr: BucketLogManager, topic: str = "t") -> LogLayout:
+    """Where topic ``topic``'s own commit log is (every topic created now has one)."""
+    log = mgr.commits.topic_log(topic)
+    assert log is not None
+    return log.layout
+
+
+def log_version(mgr: BucketLogManager, topic: str = "t") -> int:
+    log = mgr.commits.topic_log(topic)
+    assert log is not None
+    return log.state.version
 
 
 def versions(mgr: BucketLogManager, prefix: str) -> list[int]:
@@ -145,14 +153,14 @@ def test_old_commits_and_snapshots_go_and_every_view_still_opens():
     stale = BucketLogManager(uri, read_only=True)  # at version 0
     for i in range(25):
         mgr.append("t", 0, batch(i))
-    assert versions(mgr, SNAPSHOT_DIR) == [0, 10, 20]
+    assert versions(mgr, log_of(mgr).snapshot_dir) == [0, 10, 20]
     assert mgr.collect().commits == 0  # younger than a minute: kept
     clock.advance(60_000)
     stats = mgr.collect()
     # Commit 20 stays with its snapshot: only commits before the covering snapshot go.
     assert (stats.commits, stats.snapshots) == (20, 2)
-    assert versions(mgr, COMMIT_DIR) == list(range(20, 26))
-    assert versions(mgr, SNAPSHOT_DIR) == [20]
+    assert versions(mgr, log_of(mgr).commit_dir) == list(range(20, 26))
+    assert versions(mgr, log_of(mgr).snapshot_dir) == [20]
     assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 100}
     assert stale.high_watermarks() == {("t", 0): 100}  # reloads from the snapshot
     assert mgr.collect().commits == 0
@@ -185,10 +193,11 @@ def test_the_newest_commit_is_never_collected():
     uri, mgr = writer_of_kept_topic(clock)
     for i in range(10):
         mgr.append("t", 0, batch(i))
-    assert versions(mgr, SNAPSHOT_DIR)[-1] == 10 == versions(mgr, COMMIT_DIR)[-1]
+    layout = log_of(mgr)
+    assert versions(mgr, layout.snapshot_dir)[-1] == 10 == versions(mgr, layout.commit_dir)[-1]
     clock.advance(120_000)
     mgr.collect()
-    assert versions(mgr, COMMIT_DIR) == [10]
+    assert versions(mgr, log_of(mgr).commit_dir) == [10]
     mgr.append("t", 0, batch(10))
     assert BucketLogManager(uri, read_only=True).high_watermarks() == {("t", 0): 44}
 
@@ -201,7 +210,6 @@ def test_a_build_slower_than_the_collection_of_the_next_version_does_not_fork(mo
     storage = store_moving_with(clock)
     other = BucketLogManager(storage, clock=clock)
     other.create_topic("t", 1, {"retention.ms": -1})
-    other.create_topic("u", 1, {"retention.ms": -1})
     writer = BucketLogManager(storage, clock=clock)
     writer.refresh()
     upload = bucket_append.upload_parts
@@ -211,18 +219,18 @@ def test_a_build_slower_than_the_collection_of_the_next_version_does_not_fork(mo
         if not slow:
             slow.append(1)
             for i in range(12):
-                other.append("u", 0, batch(i))
+                other.append("t", 0, batch(i))
             clock.advance(70_000)
             assert other.collect().commits > 0  # the version it builds on is gone
         upload(storage, parts)
 
     monkeypatch.setattr(bucket_append, "upload_parts", slow_upload)
     info = writer.append("t", 0, batch(99))
-    assert info.first_offset == 0
+    assert info.first_offset == 48
     fresh = BucketLogManager(storage, read_only=True)
-    assert fresh.high_watermarks() == {("t", 0): 4, ("u", 0): 48}
-    assert fresh.state.version == writer.state.version == 14
-    assert read_all(fresh.get_log("t", 0)) == [0, 1, 2, 3]
+    assert fresh.high_watermarks() == {("t", 0): 52}
+    assert log_version(fresh) == log_version(writer) == 13
+    assert read_all(fresh.get_log("t", 0), 48) == [48, 49, 50, 51]
 
 
 def test_a_writer_with_a_longer_delay_than_the_collectors_does_not_fork():
@@ -245,7 +253,7 @@ def test_a_writer_with_a_longer_delay_than_the_collectors_does_not_fork():
     assert info.first_offset == 100
     fresh = BucketLogManager(storage, read_only=True)
     assert fresh.high_watermarks() == {("t", 0): 104}
-    assert fresh.state.version == writer.state.version == 26
+    assert log_version(fresh) == log_version(writer) == 26
 
 
 def test_a_collector_whose_clock_runs_ahead_keeps_young_commits():
@@ -259,7 +267,7 @@ def test_a_collector_whose_clock_runs_ahead_keeps_young_commits():
     ahead = BucketLogManager(storage, clock=MockClock(clock.milliseconds() + 40_000))
     stats = ahead.collect()
     assert (stats.commits, stats.snapshots) == (0, 0)
-    assert versions(mgr, COMMIT_DIR) == list(range(26))
+    assert versions(mgr, log_of(mgr).commit_dir) == list(range(26))
 
 
 def test_a_collector_whose_clock_runs_ahead_keeps_removed_objects_for_the_delay():
@@ -290,15 +298,15 @@ def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
     storage, mgr = writer_of_kept_topic(clock)
     for i in range(24):
         mgr.append("t", 0, batch(i))
-    storage.write_atomic(snapshot_key(20), b'{"format": 1, "vers')
+    storage.write_atomic(log_of(mgr).snapshot_key(20), b'{"format": 1, "vers')
     clock.advance(120_000)
     with caplog.at_level(logging.ERROR, "seglog.logstore.bucket.bucket_collect"):
         stats = mgr.collect()
     assert (stats.commits, stats.snapshots) == (10, 1)  # what the valid snapshot 10 covers
-    assert any(snapshot_key(20) in e for e in stats.errors)
-    assert any(snapshot_key(20) in r.getMessage() for r in caplog.records)
-    assert versions(mgr, COMMIT_DIR) == list(range(10, 25))
-    assert versions(mgr, SNAPSHOT_DIR) == [10, 20]
+    assert any(log_of(mgr).snapshot_key(20) in e for e in stats.errors)
+    assert any(log_of(mgr).snapshot_key(20) in r.getMessage() for r in caplog.records)
+    assert versions(mgr, log_of(mgr).commit_dir) == list(range(10, 25))
+    assert versions(mgr, log_of(mgr).snapshot_dir) == [10, 20]
     assert BucketLogManager(storage, read_only=True).high_watermarks() == {("t", 0): 96}
     assert mgr.collect().commits == 0
 
@@ -315,14 +323,14 @@ def test_a_commit_collected_by_another_collector_meanwhile_skips_the_pass(monkey
     gone = []
 
     def read(key: str) -> bytes:
-        if key.startswith(COMMIT_DIR) and not gone:
+        if key.startswith(log_of(mgr).commit_dir) and not gone:
             gone.append(key)
             raise FileNotFoundError(f"{mgr.uri}/{key}")
         return real_read(key)
 
     monkeypatch.setattr(mgr.storage, "read", read)
-    before = versions(mgr, COMMIT_DIR)
+    before = versions(mgr, log_of(mgr).commit_dir)
     stats = mgr.collect()
     assert gone and (stats.commits, stats.removed_objects, stats.orphans) == (0, 0, 0)
-    assert versions(mgr, COMMIT_DIR) == before  # nothing deleted by the skipped pass
+    assert versions(mgr, log_of(mgr).commit_dir) == before  # nothing deleted by the skipped pass
     assert mgr.collect().commits == 20  # the next pass does the work

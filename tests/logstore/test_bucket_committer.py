@@ -10,8 +10,9 @@ import pytest
 from bucket_helpers import memory_uri
 
 from seglog.logstore.bucket.bucket_append import append_many
-from seglog.logstore.bucket.bucket_commit_log import Change, CommitLog
+from seglog.logstore.bucket.bucket_commit_log import Change
 from seglog.logstore.bucket.bucket_committer import BucketCommitter
+from seglog.logstore.bucket.bucket_logs import BucketLogs
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import BucketState, TopicSpec
 from seglog.logstore.config.config import LogConfig, ManagerConfig
@@ -23,7 +24,7 @@ from seglog.logstore.util.clock import SYSTEM_CLOCK
 
 def committer_of(uri: str, told: list[int], *, read_only: bool = False) -> BucketCommitter:
     storage = ObjectStorage(uri)
-    commits = CommitLog(storage)
+    commits = BucketLogs(storage)
     return BucketCommitter(
         storage,
         commits,

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from seglog.logstore.bucket import bucket_log
-from seglog.logstore.bucket.bucket_state import HINT_KEY, SNAPSHOT_EVERY, commit_key, snapshot_key
+from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY
 from seglog.logstore.errors import (
     CorruptMetadataError,
     CorruptRecordError,
@@ -177,13 +177,16 @@ def test_a_missing_or_wrong_sized_index_object_reads_by_scanning(uri, caplog):
 
 def test_a_damaged_commit_is_an_error_naming_it(uri):
     mgr, _segs = three_segments(uri)
-    version = mgr.state.version
-    ObjectStorage(uri).write_atomic(commit_key(version + 1), b'{"format": 1, "version": ')
-    with pytest.raises(CorruptMetadataError, match=rf"{uri}/_seglog/log/0*{version + 1}\.json"):
+    log = mgr.commits.topic_log("t")  # the topic's own commit log
+    version = log.state.version
+    ObjectStorage(uri).write_atomic(log.layout.commit_key(version + 1),
+                                    b'{"format": 1, "version": ')
+    with pytest.raises(CorruptMetadataError,
+                       match=rf"{uri}/_seglog/topics/[^/]+/log/0*{version + 1}\.json"):
         LogManager(uri, read_only=True)
     with pytest.raises(CorruptMetadataError, match="not valid JSON"):
         mgr.refresh()
-    assert mgr.state.version == version  # nothing of it was taken
+    assert log.state.version == version  # nothing of it was taken
 
 
 def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, caplog):
@@ -192,16 +195,19 @@ def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, c
     for i in range(SNAPSHOT_EVERY + 2):
         mgr.append("t", 0, batches(2, 2 * i))
     storage = ObjectStorage(uri)
-    snapshot = snapshot_key(SNAPSHOT_EVERY)
-    assert storage.read(HINT_KEY) == b'{"version": %d}' % SNAPSHOT_EVERY
+    layout = mgr.commits.topic_log("t").layout  # the topic's own commit log
+    snapshot = layout.snapshot_key(SNAPSHOT_EVERY)
+    assert storage.read(layout.hint_key) == b'{"version": %d}' % SNAPSHOT_EVERY
     storage.write_atomic(snapshot, storage.read(snapshot)[:-30])
     with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket.bucket_commit_log"):
         reader = LogManager(uri, read_only=True)
     assert f"{uri}/{snapshot}" in caplog.text
-    assert reader.state == mgr.state  # folded from version 0 instead
+    # Folded from version 0 instead.
+    assert reader.state.partitions == mgr.state.partitions
+    assert reader.state.topics == mgr.state.topics
     assert read_all(reader) == list(range(2 * (SNAPSHOT_EVERY + 2)))
     # With a commit it stood for gone as well, nothing is durable to rebuild from.
-    storage.delete(commit_key(SNAPSHOT_EVERY - 3))
+    storage.delete(layout.commit_key(SNAPSHOT_EVERY - 3))
     with pytest.raises(CorruptMetadataError) as e:
         LogManager(uri, read_only=True)
     assert f"commit {SNAPSHOT_EVERY - 3} is missing" in str(e.value)

@@ -293,7 +293,6 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     """Commits older than file.delete.delay.ms are collected once a snapshot covers them:
     version ``current + 1`` of a writer idle that long is a free name again. It looks
     before it writes, and appends after the records others committed meanwhile."""
-    from seglog.logstore.bucket.bucket_state import commit_key, snapshot_key
     from seglog.logstore.util.clock import MockClock
 
     clock = MockClock()
@@ -305,10 +304,11 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     for i in range(21):
         a.append("t", 0, batches(1, 1 + i))  # versions 2..22, snapshots 10 and 20
     clock.advance(a.default_topic_config.file_delete_delay_ms + 1)
+    layout = a.commits.topic_log("t").layout  # the topic's own commit log
     for v in range(20):  # what the collector may take now
-        a.storage.delete(commit_key(v))
+        a.storage.delete(layout.commit_key(v))
     for v in (0, 10):
-        a.storage.delete(snapshot_key(v))
+        a.storage.delete(layout.snapshot_key(v))
     info = idle.append("t", 0, batches(5, 22))
     assert (info.first_offset, info.last_offset) == (22, 26)
     assert offsets(BucketLogManager(uri, read_only=True)) == list(range(27))

@@ -14,7 +14,7 @@ import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
-from seglog.logstore.bucket.bucket_state import HINT_KEY, SNAPSHOT_EVERY, snapshot_key
+from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY, version_name
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.records.record_codec import encode_batches
 from seglog.logstore.storage.object_storage import ObjectStorage
@@ -168,7 +168,7 @@ class HeldSnapshots(CountingStorage):
         self.go = threading.Event()
 
     def write_atomic(self, key: str, data: Any) -> None:
-        if key == snapshot_key(SNAPSHOT_EVERY):
+        if key.endswith("/snapshots/" + version_name(SNAPSHOT_EVERY)):
             assert self.go.wait(BOUND_S), "the test never let the snapshot go"
         self.inner.write_atomic(key, data)
 
@@ -179,11 +179,13 @@ def test_an_append_is_acknowledged_before_the_snapshot_its_commit_is_due():
     mgr.create_topic("t", 1)
     for i in range(SNAPSHOT_EVERY - 1):  # versions 1..9 (the topic is version 0)
         mgr.append("t", 0, batches(f"s{i}", 1))
+    hint_key = mgr.commits.topic_log("t").layout.hint_key  # the topic's own log
     due = mgr.append_async("t", 0, batches("a"))  # version 10: due a snapshot
     assert due.result(timeout=BOUND_S).first_offset == SNAPSHOT_EVERY - 1
     mgr.flush()  # acknowledged = committed: nothing left to wait for
-    assert storage.inner.read(HINT_KEY) != b'{"version": %d}' % SNAPSHOT_EVERY
+    assert storage.inner.read(hint_key) != b'{"version": %d}' % SNAPSHOT_EVERY
     storage.go.set()
     mgr.close()  # the committer finishes the snapshot and the hint before it stops
-    assert storage.inner.read(HINT_KEY) == b'{"version": %d}' % SNAPSHOT_EVERY
-    assert BucketLogManager(storage.inner, read_only=True).state.version == SNAPSHOT_EVERY
+    assert storage.inner.read(hint_key) == b'{"version": %d}' % SNAPSHOT_EVERY
+    reader = BucketLogManager(storage.inner, read_only=True)
+    assert reader.commits.topic_log("t").state.version == SNAPSHOT_EVERY

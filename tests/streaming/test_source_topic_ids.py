@@ -253,7 +253,8 @@ def _drop_id(store) -> None:
             old = BucketLogManager(store.uri)
             while True:  # an older writer appends up to its snapshot
                 old.append("t", 0, _batch("x", 1))
-                if old.state.version % bucket_state.SNAPSHOT_EVERY == 0:
+                log = old.commits.topic_log("t")  # the topic's own commit log
+                if log is not None and log.state.version % bucket_state.SNAPSHOT_EVERY == 0:
                     break
         finally:
             bucket_state.TopicSpec.to_json = real  # type: ignore[method-assign]
