@@ -96,6 +96,38 @@ def plan_small_merges(ps: PartitionState, config: LogConfig, *, target_bytes: in
     return [r for r in runs if len(r) >= min_segments]
 
 
+def plan_deferred_merges(ps: PartitionState, config: LogConfig, *, small_bytes: int,
+                         target_bytes: int, min_segments: int) -> list[tuple[SegmentEntry, ...]]:
+    """What a sink merges after its commit: in each stretch of adjacent segments under
+    ``small_bytes`` that holds at least ``min_segments`` (the stretch is what a reader
+    pays a request each for), the newest segments from the first one no larger than all
+    the segments after it together, grouped as ``plan_merges`` groups them into at most
+    ``target_bytes``. Leaving out the older, larger ones makes merged segments double at
+    most once per merge they take part in, so a byte is rewritten about
+    log2(``small_bytes`` / fragment size) times, not once per merge as when every merge
+    takes the partition's whole small tail; a segment that reached ``small_bytes`` is
+    never rewritten again. A stretch then holds at most that many older segments plus
+    fewer than ``min_segments`` new ones."""
+    small = replace(config, segment_bytes=min(config.segment_bytes, target_bytes))
+    runs: list[tuple[SegmentEntry, ...]] = []
+    stretch: list[SegmentEntry] = []
+    for seg in (*ps.segments, None):
+        if seg is not None and seg.size < small_bytes and seg.next_offset > ps.log_start_offset:
+            stretch.append(seg)
+            continue
+        if len(stretch) >= min_segments:
+            after = sum(s.size for s in stretch)
+            start = len(stretch)
+            for i, s in enumerate(stretch):
+                after -= s.size
+                if s.size <= after:
+                    start = i
+                    break
+            runs += plan_merges(replace(ps, segments=tuple(stretch[start:])), small)
+        stretch = []
+    return runs
+
+
 def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
                    partition: int, config: LogConfig) -> SegmentObjects:
     """One Kafka segment holding ``run``'s batches, with rebuilt indexes."""

@@ -1,18 +1,26 @@
-"""The bucket sink's ``mergeSmallSegments`` option: task 0 merges committed runs of small
-segments by default; ``false`` leaves them to ``seglog maintain``."""
+"""Merging a bucket sink's small fragments: by default the driver merges after the commit
+(``mergeMinSegments`` adjacent segments under ``mergeSmallSegmentBytes``, and every
+partition when ``maintenanceIntervalMs`` has passed), no task merges; a long-lived query's
+segment count stays bounded and its reads byte-identical; ``mergeSmallSegments=true``
+still merges in task 0 before the commit."""
 
 from __future__ import annotations
+
+import math
+import time
 
 import pytest
 from test_sink_bucket import TOPIC, check_exactly_once, memory_uri, options, stage, values
 
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.util.clock import MockClock
 from seglog.streaming.sink_bucket_commit import commit
 from seglog.streaming.sink_bucket_merge import MERGE_MIN_SEGMENTS
 
 TASKS = 3
 BATCHES = MERGE_MIN_SEGMENTS + 2
+NEVER = str(10**12)  # maintenanceIntervalMs / mergeMinSegments that never come due
 
 
 def write_batches(**extra: str) -> tuple[str, list[bytes]]:
@@ -27,20 +35,44 @@ def write_batches(**extra: str) -> tuple[str, list[bytes]]:
     return uri, expected
 
 
-def segment_counts(uri: str) -> list[int]:
+def segment_counts(uri: str, partitions: tuple[int, ...] = (0, 1)) -> list[int]:
     with LogManager(uri, read_only=True) as mgr:
-        return [len(mgr.state.partition(TOPIC, p).segments) for p in (0, 1)]
+        return [len(mgr.state.partition(TOPIC, p).segments) for p in partitions]
 
 
-def test_by_default_task_0_merges_small_segments():
-    uri, expected = write_batches()
-    assert all(n < MERGE_MIN_SEGMENTS for n in segment_counts(uri))
+def segment_keys(uri: str) -> list[str]:
+    with LogManager(uri, read_only=True) as mgr:
+        return [s.key for p in mgr.state.partitions.values() for s in p.segments]
+
+
+def test_by_default_no_task_merges_before_the_commit():
+    uri, _ = write_batches(maintenanceIntervalMs=NEVER, mergeMinSegments=NEVER)
+    before = segment_keys(uri)
+    assert len(before) > MERGE_MIN_SEGMENTS * 2
+    stage(options(uri, numPartitions="2"), BATCHES, task=0, n=30)  # task 0, default options
+    assert segment_keys(uri) == before  # it only uploaded its own fragment
+
+
+def test_merge_small_segments_true_merges_in_task_0_before_the_commit():
+    uri, expected = write_batches(mergeSmallSegments="true", maintenanceIntervalMs=NEVER,
+                                  mergeMinSegments=NEVER)
+    # task 0 merged each time it found 8 side by side; a batch adds TASKS after it
+    assert all(n < MERGE_MIN_SEGMENTS + TASKS for n in segment_counts(uri))
     check_exactly_once(uri, expected)
 
 
-def test_merge_small_segments_false_leaves_every_fragment_to_seglog_maintain():
-    uri, expected = write_batches(mergeSmallSegments="false")
-    assert segment_counts(uri) == [TASKS * BATCHES] * 2  # one segment per fragment
+def test_by_default_the_driver_merges_after_the_commit_once_min_segments_lie_side_by_side():
+    uri, expected = write_batches(maintenanceIntervalMs=NEVER, mergeMinSegments="12")
+    # Batch 0's commit ran the first maintenance (the ledger had none): its 3 fragments
+    # were merged; then every 12 small segments side by side are merged again.
+    assert all(1 < n < 12 for n in segment_counts(uri)), segment_counts(uri)
+    check_exactly_once(uri, expected)
+
+
+def test_mergeMinSegments_never_reached_leaves_fragments_to_seglog_maintain():
+    uri, expected = write_batches(maintenanceIntervalMs=NEVER, mergeMinSegments=NEVER)
+    # one segment per fragment, but batch 0's (merged by the first maintenance)
+    assert segment_counts(uri) == [TASKS * (BATCHES - 1) + 1] * 2
     check_exactly_once(uri, expected)
     with LogManager(uri) as mgr:  # what `seglog maintain` runs
         mgr.run_maintenance()
@@ -48,6 +80,63 @@ def test_merge_small_segments_false_leaves_every_fragment_to_seglog_maintain():
     check_exactly_once(uri, expected)
 
 
-def test_merge_small_segments_takes_true_or_false_only():
-    with pytest.raises(ConfigError, match="'mergeSmallSegments'.*true or false"):
-        options(memory_uri(), mergeSmallSegments="sometimes")
+def test_segments_at_or_above_merge_small_segment_bytes_are_never_merged():
+    uri, expected = write_batches(maintenanceIntervalMs="0", mergeMinSegments="2",
+                                  mergeSmallSegmentBytes="64")  # every fragment is larger
+    assert segment_counts(uri) == [TASKS * BATCHES] * 2
+    check_exactly_once(uri, expected)
+
+
+def _kafka_bytes(uri: str) -> bytes:
+    """The partition's record batches as a reader gets them (offsets patched)."""
+    with LogManager(uri, read_only=True) as mgr:
+        log = mgr.get_log(TOPIC, 0)
+        return b"".join(log.read_chunks(log.log_start_offset, log.high_watermark, 1 << 20))
+
+
+def test_a_long_lived_query_of_tiny_micro_batches_keeps_a_bounded_segment_count():
+    """300 micro-batches of 2 tasks x 5 rows into one partition, committed as the sink
+    commits them (maintenance every 20 s, 1 s a micro-batch): after every commit the
+    partition holds fewer than ``mergeMinSegments`` + (tasks - 1) + log2(bytes / smallest
+    fragment) segments, and reads the same Kafka batches, byte for byte, as a bucket whose
+    sink never merged."""
+    min_segments, tasks, batches = 8, 2, 300
+    clock = MockClock(int(time.time() * 1000))
+    merged, unmerged = memory_uri(), memory_uri()
+    common = {"numPartitions": "1", "maxBatchBytes": "2048"}
+    opts = options(merged, mergeMinSegments=str(min_segments), maintenanceIntervalMs="20000",
+                   **common)
+    twin = options(unmerged, mergeMinSegments=NEVER, maintenanceIntervalMs=NEVER, **common)
+    expected: list[bytes] = []
+    smallest = total = 0
+    worst = 0
+    for b in range(batches):
+        staged = [stage(opts, b, task=t, n=5, tag=f"t{t}", clock=clock) for t in range(tasks)]
+        sizes = [f.size for s in staged for f in s.fragments]
+        smallest = min([smallest or sizes[0], *sizes])
+        total += sum(sizes)
+        commit(staged, b, opts, clock=clock)
+        commit([stage(twin, b, task=t, n=5, tag=f"t{t}", clock=clock) for t in range(tasks)],
+               b, twin, clock=clock)
+        expected += [v for t in range(tasks) for v in values(b, 5, f"t{t}")]
+        count = segment_counts(merged, (0,))[0]
+        worst = max(worst, count)
+        bound = min_segments + tasks - 1 + math.log2(total / smallest)
+        assert count < bound, (b, count, bound)
+        clock.advance(1000)
+    assert segment_counts(unmerged, (0,)) == [tasks * (batches - 1) + 1]
+    print(f"worst segment count {worst} of {tasks * batches} fragments")
+    assert worst < min_segments + tasks  # of 600 fragments
+    check_exactly_once(merged, expected)
+    assert _kafka_bytes(merged) == _kafka_bytes(unmerged)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("mergeSmallSegments", "sometimes", "true or false"),
+    ("mergeMinSegments", "1", "at least 2"),
+    ("mergeMinSegments", "many", "an integer"),
+    ("mergeSmallSegmentBytes", "0", "must be positive"),
+])
+def test_merge_options_refuse_bad_values_naming_the_option(name: str, value: str, message: str):
+    with pytest.raises(ConfigError, match=f"'{name}'.*{message}"):
+        options(memory_uri(), **{name: value})
