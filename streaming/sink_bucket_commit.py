@@ -226,7 +226,7 @@ class BucketPublication:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
         merge_written(self.mgr, self.options, self.batch.sink_id, self.batch.batch_id,
                       [(p.topic, p.partition) for p in self.done.published], self.clock,
-                      age_pass=self.done.maintain)
+                      age_pass=self.done.merge_aged)
 
     def close(self, *, failed: bool = False) -> None:
         """A bucket writer holds nothing to release (it stays the process's)."""
@@ -240,6 +240,9 @@ class _Plan:
 
     published: tuple[PublishedPartition, ...]
     maintain: bool
+    merge_aged: bool = False
+    """Merge every small segment of the sink's topics: an interval has passed since the
+    sink's last maintenance (not at its first, where none has been measured)."""
 
 
 def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],
@@ -359,15 +362,16 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
         published.append(PublishedPartition(topic, partition, start, end,
                                             sum(f.records for f in frags)))
     now = clock.milliseconds()
-    maintain = False
+    maintain = aged = False
     sinks: dict[str, Any] = {}
     if use_ledger:
         last = ledger.get("maintained_ms") if isinstance(ledger, dict) else None
         maintain = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
+        aged = maintain and isinstance(last, int)
         sinks[sink_id] = {"batch_id": batch_id, "timestamp_ms": now,
                           "maintained_ms": now if maintain else last}
     return (Change(topics=topics, partitions=parts, sinks=sinks),
-            _Plan(tuple(published), maintain))
+            _Plan(tuple(published), maintain, aged))
 
 
 def _ledger_batch(state: BucketState, sink_id: str) -> int:
