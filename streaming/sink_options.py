@@ -94,7 +94,9 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "another writer to release a log dir's `.lock`."),
     OptionSpec("maintenanceIntervalMs", str(DEFAULT_MAINTENANCE_INTERVAL_MS), "How often a "
                "commit also runs maintenance (retention, checkpoints, deletions, "
-               "compaction); Kafka's `log.retention.check.interval.ms`."),
+               "compaction; on a bucket also the merge of every run of 2 or more small "
+               "segments of the sink's topics: no small segment waits much longer); Kafka's "
+               "`log.retention.check.interval.ms`."),
     OptionSpec("mergeMinSegments", str(DEFAULT_MERGE_MIN_SEGMENTS), "On a bucket: after "
                "its commit, the driver merges a partition the micro-batch wrote once this "
                "many adjacent segments under `mergeSmallSegmentBytes` lie side by side (a "

@@ -275,9 +275,9 @@ def test_a_commit_that_landed_though_its_request_failed_is_published(monkeypatch
 
 
 def test_a_long_stream_merges_its_fragments_and_collects_them_exactly_once():
-    """Maintenance for a running query, with no data through the driver: task 0 merges
-    runs of small committed segments, the driver's maintenance collects the fragments
-    merged away after file.delete.delay.ms."""
+    """Maintenance for a running query: after each commit (maintenance due every time)
+    the driver merges runs of small committed segments, and its maintenance collects the
+    fragments merged away after file.delete.delay.ms."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "logstore"))
     from bucket_helpers import StoreClockStorage
 
