@@ -147,11 +147,9 @@ def test_commits_and_write_tasks_do_not_read_the_history(monkeypatch):
     """Review 3: every commit and every write task opened a fresh manager, which reads
     the newest snapshot: bytes read grew with the history (25 KB at batch 10, 458 KB at
     batch 200). One manager per process, refreshed: a commit reads what changed."""
-    from seglog.streaming import sink_bucket_merge
-
-    monkeypatch.setattr(sink_bucket_merge, "MERGE_MIN_SEGMENTS", 10**6)  # a long history
     uri = memory_uri()
-    opts = options(uri, maintenanceIntervalMs="86400000")
+    # no merge: a long history
+    opts = options(uri, maintenanceIntervalMs="86400000", mergeMinSegments=str(10**6))
     reads = _Reads(monkeypatch)
     per_commit, per_task = [], []
     for b in range(60):
@@ -160,7 +158,7 @@ def test_commits_and_write_tasks_do_not_read_the_history(monkeypatch):
         commit(tasks, b, opts)
         per_commit.append(reads.bytes)
         reads.bytes = 0
-        stage(opts, b + 1, task=1, n=20)  # task 0 also merges: it reads data
+        stage(opts, b + 1, task=1, n=20)
         per_task.append(reads.bytes)
     with LogManager(uri, read_only=True) as mgr:
         history = len(mgr.state.encode())
