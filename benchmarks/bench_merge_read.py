@@ -69,25 +69,38 @@ def timed_read(uri: str, end: int, proxy: S3Proxy) -> tuple[float, Counter[str],
         mgr.high_watermarks()
     before = proxy.counts
     t = time.perf_counter()
-    rows = sum(b.num_rows for b in read_range(ReadRange((uri,), TOPIC, 0, 0, end),
-                                              arrow_schema(False)))
+    rows = sum(
+        b.num_rows for b in read_range(ReadRange((uri,), TOPIC, 0, 0, end), arrow_schema(False))
+    )
     return time.perf_counter() - t, proxy.counts - before, rows
 
 
-def run_case(server: MotoServer | SeaweedServer, proxy: S3Proxy, args: argparse.Namespace,
-             rows: int) -> None:
+def run_case(
+    server: MotoServer | SeaweedServer, proxy: S3Proxy, args: argparse.Namespace, rows: int
+) -> None:
     uri = f"s3://{server.create_bucket(f'merge-read-{rows}')}/logs"
-    opts = SinkOptions.parse({"path": uri, "topic": TOPIC, "numPartitions": "1",
-                              "mergeMinSegments": str(10**9),
-                              "maintenanceIntervalMs": str(10**12)})
-    data = pa.record_batch({
-        "key": pa.array([b"user-%d" % (i % 1000) for i in range(rows)]),
-        "value": pa.array([b"v" * VALUE_BYTES] * rows)})
+    opts = SinkOptions.parse(
+        {
+            "path": uri,
+            "topic": TOPIC,
+            "numPartitions": "1",
+            "mergeMinSegments": str(10**9),
+            "maintenanceIntervalMs": str(10**12),
+        }
+    )
+    data = pa.record_batch(
+        {
+            "key": pa.array([b"user-%d" % (i % 1000) for i in range(rows)]),
+            "value": pa.array([b"v" * VALUE_BYTES] * rows),
+        }
+    )
     cols = SinkColumns.resolve(data.schema, default_topic=TOPIC)
     t = time.perf_counter()
     for batch_id in range(args.batches):
-        staged = [stage_rows(opts, cols, [data], "bench-merge-read", batch_id, task, 0)
-                  for task in range(args.tasks)]
+        staged = [
+            stage_rows(opts, cols, [data], "bench-merge-read", batch_id, task, 0)
+            for task in range(args.tasks)
+        ]
         commit(staged, batch_id, opts)
     mgr = BucketLogManager(uri)
     ps = mgr.state.partition(TOPIC, 0)
@@ -95,37 +108,55 @@ def run_case(server: MotoServer | SeaweedServer, proxy: S3Proxy, args: argparse.
         raise RuntimeError(f"{uri}: {TOPIC}-0 was not written")
     segs, end = len(ps.segments), ps.high_watermark
     size = ps.size_in_bytes
-    print(f"{rows} rows a task: {args.batches} micro-batches x {args.tasks} tasks, "
-          f"{segs} segments of {size / segs / 1e3:.1f} kB on average "
-          f"({time.perf_counter() - t:.0f} s to write; load {os.getloadavg()[0]:.1f})",
-          flush=True)
+    print(
+        f"{rows} rows a task: {args.batches} micro-batches x {args.tasks} tasks, "
+        f"{segs} segments of {size / segs / 1e3:.1f} kB on average "
+        f"({time.perf_counter() - t:.0f} s to write; load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
     unmerged_s, unmerged_kinds, n = timed_read(uri, end, proxy)
     before = proxy.counts
     t = time.perf_counter()
-    merged = merge_after_commit(mgr, [(TOPIC, 0)], SYSTEM_CLOCK, min_segments=2,
-                                small_bytes=DEFAULT_MERGE_SMALL_SEGMENT_BYTES, age_pass=True)
+    merged = merge_after_commit(
+        mgr,
+        [(TOPIC, 0)],
+        SYSTEM_CLOCK,
+        min_segments=2,
+        small_bytes=DEFAULT_MERGE_SMALL_SEGMENT_BYTES,
+        age_pass=True,
+    )
     merge_s, merge_kinds = time.perf_counter() - t, proxy.counts - before
     after = len(mgr.state.partition(TOPIC, 0).segments)
     mgr.close()
     merged_s, merged_kinds, m = timed_read(uri, end, proxy)
     if m != n or n != rows * args.tasks * args.batches:
         raise RuntimeError(f"read {n} then {m} records, wrote {rows * args.tasks * args.batches}")
-    print(f"  read unmerged ({segs} segments): {unmerged_s * 1000:8.0f} ms, "
-          f"{sum(unmerged_kinds.values())} requests ({_fmt(unmerged_kinds)})")
-    print(f"  merge ({merged} segments into {after}): {merge_s * 1000:8.0f} ms, "
-          f"{sum(merge_kinds.values())} requests ({_fmt(merge_kinds)})")
-    print(f"  read merged ({after} segments):   {merged_s * 1000:8.0f} ms, "
-          f"{sum(merged_kinds.values())} requests ({_fmt(merged_kinds)})")
-    print(f"  unmerged / merged read time: {unmerged_s / merged_s:.1f}x; records/s "
-          f"{n / unmerged_s:,.0f} unmerged, {n / merged_s:,.0f} merged", flush=True)
+    print(
+        f"  read unmerged ({segs} segments): {unmerged_s * 1000:8.0f} ms, "
+        f"{sum(unmerged_kinds.values())} requests ({_fmt(unmerged_kinds)})"
+    )
+    print(
+        f"  merge ({merged} segments into {after}): {merge_s * 1000:8.0f} ms, "
+        f"{sum(merge_kinds.values())} requests ({_fmt(merge_kinds)})"
+    )
+    print(
+        f"  read merged ({after} segments):   {merged_s * 1000:8.0f} ms, "
+        f"{sum(merged_kinds.values())} requests ({_fmt(merged_kinds)})"
+    )
+    print(
+        f"  unmerged / merged read time: {unmerged_s / merged_s:.1f}x; records/s "
+        f"{n / unmerged_s:,.0f} unmerged, {n / merged_s:,.0f} merged",
+        flush=True,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--rows", default="50,5000",
-                        help="rows per task per micro-batch, one case each")
+    parser.add_argument(
+        "--rows", default="50,5000", help="rows per task per micro-batch, one case each"
+    )
     parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
     parser.add_argument("--quick", action="store_true", help="--batches 60")
@@ -133,12 +164,15 @@ def main() -> None:
     if args.quick:
         args.batches = 60
     use_seaweed = args.server == "seaweedfs" or (
-        args.server == "auto" and seaweed_unavailable() is None)
+        args.server == "auto" and seaweed_unavailable() is None
+    )
     server: MotoServer | SeaweedServer = SeaweedServer() if use_seaweed else MotoServer()
     with server, S3Proxy(server.endpoint, delay_s=args.delay_ms / 1000) as proxy:
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
-        print(f"{'SeaweedFS' if use_seaweed else 'moto'} behind the proxy, "
-              f"{args.delay_ms:.0f} ms per request")
+        print(
+            f"{'SeaweedFS' if use_seaweed else 'moto'} behind the proxy, "
+            f"{args.delay_ms:.0f} ms per request"
+        )
         for rows in (int(r) for r in args.rows.split(",")):
             run_case(server, proxy, args, rows)
         log_readers.close_all()

@@ -54,8 +54,15 @@ from .sink_options import SinkOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["merge_small_segments", "merge_after_commit", "merge_written", "MERGE_MIN_SEGMENTS",
-           "MERGE_TARGET_BYTES", "MERGE_BYTES_PER_TASK", "MERGING_TASK"]
+__all__ = [
+    "merge_small_segments",
+    "merge_after_commit",
+    "merge_written",
+    "MERGE_MIN_SEGMENTS",
+    "MERGE_TARGET_BYTES",
+    "MERGE_BYTES_PER_TASK",
+    "MERGING_TASK",
+]
 
 MERGE_MIN_SEGMENTS = 8
 """In-task merge: a partition is merged once this many small segments lie side by side."""
@@ -74,14 +81,31 @@ def merge_small_segments(mgr: BucketLogManager, topics: Iterable[str], clock: Cl
     """In task 0: merge runs of small committed segments of ``topics``; returns segments
     merged away. ``mgr``'s state is the one the task refreshed when it started."""
     state = mgr.state
-    pairs = [(t, p) for t in sorted(set(topics)) if (spec := state.topics.get(t)) is not None
-             for p in range(spec.partitions)]
-    return _merge(mgr, pairs, clock, lambda ps, config: plan_small_merges(
-        ps, config, target_bytes=MERGE_TARGET_BYTES, min_segments=MERGE_MIN_SEGMENTS))
+    pairs = [
+        (t, p)
+        for t in sorted(set(topics))
+        if (spec := state.topics.get(t)) is not None
+        for p in range(spec.partitions)
+    ]
+    return _merge(
+        mgr,
+        pairs,
+        clock,
+        lambda ps, config: plan_small_merges(
+            ps, config, target_bytes=MERGE_TARGET_BYTES, min_segments=MERGE_MIN_SEGMENTS
+        ),
+    )
 
 
-def merge_after_commit(mgr: BucketLogManager, written: Iterable[tuple[str, int]], clock: Clock,
-                       *, min_segments: int, small_bytes: int, age_pass: bool) -> int:
+def merge_after_commit(
+    mgr: BucketLogManager,
+    written: Iterable[tuple[str, int]],
+    clock: Clock,
+    *,
+    min_segments: int,
+    small_bytes: int,
+    age_pass: bool,
+) -> int:
     """In the driver, after a commit: merge the small segments of the ``written``
     partitions that reached ``min_segments`` side by side; with ``age_pass`` (the sink's
     maintenance is due), of every partition of their topics from 2 on. Returns segments
@@ -90,31 +114,64 @@ def merge_after_commit(mgr: BucketLogManager, written: Iterable[tuple[str, int]]
     pairs = set(written)
     if age_pass:
         min_segments = 2
-        pairs |= {(t, p) for t, _ in pairs if (spec := state.topics.get(t)) is not None
-                  for p in range(spec.partitions)}
-    return _merge(mgr, sorted(pairs), clock, lambda ps, config: plan_deferred_merges(
-        ps, config, small_bytes=small_bytes, target_bytes=MERGE_TARGET_BYTES,
-        min_segments=min_segments))
+        pairs |= {
+            (t, p)
+            for t, _ in pairs
+            if (spec := state.topics.get(t)) is not None
+            for p in range(spec.partitions)
+        }
+    return _merge(
+        mgr,
+        sorted(pairs),
+        clock,
+        lambda ps, config: plan_deferred_merges(
+            ps,
+            config,
+            small_bytes=small_bytes,
+            target_bytes=MERGE_TARGET_BYTES,
+            min_segments=min_segments,
+        ),
+    )
 
 
-def merge_written(mgr: BucketLogManager, options: SinkOptions, sink_id: str, batch_id: int,
-                  written: Iterable[tuple[str, int]], clock: Clock, *, age_pass: bool) -> int:
+def merge_written(
+    mgr: BucketLogManager,
+    options: SinkOptions,
+    sink_id: str,
+    batch_id: int,
+    written: Iterable[tuple[str, int]],
+    clock: Clock,
+    *,
+    age_pass: bool,
+) -> int:
     """``merge_after_commit`` with the sink's options, best effort: the batch is published,
     so a failure is logged and the next commit tries again."""
     try:
-        return merge_after_commit(mgr, written, clock, min_segments=options.merge_min_segments,
-                                  small_bytes=options.merge_small_segment_bytes,
-                                  age_pass=age_pass)
+        return merge_after_commit(
+            mgr,
+            written,
+            clock,
+            min_segments=options.merge_min_segments,
+            small_bytes=options.merge_small_segment_bytes,
+            age_pass=age_pass,
+        )
     except (SeglogError, OSError) as e:
         # OSError too, as the sink's maintenance: an object another maintainer's collector
         # deleted meanwhile must not fail a query whose batch is already published.
-        logger.warning("sink %s published batch %d to %s, but merging its small segments "
-                       "failed (the next commit retries): %s", sink_id, batch_id, mgr.uri, e)
+        logger.warning(
+            "sink %s published batch %d to %s, but merging its small segments "
+            "failed (the next commit retries): %s",
+            sink_id,
+            batch_id,
+            mgr.uri,
+            e,
+        )
         return 0
 
 
-def _merge(mgr: BucketLogManager, pairs: Iterable[tuple[str, int]], clock: Clock,
-           plan: _Plan) -> int:
+def _merge(
+    mgr: BucketLogManager, pairs: Iterable[tuple[str, int]], clock: Clock, plan: _Plan
+) -> int:
     """Plan each partition of ``pairs`` on ``mgr``'s state and merge what fits the budget
     (one commit per partition)."""
     budget = MERGE_BYTES_PER_TASK
@@ -136,7 +193,8 @@ def _merge(mgr: BucketLogManager, pairs: Iterable[tuple[str, int]], clock: Clock
         # Half the grace the collector gives an upload no commit references (this topic's
         # delay: never more than the collector's, which takes the largest).
         max_age = orphan_grace_ms(config.file_delete_delay_ms) // 2
-        result = merge_partition(mgr.commits, topic, partition, config, clock, max_age,
-                                 mgr.sync_logs, runs=runs)
+        result = merge_partition(
+            mgr.commits, topic, partition, config, clock, max_age, mgr.sync_logs, runs=runs
+        )
         merged += result.merged
     return merged

@@ -54,8 +54,9 @@ def test_by_default_no_task_merges_before_the_commit():
 
 
 def test_merge_small_segments_true_merges_in_task_0_before_the_commit():
-    uri, expected = write_batches(mergeSmallSegments="true", maintenanceIntervalMs=NEVER,
-                                  mergeMinSegments=NEVER)
+    uri, expected = write_batches(
+        mergeSmallSegments="true", maintenanceIntervalMs=NEVER, mergeMinSegments=NEVER
+    )
     # task 0 merged each time it found 8 side by side; a batch adds TASKS after it
     assert all(n < MERGE_MIN_SEGMENTS + TASKS for n in segment_counts(uri))
     check_exactly_once(uri, expected)
@@ -81,8 +82,9 @@ def test_mergeMinSegments_never_reached_leaves_fragments_to_seglog_maintain():
 
 
 def test_segments_at_or_above_merge_small_segment_bytes_are_never_merged():
-    uri, expected = write_batches(maintenanceIntervalMs="0", mergeMinSegments="2",
-                                  mergeSmallSegmentBytes="64")  # every fragment is larger
+    uri, expected = write_batches(
+        maintenanceIntervalMs="0", mergeMinSegments="2", mergeSmallSegmentBytes="64"
+    )  # every fragment is larger
     assert segment_counts(uri) == [TASKS * BATCHES] * 2
     check_exactly_once(uri, expected)
 
@@ -104,8 +106,9 @@ def test_a_long_lived_query_of_tiny_micro_batches_keeps_a_bounded_segment_count(
     clock = MockClock(int(time.time() * 1000))
     merged, unmerged = memory_uri(), memory_uri()
     common = {"numPartitions": "1", "maxBatchBytes": "2048"}
-    opts = options(merged, mergeMinSegments=str(min_segments), maintenanceIntervalMs="20000",
-                   **common)
+    opts = options(
+        merged, mergeMinSegments=str(min_segments), maintenanceIntervalMs="20000", **common
+    )
     twin = options(unmerged, mergeMinSegments=NEVER, maintenanceIntervalMs=NEVER, **common)
     expected: list[bytes] = []
     smallest = total = 0
@@ -116,8 +119,12 @@ def test_a_long_lived_query_of_tiny_micro_batches_keeps_a_bounded_segment_count(
         smallest = min([smallest or sizes[0], *sizes])
         total += sum(sizes)
         commit(staged, b, opts, clock=clock)
-        commit([stage(twin, b, task=t, n=5, tag=f"t{t}", clock=clock) for t in range(tasks)],
-               b, twin, clock=clock)
+        commit(
+            [stage(twin, b, task=t, n=5, tag=f"t{t}", clock=clock) for t in range(tasks)],
+            b,
+            twin,
+            clock=clock,
+        )
         expected += [v for t in range(tasks) for v in values(b, 5, f"t{t}")]
         count = segment_counts(merged, (0,))[0]
         worst = max(worst, count)
@@ -131,12 +138,15 @@ def test_a_long_lived_query_of_tiny_micro_batches_keeps_a_bounded_segment_count(
     assert _kafka_bytes(merged) == _kafka_bytes(unmerged)
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("mergeSmallSegments", "sometimes", "true or false"),
-    ("mergeMinSegments", "1", "at least 2"),
-    ("mergeMinSegments", "many", "an integer"),
-    ("mergeSmallSegmentBytes", "0", "must be positive"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("mergeSmallSegments", "sometimes", "true or false"),
+        ("mergeMinSegments", "1", "at least 2"),
+        ("mergeMinSegments", "many", "an integer"),
+        ("mergeSmallSegmentBytes", "0", "must be positive"),
+    ],
+)
 def test_merge_options_refuse_bad_values_naming_the_option(name: str, value: str, message: str):
     with pytest.raises(ConfigError, match=f"'{name}'.*{message}"):
         options(memory_uri(), **{name: value})
@@ -174,8 +184,12 @@ def test_a_merge_after_the_commit_that_loses_to_another_sinks_commit_keeps_both(
     def other_sink_commits(uri: str) -> None:
         # another clock: the process's shared writer is replaced, as another process's
         opts = options(uri, numPartitions="1")
-        commit([stage(opts, 0, sink=other, n=40, tag="o")], 0, opts,
-               clock=MockClock(int(time.time() * 1000)))
+        commit(
+            [stage(opts, 0, sink=other, n=40, tag="o")],
+            0,
+            opts,
+            clock=MockClock(int(time.time() * 1000)),
+        )
 
     uri = _merge_racing(monkeypatch, other_sink_commits)
     expected = [v for b in range(3) for t in range(TASKS) for v in values(b, 30, f"t{t}")]
@@ -203,6 +217,7 @@ def test_a_merge_after_the_commit_whose_source_retention_removed_is_abandoned(mo
         staged = {e.name.rsplit(".", 1)[0] for e in mgr.storage.list_dir(f"{TOPIC}-0")}
     assert staged <= {s.key.rsplit("/", 1)[1] for s in segs}  # the merge's upload: deleted
     from test_sink_bucket import read_all
+
     assert [r[3] for r in read_all(uri)] == expected[30:]
 
 
@@ -230,8 +245,9 @@ def test_sigkill_in_the_merge_after_the_commit_leaves_the_batch_published(step, 
         print("COMMITTED")
     """)
     env = dict(os.environ, **{CRASH_ENV: step})
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     expected = values(0, 30) + values(1, 30, "t0") + values(1, 30, "t1")
     check_exactly_once(s3_uri, expected)
