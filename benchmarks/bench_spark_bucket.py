@@ -15,7 +15,8 @@ cores with Spark, which S3 would not: the bucket's rows/s here are a floor.
    queries per round, alternating: the no-op Python Arrow writer, seglog on a local dir,
    seglog on the bucket (by default, which merges small fragments after the commit when
    enough lie side by side, and with ``mergeSmallSegments=true``, which also merges in
-   task 0 of every micro-batch, the default before 2026-11-27). The input is the same for all, so its cost is in each.
+   task 0 of every micro-batch, the default before 2026-11-27). The input is the same
+   for all, so its cost is in each.
    A fourth, the peer (``bucket_peers.put_arrow``), only PUTs each task's rows into a
    bucket as one Arrow IPC object: what moving the rows into this store costs at all.
 2. Source: the same rows in a local dir and in the bucket, read by the seglog source into
