@@ -12,11 +12,12 @@ after the run's first segment's (Kafka's time-based roll, with the first segment
 largest timestamp standing for its first batch's: entries carry no more). Segments wholly
 below the log start offset are left to retention; only runs of two or more are merged.
 
-**Rewrite**: the sources' ``.log`` objects are read and checked (``bucket_objects``:
-sizes, CRCs, offsets; base offsets patched where an entry has ``offset_delta``),
-concatenated, and the ``.index``/``.timeindex`` rebuilt by ``bucket_segment``'s indexing
-(what a local seglog writes for the same batches). The merged entry keeps the run's
-offset range ``[first base, last next_offset)``, so the high watermark never moves.
+**Rewrite**: the sources' ``.log`` objects are read (``READ_THREADS`` at once) and
+checked (``bucket_objects``: sizes, CRCs, offsets; base offsets patched where an entry
+has ``offset_delta``), concatenated, and the ``.index``/``.timeindex`` rebuilt by
+``bucket_segment``'s indexing (what a local seglog writes for the same batches). The
+merged entry keeps the run's offset range ``[first base, last next_offset)``, so the
+high watermark never moves.
 
 **Commit**: on a lost race the merge is re-checked against the new state: a run whose
 source segment is gone (retention, another merge) is abandoned and its upload deleted;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ..cleaner.cleaner_stats import SegmentSizes, group_segments
@@ -43,6 +45,8 @@ from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentE
 logger = logging.getLogger(__name__)
 
 MERGE_STEPS = ("merge-after-upload", "merge-after-commit")
+READ_THREADS = 16
+"""Source ``.log`` objects a merge reads at once (``bucket_append.UPLOAD_THREADS``'s bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +135,12 @@ def plan_deferred_merges(ps: PartitionState, config: LogConfig, *, small_bytes: 
 def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
                    partition: int, config: LogConfig) -> SegmentObjects:
     """One Kafka segment holding ``run``'s batches, with rebuilt indexes."""
-    buf, headers = concatenated([read_segment(storage, e) for e in run])
+    # The sources at once: a run of tiny fragments is many GETs, each a round trip, and
+    # a sink merges after its commit, so the next micro-batch waits for them.
+    with ThreadPoolExecutor(min(len(run), READ_THREADS),
+                            thread_name_prefix="seglog-merge-read") as pool:
+        sources = list(pool.map(lambda e: read_segment(storage, e), run))
+    buf, headers = concatenated(sources)
     segments = build_segments(buf, headers, topic=topic, partition=partition,
                               segment_bytes=max(len(buf), config.segment_bytes),
                               index_interval_bytes=config.index_interval_bytes,
