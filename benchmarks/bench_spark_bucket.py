@@ -13,8 +13,10 @@ cores with Spark, which S3 would not: the bucket's rows/s here are a floor.
 
 1. Sink: one input (a local seglog topic read by the seglog source), AvailableNow
    queries per round, alternating: the no-op Python Arrow writer, seglog on a local dir,
-   seglog on the bucket (by default, and with ``mergeSmallSegments=false``, which leaves
-   merging to ``seglog maintain``). The input is the same for all, so its cost is in each.
+   seglog on the bucket (by default, which merges small fragments after the commit when
+   enough lie side by side, and with ``mergeSmallSegments=true``, which also merges in
+   task 0 of every micro-batch, the default before 2026-11-27). The input is the same
+   for all, so its cost is in each.
    A fourth, the peer (``bucket_peers.put_arrow``), only PUTs each task's rows into a
    bucket as one Arrow IPC object: what moving the rows into this store costs at all.
 2. Source: the same rows in a local dir and in the bucket, read by the seglog source into
@@ -67,7 +69,7 @@ from s3_server import MotoServer, S3Server, SeaweedServer, seaweed_unavailable  
 VALUE_BYTES = 100
 TASKS = 2  # local[2]: a micro-batch's data comes from two write tasks
 GET_PEER_OBJECT_ROWS = 100_000
-NO_MERGE = "seglog bucket, mergeSmallSegments=false"
+IN_TASK_MERGE = "seglog bucket, mergeSmallSegments=true"
 
 
 def load() -> str:
@@ -163,13 +165,13 @@ def spark_rates(server: S3Server, work: Path, args: argparse.Namespace) -> None:
     # Each bucket sink run writes into a new bucket: moto lists a prefix by walking every
     # key of the bucket (S3 does not), so a bucket that fills up run after run would make
     # each later run's LISTs slower for the server's sake, not seglog's.
-    # The sink's default, and with the option that leaves merging to `seglog maintain`.
-    no_merge = {"mergeSmallSegments": "false"}
+    # The sink's default, and with the option that merges in task 0 of every micro-batch.
+    in_task_merge = {"mergeSmallSegments": "true"}
     sinks: dict[str, Callable[[], str]] = {
         "no-op Python Arrow writer": lambda: "noop",
         "seglog local dir": lambda: str(work / "out"),
         "seglog bucket": lambda: f"s3://{server.create_bucket('sink')}/logs",
-        NO_MERGE: lambda: f"s3://{server.create_bucket('sink')}/logs",
+        IN_TASK_MERGE: lambda: f"s3://{server.create_bucket('sink')}/logs",
         "Arrow IPC PUT to the bucket": lambda: f"put:{server.create_bucket('put')}"}
     readers = {
         "no-op Python Arrow reader": lambda: spark.readStream.format("noop_arrow_bench")
@@ -195,7 +197,7 @@ def spark_rates(server: S3Server, work: Path, args: argparse.Namespace) -> None:
         for label in _rotated(list(sinks), r) if args.only != "source" else ():
             cpu, at = server_cpu_s(server), server.request_counts()
             rate = sink_rate(spark, str(local_in), sinks[label](), work, args.per_batch,
-                             no_merge if label == NO_MERGE else None)
+                             in_task_merge if label == IN_TASK_MERGE else None)
             cpu = server_cpu_s(server) - cpu
             sink_rates[label].append(rate)
             print(f"  round {r} sink   {label:30s} {rate:12,.0f} rows/s, S3 server "

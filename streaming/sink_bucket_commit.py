@@ -29,8 +29,10 @@ batch_id)`` reads and writes no data byte. It:
 5. deletes the uploads no commit references: other attempts, and a replay's own;
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
    in the ledger, so every process agrees), runs retention and collection (metadata
-   commits, listings, deletes); merging runs in the write tasks
-   (``sink_bucket_staging``). Best effort after the publish: a failure is logged.
+   commits, listings, deletes); then merges the small segments that are due
+   (``sink_bucket_merge.merge_after_commit``: by count, and every partition of the
+   sink's topics when maintenance ran). Best effort after the publish: a failure is
+   logged.
 
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-
@@ -77,6 +79,7 @@ from .sink_batch import (
     SinkBatch,
     config_differences,
 )
+from .sink_bucket_merge import merge_written
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
@@ -239,8 +242,13 @@ class BucketPublication:
                                                         _all(self.batch.chosen)))
 
     def maintain(self) -> None:
-        if self.done is not None and self.done.maintain:
+        if self.done is None:
+            return
+        if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
+        merge_written(self.mgr, self.options, self.batch.sink_id, self.batch.batch_id,
+                      [(p.topic, p.partition) for p in self.done.published], self.clock,
+                      age_pass=self.done.merge_aged)
 
     def close(self, *, failed: bool = False) -> None:
         """A bucket writer holds nothing to release (it stays the process's)."""
@@ -254,6 +262,9 @@ class _Plan:
 
     published: tuple[PublishedPartition, ...]
     maintain: bool
+    merge_aged: bool = False
+    """Merge every small segment of the sink's topics: an interval has passed since the
+    sink's last maintenance (not at its first, where none has been measured)."""
 
 
 def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragment]],
@@ -310,7 +321,7 @@ def _check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
 
 def _run_maintenance(mgr: BucketLogManager, sink_id: str, batch_id: int) -> None:
     """Retention and collection (metadata commits, listings and deletes: no data byte
-    passes through the driver); merging runs in the write tasks. Best effort: the batch
+    passes through the driver; merging is ``merge_written``'s). Best effort: the batch
     is published, so a failure is logged and the next interval tries again."""
     try:
         mgr.maintenance.delete_old_segments()
@@ -374,15 +385,16 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
         published.append(PublishedPartition(topic, partition, start, end,
                                             sum(f.records for f in frags)))
     now = clock.milliseconds()
-    maintain = False
+    maintain = aged = False
     sinks: dict[str, Any] = {}
     if use_ledger:
         last = ledger.get("maintained_ms") if isinstance(ledger, dict) else None
         maintain = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
+        aged = maintain and isinstance(last, int)
         sinks[sink_id] = {"batch_id": batch_id, "timestamp_ms": now,
                           "maintained_ms": now if maintain else last}
     return (Change(topics=topics, partitions=parts, sinks=sinks),
-            _Plan(tuple(published), maintain))
+            _Plan(tuple(published), maintain, aged))
 
 
 def _ledger_of(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> Any:

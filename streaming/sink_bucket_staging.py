@@ -29,11 +29,10 @@ but its output goes to the bucket, never through the driver:
    (object key, counts, sizes) and which records each topic's partition count and
    config overrides: the commit message. ``sink_bucket_commit`` turns them into segment
    entries in one conditional commit.
-6. Task 0 of a batch then merges the small committed segments of the topics it wrote
-   (``merge_small_segments``): maintenance for a long-lived query, bounded per task, with
-   no data through the driver. The sink option ``mergeSmallSegments=false`` leaves it to
-   ``seglog maintain``: the merge reads those bytes back and writes them again, which a
-   store that is not free per byte (or per request) may not want inside every query.
+6. With ``mergeSmallSegments=true`` (off by default), task 0 of a batch then merges the
+   small committed segments of the topics it wrote (``merge_small_segments``), bounded
+   per task: every micro-batch waits for it. By default the driver merges after the
+   commit instead, by count and age (``sink_bucket_merge.merge_after_commit``).
 
 A failing task deletes what it uploaded; a task killed mid-way leaves objects no commit
 references (the collector deletes them once their batch is settled).

@@ -67,6 +67,8 @@ TOPIC_CONFIG_PREFIX = "topic."
 DEFAULT_MAX_BATCH_BYTES = 1 << 20
 DEFAULT_LOCK_TIMEOUT_MS = 30_000
 DEFAULT_MAINTENANCE_INTERVAL_MS = 300_000
+DEFAULT_MERGE_MIN_SEGMENTS = 32
+DEFAULT_MERGE_SMALL_SEGMENT_BYTES = 4 << 20
 
 SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("path", "(required)", "The log dir, or several separated by commas "
@@ -92,12 +94,24 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "another writer to release a log dir's `.lock`."),
     OptionSpec("maintenanceIntervalMs", str(DEFAULT_MAINTENANCE_INTERVAL_MS), "How often a "
                "commit also runs maintenance (retention, checkpoints, deletions, "
-               "compaction); Kafka's `log.retention.check.interval.ms`."),
-    OptionSpec("mergeSmallSegments", "true", "On a bucket: task 0 of each micro-batch "
-               "merges runs of 8 or more small committed segments into segments of up to "
-               "64 MiB, which bounds a long-lived query's segment count but sends those "
-               "bytes through the store again. `false` leaves merging to `seglog maintain`. "
-               "Local log dirs ignore it."),
+               "compaction; on a bucket also the merge of every run of 2 or more small "
+               "segments of the sink's topics: no small segment waits much longer); Kafka's "
+               "`log.retention.check.interval.ms`."),
+    OptionSpec("mergeMinSegments", str(DEFAULT_MERGE_MIN_SEGMENTS), "On a bucket: after "
+               "its commit, the driver merges a partition the micro-batch wrote once this "
+               "many adjacent segments under `mergeSmallSegmentBytes` lie side by side (a "
+               "reader pays a request per segment); when `maintenanceIntervalMs` has passed, "
+               "every partition of the sink's topics from 2 on. Off the micro-batch's "
+               "critical path: its rows are visible before. Local log dirs ignore it."),
+    OptionSpec("mergeSmallSegmentBytes", str(DEFAULT_MERGE_SMALL_SEGMENT_BYTES), "On a "
+               "bucket: segments under this size are merged after the commit (into segments "
+               "of up to 64 MiB); larger ones cost a reader little more than merged ones and "
+               "are never rewritten. Local log dirs ignore it."),
+    OptionSpec("mergeSmallSegments", "false", "On a bucket: `true` also makes task 0 of "
+               "each micro-batch merge runs of 8 or more committed segments under 32 MiB "
+               "into segments of up to 64 MiB before the micro-batch commits (the default "
+               "before 2026-11-27): every micro-batch waits for it, and about every byte "
+               "of mid-sized fragments passes the store twice more. Local log dirs ignore it."),
     OptionSpec("checkpointLocation", "", "Spark's own option (passed to the sink only when "
                "given with `option()`, not from `spark.sql.streaming.checkpointLocation`); the "
                "sink uses it only to name itself when Spark gives no query id."),
@@ -130,9 +144,14 @@ class SinkOptions:
     num_partitions_given: bool = False
     """Whether ``numPartitions`` was given (then an existing topic must have that many)."""
     allow_expired_timestamps: bool = False
-    merge_small_segments: bool = True
-    """On a bucket, whether task 0 of each micro-batch merges small committed segments
-    (``sink_bucket_merge``); False leaves it to ``seglog maintain``."""
+    merge_small_segments: bool = False
+    """On a bucket, whether task 0 of each micro-batch also merges small committed
+    segments before the commit (``sink_bucket_merge.merge_small_segments``)."""
+    merge_min_segments: int = DEFAULT_MERGE_MIN_SEGMENTS
+    """On a bucket, how many adjacent small segments make the driver merge a partition
+    after its commit (``sink_bucket_merge.merge_after_commit``)."""
+    merge_small_segment_bytes: int = DEFAULT_MERGE_SMALL_SEGMENT_BYTES
+    """On a bucket, the size under which a segment is merged after the commit."""
     ignored: tuple[str, ...] = ()
     """Kafka connector options accepted without effect, as the user spelled them."""
     storage: StorageOptions = NO_STORAGE_OPTIONS
@@ -228,11 +247,22 @@ class SinkOptions:
             query_name=opts.get("queryName"),
             num_partitions_given="numPartitions" in opts,
             allow_expired_timestamps=option_bool(opts, "allowExpiredTimestamps", False),
-            merge_small_segments=option_bool(opts, "mergeSmallSegments", True),
+            merge_small_segments=option_bool(opts, "mergeSmallSegments", False),
+            merge_min_segments=_merge_min_segments(opts),
+            merge_small_segment_bytes=option_positive_int(
+                opts, "mergeSmallSegmentBytes", DEFAULT_MERGE_SMALL_SEGMENT_BYTES),
             ignored=tuple(ignored),
             storage=storage_options_for(
                 log_dirs, storage, "logDirs" if "logDirs" in opts else "path"),
         )
+
+
+def _merge_min_segments(opts: Mapping[str, str]) -> int:
+    value = option_positive_int(opts, "mergeMinSegments", DEFAULT_MERGE_MIN_SEGMENTS)
+    if value < 2:  # one segment is nothing to merge
+        raise ConfigError(f"invalid value {opts['mergeMinSegments']!r} for option "
+                          "'mergeMinSegments': must be at least 2")
+    return value
 
 
 def _as_spelled(opts: Mapping[str, str], spelled: Mapping[str, str], name: str

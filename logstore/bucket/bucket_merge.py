@@ -12,11 +12,12 @@ after the run's first segment's (Kafka's time-based roll, with the first segment
 largest timestamp standing for its first batch's: entries carry no more). Segments wholly
 below the log start offset are left to retention; only runs of two or more are merged.
 
-**Rewrite**: the sources' ``.log`` objects are read and checked (``bucket_objects``:
-sizes, CRCs, offsets; base offsets patched where an entry has ``offset_delta``),
-concatenated, and the ``.index``/``.timeindex`` rebuilt by ``bucket_segment``'s indexing
-(what a local seglog writes for the same batches). The merged entry keeps the run's
-offset range ``[first base, last next_offset)``, so the high watermark never moves.
+**Rewrite**: the sources' ``.log`` objects are read (``READ_THREADS`` at once) and
+checked (``bucket_objects``: sizes, CRCs, offsets; base offsets patched where an entry
+has ``offset_delta``), concatenated, and the ``.index``/``.timeindex`` rebuilt by
+``bucket_segment``'s indexing (what a local seglog writes for the same batches). The
+merged entry keeps the run's offset range ``[first base, last next_offset)``, so the
+high watermark never moves.
 
 **Commit**: on a lost race the merge is re-checked against the new state: a run whose
 source segment is gone (retention, another merge) is abandoned and its upload deleted;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from ..cleaner.cleaner_stats import SegmentSizes, group_segments
@@ -44,6 +46,8 @@ from .bucket_state import BucketState, PartitionChange, PartitionState, SegmentE
 logger = logging.getLogger(__name__)
 
 MERGE_STEPS = ("merge-after-upload", "merge-after-commit")
+READ_THREADS = 16
+"""Source ``.log`` objects a merge reads at once (``bucket_append.UPLOAD_THREADS``'s bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +101,47 @@ def plan_small_merges(ps: PartitionState, config: LogConfig, *, target_bytes: in
     return [r for r in runs if len(r) >= min_segments]
 
 
+def plan_deferred_merges(ps: PartitionState, config: LogConfig, *, small_bytes: int,
+                         target_bytes: int, min_segments: int) -> list[tuple[SegmentEntry, ...]]:
+    """What a sink merges after its commit: in each stretch of adjacent segments under
+    ``small_bytes`` that holds at least ``min_segments`` (the stretch is what a reader
+    pays a request each for), the newest segments from the first one no larger than all
+    the segments after it together, grouped as ``plan_merges`` groups them into at most
+    ``target_bytes``. Leaving out the older, larger ones makes merged segments double at
+    most once per merge they take part in, so a byte is rewritten about
+    log2(``small_bytes`` / fragment size) times, not once per merge as when every merge
+    takes the partition's whole small tail; a segment that reached ``small_bytes`` is
+    never rewritten again. A stretch then holds at most that many older segments plus
+    fewer than ``min_segments`` new ones."""
+    small = replace(config, segment_bytes=min(config.segment_bytes, target_bytes))
+    runs: list[tuple[SegmentEntry, ...]] = []
+    stretch: list[SegmentEntry] = []
+    for seg in (*ps.segments, None):
+        if seg is not None and seg.size < small_bytes and seg.next_offset > ps.log_start_offset:
+            stretch.append(seg)
+            continue
+        if len(stretch) >= min_segments:
+            after = sum(s.size for s in stretch)
+            start = len(stretch)
+            for i, s in enumerate(stretch):
+                after -= s.size
+                if s.size <= after:
+                    start = i
+                    break
+            runs += plan_merges(replace(ps, segments=tuple(stretch[start:])), small)
+        stretch = []
+    return runs
+
+
 def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
                    partition: int, config: LogConfig) -> SegmentObjects:
     """One Kafka segment holding ``run``'s batches, with rebuilt indexes."""
-    buf, headers = concatenated([read_segment(storage, e) for e in run])
+    # The sources at once: a run of tiny fragments is many GETs, each a round trip, and
+    # a sink merges after its commit, so the next micro-batch waits for them.
+    with ThreadPoolExecutor(min(len(run), READ_THREADS),
+                            thread_name_prefix="seglog-merge-read") as pool:
+        sources = list(pool.map(lambda e: read_segment(storage, e), run))
+    buf, headers = concatenated(sources)
     segments = build_segments(buf, headers, topic=topic, partition=partition,
                               segment_bytes=max(len(buf), config.segment_bytes),
                               index_interval_bytes=config.index_interval_bytes,

@@ -231,3 +231,29 @@ def test_retention_by_log_start_offset_and_a_compact_only_topic():
     assert [s.base_offset for s in segments(mgr)] == [8, 12]
     assert mgr.log_start_offsets() == {("t", 0): 9}
     assert mgr.delete_old_segments() == 0
+
+
+def test_a_merge_reads_its_sources_at_once(monkeypatch):
+    """Each source is a GET, a round trip on a real store: a merge of many tiny fragments
+    (what a sink merges after its commit, while its next micro-batch waits) reads them
+    concurrently. Every read here waits until 4 are in flight: sequential reads would
+    break the barrier, and the merge would fail."""
+    import threading
+
+    mgr = BucketLogManager(memory_uri())
+    mgr.create_topic("t", 1, {"retention.ms": -1})
+    for i in range(8):
+        mgr.append("t", 0, batch(i))
+    real_read = bucket_merge.read_segment
+    together = threading.Barrier(4, timeout=30)
+
+    def read_when_4_are_in_flight(storage, entry):
+        together.wait()
+        return real_read(storage, entry)
+
+    monkeypatch.setattr(bucket_merge, "READ_THREADS", 4)
+    monkeypatch.setattr(bucket_merge, "read_segment", read_when_4_are_in_flight)
+    assert mgr.merge_segments() == 8
+    assert [v for _, v in log_values(mgr, "t")] == [
+        f"v{i}-{j}".encode() for i in range(8) for j in range(4)
+    ]
