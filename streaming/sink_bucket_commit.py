@@ -191,7 +191,7 @@ class BucketPublication:
         _check_uploads(self.mgr, b.sink_id, b.batch_id, plan)
         assumed = b.topics()
         published: list[PublishedPartition] = []
-        maintain = False
+        maintain = aged = False
         groups = topic_groups(self.mgr.state, {tp[0] for tp in plan})
         for n, group in enumerate(groups):
             if n:
@@ -201,7 +201,8 @@ class BucketPublication:
             if done is not None:
                 published += done.published
                 maintain = maintain or done.maintain
-        self.done = _Plan(tuple(published), maintain) if published else None
+                aged = aged or done.merge_aged
+        self.done = _Plan(tuple(published), maintain, aged) if published else None
         crash_point("bucket-after-commit", b.batch_id)
         return self.done.published if self.done is not None else None
 
