@@ -55,6 +55,27 @@ class DelayedDeleter:
         with self._lock:
             return self._pending[0][0] if self._pending else None
 
+    def release_handles(self, dir_: PurePath) -> int:
+        """Run now the ``before_delete`` of every pending file of the directory ``dir_``
+        (a log closing: its segments waiting out the delay hold open files nothing will
+        read again); the files stay scheduled, and ``.deleted`` files left at exit are
+        removed by the next load, as Kafka's loader removes them. Returns how many
+        callbacks ran."""
+        dir_ = Path(dir_)
+        release = []
+        with self._lock:
+            for i, (due, seq, paths, before) in enumerate(self._pending):
+                if before is not None and any(p.parent == dir_ for p in paths):
+                    release.append((paths, before))
+                    # same (due, seq) key: the heap order holds
+                    self._pending[i] = (due, seq, paths, None)
+        for paths, before in release:
+            try:
+                before()
+            except Exception:
+                logger.exception("closing %s failed", paths)
+        return len(release)
+
     def run_due(self, *, force: bool = False) -> int:
         """Unlink every due file (all with ``force``); returns how many were unlinked."""
         now = self.clock.monotonic_ms()
