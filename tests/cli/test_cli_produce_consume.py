@@ -226,3 +226,18 @@ def test_consume_follow_interrupted_says_how_many_it_processed(tmp_path):
     assert proc.returncode == 130, err
     assert err.decode().splitlines() == ["Processed a total of 3 messages",
                                          "seglog consume: interrupted"]
+
+
+def test_a_wrong_property_is_one_line_naming_it(tmp_path, capsys):
+    """produce and consume check their ``--property`` values the same way: an unknown
+    name lists the known ones, a flag must be true or false."""
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "t", "--path", d).code == 0
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"v\n")
+    for command, known in (("produce", "parse.key"), ("consume", "print.key")):
+        extra = ["--file", src] if command == "produce" else ["--from-beginning"]
+        r = run(capsys, command, "t", "--path", d, *extra, "--property", "no.such=1")
+        one_line_error(r, "unknown --property 'no.such'", known)
+        r = run(capsys, command, "t", "--path", d, *extra, "--property", f"{known}=yes")
+        one_line_error(r, f"--property {known} must be true or false, got 'yes'")
