@@ -123,9 +123,9 @@ from .sink_protocol import (
 )
 from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
-    Fragment,
     StagedFragment,
     StagedTask,
+    fragments_of,
     producer_id_of,
     remove_files,
     sink_state_dir,
@@ -196,7 +196,8 @@ class LocalPublication:
         self.batch = batch
         self.clock = clock
         self.plan: dict[TopicPartition, list[StagedFragment]] = {
-            tp: _local(frags) for tp, frags in batch.plan.items()}
+            tp: fragments_of(StagedFragment, frags, "in a bucket", "local log dirs")
+            for tp, frags in batch.plan.items()}
         self.assumed = {t: a.partitions for t, a in batch.topics().items()}
         self.pid = producer_id_of(batch.sink_id)
         self.mgr = open_writer(options, clock=clock)
@@ -305,16 +306,6 @@ class LocalPublication:
         # topic.
         log_writers.pause(self.options.log_dirs, self.mgr)
         crash_point("after-commit", self.batch.batch_id)
-
-
-def _local(fragments: Sequence[Fragment]) -> list[StagedFragment]:
-    out = []
-    for f in fragments:
-        if not isinstance(f, StagedFragment):
-            raise SinkCommitError(f"a task staged {f.path} in a bucket, but the sink writes "
-                                  "to local log dirs")
-        out.append(f)
-    return out
 
 
 def open_writer(options: SinkOptions, *, clock: Clock = SYSTEM_CLOCK) -> LogManager:
