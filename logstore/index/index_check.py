@@ -151,6 +151,17 @@ def _first_at_or_above(values: np.ndarray, upto: int, limits: np.ndarray) -> int
     return int(np.argmax(values[:upto] >= limits))
 
 
+def _largest_before(values: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per entry, the largest of ``values[:j]`` (a per-batch column, ``j`` the batches
+    before each entry's lookup position): what a lookup starting there skips. The int64
+    minimum where no batch lies before."""
+    lowest = np.iinfo(np.int64).min
+    if not len(values):
+        return np.full(len(j), lowest)
+    prefix_max = np.maximum.accumulate(values)
+    return np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], lowest)
+
+
 def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
                             limit: int = 10) -> tuple[list[Violation], int]:
     """Entries of an offset index that would mislead a lookup (the module's rule): the
@@ -162,9 +173,7 @@ def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
     j = np.searchsorted(batches.positions, p, side="left")  # batches before p
     boundary = (j < len(batches)) & (batches.positions[np.minimum(j, len(batches) - 1)] == p) \
         if len(batches) else np.zeros(n, dtype=bool)
-    prefix_max = np.maximum.accumulate(batches.last_offsets) if len(batches) else None
-    before_max = (np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], np.iinfo(np.int64).min)
-                  if prefix_max is not None else np.full(n, np.iinfo(np.int64).min))
+    before_max = _largest_before(batches.last_offsets, j)
     not_growing = np.zeros(n, dtype=bool)
     not_growing[1:] = e[1:] <= e[:-1]
     bad = not_growing | ~boundary | (before_max >= e)
@@ -198,11 +207,7 @@ def time_index_violations(entries: IndexEntries, offset_entries: IndexEntries | 
     t, o = entries.keys, entries.values
     p = offset_lookup_positions(offset_entries, o)
     j = np.searchsorted(batches.positions, p, side="left")
-    if len(batches):
-        prefix_max = np.maximum.accumulate(batches.max_timestamps)
-        before_max = np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], np.iinfo(np.int64).min)
-    else:
-        before_max = np.full(n, np.iinfo(np.int64).min)
+    before_max = _largest_before(batches.max_timestamps, j)
     decreasing = np.zeros(n, dtype=bool)
     decreasing[1:] = t[1:] < t[:-1]
     bad = decreasing | (before_max >= t)
