@@ -3,6 +3,7 @@ an unclean open reads each byte of the log once, and ends in the state the write
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,10 @@ def test_a_damaged_marker_is_an_error_naming_the_file(tmp_path):
     with pytest.raises(CorruptRecordError) as e:
         Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0, had_clean_shutdown=False)
     assert path.name in str(e.value) and f"position {h.position}" in str(e.value)
+    # the failed open hands over no log to close, so it leaves no file of it open
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.islink(f"/proc/self/fd/{fd}")]
+    assert [f for f in held if f.startswith(f"{d}/")] == []
 
 
 # ---------------------------------------------------------------------------- the reduction
