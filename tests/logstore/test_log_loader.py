@@ -15,6 +15,7 @@ from seglog.logstore.log.log import Log
 from seglog.logstore.log.log_segment import LogSegment
 from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.logstore.util.clock import MockClock
+from seglog.logstore.util.delayed_deletion import DelayedDeleter
 
 ONE = len(batch(3))
 CFG_PROPS = {"segment.bytes": str(3 * ONE), "index.interval.bytes": "1",
@@ -37,10 +38,14 @@ def _offsets(log: Log) -> list[int]:
     return out
 
 
-def _crash(log: Log) -> None:
-    """Drop a writer without closing it: files stay untrimmed, nothing more is written."""
+def _crash(log: Log, deleter: DelayedDeleter | None = None) -> None:
+    """Drop a writer without closing it: files stay untrimmed, nothing more is written.
+    A dead process's descriptors are gone too: those of the segments it had waiting for
+    deletion in ``deleter``, when the log was opened with one."""
     for seg in log.segments:
         seg.close_handlers()
+    if deleter is not None:
+        deleter.release_handles(log.dir)
 
 
 def test_clean_open_reads_no_segment_data(tmp_path):
@@ -170,7 +175,8 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
     cfg = LogConfig.from_properties({"segment.bytes": str(2 * ONE), "index.interval.bytes": "50",
                                      "message.timestamp.after.max.ms": str(2**62)})
     clock = MockClock(BASE_TS)
-    log = Log.open(d, cfg, clock=clock)
+    deleter = DelayedDeleter(clock)
+    log = Log.open(d, cfg, clock=clock, deleter=deleter)
     model: list[int] = []  # batch sizes (records) in order; offsets follow
     synced_len: dict[str, int] = {}  # file -> bytes known durable (at the last fsync)
     real_fsync = os.fsync
@@ -198,11 +204,11 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
                 model = model[:len(keep)]
             elif op == "reopen":
                 log.close()
-                log = Log.open(d, cfg, clock=clock)
+                log = Log.open(d, cfg, clock=clock, deleter=deleter)
             elif op == "crash":
                 rp = log.recovery_point
                 flushed_records = rp
-                _crash(log)
+                _crash(log, deleter)
                 # The OS loses what was never fsynced: cut each .log to its synced length
                 # (a file never fsynced keeps an arbitrary prefix: here arg bytes of it).
                 for name in os.listdir(d):
@@ -210,7 +216,8 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
                         keep = synced_len.get(name, 0)
                         size = os.path.getsize(d / name)
                         os.truncate(d / name, min(size, max(keep, arg if keep == 0 else keep)))
-                log = Log.open(d, cfg, clock=clock, recovery_point=rp, had_clean_shutdown=False)
+                log = Log.open(d, cfg, clock=clock, recovery_point=rp, had_clean_shutdown=False,
+                               deleter=deleter)
                 assert log.log_end_offset >= flushed_records
                 kept, total = [], 0
                 for n in model:

@@ -208,6 +208,8 @@ def test_log_reads_over_a_protocol_only_storage_match_the_local_reader(written, 
     if with_indexes:  # a lookup starts at the index entry, not at the segment's start
         seg = next(s for s in segs if s.base_offset <= 101 < s.base_offset + 50)
         assert seg.index_position(101) > 0
+    for seg in segs:
+        seg.close_handlers()
 
 
 def test_an_absent_index_reads_as_empty_and_a_given_one_is_used(written):
@@ -217,8 +219,10 @@ def test_an_absent_index_reads_as_empty_and_a_given_one_is_used(written):
     without = _segments(storage, dir_, with_indexes=False)
     assert with_idx[0].offset_index.entries > 0 and without[0].offset_index.entries == 0
     assert without[0].time_index.entries == 0
-    assert with_idx[0].offset_index.all_entries() == \
-        LogSegment.open(dir_, 0, read_only=True).offset_index.all_entries()
+    with LogSegment.open(dir_, 0, read_only=True) as local:
+        assert with_idx[0].offset_index.all_entries() == local.offset_index.all_entries()
+    for seg in with_idx + without:
+        seg.close_handlers()
 
 
 def test_a_read_only_segment_elsewhere_refuses_to_write(written):

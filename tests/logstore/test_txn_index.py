@@ -167,7 +167,8 @@ def test_missing_txnindex_computed_by_readers_rebuilt_by_the_writer(tmp_path):
     log.close()
     expected = _txn_files(d)
     assert len(expected) >= 2 and log.num_segments >= 4
-    committed = values(open_log(d, read_only=True), "read_committed")
+    with open_log(d, read_only=True) as reader:
+        committed = values(reader, "read_committed")
     for name in expected:
         os.unlink(d / name)
     reader = open_log(d, read_only=True)
