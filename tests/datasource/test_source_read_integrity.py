@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from segment_damage import flip_base_offset, segment_files
 
 from seglog.datasource.schema import arrow_schema, source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
@@ -50,14 +51,7 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def segments(d: Path) -> list[Path]:
-    return sorted((d / f"{TOPIC}-0").glob("*.log"))
-
-
-def flip_base(path: Path, which: int, bit: int = 0) -> None:
-    h = list(iter_batch_headers(path.read_bytes()))[which]
-    data = bytearray(path.read_bytes())
-    data[h.position + 7 - bit // 8] ^= 1 << (bit % 8)
-    path.write_bytes(bytes(data))
+    return segment_files(d, TOPIC)
 
 
 def delete_segment(path: Path) -> tuple[int, int]:
@@ -73,9 +67,9 @@ def damaged(pristine: Path, tmp_path: Path, fault: str) -> tuple[Path, tuple[int
     shutil.copytree(pristine, d)
     gap = None
     if fault == "flip-middle":
-        flip_base(segments(d)[1], 2, 3)
+        flip_base_offset(segments(d)[1], 2, 3)
     elif fault == "flip-last":
-        flip_base(segments(d)[-1], -1, 40)
+        flip_base_offset(segments(d)[-1], -1, 40)
     elif fault == "deleted-segment":
         gap = delete_segment(segments(d)[1])
     elif fault == "truncated-active":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _log_checks import make_batch, value_for
+from segment_damage import flip_base_offset, segment_files
 
 from seglog.cli import main as seglog_main
 from seglog.logstore.errors import (
@@ -54,19 +55,11 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def segments(d: Path) -> list[Path]:
-    return sorted((d / f"{TOPIC}-0").glob("*.log"))
+    return segment_files(d, TOPIC)
 
 
 def headers(path: Path) -> list:
     return list(iter_batch_headers(path.read_bytes()))
-
-
-def flip_base(path: Path, which: int, bit: int) -> None:
-    """Flip one bit of the base offset of batch ``which`` of ``path``."""
-    h = headers(path)[which]
-    data = bytearray(path.read_bytes())
-    data[h.position + 7 - bit // 8] ^= 1 << (bit % 8)
-    path.write_bytes(bytes(data))
 
 
 def truncate(path: Path, mid_batch: bool) -> None:
@@ -90,13 +83,13 @@ def garble_active_index(d: Path) -> None:
 
 
 FAULTS: dict[str, Callable[[Path], None]] = {
-    "flip-base-middle-bit0": lambda d: flip_base(segments(d)[1], 3, 0),
-    "flip-base-middle-bit3": lambda d: flip_base(segments(d)[1], 3, 3),
-    "flip-base-middle-bit40": lambda d: flip_base(segments(d)[1], 3, 40),
-    "flip-base-last-bit0": lambda d: flip_base(segments(d)[-1], -1, 0),
-    "flip-base-last-bit2": lambda d: flip_base(segments(d)[-1], -1, 2),
-    "flip-base-last-bit40": lambda d: flip_base(segments(d)[-1], -1, 40),
-    "flip-base-first-of-segment": lambda d: flip_base(segments(d)[2], 0, 1),
+    "flip-base-middle-bit0": lambda d: flip_base_offset(segments(d)[1], 3, 0),
+    "flip-base-middle-bit3": lambda d: flip_base_offset(segments(d)[1], 3, 3),
+    "flip-base-middle-bit40": lambda d: flip_base_offset(segments(d)[1], 3, 40),
+    "flip-base-last-bit0": lambda d: flip_base_offset(segments(d)[-1], -1, 0),
+    "flip-base-last-bit2": lambda d: flip_base_offset(segments(d)[-1], -1, 2),
+    "flip-base-last-bit40": lambda d: flip_base_offset(segments(d)[-1], -1, 40),
+    "flip-base-first-of-segment": lambda d: flip_base_offset(segments(d)[2], 0, 1),
     "delete-middle-segment": lambda d: [p.unlink() for p in
                                         segments(d)[1].parent.glob(segments(d)[1].stem + ".*")],
     "truncate-inactive-mid-batch": lambda d: truncate(segments(d)[1], True),
@@ -241,7 +234,7 @@ def test_a_compacted_log_still_catches_base_offsets_outside_their_segment(tmp_pa
     build(d, {"cleanup.policy": "compact"})
     segs = segments(d)
     seg = segs[1] if which == "middle" else segs[-1]
-    flip_base(seg, 2, bit)
+    flip_base_offset(seg, 2, bit)
     # Issue 22.18: the bound broken, in real offsets (the last segment has no next base,
     # so no made-up end of its range like "[base, base + 2^31)")
     want = (f"reaching the next segment's base offset {int(segs[2].stem)}" if which == "middle"
