@@ -38,7 +38,7 @@ functions over arrays.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +162,14 @@ def _largest_before(values: np.ndarray, j: np.ndarray) -> np.ndarray:
     return np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], lowest)
 
 
+def _violations(bad: np.ndarray, limit: int,
+                why: Callable[[int], str]) -> tuple[list[Violation], int]:
+    """The first ``limit`` entries flagged in ``bad``, each with ``why(i)``, and how many
+    are flagged in all."""
+    slots = np.flatnonzero(bad)
+    return [Violation(i, why(i)) for i in slots[:limit].tolist()], len(slots)
+
+
 def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
                             limit: int = 10) -> tuple[list[Violation], int]:
     """Entries of an offset index that would mislead a lookup (the module's rule): the
@@ -177,23 +185,20 @@ def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
     not_growing = np.zeros(n, dtype=bool)
     not_growing[1:] = e[1:] <= e[:-1]
     bad = not_growing | ~boundary | (before_max >= e)
-    slots = np.flatnonzero(bad)
-    found = []
-    for i in slots[:limit].tolist():
+
+    def why(i: int) -> str:
         head = f"entry {i} (offset {e[i]}, position {p[i]})"
         if not_growing[i]:
-            found.append(Violation(i, f"{head}: offset not above the previous entry's "
-                                      f"{e[i - 1]}; offsets must grow"))
-        elif not boundary[i]:
-            found.append(Violation(i, f"{head}: no batch starts at position {p[i]}, so a "
-                                      "lookup would start scanning mid-batch"))
-        else:
-            k = _first_at_or_above(batches.last_offsets, int(j[i]), e[i])
-            found.append(Violation(
-                i, f"{head}: the batch at position {batches.positions[k]} before it ends "
-                   f"at offset {batches.last_offsets[k]}, so lookups for offsets "
-                   f"{e[i]}..{batches.last_offsets[k]} would start past their batch"))
-    return found, len(slots)
+            return f"{head}: offset not above the previous entry's {e[i - 1]}; offsets must grow"
+        if not boundary[i]:
+            return (f"{head}: no batch starts at position {p[i]}, so a lookup would start "
+                    "scanning mid-batch")
+        k = _first_at_or_above(batches.last_offsets, int(j[i]), e[i])
+        return (f"{head}: the batch at position {batches.positions[k]} before it ends "
+                f"at offset {batches.last_offsets[k]}, so lookups for offsets "
+                f"{e[i]}..{batches.last_offsets[k]} would start past their batch")
+
+    return _violations(bad, limit, why)
 
 
 def time_index_violations(entries: IndexEntries, offset_entries: IndexEntries | None,
@@ -211,21 +216,19 @@ def time_index_violations(entries: IndexEntries, offset_entries: IndexEntries | 
     decreasing = np.zeros(n, dtype=bool)
     decreasing[1:] = t[1:] < t[:-1]
     bad = decreasing | (before_max >= t)
-    slots = np.flatnonzero(bad)
-    found = []
-    for i in slots[:limit].tolist():
+
+    def why(i: int) -> str:
         head = f"entry {i} (timestamp {t[i]}, offset {o[i]})"
         if decreasing[i]:
-            found.append(Violation(i, f"{head}: timestamp below the previous entry's "
-                                      f"{t[i - 1]}; timestamps must not decrease"))
-            continue
+            return (f"{head}: timestamp below the previous entry's {t[i - 1]}; timestamps "
+                    "must not decrease")
         k = _first_at_or_above(batches.max_timestamps, int(j[i]), t[i])
-        found.append(Violation(
-            i, f"{head}: a lookup starts at position {p[i]}, but the batch at position "
-               f"{batches.positions[k]} before it (last offset {batches.last_offsets[k]}) "
-               f"has timestamp {batches.max_timestamps[k]}, so lookups for timestamps "
-               f"{t[i]}..{batches.max_timestamps[k]} would miss it"))
-    return found, len(slots)
+        return (f"{head}: a lookup starts at position {p[i]}, but the batch at position "
+                f"{batches.positions[k]} before it (last offset {batches.last_offsets[k]}) "
+                f"has timestamp {batches.max_timestamps[k]}, so lookups for timestamps "
+                f"{t[i]}..{batches.max_timestamps[k]} would miss it")
+
+    return _violations(bad, limit, why)
 
 
 def kafka_dump_log_offset_mismatches(entries: IndexEntries,
