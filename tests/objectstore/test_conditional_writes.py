@@ -5,7 +5,8 @@ is one ``PUT`` with ``If-None-Match: *``, and only the server can pick one winne
 from __future__ import annotations
 
 import pytest
-from _races import race
+
+from seglog.logstore.storage.store_probe import race
 
 WRITERS = 16
 ROUNDS = 8
@@ -20,7 +21,7 @@ def test_exactly_one_of_16_concurrent_creators_wins(storage):
     st = storage.storage
     for r in range(ROUNDS):
         key = storage.path(f"commit-{r:020d}.json")
-        winners = race(lambda i, key=key: st.create(key, _body(i)), WRITERS)
+        winners = race(WRITERS, lambda i, key=key: st.create(key, _body(i)))
         assert len(winners) == 1, f"round {r}: winners {winners}"
         assert st.read(key) == _body(winners[0])
 

@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from _races import race
 
 from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.store_probe import race
 
 WRITERS = 8
 MAX_TRIALS = 40
@@ -76,7 +76,7 @@ def test_one_winner_of_racing_creates_under_load(server_storage):
     run = uuid.uuid4().hex[:8]
     for trial in _trials():
         key = f"{run}/create-{trial:04d}"
-        winners = race(lambda i, trial=trial, key=key: st.create(key, _body(trial, i)), WRITERS)
+        winners = race(WRITERS, lambda i, trial=trial, key=key: st.create(key, _body(trial, i)))
         assert len(winners) == 1, f"{st.uri}: trial {trial}: creates won by {winners}"
         assert st.read(key) == _body(trial, winners[0])
 
@@ -90,8 +90,8 @@ def test_one_winner_of_racing_if_match_puts_under_load(server_storage):
         etag = st.etag(key)
         assert etag
         winners = race(
-            lambda i, trial=trial, etag=etag: st.replace_if_match(key, _body(trial, i), etag),
             WRITERS,
+            lambda i, trial=trial, etag=etag: st.replace_if_match(key, _body(trial, i), etag),
         )
         assert len(winners) == 1, f"{st.uri}: trial {trial}: if-match puts won by {winners}"
         assert st.read(key) == _body(trial, winners[0])
