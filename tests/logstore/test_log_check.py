@@ -3,7 +3,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_batches import batch as kafka_batch
 
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
@@ -19,10 +19,8 @@ from seglog.logstore.storage.file_names import (
 
 
 def batch(n: int = 10) -> bytes:
-    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
-    for i in range(n):
-        b.append(i, 1_700_000_000_000 + i, None, b"v" * 300, [])
-    return bytes(b.build())
+    """``n`` keyless records of 300-byte values (kafka-python's bytes)."""
+    return kafka_batch(n, value_size=300, key=None)
 
 
 @pytest.fixture
