@@ -36,14 +36,20 @@ class DelayedDeleter:
         self._pending: list[tuple[int, int, tuple[Path, ...], Callable[[], None] | None]] = []
         self._seq = itertools.count()
 
-    def schedule(self, paths: Iterable[PurePath], delay_ms: int, *,
-                 before_delete: Callable[[], None] | None = None) -> None:
+    def schedule(
+        self,
+        paths: Iterable[PurePath],
+        delay_ms: int,
+        *,
+        before_delete: Callable[[], None] | None = None,
+    ) -> None:
         """Unlink ``paths`` once ``delay_ms`` has passed. ``before_delete`` (e.g. closing
         the segment's handles) runs first, at that time."""
         due = self.clock.monotonic_ms() + max(delay_ms, 0)
         with self._lock:
-            heapq.heappush(self._pending, (due, next(self._seq), tuple(Path(p) for p in paths),
-                                           before_delete))
+            heapq.heappush(
+                self._pending, (due, next(self._seq), tuple(Path(p) for p in paths), before_delete)
+            )
 
     @property
     def pending(self) -> int:
