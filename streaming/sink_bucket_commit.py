@@ -87,7 +87,7 @@ from .sink_bucket_staging import (
     staging_prefix,
 )
 from .sink_options import SinkOptions, require_creatable
-from .sink_staging import Fragment, StagedTask
+from .sink_staging import StagedTask, fragments_of
 
 if TYPE_CHECKING:
     pass
@@ -164,7 +164,8 @@ class BucketPublication:
         self.options = options
         self.batch = batch
         self.clock = clock
-        self.plan = {tp: _bucket(frags) for tp, frags in batch.plan.items()}
+        self.plan = {tp: fragments_of(BucketFragment, frags, "in a local dir", "a bucket")
+                     for tp, frags in batch.plan.items()}
         self.settled = False
         self.done: _Plan | None = None
 
@@ -416,16 +417,6 @@ def _ledger_batch(state: BucketState, sink_id: str, topics: Sequence[str] = ()) 
         raise SinkCommitError(f"the ledger of sink {sink_id!r} in the bucket's state (version "
                               f"{state.version}) is not a sink ledger: {held!r}")
     return batch
-
-
-def _bucket(fragments: Sequence[Fragment]) -> list[BucketFragment]:
-    out = []
-    for f in fragments:
-        if not isinstance(f, BucketFragment):
-            raise SinkCommitError(f"a task staged {f.path} in a local dir, but the sink "
-                                  "writes to a bucket")
-        out.append(f)
-    return out
 
 
 def _all(tasks: Iterable[StagedTask]) -> list[BucketFragment]:

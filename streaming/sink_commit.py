@@ -94,7 +94,6 @@ if TYPE_CHECKING:
     from seglog.logstore.log.log import Log
 
 from . import log_writers, sink_protocol
-from .errors import SinkCommitError
 from .sink_batch import CommitResult, PublishedPartition, SinkBatch
 from .sink_intent import (
     CommitIntent,
@@ -116,9 +115,9 @@ from .sink_options import SinkOptions
 from .sink_protocol import select_attempts
 from .sink_replay import UnpublishedTail, check_unpublished_tail, dir_holds, newest_sink_batch
 from .sink_staging import (
-    Fragment,
     StagedFragment,
     StagedTask,
+    fragments_of,
     producer_id_of,
     remove_files,
 )
@@ -186,7 +185,8 @@ class LocalPublication:
         self.batch = batch
         self.clock = clock
         self.plan: dict[TopicPartition, list[StagedFragment]] = {
-            tp: _local(frags) for tp, frags in batch.plan.items()}
+            tp: fragments_of(StagedFragment, frags, "in a bucket", "local log dirs")
+            for tp, frags in batch.plan.items()}
         self.assumed = {t: a.partitions for t, a in batch.topics().items()}
         self.pid = producer_id_of(batch.sink_id)
         self.mgr = open_writer(options, clock=clock)
@@ -297,14 +297,6 @@ class LocalPublication:
         crash_point("after-commit", self.batch.batch_id)
 
 
-def _local(fragments: Sequence[Fragment]) -> list[StagedFragment]:
-    out = []
-    for f in fragments:
-        if not isinstance(f, StagedFragment):
-            raise SinkCommitError(f"a task staged {f.path} in a bucket, but the sink writes "
-                                  "to local log dirs")
-        out.append(f)
-    return out
 
 
 def _dir_holds(mgr: LogManager, log_dir: Path, ledger: SinkLedger,

@@ -30,10 +30,10 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from seglog.logstore.bucket.bucket_staging import sink_dir_name
 from seglog.logstore.config.config import LogConfig
@@ -45,6 +45,7 @@ from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
+from .errors import SinkCommitError
 from .sink_options import SinkOptions
 
 logger = logging.getLogger(__name__)
@@ -110,6 +111,24 @@ class Fragment(Protocol):
     def size(self) -> int: ...
     @property
     def records(self) -> int: ...
+
+
+_Staged = TypeVar("_Staged")  # a backend's fragment type
+
+
+def fragments_of(
+    kind: type[_Staged], fragments: Sequence[Fragment], elsewhere: str, target: str
+) -> list[_Staged]:
+    """A commit's ``fragments`` as its backend's ``kind``; one staged by the other
+    backend (``elsewhere``: where that one stages) cannot be committed to ``target``."""
+    out = []
+    for f in fragments:
+        if not isinstance(f, kind):
+            raise SinkCommitError(
+                f"a task staged {f.path} {elsewhere}, but the sink writes to {target}"
+            )
+        out.append(f)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

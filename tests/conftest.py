@@ -3,6 +3,7 @@ every streaming query ~13 s of fixed start-up, so Spark tests share it."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -52,6 +53,51 @@ def _close_shared_readers():
     log_writers.close_all()
 
 
+# A test module may leave this many more file descriptors open than it found (a session
+# server some test of it started first: the S3 server's pipes). More is a leak: ~1,300
+# tests leaking a few each once pushed descriptors past 1024, where select() fails.
+FD_LEAK_LIMIT = 16
+_FD_DIR = "/proc/self/fd"
+
+
+def _open_fds() -> dict[str, str]:
+    """This process's open descriptors but sockets, and what each is (Linux's /proc).
+    Sockets are not counted: clients pool their connections (py4j's to Spark's JVM, HTTP
+    keep-alive), so a module's first queries legitimately leave some open."""
+    fds = {}
+    for fd in os.listdir(_FD_DIR):
+        try:
+            target = os.readlink(f"{_FD_DIR}/{fd}")
+        except OSError:  # the listing's own descriptor, closed already
+            continue
+        if not target.startswith("socket:"):
+            fds[fd] = target
+    return fds
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_descriptor_leak(request):
+    """Fails a test module that leaves more than ``FD_LEAK_LIMIT`` descriptors (files,
+    pipes; not sockets) open, counted after a garbage collection, so only what is still
+    reachable counts, naming what they are: close what a test opens (managers, logs,
+    storages, files, pipes)."""
+    if not os.path.isdir(_FD_DIR):  # no /proc: nothing to count with
+        yield
+        return
+    before = _open_fds()
+    yield
+    gc.collect()
+    after = _open_fds()
+    grown = len(after) - len(before)
+    if grown > FD_LEAK_LIMIT:
+        new = sorted({target for fd, target in after.items() if before.get(fd) != target})
+        pytest.fail(
+            f"{request.module.__name__} left {grown} more file descriptors open than "
+            f"it found (limit {FD_LEAK_LIMIT}): {', '.join(new[:12])}",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="session")
 def bucket_server():
     """A real S3-compatible server on 127.0.0.1 for the whole session: moto, or SeaweedFS
@@ -66,8 +112,9 @@ def bucket_server():
     kind = os.environ.get("SEGLOG_TEST_S3_SERVER", "moto")
     servers = {"moto": MotoServer, "seaweedfs": SeaweedServer}
     if kind not in servers:
-        raise pytest.UsageError(f"SEGLOG_TEST_S3_SERVER={kind!r}: expected one of "
-                                f"{', '.join(servers)}")
+        raise pytest.UsageError(
+            f"SEGLOG_TEST_S3_SERVER={kind!r}: expected one of {', '.join(servers)}"
+        )
     with servers[kind]() as server:
         yield server
 
@@ -147,6 +194,5 @@ def storage(request, tmp_path):
     if request.param == "memory":
         location = f"memory://seglog-test-{uuid.uuid4().hex}"
     else:
-        location = request.getfixturevalue("s3_uri" if request.param == "s3"
-                                           else "seaweed_uri")
+        location = request.getfixturevalue("s3_uri" if request.param == "s3" else "seaweed_uri")
     return StorageUnderTest(request.param, location, ObjectStorage(location))

@@ -6,7 +6,9 @@ every batch verifies (``bucket_objects.read_segment``: header, size, CRC, offset
 increasing, inside the entry's range; ``offset_delta`` patched first) and keeps the offset
 rules of a local partition's deep check (``offset_continuity.ContinuityCheck``, as
 ``partition_scan`` applies them: increasing across segments too and, in a topic that is
-not compacted, contiguous inside and across segments); the ``.index`` and
+not compacted, contiguous inside and across segments) up to the partition's high
+watermark, its last entry's ``next_offset`` (a last ``.log`` whose batches end below it
+is a log end mismatch, as a local dir's is); the ``.index`` and
 ``.timeindex`` objects have their recorded sizes and no entry would mislead a lookup
 (``index_check``'s rules, as for local files). Objects that the current state does not
 reference are notes, not problems: a dead writer's upload, or a removed segment waiting
@@ -124,6 +126,9 @@ def check_bucket(
                 else:
                     check.batch(h)
             findings += _index_findings(storage, entry, seg.headers)
+        if ps.segments:
+            last_log = object_uri(storage, ps.segments[-1].key + ".log")
+            findings += _log_end_findings(check, last_log, ps.high_watermark)
         problems = len(findings) - before
         reports.append(
             PartitionReport(
@@ -207,6 +212,19 @@ def _at_or_beyond_log_end(state: BucketState, key: str) -> tuple[int, int] | Non
     if ps is None or parsed is None or parsed[0] < ps.high_watermark:
         return None
     return parsed[0], ps.high_watermark
+
+
+def _log_end_findings(
+    check: ContinuityCheck, where: str, high_watermark: int
+) -> list[BucketFinding]:
+    """The batches reach the high watermark, the last entry's ``next_offset`` (what
+    readers were told they may read): ``partition_scan``'s end rule, through the same
+    ``ContinuityCheck.finish``. Batches running past it are ``read_segment``'s finding."""
+    try:
+        check.finish(high_watermark, high_watermark)
+    except SeglogError as e:  # MissingDataError: the object holds less than committed
+        return [BucketFinding(where, str(e))]
+    return []
 
 
 def _index_findings(

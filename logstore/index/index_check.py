@@ -38,7 +38,7 @@ functions over arrays.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,8 +97,11 @@ def _leading_entries(data: bytes, dtype: np.dtype) -> tuple[np.ndarray, int]:
     size = dtype.itemsize
     whole = len(raw) // size * size
     entries = raw[:whole].view(dtype)
-    zero = (np.flatnonzero(~raw[:whole].reshape(-1, size).any(axis=1)) if whole
-            else np.empty(0, np.intp))
+    zero = (
+        np.flatnonzero(~raw[:whole].reshape(-1, size).any(axis=1))
+        if whole
+        else np.empty(0, np.intp)
+    )
     return (entries[: zero[0]] if len(zero) else entries), len(raw) - whole
 
 
@@ -110,8 +113,9 @@ def read_offset_index(path: Path, base_offset: int) -> IndexEntries:
 def offset_index_entries(data: bytes, base_offset: int) -> IndexEntries:
     """The entries of an offset index's bytes (a file's, or a bucket's index object)."""
     entries, torn = _leading_entries(data, _OFFSET_ENTRY)
-    return IndexEntries(entries["rel"].astype(np.int64) + base_offset,
-                        entries["pos"].astype(np.int64), torn)
+    return IndexEntries(
+        entries["rel"].astype(np.int64) + base_offset, entries["pos"].astype(np.int64), torn
+    )
 
 
 def read_time_index(path: Path, base_offset: int) -> IndexEntries:
@@ -122,12 +126,12 @@ def read_time_index(path: Path, base_offset: int) -> IndexEntries:
 def time_index_entries(data: bytes, base_offset: int) -> IndexEntries:
     """The entries of a time index's bytes (a file's, or a bucket's index object)."""
     entries, torn = _leading_entries(data, _TIME_ENTRY)
-    return IndexEntries(entries["ts"].astype(np.int64),
-                        entries["rel"].astype(np.int64) + base_offset, torn)
+    return IndexEntries(
+        entries["ts"].astype(np.int64), entries["rel"].astype(np.int64) + base_offset, torn
+    )
 
 
-def offset_lookup_positions(offset_entries: IndexEntries | None,
-                            targets: np.ndarray) -> np.ndarray:
+def offset_lookup_positions(offset_entries: IndexEntries | None, targets: np.ndarray) -> np.ndarray:
     """Where an offset lookup for each target starts: the position of the largest entry
     with offset <= target, else 0 (entries must be sorted; the offset rule checks that)."""
     if offset_entries is None or not len(offset_entries):
@@ -151,8 +155,29 @@ def _first_at_or_above(values: np.ndarray, upto: int, limits: np.ndarray) -> int
     return int(np.argmax(values[:upto] >= limits))
 
 
-def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
-                            limit: int = 10) -> tuple[list[Violation], int]:
+def _largest_before(values: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Per entry, the largest of ``values[:j]`` (a per-batch column, ``j`` the batches
+    before each entry's lookup position): what a lookup starting there skips. The int64
+    minimum where no batch lies before."""
+    lowest = np.iinfo(np.int64).min
+    if not len(values):
+        return np.full(len(j), lowest)
+    prefix_max = np.maximum.accumulate(values)
+    return np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], lowest)
+
+
+def _violations(
+    bad: np.ndarray, limit: int, why: Callable[[int], str]
+) -> tuple[list[Violation], int]:
+    """The first ``limit`` entries flagged in ``bad``, each with ``why(i)``, and how many
+    are flagged in all."""
+    slots = np.flatnonzero(bad)
+    return [Violation(i, why(i)) for i in slots[:limit].tolist()], len(slots)
+
+
+def offset_index_violations(
+    entries: IndexEntries, batches: SegmentBatches, limit: int = 10
+) -> tuple[list[Violation], int]:
     """Entries of an offset index that would mislead a lookup (the module's rule): the
     first ``limit`` of them, and how many there are in all."""
     n = len(entries)
@@ -160,36 +185,41 @@ def offset_index_violations(entries: IndexEntries, batches: SegmentBatches,
         return [], 0
     e, p = entries.keys, entries.values
     j = np.searchsorted(batches.positions, p, side="left")  # batches before p
-    boundary = (j < len(batches)) & (batches.positions[np.minimum(j, len(batches) - 1)] == p) \
-        if len(batches) else np.zeros(n, dtype=bool)
-    prefix_max = np.maximum.accumulate(batches.last_offsets) if len(batches) else None
-    before_max = (np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], np.iinfo(np.int64).min)
-                  if prefix_max is not None else np.full(n, np.iinfo(np.int64).min))
+    boundary = (
+        (j < len(batches)) & (batches.positions[np.minimum(j, len(batches) - 1)] == p)
+        if len(batches)
+        else np.zeros(n, dtype=bool)
+    )
+    before_max = _largest_before(batches.last_offsets, j)
     not_growing = np.zeros(n, dtype=bool)
     not_growing[1:] = e[1:] <= e[:-1]
     bad = not_growing | ~boundary | (before_max >= e)
-    slots = np.flatnonzero(bad)
-    found = []
-    for i in slots[:limit].tolist():
+
+    def why(i: int) -> str:
         head = f"entry {i} (offset {e[i]}, position {p[i]})"
         if not_growing[i]:
-            found.append(Violation(i, f"{head}: offset not above the previous entry's "
-                                      f"{e[i - 1]}; offsets must grow"))
-        elif not boundary[i]:
-            found.append(Violation(i, f"{head}: no batch starts at position {p[i]}, so a "
-                                      "lookup would start scanning mid-batch"))
-        else:
-            k = _first_at_or_above(batches.last_offsets, int(j[i]), e[i])
-            found.append(Violation(
-                i, f"{head}: the batch at position {batches.positions[k]} before it ends "
-                   f"at offset {batches.last_offsets[k]}, so lookups for offsets "
-                   f"{e[i]}..{batches.last_offsets[k]} would start past their batch"))
-    return found, len(slots)
+            return f"{head}: offset not above the previous entry's {e[i - 1]}; offsets must grow"
+        if not boundary[i]:
+            return (
+                f"{head}: no batch starts at position {p[i]}, so a lookup would start "
+                "scanning mid-batch"
+            )
+        k = _first_at_or_above(batches.last_offsets, int(j[i]), e[i])
+        return (
+            f"{head}: the batch at position {batches.positions[k]} before it ends "
+            f"at offset {batches.last_offsets[k]}, so lookups for offsets "
+            f"{e[i]}..{batches.last_offsets[k]} would start past their batch"
+        )
+
+    return _violations(bad, limit, why)
 
 
-def time_index_violations(entries: IndexEntries, offset_entries: IndexEntries | None,
-                          batches: SegmentBatches,
-                          limit: int = 10) -> tuple[list[Violation], int]:
+def time_index_violations(
+    entries: IndexEntries,
+    offset_entries: IndexEntries | None,
+    batches: SegmentBatches,
+    limit: int = 10,
+) -> tuple[list[Violation], int]:
     """Entries of a time index that would mislead a lookup (the module's rule), given
     the segment's offset index (None: missing, so every lookup scans from position 0)."""
     n = len(entries)
@@ -198,44 +228,46 @@ def time_index_violations(entries: IndexEntries, offset_entries: IndexEntries | 
     t, o = entries.keys, entries.values
     p = offset_lookup_positions(offset_entries, o)
     j = np.searchsorted(batches.positions, p, side="left")
-    if len(batches):
-        prefix_max = np.maximum.accumulate(batches.max_timestamps)
-        before_max = np.where(j > 0, prefix_max[np.maximum(j - 1, 0)], np.iinfo(np.int64).min)
-    else:
-        before_max = np.full(n, np.iinfo(np.int64).min)
+    before_max = _largest_before(batches.max_timestamps, j)
     decreasing = np.zeros(n, dtype=bool)
     decreasing[1:] = t[1:] < t[:-1]
     bad = decreasing | (before_max >= t)
-    slots = np.flatnonzero(bad)
-    found = []
-    for i in slots[:limit].tolist():
+
+    def why(i: int) -> str:
         head = f"entry {i} (timestamp {t[i]}, offset {o[i]})"
         if decreasing[i]:
-            found.append(Violation(i, f"{head}: timestamp below the previous entry's "
-                                      f"{t[i - 1]}; timestamps must not decrease"))
-            continue
+            return (
+                f"{head}: timestamp below the previous entry's {t[i - 1]}; timestamps "
+                "must not decrease"
+            )
         k = _first_at_or_above(batches.max_timestamps, int(j[i]), t[i])
-        found.append(Violation(
-            i, f"{head}: a lookup starts at position {p[i]}, but the batch at position "
-               f"{batches.positions[k]} before it (last offset {batches.last_offsets[k]}) "
-               f"has timestamp {batches.max_timestamps[k]}, so lookups for timestamps "
-               f"{t[i]}..{batches.max_timestamps[k]} would miss it"))
-    return found, len(slots)
+        return (
+            f"{head}: a lookup starts at position {p[i]}, but the batch at position "
+            f"{batches.positions[k]} before it (last offset {batches.last_offsets[k]}) "
+            f"has timestamp {batches.max_timestamps[k]}, so lookups for timestamps "
+            f"{t[i]}..{batches.max_timestamps[k]} would miss it"
+        )
+
+    return _violations(bad, limit, why)
 
 
-def kafka_dump_log_offset_mismatches(entries: IndexEntries,
-                                     batches: SegmentBatches) -> list[tuple[int, int]]:
+def kafka_dump_log_offset_mismatches(
+    entries: IndexEntries, batches: SegmentBatches
+) -> list[tuple[int, int]]:
     """``(index offset, log offset)`` pairs Kafka's ``kafka-dump-log`` reports as
     "Mismatches": entries whose batch at their position does not end at their offset
     (-1 when no batch starts there)."""
     at = dict(zip(batches.positions.tolist(), batches.last_offsets.tolist(), strict=True))
-    return [(e, at.get(p, -1)) for e, p in zip(entries.keys.tolist(), entries.values.tolist(),
-                                               strict=True)
-            if at.get(p, -1) != e]
+    return [
+        (e, at.get(p, -1))
+        for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True)
+        if at.get(p, -1) != e
+    ]
 
 
-def kafka_dump_log_time_mismatches(entries: IndexEntries, offset_entries: IndexEntries | None,
-                                   batches: SegmentBatches) -> list[str]:
+def kafka_dump_log_time_mismatches(
+    entries: IndexEntries, offset_entries: IndexEntries | None, batches: SegmentBatches
+) -> list[str]:
     """The lines Kafka's ``kafka-dump-log`` prints for a time index it finds wrong: an
     offset that is no batch's last offset (it finds the batch from the offset lookup's
     position on), a timestamp that is not that batch's max timestamp, a timestamp not
@@ -243,8 +275,9 @@ def kafka_dump_log_time_mismatches(entries: IndexEntries, offset_entries: IndexE
     out = []
     positions = offset_lookup_positions(offset_entries, entries.values)
     previous = -1
-    for t, o, p in zip(entries.keys.tolist(), entries.values.tolist(), positions.tolist(),
-                       strict=True):
+    for t, o, p in zip(
+        entries.keys.tolist(), entries.values.tolist(), positions.tolist(), strict=True
+    ):
         start = int(np.searchsorted(batches.positions, p, side="left"))
         later = np.flatnonzero(batches.last_offsets[start:] >= o)
         if not len(later):
@@ -255,10 +288,14 @@ def kafka_dump_log_time_mismatches(entries: IndexEntries, offset_entries: IndexE
                 out.append(f"Indexed offset: {o}, found log offset: {batches.last_offsets[k]}")
             else:
                 if batches.max_timestamps[k] != t:
-                    out.append(f"Found timestamp mismatch: Index timestamp: {t}, "
-                               f"log timestamp: {batches.max_timestamps[k]}")
+                    out.append(
+                        f"Found timestamp mismatch: Index timestamp: {t}, "
+                        f"log timestamp: {batches.max_timestamps[k]}"
+                    )
                 if previous >= t:
-                    out.append(f"Found out of order timestamp: Index timestamp: {t}, "
-                               f"Previously indexed timestamp: {previous}")
+                    out.append(
+                        f"Found out of order timestamp: Index timestamp: {t}, "
+                        f"Previously indexed timestamp: {previous}"
+                    )
         previous = t
     return out

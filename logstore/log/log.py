@@ -464,6 +464,8 @@ class Log(LogReads):
                 # The active segment's final time-index entry is written at close: fsync
                 # it with the trimmed indexes, so a clean shutdown leaves them durable.
                 seg.close(flush=flush and seg is segments[-1])
+            # Segments waiting out file.delete.delay.ms hold files too (for readers).
+            self._deleter.release_handles(self.dir)
 
     def pause(self) -> None:
         """Writer: leave on disk what ``close()`` leaves (flushed, a producer snapshot at

@@ -164,6 +164,18 @@ class LogLoader:
         swaps = self._remove_temp_files_and_collect_swaps()
         self._complete_swaps(swaps)
         segments, needs_recovery, txn_bases = self._load_segment_files()
+        try:
+            return self._load_segments(segments, needs_recovery, txn_bases)
+        except BaseException:
+            # A load that fails hands over no log to close: it leaves no file open.
+            for seg in segments:
+                seg.close_handlers()
+            self.deleter.release_handles(self.dir)
+            raise
+
+    def _load_segments(self, segments: list[LogSegment], needs_recovery: list[LogSegment],
+                       txn_bases: set[int]) -> LoadedLog:
+        """Passes 3 to 6 over the segments ``_load_segment_files`` opened."""
         if self.had_clean_shutdown and segments and segments[-1] not in needs_recovery:
             damage = self._tail_damage(segments[-1])
             if damage is not None:

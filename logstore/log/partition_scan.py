@@ -140,6 +140,28 @@ def _finding(
     return Finding(kind, file, message, text, position, offset, truncate_at, note)
 
 
+def _cut_finding(
+    kind: str,
+    file: Path,
+    message: str,
+    position: int,
+    check: ContinuityCheck,
+    *,
+    names_file: bool = False,
+) -> Finding:
+    """A finding about the batch at ``position`` of ``file`` that ``check --fix`` cuts
+    the log before: at the offset the walk expected next."""
+    return _finding(
+        kind,
+        file,
+        message,
+        names_file=names_file,
+        position=position,
+        offset=check.expected,
+        truncate_at=check.expected,
+    )
+
+
 def scan_partition(
     dir_: Path,
     *,
@@ -211,35 +233,20 @@ def _scan_batches(
             if v.partial:
                 if next_base is None:
                     check.segment_end(position, size)  # finish() names it below the HW
-                    yield _finding(
-                        PARTIAL_TAIL,
-                        path,
-                        v.reason,
-                        position=position,
-                        offset=check.expected,
-                        truncate_at=check.expected,
-                    )
+                    yield _cut_finding(PARTIAL_TAIL, path, v.reason, position, check)
                 else:
-                    yield _finding(
+                    yield _cut_finding(
                         BAD_BATCH,
                         path,
                         f"{v.reason}, in a segment that is no "
                         "longer written (only the last segment may end in an "
                         "append in progress)",
-                        position=position,
-                        offset=check.expected,
-                        truncate_at=check.expected,
+                        position,
+                        check,
                     )
                 return
             if not v.valid:
-                yield _finding(
-                    BAD_BATCH,
-                    path,
-                    v.reason,
-                    position=position,
-                    offset=check.expected,
-                    truncate_at=check.expected,
-                )
+                yield _cut_finding(BAD_BATCH, path, v.reason, position, check)
             if h is None:
                 return  # an unreadable header: nothing to go on from
             if progress is not None:
@@ -248,15 +255,7 @@ def _scan_batches(
             try:
                 check.batch(h)
             except CorruptRecordError as e:
-                yield _finding(
-                    BAD_BATCH,
-                    path,
-                    str(e),
-                    names_file=True,
-                    position=h.position,
-                    offset=check.expected,
-                    truncate_at=check.expected,
-                )
+                yield _cut_finding(BAD_BATCH, path, str(e), h.position, check, names_file=True)
                 check.resync(h)
             position = h.end_position
     finally:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 
 from ..errors import KafkaStorageError
-from ..index.lazy_index import LazyIndex
+from ..index.lazy_index import IndexT, LazyIndex
 from ..index.offset_index import OffsetIndex
 from ..index.time_index import TimeIndex
 from ..index.txn_index import TransactionIndex
@@ -95,30 +95,13 @@ def file_parts(
     """A segment in a filesystem. A reader counts a preallocated index's entries by its
     leading non-zero ones (the writer may still be appending)."""
     records = FileRecords(fs, log_file(dir_, base_offset, file_suffix), writable=not read_only)
+    offset_index, time_index = _path_indexes(
+        dir_, base_offset, file_suffix, writable=not read_only, fs=fs, max_index_size=max_index_size
+    )
     return SegmentParts(
         records,
-        LazyIndex(
-            lambda path: OffsetIndex(
-                path,
-                base_offset,
-                max_index_size,
-                writable=not read_only,
-                count_leading_nonzero=read_only,
-                fs=fs,
-            ),
-            lambda: index_file(dir_, base_offset, file_suffix),
-        ),
-        LazyIndex(
-            lambda path: TimeIndex(
-                path,
-                base_offset,
-                max_index_size,
-                writable=not read_only,
-                count_leading_nonzero=read_only,
-                fs=fs,
-            ),
-            lambda: time_index_file(dir_, base_offset, file_suffix),
-        ),
+        offset_index,
+        time_index,
         lambda suffix: TransactionIndex(
             txn_index_file(records.path.parent, base_offset, suffix),
             base_offset,
@@ -133,30 +116,13 @@ def storage_parts(
     storage: Storage, dir_: Path, base_offset: int, *, file_suffix: str = ""
 ) -> SegmentParts:
     """A read-only segment by path in a ``Storage`` other than a filesystem."""
+    offset_index, time_index = _path_indexes(
+        dir_, base_offset, file_suffix, writable=False, fs=None, storage=storage
+    )
     return SegmentParts(
         RangeRecords(storage, log_file(dir_, base_offset, file_suffix), None),
-        LazyIndex(
-            lambda path: OffsetIndex(
-                path,
-                base_offset,
-                writable=False,
-                count_leading_nonzero=True,
-                fs=None,
-                storage=storage,
-            ),
-            lambda: index_file(dir_, base_offset, file_suffix),
-        ),
-        LazyIndex(
-            lambda path: TimeIndex(
-                path,
-                base_offset,
-                writable=False,
-                count_leading_nonzero=True,
-                fs=None,
-                storage=storage,
-            ),
-            lambda: time_index_file(dir_, base_offset, file_suffix),
-        ),
+        offset_index,
+        time_index,
         lambda suffix: TransactionIndex(
             txn_index_file(dir_, base_offset, suffix),
             base_offset,
@@ -164,6 +130,37 @@ def storage_parts(
             fs=None,
             storage=storage,
         ),
+    )
+
+
+def _path_indexes(
+    dir_: Path,
+    base_offset: int,
+    file_suffix: str,
+    *,
+    writable: bool,
+    fs: PosixStorage | None,
+    storage: Storage | None = None,
+    max_index_size: int = -1,
+) -> tuple[LazyIndex[OffsetIndex], LazyIndex[TimeIndex]]:
+    """The offset and time indexes of the path-named segment ``<dir_>/<base_offset>``,
+    each opened on first use with one medium's arguments. A read-only one counts its
+    entries by the leading non-zero ones (a writer may be appending to it)."""
+
+    def opener(kind: type[IndexT]) -> Callable[[PurePath], IndexT]:
+        return lambda path: kind(
+            path,
+            base_offset,
+            max_index_size,
+            writable=writable,
+            count_leading_nonzero=not writable,
+            fs=fs,
+            storage=storage,
+        )
+
+    return (
+        LazyIndex(opener(OffsetIndex), lambda: index_file(dir_, base_offset, file_suffix)),
+        LazyIndex(opener(TimeIndex), lambda: time_index_file(dir_, base_offset, file_suffix)),
     )
 
 

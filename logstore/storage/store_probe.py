@@ -98,8 +98,9 @@ def _create_existing(storage: ObjectStorage, prefix: str) -> ProbeCheck:
     return ProbeCheck(name, True, "refused; the object is unchanged")
 
 
-def _race(writers: int, put: Callable[[int], bool]) -> list[int]:
-    """``put(i)`` in ``writers`` threads released together; the ``i`` told they won."""
+def race(writers: int, put: Callable[[int], bool]) -> list[int]:
+    """``put(i)`` in ``writers`` threads released together; the ``i`` told they won (the
+    probe's, and the suite's conditional-write tests'). A thread's exception is raised."""
     barrier = threading.Barrier(writers)
     won = [False] * writers
     failures: list[BaseException] = []
@@ -153,7 +154,7 @@ def _create_race(storage: ObjectStorage, prefix: str, writers: int, rounds: int)
     name = f"{writers} concurrent creates of one key"
     for r in range(rounds):
         key = f"{prefix}/race-{r:04d}"
-        winners = _race(writers, functools.partial(_create, storage, key, r))
+        winners = race(writers, functools.partial(_create, storage, key, r))
         wrong = _one_winner(storage, key, r, winners)
         if wrong:
             return ProbeCheck(name, False, wrong)
@@ -186,7 +187,7 @@ def _if_match_race(storage: ObjectStorage, prefix: str, writers: int, rounds: in
         etag = storage.etag(key)
         if not etag:
             return ProbeCheck(name, False, "the store gives no ETag")
-        winners = _race(writers, functools.partial(_replace, storage, key, r, etag))
+        winners = race(writers, functools.partial(_replace, storage, key, r, etag))
         wrong = _one_winner(storage, key, r, winners)
         if wrong:
             return ProbeCheck(name, False, wrong)

@@ -36,14 +36,20 @@ class DelayedDeleter:
         self._pending: list[tuple[int, int, tuple[Path, ...], Callable[[], None] | None]] = []
         self._seq = itertools.count()
 
-    def schedule(self, paths: Iterable[PurePath], delay_ms: int, *,
-                 before_delete: Callable[[], None] | None = None) -> None:
+    def schedule(
+        self,
+        paths: Iterable[PurePath],
+        delay_ms: int,
+        *,
+        before_delete: Callable[[], None] | None = None,
+    ) -> None:
         """Unlink ``paths`` once ``delay_ms`` has passed. ``before_delete`` (e.g. closing
         the segment's handles) runs first, at that time."""
         due = self.clock.monotonic_ms() + max(delay_ms, 0)
         with self._lock:
-            heapq.heappush(self._pending, (due, next(self._seq), tuple(Path(p) for p in paths),
-                                           before_delete))
+            heapq.heappush(
+                self._pending, (due, next(self._seq), tuple(Path(p) for p in paths), before_delete)
+            )
 
     @property
     def pending(self) -> int:
@@ -54,6 +60,27 @@ class DelayedDeleter:
     def next_due_ms(self) -> int | None:
         with self._lock:
             return self._pending[0][0] if self._pending else None
+
+    def release_handles(self, dir_: PurePath) -> int:
+        """Run now the ``before_delete`` of every pending file of the directory ``dir_``
+        (a log closing: its segments waiting out the delay hold open files nothing will
+        read again); the files stay scheduled, and ``.deleted`` files left at exit are
+        removed by the next load, as Kafka's loader removes them. Returns how many
+        callbacks ran."""
+        dir_ = Path(dir_)
+        release = []
+        with self._lock:
+            for i, (due, seq, paths, before) in enumerate(self._pending):
+                if before is not None and any(p.parent == dir_ for p in paths):
+                    release.append((paths, before))
+                    # same (due, seq) key: the heap order holds
+                    self._pending[i] = (due, seq, paths, None)
+        for paths, before in release:
+            try:
+                before()
+            except Exception:
+                logger.exception("closing %s failed", paths)
+        return len(release)
 
     def run_due(self, *, force: bool = False) -> int:
         """Unlink every due file (all with ``force``); returns how many were unlinked."""

@@ -20,8 +20,8 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from seglog.logstore.errors import (
     ConfigError,
@@ -213,6 +213,8 @@ def open_writer(args: argparse.Namespace, dirs: list[str] | None = None,
 
 # Refusals raised before anything is written: the manager still closes cleanly, so the
 # next open need not recover the dirs.
+_V = TypeVar("_V")  # a property default's type
+
 _REFUSALS = (ConfigError, InvalidTopicError, TopicExistsError, UnknownTopicOrPartitionError)
 
 
@@ -245,6 +247,26 @@ def parse_key_values(items: Iterable[str], option: str) -> dict[str, str]:
             raise ConfigError(f"{option} sets {key!r} twice")
         out[key] = value.strip()
     return out
+
+
+def property_values(props: Mapping[str, str], defaults: Mapping[str, _V]) -> dict[str, str | _V]:
+    """``--property`` values over their ``defaults`` (a console formatter's or line
+    reader's, as Kafka's tools take them); a name not among them is a usage error listing
+    the known ones."""
+    unknown = sorted(set(props) - set(defaults))
+    if unknown:
+        raise ConfigError(
+            f"unknown --property {unknown[0]!r} (known: {', '.join(sorted(defaults))})"
+        )
+    return {**defaults, **props}
+
+
+def property_flag(values: Mapping[str, object], name: str) -> bool:
+    """The ``--property`` ``name`` of ``property_values`` as a boolean (true or false)."""
+    text = str(values[name]).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"--property {name} must be true or false, got {text!r}")
+    return text == "true"
 
 
 def reader_gone(out: TextIO) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime
+import functools
 import sys
 import time
 from collections.abc import Iterator
@@ -38,7 +39,15 @@ from seglog.logstore.log.transactions import READ_COMMITTED, READ_UNCOMMITTED
 from seglog.logstore.records.record_format import LOG_OVERHEAD, BatchHeader, read_batch_header
 
 from .cli_commands import Command
-from .cli_common import EXIT_OK, add_path_args, add_topic_arg, open_reader, parse_key_values
+from .cli_common import (
+    EXIT_OK,
+    add_path_args,
+    add_topic_arg,
+    open_reader,
+    parse_key_values,
+    property_flag,
+    property_values,
+)
 from .cli_output import write_json
 
 if TYPE_CHECKING:
@@ -69,17 +78,8 @@ class TextFormat:
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> TextFormat:
-        unknown = sorted(set(props) - set(_FORMATTER))
-        if unknown:
-            raise ConfigError(f"unknown --property {unknown[0]!r} (known: "
-                              f"{', '.join(sorted(_FORMATTER))})")
-        merged = {**_FORMATTER, **props}
-
-        def flag(name: str) -> bool:
-            text = merged[name].strip().lower()
-            if text not in ("true", "false"):
-                raise ConfigError(f"--property {name} must be true or false, got {text!r}")
-            return text == "true"
+        merged = property_values(props, _FORMATTER)
+        flag = functools.partial(property_flag, merged)
 
         def text(name: str) -> str:
             return merged[name].replace("\\t", "\t").replace("\\n", "\n")

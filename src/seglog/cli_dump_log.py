@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePath
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from seglog.logstore.errors import ConfigError, CorruptRecordError, SeglogError
 from seglog.logstore.index.index_check import (
@@ -54,6 +55,8 @@ from .kafka_files import (
     read_producer_snapshot,
     read_txn_index,
 )
+
+_Entry = TypeVar("_Entry")  # one entry of a dumped state file
 
 
 def map_file(path: Path) -> mmap.mmap | bytes:
@@ -164,6 +167,25 @@ def _batches_beside(path: Path, base: int, report: DumpReporter) -> SegmentBatch
     return batches
 
 
+def _check_index(
+    path: Path,
+    base: int,
+    report: DumpReporter,
+    label: str,
+    problems_of: Callable[[Path, int, SegmentBatches], list[str]],
+) -> tuple[SegmentBatches | None, int]:
+    """The lookup rule's problems of the index ``path`` against the ``.log`` beside it,
+    reported as ``<label> problem: ...``; returns those batches (None: no ``.log``) and
+    how many problems."""
+    batches = _batches_beside(path, base, report)
+    if batches is None:
+        return None, 0
+    problems = problems_of(path, base, batches)
+    for m in problems:
+        report.problem(path, m, text=f"{label} problem: {path}: {m}")
+    return batches, len(problems)
+
+
 def dump_index_file(path: Path, base: int, report: DumpReporter) -> int:
     """Report an ``.index`` file of the segment at ``base``; check it against the ``.log``
     beside it with the lookup rule (problems) and report what Kafka's stricter dump tool
@@ -172,14 +194,10 @@ def dump_index_file(path: Path, base: int, report: DumpReporter) -> int:
     entries = read_offset_index(path, base)
     for e, p in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
         report.offset_index_entry(path, e, p)
-    batches = _batches_beside(path, base, report)
-    if batches is None:
-        return 0
-    problems = offset_index_problems(path, base, batches)
-    for m in problems:
-        report.problem(path, m, text=f"Index problem: {path}: {m}")
-    report.offset_mismatches(path, kafka_dump_log_offset_mismatches(entries, batches))
-    return len(problems)
+    batches, problems = _check_index(path, base, report, "Index", offset_index_problems)
+    if batches is not None:
+        report.offset_mismatches(path, kafka_dump_log_offset_mismatches(entries, batches))
+    return problems
 
 
 def dump_time_index_file(path: Path, base: int, report: DumpReporter) -> int:
@@ -190,44 +208,40 @@ def dump_time_index_file(path: Path, base: int, report: DumpReporter) -> int:
     entries = read_time_index(path, base)
     for t, o in zip(entries.keys.tolist(), entries.values.tolist(), strict=True):
         report.time_index_entry(path, t, o)
-    batches = _batches_beside(path, base, report)
-    if batches is None:
-        return 0
-    problems = time_index_problems(path, base, batches)
-    for m in problems:
-        report.problem(path, m, text=f"Time index problem: {path}: {m}")
-    offsets = index_file(path.parent, base)
-    report.time_mismatches(
-        path,
-        kafka_dump_log_time_mismatches(
-            entries, read_offset_index(offsets, base) if offsets.exists() else None, batches
-        ),
-    )
-    return len(problems)
+    batches, problems = _check_index(path, base, report, "Time index", time_index_problems)
+    if batches is not None:
+        offsets = index_file(path.parent, base)
+        offset_entries = read_offset_index(offsets, base) if offsets.exists() else None
+        report.time_mismatches(
+            path, kafka_dump_log_time_mismatches(entries, offset_entries, batches)
+        )
+    return problems
+
+
+def _dump_entries(
+    path: Path,
+    report: DumpReporter,
+    read: Callable[[Path], Iterable[_Entry]],
+    each: Callable[[Path, _Entry], object],
+) -> int:
+    """Report every entry of a file ``read`` parses, or its damage (one problem)."""
+    report.begin_file(path)
+    try:
+        entries = read(path)
+    except CorruptRecordError as e:
+        report.problem(path, str(e), text=str(e))
+        return 1
+    for entry in entries:
+        each(path, entry)
+    return 0
 
 
 def dump_producer_snapshot(path: Path, report: DumpReporter) -> int:
-    report.begin_file(path)
-    try:
-        entries = read_producer_snapshot(path)
-    except CorruptRecordError as e:
-        report.problem(path, str(e), text=str(e))
-        return 1
-    for entry in entries:
-        report.producer_entry(path, entry)
-    return 0
+    return _dump_entries(path, report, read_producer_snapshot, report.producer_entry)
 
 
 def dump_txn_index(path: Path, report: DumpReporter) -> int:
-    report.begin_file(path)
-    try:
-        entries = read_txn_index(path)
-    except CorruptRecordError as e:
-        report.problem(path, str(e), text=str(e))
-        return 1
-    for entry in entries:
-        report.txn_entry(path, entry)
-    return 0
+    return _dump_entries(path, report, read_txn_index, report.txn_entry)
 
 
 def _dump_files(args: argparse.Namespace) -> list[str]:

@@ -23,6 +23,7 @@ or an interrupt, what this run appended is truncated and nothing becomes visible
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Iterable, Iterator
@@ -45,6 +46,8 @@ from .cli_common import (
     add_writer_args,
     log_dirs,
     parse_key_values,
+    property_flag,
+    property_values,
     writing,
 )
 from .cli_output import write_json
@@ -77,17 +80,8 @@ class LineFormat:
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> LineFormat:
-        unknown = sorted(set(props) - set(_PROPERTIES))
-        if unknown:
-            raise ConfigError(f"unknown --property {unknown[0]!r} (known: "
-                              f"{', '.join(sorted(_PROPERTIES))})")
-        merged = {**_PROPERTIES, **props}
-
-        def flag(name: str) -> bool:
-            text = str(merged[name]).strip().lower()
-            if text not in ("true", "false"):
-                raise ConfigError(f"--property {name} must be true or false, got {text!r}")
-            return text == "true"
+        merged = property_values(props, _PROPERTIES)
+        flag = functools.partial(property_flag, merged)
 
         def sep(name: str) -> bytes:
             value = _unescape(str(merged[name])).encode()

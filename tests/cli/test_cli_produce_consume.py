@@ -25,8 +25,20 @@ def test_keys_headers_nulls_and_placement_round_trip(tmp_path, capsys):
     lines = [b"k%d|v%d" % (i, i) for i in range(30)] + [b"gone|NULL", b"NULL|keyless"]
     src = tmp_path / "in.txt"
     src.write_bytes(b"\n".join(lines) + b"\r\n")
-    r = run(capsys, "produce", "t", "--path", d, "--file", src, "--key-separator", "|",
-            "--property", "null.marker=NULL", "--json")
+    r = run(
+        capsys,
+        "produce",
+        "t",
+        "--path",
+        d,
+        "--file",
+        src,
+        "--key-separator",
+        "|",
+        "--property",
+        "null.marker=NULL",
+        "--json",
+    )
     assert r.code == 0, r
     assert r.json()["records"] == 32
     got = run(capsys, "consume", "t", "--path", d, "--from-beginning", "--format", "json")
@@ -42,29 +54,71 @@ def test_keys_headers_nulls_and_placement_round_trip(tmp_path, capsys):
     assert by_key[None]["value"] == "keyless" and by_key[None]["keyEncoding"] is None
     assert by_key["k29"]["value"] == "v29"  # the trailing \r\n is not part of the value
     for p in range(3):  # offsets per partition are dense, from 0
-        assert sorted(x["offset"] for x in rows if x["partition"] == p) == \
-            list(range(sum(1 for x in rows if x["partition"] == p)))
+        assert sorted(x["offset"] for x in rows if x["partition"] == p) == list(
+            range(sum(1 for x in rows if x["partition"] == p))
+        )
 
     headers_in = b"h1:a,h2:\xff\tk\tv\n\tk2\tNULL\n"
-    r = run_process("produce", "t", "--path", d, "--partition", "2", "--parse-headers",
-                    "--property", "parse.key=true", "--property", "null.marker=NULL",
-                    stdin=headers_in)
+    r = run_process(
+        "produce",
+        "t",
+        "--path",
+        d,
+        "--partition",
+        "2",
+        "--parse-headers",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "null.marker=NULL",
+        stdin=headers_in,
+    )
     assert r.code == 0 and "Produced 2 record(s) to t: partition 2 offsets" in r.out, r
-    tail = run(capsys, "consume", "t", "--path", d, "--partition", "2", "--offset",
-               str(by_key_count(rows, 2)), "--format", "json").json_lines()
+    tail = run(
+        capsys,
+        "consume",
+        "t",
+        "--path",
+        d,
+        "--partition",
+        "2",
+        "--offset",
+        str(by_key_count(rows, 2)),
+        "--format",
+        "json",
+    ).json_lines()
     assert [(x["key"], x["value"]) for x in tail] == [("k", "v"), ("k2", None)]
     assert tail[0]["headers"] == [
         {"key": "h1", "value": "a", "valueEncoding": "utf8"},
-        {"key": "h2", "value": base64.b64encode(b"\xff").decode(), "valueEncoding": "base64"}]
+        {"key": "h2", "value": base64.b64encode(b"\xff").decode(), "valueEncoding": "base64"},
+    ]
     assert tail[1]["headers"] == []
 
-    text = run(capsys, "consume", "t", "--path", d, "--partition", "2", "--offset",
-               str(by_key_count(rows, 2)), "--property", "print.key=true",
-               "--property", "print.offset=true", "--property", "print.headers=true",
-               "--property", "print.partition=true", "--property", "print.timestamp=true")
+    text = run(
+        capsys,
+        "consume",
+        "t",
+        "--path",
+        d,
+        "--partition",
+        "2",
+        "--offset",
+        str(by_key_count(rows, 2)),
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.timestamp=true",
+    )
     first, second = text.out.splitlines()
     assert first.startswith("CreateTime:") and first.endswith(
-        f"\tPartition:2\tOffset:{by_key_count(rows, 2)}\th1:a,h2:\\xff\tk\tv")
+        f"\tPartition:2\tOffset:{by_key_count(rows, 2)}\th1:a,h2:\\xff\tk\tv"
+    )
     assert second.endswith("\tNO_HEADERS\tk2\tnull")
 
 
@@ -76,10 +130,15 @@ def test_consume_starting_points_max_and_the_default_end(tmp_path, capsys):
     d = tmp_path / "logs"
     with LogManager([d]) as mgr:
         mgr.create_topic("t", 1)
-        mgr.append("t", 0, encode_batches(
-            pa.array([b"v%d" % i for i in range(10)]),
-            timestamps=pa.array([T0 + i * 1000 for i in range(10)], pa.int64()),
-            max_batch_bytes=100))
+        mgr.append(
+            "t",
+            0,
+            encode_batches(
+                pa.array([b"v%d" % i for i in range(10)]),
+                timestamps=pa.array([T0 + i * 1000 for i in range(10)], pa.int64()),
+                max_batch_bytes=100,
+            ),
+        )
         mgr.checkpoint_high_watermarks()
         mgr.append("t", 0, encode_batches(pa.array([b"unpublished"])), publish=False)
         mgr.get_log("t", 0).flush()
@@ -91,42 +150,58 @@ def test_consume_starting_points_max_and_the_default_end(tmp_path, capsys):
     assert ts.out.splitlines() == ["v7", "v8", "v9", "unpublished"]
     iso = run(capsys, "consume", "t", "--path", d, "--timestamp", "2023-11-14T22:13:27+00:00")
     assert iso.out.splitlines()[0] == "v7"
-    few = run(capsys, "consume", "t", "--path", d, "--offset", "3", "--partition", "0",
-              "--max", "2")
+    few = run(
+        capsys, "consume", "t", "--path", d, "--offset", "3", "--partition", "0", "--max", "2"
+    )
     assert few.out.splitlines() == ["v3", "v4"] and "total of 2 messages" in few.err
-    follow = run(capsys, "consume", "t", "--path", d, "--from-beginning", "--follow",
-                 "--max", "11")
+    follow = run(capsys, "consume", "t", "--path", d, "--from-beginning", "--follow", "--max", "11")
     assert len(follow.out.splitlines()) == 11
-    one_line_error(run(capsys, "consume", "t", "--path", d, "--offset", "99", "--partition",
-                       "0"), "--offset 99", "t-0", "0 to 11")
+    one_line_error(
+        run(capsys, "consume", "t", "--path", d, "--offset", "99", "--partition", "0"),
+        "--offset 99",
+        "t-0",
+        "0 to 11",
+    )
     one_line_error(run(capsys, "consume", "t", "--path", d, "--offset", "1"), "--partition")
-    one_line_error(run(capsys, "consume", "t", "--path", d, "--from-beginning", "--offset",
-                       "1"), "conflict")
-    one_line_error(run(capsys, "consume", "t", "--path", d, "--partition", "5"),
-                   "--partition 5")
-    one_line_error(run(capsys, "consume", "t", "--path", d, "--timestamp", "yesterday"),
-                   "--timestamp", "yesterday")
-    one_line_error(run(capsys, "consume", "t", "--path", d, "--property", "print.keys=true"),
-                   "print.keys")
+    one_line_error(
+        run(capsys, "consume", "t", "--path", d, "--from-beginning", "--offset", "1"), "conflict"
+    )
+    one_line_error(run(capsys, "consume", "t", "--path", d, "--partition", "5"), "--partition 5")
+    one_line_error(
+        run(capsys, "consume", "t", "--path", d, "--timestamp", "yesterday"),
+        "--timestamp",
+        "yesterday",
+    )
+    one_line_error(
+        run(capsys, "consume", "t", "--path", d, "--property", "print.keys=true"), "print.keys"
+    )
 
 
-def test_a_failed_produce_publishes_nothing_and_takes_its_appends_back(tmp_path, capsys,
-                                                                        monkeypatch):
+def test_a_failed_produce_publishes_nothing_and_takes_its_appends_back(
+    tmp_path, capsys, monkeypatch
+):
     d = tmp_path / "logs"
     assert run(capsys, "create", "t", "--path", d, "--partitions", "2").code == 0
     assert run(capsys, "produce", "t", "--path", d, "--file", _lines(tmp_path, 4)).code == 0
     monkeypatch.setattr(cli_produce, "CHUNK_ROWS", 3)  # several chunks appended first
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"".join(b"k%d:v\n" % i for i in range(10)) + b"no separator\n")
-    one_line_error(run(capsys, "produce", "t", "--path", d, "--file", bad,
-                       "--key-separator", ":"), "line 11", "key separator")
+    one_line_error(
+        run(capsys, "produce", "t", "--path", d, "--file", bad, "--key-separator", ":"),
+        "line 11",
+        "key separator",
+    )
     with LogManager([d]) as mgr:  # only the first run's 4 records, published and on disk
         ends = {("t", p): mgr.get_log("t", p).log_end_offset for p in (0, 1)}
         assert sum(ends.values()) == 4 and mgr.high_watermarks() == ends
-    one_line_error(run(capsys, "produce", "t", "--path", d, "--partition", "7", "--file",
-                       bad), "--partition 7")
-    one_line_error(run(capsys, "produce", "nope", "--path", d, "--file", bad,
-                       "--no-create-topic"), "nope", "--no-create-topic")
+    one_line_error(
+        run(capsys, "produce", "t", "--path", d, "--partition", "7", "--file", bad), "--partition 7"
+    )
+    one_line_error(
+        run(capsys, "produce", "nope", "--path", d, "--file", bad, "--no-create-topic"),
+        "nope",
+        "--no-create-topic",
+    )
     with LogManager([d]) as mgr:
         assert mgr.topics() == ["t"]
 
@@ -137,8 +212,19 @@ def test_produce_creates_a_missing_topic_as_a_broker_and_the_sink_do(tmp_path, c
     r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 6))
     assert r.code == 0, r
     assert "created topic 'fresh' with 1 partition(s)" in r.err and "Produced 6" in r.out
-    r = run(capsys, "produce", "wide", "--path", d, "--file", _lines(tmp_path, 6),
-            "--num-partitions", "3", "--topic-config", "retention.ms=60000")
+    r = run(
+        capsys,
+        "produce",
+        "wide",
+        "--path",
+        d,
+        "--file",
+        _lines(tmp_path, 6),
+        "--num-partitions",
+        "3",
+        "--topic-config",
+        "retention.ms=60000",
+    )
     assert r.code == 0 and "with 3 partition(s)" in r.err, r
     with LogManager([d], read_only=True) as mgr:
         assert mgr.topics() == ["fresh", "t", "wide"]
@@ -148,8 +234,20 @@ def test_produce_creates_a_missing_topic_as_a_broker_and_the_sink_do(tmp_path, c
     # an existing topic is used as it is, without a word
     r = run(capsys, "produce", "fresh", "--path", d, "--file", _lines(tmp_path, 2))
     assert r.code == 0 and "created" not in r.err
-    one_line_error(run(capsys, "produce", "bad", "--path", d, "--file", _lines(tmp_path, 1),
-                       "--topic-config", "retention.ms=abc"), "retention.ms")
+    one_line_error(
+        run(
+            capsys,
+            "produce",
+            "bad",
+            "--path",
+            d,
+            "--file",
+            _lines(tmp_path, 1),
+            "--topic-config",
+            "retention.ms=abc",
+        ),
+        "retention.ms",
+    )
 
 
 def _lines(tmp_path, n):
@@ -210,9 +308,21 @@ def test_consume_follow_interrupted_says_how_many_it_processed(tmp_path):
         mgr.create_topic("t", 1)
         mgr.append("t", 0, encode_batches(pa.array([b"a", b"b", b"c"])))
         mgr.checkpoint_high_watermarks()
-    proc = subprocess.Popen([str(SEGLOG), "consume", "t", "--path", str(d), "--from-beginning",
-                             "--follow", "--poll-ms", "50"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            str(SEGLOG),
+            "consume",
+            "t",
+            "--path",
+            str(d),
+            "--from-beginning",
+            "--follow",
+            "--poll-ms",
+            "50",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stdout is not None
         seen = [proc.stdout.readline() for _ in range(3)]  # all printed: now it polls
@@ -224,5 +334,22 @@ def test_consume_follow_interrupted_says_how_many_it_processed(tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
-    assert err.decode().splitlines() == ["Processed a total of 3 messages",
-                                         "seglog consume: interrupted"]
+    assert err.decode().splitlines() == [
+        "Processed a total of 3 messages",
+        "seglog consume: interrupted",
+    ]
+
+
+def test_a_wrong_property_is_one_line_naming_it(tmp_path, capsys):
+    """produce and consume check their ``--property`` values the same way: an unknown
+    name lists the known ones, a flag must be true or false."""
+    d = tmp_path / "logs"
+    assert run(capsys, "create", "t", "--path", d).code == 0
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"v\n")
+    for command, known in (("produce", "parse.key"), ("consume", "print.key")):
+        extra = ["--file", src] if command == "produce" else ["--from-beginning"]
+        r = run(capsys, command, "t", "--path", d, *extra, "--property", "no.such=1")
+        one_line_error(r, "unknown --property 'no.such'", known)
+        r = run(capsys, command, "t", "--path", d, *extra, "--property", f"{known}=yes")
+        one_line_error(r, f"--property {known} must be true or false, got 'yes'")

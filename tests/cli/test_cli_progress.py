@@ -7,7 +7,8 @@ import fcntl
 import io
 import os
 import pty
-import select
+import resource
+import selectors
 import struct
 import subprocess
 import sys
@@ -133,31 +134,62 @@ def test_dump_log_and_maintain_draw_on_a_terminal(tmp_path: Path, capsys, monkey
         terminal.truncate()
 
 
-def test_check_draws_its_bytes_on_a_pseudo_terminal(tmp_path: Path):
+def _read_terminal(primary: int) -> bytes:
+    """What a child draws on the pty ``primary`` until it closes the terminal. A selector
+    (epoll), not select(): a descriptor numbered above 1023 is fine there."""
+    drawn = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(primary, selectors.EVENT_READ)
+        while sel.select(timeout=60):
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    return drawn
+
+
+@pytest.fixture(params=["few", "crowded"])
+def descriptors(request):
+    """``crowded``: the process already holds descriptors past 1023 (a long test session
+    once did), where select() refuses the next one; the test must not care."""
+    if request.param == "few":
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if min(soft, hard) < 1100:
+        pytest.skip(f"RLIMIT_NOFILE {soft}/{hard}: no room for 1,100 descriptors")
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_check_draws_its_bytes_on_a_pseudo_terminal(tmp_path: Path, descriptors):
     """The real command with stderr on a pty (a user's terminal), stdout a pipe."""
     d = _log_dir(tmp_path / "logs", records=2000)
     primary, secondary = pty.openpty()
     # a terminal's size, as a user's has (a fresh pty is 0 x 0, where tqdm shows nothing)
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
-    proc = subprocess.Popen(
-        [str(SEGLOG), "check", str(d)], stdout=subprocess.PIPE, stderr=secondary
-    )
-    os.close(secondary)
-    drawn = b""
-    while True:
-        ready, _, _ = select.select([primary], [], [], 60)
-        if not ready:
-            break
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        drawn += chunk
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    assert proc.wait(timeout=60) == 0, (out, drawn)
-    os.close(primary)
+    try:
+        with subprocess.Popen(
+            [str(SEGLOG), "check", str(d)], stdout=subprocess.PIPE, stderr=secondary
+        ) as proc:
+            os.close(secondary)
+            secondary = -1
+            drawn = _read_terminal(primary)
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            assert proc.wait(timeout=60) == 0, (out, drawn)
+    finally:
+        for fd in (primary, secondary):
+            if fd >= 0:
+                os.close(fd)
     text = drawn.decode(errors="replace")
     from tqdm import tqdm
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from segment_damage import flip_base_offset, segment_files
 
 from seglog.datasource.schema import arrow_schema, source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
@@ -32,12 +33,18 @@ ROWS = 300
 
 def build(d: Path, config: dict | None = None) -> None:
     with LogManager([str(d)]) as mgr:
-        mgr.create_topic(TOPIC, 1, {"segment.bytes": "4096", "index.interval.bytes": "256",
-                                    **(config or {})})
+        mgr.create_topic(
+            TOPIC, 1, {"segment.bytes": "4096", "index.interval.bytes": "256", **(config or {})}
+        )
         for lo in range(0, ROWS, 10):
-            mgr.append(TOPIC, 0, encode_batches(
-                pa.array([b"v%d" % o for o in range(lo, lo + 10)], pa.binary()),
-                max_batch_bytes=64))
+            mgr.append(
+                TOPIC,
+                0,
+                encode_batches(
+                    pa.array([b"v%d" % o for o in range(lo, lo + 10)], pa.binary()),
+                    max_batch_bytes=64,
+                ),
+            )
         mgr.checkpoint_high_watermarks()
         assert mgr.get_log(TOPIC, 0).num_segments >= 4
 
@@ -50,14 +57,7 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def segments(d: Path) -> list[Path]:
-    return sorted((d / f"{TOPIC}-0").glob("*.log"))
-
-
-def flip_base(path: Path, which: int, bit: int = 0) -> None:
-    h = list(iter_batch_headers(path.read_bytes()))[which]
-    data = bytearray(path.read_bytes())
-    data[h.position + 7 - bit // 8] ^= 1 << (bit % 8)
-    path.write_bytes(bytes(data))
+    return segment_files(d, TOPIC)
 
 
 def delete_segment(path: Path) -> tuple[int, int]:
@@ -73,9 +73,9 @@ def damaged(pristine: Path, tmp_path: Path, fault: str) -> tuple[Path, tuple[int
     shutil.copytree(pristine, d)
     gap = None
     if fault == "flip-middle":
-        flip_base(segments(d)[1], 2, 3)
+        flip_base_offset(segments(d)[1], 2, 3)
     elif fault == "flip-last":
-        flip_base(segments(d)[-1], -1, 40)
+        flip_base_offset(segments(d)[-1], -1, 40)
     elif fault == "deleted-segment":
         gap = delete_segment(segments(d)[1])
     elif fault == "truncated-active":
@@ -87,8 +87,12 @@ def damaged(pristine: Path, tmp_path: Path, fault: str) -> tuple[Path, tuple[int
 
 
 def batch_read(spark, d: Path, **options):
-    reader = (spark.read.format("seglog").option("path", str(d)).option("subscribe", TOPIC)
-              .option("startingOffsets", "earliest"))
+    reader = (
+        spark.read.format("seglog")
+        .option("path", str(d))
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+    )
     for k, v in options.items():
         reader = reader.option(k, v)
     return sorted((r.offset, bytes(r.value)) for r in reader.load().collect())
@@ -103,8 +107,7 @@ def expect_rows(rows, gap=None) -> None:
 @pytest.mark.spark
 @pytest.mark.parametrize("fault", ["flip-middle", "flip-last"])
 @pytest.mark.parametrize("fail", ["true", "false"])
-def test_batch_read_of_a_corrupt_log_fails_naming_the_file(spark, pristine, tmp_path, fault,
-                                                           fail):
+def test_batch_read_of_a_corrupt_log_fails_naming_the_file(spark, pristine, tmp_path, fault, fail):
     d, _ = damaged(pristine, tmp_path, fault)
     with pytest.raises(Exception) as info:
         batch_read(spark, d, failOnDataLoss=fail)
@@ -113,12 +116,15 @@ def test_batch_read_of_a_corrupt_log_fails_naming_the_file(spark, pristine, tmp_
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("fault", [
-    "deleted-segment",
-    # A high watermark above the log end is reported as data loss at planning (a damaged
-    # checkpoint digit looks the same: docs/checkpoints.md), never read short in silence.
-    "truncated-active",
-])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "deleted-segment",
+        # A high watermark above the log end is reported as data loss at planning (a damaged
+        # checkpoint digit looks the same: docs/checkpoints.md), never read short in silence.
+        "truncated-active",
+    ],
+)
 def test_batch_read_of_missing_data_follows_fail_on_data_loss(spark, pristine, tmp_path, fault):
     d, gap = damaged(pristine, tmp_path, fault)
     with pytest.raises(Exception) as info:
@@ -149,8 +155,13 @@ def test_offsets_that_name_nothing_fail_on_the_driver(spark, pristine):
     with pytest.raises(Exception, match=r"endingOffsets.*ev-0 \(400 > latest offset 300\)"):
         batch_read(spark, pristine, endingOffsets='{"ev": {"0": 400}}')
     with pytest.raises(Exception, match=r"assign.*\[ev-3\]"):
-        (spark.read.format("seglog").option("path", str(pristine))
-         .option("assign", '{"ev": [0, 3]}').load().collect())
+        (
+            spark.read.format("seglog")
+            .option("path", str(pristine))
+            .option("assign", '{"ev": [0, 3]}')
+            .load()
+            .collect()
+        )
 
 
 def run_stream(spark, d: Path, chk: Path, fail: str):
@@ -159,10 +170,18 @@ def run_stream(spark, d: Path, chk: Path, fail: str):
     def collect(df, _batch_id):
         got.extend((r.offset, bytes(r.value)) for r in df.select("offset", "value").collect())
 
-    q = (spark.readStream.format("seglog").option("path", str(d)).option("subscribe", TOPIC)
-         .option("startingOffsets", "earliest").option("failOnDataLoss", fail).load()
-         .writeStream.foreachBatch(collect).option("checkpointLocation", str(chk))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("seglog")
+        .option("path", str(d))
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", fail)
+        .load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         q.awaitTermination()
     finally:
@@ -189,12 +208,17 @@ def test_stream_missing_segment_skips_or_fails(spark, pristine, tmp_path):
 
 # -- retention under a running read (the reader's own calls, no JVM) ----------------------
 
+
 @pytest.mark.parametrize("fail", [True, False])
 def test_retention_under_a_running_read_is_data_loss_named_or_skipped(tmp_path, caplog, fail):
     d = tmp_path / "logs"
     build(d, {"retention.bytes": "1", "file.delete.delay.ms": "0"})
-    options = {"path": str(d), "subscribe": TOPIC, "startingOffsets": "earliest",
-               "failOnDataLoss": str(fail).lower()}
+    options = {
+        "path": str(d),
+        "subscribe": TOPIC,
+        "startingOffsets": "earliest",
+        "failOnDataLoss": str(fail).lower(),
+    }
     reader = SeglogStreamReader(options, source_schema(options))
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
@@ -213,7 +237,7 @@ def test_retention_under_a_running_read_is_data_loss_named_or_skipped(tmp_path, 
             assert "the log holds" not in str(info.value)  # never an inverted range
             return
         got = first + [o for b in batches for o in b.column("offset").to_pylist()]
-    assert got == sorted(set(got)) and got[-(ROWS - lso):] == list(range(lso, ROWS))
+    assert got == sorted(set(got)) and got[-(ROWS - lso) :] == list(range(lso, ROWS))
     assert f", {lso}) cannot be read" in caplog.text and "failOnDataLoss=false" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -234,8 +258,7 @@ def test_a_corrupt_record_in_a_task_names_the_partition_and_the_segment(pristine
     options = {"path": str(d), "subscribe": TOPIC, "startingOffsets": "earliest"}
     reader = SeglogStreamReader(options, source_schema(options))
     start = reader.initialOffset()
-    (planned,) = reader.partitions(start, reader.latestOffset(start,
-                                                              reader.getDefaultReadLimit()))
+    (planned,) = reader.partitions(start, reader.latestOffset(start, reader.getDefaultReadLimit()))
     with pytest.raises(CorruptRecordError) as info:
         for _ in read_range(planned.value, arrow_schema(False)):
             pass

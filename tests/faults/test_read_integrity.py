@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from _log_checks import make_batch, value_for
+from segment_damage import flip_base_offset, segment_files
 
 from seglog.cli import main as seglog_main
 from seglog.logstore.errors import (
@@ -54,19 +55,11 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def segments(d: Path) -> list[Path]:
-    return sorted((d / f"{TOPIC}-0").glob("*.log"))
+    return segment_files(d, TOPIC)
 
 
 def headers(path: Path) -> list:
     return list(iter_batch_headers(path.read_bytes()))
-
-
-def flip_base(path: Path, which: int, bit: int) -> None:
-    """Flip one bit of the base offset of batch ``which`` of ``path``."""
-    h = headers(path)[which]
-    data = bytearray(path.read_bytes())
-    data[h.position + 7 - bit // 8] ^= 1 << (bit % 8)
-    path.write_bytes(bytes(data))
 
 
 def truncate(path: Path, mid_batch: bool) -> None:
@@ -80,7 +73,7 @@ def garble_active_index(d: Path) -> None:
     data = bytearray(idx.read_bytes())
     # entries point at later batches than their offsets name: a lookup that trusted
     # them would skip rows
-    n = next((i for i in range(0, len(data), 8) if data[i:i + 8] == bytes(8)), len(data)) // 8
+    n = next((i for i in range(0, len(data), 8) if data[i : i + 8] == bytes(8)), len(data)) // 8
     assert n >= 3, "the active index needs entries for this test"
     for i in range(n):
         rel, pos = struct.unpack_from(">ii", data, 8 * i)
@@ -90,15 +83,16 @@ def garble_active_index(d: Path) -> None:
 
 
 FAULTS: dict[str, Callable[[Path], None]] = {
-    "flip-base-middle-bit0": lambda d: flip_base(segments(d)[1], 3, 0),
-    "flip-base-middle-bit3": lambda d: flip_base(segments(d)[1], 3, 3),
-    "flip-base-middle-bit40": lambda d: flip_base(segments(d)[1], 3, 40),
-    "flip-base-last-bit0": lambda d: flip_base(segments(d)[-1], -1, 0),
-    "flip-base-last-bit2": lambda d: flip_base(segments(d)[-1], -1, 2),
-    "flip-base-last-bit40": lambda d: flip_base(segments(d)[-1], -1, 40),
-    "flip-base-first-of-segment": lambda d: flip_base(segments(d)[2], 0, 1),
-    "delete-middle-segment": lambda d: [p.unlink() for p in
-                                        segments(d)[1].parent.glob(segments(d)[1].stem + ".*")],
+    "flip-base-middle-bit0": lambda d: flip_base_offset(segments(d)[1], 3, 0),
+    "flip-base-middle-bit3": lambda d: flip_base_offset(segments(d)[1], 3, 3),
+    "flip-base-middle-bit40": lambda d: flip_base_offset(segments(d)[1], 3, 40),
+    "flip-base-last-bit0": lambda d: flip_base_offset(segments(d)[-1], -1, 0),
+    "flip-base-last-bit2": lambda d: flip_base_offset(segments(d)[-1], -1, 2),
+    "flip-base-last-bit40": lambda d: flip_base_offset(segments(d)[-1], -1, 40),
+    "flip-base-first-of-segment": lambda d: flip_base_offset(segments(d)[2], 0, 1),
+    "delete-middle-segment": lambda d: [
+        p.unlink() for p in segments(d)[1].parent.glob(segments(d)[1].stem + ".*")
+    ],
     "truncate-inactive-mid-batch": lambda d: truncate(segments(d)[1], True),
     "truncate-inactive-at-batch": lambda d: truncate(segments(d)[1], False),
     "truncate-active-mid-batch": lambda d: truncate(segments(d)[-1], True),
@@ -173,8 +167,9 @@ def test_a_fault_is_an_error_naming_the_file_never_wrong_rows(pristine, tmp_path
 
 @pytest.mark.parametrize("fault", sorted(CLAMPED))
 @pytest.mark.parametrize("chunks", [True, False], ids=["read_chunks", "read"])
-def test_a_cut_last_segment_reads_up_to_the_cut_with_a_warning(pristine, tmp_path, fault,
-                                                               chunks, caplog):
+def test_a_cut_last_segment_reads_up_to_the_cut_with_a_warning(
+    pristine, tmp_path, fault, chunks, caplog
+):
     d = tmp_path / "logs"
     shutil.copytree(pristine, d)
     FAULTS[fault](d)
@@ -207,8 +202,9 @@ def test_a_missing_range_says_where_to_go_on(pristine, tmp_path):
         with pytest.raises(MissingDataError) as info:
             list(log.read_chunks(0, log.high_watermark))
         assert (info.value.start, info.value.end) == (first, after)
-        rows = decode_batches(b"".join(log.read_chunks(after, log.high_watermark)),
-                              start_offset=after)
+        rows = decode_batches(
+            b"".join(log.read_chunks(after, log.high_watermark)), start_offset=after
+        )
         assert rows.column("offset").to_pylist() == list(range(after, 300))
 
 
@@ -217,8 +213,9 @@ def test_a_garbled_active_index_costs_a_scan_not_rows(tmp_path, caplog):
     build(d, {"index.interval.bytes": 128})
     garble_active_index(d)
     active = int(segments(d)[-1].stem)
-    first_entry = active + struct.unpack_from(">i", segments(d)[-1].with_suffix(".index")
-                                              .read_bytes(), 0)[0]
+    first_entry = (
+        active + struct.unpack_from(">i", segments(d)[-1].with_suffix(".index").read_bytes(), 0)[0]
+    )
     for chunks in (True, False):
         assert read_rows(d, chunks=chunks) == list(range(300))
     with LogManager([d], read_only=True) as mgr:
@@ -241,11 +238,14 @@ def test_a_compacted_log_still_catches_base_offsets_outside_their_segment(tmp_pa
     build(d, {"cleanup.policy": "compact"})
     segs = segments(d)
     seg = segs[1] if which == "middle" else segs[-1]
-    flip_base(seg, 2, bit)
+    flip_base_offset(seg, 2, bit)
     # Issue 22.18: the bound broken, in real offsets (the last segment has no next base,
     # so no made-up end of its range like "[base, base + 2^31)")
-    want = (f"reaching the next segment's base offset {int(segs[2].stem)}" if which == "middle"
-            else f"more than 2147483647 above its segment's base offset {int(seg.stem)}")
+    want = (
+        f"reaching the next segment's base offset {int(segs[2].stem)}"
+        if which == "middle"
+        else f"more than 2147483647 above its segment's base offset {int(seg.stem)}"
+    )
     with pytest.raises(CorruptRecordError, match=want) as info:
         read_rows(d, chunks=True)
     assert str(int(seg.stem) + 2**31) not in str(info.value)

@@ -7,12 +7,14 @@ bytes are wrong, never skipped); nothing damaged is returned as data."""
 
 from __future__ import annotations
 
+import io
 import logging
 import uuid
 
 import pyarrow as pa
 import pytest
 
+from seglog.cli import main as seglog_main
 from seglog.logstore.bucket import bucket_log
 from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY
 from seglog.logstore.errors import (
@@ -23,7 +25,7 @@ from seglog.logstore.errors import (
 )
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
-from seglog.logstore.records.record_format import iter_batch_headers
+from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
 from seglog.logstore.storage.object_storage import ObjectStorage
 
 TS = 1_700_000_000_000
@@ -37,10 +39,11 @@ def uri(request) -> str:
 
 
 def batches(n: int, start: int = 0) -> bytearray:
-    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
-                          timestamps=pa.array([TS + i for i in range(start, start + n)],
-                                              pa.int64()),
-                          max_batch_bytes=200)
+    return encode_batches(
+        pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+        timestamps=pa.array([TS + i for i in range(start, start + n)], pa.int64()),
+        max_batch_bytes=200,
+    )
 
 
 def three_segments(uri: str) -> tuple[LogManager, list]:
@@ -60,8 +63,11 @@ def three_segments(uri: str) -> tuple[LogManager, list]:
 def read_all(mgr: LogManager, start: int = 0, end: int | None = None) -> list[int]:
     log = mgr.get_log("t", 0)
     end = log.high_watermark if end is None else end
-    return [o for c in log.read_chunks(start, end)
-            for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()]
+    return [
+        o
+        for c in log.read_chunks(start, end)
+        for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()
+    ]
 
 
 def test_a_log_object_shorter_than_its_entry_is_corruption(uri):
@@ -212,3 +218,58 @@ def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, c
         LogManager(uri, read_only=True)
     assert f"commit {SNAPSHOT_EVERY - 3} is missing" in str(e.value)
     assert f"{uri}/{snapshot}" in str(e.value)
+
+
+def same_size_batch(size: int, first_offset: int, records: int) -> bytearray:
+    """One batch of ``records`` records from ``first_offset`` whose bytes are exactly
+    ``size`` (its first values padded): what stands in for a batch of another count."""
+    for pad in range(3):
+        for width in range(size):
+            values = [b"x" * width, b"y" * pad] + [b""] * (records - 2)
+            data = encode_batches(
+                pa.array(values),
+                timestamps=pa.array([TS + first_offset + i for i in range(records)], pa.int64()),
+            )
+            if len(data) == size:
+                set_base_offset(data, 0, first_offset)
+                return data
+            if len(data) > size:
+                break
+    raise AssertionError(f"no batch of {records} records has {size} bytes")
+
+
+@pytest.mark.parametrize("records", [-1, +1])
+def test_check_names_a_last_segment_whose_batches_miss_its_commits_log_end(uri, records, capsys):
+    """The last ``.log`` has the size its commit entry says, but its batches end one
+    offset before the entry's ``next_offset`` (the high watermark readers were told) or
+    run one past it: ``check`` reports it as the local deep check reports a log end that
+    misses the high watermark, naming the object and the offsets."""
+    mgr, segs = three_segments(uri)
+    clean, _ = mgr.check_objects()
+    assert [f for f in clean if f.problem] == []  # healthy: no problem, no log end finding
+    storage = ObjectStorage(uri)
+    key = segs[2].key + ".log"
+    data = bytearray(storage.read(key))
+    last = list(iter_batch_headers(data))[-1]
+    count = last.last_offset - last.base_offset + 1 + records
+    data[last.position :] = same_size_batch(last.size, last.base_offset, count)
+    storage.write_atomic(key, data)
+    findings, _ = LogManager(uri, read_only=True).check_objects()
+    problems = [(f.where, f.message) for f in findings if f.problem]
+    if records < 0:
+        expected = (
+            f"{uri}/{key}",
+            f"t-0: offsets [59, 60) are missing: the batches of "
+            f"{uri}/{key} end at offset 59, below the high watermark 60",
+        )
+    else:
+        expected = (
+            f"{uri}/{key}",
+            f"{uri}/{key} holds offsets up to 60, but the commit "
+            f"that added it says the segment ends before 60",
+        )
+    assert any(w == expected[0] and expected[1] in m for w, m in problems), problems
+    capsys.readouterr()
+    out = io.StringIO()
+    assert seglog_main(["check", uri], out) == 1
+    assert expected[1] in out.getvalue(), out.getvalue()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_batches import batch as kafka_batch
 
 from seglog.logstore.errors import CorruptCheckpointError, ReadOnlyError
 from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
@@ -19,10 +19,8 @@ from seglog.logstore.storage.file_names import (
 
 
 def batch(n: int = 10) -> bytes:
-    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
-    for i in range(n):
-        b.append(i, 1_700_000_000_000 + i, None, b"v" * 300, [])
-    return bytes(b.build())
+    """``n`` keyless records of 300-byte values (kafka-python's bytes)."""
+    return kafka_batch(n, value_size=300, key=None)
 
 
 @pytest.fixture
@@ -51,14 +49,19 @@ def test_a_healthy_dir_has_no_problems(log_dir):
 
 def test_checkpoint_problems_are_reported_then_fixed(log_dir):
     OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).write(
-        {("t", 0): 120, ("t", 1): 999, ("gone", 0): 5})
+        {("t", 0): 120, ("t", 1): 999, ("gone", 0): 5}
+    )
     (log_dir / LOG_START_OFFSET_CHECKPOINT).write_text("0\n3\nt 0 1\n")
     (log_dir / "recovery-point-offset-checkpoint.tmp").write_text("half")
     with pytest.raises(CorruptCheckpointError, match="check --fix"):
         LogManager([log_dir], read_only=True)
     found = check_log_dirs([log_dir])
-    assert kinds(found) == ["checkpoint-beyond-log-end", "corrupt-checkpoint", "leftover",
-                            "stale-checkpoint-entry"]
+    assert kinds(found) == [
+        "checkpoint-beyond-log-end",
+        "corrupt-checkpoint",
+        "leftover",
+        "stale-checkpoint-entry",
+    ]
     assert all(not p.fixed for p in found)
     assert any(str(log_dir / LOG_START_OFFSET_CHECKPOINT) in p.message for p in found)
     fixed = check_log_dirs([log_dir], fix=True)
@@ -66,9 +69,13 @@ def test_checkpoint_problems_are_reported_then_fixed(log_dir):
     with LogManager([log_dir]) as mgr:
         assert mgr.check() == []
     assert OffsetCheckpointFile(log_dir / HIGH_WATERMARK_CHECKPOINT).read() == {
-        ("t", 0): 120, ("t", 1): 10}
+        ("t", 0): 120,
+        ("t", 1): 10,
+    }
     assert OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read() == {
-        ("t", 0): 120, ("t", 1): 10}
+        ("t", 0): 120,
+        ("t", 1): 10,
+    }
 
 
 def test_topic_config_problems(log_dir):
@@ -122,19 +129,24 @@ def test_deep_check_accepts_an_old_brokers_index(tmp_path):
     headers = list(iter_batch_headers(log.read_bytes()))
     assert len(headers) >= 3
     # One entry: the append of batches 1 and 2, at batch 1's position, offset of batch 2.
-    index.write_bytes(struct.pack(">ii", headers[2].last_offset - headers[0].base_offset,
-                                  headers[1].position))
+    index.write_bytes(
+        struct.pack(">ii", headers[2].last_offset - headers[0].base_offset, headers[1].position)
+    )
     # A time entry naming a record inside batch 1 (not its last offset).
     time_index = index.with_suffix(".timeindex")
-    time_index.write_bytes(struct.pack(">qi", headers[1].max_timestamp,
-                                       headers[1].last_offset - 1 - headers[0].base_offset))
+    time_index.write_bytes(
+        struct.pack(
+            ">qi", headers[1].max_timestamp, headers[1].last_offset - 1 - headers[0].base_offset
+        )
+    )
     with LogManager([log_dir], read_only=True) as reader:
         found = reader.check(deep=True)
     assert found == [], found
     # The same entry one offset lower names batch 0's last offset, which lies before the
     # entry's position: lookups for it would start past its batch.
-    index.write_bytes(struct.pack(">ii", headers[0].last_offset - headers[0].base_offset,
-                                  headers[1].position))
+    index.write_bytes(
+        struct.pack(">ii", headers[0].last_offset - headers[0].base_offset, headers[1].position)
+    )
     with LogManager([log_dir], read_only=True) as reader:
         assert kinds(reader.check(deep=True)) == ["bad-index-entry"]
 

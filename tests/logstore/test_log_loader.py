@@ -15,10 +15,14 @@ from seglog.logstore.log.log import Log
 from seglog.logstore.log.log_segment import LogSegment
 from seglog.logstore.records.record_format import iter_batch_headers
 from seglog.logstore.util.clock import MockClock
+from seglog.logstore.util.delayed_deletion import DelayedDeleter
 
 ONE = len(batch(3))
-CFG_PROPS = {"segment.bytes": str(3 * ONE), "index.interval.bytes": "1",
-             "message.timestamp.after.max.ms": str(2**62)}
+CFG_PROPS = {
+    "segment.bytes": str(3 * ONE),
+    "index.interval.bytes": "1",
+    "message.timestamp.after.max.ms": str(2**62),
+}
 CFG = LogConfig.from_properties(CFG_PROPS)
 
 
@@ -37,10 +41,14 @@ def _offsets(log: Log) -> list[int]:
     return out
 
 
-def _crash(log: Log) -> None:
-    """Drop a writer without closing it: files stay untrimmed, nothing more is written."""
+def _crash(log: Log, deleter: DelayedDeleter | None = None) -> None:
+    """Drop a writer without closing it: files stay untrimmed, nothing more is written.
+    A dead process's descriptors are gone too: those of the segments it had waiting for
+    deletion in ``deleter``, when the log was opened with one."""
     for seg in log.segments:
         seg.close_handlers()
+    if deleter is not None:
+        deleter.release_handles(log.dir)
 
 
 def test_clean_open_reads_no_segment_data(tmp_path):
@@ -71,7 +79,8 @@ def test_unclean_open_recovers_from_the_recovery_point(tmp_path):
         [f"{b:020d}{ext}" for b in (0, 9) for ext in (".index", ".log", ".timeindex")]
         + [f"{18:020d}{ext}.deleted" for ext in (".index", ".log", ".timeindex")]
         # the producer snapshot written when segment 9 was rolled; 18's is past the end
-        + [f"{9:020d}.snapshot"])
+        + [f"{9:020d}.snapshot"]
+    )
     assert log.append(batch(1)).first_offset == 12
     log.close()
 
@@ -111,8 +120,11 @@ def test_missing_indexes_and_orphans(tmp_path):
 def test_temporary_files_are_dropped(tmp_path):
     d = tmp_path / "t-0"
     _write(d, 3).close()
-    for name in ("00000000000000000003.log.deleted", "00000000000000000000.log.cleaned",
-                 "00000000000000000000.index.cleaned"):
+    for name in (
+        "00000000000000000003.log.deleted",
+        "00000000000000000000.log.cleaned",
+        "00000000000000000000.index.cleaned",
+    ):
         (d / name).write_bytes(b"junk")
     log = Log.open(d, CFG, clock=MockClock(BASE_TS))
     assert not any(n.endswith((".deleted", ".cleaned")) for n in os.listdir(d))
@@ -141,8 +153,9 @@ def test_swap_group_with_leftover_cleaned_files_is_discarded(tmp_path):
     d = tmp_path / "t-0"
     _write(d, 9).close()
     for suffix in (".cleaned", ".swap"):
-        seg = LogSegment.open(d, 9 if suffix == ".swap" else 0, file_suffix=suffix,
-                              max_index_size=4096)
+        seg = LogSegment.open(
+            d, 9 if suffix == ".swap" else 0, file_suffix=suffix, max_index_size=4096
+        )
         seg.append(batch(1, base_offset=seg.base_offset))
         seg.close()
     log = Log.open(d, CFG, clock=MockClock(BASE_TS), had_clean_shutdown=False)
@@ -152,25 +165,37 @@ def test_swap_group_with_leftover_cleaned_files_is_discarded(tmp_path):
 
 # -- a property: Log against a list model, crashes lose only the unflushed tail --------
 
-_ops = st.lists(st.one_of(
-    st.tuples(st.just("append"), st.integers(1, 4)),
-    st.tuples(st.just("flush"), st.just(0)),
-    st.tuples(st.just("roll"), st.just(0)),
-    st.tuples(st.just("truncate"), st.integers(0, 40)),
-    st.tuples(st.just("reopen"), st.just(0)),
-    st.tuples(st.just("crash"), st.integers(0, 200)),
-), max_size=25)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 4)),
+        st.tuples(st.just("flush"), st.just(0)),
+        st.tuples(st.just("roll"), st.just(0)),
+        st.tuples(st.just("truncate"), st.integers(0, 40)),
+        st.tuples(st.just("reopen"), st.just(0)),
+        st.tuples(st.just("crash"), st.integers(0, 200)),
+    ),
+    max_size=25,
+)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(ops=_ops)
 def test_log_matches_a_list_model(tmp_path_factory, ops):
     d = tmp_path_factory.mktemp("model") / "t-0"
-    cfg = LogConfig.from_properties({"segment.bytes": str(2 * ONE), "index.interval.bytes": "50",
-                                     "message.timestamp.after.max.ms": str(2**62)})
+    cfg = LogConfig.from_properties(
+        {
+            "segment.bytes": str(2 * ONE),
+            "index.interval.bytes": "50",
+            "message.timestamp.after.max.ms": str(2**62),
+        }
+    )
     clock = MockClock(BASE_TS)
-    log = Log.open(d, cfg, clock=clock)
+    deleter = DelayedDeleter(clock)
+    log = Log.open(d, cfg, clock=clock, deleter=deleter)
     model: list[int] = []  # batch sizes (records) in order; offsets follow
     synced_len: dict[str, int] = {}  # file -> bytes known durable (at the last fsync)
     real_fsync = os.fsync
@@ -192,17 +217,17 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
             elif op == "roll":
                 log.roll()
             elif op == "truncate":
-                ends = [sum(model[:i + 1]) for i in range(len(model))]
+                ends = [sum(model[: i + 1]) for i in range(len(model))]
                 keep = [i for i, e in enumerate(ends) if e <= arg]
                 log.truncate_to(arg)
-                model = model[:len(keep)]
+                model = model[: len(keep)]
             elif op == "reopen":
                 log.close()
-                log = Log.open(d, cfg, clock=clock)
+                log = Log.open(d, cfg, clock=clock, deleter=deleter)
             elif op == "crash":
                 rp = log.recovery_point
                 flushed_records = rp
-                _crash(log)
+                _crash(log, deleter)
                 # The OS loses what was never fsynced: cut each .log to its synced length
                 # (a file never fsynced keeps an arbitrary prefix: here arg bytes of it).
                 for name in os.listdir(d):
@@ -210,7 +235,14 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
                         keep = synced_len.get(name, 0)
                         size = os.path.getsize(d / name)
                         os.truncate(d / name, min(size, max(keep, arg if keep == 0 else keep)))
-                log = Log.open(d, cfg, clock=clock, recovery_point=rp, had_clean_shutdown=False)
+                log = Log.open(
+                    d,
+                    cfg,
+                    clock=clock,
+                    recovery_point=rp,
+                    had_clean_shutdown=False,
+                    deleter=deleter,
+                )
                 assert log.log_end_offset >= flushed_records
                 kept, total = [], 0
                 for n in model:
@@ -228,10 +260,15 @@ def test_log_matches_a_list_model(tmp_path_factory, ops):
 
 def test_read_only_reader_in_another_process(tmp_path):
     d = tmp_path / "t-0"
-    cfg = LogConfig.from_properties({"segment.bytes": str(4 * ONE),
-                                     "retention.bytes": str(12 * ONE),
-                                     "file.delete.delay.ms": "0", "index.interval.bytes": "1",
-                                     "message.timestamp.after.max.ms": str(2**62)})
+    cfg = LogConfig.from_properties(
+        {
+            "segment.bytes": str(4 * ONE),
+            "retention.bytes": str(12 * ONE),
+            "file.delete.delay.ms": "0",
+            "index.interval.bytes": "1",
+            "message.timestamp.after.max.ms": str(2**62),
+        }
+    )
     writer = Log.open(d, cfg, clock=MockClock(BASE_TS))
     writer.append(batch(3))
     writer.flush()
@@ -267,8 +304,9 @@ def test_read_only_reader_in_another_process(tmp_path):
             print(nxt, flush=True)
         print("done", seen, flush=True)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         for _round in range(30):
             for _ in range(3):
@@ -294,8 +332,11 @@ def test_loaded_segments_open_their_indexes_lazily(tmp_path):
     d = tmp_path / "t-0"
     _write(d, 9).close()
     log = Log.open(d, CFG, clock=MockClock(BASE_TS))
-    fds = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
-           if os.path.exists(f"/proc/self/fd/{fd}")}
+    fds = {
+        os.readlink(f"/proc/self/fd/{fd}")
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}")
+    }
     old_indexes = {str(d / f"{b:020d}{ext}") for b in (0, 9) for ext in (".index", ".timeindex")}
     assert not fds & old_indexes  # only the active segment's indexes are open
     assert log.read(4).first_offset == 3  # a lookup opens them on demand
@@ -316,8 +357,7 @@ def test_recovery_keeps_legacy_messages_shorter_than_a_v2_header(tmp_path):
     sizes = [h.size for h in iter_batch_headers(data)]
     assert len(sizes) == 4 and max(sizes) < 61  # the case under test
     (part / "00000000000000000000.log").write_bytes(data)
-    log = Log.open(part, LogConfig.from_properties(), clock=MockClock(),
-                   had_clean_shutdown=False)
+    log = Log.open(part, LogConfig.from_properties(), clock=MockClock(), had_clean_shutdown=False)
     try:
         assert log.log_end_offset == 4
         assert (part / "00000000000000000000.log").stat().st_size == len(data)

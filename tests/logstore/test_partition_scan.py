@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka_batches import batch as kafka_batch
 
 from seglog.cli import main as seglog_main
 from seglog.logstore.bucket.bucket_check import check_bucket
@@ -35,10 +35,8 @@ SCAN_KINDS = {
 
 
 def batch(n: int = 10) -> bytes:
-    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
-    for i in range(n):
-        b.append(i, 1_700_000_000_000 + i, None, b"v" * 300, [])
-    return bytes(b.build())
+    """``n`` keyless records of 300-byte values (kafka-python's bytes)."""
+    return kafka_batch(n, value_size=300, key=None)
 
 
 @pytest.fixture

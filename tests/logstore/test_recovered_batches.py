@@ -3,6 +3,7 @@ an unclean open reads each byte of the log once, and ends in the state the write
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +44,14 @@ CFG = LogConfig.from_properties({"segment.bytes": "1200"})
 
 
 def _data(pid: int, i: int, *, txn: bool) -> bytearray:
-    return encode_batches(pa.array([f"v{i}", f"w{i}"], pa.string()), now_ms=BASE_TS,
-                          producer_id=pid, producer_epoch=0 if pid >= 0 else -1,
-                          base_sequence=2 * i if pid >= 0 else -1,
-                          is_transactional=txn and pid >= 0)
+    return encode_batches(
+        pa.array([f"v{i}", f"w{i}"], pa.string()),
+        now_ms=BASE_TS,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=2 * i if pid >= 0 else -1,
+        is_transactional=txn and pid >= 0,
+    )
 
 
 def _marker(pid: int, commit: bool) -> bytearray:
@@ -120,8 +125,7 @@ def _bases(d: Path) -> list[int]:
 def test_unclean_open_reads_each_segment_once(tmp_path, reads):
     d = tmp_path / "t-0"
     expected = _write_crashed(d)
-    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0,
-                   had_clean_shutdown=False)
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0, had_clean_shutdown=False)
     # recovery walked every segment once (the active one too, whose untrimmed index
     # fails its check); producer state came from those walks, not from reading again
     assert reads == {"recover": _bases(d), "scan": []}
@@ -137,20 +141,21 @@ def test_segments_below_the_recovery_point_are_read_for_producer_state(tmp_path,
     for snap in d.glob("*.snapshot"):
         snap.unlink()
     bases = _bases(d)
-    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=bases[2],
-                   had_clean_shutdown=False)
+    log = Log.open(
+        d, CFG, clock=MockClock(BASE_TS), recovery_point=bases[2], had_clean_shutdown=False
+    )
     assert reads == {"recover": bases[2:], "scan": bases[:2]}
     _check_state(log, d, expected)
     log.close()
 
 
 def test_a_collector_over_its_bound_leaves_the_segment_to_be_read_again(
-        tmp_path, reads, monkeypatch):
+    tmp_path, reads, monkeypatch
+):
     d = tmp_path / "t-0"
     expected = _write_crashed(d)
     monkeypatch.setattr(log_loader, "MAX_ROWS", 2)
-    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0,
-                   had_clean_shutdown=False)
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0, had_clean_shutdown=False)
     assert reads == {"recover": _bases(d), "scan": _bases(d)}
     _check_state(log, d, expected)
     log.close()
@@ -170,13 +175,21 @@ def test_a_damaged_marker_is_an_error_naming_the_file(tmp_path):
     path = d / "00000000000000000000.log"
     raw = bytearray(path.read_bytes())
     h = next(h for h in iter_batch_headers(raw) if h.base_offset == at)
-    raw[h.position + 57:h.position + 61] = bytes(4)  # records count: no marker record
-    raw[h.position + 17:h.position + 21] = crc32c(
-        memoryview(raw)[h.position + CRC_START:h.end_position]).to_bytes(4, "big")
+    raw[h.position + 57 : h.position + 61] = bytes(4)  # records count: no marker record
+    raw[h.position + 17 : h.position + 21] = crc32c(
+        memoryview(raw)[h.position + CRC_START : h.end_position]
+    ).to_bytes(4, "big")
     path.write_bytes(raw)
     with pytest.raises(CorruptRecordError) as e:
         Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0, had_clean_shutdown=False)
     assert path.name in str(e.value) and f"position {h.position}" in str(e.value)
+    # the failed open hands over no log to close, so it leaves no file of it open
+    held = [
+        os.readlink(f"/proc/self/fd/{fd}")
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.islink(f"/proc/self/fd/{fd}")
+    ]
+    assert [f for f in held if f.startswith(f"{d}/")] == []
 
 
 # ---------------------------------------------------------------------------- the reduction
@@ -188,11 +201,20 @@ def _rows(ops: list[tuple[int, str]]) -> RecoveredBatches:
     rows = np.zeros((len(ops), HEADER_COLUMNS), np.int64)
     markers = {}
     for i, (pid, kind) in enumerate(ops):
-        attrs = {"plain": 0, "txn": TRANSACTIONAL_MASK}.get(kind, TRANSACTIONAL_MASK
-                                                            | CONTROL_MASK)
-        rows[i, [H_BASE_OFFSET, H_LAST_OFFSET, H_MAGIC, H_ATTRIBUTES, H_MAX_TIMESTAMP,
-                 H_PRODUCER_ID, H_PRODUCER_EPOCH, H_BASE_SEQUENCE]] = (
-            100 + 2 * i, 101 + 2 * i, 2, attrs, BASE_TS + i, pid, i % 3, i)
+        attrs = {"plain": 0, "txn": TRANSACTIONAL_MASK}.get(kind, TRANSACTIONAL_MASK | CONTROL_MASK)
+        rows[
+            i,
+            [
+                H_BASE_OFFSET,
+                H_LAST_OFFSET,
+                H_MAGIC,
+                H_ATTRIBUTES,
+                H_MAX_TIMESTAMP,
+                H_PRODUCER_ID,
+                H_PRODUCER_EPOCH,
+                H_BASE_SEQUENCE,
+            ],
+        ] = (100 + 2 * i, 101 + 2 * i, 2, attrs, BASE_TS + i, pid, i % 3, i)
         if kind in ("commit", "abort"):
             rows[i, H_LAST_OFFSET] = 100 + 2 * i
             kind_code = CONTROL_COMMIT if kind == "commit" else CONTROL_ABORT
@@ -206,14 +228,16 @@ def test_dropping_overwritten_rows_changes_no_state(ops, ongoing):
     """Against applying every row: the same producers, transactions and aborts, whatever
     transactions were open before the segment."""
     full = _rows(ops)
-    reduced = RecoveredBatches(full.log_path, drop_overwritten(full.rows), full.markers,
-                               full.next_offset)
+    reduced = RecoveredBatches(
+        full.log_path, drop_overwritten(full.rows), full.markers, full.next_offset
+    )
     assert len(reduced.rows) <= len(full.rows)
     results = []
     for batches in (full, reduced):
         # transactions open before the segment (its offsets start at 100)
-        state = ProducerStateManager(100, [ProducerEntry(pid, current_txn_first_offset=pid)
-                                           for pid in sorted(ongoing)])
+        state = ProducerStateManager(
+            100, [ProducerEntry(pid, current_txn_first_offset=pid) for pid in sorted(ongoing)]
+        )
         aborted = transactions.replay_recovered(state, batches)
         results.append((state.producers, state.ongoing_txns(), aborted))
     assert results[0] == results[1]
@@ -265,8 +289,7 @@ def test_a_truncation_in_recovery_drops_what_later_segments_would_have_kept(tmp_
     raw = bytearray(second.read_bytes())
     raw[-30] ^= 0xFF  # inside the last batch: its CRC fails
     second.write_bytes(raw)
-    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0,
-                   had_clean_shutdown=False)
+    log = Log.open(d, CFG, clock=MockClock(BASE_TS), recovery_point=0, had_clean_shutdown=False)
     assert reads == {"recover": bases[:2], "scan": []}
     assert _bases(d) == bases[:2]
     producers, ongoing = log._producers.state.producers, log._producers.state.ongoing_txns()
@@ -293,8 +316,9 @@ def test_legacy_messages_before_producer_batches(tmp_path, reads):
         set_base_offset(one, 0, 3 + 2 * i)
         raw += one
     (d / "00000000000000000000.log").write_bytes(bytes(raw))
-    log = Log.open(d, LogConfig.from_properties(), clock=MockClock(BASE_TS),
-                   had_clean_shutdown=False)
+    log = Log.open(
+        d, LogConfig.from_properties(), clock=MockClock(BASE_TS), had_clean_shutdown=False
+    )
     assert reads == {"recover": [0], "scan": []}
     assert log.log_end_offset == 11
     state = log._producers.state

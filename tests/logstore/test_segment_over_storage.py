@@ -20,10 +20,29 @@ from seglog.logstore.storage import storage as storage_mod
 from seglog.logstore.storage.file_names import INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from seglog.logstore.storage.storage import Entry, PosixStorage, RangeReader, Storage, StoragePath
 
-_FILESYSTEM_ONLY = ("open_file", "fsync_file", "fsync_dir", "rename", "link", "stat", "lstat",
-                    "is_dir", "is_file", "is_link", "lexists", "resolve", "accessible",
-                    "set_mtime", "list_names", "scan_dir", "makedirs", "mkdir", "rmdir",
-                    "rmtree", "walk_files")
+_FILESYSTEM_ONLY = (
+    "open_file",
+    "fsync_file",
+    "fsync_dir",
+    "rename",
+    "link",
+    "stat",
+    "lstat",
+    "is_dir",
+    "is_file",
+    "is_link",
+    "lexists",
+    "resolve",
+    "accessible",
+    "set_mtime",
+    "list_names",
+    "scan_dir",
+    "makedirs",
+    "mkdir",
+    "rmdir",
+    "rmtree",
+    "walk_files",
+)
 
 
 class _Ranges:
@@ -137,14 +156,27 @@ def written(tmp_path) -> tuple[Path, int]:
 
 def _refuse_local(monkeypatch) -> None:
     """The engine's own PosixStorage refuses everything: reads must use the one given."""
+
     def refuse(name):
         def call(*a, **k):
             raise AssertionError(f"LOCAL.{name} used by a read over another Storage")
+
         return call
 
-    for name in (*_FILESYSTEM_ONLY, "read", "read_range", "read_range_view",
-                 "open_range_reader", "size", "exists", "list_dir", "list_after",
-                 "write_atomic", "create", "delete"):
+    for name in (
+        *_FILESYSTEM_ONLY,
+        "read",
+        "read_range",
+        "read_range_view",
+        "open_range_reader",
+        "size",
+        "exists",
+        "list_dir",
+        "list_after",
+        "write_atomic",
+        "create",
+        "delete",
+    ):
         monkeypatch.setattr(storage_mod.LOCAL, name, refuse(name))
 
 
@@ -152,12 +184,19 @@ def _segments(storage: Storage, dir_: Path, *, with_indexes: bool) -> list[LogSe
     fs = PosixStorage()
     segs = []
     for name in sorted(p.name for p in dir_.glob("*.log")):
-        stem = str(dir_ / name[:-len(".log")])
+        stem = str(dir_ / name[: -len(".log")])
         idx = fs.read(stem + INDEX_SUFFIX) if with_indexes else None
         tidx = fs.read(stem + TIME_INDEX_SUFFIX) if with_indexes else None
-        segs.append(LogSegment.open_read_only(storage, stem, int(name[:20]),
-                                              size=fs.size(stem + ".log"),
-                                              offset_index=idx, time_index=tidx))
+        segs.append(
+            LogSegment.open_read_only(
+                storage,
+                stem,
+                int(name[:20]),
+                size=fs.size(stem + ".log"),
+                offset_index=idx,
+                time_index=tidx,
+            )
+        )
     return segs
 
 
@@ -182,12 +221,12 @@ _TIMES = (BASE_TS + 2, BASE_TS + 1302, BASE_TS + 3902, BASE_TS + 4000)
 
 
 @pytest.mark.parametrize("with_indexes", [True, False])
-def test_log_reads_over_a_protocol_only_storage_match_the_local_reader(written, monkeypatch,
-                                                                      with_indexes):
+def test_log_reads_over_a_protocol_only_storage_match_the_local_reader(
+    written, monkeypatch, with_indexes
+):
     dir_, end = written
     reads, chunks, times = _expected(dir_, end)
-    assert times == {BASE_TS + 2: 2, BASE_TS + 1302: 67, BASE_TS + 3902: 197,
-                     BASE_TS + 4000: None}
+    assert times == {BASE_TS + 2: 2, BASE_TS + 1302: 67, BASE_TS + 3902: 197, BASE_TS + 4000: None}
     storage = ProtocolOnly()
     segs = _segments(storage, dir_, with_indexes=with_indexes)
     _refuse_local(monkeypatch)
@@ -198,7 +237,8 @@ def test_log_reads_over_a_protocol_only_storage_match_the_local_reader(written, 
         assert (got.first_offset, got.next_offset) == (want.first_offset, want.next_offset)
         assert got.records == want.records
         assert _values(got.records, start)[0] == f"{start // 5}:{start % 5}".encode().ljust(
-            10, b".")
+            10, b"."
+        )
     assert b"".join(bytes(c) for c in log.read_chunks(0, end, chunk_bytes=1000)) == chunks
     assert {ts: log.offset_for_timestamp(ts) for ts in _TIMES} == times
     kinds = {c[0] for c in storage.calls}
@@ -208,6 +248,8 @@ def test_log_reads_over_a_protocol_only_storage_match_the_local_reader(written, 
     if with_indexes:  # a lookup starts at the index entry, not at the segment's start
         seg = next(s for s in segs if s.base_offset <= 101 < s.base_offset + 50)
         assert seg.index_position(101) > 0
+    for seg in segs:
+        seg.close_handlers()
 
 
 def test_an_absent_index_reads_as_empty_and_a_given_one_is_used(written):
@@ -217,8 +259,10 @@ def test_an_absent_index_reads_as_empty_and_a_given_one_is_used(written):
     without = _segments(storage, dir_, with_indexes=False)
     assert with_idx[0].offset_index.entries > 0 and without[0].offset_index.entries == 0
     assert without[0].time_index.entries == 0
-    assert with_idx[0].offset_index.all_entries() == \
-        LogSegment.open(dir_, 0, read_only=True).offset_index.all_entries()
+    with LogSegment.open(dir_, 0, read_only=True) as local:
+        assert with_idx[0].offset_index.all_entries() == local.offset_index.all_entries()
+    for seg in with_idx + without:
+        seg.close_handlers()
 
 
 def test_a_read_only_segment_elsewhere_refuses_to_write(written):

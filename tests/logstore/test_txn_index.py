@@ -36,10 +36,14 @@ CFG = LogConfig.from_properties({"segment.bytes": "600"})
 
 
 def data(pid: int, values: list[str], *, txn: bool = True, seq: int = 0) -> bytearray:
-    return encode_batches(pa.array(values, pa.string()), now_ms=BASE_TS, producer_id=pid,
-                          producer_epoch=0 if pid >= 0 else -1,
-                          base_sequence=seq if pid >= 0 else -1,
-                          is_transactional=txn and pid >= 0)
+    return encode_batches(
+        pa.array(values, pa.string()),
+        now_ms=BASE_TS,
+        producer_id=pid,
+        producer_epoch=0 if pid >= 0 else -1,
+        base_sequence=seq if pid >= 0 else -1,
+        is_transactional=txn and pid >= 0,
+    )
 
 
 def marker(pid: int, commit: bool) -> bytearray:
@@ -50,8 +54,10 @@ def marker(pid: int, commit: bool) -> bytearray:
 def values(log: Log, isolation: str, start: int = 0) -> list[str]:
     out: list[str] = []
     for chunk in log.read_chunks(start, 2**62, isolation_level=isolation):
-        out += [v.decode() for v in decode_batches(chunk, start_offset=start)
-                .column("value").to_pylist()]
+        out += [
+            v.decode()
+            for v in decode_batches(chunk, start_offset=start).column("value").to_pylist()
+        ]
     return out
 
 
@@ -60,6 +66,7 @@ def open_log(d: Path, **kw) -> Log:
 
 
 # ---------------------------------------------------------------------------- the file
+
 
 def test_entries_have_kafkas_34_byte_layout(tmp_path):
     idx = TransactionIndex(tmp_path / "00000000000000000010.txnindex", 10)
@@ -76,13 +83,16 @@ def test_entries_have_kafkas_34_byte_layout(tmp_path):
     idx.close()
 
 
-@pytest.mark.parametrize("junk, why", [
-    (struct.pack(">hqqqq", 0, 7, 3, 12, 5) + b"\x00", "not a multiple"),
-    (struct.pack(">hqqqq", 1, 7, 3, 12, 5), "version 1"),
-    (struct.pack(">hqqqq", 0, 7, 3, 12, 5) * 2, "not after"),
-    (struct.pack(">hqqqq", 0, 7, 3, 4, 5), "impossible"),  # marker below the segment
-    (struct.pack(">hqqqq", 0, 7, 13, 12, 5), "impossible"),  # first after last
-])
+@pytest.mark.parametrize(
+    "junk, why",
+    [
+        (struct.pack(">hqqqq", 0, 7, 3, 12, 5) + b"\x00", "not a multiple"),
+        (struct.pack(">hqqqq", 1, 7, 3, 12, 5), "version 1"),
+        (struct.pack(">hqqqq", 0, 7, 3, 12, 5) * 2, "not after"),
+        (struct.pack(">hqqqq", 0, 7, 3, 4, 5), "impossible"),  # marker below the segment
+        (struct.pack(">hqqqq", 0, 7, 13, 12, 5), "impossible"),  # first after last
+    ],
+)
 def test_a_damaged_file_is_an_error_naming_it(tmp_path, junk, why):
     path = tmp_path / "00000000000000000010.txnindex"
     path.write_bytes(junk)
@@ -92,8 +102,13 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path, junk, why):
 
 
 def test_snapshot_round_trip_and_damage(tmp_path):
-    state = ProducerStateManager(42, [ProducerEntry(5, 1, 9, 40, 2, BASE_TS, 3, 38),
-                                      ProducerEntry(6, 0, 4, 30, 4, BASE_TS, -1, -1)])
+    state = ProducerStateManager(
+        42,
+        [
+            ProducerEntry(5, 1, 9, 40, 2, BASE_TS, 3, 38),
+            ProducerEntry(6, 0, 4, 30, 4, BASE_TS, -1, -1),
+        ],
+    )
     path = state.take_snapshot(tmp_path)
     assert path == snapshot_file(tmp_path, 42)
     raw = path.read_bytes()
@@ -107,12 +122,21 @@ def test_snapshot_round_trip_and_damage(tmp_path):
 
 # ---------------------------------------------------------------------------- the log
 
+
 def _interleaved(log: Log) -> None:
     """Offsets: 0 a1(p1) | 1 b1(p2) | 2 plain | 3 a2(p1) | 4 ABORT p1 | 5 b2(p2) |
     6 COMMIT p2 | 7 c1(p3, left open) | 8 plain2"""
-    for buf in (data(1, ["a1"]), data(2, ["b1"]), data(-1, ["plain"]), data(1, ["a2"], seq=1),
-                marker(1, commit=False), data(2, ["b2"], seq=1), marker(2, commit=True),
-                data(3, ["c1"]), data(-1, ["plain2"])):
+    for buf in (
+        data(1, ["a1"]),
+        data(2, ["b1"]),
+        data(-1, ["plain"]),
+        data(1, ["a2"], seq=1),
+        marker(1, commit=False),
+        data(2, ["b2"], seq=1),
+        marker(2, commit=True),
+        data(3, ["c1"]),
+        data(-1, ["plain2"]),
+    ):
         log.append(buf)
 
 
@@ -167,7 +191,8 @@ def test_missing_txnindex_computed_by_readers_rebuilt_by_the_writer(tmp_path):
     log.close()
     expected = _txn_files(d)
     assert len(expected) >= 2 and log.num_segments >= 4
-    committed = values(open_log(d, read_only=True), "read_committed")
+    with open_log(d, read_only=True) as reader:
+        committed = values(reader, "read_committed")
     for name in expected:
         os.unlink(d / name)
     reader = open_log(d, read_only=True)
@@ -213,12 +238,16 @@ def test_truncation_reloads_producer_state(tmp_path):
 
 # ---------------------------------------------------------------------------- the model
 
-OPS = st.lists(st.tuples(st.sampled_from(["data", "data", "commit", "abort", "plain"]),
-                         st.integers(1, 4)), min_size=1, max_size=40)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["data", "data", "commit", "abort", "plain"]), st.integers(1, 4)),
+    min_size=1,
+    max_size=40,
+)
 
 
-@settings(max_examples=50, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS, reopen=st.booleans())
 def test_read_committed_matches_a_model(tmp_path_factory, ops, reopen):
     d = tmp_path_factory.mktemp("m") / "t-0"
@@ -249,8 +278,9 @@ def test_read_committed_matches_a_model(tmp_path_factory, ops, reopen):
     committed = []
     for chunk in log.read_chunks(0, 2**62, isolation_level="read_committed"):
         table = decode_batches(chunk)
-        committed += list(zip(table.column("value").to_pylist(),
-                              table.column("offset").to_pylist(), strict=True))
+        committed += list(
+            zip(table.column("value").to_pylist(), table.column("offset").to_pylist(), strict=True)
+        )
     assert all(off < lso for _v, off in committed)
     visible = {v for v, _o in committed}
     for (value, txn), off in zip(records, _data_offsets(log), strict=True):

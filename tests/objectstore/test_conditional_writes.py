@@ -4,45 +4,26 @@ is one ``PUT`` with ``If-None-Match: *``, and only the server can pick one winne
 
 from __future__ import annotations
 
-import threading
-
 import pytest
+
+from seglog.logstore.storage.store_probe import race
 
 WRITERS = 16
 ROUNDS = 8
 
 
-def _race(storage, key: str) -> list[bool]:
-    barrier = threading.Barrier(WRITERS)
-    won = [False] * WRITERS
-    failures: list[BaseException] = []
-
-    def writer(i: int) -> None:
-        # Distinct, sizeable bodies so uploads overlap and a mixed result would show.
-        body = f"writer-{i:02d};".encode() * 4096
-        try:
-            barrier.wait()
-            won[i] = storage.create(key, body)
-        except BaseException as e:  # reported below, not swallowed
-            failures.append(e)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
-    return won
+def _body(i: int) -> bytes:
+    # Distinct, sizeable bodies so uploads overlap and a mixed result would show.
+    return f"writer-{i:02d};".encode() * 4096
 
 
 def test_exactly_one_of_16_concurrent_creators_wins(storage):
     st = storage.storage
     for r in range(ROUNDS):
         key = storage.path(f"commit-{r:020d}.json")
-        won = _race(st, key)
-        assert won.count(True) == 1, f"round {r}: winners {[i for i, w in enumerate(won) if w]}"
-        winner = won.index(True)
-        assert st.read(key) == f"writer-{winner:02d};".encode() * 4096
+        winners = race(WRITERS, lambda i, key=key: st.create(key, _body(i)))
+        assert len(winners) == 1, f"round {r}: winners {winners}"
+        assert st.read(key) == _body(winners[0])
 
 
 def test_create_never_replaces_an_existing_object(storage):

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.store_probe import race
 
 WRITERS = 8
 MAX_TRIALS = 40
@@ -57,28 +57,6 @@ def cpu_hogs() -> Iterator[None]:
             hog.wait()
 
 
-def _race(put: Callable[[int], bool]) -> list[int]:
-    """Runs ``put(i)`` in ``WRITERS`` threads released together; the winners' ``i``."""
-    barrier = threading.Barrier(WRITERS)
-    won = [False] * WRITERS
-    failures: list[BaseException] = []
-
-    def writer(i: int) -> None:
-        try:
-            barrier.wait()
-            won[i] = put(i)
-        except BaseException as e:  # reported below, not swallowed
-            failures.append(e)
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
-    return [i for i, w in enumerate(won) if w]
-
-
 def _body(trial: int, i: int) -> bytes:
     tag = f"trial-{trial}-writer-{i};".encode()
     return tag * (BODY // len(tag))
@@ -98,7 +76,7 @@ def test_one_winner_of_racing_creates_under_load(server_storage):
     run = uuid.uuid4().hex[:8]
     for trial in _trials():
         key = f"{run}/create-{trial:04d}"
-        winners = _race(lambda i, trial=trial, key=key: st.create(key, _body(trial, i)))
+        winners = race(WRITERS, lambda i, trial=trial, key=key: st.create(key, _body(trial, i)))
         assert len(winners) == 1, f"{st.uri}: trial {trial}: creates won by {winners}"
         assert st.read(key) == _body(trial, winners[0])
 
@@ -111,8 +89,9 @@ def test_one_winner_of_racing_if_match_puts_under_load(server_storage):
     for trial in _trials():
         etag = st.etag(key)
         assert etag
-        winners = _race(
-            lambda i, trial=trial, etag=etag: st.replace_if_match(key, _body(trial, i), etag)
+        winners = race(
+            WRITERS,
+            lambda i, trial=trial, etag=etag: st.replace_if_match(key, _body(trial, i), etag),
         )
         assert len(winners) == 1, f"{st.uri}: trial {trial}: if-match puts won by {winners}"
         assert st.read(key) == _body(trial, winners[0])

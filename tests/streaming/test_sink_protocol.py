@@ -131,5 +131,10 @@ def test_a_fragment_of_the_other_backend_is_refused_by_name(tmp_path: Path, stag
     columns = SinkColumns.resolve(batch.schema, default_topic=TOPIC)
     staged = sink_destination(options(stage_path)).backend().stage(columns, [batch], SINK, 0, 0, 0)
     target = sink_destination(options(commit_path)).backend()
-    with pytest.raises(SinkCommitError, match="a task staged .* but the sink writes to"):
+    where = (
+        "in a local dir, but the sink writes to a bucket"
+        if staged_on == "local"
+        else "in a bucket, but the sink writes to local log dirs"
+    )
+    with pytest.raises(SinkCommitError, match=f"a task staged .* {where}"):
         sink_protocol.commit(target, [staged], 0)
