@@ -40,6 +40,8 @@ from ..records.record_format import (
 )
 from ..storage.file_handle import FileHandle
 from ..storage.file_names import index_file, log_file, time_index_file, txn_index_file
+from ..storage.storage import LOCAL, Storage
+from .segment_parts import SegmentParts, segment_parts
 from .segment_reads import SegmentReads
 from .segment_records import FileRecords
 from .segment_recovery import scan_log_file
@@ -60,16 +62,30 @@ class LogSegment(SegmentReads):
     >>> seg.append(records)                                          # doctest: +SKIP
     """
 
-    def _open(self, lazy: bool) -> None:
-        """Opens the ``.log`` (``SegmentReads``), then gives a new segment its index
-        files, preallocated, as Kafka's are."""
+    def __init__(self, dir_: PurePath, base_offset: int, *, index_interval_bytes: int = 4096,
+                 max_index_size: int = 10 * 1024 * 1024, rolling_jitter_ms: int = 0,
+                 created_ms: int = 0, file_suffix: str = "", read_only: bool = False,
+                 lazy: bool = False, storage: Storage = LOCAL,
+                 parts: SegmentParts | None = None,
+                 max_timestamp: tuple[int, int] | None = None,
+                 known_max_timestamp: int | None = None) -> None:
+        if parts is None:
+            local_dir = dir_ if isinstance(dir_, Path) else Path(dir_)
+            parts = segment_parts(storage, local_dir, base_offset, file_suffix=file_suffix,
+                                  read_only=read_only, max_index_size=max_index_size)
         # Asked before the ``.log`` is opened: a segment this call creates is removed
         # again when its indexes cannot be made.
-        local = self._local
-        creating = (not lazy and not self.read_only and local is not None
+        local = parts.file
+        creating = (not lazy and not read_only and local is not None
                     and not local.fs.exists(local.path))
-        super()._open(lazy)
-        if not lazy and not self.read_only and self._size == 0:
+        super().__init__(dir_, base_offset, index_interval_bytes=index_interval_bytes,
+                         max_index_size=max_index_size, rolling_jitter_ms=rolling_jitter_ms,
+                         created_ms=created_ms, file_suffix=file_suffix,
+                         read_only=read_only, lazy=lazy, storage=storage, parts=parts,
+                         max_timestamp=max_timestamp,
+                         known_max_timestamp=known_max_timestamp)
+        if not lazy and not read_only and self._size == 0:
+            # A new segment gets its index files now, preallocated, as Kafka's do.
             try:
                 self._offset_index.get()
                 self._time_index.get()

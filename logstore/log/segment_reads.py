@@ -102,6 +102,8 @@ class SegmentReads:
         self.read_only = read_only
         self.file_suffix = file_suffix
         self._records = parts.records
+        if not lazy:
+            self._records.open()
         self._local = parts.file  # None: not in a filesystem (no writes, renames, deletes)
         self._offset_index = parts.offset_index
         self._time_index = parts.time_index
@@ -114,12 +116,6 @@ class SegmentReads:
         # The largest timestamp alone, when its offset is not known (a commit entry's).
         self._known_max_timestamp = known_max_timestamp
         self._rolling_based_timestamp: int | None = None  # first batch's max timestamp
-        self._open(lazy)
-
-    def _open(self, lazy: bool) -> None:
-        """The last step of building a segment: its ``.log`` opened unless ``lazy``."""
-        if not lazy:
-            self._records.open()
 
     @classmethod
     def open_read_only(cls: type[_Segment], storage: Storage, stem: StoragePath,
