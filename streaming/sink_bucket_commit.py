@@ -7,13 +7,19 @@ batch_id)`` reads and writes no data byte. It:
    wins) and orders each partition's fragments by task, as the local sink does: the
    order of the steps and what each may do are ``sink_protocol``'s, this module is the
    bucket's ``SinkPublication``;
-2. refreshes this process's writer of the bucket (``bucket_writer``: one manager per
-   process, so a commit reads the commits made since the last one, never the history),
-   then reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing;
+2. takes this process's writer of the bucket (``bucket_writer``: one manager per
+   process, so a commit reads the commits made since the last one, never the history)
+   and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
+   already, whatever its uploads look like; an empty batch commits nothing. The writer
+   is refreshed (one LIST) first only when there are losers to delete; otherwise the
+   commit decides on the view it has (``_check_and_refresh``: young, or refreshed in
+   parallel with step 3), and a view that missed a commit loses the create and builds
+   again on the folded state, ledger included;
 3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
    is there with the size its task uploaded (uploads are never judged by their age: the
-   collector keeps the uploads of a batch in flight, ``bucket_staging``);
+   collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
+   micro-batch's driver commit is this LIST and the conditional PUT of step 4: two
+   sequential round trips (``tests/streaming/test_sink_round_trips.py``);
 4. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -28,7 +34,8 @@ batch_id)`` reads and writes no data byte. It:
    batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
-   in the ledger, so every process agrees), runs retention and collection (metadata
+   in the ledger, so every process agrees; a new sink's first commit starts the
+   interval), runs retention and collection (metadata
    commits, listings, deletes); merging runs in the write tasks
    (``sink_bucket_staging``). Best effort after the publish: a failure is logged.
 
@@ -47,10 +54,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_commit_log import MAX_VIEW_AGE_MS, Change
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import (
     BucketState,
@@ -96,6 +104,10 @@ __all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
+FRESH_VIEW_MS = MAX_VIEW_AGE_MS // 2
+"""A writer whose commits were LISTed less than this long ago commits without refreshing
+first (``_check_and_refresh``); half the commit log's own limit, so the commit log never
+has to refresh it on the critical path either."""
 
 
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
@@ -120,9 +132,13 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         return stage_rows
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
-        """Refreshes the process's writer first (one LIST: the commits of other writers
-        since this process last looked): the view the whole commit decides on."""
+        """With losers (other attempts of a task: rare), refreshes the process's writer
+        first (one LIST): a loser's upload is deleted only when no commit this process
+        can see references it. Without, no request: the commit decides on the view it
+        has (``BucketPublication.publish``)."""
         mgr = bucket_writer(self.options, self.clock)
+        if not losers:
+            return 0
         mgr.refresh()
         return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
 
@@ -175,12 +191,14 @@ class BucketPublication:
         return ()
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads, then one conditional commit (a lost race builds again)."""
+        """Check the uploads (refreshing at the same time when the view is old), then one
+        conditional commit (a lost race builds again)."""
         if not todo:  # the ledger holds the batch: a bucket commits all or nothing
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
-        _check_uploads(self.mgr, b.sink_id, b.batch_id, plan)
+        if not _check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan):
+            return None  # the fresh view's ledger holds the batch: a replay
         assumed = b.topics()
         decided: list[_Plan] = []
 
@@ -262,6 +280,41 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
         return
     raise SinkCommitError(f"the commit of batch {batch_id} of sink {sink_id} to {mgr.uri} "
                           f"failed ({cause}); nothing of it is visible") from cause
+
+
+def _check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
+                       plan: dict[TopicPartition, list[BucketFragment]]) -> bool:
+    """Check the uploads (``_check_uploads``, one LIST) and return True to commit, False
+    when the batch turns out to be a replay.
+
+    The commit's critical path is this LIST and the conditional PUT, nothing else: the
+    writer is not refreshed first while its view is younger than ``FRESH_VIEW_MS`` (a
+    view that missed another writer's commit only loses the create, and the commit log
+    then folds what it missed and builds again, the ledger checked on the new state:
+    what a refresh would have cost, paid only on contention). An older view is
+    refreshed at the same time as the LIST, so the commit log does not refresh it
+    after. A failed check on an unrefreshed view refreshes before it is believed: the
+    ledger may hold the batch already (a replay is never refused)."""
+    if mgr.commits.view_age_ms() < FRESH_VIEW_MS:
+        try:
+            _check_uploads(mgr, sink_id, batch_id, plan)
+        except SinkCommitError:
+            mgr.refresh()
+            if _ledger_batch(mgr.state, sink_id) >= batch_id:
+                return False
+            raise
+        return True
+    with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-refresh") as pool:
+        refreshed = pool.submit(mgr.refresh)
+        try:
+            _check_uploads(mgr, sink_id, batch_id, plan)
+        except SinkCommitError:
+            refreshed.result()
+            if _ledger_batch(mgr.state, sink_id) >= batch_id:
+                return False
+            raise
+        refreshed.result()
+    return True
 
 
 def _check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
@@ -355,7 +408,12 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
     sinks: dict[str, Any] = {}
     if use_ledger:
         last = ledger.get("maintained_ms") if isinstance(ledger, dict) else None
-        maintain = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
+        if not isinstance(last, int):
+            # A new sink's interval starts at its first commit: that micro-batch is the
+            # query's first (its latency is the query's start-up), and a bucket it just
+            # started writing to has nothing to retain or collect yet.
+            last = now if options.maintenance_interval_ms > 0 else None
+        maintain = last is None or now - last >= options.maintenance_interval_ms
         sinks[sink_id] = {"batch_id": batch_id, "timestamp_ms": now,
                           "maintained_ms": now if maintain else last}
     return (Change(topics=topics, partitions=parts, sinks=sinks),

@@ -92,7 +92,8 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "another writer to release a log dir's `.lock`."),
     OptionSpec("maintenanceIntervalMs", str(DEFAULT_MAINTENANCE_INTERVAL_MS), "How often a "
                "commit also runs maintenance (retention, checkpoints, deletions, "
-               "compaction); Kafka's `log.retention.check.interval.ms`."),
+               "compaction); Kafka's `log.retention.check.interval.ms`. On a bucket the "
+               "first run is one interval after the sink's first commit (0: every commit)."),
     OptionSpec("mergeSmallSegments", "true", "On a bucket: task 0 of each micro-batch "
                "merges runs of 8 or more small committed segments into segments of up to "
                "64 MiB, which bounds a long-lived query's segment count but sends those "

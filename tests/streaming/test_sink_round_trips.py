@@ -1,0 +1,180 @@
+"""The bucket sink's driver commit, counted request by request through the delaying proxy
+(``tests/s3_proxy.py``): a steady micro-batch is two sequential round trips (the LIST of
+its uploads, the conditional PUT of its commit), a query's first micro-batch a few
+more (the writer's open, made in parallel; no maintenance), and the requests it skips
+cost nothing in exactly-once: a writer whose view missed another driver's commit of the
+same batch still finds the replay, with or without its uploads."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips
+
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches
+from seglog.streaming.errors import SinkCommitError
+from seglog.streaming.sink_bucket_commit import commit
+from seglog.streaming.sink_bucket_staging import stage_rows
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.streaming.sink_staging import StagedTask
+
+TOPIC = "out"
+SINK = "round-trips"
+DELAY_S = 0.01
+ROWS = 60
+
+
+@pytest.fixture
+def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
+    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
+        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
+            monkeypatch.setenv(name, value)
+        yield p
+
+
+@pytest.fixture
+def uri(bucket_server, proxy) -> str:
+    return f"s3://{bucket_server.create_bucket()}/logs"
+
+
+def options(uri: str, **extra: str) -> SinkOptions:
+    return SinkOptions.parse({"path": uri, "topic": TOPIC, "numPartitions": "3", **extra})
+
+
+def rows(batch: int, task: int, n: int = ROWS) -> pa.RecordBatch:
+    return pa.record_batch({
+        "key": pa.array([f"user-{i % 7}" for i in range(n)], pa.string()),
+        "value": pa.array([f"b{batch}-t{task}-{i}".encode() for i in range(n)], pa.binary()),
+    })
+
+
+def stage(opts: SinkOptions, batch: int, task: int = 0) -> StagedTask:
+    data = rows(batch, task)
+    columns = SinkColumns.resolve(data.schema, default_topic=TOPIC)
+    return stage_rows(opts, columns, [data], SINK, batch, task, 0)
+
+
+def driver_commit(proxy: S3Proxy, opts: SinkOptions, tasks: list[StagedTask],
+                  batch: int) -> tuple[list[RequestRecord], int]:
+    """The commit's requests (nothing else talks to the server meanwhile) and how many
+    it waited for one after the other."""
+    since = proxy.clock()
+    result = commit(tasks, batch, opts)
+    assert result.published or result.skipped
+    made = proxy.requests(since)
+    return made, sequential_round_trips(made)
+
+
+def published_values(uri: str) -> Counter[bytes]:
+    """Every published record's value, counted (through the read path)."""
+    found: Counter[bytes] = Counter()
+    with LogManager(uri, read_only=True) as mgr:
+        for p in mgr.partitions(TOPIC):
+            log = mgr.get_log(TOPIC, p)
+            for chunk in log.read_chunks(log.log_start_offset, log.high_watermark, 1 << 20):
+                found.update(decode_batches(chunk).column("value").to_pylist())
+    return found
+
+
+def expected_values(*batches: int, tasks: int = 1) -> Counter[bytes]:
+    return Counter(v for b in batches for t in range(tasks)
+                   for v in rows(b, t).column("value").to_pylist())
+
+
+def test_a_steady_micro_batch_commits_in_two_round_trips(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    for batch in (1, 2, 3):
+        tasks = [stage(opts, batch, task) for task in range(2)]
+        made, trips = driver_commit(proxy, opts, tasks, batch)
+        # Before: a refresh LIST of the commit log, then the LIST of the uploads, then
+        # the create: 3 requests one after the other.
+        assert sorted(r.kind for r in made) == ["CONDITIONAL_PUT", "LIST"], made
+        assert trips == 2
+    assert published_values(uri) == expected_values(0) + expected_values(1, 2, 3, tasks=2)
+
+
+def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(proxy, uri):
+    with LogManager(uri) as mgr:
+        mgr.create_topic(TOPIC, 3)  # an existing log dir: its snapshot hint is there
+    opts = options(uri)
+    tasks = [stage(opts, 0)]
+    made, trips = driver_commit(proxy, opts, tasks, 0)
+    # Before: 17 one after the other (nesting LISTs, hint, snapshot, commits LIST, a
+    # refresh, the uploads' LIST, the create, then a maintenance pass). Now: the nesting
+    # LISTs beside the hint GET, the snapshot GET beside the commits LIST, the uploads'
+    # LIST, the create; maintenance waits for maintenanceIntervalMs from here.
+    assert trips == 4, made
+    assert Counter(r.kind for r in made) == {"LIST": 4, "GET": 2, "CONDITIONAL_PUT": 1}
+    assert published_values(uri) == expected_values(0)
+
+
+def test_maintenance_interval_zero_still_maintains_from_the_first_micro_batch(proxy, uri):
+    opts = options(uri, maintenanceIntervalMs="0")
+    made, _ = driver_commit(proxy, opts, [stage(opts, 0)], 0)
+    staging_lists = [r for r in made if r.kind == "LIST" and urllib.parse.unquote(
+        r.target).endswith("prefix=logs/_seglog/staging/")]
+    assert staging_lists, "no collection ran: maintenanceIntervalMs=0 means every commit"
+
+
+def _other_driver(uri: str, proxy: S3Proxy) -> SinkOptions:
+    """The same sink's options as another driver process sees them: another writer of the
+    bucket (the process's writers are keyed by their storage options), whose commits
+    this process's writer has not LISTed."""
+    return options(uri, **{"storage.aws_endpoint": proxy.endpoint})
+
+
+def test_a_replay_the_young_view_missed_commits_nothing_again(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    other = _other_driver(uri, proxy)
+    commit([stage(other, 1)], 1, other)  # batch 1, published by "another driver"
+    # This writer's view is young (no refresh before its commit): it does not know.
+    result = commit([stage(opts, 1)], 1, opts)
+    assert not result.published and result.skipped
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_replay_whose_uploads_are_gone_is_still_a_replay(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    other = _other_driver(uri, proxy)
+    commit([stage(other, 1)], 1, other)
+    mine = stage(opts, 1)
+    with LogManager(uri) as mgr:
+        for f in mine.fragments:
+            mgr.storage.delete(f.path + ".log")
+    # The check of the uploads fails on the young view; the refresh it then makes finds
+    # the batch in the ledger: a replay is never refused.
+    result = commit([mine], 1, opts)
+    assert not result.published and result.skipped
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_missing_upload_still_fails_the_commit_clearly(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    mine = stage(opts, 1)
+    gone = mine.fragments[0].path + ".log"
+    with LogManager(uri) as mgr:
+        mgr.storage.delete(gone)
+    with pytest.raises(SinkCommitError, match=f"{gone}.* is missing: batch 1 of sink "
+                       f"{SINK} is not published"):
+        commit([mine], 1, opts)
+    assert published_values(uri) == expected_values(0)
+
+
+def test_an_old_view_is_refreshed_beside_the_uploads_list(proxy, uri, monkeypatch):
+    from seglog.streaming import sink_bucket_commit
+
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    monkeypatch.setattr(sink_bucket_commit, "FRESH_VIEW_MS", -1)  # every view is old
+    made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
+    assert Counter(r.kind for r in made) == {"LIST": 2, "CONDITIONAL_PUT": 1}
+    assert trips == 2
