@@ -48,7 +48,7 @@ def options(uri: str, **extra: str) -> SinkOptions:
 
 def rows(batch: int, task: int, n: int = ROWS) -> pa.RecordBatch:
     return pa.record_batch({
-        "key": pa.array([f"user-{i % 7}" for i in range(n)], pa.string()),
+        "key": pa.array([f"user-{i}" for i in range(n)], pa.string()),
         "value": pa.array([f"b{batch}-t{task}-{i}".encode() for i in range(n)], pa.binary()),
     })
 
@@ -178,3 +178,41 @@ def test_an_old_view_is_refreshed_beside_the_uploads_list(proxy, uri, monkeypatc
     made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
     assert Counter(r.kind for r in made) == {"LIST": 2, "CONDITIONAL_PUT": 1}
     assert trips == 2
+
+
+def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)  # the worker's reader is open
+    since = proxy.clock()
+    task = stage(opts, 1)
+    made = proxy.requests(since)
+    puts = [r for r in made if r.kind == "PUT"]
+    assert len(puts) == len({f.partition for f in task.fragments}) == 3
+    # Before: one PUT after the other. Now: the refresh (LIST, GET of the new commit),
+    # then the three PUTs at once.
+    assert sequential_round_trips(puts) == 1
+    assert sequential_round_trips(made) == 3
+    commit([task], 1, opts)
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_task_whose_upload_fails_leaves_nothing(proxy, uri):
+    from seglog.logstore.errors import KafkaStorageError
+    from seglog.logstore.storage.object_storage import ObjectStorage
+
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    real = ObjectStorage.write_atomic
+
+    def failing(self: ObjectStorage, path: str, data: bytes) -> None:
+        if "/out-1." in str(path):
+            raise KafkaStorageError(f"PUT {path} failed: 503 SlowDown")
+        real(self, path, data)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ObjectStorage, "write_atomic", failing)
+        with pytest.raises(KafkaStorageError, match="503 SlowDown"):
+            stage(opts, 1)
+    with LogManager(uri, read_only=True) as mgr:
+        left = list(mgr.storage.list_tree("_seglog/staging"))
+    assert [e.name for e in left if "/00000000000000000001/" in f"/{e.name}"] == []
