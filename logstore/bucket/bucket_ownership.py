@@ -83,9 +83,11 @@ def check_nesting(storage: ObjectStorage) -> None:
     bucket = ObjectStorage(root, storage.options) if parts else None
     ancestors = ["/".join(parts[:depth]) for depth in range(len(parts))]
     with ThreadPoolExecutor(NESTING_THREADS, thread_name_prefix="seglog-nesting") as pool:
-        enclosing = [pool.submit(_enclosing_marker, bucket, a, storage.uri)
-                     for a in ancestors
-                     if bucket is not None]
+        enclosing = [
+            pool.submit(_enclosing_marker, bucket, a, storage.uri)
+            for a in ancestors
+            if bucket is not None
+        ]
         # The log dir's own listing first: a store that cannot be reached is reported
         # under the log dir's URI, not an ancestor's.
         candidates = [

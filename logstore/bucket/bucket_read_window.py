@@ -11,11 +11,14 @@ last batch can end (the offset index bounds it: ``OffsetIndex.position_past``), 
 serves the header reads, the batch walk and the chunks from that buffer.
 
 Read-ahead (``WindowedReads``): while the walk decodes a window, the next one is fetched
-on the walk's own thread, one GET in flight at most; on S3 this hides a request's
-latency behind the decoding.
+on the walk's own thread; on S3 this hides a request's latency behind the decoding.
+Small segments (a producer's appends of a few records each) are fetched several at a
+time: at the end of a segment the first windows of the next ones are read ahead
+together, up to ``READ_AHEAD_SEGMENTS`` GETs and ``FETCH_BYTES`` in all, so a task
+reading many of them waits about one round trip per group, not one per segment.
 
-Memory: two windows of at most ``max(FETCH_BYTES, chunk_bytes)`` bytes each per reading
-walk, the current one and the one read ahead (the chunks handed out are views: no copy),
+Memory: per reading walk, the current window and what is read ahead, each at most
+``max(FETCH_BYTES, chunk_bytes)`` bytes (the chunks handed out are views: no copy),
 dropped when the walk moves on or ends. A batch larger than a chunk is read on its own,
 as before.
 
@@ -29,6 +32,7 @@ Not thread-safe: one walk owns its windows (the read-ahead thread only runs a GE
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..errors import CorruptRecordError
@@ -42,6 +46,9 @@ FETCH_BYTES = 16 << 20
 8-16 MiB): a 16 MB segment is one request."""
 READ_AHEAD = True
 """Whether a walk GETs its next window while it decodes the current one."""
+READ_AHEAD_SEGMENTS = 8
+"""The most following segments whose first windows a walk reads ahead at once (their
+sizes together within ``FETCH_BYTES``)."""
 
 
 class SegmentWindow:
@@ -50,7 +57,7 @@ class SegmentWindow:
 
     def __init__(self, seg: BucketSegment, end_offset: int, *,
                  fetch_bytes: int | None = None, reads: WindowedReads | None = None,
-                 next_seg: BucketSegment | None = None) -> None:
+                 next_segs: Sequence[BucketSegment] = ()) -> None:
         self.seg = seg
         self.log_path = seg.log_path
         self._fetch_bytes = FETCH_BYTES if fetch_bytes is None else fetch_bytes
@@ -59,7 +66,7 @@ class SegmentWindow:
         self._start = 0
         self._buf = memoryview(b"")
         self._reads = reads
-        self._next_seg = next_seg
+        self._next_segs = next_segs
 
     @property
     def size(self) -> int:
@@ -142,10 +149,15 @@ class SegmentWindow:
             start = self.seg.offset_index.position_at_or_below(window_end)
             if start is not None and start > self._start:
                 self._reads.prefetch(self.seg, start, min(self._fetch_bytes, limit - start))
-        elif self._next_seg is not None:
-            nxt = SegmentWindow(self._next_seg, self._end_offset, fetch_bytes=self._fetch_bytes)
-            self._reads.prefetch(self._next_seg, 0,
-                                 min(self._fetch_bytes, nxt._read_limit()))
+        else:
+            budget = self._fetch_bytes
+            for i, seg in enumerate(self._next_segs):
+                nxt = SegmentWindow(seg, self._end_offset, fetch_bytes=self._fetch_bytes)
+                length = min(self._fetch_bytes, nxt._read_limit())
+                if i and length > budget:
+                    break  # the first always; the others while they fit in one window
+                self._reads.prefetch(seg, 0, length)
+                budget -= length
 
     def pread(self, position: int, size: int) -> memoryview:
         return self.read_chunk(position, size)[0]
@@ -159,32 +171,39 @@ class SegmentWindow:
 
 class WindowedReads:
     """One reading walk's windows (``LogReads._chunk_sources`` on a bucket log) and its
-    read-ahead: while the walk decodes a window, at most one GET of the next one runs on
-    a thread of this walk's own (created on first use, joined by ``close``: never a
-    process-wide pool, which a forked worker would inherit without its threads). A
-    prefetch's error (a missing or cut-short object) is raised when the walk takes it,
-    where a plain fetch would have raised it; one the walk never needs is dropped with
-    its bytes. Memory: two windows at most. Not thread-safe: one walk owns it."""
+    read-ahead: while the walk decodes a window, GETs of what follows run on threads of
+    this walk's own (created on first use, joined by ``close``: never a process-wide
+    pool, which a forked worker would inherit without its threads): the rest of the
+    segment, one GET; or the first windows of the next segments, up to
+    ``READ_AHEAD_SEGMENTS`` of them within ``FETCH_BYTES``. A prefetch's error (a missing
+    or cut-short object) is raised when the walk takes it, where a plain fetch would
+    have raised it; one the walk never needs is dropped with its bytes. Not thread-safe:
+    one walk owns it."""
+
+    lookahead = READ_AHEAD_SEGMENTS
 
     def __init__(self, end_offset: int) -> None:
         self._end_offset = end_offset
         self._pool: ThreadPoolExecutor | None = None
-        # (segment key, position, length, GET) of the one prefetch in flight or done,
+        # segment key -> (position, length, GET) of the prefetches in flight or done,
         # untaken
-        self._pending: tuple[str, int, int, Future[tuple[ReadBuffer, int]]] | None = None
+        self._pending: dict[str, tuple[int, int, Future[tuple[ReadBuffer, int]]]] = {}
 
-    def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
+    def open(self, seg: LogSegment, next_segs: Sequence[LogSegment]) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
-        assert next_seg is None or isinstance(next_seg, BucketSegment)
-        return SegmentWindow(seg, self._end_offset, reads=self, next_seg=next_seg)
+        following = [s for s in next_segs if isinstance(s, BucketSegment)]
+        assert len(following) == len(next_segs)
+        return SegmentWindow(seg, self._end_offset, reads=self, next_segs=following)
 
     def prefetch(self, seg: BucketSegment, position: int, length: int) -> None:
-        if self._pending is not None or length <= 0:
+        key = seg.entry.key
+        if key in self._pending or len(self._pending) >= READ_AHEAD_SEGMENTS or length <= 0:
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead")
-        self._pending = (seg.entry.key, position, length,
-                         self._pool.submit(seg.read_chunk, position, length))
+            self._pool = ThreadPoolExecutor(READ_AHEAD_SEGMENTS,
+                                            thread_name_prefix="seglog-read-ahead")
+        self._pending[key] = (position, length,
+                              self._pool.submit(seg.read_chunk, position, length))
 
     def take(self, seg: BucketSegment, position: int, need_end: int
              ) -> tuple[int, ReadBuffer, int] | None:
@@ -193,18 +212,19 @@ class WindowedReads:
         window serves them if they hold a whole batch), else None (and it is dropped:
         the walk fetches what it needs itself, and meets any error of those bytes
         then)."""
-        pending = self._pending
+        # The walk takes each segment's prefetch when it opens the segment (in order:
+        # nothing read ahead is skipped), so the others wait for their turn.
+        pending = self._pending.pop(seg.entry.key, None)
         if pending is None:
             return None
-        self._pending = None
-        key, start, length, get = pending
-        if key != seg.entry.key or not start <= position < start + length:
+        start, length, get = pending
+        if not start <= position < start + length:
             return None
         buf, n = get.result()
         return start, buf, n
 
     def close(self) -> None:
-        self._pending = None
+        self._pending = {}
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -16,7 +16,7 @@ import pytest
 from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips
 
 from seglog.logstore.manager.log_manager import LogManager
-from seglog.logstore.records.record_codec import decode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_bucket_commit import commit
 from seglog.streaming.sink_bucket_staging import stage_rows
@@ -47,10 +47,12 @@ def options(uri: str, **extra: str) -> SinkOptions:
 
 
 def rows(batch: int, task: int, n: int = ROWS) -> pa.RecordBatch:
-    return pa.record_batch({
-        "key": pa.array([f"user-{i}" for i in range(n)], pa.string()),
-        "value": pa.array([f"b{batch}-t{task}-{i}".encode() for i in range(n)], pa.binary()),
-    })
+    return pa.record_batch(
+        {
+            "key": pa.array([f"user-{i}" for i in range(n)], pa.string()),
+            "value": pa.array([f"b{batch}-t{task}-{i}".encode() for i in range(n)], pa.binary()),
+        }
+    )
 
 
 def stage(opts: SinkOptions, batch: int, task: int = 0) -> StagedTask:
@@ -59,8 +61,9 @@ def stage(opts: SinkOptions, batch: int, task: int = 0) -> StagedTask:
     return stage_rows(opts, columns, [data], SINK, batch, task, 0)
 
 
-def driver_commit(proxy: S3Proxy, opts: SinkOptions, tasks: list[StagedTask],
-                  batch: int) -> tuple[list[RequestRecord], int]:
+def driver_commit(
+    proxy: S3Proxy, opts: SinkOptions, tasks: list[StagedTask], batch: int
+) -> tuple[list[RequestRecord], int]:
     """The commit's requests (nothing else talks to the server meanwhile) and how many
     it waited for one after the other."""
     since = proxy.clock()
@@ -82,8 +85,9 @@ def published_values(uri: str) -> Counter[bytes]:
 
 
 def expected_values(*batches: int, tasks: int = 1) -> Counter[bytes]:
-    return Counter(v for b in batches for t in range(tasks)
-                   for v in rows(b, t).column("value").to_pylist())
+    return Counter(
+        v for b in batches for t in range(tasks) for v in rows(b, t).column("value").to_pylist()
+    )
 
 
 def test_a_steady_micro_batch_commits_in_two_round_trips(proxy, uri):
@@ -117,8 +121,12 @@ def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(
 def test_maintenance_interval_zero_still_maintains_from_the_first_micro_batch(proxy, uri):
     opts = options(uri, maintenanceIntervalMs="0")
     made, _ = driver_commit(proxy, opts, [stage(opts, 0)], 0)
-    staging_lists = [r for r in made if r.kind == "LIST" and urllib.parse.unquote(
-        r.target).endswith("prefix=logs/_seglog/staging/")]
+    staging_lists = [
+        r
+        for r in made
+        if r.kind == "LIST"
+        and urllib.parse.unquote(r.target).endswith("prefix=logs/_seglog/staging/")
+    ]
     assert staging_lists, "no collection ran: maintenanceIntervalMs=0 means every commit"
 
 
@@ -163,8 +171,9 @@ def test_a_missing_upload_still_fails_the_commit_clearly(proxy, uri):
     gone = mine.fragments[0].path + ".log"
     with LogManager(uri) as mgr:
         mgr.storage.delete(gone)
-    with pytest.raises(SinkCommitError, match=f"{gone}.* is missing: batch 1 of sink "
-                       f"{SINK} is not published"):
+    with pytest.raises(
+        SinkCommitError, match=f"{gone}.* is missing: batch 1 of sink {SINK} is not published"
+    ):
         commit([mine], 1, opts)
     assert published_values(uri) == expected_values(0)
 
@@ -216,3 +225,27 @@ def test_a_task_whose_upload_fails_leaves_nothing(proxy, uri):
     with LogManager(uri, read_only=True) as mgr:
         left = list(mgr.storage.list_tree("_seglog/staging"))
     assert [e.name for e in left if "/00000000000000000001/" in f"/{e.name}"] == []
+
+
+def test_a_read_of_many_small_segments_gets_them_side_by_side(proxy, uri):
+    """A producer's appends of a record or two each are one small segment each; a task
+    reading a micro-batch of them GETs them side by side (``bucket_read_window``)."""
+    with LogManager(uri) as mgr:
+        mgr.create_topic("in", 1)
+        for i in range(12):
+            mgr.append("in", 0, encode_batches(pa.array([b"r%d" % i], pa.binary())))
+    with LogManager(uri, read_only=True) as mgr:
+        log = mgr.get_log("in", 0)
+        assert len(log.segments) == 12
+        since = proxy.clock()
+        chunks = list(log.read_chunks(0, 12))
+        made = proxy.requests(since)
+    assert [v for c in chunks for v in decode_batches(c).column("value").to_pylist()] == [
+        b"r%d" % i for i in range(12)
+    ]
+    gets = [r for r in made if r.kind in ("GET", "RANGED_GET")]
+    assert len(gets) == 12
+    # Before: one GET after the other (12 round trips). Now: the first, then the next
+    # eight at once; each later one starts as the walk opens a segment of those eight
+    # (so at most one after another: 5 at worst, 3 when the walk decodes quickly).
+    assert sequential_round_trips(gets) <= 5
