@@ -11,15 +11,16 @@ batch_id)`` reads and writes no data byte. It:
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
    already, whatever its uploads look like; an empty batch commits nothing. The writer
-   is refreshed (one LIST) first only when there are losers to delete; otherwise the
-   commit decides on the view it has (``_check_and_refresh``: young, or refreshed in
-   parallel with step 3), and a view that missed a commit loses the create and builds
-   again on the folded state, ledger included;
+   is refreshed (one LIST, a GET per new commit) at the same time as step 3
+   (``_check_and_refresh``), or first when there are losers to delete; not at all when
+   this very commit opened it. The ledger is checked again on whatever state the
+   commit is built on, so a replay is found however the view was come by;
 3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
    is there with the size its task uploaded (uploads are never judged by their age: the
    collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
-   micro-batch's driver commit is this LIST and the conditional PUT of step 4: two
-   sequential round trips (``tests/streaming/test_sink_round_trips.py``);
+   micro-batch's driver commit is this LIST (beside the refresh's) and the conditional
+   PUT of step 4: two sequential round trips, three when another writer committed since
+   (``tests/streaming/test_sink_round_trips.py``);
 4. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -58,7 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seglog.logstore.bucket.bucket_commit_log import MAX_VIEW_AGE_MS, Change
+from seglog.logstore.bucket.bucket_commit_log import Change
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import (
     BucketState,
@@ -104,10 +105,6 @@ __all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
-FRESH_VIEW_MS = MAX_VIEW_AGE_MS // 2
-"""A writer whose commits were LISTed less than this long ago commits without refreshing
-first (``_check_and_refresh``); half the commit log's own limit, so the commit log never
-has to refresh it on the critical path either."""
 
 
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
@@ -151,9 +148,14 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
             return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
         return 0
 
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(options, clock)
+        self.started_ms = clock.monotonic_ms()
+        """When this commit began: a writer whose view is younger was opened by it."""
+
     def begin(self, batch: SinkBatch) -> BucketPublication:
         return BucketPublication(bucket_writer(self.options, self.clock), self.options,
-                                 batch, self.clock)
+                                 batch, self.clock, self.started_ms)
 
     def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
               ) -> int:
@@ -171,11 +173,12 @@ class BucketPublication:
     ``BucketSinkBackend.remove_losers``."""
 
     def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
-                 clock: Clock) -> None:
+                 clock: Clock, started_ms: int) -> None:
         self.mgr = mgr
         self.options = options
         self.batch = batch
         self.clock = clock
+        self.started_ms = started_ms
         self.plan = {tp: _bucket(frags) for tp, frags in batch.plan.items()}
         self.settled = False
         self.done: _Plan | None = None
@@ -197,7 +200,11 @@ class BucketPublication:
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
-        if not _check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan):
+        # A view LISTed during this commit (the writer's open, a refresh for losers) is
+        # as fresh as a refresh now would make it.
+        listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
+        if not _check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
+                                  refresh=not listed_now):
             return None  # the fresh view's ledger holds the batch: a replay
         assumed = b.topics()
         decided: list[_Plan] = []
@@ -283,19 +290,22 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
 
 
 def _check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
-                       plan: dict[TopicPartition, list[BucketFragment]]) -> bool:
+                       plan: dict[TopicPartition, list[BucketFragment]], *,
+                       refresh: bool) -> bool:
     """Check the uploads (``_check_uploads``, one LIST) and return True to commit, False
     when the batch turns out to be a replay.
 
-    The commit's critical path is this LIST and the conditional PUT, nothing else: the
-    writer is not refreshed first while its view is younger than ``FRESH_VIEW_MS`` (a
-    view that missed another writer's commit only loses the create, and the commit log
-    then folds what it missed and builds again, the ledger checked on the new state:
-    what a refresh would have cost, paid only on contention). An older view is
-    refreshed at the same time as the LIST, so the commit log does not refresh it
-    after. A failed check on an unrefreshed view refreshes before it is believed: the
-    ledger may hold the batch already (a replay is never refused)."""
-    if mgr.commits.view_age_ms() < FRESH_VIEW_MS:
+    The commit's critical path is this LIST and the conditional PUT: the writer's refresh
+    (``refresh``: one LIST of the commit log, a GET per commit other writers made since)
+    runs at the same time, not before it. A refresh skipped or racing another writer's
+    commit only costs a lost create (the commit log folds what it missed and builds
+    again, the ledger checked on the new state), but a writer that is not refreshed
+    loses that race whenever anyone committed since its last look (a task's merge,
+    another query, a producer of the same log dir), which costs the lost create, a LIST
+    and a GET before the next create: two round trips more than the refresh's GET, for
+    one LIST request saved per micro-batch. A failed check is believed only on a refreshed
+    view: the ledger may hold the batch already (a replay is never refused)."""
+    if not refresh:
         try:
             _check_uploads(mgr, sink_id, batch_id, plan)
         except SinkCommitError:
