@@ -125,14 +125,21 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
     tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
 
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(options, clock)
+        self.started_ms = clock.monotonic_ms()
+        """When this commit began (``remove_losers``, its first step, sets it again: a
+        backend may serve several): a view LISTed since was LISTed by it."""
+
     def stage_rows(self) -> sink_protocol.StageRows:
         return stage_rows
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         """With losers (other attempts of a task: rare), refreshes the process's writer
         first (one LIST): a loser's upload is deleted only when no commit this process
-        can see references it. Without, no request: the commit decides on the view it
-        has (``BucketPublication.publish``)."""
+        can see references it. Without, no request: the commit refreshes beside the
+        LIST of its uploads (``BucketPublication.publish``)."""
+        self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
         mgr = bucket_writer(self.options, self.clock)
         if not losers:
             return 0
@@ -147,11 +154,6 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
                         batch.batch_id, batch.sink_id, mgr.uri)
             return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
         return 0
-
-    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
-        super().__init__(options, clock)
-        self.started_ms = clock.monotonic_ms()
-        """When this commit began: a writer whose view is younger was opened by it."""
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
         return BucketPublication(bucket_writer(self.options, self.clock), self.options,
@@ -194,7 +196,7 @@ class BucketPublication:
         return ()
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads (refreshing at the same time when the view is old), then one
+        """Check the uploads (refreshing the writer at the same time), then one
         conditional commit (a lost race builds again)."""
         if not todo:  # the ledger holds the batch: a bucket commits all or nothing
             return None
