@@ -102,13 +102,15 @@ def main() -> None:
         task_kinds: Counter[str] = Counter()
         commit_kinds: Counter[str] = Counter()
         trips: list[int] = []
+        task_trips: list[int] = []
         commit_ms: list[float] = []
         for batch_id in range(args.batches):
             t0 = proxy.clock()
-            staged = [
-                stage_rows(opts, cols, [data], "bench-sink", batch_id, task, 0)
-                for task in range(args.tasks)
-            ]
+            staged = []
+            bounds = [t0]
+            for task in range(args.tasks):
+                staged.append(stage_rows(opts, cols, [data], "bench-sink", batch_id, task, 0))
+                bounds.append(proxy.clock())
             t1 = proxy.clock()
             result = commit(staged, batch_id, opts)
             t2 = proxy.clock()
@@ -118,15 +120,21 @@ def main() -> None:
             tasks = [r for r in logged if r.arrived < t1]
             driver = [r for r in logged if t1 <= r.arrived <= t2]
             chain = sequential_round_trips(driver)
+            task_chains = [
+                sequential_round_trips(r for r in tasks if a <= r.arrived < b)
+                for a, b in zip(bounds, bounds[1:], strict=False)
+            ]
             ms = (t2 - t1) * 1000
             if batch_id == 0:
                 print(
-                    f"  first micro-batch: tasks {len(tasks)} requests ({_fmt(_kinds(tasks))});"
+                    f"  first micro-batch: tasks {len(tasks)} requests ({_fmt(_kinds(tasks))},"
+                    f" {max(task_chains)} sequential round trips in the longest task);"
                     f" commit {len(driver)} requests ({_fmt(_kinds(driver))}), {chain} "
                     f"sequential round trips, {ms:.0f} ms = {ms / args.delay_ms:.1f} x delay"
                 )
                 continue
             task_kinds += _kinds(tasks)
+            task_trips.append(max(task_chains))
             commit_kinds += _kinds(driver)
             trips.append(chain)
             commit_ms.append(ms)
@@ -134,7 +142,9 @@ def main() -> None:
         print(
             f"  steady, per micro-batch (mean of {n}): tasks "
             f"{sum(task_kinds.values()) / n:.1f} requests ({_fmt_avg(task_kinds, n)}, "
-            f"{sum(task_kinds.values()) / n / args.tasks:.1f} per task); commit "
+            f"{sum(task_kinds.values()) / n / args.tasks:.1f} per task, median "
+            f"{statistics.median(task_trips):.0f} sequential round trips in the longest "
+            f"task); commit "
             f"{sum(commit_kinds.values()) / n:.1f} requests ({_fmt_avg(commit_kinds, n)})"
         )
         med_ms = statistics.median(commit_ms)

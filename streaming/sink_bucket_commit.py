@@ -7,13 +7,20 @@ batch_id)`` reads and writes no data byte. It:
    wins) and orders each partition's fragments by task, as the local sink does: the
    order of the steps and what each may do are ``sink_protocol``'s, this module is the
    bucket's ``SinkPublication``;
-2. refreshes this process's writer of the bucket (``bucket_writer``: one manager per
-   process, so a commit reads the commits made since the last one, never the history),
-   then reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing;
+2. takes this process's writer of the bucket (``bucket_writer``: one manager per
+   process, so a commit reads the commits made since the last one, never the history)
+   and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
+   already, whatever its uploads look like; an empty batch commits nothing. The writer
+   is refreshed (one LIST, a GET per new commit) at the same time as step 3
+   (``_check_and_refresh``), or first when there are losers to delete; not at all when
+   this very commit opened it. The ledger is checked again on whatever state the
+   commit is built on, so a replay is found however the view was come by;
 3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
    is there with the size its task uploaded (uploads are never judged by their age: the
-   collector keeps the uploads of a batch in flight, ``bucket_staging``);
+   collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
+   micro-batch's driver commit is this LIST (beside the refresh's) and the conditional
+   PUT of step 4: two sequential round trips, three when another writer committed since
+   (``tests/streaming/test_sink_round_trips.py``);
 4. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -28,7 +35,8 @@ batch_id)`` reads and writes no data byte. It:
    batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
-   in the ledger, so every process agrees), runs retention and collection (metadata
+   in the ledger, so every process agrees; a new sink's first commit starts the
+   interval), runs retention and collection (metadata
    commits, listings, deletes); then merges the small segments that are due
    (``sink_bucket_merge.merge_after_commit``: by count, and every partition of the
    sink's topics when maintenance ran). Best effort after the publish: a failure is
@@ -49,6 +57,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -120,13 +129,24 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
     tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
 
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+        super().__init__(options, clock)
+        self.started_ms = clock.monotonic_ms()
+        """When this commit began (``remove_losers``, its first step, sets it again: a
+        backend may serve several): a view LISTed since was LISTed by it."""
+
     def stage_rows(self) -> sink_protocol.StageRows:
         return stage_rows
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
-        """Refreshes the process's writer first (one LIST: the commits of other writers
-        since this process last looked): the view the whole commit decides on."""
+        """With losers (other attempts of a task: rare), refreshes the process's writer
+        first (one LIST): a loser's upload is deleted only when no commit this process
+        can see references it. Without, no request: the commit refreshes beside the
+        LIST of its uploads (``BucketPublication.publish``)."""
+        self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
         mgr = bucket_writer(self.options, self.clock)
+        if not losers:
+            return 0
         mgr.refresh()
         return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
 
@@ -141,7 +161,7 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
         return BucketPublication(bucket_writer(self.options, self.clock), self.options,
-                                 batch, self.clock)
+                                 batch, self.clock, self.started_ms)
 
     def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
               ) -> int:
@@ -159,11 +179,12 @@ class BucketPublication:
     ``BucketSinkBackend.remove_losers``."""
 
     def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
-                 clock: Clock) -> None:
+                 clock: Clock, started_ms: int) -> None:
         self.mgr = mgr
         self.options = options
         self.batch = batch
         self.clock = clock
+        self.started_ms = started_ms
         self.plan = {tp: fragments_of(BucketFragment, frags, "in a local dir", "a bucket")
                      for tp, frags in batch.plan.items()}
         self.settled = False
@@ -181,15 +202,21 @@ class BucketPublication:
                      if _ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads, then one conditional commit per log (a lost race builds
-        again): the legacy topics together, each topic in its own log alone, in that
-        order (``bucket_logs.topic_groups``), each carrying the sink's ledger, so a
-        replay publishes exactly the topics whose log lacks the batch."""
+        """Check the uploads (refreshing the writer at the same time), then one
+        conditional commit per log (a lost race builds again): the legacy topics
+        together, each topic in its own log alone, in that order
+        (``bucket_logs.topic_groups``), each carrying the sink's ledger, so a replay
+        publishes exactly the topics whose log lacks the batch."""
         if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
-        _check_uploads(self.mgr, b.sink_id, b.batch_id, plan)
+        # A view LISTed during this commit (the writer's open, a refresh for losers) is
+        # as fresh as a refresh now would make it.
+        listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
+        if not _check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
+                                  refresh=not listed_now):
+            return None  # the fresh view's ledger holds the batch: a replay
         assumed = b.topics()
         published: list[PublishedPartition] = []
         maintain = aged = False
@@ -299,6 +326,50 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
                           f"failed ({cause}); nothing of it is visible") from cause
 
 
+def _check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
+                       plan: dict[TopicPartition, list[BucketFragment]], *,
+                       refresh: bool) -> bool:
+    """Check the uploads (``_check_uploads``, one LIST) and return True to commit, False
+    when the batch turns out to be a replay.
+
+    The commit's critical path is this LIST and the conditional PUT: the writer's refresh
+    (``refresh``: one LIST of the commit log, a GET per commit other writers made since)
+    runs at the same time, not before it. A refresh skipped or racing another writer's
+    commit only costs a lost create (the commit log folds what it missed and builds
+    again, the ledger checked on the new state), but a writer that is not refreshed
+    loses that race whenever anyone committed since its last look (a task's merge,
+    another query, a producer of the same log dir), which costs the lost create, a LIST
+    and a GET before the next create: two round trips more than the refresh's GET, for
+    one LIST request saved per micro-batch. A failed check is believed only on a refreshed
+    view: the ledger may hold the batch already (a replay is never refused)."""
+    if not refresh:
+        try:
+            _check_uploads(mgr, sink_id, batch_id, plan)
+        except SinkCommitError:
+            mgr.refresh()
+            if _holds(mgr.state, sink_id, batch_id, plan):
+                return False
+            raise
+        return True
+    with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-refresh") as pool:
+        refreshed = pool.submit(mgr.refresh)
+        try:
+            _check_uploads(mgr, sink_id, batch_id, plan)
+        except SinkCommitError:
+            refreshed.result()
+            if _holds(mgr.state, sink_id, batch_id, plan):
+                return False
+            raise
+        refreshed.result()
+    return True
+
+
+def _holds(state: BucketState, sink_id: str, batch_id: int,
+           plan: dict[TopicPartition, list[BucketFragment]]) -> bool:
+    """Whether the ledger of every log the plan writes holds the batch (a replay)."""
+    return all(_ledger_batch(state, sink_id, [t]) >= batch_id for t in sorted({t for t, _ in plan}))
+
+
 def _check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
                    plan: dict[TopicPartition, list[BucketFragment]]) -> None:
     """One flat LIST of ``<sink>/<batch>/``: every object the commit will reference must be
@@ -391,8 +462,14 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
     sinks: dict[str, Any] = {}
     if use_ledger:
         last = ledger.get("maintained_ms") if isinstance(ledger, dict) else None
-        maintain = not isinstance(last, int) or now - last >= options.maintenance_interval_ms
-        aged = maintain and isinstance(last, int)
+        first = not isinstance(last, int)
+        if first:
+            # A new sink's interval starts at its first commit: that micro-batch is the
+            # query's first (its latency is the query's start-up), and a bucket it just
+            # started writing to has nothing to retain or collect yet.
+            last = now if options.maintenance_interval_ms > 0 else None
+        maintain = last is None or now - last >= options.maintenance_interval_ms
+        aged = maintain and not first
         sinks[sink_id] = {"batch_id": batch_id, "timestamp_ms": now,
                           "maintained_ms": now if maintain else last}
     return (Change(topics=topics, partitions=parts, sinks=sinks),

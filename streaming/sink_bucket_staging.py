@@ -43,7 +43,9 @@ Not thread-safe: one ``BucketStagingArea`` per task.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -84,6 +86,13 @@ __all__ = ["BucketFragment", "BucketStagingArea", "stage_rows", "staging_prefix"
 FRAGMENT_BYTES = 64 << 20
 """A fragment is cut when it would grow past this (or the topic's ``segment.bytes``):
 it bounds a task's memory per partition and the size of one upload."""
+
+UPLOAD_THREADS = 8
+"""A task's object PUTs in flight at once."""
+
+UPLOAD_BYTES_IN_FLIGHT = FRAGMENT_BYTES
+"""A task starts no new PUT while more bytes than this are uploading: with the fragment
+being built, a task holds at most about twice ``FRAGMENT_BYTES`` per partition's worth."""
 
 FRAGMENT_INLINE_INDEX_BYTES = 4 << 10
 """A fragment whose ``.index`` and ``.timeindex`` together hold at most this many bytes
@@ -172,7 +181,11 @@ class _Buffer:
 
 class BucketStagingArea:
     """The bucket backend's half of staging: fragments uploaded under
-    ``_seglog/staging/``; see the module docstring."""
+    ``_seglog/staging/``; see the module docstring.
+
+    A task's objects are PUT side by side (``UPLOAD_THREADS``; at most
+    ``UPLOAD_BYTES_IN_FLIGHT`` held beyond the one being built), so a micro-batch
+    writing many partitions waits about one PUT for them, not one per object."""
 
     def __init__(self, attempt: StagingAttempt) -> None:
         self.attempt = attempt
@@ -181,6 +194,9 @@ class BucketStagingArea:
         self._uploaded: list[BucketFragment] = []
         self._counter = 0
         self._validated: dict[str, dict[str, str]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._in_flight: deque[tuple[Future[None], int]] = deque()
+        self._in_flight_bytes = 0
 
     def manager(self) -> BucketLogManager:
         """The process's shared manager of the bucket, refreshed once per task."""
@@ -235,18 +251,47 @@ class BucketStagingArea:
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
         storage = self.manager().storage
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(UPLOAD_THREADS,
+                                            thread_name_prefix="seglog-sink-upload")
         for name, body in objects.uploads():
-            storage.write_atomic(name, body)
-        crash_point("task-after-upload", a.batch_id)
+            while self._in_flight and self._in_flight_bytes > UPLOAD_BYTES_IN_FLIGHT:
+                self._wait_oldest()
+            self._in_flight.append((self._pool.submit(storage.write_atomic, name, body),
+                                    len(body)))
+            self._in_flight_bytes += len(body)
+
+    def _wait_oldest(self) -> None:
+        """Wait for the oldest PUT in flight; raise its error."""
+        future, size = self._in_flight.popleft()
+        self._in_flight_bytes -= size
+        future.result()
+
+    def _wait_all(self) -> None:
+        """Wait for every PUT in flight; raise the first error (after all ended)."""
+        failure: BaseException | None = None
+        while self._in_flight:
+            try:
+                self._wait_oldest()
+            except BaseException as e:  # the others still run: wait for them first
+                failure = failure or e
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if failure is not None:
+            raise failure
 
     def finish(self) -> StagedOutput:
         """Upload every partition's last fragment; describe them all."""
         try:
             for buf in self._buffers.values():
                 buf.flush()
+            self._wait_all()
         except BaseException:
             self.discard()
             raise
+        if self._uploaded:
+            crash_point("task-after-upload", self.attempt.batch_id)
         uploaded = sorted(self._uploaded, key=lambda f: (f.topic, f.partition, f.key))
         fragments: tuple[Fragment, ...] = tuple(uploaded)
         return StagedOutput(fragments, tuple(sorted(
@@ -255,6 +300,10 @@ class BucketStagingArea:
     def discard(self) -> None:
         """Delete what this task uploaded (a failed task leaves nothing behind)."""
         self._buffers.clear()
+        try:
+            self._wait_all()  # nothing may land after the deletes below
+        except (SeglogError, OSError) as e:
+            logger.info("an upload of a discarded task failed too: %s", e)
         if self._uploaded:
             delete_fragments(self.manager(), self._uploaded)
             self._uploaded.clear()

@@ -96,7 +96,8 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "commit also runs maintenance (retention, checkpoints, deletions, "
                "compaction; on a bucket also the merge of every run of 2 or more small "
                "segments of the sink's topics: no small segment waits much longer); Kafka's "
-               "`log.retention.check.interval.ms`."),
+               "`log.retention.check.interval.ms`. On a bucket the first run is one interval "
+               "after the sink's first commit (0: every commit)."),
     OptionSpec("mergeMinSegments", str(DEFAULT_MERGE_MIN_SEGMENTS), "On a bucket: after "
                "its commit, the driver merges a partition the micro-batch wrote once this "
                "many adjacent segments under `mergeSmallSegmentBytes` lie side by side (a "

@@ -172,18 +172,30 @@ class RequestRecord:
     connection: int
     arrived: float
     answered: float
+    target: str = ""
+    """The request's path and query, as sent (which object or prefix it named)."""
+    replied: float | None = None
+    """When the proxy had the answer's head and began relaying it (None: no answer):
+    before the client can have it, so a request the client sent once it had this
+    answer arrives after it, which ``answered`` (logged after the relay, when the client
+    may have sent its next request already) does not promise."""
 
 
 def sequential_round_trips(records: Iterable[RequestRecord]) -> int:
     """The most requests of ``records`` that ran one after the other (each arrived after
-    the one before was answered): a lower bound on the round trips on the critical path
-    of whatever made them, and exact for a caller that waits for each answer."""
+    the answer to the one before was on its way back, ``replied``): a lower bound on the
+    round trips on the critical path of whatever made them, and exact for a caller that
+    waits for each answer."""
+
+    def end(r: RequestRecord) -> float:
+        return r.replied if r.replied is not None else r.answered
+
     chain = 0
     last_end = float("-inf")
-    for r in sorted(records, key=lambda r: r.answered):
+    for r in sorted(records, key=end):
         if r.arrived >= last_end:
             chain += 1
-            last_end = r.answered
+            last_end = end(r)
     return chain
 
 
@@ -483,6 +495,7 @@ class S3Proxy:
         try:
             while (request := _read_head(reader)) is not None:
                 arrived = self._clock()
+                replied: float | None = None
                 method, target = _request_line(request)
                 kind = request_kind(method.decode(), target, request.headers)
                 with self._lock:
@@ -498,6 +511,7 @@ class S3Proxy:
                     if fault in _STATUS_BODY:
                         # The body is read (and dropped) so the connection stays usable.
                         _relay_body(request, reader, None, throttle)
+                        replied = self._clock()
                         client.sendall(_error_response(fault))
                         continue
                     if upstream is None:
@@ -516,6 +530,7 @@ class S3Proxy:
                                 client.sendall(response.raw)
                         else:
                             # A final answer before the body: the client will not send it.
+                            replied = self._clock()
                             self._relay_response(method, response, up_reader, relay, throttle)
                             return
                     _relay_body(request, reader, upstream, throttle)
@@ -526,6 +541,7 @@ class S3Proxy:
                         response = _read_head(up_reader)
                     if response is None:
                         return
+                    replied = self._clock()
                     keep = self._relay_response(method, response, up_reader, relay, throttle)
                     if fault is Fault.DROP_AFTER:
                         return
@@ -535,15 +551,17 @@ class S3Proxy:
                     if "close" in request.headers.get("connection", "").lower():
                         return
                 finally:
-                    self._answered(kind, connection, arrived)
+                    self._answered(kind, connection, arrived, target, replied)
         except (OSError, ValueError):
             return  # a peer went away (or a stop()): this connection ends, nothing else
         finally:
             self._untrack(upstream)
             self._untrack(client)
 
-    def _answered(self, kind: str, connection: int, arrived: float) -> None:
-        record = RequestRecord(kind, connection, arrived, self._clock())
+    def _answered(
+        self, kind: str, connection: int, arrived: float, target: str, replied: float | None
+    ) -> None:
+        record = RequestRecord(kind, connection, arrived, self._clock(), target, replied)
         with self._settled:
             if self._log_requests:
                 self._requests.append(record)

@@ -256,8 +256,22 @@ class CommitLog:
         with self._lock:
             started_ms = self.clock.monotonic_ms()
             hint = self._hint_version()
-            base = (self._read_snapshot(hint) if hint is not None else None) or BucketState()
-            self._fold(base, self._list_commits(base.version), started_ms, open_=True)
+            base: BucketState | None = None
+            listed: list[int] = []
+            if hint is not None:
+                # The snapshot's GET and the LIST from its version at once: one round
+                # trip. A snapshot gone or damaged is folded from the start instead,
+                # listed again unless the hint's commit is gone too: the commits before
+                # it then can only lead to the gap that a newer snapshot bridges.
+                with ThreadPoolExecutor(1, thread_name_prefix="seglog-open") as pool:
+                    listing = pool.submit(self._list_commits, hint)
+                    base = self._read_snapshot(hint)
+                    listed = listing.result()
+            if base is None:
+                base = BucketState()
+                if hint is None or not listed or listed[0] == hint:
+                    listed = self._list_commits(base.version)
+            self._fold(base, listed, started_ms, open_=True)
             if hint is not None and hint > self._state.version:
                 # The hint is written after its commit: the newest commits were deleted,
                 # and writing on would re-use their versions (issue 22.4).
@@ -659,9 +673,16 @@ class CommitLog:
                 f"commit {version}: commits after {version} were deleted; refusing to write "
                 f"over them. {repair_advice(self.uri)}")
 
+    def view_age_ms(self) -> int:
+        """How long ago the state's commits were last LISTed (open or refresh): a caller
+        about to commit may skip its own refresh while this is well below
+        ``MAX_VIEW_AGE_MS`` (``commit`` refreshes an older view itself, and a stale
+        young one only loses its create)."""
+        return self.clock.monotonic_ms() - self._refreshed_ms
+
     def _view_too_old(self) -> bool:
         """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""
-        return self.clock.monotonic_ms() - self._refreshed_ms > MAX_VIEW_AGE_MS
+        return self.view_age_ms() > MAX_VIEW_AGE_MS
 
     def _create(self, key: str, data: bytes, operation: str) -> bool:
         """Create commit ``key``: True if the object there is ours, False if another
@@ -703,9 +724,15 @@ class CommitLog:
 
     def _write_snapshot(self, state: BucketState) -> None:
         try:
-            self.storage.write_atomic(self.layout.snapshot_key(state.version), state.encode())
-            crash_point("after-snapshot")
-            hint = self._hint_version()
+            # The hint is read while the snapshot uploads (two round trips on the
+            # committer's path, not three): its answer only says whether a newer
+            # snapshot's hint is there already, which no order of the two makes exact.
+            with ThreadPoolExecutor(1, thread_name_prefix="seglog-hint") as pool:
+                hinted = pool.submit(self._hint_version)
+                self.storage.write_atomic(self.layout.snapshot_key(state.version),
+                                          state.encode())
+                crash_point("after-snapshot")
+                hint = hinted.result()
             if hint is not None and hint >= state.version:
                 # A slow writer: a newer snapshot's hint is there already. (A plain PUT
                 # racing another can still lose; opens then probe for newer snapshots.)

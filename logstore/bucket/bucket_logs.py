@@ -214,6 +214,13 @@ class BucketLogs:
         self._open_named(self.catalog.state)
         return changed
 
+    def view_age_ms(self) -> int:
+        """How long ago the oldest of the open logs' views was LISTed
+        (``CommitLog.view_age_ms``): a caller about to commit may skip a refresh while
+        every log it could write was looked at since it started."""
+        every: list[CommitLog] = [self.catalog, *self.logs().values()]
+        return max(log.view_age_ms() for log in every)
+
     def snapshot_if_due(self, state: BucketState) -> None:
         """After a ``commit(..., snapshot=False)`` of this thread: the snapshot of the
         log it wrote, if its new version is due one (``state``, the merged view, cannot

@@ -41,7 +41,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -111,6 +111,24 @@ def bucket_uri(log_dirs: Iterable[object] | object) -> str | None:
     return uris[0]
 
 
+def _open_commit_log(storage: Storage, clock: Clock, given: CommitLog | None) -> CommitLog:
+    """The log dir's commit log (``given``, or one loaded now), after the nesting check
+    (a few LISTs, once per open, never per append: no log dir inside another). The two
+    are independent reads, made at once: an open costs the longer of them, not both;
+    the nesting check's refusal is raised first (it names the cause)."""
+    if not isinstance(storage, ObjectStorage):
+        return given or CommitLog(storage, clock=clock)
+    with ThreadPoolExecutor(1, thread_name_prefix="seglog-open") as pool:
+        nesting = pool.submit(check_nesting, storage)
+        try:
+            commits = given or CommitLog(storage, clock=clock)
+        except BaseException:
+            nesting.result()
+            raise
+        nesting.result()
+    return commits
+
+
 class BucketLogManager:
     """Every partition of one bucket log dir; see the module docstring."""
 
@@ -147,11 +165,8 @@ class BucketLogManager:
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
-        if isinstance(self.storage, ObjectStorage):
-            # A few LISTs, once per open (never per append): no log dir inside another.
-            check_nesting(self.storage)
         self.commits = BucketLogs(self.storage, clock=clock,
-                                  catalog=commit_log or CommitLog(self.storage, clock=clock),
+                                  catalog=_open_commit_log(self.storage, clock, commit_log),
                                   topic_logs=topic_logs)
         self.committer = BucketCommitter(
             self.storage, self.commits, clock=clock, config=self.config,

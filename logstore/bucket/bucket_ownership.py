@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import LogDirError, StorageAccessDeniedError
 from ..storage.file_names import parse_partition_dir_name
@@ -47,6 +48,8 @@ SEGMENT_OBJECT_NAME = re.compile(r"\d{20}-[0-9a-f]{16}\.(?:log|index|timeindex)"
 NESTED_CHECK_LIMIT = 100
 """At most this many top-level prefixes are probed for a nested log dir at open (one LIST
 each): the cost of opening a bucket root that holds many other folders stays bounded."""
+NESTING_THREADS = 8
+"""The nesting probes in flight at once."""
 
 
 def owned_objects(storage: Storage, partitions: Collection[str]) -> list[tuple[str, Entry]]:
@@ -69,47 +72,61 @@ def owned_objects(storage: Storage, partitions: Collection[str]) -> list[tuple[s
 
 def check_nesting(storage: ObjectStorage) -> None:
     """Refuse a log dir inside another's prefix, or holding one (``LogDirError`` naming
-    both URIs); see the module docstring for what is probed and its cost."""
+    both URIs); see the module docstring for what is probed and its cost. The probes are
+    independent LISTs, made at once: two round trips at most (the top-level prefixes
+    are known only from the log dir's own listing), one when it has none."""
     target = parse_object_uri(storage.uri)
     if target.scheme == "memory":
         return  # a memory store is one log dir: its URI's path is not a key prefix
     parts = target.prefix.split("/") if target.prefix else []
     root = f"{target.scheme}://{target.bucket}"
-    # The log dir's own listing first: a store that cannot be reached is reported under
-    # the log dir's URI, not an ancestor's.
-    candidates = [
-        e.name
-        for e in storage.list_dir("")
-        if e.is_dir and e.name != META_DIR and parse_partition_dir_name(e.name) is None
-    ]
-    if parts:
-        bucket = ObjectStorage(root, storage.options)
-        for depth in range(len(parts)):
-            ancestor = "/".join(parts[:depth])
-            try:
-                marker = bucket.list_dir(f"{ancestor}/{META_DIR}" if ancestor else META_DIR)
-            except StorageAccessDeniedError as e:
-                # Credentials scoped to this prefix (an IAM policy's s3:prefix) may not
-                # list above it; the collector's rule protects the other log dir anyway.
-                logger.info("%s: cannot look for a log dir enclosing it: %s", storage.uri, e)
-                continue
-            if marker:
+    bucket = ObjectStorage(root, storage.options) if parts else None
+    ancestors = ["/".join(parts[:depth]) for depth in range(len(parts))]
+    with ThreadPoolExecutor(NESTING_THREADS, thread_name_prefix="seglog-nesting") as pool:
+        enclosing = [
+            pool.submit(_enclosing_marker, bucket, a, storage.uri)
+            for a in ancestors
+            if bucket is not None
+        ]
+        # The log dir's own listing first: a store that cannot be reached is reported
+        # under the log dir's URI, not an ancestor's.
+        candidates = [
+            e.name
+            for e in storage.list_dir("")
+            if e.is_dir and e.name != META_DIR and parse_partition_dir_name(e.name) is None
+        ]
+        if len(candidates) > NESTED_CHECK_LIMIT:
+            logger.debug(
+                "%s: %d top-level prefixes; probing the first %d for a nested log dir",
+                storage.uri,
+                len(candidates),
+                NESTED_CHECK_LIMIT,
+            )
+        names = candidates[:NESTED_CHECK_LIMIT]
+        nested = [pool.submit(storage.list_dir, f"{name}/{META_DIR}") for name in names]
+        for depth, found in enumerate(enclosing):
+            if found.result():
+                ancestor = ancestors[depth]
                 outer = f"{root}/{ancestor}" if ancestor else root
                 raise LogDirError(_nested_message(storage.uri, outer, parts[depth:]))
-    if len(candidates) > NESTED_CHECK_LIMIT:
-        logger.debug(
-            "%s: %d top-level prefixes; probing the first %d for a nested log dir",
-            storage.uri,
-            len(candidates),
-            NESTED_CHECK_LIMIT,
-        )
-    for name in candidates[:NESTED_CHECK_LIMIT]:
-        if storage.list_dir(f"{name}/{META_DIR}"):
-            raise LogDirError(
-                f"{storage.uri} holds another log dir, {storage.uri}/{name} (its {META_DIR}/ "
-                f"exists): log dirs must not be nested; open each at its own prefix, side "
-                f"by side (e.g. {root}/<name>)"
-            )
+        for name, probe in zip(names, nested, strict=True):
+            if probe.result():
+                raise LogDirError(
+                    f"{storage.uri} holds another log dir, {storage.uri}/{name} (its "
+                    f"{META_DIR}/ exists): log dirs must not be nested; open each at its "
+                    f"own prefix, side by side (e.g. {root}/<name>)"
+                )
+
+
+def _enclosing_marker(bucket: ObjectStorage, ancestor: str, uri: str) -> bool:
+    """Whether the prefix ``ancestor`` of the bucket holds a log dir's ``_seglog/``."""
+    try:
+        return bool(bucket.list_dir(f"{ancestor}/{META_DIR}" if ancestor else META_DIR))
+    except StorageAccessDeniedError as e:
+        # Credentials scoped to this prefix (an IAM policy's s3:prefix) may not list
+        # above it; the collector's rule protects the other log dir anyway.
+        logger.info("%s: cannot look for a log dir enclosing it: %s", uri, e)
+        return False
 
 
 def _nested_message(uri: str, outer: str, below: list[str]) -> str:

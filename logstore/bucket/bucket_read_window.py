@@ -11,11 +11,14 @@ last batch can end (the offset index bounds it: ``OffsetIndex.position_past``), 
 serves the header reads, the batch walk and the chunks from that buffer.
 
 Read-ahead (``WindowedReads``): while the walk decodes a window, the next one is fetched
-on the walk's own thread, one GET in flight at most; on S3 this hides a request's
-latency behind the decoding.
+on the walk's own thread; on S3 this hides a request's latency behind the decoding.
+Small segments (a producer's appends of a few records each) are fetched several at a
+time: at the end of a segment the first windows of the next ones are read ahead
+together, up to ``READ_AHEAD_SEGMENTS`` GETs and ``FETCH_BYTES`` in all, so a task
+reading many of them waits about one round trip per group, not one per segment.
 
-Memory: two windows of at most ``max(FETCH_BYTES, chunk_bytes)`` bytes each per reading
-walk, the current one and the one read ahead (the chunks handed out are views: no copy),
+Memory: per reading walk, the current window and what is read ahead, each at most
+``max(FETCH_BYTES, chunk_bytes)`` bytes (the chunks handed out are views: no copy),
 dropped when the walk moves on or ends. A batch larger than a chunk is read on its own,
 as before.
 
@@ -35,6 +38,8 @@ Not thread-safe: one walk owns its windows (the read-ahead thread only runs a GE
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..log.log_segment import LogSegment
 from ..log.records_window import ReadAhead, RecordsWindow, WindowBound
 from ..records.record_format import V2_HEADER_SIZE, BatchHeader
@@ -45,6 +50,9 @@ FETCH_BYTES = 16 << 20
 8-16 MiB): a 16 MB segment is one request."""
 READ_AHEAD = True
 """Whether a walk GETs its next window while it decodes the current one."""
+READ_AHEAD_SEGMENTS = 8
+"""The most following segments whose first windows a walk reads ahead at once (their
+sizes together within ``FETCH_BYTES``)."""
 
 
 def window_bound(seg: BucketSegment) -> WindowBound:
@@ -92,12 +100,17 @@ class WindowedReads:
     one GET of the next one runs on a thread of this walk's own, joined by ``close``).
     Memory: two windows at most. Not thread-safe: one walk owns it."""
 
+    lookahead = 1
+    """The segments after the one opened that ``open`` is told of (the next one: its
+    first window is the read-ahead when this segment's end is reached)."""
+
     def __init__(self, end_offset: int) -> None:
         self._end_offset = end_offset
         self._read_ahead = ReadAhead()
 
-    def open(self, seg: LogSegment, next_seg: LogSegment | None) -> SegmentWindow:
+    def open(self, seg: LogSegment, next_segs: Sequence[LogSegment]) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
+        next_seg = next_segs[0] if next_segs else None
         assert next_seg is None or isinstance(next_seg, BucketSegment)
         return SegmentWindow(seg, self._end_offset, read_ahead=self._read_ahead,
                              next_seg=next_seg)

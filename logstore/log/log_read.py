@@ -20,7 +20,7 @@ writer, and concurrent readers are safe.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Protocol
@@ -81,7 +81,10 @@ class ChunkSource(Protocol):
 class ChunkSources(Protocol):
     """One walk's way to its segments' bytes (see ``LogReads._chunk_sources``)."""
 
-    def open(self, seg: LogSegment, next_seg: LogSegment | None) -> ChunkSource: ...
+    lookahead: int
+    """How many of the segments after the one opened ``open`` wants to know of."""
+
+    def open(self, seg: LogSegment, next_segs: Sequence[LogSegment]) -> ChunkSource: ...
 
     def close(self) -> None: ...
 
@@ -395,8 +398,8 @@ class LogReads:
             if sources is None:
                 src: ChunkSource = seg
             else:
-                ahead = i + 1 < len(bases) and bases[i + 1] < end_offset
-                src = sources.open(seg, get(i + 1) if ahead else None)
+                later = range(i + 1, min(i + 1 + sources.lookahead, len(bases)))
+                src = sources.open(seg, [get(j) for j in later if bases[j] < end_offset])
             if i == first_i:
                 first, position = src.find_batch(check.expected)
                 if first is None:

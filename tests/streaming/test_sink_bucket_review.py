@@ -31,7 +31,7 @@ from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
 def test_a_failing_sweep_after_the_publish_does_not_fail_the_commit(monkeypatch, caplog):
     uri = memory_uri()
-    opts = options(uri)
+    opts = options(uri, maintenanceIntervalMs="0")  # a new sink's first commit maintains
     tasks = [stage(opts, 0)]
     real_dir, real_tree = ObjectStorage.list_dir, ObjectStorage.list_tree
 

@@ -1,0 +1,256 @@
+"""The bucket sink's requests, counted through the delaying proxy (``tests/s3_proxy.py``):
+a steady micro-batch's driver commit is two sequential round trips (the LIST of its
+uploads beside the refresh's LIST, then the conditional PUT), a query's first
+micro-batch a few more (the writer's open, made in parallel; no maintenance); a task
+PUTs its objects side by side and a read GETs many small segments at once. Exactly once
+holds whatever the view: another driver's commit of the same batch is found as a
+replay, with or without this run's uploads, and a missing upload still fails."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections import Counter
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips
+
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
+from seglog.streaming.errors import SinkCommitError
+from seglog.streaming.sink_bucket_commit import commit
+from seglog.streaming.sink_bucket_staging import stage_rows
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+from seglog.streaming.sink_staging import StagedTask
+
+TOPIC = "out"
+SINK = "round-trips"
+DELAY_S = 0.01
+ROWS = 60
+
+
+@pytest.fixture
+def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
+    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
+        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
+            monkeypatch.setenv(name, value)
+        yield p
+
+
+@pytest.fixture
+def uri(bucket_server, proxy) -> str:
+    return f"s3://{bucket_server.create_bucket()}/logs"
+
+
+def options(uri: str, **extra: str) -> SinkOptions:
+    return SinkOptions.parse({"path": uri, "topic": TOPIC, "numPartitions": "3", **extra})
+
+
+def rows(batch: int, task: int, n: int = ROWS) -> pa.RecordBatch:
+    return pa.record_batch(
+        {
+            "key": pa.array([f"user-{i}" for i in range(n)], pa.string()),
+            "value": pa.array([f"b{batch}-t{task}-{i}".encode() for i in range(n)], pa.binary()),
+        }
+    )
+
+
+def stage(opts: SinkOptions, batch: int, task: int = 0) -> StagedTask:
+    data = rows(batch, task)
+    columns = SinkColumns.resolve(data.schema, default_topic=TOPIC)
+    return stage_rows(opts, columns, [data], SINK, batch, task, 0)
+
+
+def driver_commit(
+    proxy: S3Proxy, opts: SinkOptions, tasks: list[StagedTask], batch: int
+) -> tuple[list[RequestRecord], int]:
+    """The commit's requests (nothing else talks to the server meanwhile) and how many
+    it waited for one after the other."""
+    since = proxy.clock()
+    result = commit(tasks, batch, opts)
+    assert result.published or result.skipped
+    made = proxy.requests(since)
+    return made, sequential_round_trips(made)
+
+
+def published_values(uri: str) -> Counter[bytes]:
+    """Every published record's value, counted (through the read path)."""
+    found: Counter[bytes] = Counter()
+    with LogManager(uri, read_only=True) as mgr:
+        for p in mgr.partitions(TOPIC):
+            log = mgr.get_log(TOPIC, p)
+            for chunk in log.read_chunks(log.log_start_offset, log.high_watermark, 1 << 20):
+                found.update(decode_batches(chunk).column("value").to_pylist())
+    return found
+
+
+def expected_values(*batches: int, tasks: int = 1) -> Counter[bytes]:
+    return Counter(
+        v for b in batches for t in range(tasks) for v in rows(b, t).column("value").to_pylist()
+    )
+
+
+def test_a_steady_micro_batch_commits_in_two_round_trips(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    for batch in (1, 2, 3):
+        tasks = [stage(opts, batch, task) for task in range(2)]
+        made, trips = driver_commit(proxy, opts, tasks, batch)
+        # Before: the refresh's LIST of the commit log, then the LIST of the uploads,
+        # then the create: 3 one after the other. Now the two LISTs at once.
+        assert sorted(r.kind for r in made) == ["CONDITIONAL_PUT", "LIST", "LIST"], made
+        assert trips == 2
+    assert published_values(uri) == expected_values(0) + expected_values(1, 2, 3, tasks=2)
+
+
+def test_another_writers_commit_is_read_beside_the_uploads_list_not_after_a_lost_race(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    with LogManager(uri) as other:  # e.g. a task's merge, another query, a producer
+        other.create_topic("elsewhere", 1)
+    made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
+    # The refresh beside the uploads' LIST finds the commit and reads it (and reads back
+    # this writer's own last commit: the commit log's check that the store kept it);
+    # the create is made on the new state and wins at once. Without the refresh: the
+    # LIST, a lost create, then all of that, then the create again.
+    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 2, "CONDITIONAL_PUT": 1}
+    assert trips <= 4
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(proxy, uri):
+    with LogManager(uri) as mgr:
+        mgr.create_topic(TOPIC, 3)  # an existing log dir: its snapshot hint is there
+    opts = options(uri)
+    tasks = [stage(opts, 0)]
+    made, trips = driver_commit(proxy, opts, tasks, 0)
+    # Before: 17 one after the other (nesting LISTs, hint, snapshot, commits LIST, a
+    # refresh, the uploads' LIST, the create, then a maintenance pass). Now: the nesting
+    # LISTs beside the hint GET, the snapshot GET beside the commits LIST, the uploads'
+    # LIST, the create; maintenance waits for maintenanceIntervalMs from here.
+    assert trips == 4, made
+    assert Counter(r.kind for r in made) == {"LIST": 4, "GET": 2, "CONDITIONAL_PUT": 1}
+    assert published_values(uri) == expected_values(0)
+
+
+def test_maintenance_interval_zero_still_maintains_from_the_first_micro_batch(proxy, uri):
+    opts = options(uri, maintenanceIntervalMs="0")
+    made, _ = driver_commit(proxy, opts, [stage(opts, 0)], 0)
+    staging_lists = [
+        r
+        for r in made
+        if r.kind == "LIST"
+        and urllib.parse.unquote(r.target).endswith("prefix=logs/_seglog/staging/")
+    ]
+    assert staging_lists, "no collection ran: maintenanceIntervalMs=0 means every commit"
+
+
+def _other_driver(uri: str, proxy: S3Proxy) -> SinkOptions:
+    """The same sink's options as another driver process sees them: another writer of the
+    bucket (the process's writers are keyed by their storage options), whose commits
+    this process's writer has not LISTed."""
+    return options(uri, **{"storage.aws_endpoint": proxy.endpoint})
+
+
+def test_a_replay_another_driver_published_commits_nothing_again(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    other = _other_driver(uri, proxy)
+    commit([stage(other, 1)], 1, other)  # batch 1, published by "another driver"
+    # This writer's view does not know it: its refresh, beside the uploads' LIST, does.
+    result = commit([stage(opts, 1)], 1, opts)
+    assert not result.published and result.skipped
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_replay_whose_uploads_are_gone_is_still_a_replay(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    other = _other_driver(uri, proxy)
+    commit([stage(other, 1)], 1, other)
+    mine = stage(opts, 1)
+    with LogManager(uri) as mgr:
+        for f in mine.fragments:
+            mgr.storage.delete(f.path + ".log")
+    # The check of the uploads fails; the refreshed view's ledger holds the batch: a
+    # replay is never refused.
+    result = commit([mine], 1, opts)
+    assert not result.published and result.skipped
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_missing_upload_still_fails_the_commit_clearly(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    mine = stage(opts, 1)
+    gone = mine.fragments[0].path + ".log"
+    with LogManager(uri) as mgr:
+        mgr.storage.delete(gone)
+    with pytest.raises(
+        SinkCommitError, match=f"{gone}.* is missing: batch 1 of sink {SINK} is not published"
+    ):
+        commit([mine], 1, opts)
+    assert published_values(uri) == expected_values(0)
+
+
+def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)  # the worker's reader is open
+    since = proxy.clock()
+    task = stage(opts, 1)
+    made = proxy.requests(since)
+    puts = [r for r in made if r.kind == "PUT"]
+    assert len(puts) == len({f.partition for f in task.fragments}) == 3
+    # Before: one PUT after the other. Now: the refresh (LIST, GET of the new commit),
+    # then the three PUTs at once.
+    assert sequential_round_trips(puts) == 1
+    assert sequential_round_trips(made) == 3
+    commit([task], 1, opts)
+    assert published_values(uri) == expected_values(0, 1)
+
+
+def test_a_task_whose_upload_fails_leaves_nothing(proxy, uri):
+    from seglog.logstore.errors import KafkaStorageError
+    from seglog.logstore.storage.object_storage import ObjectStorage
+
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)
+    real = ObjectStorage.write_atomic
+
+    def failing(self: ObjectStorage, path: str, data: bytes) -> None:
+        if "/out-1." in str(path):
+            raise KafkaStorageError(f"PUT {path} failed: 503 SlowDown")
+        real(self, path, data)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ObjectStorage, "write_atomic", failing)
+        with pytest.raises(KafkaStorageError, match="503 SlowDown"):
+            stage(opts, 1)
+    with LogManager(uri, read_only=True) as mgr:
+        left = list(mgr.storage.list_tree("_seglog/staging"))
+    assert [e.name for e in left if "/00000000000000000001/" in f"/{e.name}"] == []
+
+
+def test_a_read_of_many_small_segments_gets_them_side_by_side(proxy, uri):
+    """A producer's appends of a record or two each are one small segment each; a task
+    reading a micro-batch of them GETs them side by side (``bucket_read_window``)."""
+    with LogManager(uri) as mgr:
+        mgr.create_topic("in", 1)
+        for i in range(12):
+            mgr.append("in", 0, encode_batches(pa.array([b"r%d" % i], pa.binary())))
+    with LogManager(uri, read_only=True) as mgr:
+        log = mgr.get_log("in", 0)
+        assert len(log.segments) == 12
+        since = proxy.clock()
+        chunks = list(log.read_chunks(0, 12))
+        made = proxy.requests(since)
+    assert [v for c in chunks for v in decode_batches(c).column("value").to_pylist()] == [
+        b"r%d" % i for i in range(12)
+    ]
+    gets = [r for r in made if r.kind in ("GET", "RANGED_GET")]
+    assert len(gets) == 12
+    # Before: one GET after the other (12 round trips). Now: the first, then the next
+    # eight at once; each later one starts as the walk opens a segment of those eight
+    # (so at most one after another: 5 at worst, 3 when the walk decodes quickly).
+    assert sequential_round_trips(gets) <= 5
