@@ -178,15 +178,31 @@ def segment_files(
             mtime = LOCAL.stat(path).st_mtime_ns
         except FileNotFoundError:
             continue  # not in this log dir: another one may hold the partition
-        listed = list_segment_layout(path)
+        listed = _listed_layout(dirs, tp, path, storage)
         if listed is None:  # deleted since the stat
             continue
         bases, sizes = listed
-        active = os.path.join(path, f"{bases[-1]:020d}{LOG_SUFFIX}") if bases else None
+        active = f"{path}{os.sep}{bases[-1]:020d}{LOG_SUFFIX}" if bases else None
         with _lock:
             _layouts[(dirs, tp)] = _Layout(path, mtime, bases, sizes[:-1], active)
         return bases, sizes
     return None
+
+
+def _listed_layout(dirs: tuple[str, ...], tp: TopicPartition, path: str,
+                   storage: StorageOptions) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The segments of ``tp``'s directory ``path``: from the shared reader when one is
+    open, which reuses its listing for the log start offsets while the directory is
+    unchanged (a new query's ``initialOffset`` listed every partition: its first
+    trigger need not list them again), else listed here."""
+    with _lock:
+        _forget_parent()
+        mgr = _readers.get((dirs, storage))
+    if mgr is not None:
+        layout = mgr.segment_layout(*tp)
+        if layout is not None:
+            return layout
+    return list_segment_layout(path)
 
 
 def _is_bucket(dirs: tuple[str, ...]) -> bool:

@@ -132,8 +132,8 @@ class Partition(Generic[LogT]):
     # serializes writes to `log`, its lazy loading and `deleted`
     lock: threading.RLock = field(default_factory=threading.RLock)
     deleted: bool = False  # renamed for deletion: never load it again
-    # readers: the first segment's base offset and the dir mtime it was listed at
-    first_base: tuple[int, int] | None = None
+    # readers: the segments' base offsets and the dir mtime they were listed at
+    listed_bases: tuple[tuple[int, ...], int] | None = None
     # the directory's inode number when listed: another one under the same name is
     # another directory (deleted and re-created), never the same partition
     inode: int = 0
@@ -236,17 +236,23 @@ def unchanged_since(path: Path, listed_mtime_ns: int | None) -> tuple[bool, int]
     return (listed_mtime_ns == mtime and not fresh), mtime
 
 
-def first_segment_base(dir_: Path) -> int:
-    """The base offset of a partition directory's first segment, from its listing (0
-    when it has none or cannot be listed)."""
+def segment_bases(dir_: Path) -> tuple[int, ...]:
+    """The base offsets of a partition directory's segments, oldest first, from one
+    listing (none when it cannot be listed)."""
     try:
         names = LOCAL.list_names(dir_)
     except OSError as e:
         logger.warning("cannot list %s: %s", dir_, e)
-        return 0
-    # Zero-padded names sort like their offsets: the first "<20 digits>.log" in name
-    # order is the first segment (".log.deleted" and the like do not end so).
-    for name in sorted(n for n in names if n.endswith(LOG_SUFFIX)):
-        if len(name) == 24 and name[:20].isdigit():
-            return int(name[:20])
-    return 0
+        return ()
+    # "<20 digits>.log" only (".log.deleted" and the like do not end so); zero-padded
+    # names sort like their offsets.
+    logs = sorted([n for n in names
+                   if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()])
+    return tuple([int(n[:20]) for n in logs])
+
+
+def first_segment_base(dir_: Path) -> int:
+    """The base offset of a partition directory's first segment, from its listing (0
+    when it has none or cannot be listed)."""
+    bases = segment_bases(dir_)
+    return bases[0] if bases else 0

@@ -37,7 +37,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, NoReturn
 
 from ..config.config import ConfigValues, LogConfig, ManagerConfig
-from ..errors import CorruptCheckpointError, LogDirError, ReadOnlyError
+from ..errors import (
+    CorruptCheckpointError,
+    LogDirError,
+    ReadOnlyError,
+    UnknownTopicOrPartitionError,
+)
 from ..log.log_reader import LogReader
 from ..log.offset_checkpoints import (
     PUBLISHING_CHECKPOINTS,
@@ -47,6 +52,7 @@ from ..log.offset_checkpoints import (
     warn_beyond_log_end,
 )
 from ..log.partition_metadata import read_topic_id
+from ..log_dirs_api import SegmentLayout
 from ..records.record_format import TopicPartition
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -60,11 +66,17 @@ from .log_dirs import (
     LogDir,
     Partition,
     canonical_dirs,
-    first_segment_base,
     list_log_dir,
+    segment_bases,
     unchanged_since,
 )
-from .partition_table import PartitionTable, inode_of, warn_start_beyond_log_end
+from .partition_table import (
+    PartitionTable,
+    inode_of,
+    list_segment_layout,
+    segment_sizes,
+    warn_start_beyond_log_end,
+)
 
 if TYPE_CHECKING:  # the check's modules load with it: a reader that only lists starts faster
     from .log_check import Problem
@@ -243,16 +255,37 @@ class LogDirsReader(PartitionTable[LogReader]):
                 if p.log is not None:
                     p.log.topic_id = topic_id
 
-    def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
+    def _cached_segment_bases(self, p: Partition[LogReader]) -> tuple[int, ...]:
         """Re-list a partition only when its directory changed, so a trigger's cost does
         not grow with the number of segments."""
-        cached = p.first_base
+        cached = p.listed_bases
         unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
         if unchanged and cached is not None:
             return cached[0]
-        base = first_segment_base(p.dir)
-        p.first_base = (base, mtime)
-        return base
+        bases = segment_bases(p.dir)
+        p.listed_bases = (bases, mtime)
+        return bases
+
+    def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
+        bases = self._cached_segment_bases(p)
+        return bases[0] if bases else 0
+
+    def segment_layout(self, topic: str, partition: int) -> SegmentLayout | None:
+        """``log_dirs_api.LogDirsView.segment_layout``: the listing the log start offset
+        came from (listed again only when the directory changed: a new query's first
+        trigger lists each partition once, not twice), and a stat of each ``.log``."""
+        try:
+            p = self._partition(topic, partition)
+        except UnknownTopicOrPartitionError:
+            return None
+        cached = p.listed_bases
+        unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
+        if unchanged and cached is not None:
+            return cached[0], segment_sizes(str(p.dir), cached[0])
+        layout = list_segment_layout(str(p.dir))  # None: the directory is gone
+        if layout is not None:
+            p.listed_bases = (layout[0], mtime)
+        return layout
 
     # -- logs ------------------------------------------------------------------------------
 

@@ -350,19 +350,25 @@ def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: 
 def list_segment_layout(path: str) -> SegmentLayout | None:
     """The segments of the partition dir ``path`` (``SegmentLayout``), from its names and
     sizes; None if it is gone. A segment deleted while listing reads as size 0."""
-    entries = {}
     try:
-        for n in LOCAL.list_names(path):  # names only: a query's first trigger lists all
-            # "<20 digits>.log" only: cheaper than the general parser.
-            if len(n) == 24 and n.endswith(LOG_SUFFIX) and n[:20].isdigit():
-                entries[int(n[:20])] = os.path.join(path, n)
+        names = LOCAL.list_names(path)  # names only: a query's first trigger lists all
     except FileNotFoundError:
         return None
-    bases = tuple(sorted(entries))
+    # "<20 digits>.log" only: cheaper than the general parser.
+    logs = sorted([n for n in names
+                   if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()])
+    bases = tuple([int(n[:20]) for n in logs])
+    return bases, segment_sizes(path, bases)
+
+
+def segment_sizes(path: str, bases: tuple[int, ...]) -> tuple[int, ...]:
+    """The ``.log`` sizes of the segments ``bases`` of the partition dir ``path``, one
+    stat each (0 for one deleted since it was listed)."""
+    prefix = path + os.sep  # a string, not a Path: 10,000 segments a query's first trigger
     sizes = []
     for base in bases:
         try:
-            sizes.append(LOCAL.size(entries[base]))
+            sizes.append(LOCAL.size(f"{prefix}{base:020d}{LOG_SUFFIX}"))
         except FileNotFoundError:  # deleted by retention while we listed
             sizes.append(0)
-    return bases, tuple(sizes)
+    return tuple(sizes)

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, InvalidRecordError
+from ..util.pooled_arrays import pooled_empty
 from . import codec_kernels as _k
 from . import legacy_records
 from .compression import compress, decompress
@@ -430,18 +431,20 @@ def _decode_v2_run(main: np.ndarray, view: memoryview,
     if total > INT32_MAX:
         raise ValueError(f"cannot decode {total} bytes of records at once (Arrow binary "
                          "columns hold at most 2 GiB): decode in smaller chunks")
-    offsets = np.empty(capacity, np.int64)
-    timestamps = np.empty(capacity, np.int64)
-    ts_types = np.empty(capacity, np.int32)
-    key_offs = np.empty(capacity + 1, np.int32)
-    val_offs = np.empty(capacity + 1, np.int32)
+    # The columns handed on come from Arrow's pool: recycled without page faults when
+    # the batch is dropped (``pooled_arrays``).
+    offsets = pooled_empty(capacity, np.int64)
+    timestamps = pooled_empty(capacity, np.int64)
+    ts_types = pooled_empty(capacity, np.int32)
+    key_offs = pooled_empty(capacity + 1, np.int32)
+    val_offs = pooled_empty(capacity + 1, np.int32)
     key_offs[0] = 0
     val_offs[0] = 0
     # Worst-case sized; only the pages actually written are ever backed by memory.
-    key_data = np.empty(total, np.uint8)
-    val_data = np.empty(total, np.uint8)
-    key_valid = np.empty(capacity, np.uint8)
-    val_valid = np.empty(capacity, np.uint8)
+    key_data = pooled_empty(total, np.uint8)
+    val_data = pooled_empty(total, np.uint8)
+    key_valid = pooled_empty(capacity, np.uint8)
+    val_valid = pooled_empty(capacity, np.uint8)
     hdr_pos = np.empty(capacity if include_headers else 0, np.int64)
     hdr_cnt = np.empty(capacity if include_headers else 0, np.int64)
     state = np.zeros(_k.STATE_SIZE, np.int64)

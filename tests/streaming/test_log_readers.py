@@ -147,3 +147,74 @@ def test_close_all_releases_every_reader(tmp_path):
     log_readers.close_all()
     with reader([str(tmp_path)]) as second:
         assert second is not first
+
+
+def _listings(monkeypatch) -> list[str]:
+    """The directory names listed through the storage seam from now on."""
+    from seglog.logstore.storage.storage import LOCAL
+
+    listed: list[str] = []
+    real = LOCAL.list_names
+
+    def counting(path):
+        listed.append(os.path.basename(str(path)))
+        return real(path)
+
+    monkeypatch.setattr(LOCAL, "list_names", counting)
+    return listed
+
+
+def _age_partition_dirs(d, topic="t") -> int:
+    """Set every partition directory's mtime an hour back (younger ones are listed again
+    whatever happened: their mtime may not have moved yet); returns that mtime."""
+    hour_ago = time.time_ns() - 3600 * 10**9
+    for p in d.iterdir():
+        if p.name.startswith(f"{topic}-"):
+            os.utime(p, ns=(hour_ago, hour_ago))
+    return hour_ago
+
+
+def test_a_new_querys_first_trigger_lists_each_partition_once(tmp_path, monkeypatch):
+    write(tmp_path, partitions=3, batches=4)
+    _age_partition_dirs(tmp_path)
+    log_readers.close_all()
+    listed = _listings(monkeypatch)
+    options = {"path": str(tmp_path), "subscribe": "t", "startingOffsets": "earliest",
+               "maxBytesPerTrigger": "100"}
+    r = SeglogStreamReader(options, source_schema(options))
+    start = r.initialOffset()
+    assert {"t-0", "t-1", "t-2"} <= set(listed)  # the log start offsets, among others
+    listed.clear()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    # the byte estimate of the first trigger reuses initialOffset's listings
+    assert [n for n in listed if n.startswith("t-")] == []
+    # ... and admits what a fresh listing of every directory gives
+    from seglog.logstore.manager.partition_table import list_segment_layout
+    from seglog.streaming.admission import AdmissionLimits, SegmentLayout, admit
+
+    latest = {("t", p): 20 for p in range(3)}
+    fresh = admit({tp: 0 for tp in latest}, latest, AdmissionLimits(max_bytes=100), now_ms=0,
+                  layouts=lambda tp: SegmentLayout(
+                      *list_segment_layout(str(tmp_path / f"t-{tp[1]}")), latest[tp]))
+    assert {("t", int(p)): v for p, v in end["t"].items()} == fresh.end
+    assert fresh.end != latest  # the bound cut the batch
+
+
+def test_segment_files_reuse_the_readers_listing_until_the_directory_changes(
+        tmp_path, monkeypatch):
+    write(tmp_path, batches=2)
+    d = tmp_path / "t-0"
+    hour_ago = _age_partition_dirs(tmp_path)
+    log_readers.close_all()
+    with reader([str(tmp_path)]) as mgr:
+        assert mgr.log_start_offsets() == {("t", 0): 0}  # lists t-0
+    size = (d / f"{0:020d}.log").stat().st_size
+    listed = _listings(monkeypatch)
+    assert segment_files([str(tmp_path)], ("t", 0)) == ((0,), (size,))
+    assert "t-0" not in listed
+    # A roll creates a file and moves the directory's mtime: listed again.
+    (d / f"{10:020d}.log").write_bytes(b"x" * 7)
+    os.utime(d, ns=(hour_ago + 10**9, hour_ago + 10**9))
+    log_readers._layouts.clear()  # as a new process would: only the reader's listing is left
+    assert segment_files([str(tmp_path)], ("t", 0)) == ((0, 10), (size, 7))
+    assert listed.count("t-0") == 1
