@@ -85,18 +85,21 @@ def describe_bucket(uri: str, storage_options: dict[str, str]) -> None:
 
     with LogManager(uri, read_only=True, storage_options=storage_options) as mgr:
         state = mgr.state
-        print(f"bucket {uri}: commit log at version {state.version}")
-        for v in range(max(0, state.version - 2), state.version + 1):
-            commit = json.loads(mgr.storage.read(f"_seglog/log/{v:020d}.json"))
-            parts = commit["partitions"]
-            added = sum(len(c["add"]) for c in parts.values())
-            print(f"  commit {v}: {commit['operation']}, {added} segment(s) added in "
-                  f"{len(parts)} partition(s), {len(json.dumps(commit))} bytes")
+        print(f"bucket {uri}: {len(state.topics)} topic(s)")
         for topic in sorted(state.topics):
+            # Each topic has its own commit log (the catalog names it): its newest commits.
+            log = mgr.commits.topic_log(topic) or mgr.commits.catalog
+            version = log.state.version
+            print(f"  topic {topic}: commit log {log.layout.commit_dir}/ at version {version}")
+            for v in range(max(0, version - 2), version + 1):
+                commit = json.loads(mgr.storage.read(log.layout.commit_key(v)))
+                parts = commit["partitions"]
+                added = sum(len(c.get("add", ())) for c in parts.values())
+                print(f"    commit {v}: {commit['operation']}, {added} segment(s) added in "
+                      f"{len(parts)} partition(s), {len(json.dumps(commit))} bytes")
             segments = [s for k, p in state.partitions.items() if k.rpartition("-")[0] == topic
                         for s in p.segments]
-            print(f"  topic {topic}: {len(segments)} segment(s), "
-                  f"{sum(s.size for s in segments)} bytes")
+            print(f"    {len(segments)} segment(s), {sum(s.size for s in segments)} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:
