@@ -206,7 +206,9 @@ class BucketPublication:
         conditional commit per log (a lost race builds again): the legacy topics
         together, each topic in its own log alone, in that order
         (``bucket_logs.topic_groups``), each carrying the sink's ledger, so a replay
-        publishes exactly the topics whose log lacks the batch."""
+        publishes exactly the topics whose log lacks the batch. ``replayed`` judged on
+        the view before this refresh: a topic found to hold the batch here is left out
+        of the result, which ``sink_protocol`` reports as skipped."""
         if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
