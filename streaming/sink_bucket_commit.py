@@ -335,26 +335,29 @@ def _check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
     when the batch turns out to be a replay.
 
     The commit's critical path is this LIST and the conditional PUT: the writer's refresh
-    (``refresh``: one LIST of the commit log, a GET per commit other writers made since)
-    runs at the same time, not before it. A refresh skipped or racing another writer's
-    commit only costs a lost create (the commit log folds what it missed and builds
+    (``refresh``: one LIST of each log the plan writes, at once, a GET per commit other
+    writers made since) runs at the same time, not before it. A refresh skipped or racing
+    another writer's commit only costs a lost create (the commit log folds what it missed and builds
     again, the ledger checked on the new state), but a writer that is not refreshed
     loses that race whenever anyone committed since its last look (a task's merge,
     another query, a producer of the same log dir), which costs the lost create, a LIST
     and a GET before the next create: two round trips more than the refresh's GET, for
     one LIST request saved per micro-batch. A failed check is believed only on a refreshed
     view: the ledger may hold the batch already (a replay is never refused)."""
+    # Only the logs the commit writes: the catalog and other topics' logs cannot change
+    # what it builds (a topic not known yet asks the catalog: BucketLogs.refresh).
+    topics = sorted({t for t, _ in plan})
     if not refresh:
         try:
             _check_uploads(mgr, sink_id, batch_id, plan)
         except SinkCommitError:
-            mgr.refresh()
+            mgr.refresh(topics)
             if _holds(mgr.state, sink_id, batch_id, plan):
                 return False
             raise
         return True
     with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-refresh") as pool:
-        refreshed = pool.submit(mgr.refresh)
+        refreshed = pool.submit(mgr.refresh, topics)
         try:
             _check_uploads(mgr, sink_id, batch_id, plan)
         except SinkCommitError:

@@ -108,15 +108,19 @@ def test_another_writers_commit_is_read_beside_the_uploads_list_not_after_a_lost
     opts = options(uri)
     commit([stage(opts, 0)], 0, opts)
     with LogManager(uri) as other:  # e.g. a task's merge, another query, a producer
+        # Into the sink's topic: with one commit log per topic, a commit to another
+        # topic's log (or the catalog) is not in this writer's way and not read.
+        other.append(TOPIC, 0, encode_batches(pa.array([b"producer"], pa.binary())))
         other.create_topic("elsewhere", 1)
     made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
-    # The refresh beside the uploads' LIST finds the commit and reads it (and reads back
-    # this writer's own last commit: the commit log's check that the store kept it);
-    # the create is made on the new state and wins at once. Without the refresh: the
-    # LIST, a lost create, then all of that, then the create again.
-    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 2, "CONDITIONAL_PUT": 1}
+    # The refresh of the topic's log beside the uploads' LIST finds the producer's commit
+    # and reads it (one GET: the LIST starts after this writer's own last commit, the
+    # log's version 0; the catalog's commits of "elsewhere" are not asked for); the create
+    # is made on the new state and wins at once. Without the refresh: the LIST, a lost
+    # create, then all of that, then the create again.
+    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 1, "CONDITIONAL_PUT": 1}
     assert trips <= 4
-    assert published_values(uri) == expected_values(0, 1)
+    assert published_values(uri) == expected_values(0, 1) + Counter([b"producer"])
 
 
 def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(proxy, uri):
