@@ -21,9 +21,14 @@ from .sink_bucket_staging import BucketFragment, staging_prefix
 __all__ = ["check_and_refresh", "check_uploads", "holds", "ledger_batch", "ledger_of"]
 
 
-def check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
-                       plan: dict[TopicPartition, list[BucketFragment]], *,
-                       refresh: bool) -> bool:
+def check_and_refresh(
+    mgr: BucketLogManager,
+    sink_id: str,
+    batch_id: int,
+    plan: dict[TopicPartition, list[BucketFragment]],
+    *,
+    refresh: bool,
+) -> bool:
     """Check the uploads (``check_uploads``, one LIST) and return True to commit, False
     when the batch turns out to be a replay.
 
@@ -62,14 +67,22 @@ def check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
     return True
 
 
-def holds(state: BucketState, sink_id: str, batch_id: int,
-           plan: dict[TopicPartition, list[BucketFragment]]) -> bool:
+def holds(
+    state: BucketState,
+    sink_id: str,
+    batch_id: int,
+    plan: dict[TopicPartition, list[BucketFragment]],
+) -> bool:
     """Whether the ledger of every log the plan writes holds the batch (a replay)."""
     return all(ledger_batch(state, sink_id, [t]) >= batch_id for t in sorted({t for t, _ in plan}))
 
 
-def check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
-                   plan: dict[TopicPartition, list[BucketFragment]]) -> None:
+def check_uploads(
+    mgr: BucketLogManager,
+    sink_id: str,
+    batch_id: int,
+    plan: dict[TopicPartition, list[BucketFragment]],
+) -> None:
     """One flat LIST of ``<sink>/<batch>/``: every object the commit will reference must be
     there with the size its task uploaded. Nothing should have removed one (the
     collector keeps a batch in flight), so a gap is refused, never published."""
@@ -78,16 +91,21 @@ def check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
     for frags in plan.values():
         for f in frags:
             for key, size in f.object_sizes():
-                name = key[len(prefix) + 1:] if key.startswith(prefix + "/") else None
+                name = key[len(prefix) + 1 :] if key.startswith(prefix + "/") else None
                 found = listed.get(name) if name is not None else None
                 if found != size:
-                    what = ("is not under " + prefix if name is None
-                            else "is missing" if found is None
-                            else f"has {found} bytes, not {size}")
+                    what = (
+                        "is not under " + prefix
+                        if name is None
+                        else "is missing"
+                        if found is None
+                        else f"has {found} bytes, not {size}"
+                    )
                     raise SinkCommitError(
                         f"fragment {mgr.uri}/{key} of {f.topic}-{f.partition} {what}: batch "
                         f"{batch_id} of sink {sink_id} is not published (a restart of the "
-                        "query runs it again)")
+                        "query runs it again)"
+                    )
 
 
 def ledger_of(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> Any:
@@ -105,6 +123,8 @@ def ledger_batch(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -
         return -1
     batch = held.get("batch_id") if isinstance(held, dict) else None
     if isinstance(batch, bool) or not isinstance(batch, int):
-        raise SinkCommitError(f"the ledger of sink {sink_id!r} in the bucket's state (version "
-                              f"{state.version}) is not a sink ledger: {held!r}")
+        raise SinkCommitError(
+            f"the ledger of sink {sink_id!r} in the bucket's state (version "
+            f"{state.version}) is not a sink ledger: {held!r}"
+        )
     return batch

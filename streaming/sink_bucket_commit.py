@@ -10,11 +10,13 @@ batch_id)`` reads and writes no data byte. It:
 2. takes this process's writer of the bucket (``bucket_writer``: one manager per
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing. The writer
-   is refreshed (one LIST, a GET per new commit) at the same time as step 3
-   (``sink_bucket_checks.check_and_refresh``), or first when there are losers to delete; not at all when
-   this very commit opened it. The ledger is checked again on whatever state the
-   commit is built on, so a replay is found however the view was come by;
+   already, whatever its uploads look like; an empty batch commits nothing. The logs
+   of the batch's topics are refreshed (one LIST each, at once, a GET per new commit;
+   the catalog too for a topic not known yet) at the same time as step 3
+   (``sink_bucket_checks.check_and_refresh``), the whole writer first when there are
+   losers to delete; not at all when this very commit opened it. The ledger is checked
+   again on whatever state the commit is built on, so a replay is found however the
+   view was come by (one found only there is reported skipped all the same);
 3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
    is there with the size its task uploaded (uploads are never judged by their age: the
    collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
