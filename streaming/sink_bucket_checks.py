@@ -7,18 +7,26 @@ replay. No commit is made here."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import BucketState
 from seglog.logstore.bucket.bucket_view import ledger
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.storage import Storage
 
 from .errors import SinkCommitError
 from .sink_bucket_staging import BucketFragment, staging_prefix
 
-__all__ = ["check_and_refresh", "check_uploads", "holds", "ledger_batch", "ledger_of"]
+__all__ = [
+    "check_and_refresh",
+    "check_uploads",
+    "holds",
+    "ledger_batch",
+    "ledger_of",
+    "list_uploads",
+]
 
 
 def check_and_refresh(
@@ -28,15 +36,18 @@ def check_and_refresh(
     plan: dict[TopicPartition, list[BucketFragment]],
     *,
     refresh: bool,
+    listing: Future[dict[str, int]] | None = None,
 ) -> bool:
     """Check the uploads (``check_uploads``, one LIST) and return True to commit, False
     when the batch turns out to be a replay.
 
     The commit's critical path is this LIST and the conditional PUT: the writer's refresh
     (``refresh``: one LIST of each log the plan writes, at once, a GET per commit other
-    writers made since) runs at the same time, not before it. A refresh skipped or racing
-    another writer's commit only costs a lost create (the commit log folds what it missed and builds
-    again, the ledger checked on the new state), but a writer that is not refreshed
+    writers made since) runs at the same time, not before it; ``listing``: the LIST made
+    already, beside the writer's open (``list_uploads``). A refresh skipped or racing
+    another writer's commit only costs a lost create (the commit log folds what it
+    missed and builds again, the ledger checked on the new state), but a writer that is
+    not refreshed
     loses that race whenever anyone committed since its last look (a task's merge,
     another query, a producer of the same log dir), which costs the lost create, a LIST
     and a GET before the next create: two round trips more than the refresh's GET, for
@@ -47,7 +58,7 @@ def check_and_refresh(
     topics = sorted({t for t, _ in plan})
     if not refresh:
         try:
-            check_uploads(mgr, sink_id, batch_id, plan)
+            check_uploads(mgr, sink_id, batch_id, plan, listing)
         except SinkCommitError:
             mgr.refresh(topics)
             if holds(mgr.state, sink_id, batch_id, plan):
@@ -57,7 +68,7 @@ def check_and_refresh(
     with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-refresh") as pool:
         refreshed = pool.submit(mgr.refresh, topics)
         try:
-            check_uploads(mgr, sink_id, batch_id, plan)
+            check_uploads(mgr, sink_id, batch_id, plan, listing)
         except SinkCommitError:
             refreshed.result()
             if holds(mgr.state, sink_id, batch_id, plan):
@@ -65,6 +76,11 @@ def check_and_refresh(
             raise
         refreshed.result()
     return True
+
+
+def list_uploads(storage: Storage, sink_id: str, batch_id: int) -> dict[str, int]:
+    """The objects under the batch's staging prefix: name below it -> size (one LIST)."""
+    return {e.name: e.size for e in storage.list_tree(staging_prefix(sink_id, batch_id))}
 
 
 def holds(
@@ -82,12 +98,16 @@ def check_uploads(
     sink_id: str,
     batch_id: int,
     plan: dict[TopicPartition, list[BucketFragment]],
+    listing: Future[dict[str, int]] | None = None,
 ) -> None:
-    """One flat LIST of ``<sink>/<batch>/``: every object the commit will reference must be
-    there with the size its task uploaded. Nothing should have removed one (the
-    collector keeps a batch in flight), so a gap is refused, never published."""
+    """One flat LIST of ``<sink>/<batch>/`` (``list_uploads``; ``listing``: made already):
+    every object the commit will reference must be there with the size its task
+    uploaded. Nothing should have removed one (the collector keeps a batch in flight), so
+    a gap is refused, never published."""
     prefix = staging_prefix(sink_id, batch_id)
-    listed = {e.name: e.size for e in mgr.storage.list_tree(prefix)}
+    listed = (
+        list_uploads(mgr.storage, sink_id, batch_id) if listing is None else listing.result()
+    )
     for frags in plan.values():
         for f in frags:
             for key, size in f.object_sizes():

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,7 @@ from seglog.logstore.config.topics import parse_overrides, validate_topic_name, 
 from seglog.logstore.errors import KafkaStorageError, SeglogError
 from seglog.logstore.log.partition_metadata import new_topic_id
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import crash_point
@@ -89,7 +91,7 @@ from .sink_batch import (
     SinkBatch,
     config_differences,
 )
-from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of
+from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of, list_uploads
 from .sink_bucket_merge import merge_written
 from .sink_bucket_staging import (
     BucketFragment,
@@ -146,9 +148,9 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         can see references it. Without, no request: the commit refreshes beside the
         LIST of its uploads (``BucketPublication.publish``)."""
         self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
-        mgr = bucket_writer(self.options, self.clock)
         if not losers:
-            return 0
+            return 0  # the writer is opened by ``begin``, beside the uploads' LIST
+        mgr = bucket_writer(self.options, self.clock)
         mgr.refresh()
         return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
 
@@ -162,8 +164,20 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         return 0
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
-        return BucketPublication(bucket_writer(self.options, self.clock), self.options,
-                                 batch, self.clock, self.started_ms)
+        """The publication, on this process's writer. A writer not open yet (a query's
+        first micro-batch) is opened while the LIST of the batch's uploads runs (it needs
+        nothing of the writer's: its own store client), so the open's round trips (the
+        catalog's, then the topic logs it names) hide that LIST's."""
+        uri, storage = self.options.bucket_uri, self.options.storage
+        if uri is None or log_writers.cached_bucket_writer(uri, self.clock, storage):
+            return BucketPublication(bucket_writer(self.options, self.clock), self.options,
+                                     batch, self.clock, self.started_ms)
+        with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-list") as pool:
+            listing = pool.submit(list_uploads, ObjectStorage(uri, storage), batch.sink_id,
+                                  batch.batch_id)
+            mgr = bucket_writer(self.options, self.clock)
+        return BucketPublication(mgr, self.options, batch, self.clock, self.started_ms,
+                                 listing)
 
     def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
               ) -> int:
@@ -181,8 +195,11 @@ class BucketPublication:
     ``BucketSinkBackend.remove_losers``."""
 
     def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
-                 clock: Clock, started_ms: int) -> None:
+                 clock: Clock, started_ms: int,
+                 listing: Future[dict[str, int]] | None = None) -> None:
         self.mgr = mgr
+        self.listing = listing
+        """The LIST of the uploads, made beside the writer's open (``begin``)."""
         self.options = options
         self.batch = batch
         self.clock = clock
@@ -219,7 +236,7 @@ class BucketPublication:
         # as fresh as a refresh now would make it.
         listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
         if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
-                                  refresh=not listed_now):
+                                 refresh=not listed_now, listing=self.listing):
             return None  # the fresh view's ledger holds the batch: a replay
         assumed = b.topics()
         published: list[PublishedPartition] = []

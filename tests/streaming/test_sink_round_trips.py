@@ -133,8 +133,13 @@ def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(
     # refresh, the uploads' LIST, the create, then a maintenance pass). Now: the nesting
     # LISTs beside the hint GET, the snapshot GET beside the commits LIST, the uploads'
     # LIST, the create; maintenance waits for maintenanceIntervalMs from here.
-    assert trips == 4, made
-    assert Counter(r.kind for r in made) == {"LIST": 4, "GET": 2, "CONDITIONAL_PUT": 1}
+    # Per-topic commit logs: the topic's own log is opened too (its hint GET, then its
+    # snapshot GET beside its commits LIST), after the catalog's, which names its log:
+    # two round trips more, of which the uploads' LIST, made beside the open, hides one
+    # (4 before per-topic logs, 6 with them and the LIST after the open).
+    assert trips == 5, made
+    # The topic log's open: one LIST and two GETs more than the catalog alone.
+    assert Counter(r.kind for r in made) == {"LIST": 5, "GET": 4, "CONDITIONAL_PUT": 1}
     assert published_values(uri) == expected_values(0)
 
 
@@ -206,12 +211,23 @@ def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
     made = proxy.requests(since)
     puts = [r for r in made if r.kind == "PUT"]
     assert len(puts) == len({f.partition for f in task.fragments}) == 3
-    # Before: one PUT after the other. Now: the refresh (LIST, GET of the new commit),
-    # then the three PUTs at once.
+    # Before: one PUT after the other. Now: the refresh, then the three PUTs at once.
+    # The reader was opened before batch 0 created the topic: with per-topic commit logs
+    # its refresh reads the catalog's commit naming the topic's log (LIST, GET), then
+    # opens that log (its hint GET, then its snapshot GET beside its commits LIST): two
+    # round trips more than before per-topic logs, once per topic and process.
     assert sequential_round_trips(puts) == 1
-    assert sequential_round_trips(made) == 3
+    assert sequential_round_trips(made) == 5
     commit([task], 1, opts)
-    assert published_values(uri) == expected_values(0, 1)
+    # A task of a topic the reader knows: the refresh (the catalog's and the topic log's
+    # LISTs at once, the GET of the new commit), then the PUTs.
+    since = proxy.clock()
+    later = stage(opts, 2)
+    made = proxy.requests(since)
+    assert sequential_round_trips([r for r in made if r.kind == "PUT"]) == 1
+    assert sequential_round_trips(made) == 3
+    commit([later], 2, opts)
+    assert published_values(uri) == expected_values(0, 1, 2)
 
 
 def test_a_task_whose_upload_fails_leaves_nothing(proxy, uri):
