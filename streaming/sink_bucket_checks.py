@@ -105,9 +105,7 @@ def check_uploads(
     uploaded. Nothing should have removed one (the collector keeps a batch in flight), so
     a gap is refused, never published."""
     prefix = staging_prefix(sink_id, batch_id)
-    listed = (
-        list_uploads(mgr.storage, sink_id, batch_id) if listing is None else listing.result()
-    )
+    listed = list_uploads(mgr.storage, sink_id, batch_id) if listing is None else listing.result()
     for frags in plan.values():
         for f in frags:
             for key, size in f.object_sizes():
