@@ -56,7 +56,7 @@ from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
 from .bucket_commit_log import Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
-from .bucket_view import merge, with_version
+from .bucket_view import change_topics, merge, topic_of, with_version
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +82,6 @@ class _ThisThread(threading.local):
 
 class _Reroute(Exception):  # noqa: N818 - a signal, never raised to a caller
     """A rebuild on a newer state belongs to another log: start over from the view."""
-
-
-def topic_of(partition_key: str) -> str:
-    """The topic of ``<topic>-<partition>`` (a topic name may hold '-')."""
-    return partition_key.rpartition("-")[0]
-
-
-def change_topics(change: Change) -> set[str]:
-    """Every topic a change touches (its specs and its partitions)."""
-    return set(change.topics) | {topic_of(k) for k in change.partitions}
 
 
 class BucketLogs:
@@ -408,6 +398,7 @@ class BucketLogs:
     ) -> bool:
         """Version 0 of each new topic's log, then the catalog commit naming them all."""
         log_ids: dict[str, str] = {}
+        created: dict[str, CommitLog] = {}
         for name in names:
             spec = change.topics[name]
             if spec is None:  # _route refuses it; for the type checker
@@ -417,7 +408,8 @@ class BucketLogs:
                 partitions={k: c for k, c in change.partitions.items() if topic_of(k) == name},
                 sinks=change.sinks,
             )
-            log_ids[name] = self._first_version(spec.topic_id, operation, part)
+            log_id, created_log = self._first_version(spec.topic_id, operation, part)
+            log_ids[name], created[log_id] = log_id, created_log
         crash_point("create-after-topic-log")
 
         def catalog_build(state: BucketState) -> Change | None:
@@ -434,12 +426,21 @@ class BucketLogs:
             done = self.catalog.commit("create_topic", catalog_build)
         finally:
             self._count(self.catalog)
+        with self._lock:
+            # catalog_build's _open_named forgot them (the catalog it was given did not
+            # name them yet): they hold their version 0 already, so opening them again
+            # would cost two round trips for nothing.
+            for log_id, created_log in created.items():
+                self._logs.setdefault(log_id, created_log)
         self._open_named(self.catalog.state)
         return done is not None
 
-    def _first_version(self, topic_id: str | None, operation: str, part: Change) -> str:
-        """Write version 0 of a new topic log; its id. The topic id names it unless a log
-        of that id exists already (a topic imported again keeps its Kafka id)."""
+    def _first_version(
+        self, topic_id: str | None, operation: str, part: Change
+    ) -> tuple[str, CommitLog]:
+        """Write version 0 of a new topic log; its id and the log. The topic id names it
+        unless a log of that id exists already (a topic imported again keeps its Kafka
+        id)."""
         log_id = topic_id or uuid.uuid4().hex
         for _ in range(3):
             log = self.catalog.sibling(topic_layout(log_id), load=False)
@@ -464,7 +465,7 @@ class BucketLogs:
                 continue
             with self._lock:
                 self._logs[log_id] = log
-            return log_id
+            return log_id, log
         raise CommitConflictError(
             f"{self.uri}: could not find a free log id for topic id {topic_id}"
         )

@@ -1,14 +1,26 @@
 """The merged view of a bucket's commit logs (``bucket_logs.BucketLogs.state``) and what
 callers read off it: the catalog's topics plus each named log's topic (``merge``), the
 groups one commit may change (``topic_groups``), a sink's ledger for one topic
-(``ledger``). Pure functions of states: no request, no lock."""
+(``ledger``), the topics a change touches (``change_topics``). Pure functions of states:
+no request, no lock."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .bucket_commit_log import Change
 from .bucket_state import BucketState
+
+
+def topic_of(partition_key: str) -> str:
+    """The topic of ``<topic>-<partition>`` (a topic name may hold '-')."""
+    return partition_key.rpartition("-")[0]
+
+
+def change_topics(change: Change) -> set[str]:
+    """Every topic a change touches (its specs and its partitions)."""
+    return set(change.topics) | {topic_of(k) for k in change.partitions}
 
 
 def merge(catalog: BucketState, logs: Mapping[str, BucketState]) -> BucketState:

@@ -114,11 +114,12 @@ def test_another_writers_commit_is_read_beside_the_uploads_list_not_after_a_lost
         other.create_topic("elsewhere", 1)
     made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
     # The refresh of the topic's log beside the uploads' LIST finds the producer's commit
-    # and reads it (one GET: the LIST starts after this writer's own last commit, the
-    # log's version 0; the catalog's commits of "elsewhere" are not asked for); the create
-    # is made on the new state and wins at once. Without the refresh: the LIST, a lost
-    # create, then all of that, then the create again.
-    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 1, "CONDITIONAL_PUT": 1}
+    # and reads it (and reads back this writer's own last commit, the log's version 0:
+    # the commit log's check that the store kept it; the catalog's commits of
+    # "elsewhere" are not asked for); the create is made on the new state and wins at
+    # once. Without the refresh: the LIST, a lost create, then all of that, then the
+    # create again.
+    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 2, "CONDITIONAL_PUT": 1}
     assert trips <= 4
     assert published_values(uri) == expected_values(0, 1) + Counter([b"producer"])
 
@@ -140,6 +141,20 @@ def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(
     assert trips == 5, made
     # The topic log's open: one LIST and two GETs more than the catalog alone.
     assert Counter(r.kind for r in made) == {"LIST": 5, "GET": 4, "CONDITIONAL_PUT": 1}
+    assert published_values(uri) == expected_values(0)
+
+
+def test_a_first_micro_batch_that_creates_its_topic_does_not_open_the_log_it_wrote(proxy, uri):
+    opts = options(uri)
+    made, trips = driver_commit(proxy, opts, [stage(opts, 0)], 0)
+    # The create: version 0 of the topic's log (and its snapshot), then the catalog's
+    # commit naming it. The writer holds that log from its version 0: nothing of it is
+    # read after the catalog's commit (before: its hint GET, then its snapshot GET and
+    # LIST, two round trips more: 11).
+    (named,) = [r for r in made if r.kind == "CONDITIONAL_PUT" and "/_seglog/log/" in r.target]
+    after = [r for r in made if r.arrived >= named.replied and "/_seglog/topics/" in r.target]
+    assert after == []
+    assert trips <= 9, made
     assert published_values(uri) == expected_values(0)
 
 
