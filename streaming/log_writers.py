@@ -101,6 +101,16 @@ def bucket_writer(uri: str, clock: Clock,
         return mgr
 
 
+def cached_bucket_writer(uri: str, clock: Clock,
+                         storage: StorageOptions = NO_STORAGE_OPTIONS) -> BucketLogManager | None:
+    """This process's writer of the bucket ``uri`` if ``bucket_writer`` opened it already
+    (None: the next ``bucket_writer`` opens it), without opening it."""
+    with _lock:
+        _forget_parent()
+        mgr = _buckets.get((uri, storage))
+    return mgr if mgr is not None and mgr.clock is clock else None
+
+
 def close_all() -> None:
     """Forget every paused writer and bucket writer (tests; nothing is written: they are
     paused, and a bucket writer holds nothing)."""

@@ -10,11 +10,13 @@ batch_id)`` reads and writes no data byte. It:
 2. takes this process's writer of the bucket (``bucket_writer``: one manager per
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing. The writer
-   is refreshed (one LIST, a GET per new commit) at the same time as step 3
-   (``_check_and_refresh``), or first when there are losers to delete; not at all when
-   this very commit opened it. The ledger is checked again on whatever state the
-   commit is built on, so a replay is found however the view was come by;
+   already, whatever its uploads look like; an empty batch commits nothing. The logs
+   of the batch's topics are refreshed (one LIST each, at once, a GET per new commit;
+   the catalog too for a topic not known yet) at the same time as step 3
+   (``sink_bucket_checks.check_and_refresh``), the whole writer first when there are
+   losers to delete; not at all when this very commit opened it. The ledger is checked
+   again on whatever state the commit is built on, so a replay is found however the
+   view was come by (one found only there is reported skipped all the same);
 3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
    is there with the size its task uploaded (uploads are never judged by their age: the
    collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
@@ -57,12 +59,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket.bucket_commit_log import Change
-from seglog.logstore.bucket.bucket_logs import ledger, topic_groups
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import (
     BucketState,
@@ -71,10 +72,12 @@ from seglog.logstore.bucket.bucket_state import (
     TopicSpec,
     tp_key,
 )
+from seglog.logstore.bucket.bucket_view import topic_groups
 from seglog.logstore.config.topics import parse_overrides, validate_topic_name, warn_on_collision
 from seglog.logstore.errors import KafkaStorageError, SeglogError
 from seglog.logstore.log.partition_metadata import new_topic_id
 from seglog.logstore.records.record_format import TopicPartition
+from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import crash_point
@@ -88,6 +91,7 @@ from .sink_batch import (
     SinkBatch,
     config_differences,
 )
+from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of, list_uploads
 from .sink_bucket_merge import merge_written
 from .sink_bucket_staging import (
     BucketFragment,
@@ -144,24 +148,36 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         can see references it. Without, no request: the commit refreshes beside the
         LIST of its uploads (``BucketPublication.publish``)."""
         self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
-        mgr = bucket_writer(self.options, self.clock)
         if not losers:
-            return 0
+            return 0  # the writer is opened by ``begin``, beside the uploads' LIST
+        mgr = bucket_writer(self.options, self.clock)
         mgr.refresh()
         return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
 
     def commit_empty(self, batch: SinkBatch) -> int:
         """A batch without rows commits nothing (a replay of one included)."""
         mgr = bucket_writer(self.options, self.clock)
-        if batch.use_ledger and _ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
+        if batch.use_ledger and ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
             logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
                         batch.batch_id, batch.sink_id, mgr.uri)
             return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
         return 0
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
-        return BucketPublication(bucket_writer(self.options, self.clock), self.options,
-                                 batch, self.clock, self.started_ms)
+        """The publication, on this process's writer. A writer not open yet (a query's
+        first micro-batch) is opened while the LIST of the batch's uploads runs (it needs
+        nothing of the writer's: its own store client), so the open's round trips (the
+        catalog's, then the topic logs it names) hide that LIST's."""
+        uri, storage = self.options.bucket_uri, self.options.storage
+        if uri is None or log_writers.cached_bucket_writer(uri, self.clock, storage):
+            return BucketPublication(bucket_writer(self.options, self.clock), self.options,
+                                     batch, self.clock, self.started_ms)
+        with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-list") as pool:
+            listing = pool.submit(list_uploads, ObjectStorage(uri, storage), batch.sink_id,
+                                  batch.batch_id)
+            mgr = bucket_writer(self.options, self.clock)
+        return BucketPublication(mgr, self.options, batch, self.clock, self.started_ms,
+                                 listing)
 
     def abort(self, tasks: Sequence[StagedTask], batch_id: int, sink_ids: Iterable[str]
               ) -> int:
@@ -179,8 +195,11 @@ class BucketPublication:
     ``BucketSinkBackend.remove_losers``."""
 
     def __init__(self, mgr: BucketLogManager, options: SinkOptions, batch: SinkBatch,
-                 clock: Clock, started_ms: int) -> None:
+                 clock: Clock, started_ms: int,
+                 listing: Future[dict[str, int]] | None = None) -> None:
         self.mgr = mgr
+        self.listing = listing
+        """The LIST of the uploads, made beside the writer's open (``begin``)."""
         self.options = options
         self.batch = batch
         self.clock = clock
@@ -199,14 +218,16 @@ class BucketPublication:
         topics in their own logs, those of the topics committed before a crash."""
         state = self.mgr.state
         return tuple(tp for tp in sorted(self.plan)
-                     if _ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
+                     if ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
         """Check the uploads (refreshing the writer at the same time), then one
         conditional commit per log (a lost race builds again): the legacy topics
         together, each topic in its own log alone, in that order
-        (``bucket_logs.topic_groups``), each carrying the sink's ledger, so a replay
-        publishes exactly the topics whose log lacks the batch."""
+        (``bucket_view.topic_groups``), each carrying the sink's ledger, so a replay
+        publishes exactly the topics whose log lacks the batch. ``replayed`` judged on
+        the view before this refresh: a topic found to hold the batch here is left out
+        of the result, which ``sink_protocol`` reports as skipped."""
         if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
@@ -214,8 +235,8 @@ class BucketPublication:
         # A view LISTed during this commit (the writer's open, a refresh for losers) is
         # as fresh as a refresh now would make it.
         listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
-        if not _check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
-                                  refresh=not listed_now):
+        if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
+                                 refresh=not listed_now, listing=self.listing):
             return None  # the fresh view's ledger holds the batch: a replay
         assumed = b.topics()
         published: list[PublishedPartition] = []
@@ -313,7 +334,7 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
             f"check the sink's ledger ('seglog check {mgr.uri}') before writing it "
             "again") from cause
     if use_ledger:
-        landed = _ledger_batch(mgr.state, sink_id, sorted({t for t, _ in plan})) >= batch_id
+        landed = ledger_batch(mgr.state, sink_id, sorted({t for t, _ in plan})) >= batch_id
     else:
         referenced = {s.key for p in mgr.state.partitions.values() for s in p.segments}
         landed = all(k in referenced for k in keys)
@@ -324,72 +345,6 @@ def _settle(mgr: BucketLogManager, plan: dict[TopicPartition, list[BucketFragmen
         return
     raise SinkCommitError(f"the commit of batch {batch_id} of sink {sink_id} to {mgr.uri} "
                           f"failed ({cause}); nothing of it is visible") from cause
-
-
-def _check_and_refresh(mgr: BucketLogManager, sink_id: str, batch_id: int,
-                       plan: dict[TopicPartition, list[BucketFragment]], *,
-                       refresh: bool) -> bool:
-    """Check the uploads (``_check_uploads``, one LIST) and return True to commit, False
-    when the batch turns out to be a replay.
-
-    The commit's critical path is this LIST and the conditional PUT: the writer's refresh
-    (``refresh``: one LIST of the commit log, a GET per commit other writers made since)
-    runs at the same time, not before it. A refresh skipped or racing another writer's
-    commit only costs a lost create (the commit log folds what it missed and builds
-    again, the ledger checked on the new state), but a writer that is not refreshed
-    loses that race whenever anyone committed since its last look (a task's merge,
-    another query, a producer of the same log dir), which costs the lost create, a LIST
-    and a GET before the next create: two round trips more than the refresh's GET, for
-    one LIST request saved per micro-batch. A failed check is believed only on a refreshed
-    view: the ledger may hold the batch already (a replay is never refused)."""
-    if not refresh:
-        try:
-            _check_uploads(mgr, sink_id, batch_id, plan)
-        except SinkCommitError:
-            mgr.refresh()
-            if _holds(mgr.state, sink_id, batch_id, plan):
-                return False
-            raise
-        return True
-    with ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-refresh") as pool:
-        refreshed = pool.submit(mgr.refresh)
-        try:
-            _check_uploads(mgr, sink_id, batch_id, plan)
-        except SinkCommitError:
-            refreshed.result()
-            if _holds(mgr.state, sink_id, batch_id, plan):
-                return False
-            raise
-        refreshed.result()
-    return True
-
-
-def _holds(state: BucketState, sink_id: str, batch_id: int,
-           plan: dict[TopicPartition, list[BucketFragment]]) -> bool:
-    """Whether the ledger of every log the plan writes holds the batch (a replay)."""
-    return all(_ledger_batch(state, sink_id, [t]) >= batch_id for t in sorted({t for t, _ in plan}))
-
-
-def _check_uploads(mgr: BucketLogManager, sink_id: str, batch_id: int,
-                   plan: dict[TopicPartition, list[BucketFragment]]) -> None:
-    """One flat LIST of ``<sink>/<batch>/``: every object the commit will reference must be
-    there with the size its task uploaded. Nothing should have removed one (the
-    collector keeps a batch in flight), so a gap is refused, never published."""
-    prefix = staging_prefix(sink_id, batch_id)
-    listed = {e.name: e.size for e in mgr.storage.list_tree(prefix)}
-    for frags in plan.values():
-        for f in frags:
-            for key, size in f.object_sizes():
-                name = key[len(prefix) + 1:] if key.startswith(prefix + "/") else None
-                found = listed.get(name) if name is not None else None
-                if found != size:
-                    what = ("is not under " + prefix if name is None
-                            else "is missing" if found is None
-                            else f"has {found} bytes, not {size}")
-                    raise SinkCommitError(
-                        f"fragment {mgr.uri}/{key} of {f.topic}-{f.partition} {what}: batch "
-                        f"{batch_id} of sink {sink_id} is not published (a restart of the "
-                        "query runs it again)")
 
 
 def _run_maintenance(mgr: BucketLogManager, sink_id: str, batch_id: int) -> None:
@@ -414,8 +369,8 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
            ) -> tuple[Change | None, _Plan | None]:
     """The commit of this batch on ``state``, or None when the ledger holds it."""
     topics_of_plan = sorted({t for t, _ in plan} | set(assumed))
-    ledger = _ledger_of(state, sink_id, topics_of_plan) if use_ledger else None
-    if use_ledger and _ledger_batch(state, sink_id, topics_of_plan) >= batch_id:
+    ledger = ledger_of(state, sink_id, topics_of_plan) if use_ledger else None
+    if use_ledger and ledger_batch(state, sink_id, topics_of_plan) >= batch_id:
         return None, None
     topics: dict[str, TopicSpec] = {}
     for topic, wanted in sorted(assumed.items()):
@@ -474,26 +429,6 @@ def _build(state: BucketState, mgr: BucketLogManager, options: SinkOptions,
                           "maintained_ms": now if maintain else last}
     return (Change(topics=topics, partitions=parts, sinks=sinks),
             _Plan(tuple(published), maintain, aged))
-
-
-def _ledger_of(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> Any:
-    """The sink's ledger that decides for ``topics`` (one log's: ``topic_groups``): the
-    first topic's own log's, or the catalog's (legacy topics, or no topic)."""
-    return ledger(state, sink_id, topics[0]) if topics else state.sinks.get(sink_id)
-
-
-def _ledger_batch(state: BucketState, sink_id: str, topics: Sequence[str] = ()) -> int:
-    """The last batch id the sink's ledger holds (``_ledger_of``: for ``topics``); -1 for
-    none. A ledger that is not what this sink writes is corruption of the commit that
-    wrote it, never "no batch"."""
-    held = _ledger_of(state, sink_id, topics)
-    if held is None:
-        return -1
-    batch = held.get("batch_id") if isinstance(held, dict) else None
-    if isinstance(batch, bool) or not isinstance(batch, int):
-        raise SinkCommitError(f"the ledger of sink {sink_id!r} in the bucket's state (version "
-                              f"{state.version}) is not a sink ledger: {held!r}")
-    return batch
 
 
 def _all(tasks: Iterable[StagedTask]) -> list[BucketFragment]:

@@ -139,7 +139,8 @@ class SinkPublication(Protocol):
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
         """Make ``todo``'s fragments visible with the ledger entry, atomically (the
         backend's commit point); None when another attempt of this batch published it
-        meanwhile."""
+        meanwhile. A partition of ``todo`` left out of the result held the batch on the
+        view the publish decided on (a replay found after ``replayed``)."""
         ...
 
     def fail(self) -> None:
@@ -283,6 +284,12 @@ def commit(
         raise
     if published is None:  # another attempt of this very batch won: a replay
         published, skipped = (), tuple(sorted(plan))
+    elif len(published) < len(plan) - len(held):
+        # A partition of todo that publish left out held the batch on the view publish
+        # decided on, fresher than replayed()'s (a bucket refreshes beside its uploads'
+        # LIST): a replay found late, reported as one.
+        done = {(p.topic, p.partition) for p in published}
+        skipped = tuple(tp for tp in sorted(plan) if tp not in done)
     try:
         removed += publication.clean_up()
         publication.maintain()

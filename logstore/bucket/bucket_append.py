@@ -1,6 +1,6 @@
 """Appends to a bucket log dir: any number of partitions in ONE commit (group commit)
 per log: the legacy topics of the catalog log together, each topic in its own log alone
-(``bucket_logs.topic_groups``, in that order; a failure after the first group raises
+(``bucket_view.topic_groups``, in that order; a failure after the first group raises
 ``PartialCommitError`` naming the topics committed).
 
 ``append_many(manager, {(topic, partition): records, ...})`` checks every partition's
@@ -51,9 +51,9 @@ from ..log.log_validator import assign_offsets_from, validate_batches
 from ..records.record_format import BatchHeader, TopicPartition
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
-from .bucket_logs import topic_groups
 from .bucket_segment import SegmentObjects, build_segments
 from .bucket_state import BucketState, PartitionChange, SegmentEntry, TopicSpec, tp_key
+from .bucket_view import topic_groups
 
 if TYPE_CHECKING:
     from ..storage.storage import Storage

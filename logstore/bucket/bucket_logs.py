@@ -26,7 +26,7 @@ build)`` builds on that view, then sends the change to its log:
 - legacy topics and catalog-only changes: the catalog, as before.
 
 A change spanning several logs is refused (ValueError, a caller's bug): callers commit per
-group of ``topic_groups`` (each topic in its own log alone, the legacy topics together),
+group of ``bucket_view.topic_groups`` (each topic in its own log alone, the legacy topics together),
 in that order. What is atomic is then one topic (all its partitions at once); the
 multi-topic callers (``append_many``, the pipeline, retention, the sink) say what a
 failure part-way leaves.
@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +56,7 @@ from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
 from .bucket_commit_log import Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
+from .bucket_view import change_topics, merge, topic_of, with_version
 
 logger = logging.getLogger(__name__)
 
@@ -81,16 +82,6 @@ class _ThisThread(threading.local):
 
 class _Reroute(Exception):  # noqa: N818 - a signal, never raised to a caller
     """A rebuild on a newer state belongs to another log: start over from the view."""
-
-
-def topic_of(partition_key: str) -> str:
-    """The topic of ``<topic>-<partition>`` (a topic name may hold '-')."""
-    return partition_key.rpartition("-")[0]
-
-
-def change_topics(change: Change) -> set[str]:
-    """Every topic a change touches (its specs and its partitions)."""
-    return set(change.topics) | {topic_of(k) for k in change.partitions}
 
 
 class BucketLogs:
@@ -188,7 +179,7 @@ class BucketLogs:
                 version = max(
                     self._view_version + 1, catalog.version + sum(s.version + 1 for _, s in logs)
                 )
-                view = _with_version(view, version)
+                view = with_version(view, version)
             self._view, self._inputs, self._view_version = view, inputs, view.version
             return view
 
@@ -300,7 +291,7 @@ class BucketLogs:
             return ("catalog",)
         raise ValueError(
             f"{self.uri}: one commit cannot span the logs of topics {sorted(topics)} "
-            f"(each topic in its own log is committed alone: bucket_logs.topic_groups)"
+            f"(each topic in its own log is committed alone: bucket_view.topic_groups)"
         )
 
     def _count(self, log: CommitLog) -> None:
@@ -407,6 +398,7 @@ class BucketLogs:
     ) -> bool:
         """Version 0 of each new topic's log, then the catalog commit naming them all."""
         log_ids: dict[str, str] = {}
+        created: dict[str, CommitLog] = {}
         for name in names:
             spec = change.topics[name]
             if spec is None:  # _route refuses it; for the type checker
@@ -416,7 +408,8 @@ class BucketLogs:
                 partitions={k: c for k, c in change.partitions.items() if topic_of(k) == name},
                 sinks=change.sinks,
             )
-            log_ids[name] = self._first_version(spec.topic_id, operation, part)
+            log_id, created_log = self._first_version(spec.topic_id, operation, part)
+            log_ids[name], created[log_id] = log_id, created_log
         crash_point("create-after-topic-log")
 
         def catalog_build(state: BucketState) -> Change | None:
@@ -433,12 +426,21 @@ class BucketLogs:
             done = self.catalog.commit("create_topic", catalog_build)
         finally:
             self._count(self.catalog)
+        with self._lock:
+            # catalog_build's _open_named forgot them (the catalog it was given did not
+            # name them yet): they hold their version 0 already, so opening them again
+            # would cost two round trips for nothing.
+            for log_id, created_log in created.items():
+                self._logs.setdefault(log_id, created_log)
         self._open_named(self.catalog.state)
         return done is not None
 
-    def _first_version(self, topic_id: str | None, operation: str, part: Change) -> str:
-        """Write version 0 of a new topic log; its id. The topic id names it unless a log
-        of that id exists already (a topic imported again keeps its Kafka id)."""
+    def _first_version(
+        self, topic_id: str | None, operation: str, part: Change
+    ) -> tuple[str, CommitLog]:
+        """Write version 0 of a new topic log; its id and the log. The topic id names it
+        unless a log of that id exists already (a topic imported again keeps its Kafka
+        id)."""
         log_id = topic_id or uuid.uuid4().hex
         for _ in range(3):
             log = self.catalog.sibling(topic_layout(log_id), load=False)
@@ -463,7 +465,7 @@ class BucketLogs:
                 continue
             with self._lock:
                 self._logs[log_id] = log
-            return log_id
+            return log_id, log
         raise CommitConflictError(
             f"{self.uri}: could not find a free log id for topic id {topic_id}"
         )
@@ -476,69 +478,11 @@ class BucketLogs:
             logs = {i: log.state for i, log in self._logs.items()}
         if log_id is not None:
             logs[log_id] = state
-        return _with_version(merge(catalog, logs), self._view_version)
+        return with_version(merge(catalog, logs), self._view_version)
 
 
 class _LogIdTaken(Exception):  # noqa: N818 - a signal, never raised to a caller
     """Version 0 of a new topic log exists already."""
-
-
-def merge(catalog: BucketState, logs: Mapping[str, BucketState]) -> BucketState:
-    """The view of every topic: the catalog's own plus, per name the catalog maps to a
-    log, that log's topic unless it ends with a tombstone (or is not open). ``sinks``:
-    per sink, its ledger of the highest batch over the logs (what a person asks: how far
-    did it get); ``topic_sinks``: per topic, the ledgers of the log that holds it (what
-    decides a replay: ``ledger``)."""
-    if not catalog.topic_logs:
-        return catalog
-    topics = dict(catalog.topics)
-    parts = dict(catalog.partitions)
-    topic_sinks: dict[str, Mapping[str, Any]] = dict.fromkeys(catalog.topics, catalog.sinks)
-    sinks = dict(catalog.sinks)
-    for name, log_id in catalog.topic_logs.items():
-        state = logs.get(log_id)
-        spec = state.topics.get(name) if state is not None else None
-        if state is None or spec is None:
-            continue
-        topics[name] = spec
-        parts.update(state.partitions)
-        topic_sinks[name] = state.sinks
-        for sink, held in state.sinks.items():
-            if _batch_of(held) > _batch_of(sinks.get(sink)):
-                sinks[sink] = held
-    return BucketState(catalog.version, topics, parts, sinks, catalog.topic_logs, topic_sinks)
-
-
-def _batch_of(held: Any) -> int:
-    batch = held.get("batch_id") if isinstance(held, dict) else None
-    return batch if isinstance(batch, int) and not isinstance(batch, bool) else -1
-
-
-def _with_version(state: BucketState, version: int) -> BucketState:
-    return BucketState(
-        version, state.topics, state.partitions, state.sinks, state.topic_logs, state.topic_sinks
-    )
-
-
-def topic_groups(state: BucketState, topics: Iterable[str]) -> list[list[str]]:
-    """``topics`` in the groups one commit may change: the catalog's together (first),
-    then each topic in its own log alone, in name order (a topic ``state`` does not hold
-    is a group of its own: creating it gives it its own log)."""
-    names = sorted(set(topics))
-    legacy = [t for t in names if t in state.topics and t not in state.topic_logs]
-    own = [[t] for t in names if t not in legacy]
-    return ([legacy] if legacy else []) + own
-
-
-def ledger(state: BucketState, sink_id: str, topic: str) -> Any:
-    """The ledger of ``sink_id`` for ``topic``: its own log's, or the catalog's for a
-    legacy topic; None when there is none (nor any topic: nothing was published to a
-    topic that does not exist, whatever the catalog's ledger says)."""
-    if topic not in state.topics:
-        return None
-    if topic in state.topic_sinks:
-        return state.topic_sinks[topic].get(sink_id)
-    return state.sinks.get(sink_id)  # a view of a catalog alone (no topic logs)
 
 
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:

@@ -35,10 +35,10 @@ from ..util.crash_points import crash_point
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
-from .bucket_logs import topic_groups
 from .bucket_merge import merge_partition
 from .bucket_retention import plan_retention
 from .bucket_state import BucketState, PartitionChange, TopicSpec
+from .bucket_view import topic_groups
 
 if TYPE_CHECKING:
     from .bucket_compact import BucketCompactor, CompactStats

@@ -213,12 +213,14 @@ class BucketLogManager:
         """Whether the log dir has a commit (an empty or mistyped prefix has none)."""
         return self.state.version != NO_VERSION
 
-    def refresh(self) -> bool:
+    def refresh(self, topics: Iterable[str] | None = None) -> bool:
         """Fold the commits other processes made since (one LIST), and give the logs
         opened so far the new state (as a reader of log dirs pushes a new high
-        watermark into its logs); True if there were any. Inside ``one_refresh`` of
-        this thread, no request: the state that block refreshed."""
-        return self.committer.refresh()
+        watermark into its logs); True if there were any. ``topics``: only the logs of
+        those topics (``BucketLogs.refresh``: the catalog too when one is not known).
+        Inside ``one_refresh`` of this thread, no request: the state that block
+        refreshed."""
+        return self.committer.refresh(topics)
 
     @contextmanager
     def one_refresh(self, refresh: bool = True) -> Iterator[None]:

@@ -56,6 +56,11 @@ completed; checks, stamping,
 uploads and commits run outside it. A future's
 callbacks run on the committer thread: one that blocks (a ``submit`` waiting for room)
 stalls the pipeline.
+
+Over 500 lines: one class whose steps (submit, linger, upload, group commit, settle,
+release) share the state ``_cond`` guards; the per-log grouping of a commit
+(``bucket_view.topic_groups``) added the last lines, and moving a step out would hand
+that locked state across modules.
 """
 
 from __future__ import annotations
@@ -80,8 +85,8 @@ from .bucket_append import (
 )
 from .bucket_commit_log import Change
 from .bucket_committer import BucketCommitter
-from .bucket_logs import topic_groups
 from .bucket_state import BucketState
+from .bucket_view import topic_groups
 
 logger = logging.getLogger(__name__)
 
@@ -351,7 +356,7 @@ class AppendPipeline:
         return head.finished_ms + self.linger_ms - self._bucket.clock.monotonic_ms()
 
     def _commit_batch(self, batch: list[_InFlight]) -> None:
-        """One commit per log (``bucket_logs.topic_groups``), each landing on its own."""
+        """One commit per log (``bucket_view.topic_groups``), each landing on its own."""
         for group in topic_groups(self._bucket.state, {e.part.topic for e in batch}):
             self._commit_group([e for e in batch if e.part.topic in group])
 

@@ -68,13 +68,13 @@ class SegmentWindow:
 
     def __init__(self, seg: BucketSegment, end_offset: int, *,
                  fetch_bytes: int | None = None, read_ahead: ReadAhead | None = None,
-                 next_seg: BucketSegment | None = None) -> None:
+                 next_segs: Sequence[BucketSegment] = ()) -> None:
         self.seg = seg
         self.log_path = seg.log_path
         self._window = RecordsWindow(
             window_bound(seg), end_offset, FETCH_BYTES if fetch_bytes is None else fetch_bytes,
             read_ahead=read_ahead if READ_AHEAD else None,
-            next_bound=None if next_seg is None else window_bound(next_seg))
+            next_bounds=[window_bound(s) for s in next_segs])
 
     @property
     def size(self) -> int:
@@ -96,24 +96,27 @@ class SegmentWindow:
 
 class WindowedReads:
     """One reading walk's windows (``LogReads._chunk_sources`` on a bucket log) and its
-    read-ahead (``records_window.ReadAhead``: while the walk decodes a window, at most
-    one GET of the next one runs on a thread of this walk's own, joined by ``close``).
-    Memory: two windows at most. Not thread-safe: one walk owns it."""
+    read-ahead (``records_window.ReadAhead``: while the walk decodes a window, GETs of
+    what follows run on threads of this walk's own, joined by ``close``: the rest of the
+    segment, one GET; or the first windows of the next segments, up to
+    ``READ_AHEAD_SEGMENTS`` of them within ``FETCH_BYTES``). Memory: the current window
+    and what is read ahead, ``FETCH_BYTES`` each at most. Not thread-safe: one walk owns
+    it."""
 
-    lookahead = 1
-    """The segments after the one opened that ``open`` is told of (the next one: its
-    first window is the read-ahead when this segment's end is reached)."""
+    lookahead = READ_AHEAD_SEGMENTS
+    """The segments after the one opened that ``open`` is told of (their first windows
+    are the read-ahead when this segment's end is reached)."""
 
     def __init__(self, end_offset: int) -> None:
         self._end_offset = end_offset
-        self._read_ahead = ReadAhead()
+        self._read_ahead = ReadAhead(READ_AHEAD_SEGMENTS)
 
     def open(self, seg: LogSegment, next_segs: Sequence[LogSegment]) -> SegmentWindow:
         assert isinstance(seg, BucketSegment)
-        next_seg = next_segs[0] if next_segs else None
-        assert next_seg is None or isinstance(next_seg, BucketSegment)
+        following = [s for s in next_segs if isinstance(s, BucketSegment)]
+        assert len(following) == len(next_segs)
         return SegmentWindow(seg, self._end_offset, read_ahead=self._read_ahead,
-                             next_seg=next_seg)
+                             next_segs=following)
 
     def close(self) -> None:
         self._read_ahead.close()

@@ -20,10 +20,9 @@ writer, and concurrent readers are safe.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Protocol
 
 from ..config.config import LogConfig
 from ..errors import (
@@ -35,6 +34,7 @@ from ..errors import (
 from ..index.txn_index import AbortedTxn
 from ..records.record_format import V2_HEADER_SIZE, BatchHeader, read_batch_header
 from ..storage.file_names import LOG_SUFFIX, offset_file_name
+from .chunk_sources import ChunkSource, ChunkSources
 from .log_segment import LogSegment
 from .offset_continuity import ContinuityCheck, offsets_contiguous
 from .partition_metadata import read_topic_id
@@ -67,26 +67,6 @@ class FetchData:
     @property
     def empty(self) -> bool:
         return not self.records
-
-
-class ChunkSource(Protocol):
-    """The reads ``LogReads._walk_chunks`` makes of one segment."""
-
-    def find_batch(self, offset: int) -> tuple[BatchHeader | None, int]: ...
-
-    def read_chunk(self, position: int, max_bytes: int
-                   ) -> tuple[bytes | bytearray | memoryview, int]: ...
-
-
-class ChunkSources(Protocol):
-    """One walk's way to its segments' bytes (see ``LogReads._chunk_sources``)."""
-
-    lookahead: int
-    """How many of the segments after the one opened ``open`` wants to know of."""
-
-    def open(self, seg: LogSegment, next_segs: Sequence[LogSegment]) -> ChunkSource: ...
-
-    def close(self) -> None: ...
 
 
 class LogReads:

@@ -6,9 +6,10 @@ beneath it, never calling back into the window that called it.
 ``RecordsWindow`` reads its ``SegmentRecords`` (``read_chunk``) up to ``fetch_bytes`` at
 once, ending where the read's last batch can end (``OffsetIndex.position_past`` of the
 read's end offset: its ``WindowBound``), and serves header reads, the batch walk and the
-chunks from that buffer. ``ReadAhead`` fetches the next window (of this segment, from an
-index entry, or the next segment's first) on a thread of the walk's own while the walk
-decodes the current one, one read in flight at most.
+chunks from that buffer. ``ReadAhead`` fetches what follows on threads of the walk's own
+while the walk decodes the current window: the rest of this segment (from an index
+entry), or, at its end, the first windows of the next segments, several at once (small
+segments: a walk waits about one round trip per group of them, not one per segment).
 
 Why and what it costs are ``bucket_read_window``'s (it chooses the sizes and hands in
 the parts); correctness stays the records' (a short object, a missing one, a fragment's
@@ -19,7 +20,7 @@ Not thread-safe: one walk owns its windows (the read-ahead thread only runs a re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -52,30 +53,33 @@ class WindowBound:
 
 
 class ReadAhead:
-    """One reading walk's read-ahead: at most one read of a next window in flight, on
-    a thread of this walk's own (created on first use, joined by ``close``: never a
+    """One reading walk's read-ahead: at most ``max_reads`` reads in flight at once (one
+    per segment: the rest of the current one, or the first windows of the next ones), on
+    threads of this walk's own (created on first use, joined by ``close``: never a
     process-wide pool, which a forked worker would inherit without its threads). A
     prefetch's error (a missing or cut-short object) is raised when the walk takes it,
     where a plain fetch would have raised it; one the walk never needs is dropped with
     its bytes."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_reads: int = 1) -> None:
+        self.max_reads = max(1, max_reads)
         self._pool: ThreadPoolExecutor | None = None
-        # (records, position, length, read) of the one prefetch in flight or done, untaken
-        self._pending: tuple[SegmentRecords, int, int, Future[tuple[ReadBuffer, int]]] | None
-        self._pending = None
+        # (records, position, length, read) per prefetch in flight or done, untaken;
+        # records are told apart by identity (one walk's segments are distinct objects)
+        self._pending: list[tuple[SegmentRecords, int, int, Future[tuple[ReadBuffer, int]]]]
+        self._pending = []
 
     def prefetch(self, records: SegmentRecords, position: int, length: int) -> None:
-        if self._pending is not None or length <= 0:
+        """Start a read of ``records`` unless one of them is pending already or
+        ``max_reads`` are."""
+        if length <= 0 or len(self._pending) >= self.max_reads:
+            return
+        if any(p[0] is records for p in self._pending):
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead")
-        self._pending = (
-            records,
-            position,
-            length,
-            self._pool.submit(records.read_chunk, position, length),
-        )
+            self._pool = ThreadPoolExecutor(self.max_reads, thread_name_prefix="seglog-read-ahead")
+        get = self._pool.submit(records.read_chunk, position, length)
+        self._pending.append((records, position, length, get))
 
     def take(
         self, records: SegmentRecords, position: int, need_end: int
@@ -84,19 +88,19 @@ class ReadAhead:
         was asked to cover [``position``, ``need_end``), or at least bytes from
         ``position`` (the window serves them if they hold a whole batch), else None (and
         it is dropped: the walk fetches what it needs itself, and meets any error of
-        those bytes then)."""
-        pending = self._pending
-        if pending is None:
+        those bytes then). The prefetches of other segments wait for the walk to reach
+        them (it opens segments in order: nothing read ahead is skipped)."""
+        found = next((i for i, p in enumerate(self._pending) if p[0] is records), None)
+        if found is None:
             return None
-        self._pending = None
-        source, start, length, get = pending
-        if source is not records or not start <= position < start + length:
+        _, start, length, get = self._pending.pop(found)
+        if not start <= position < start + length:
             return None
         buf, n = get.result()
         return start, buf, n
 
     def close(self) -> None:
-        self._pending = None
+        self._pending = []
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
@@ -105,7 +109,9 @@ class ReadAhead:
 class RecordsWindow:
     """``read_chunk`` and ``pread`` of one segment's records for a read of offsets below
     ``end_offset``, served from one large read at a time; see the module docstring.
-    ``read_ahead``: the walk's, and the segment it reads next (None: none to read)."""
+    ``read_ahead``: the walk's, and ``next_bounds`` the segments it reads next, in order
+    (their first windows are read ahead together at this one's end, the first always,
+    the others while they fit in ``fetch_bytes`` in all)."""
 
     def __init__(
         self,
@@ -114,7 +120,7 @@ class RecordsWindow:
         fetch_bytes: int,
         *,
         read_ahead: ReadAhead | None = None,
-        next_bound: WindowBound | None = None,
+        next_bounds: Sequence[WindowBound] = (),
     ) -> None:
         self._bound = bound
         self._records = bound.records
@@ -124,7 +130,7 @@ class RecordsWindow:
         self._start = 0
         self._buf = memoryview(b"")
         self._read_ahead = read_ahead
-        self._next = next_bound
+        self._next = next_bounds
 
     def _read_limit(self) -> int:
         if self._limit is None:
@@ -211,9 +217,11 @@ class RecordsWindow:
             start = self._bound.offset_index().position_at_or_below(window_end)
             if start is not None and start > self._start:
                 read_ahead.prefetch(self._records, start, min(self._fetch_bytes, limit - start))
-        elif self._next is not None:
-            read_ahead.prefetch(
-                self._next.records,
-                0,
-                min(self._fetch_bytes, self._next.read_limit(self._end_offset)),
-            )
+        else:
+            budget = self._fetch_bytes
+            for i, bound in enumerate(self._next):
+                length = min(self._fetch_bytes, bound.read_limit(self._end_offset))
+                if i and length > budget:
+                    break  # the first always; the others while they fit in one window
+                read_ahead.prefetch(bound.records, 0, length)  # no-op when pending or full
+                budget -= length

@@ -108,15 +108,20 @@ def test_another_writers_commit_is_read_beside_the_uploads_list_not_after_a_lost
     opts = options(uri)
     commit([stage(opts, 0)], 0, opts)
     with LogManager(uri) as other:  # e.g. a task's merge, another query, a producer
+        # Into the sink's topic: with one commit log per topic, a commit to another
+        # topic's log (or the catalog) is not in this writer's way and not read.
+        other.append(TOPIC, 0, encode_batches(pa.array([b"producer"], pa.binary())))
         other.create_topic("elsewhere", 1)
     made, trips = driver_commit(proxy, opts, [stage(opts, 1)], 1)
-    # The refresh beside the uploads' LIST finds the commit and reads it (and reads back
-    # this writer's own last commit: the commit log's check that the store kept it);
-    # the create is made on the new state and wins at once. Without the refresh: the
-    # LIST, a lost create, then all of that, then the create again.
+    # The refresh of the topic's log beside the uploads' LIST finds the producer's commit
+    # and reads it (and reads back this writer's own last commit, the log's version 0:
+    # the commit log's check that the store kept it; the catalog's commits of
+    # "elsewhere" are not asked for); the create is made on the new state and wins at
+    # once. Without the refresh: the LIST, a lost create, then all of that, then the
+    # create again.
     assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 2, "CONDITIONAL_PUT": 1}
     assert trips <= 4
-    assert published_values(uri) == expected_values(0, 1)
+    assert published_values(uri) == expected_values(0, 1) + Counter([b"producer"])
 
 
 def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(proxy, uri):
@@ -129,8 +134,27 @@ def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(
     # refresh, the uploads' LIST, the create, then a maintenance pass). Now: the nesting
     # LISTs beside the hint GET, the snapshot GET beside the commits LIST, the uploads'
     # LIST, the create; maintenance waits for maintenanceIntervalMs from here.
-    assert trips == 4, made
-    assert Counter(r.kind for r in made) == {"LIST": 4, "GET": 2, "CONDITIONAL_PUT": 1}
+    # Per-topic commit logs: the topic's own log is opened too (its hint GET, then its
+    # snapshot GET beside its commits LIST), after the catalog's, which names its log:
+    # two round trips more, of which the uploads' LIST, made beside the open, hides one
+    # (4 before per-topic logs, 6 with them and the LIST after the open).
+    assert trips == 5, made
+    # The topic log's open: one LIST and two GETs more than the catalog alone.
+    assert Counter(r.kind for r in made) == {"LIST": 5, "GET": 4, "CONDITIONAL_PUT": 1}
+    assert published_values(uri) == expected_values(0)
+
+
+def test_a_first_micro_batch_that_creates_its_topic_does_not_open_the_log_it_wrote(proxy, uri):
+    opts = options(uri)
+    made, trips = driver_commit(proxy, opts, [stage(opts, 0)], 0)
+    # The create: version 0 of the topic's log (and its snapshot), then the catalog's
+    # commit naming it. The writer holds that log from its version 0: nothing of it is
+    # read after the catalog's commit (before: its hint GET, then its snapshot GET and
+    # LIST, two round trips more: 11).
+    (named,) = [r for r in made if r.kind == "CONDITIONAL_PUT" and "/_seglog/log/" in r.target]
+    after = [r for r in made if r.arrived >= named.replied and "/_seglog/topics/" in r.target]
+    assert after == []
+    assert trips <= 9, made
     assert published_values(uri) == expected_values(0)
 
 
@@ -202,12 +226,23 @@ def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
     made = proxy.requests(since)
     puts = [r for r in made if r.kind == "PUT"]
     assert len(puts) == len({f.partition for f in task.fragments}) == 3
-    # Before: one PUT after the other. Now: the refresh (LIST, GET of the new commit),
-    # then the three PUTs at once.
+    # Before: one PUT after the other. Now: the refresh, then the three PUTs at once.
+    # The reader was opened before batch 0 created the topic: with per-topic commit logs
+    # its refresh reads the catalog's commit naming the topic's log (LIST, GET), then
+    # opens that log (its hint GET, then its snapshot GET beside its commits LIST): two
+    # round trips more than before per-topic logs, once per topic and process.
     assert sequential_round_trips(puts) == 1
-    assert sequential_round_trips(made) == 3
+    assert sequential_round_trips(made) == 5
     commit([task], 1, opts)
-    assert published_values(uri) == expected_values(0, 1)
+    # A task of a topic the reader knows: the refresh (the catalog's and the topic log's
+    # LISTs at once, the GET of the new commit), then the PUTs.
+    since = proxy.clock()
+    later = stage(opts, 2)
+    made = proxy.requests(since)
+    assert sequential_round_trips([r for r in made if r.kind == "PUT"]) == 1
+    assert sequential_round_trips(made) == 3
+    commit([later], 2, opts)
+    assert published_values(uri) == expected_values(0, 1, 2)
 
 
 def test_a_task_whose_upload_fails_leaves_nothing(proxy, uri):
