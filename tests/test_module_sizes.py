@@ -12,17 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 500
 MARKER = "Over 500 lines:"
 
-# Being changed by issue 25 / speed work; the lead marks or splits them after merge.
-PENDING = frozenset(
-    {
-        "logstore/records/record_codec.py",
-        "logstore/bucket/bucket_commit_log.py",
-        "logstore/bucket/bucket_state.py",
-        "logstore/bucket/bucket_manager.py",
-    }
-)
-
-
 def _modules() -> list[Path]:
     found = [
         p for layer in ("logstore", "streaming", "datasource") for p in (ROOT / layer).rglob("*.py")
@@ -54,15 +43,10 @@ def oversized(paths: list[Path], root: Path = ROOT) -> list[str]:
 
 
 def test_every_module_over_500_lines_says_why():
-    unexplained = [m for m in oversized(_modules()) if m.split(":")[0] not in PENDING]
+    unexplained = oversized(_modules())
     assert unexplained == [], (
         f"split these by concept, or add a docstring line '{MARKER} <why>': {unexplained}"
     )
-
-
-def test_the_pending_modules_exist():
-    # A pending entry renamed or split away would otherwise exempt nothing, silently.
-    assert all((ROOT / p).is_file() for p in PENDING), sorted(PENDING)
 
 
 def test_the_check_reads_the_docstring_only(tmp_path):

@@ -15,6 +15,10 @@ Example::
     [5, 6]
 
 Thread-safe: functions are pure (no shared state besides numba's compiled kernels).
+
+Over 500 lines: the codec's public surface, encode and decode side by side, because
+their column conventions (the schema, nulls, the header layout, timestamp types) must
+stay the mirror of each other; the per-record loops already live in ``codec_kernels``.
 """
 
 from __future__ import annotations
