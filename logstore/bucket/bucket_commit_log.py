@@ -27,15 +27,15 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
-  visible. On a lost race the
-  writer folds the new commits (the first loss: one LIST, the missed commits read in
-  parallel; later ones: the winner's commit, one GET) and calls ``build`` again at once
-  with the new state: a logical rebase (an append re-stamps its offsets and re-uploads
-  only partitions whose end moved; a merge keeps its upload while its sources are there;
-  an operation whose inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks
-  the other writers for the turn (``bucket_turn``: a writer in a tight loop would win
-  every race otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks
-  again; after ``max_attempts`` a ``CommitConflictError`` names the URI.
+  visible. On a lost race the writer folds the new commits (the first loss: one LIST,
+  the missed commits read in parallel; later ones: the winner's commit, one GET) and
+  calls ``build`` again at once with the new state: a logical rebase (an append keeps
+  its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
+  nothing; a merge keeps its upload while its sources are there; an operation whose
+  inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks the other writers
+  for the turn (``bucket_turn``: a writer in a tight loop would win every race
+  otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
+  after ``max_attempts`` a ``CommitConflictError`` names the URI.
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
   hint (so the hint is never ahead of a snapshot that exists).
 

@@ -409,7 +409,7 @@ class AppendPipeline:
             for key, entry in last.items():
                 # How far lost races moved this partition since the entry was reserved;
                 # later reservations follow the committed end from now on.
-                moved = (entry.part.stamped[-1].last_offset + 1
+                moved = (entry.part.next_offset
                          - (entry.end + self._shift.get(key, 0) - entry.shift))
                 if moved and self._per_partition.get(key, 0) > sum(
                         1 for e in batch if e.part.key == key):
