@@ -13,8 +13,7 @@ A writer committing in a loop (``BUSY_STREAK`` commits in a row, each started wi
 most once per ``CHECK_EVERY_MS`` (one GET, normally answered "not found"); a writer that
 commits now and then never looks, and costs nothing more (it starves nobody). The look
 runs alongside the commit's own work (``Look``: the upload), and is waited for just
-before the create, so it costs no round trip; looks are therefore frequent, and a
-requester's wait short. Another writer's marker it has not given way to yet makes it wait
+before the create, so it costs no round trip, and the requester's wait covers it. Another writer's marker it has not given way to yet makes it wait
 until the marker is gone, at most ``MAX_YIELD_MS``. Each marker
 (token) is given way to once per writer, so a marker left by a waiter that died costs
 every other writer one wait of at most ``MAX_YIELD_MS``, never more. Only a hint: the
@@ -47,9 +46,9 @@ BUSY_STREAK = 4
 """Commits in a row, each soon after the one before, that make a writer busy."""
 BUSY_GAP_MS = 50
 """The longest pause between two commits of a busy writer."""
-CHECK_EVERY_MS = 100
+CHECK_EVERY_MS = 200
 """How often a committing writer looks for another writer's request (a GET)."""
-REQUEST_WAIT_MS = 250
+REQUEST_WAIT_MS = 350
 """How long a requester waits before it commits: every writer committing in a loop has
 looked (``CHECK_EVERY_MS``, plus the commit it was in the middle of) and is waiting."""
 MAX_YIELD_MS = 1_000
