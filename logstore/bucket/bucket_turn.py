@@ -13,12 +13,13 @@ A writer committing in a loop (``BUSY_STREAK`` commits in a row, each started wi
 most once per ``CHECK_EVERY_MS`` (one GET, normally answered "not found"); a writer that
 commits now and then never looks, and costs nothing more (it starves nobody). The look
 runs alongside the commit's own work (``Look``: the upload), and is waited for just
-before the create, so it costs no round trip, and the requester's wait covers it. Another writer's marker it has not given way to yet makes it wait
-until the marker is gone, at most ``MAX_YIELD_MS``. Each marker
-(token) is given way to once per writer, so a marker left by a waiter that died costs
-every other writer one wait of at most ``MAX_YIELD_MS``, never more. Only a hint: the
-marker never decides what commits (the create-if-absent of the commit does), and a
-request that fails is logged and the commit goes on without it.
+before the create, so it costs no round trip (``REQUEST_WAIT_MS`` covers the upload it
+overlaps). Another writer's marker it has not given way to yet makes it wait until the
+marker is gone, at most ``MAX_YIELD_MS``. Each marker (token) is given way to once per
+writer, so a marker left by a waiter that died costs every other writer one wait of at
+most ``MAX_YIELD_MS``, never more. Only a hint: the marker never decides what commits
+(the create-if-absent of the commit does), and a request that fails is logged and the
+commit goes on without it.
 
 Thread-safety: thread-safe (``_lock`` guards the times of the last look and commit, the
 streak and the token given way to; the waits and the looks' GETs run outside it).
