@@ -27,9 +27,9 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
-  visible. On a lost race the writer folds the winner's commit (the bytes the lost
-  create read to tell it from its own: no other request) and calls ``build`` again at
-  once with the new state: a logical rebase (an append keeps
+  visible. On a lost race the writer folds the new commits (the first loss: one LIST,
+  the missed commits read in parallel; later ones: the winner's commit, one GET) and
+  calls ``build`` again at once with the new state: a logical rebase (an append keeps
   its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
   nothing; a merge keeps its upload while its sources are there; an operation whose
   inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks the other writers
@@ -211,7 +211,6 @@ class CommitLog:
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
-        self._seen_others = False  # another writer's commit folded by _rebase since a LIST
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
         # Commits this writer was told it created and has not read back: version ->
@@ -344,9 +343,7 @@ class CommitLog:
                 del self._unchecked[version]  # collected (old) or never listed
             own = frozenset(self._unchecked)
             if own:
-                others = self._seen_others or max(sizes, default=-1) > state.version
-                self._check_own_commits(sizes, others=others)
-            self._seen_others = False
+                self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
             listed = sorted(v for v in sizes if v >= state.version)
             return self._fold(state, listed, started_ms, own=own, known=known or {})
 
@@ -623,14 +620,12 @@ class CommitLog:
             self._attempts.count += 1
             created, winner = self._create(key, data, operation)
             if not created:
-                if winner is not None or attempt:
-                    # Fold the winner's commit and try the next version at once: a LIST
-                    # first would leave this writer a round trip behind the winner's next
-                    # commit, and lose again. A writer far behind loses again and again
-                    # and, after TURN_AFTER_LOSSES, LISTs (``commit``).
+                if attempt:
                     self._rebase(version, winner)
                 else:
-                    self.refresh()  # "exists" yet gone: collected under a slow writer
+                    # The first loss: how far behind is unknown (a writer in a loop may be
+                    # hundreds of versions ahead); one LIST says.
+                    self.refresh({version: winner} if winner is not None else None)
                 return None, False
             self._state = new_state
             self._unchecked[version] = (data, operation)
@@ -640,9 +635,9 @@ class CommitLog:
         return new_state, True
 
     def _rebase(self, version: int, winner: bytes | None = None) -> None:
-        """After losing the create of ``version``: fold the winner's commit (one GET, no
-        LIST: its name is known), so that the next attempt builds at once on the state the
-        winner made. Later commits are found by the next lost create. ``winner``:
+        """After losing the create of ``version`` again: fold the winner's commit (one
+        GET, no LIST: its name is known), so that the next attempt builds at once on the
+        state the winner made. Later commits are found by the next lost create. ``winner``:
         its bytes, when the lost create read them already (no request then)."""
         key = self.layout.commit_key(version)
         where = f"{self.storage.uri}/{key}"
@@ -654,18 +649,10 @@ class CommitLog:
         # The view's age stays that of the last LIST: the winner came after it, so the
         # commits after the winner are younger still, and the age check before the next
         # create keeps them uncollectable.
-        commit: Commit | None = None
         try:
-            commit = Commit.decode(data, where, version)
-            self._state = self._apply(self._state, commit, where)
+            self._state = self._apply(self._state, Commit.decode(data, where, version), where)
         except CorruptMetadataError as e:
-            if commit is not None and version - 1 in self._unchecked \
-                    and commit.writer != self.writer_id:
-                raise self._fork_below(commit, e) from e
             raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
-        # Another writer's commit, folded without a LIST: the next refresh reads this
-        # writer's own commits back (``_check_own_commits``) even if it lists none newer.
-        self._seen_others = True
 
     def _apply(self, state: BucketState, commit: Commit, where: str) -> BucketState:
         """``state.apply``, and in a topic log, no commit after its tombstone (version 0
