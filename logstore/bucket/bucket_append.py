@@ -16,8 +16,12 @@ the whole call with nothing visible. Then ``CommitLog.commit``'s ``build``:
 3. returns one change naming every partition's new segments: the conditional PUT that
    follows makes all of them visible at once.
 
-A lost race re-stamps (and re-uploads, deleting the first upload: no commit references
-it) only the partitions whose log end moved. A partition whose topic config changed
+A lost race re-uploads nothing: a partition whose log end moved keeps its upload (its
+batches' stored base offsets, and its object names, stay those of the end it was stamped
+from) and is committed with ``offset_delta`` = the new end - that end, which readers add
+to each batch's base offset (outside Kafka's CRC; indexes hold offsets relative to the
+segment, so they stay valid). Retrying is then the commit alone; a lone writer's objects
+and entries are what they always were (delta 0). A partition whose topic config changed
 (another process's ``alter_topic_config``) is checked again against the config of the
 state it commits on, and cut by its ``segment.bytes``. An append that is certainly not
 committed (a lost race given up, a check that failed on a fresh state: a partition
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..config.config import LogConfig
@@ -78,6 +82,10 @@ class PartitionAppend:
     buf: bytearray
     headers: list[BatchHeader]
     end: int | None = None
+    stored: int = 0
+    """The log end ``stamped`` is from (the stored base offsets); ``end`` - ``stored`` is
+    the ``offset_delta`` the segments are committed with (0 unless a race moved ``end``
+    after the upload)."""
     uploaded: bool = False
     stamped: list[BatchHeader] = field(default_factory=list)
     segments: list[SegmentObjects] = field(default_factory=list)
@@ -86,14 +94,24 @@ class PartitionAppend:
     def key(self) -> str:
         return tp_key(self.topic, self.partition)
 
+    @property
+    def delta(self) -> int:
+        """What readers add to the stored offsets (0: stamped from the end committed on)."""
+        return 0 if self.end is None else self.end - self.stored
+
+    @property
+    def next_offset(self) -> int:
+        """The log end after this part, once committed."""
+        return self.stamped[-1].last_offset + 1 + self.delta
+
     def info(self) -> AppendInfo:
-        hs = self.stamped
+        hs, d = self.stamped, self.delta
         max_ts, max_ts_offset = -1, hs[0].last_offset
         for h in hs:
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
-        return AppendInfo(hs[0].base_offset, hs[-1].last_offset, max_ts, max_ts_offset,
-                          sum(h.records_count for h in hs), len(self.buf))
+        return AppendInfo(hs[0].base_offset + d, hs[-1].last_offset + d, max_ts,
+                          max_ts_offset + d, sum(h.records_count for h in hs), len(self.buf))
 
 
 def append_many(committer: BucketCommitter,
@@ -171,8 +189,9 @@ def restamp(committer: BucketCommitter, state: BucketState, parts: list[Partitio
             failed: list[PartitionAppend] | None = None) -> list[PartitionAppend]:
     """Make ``parts`` (in commit order; several may be of one partition) follow ``state``:
     each partition's first part from its committed log end, each later one from the end
-    of the one before. A part whose offsets moved is re-stamped and cut again (its old
-    uploads deleted: no commit references them); returns the parts to upload (every part
+    of the one before. A part whose offsets moved keeps its upload and is committed with
+    an ``offset_delta`` (one not uploaded yet is re-stamped instead, which costs no
+    request); returns the parts to upload (every part
     not uploaded for its offsets, including one stamped by an earlier build that failed
     before its upload). A part whose check raises is appended to ``failed`` (the caller
     may drop its partition and commit the others)."""
@@ -205,11 +224,17 @@ def _restamp_part(committer: BucketCommitter, state: BucketState, part: Partitio
                          now_ms=committer.clock.milliseconds(), assign_offsets=True)
         part.spec, part.config, part.end = spec, config, None
     if part.end != end:
-        if part.uploaded:
-            discard(committer.storage, part.segments)
-        part.segments = []
-        stamp(committer, part, end)
-    ends[part.key] = part.stamped[-1].last_offset + 1
+        if part.uploaded and part.end is not None and end > part.stored:
+            # Lost a race: the upload stays, the commit moves it up (``offset_delta``).
+            part.end = end
+        else:
+            if part.uploaded:
+                # The end went back (a legacy topic deleted and created again): a delta
+                # below 0 is refused by readers, so cut the segments again.
+                discard(committer.storage, part.segments)
+            part.segments = []
+            stamp(committer, part, end)
+    ends[part.key] = part.next_offset
 
 
 def stamp(committer: BucketCommitter, part: PartitionAppend, end: int) -> None:
@@ -221,15 +246,25 @@ def stamp(committer: BucketCommitter, part: PartitionAppend, end: int) -> None:
         segment_bytes=part.config.segment_bytes,
         index_interval_bytes=part.config.index_interval_bytes,
         inline_index_bytes=committer.inline_index_bytes)
-    part.end, part.uploaded = end, False
+    part.end, part.stored, part.uploaded = end, end, False
 
 
 def change_of(parts: list[PartitionAppend]) -> Change:
-    """One commit adding every part's segments, each partition's in the parts' order."""
+    """One commit adding every part's segments, each partition's in the parts' order, a
+    part that kept its upload through a lost race with its ``offset_delta``."""
     adds: dict[str, tuple[SegmentEntry, ...]] = {}
     for part in parts:
-        adds[part.key] = adds.get(part.key, ()) + tuple(s.entry for s in part.segments)
+        adds[part.key] = adds.get(part.key, ()) + tuple(
+            shifted(s.entry, part.delta) for s in part.segments)
     return Change(partitions={key: PartitionChange(add=add) for key, add in adds.items()})
+
+
+def shifted(entry: SegmentEntry, delta: int) -> SegmentEntry:
+    """``entry`` committed ``delta`` offsets above where its batches are stored."""
+    if not delta:
+        return entry
+    return replace(entry, base_offset=entry.base_offset + delta,
+                   next_offset=entry.next_offset + delta, offset_delta=delta)
 
 
 def upload(storage: Storage, segments: list[SegmentObjects]) -> None:

@@ -27,15 +27,15 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
-  visible. On a lost race the
-  writer folds the new commits (the first loss: one LIST, the missed commits read in
-  parallel; later ones: the winner's commit, one GET) and calls ``build`` again at once
-  with the new state: a logical rebase (an append re-stamps its offsets and re-uploads
-  only partitions whose end moved; a merge keeps its upload while its sources are there;
-  an operation whose inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks
-  the other writers for the turn (``bucket_turn``: a writer in a tight loop would win
-  every race otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks
-  again; after ``max_attempts`` a ``CommitConflictError`` names the URI.
+  visible. On a lost race the writer folds the new commits (the first loss: one LIST,
+  the missed commits read in parallel; later ones: the winner's commit, one GET) and
+  calls ``build`` again at once with the new state: a logical rebase (an append keeps
+  its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
+  nothing; a merge keeps its upload while its sources are there; an operation whose
+  inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks the other writers
+  for the turn (``bucket_turn``: a writer in a tight loop would win every race
+  otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
+  after ``max_attempts`` a ``CommitConflictError`` names the URI.
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
   hint (so the hint is never ahead of a snapshot that exists).
 
@@ -94,7 +94,7 @@ from .bucket_state import (
     parse_version_name,
     version_name,
 )
-from .bucket_turn import TURN_AFTER_LOSSES, Turns
+from .bucket_turn import TURN_AFTER_LOSSES, Look, Turns
 
 logger = logging.getLogger(__name__)
 
@@ -345,9 +345,9 @@ class CommitLog:
                 sizes[v] = e.size
         return sizes
 
-    def refresh(self) -> bool:
-        """Fold the commits newer than the state (one LIST, a GET per new commit); True
-        if the state changed."""
+    def refresh(self, known: Mapping[int, bytes] | None = None) -> bool:
+        """Fold the commits newer than the state (one LIST, a GET per new commit not in
+        ``known``, commits already read by version); True if the state changed."""
         with self._lock:
             started_ms = self.clock.monotonic_ms()
             state = self._state
@@ -359,7 +359,7 @@ class CommitLog:
             if own:
                 self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
             listed = sorted(v for v in sizes if v >= state.version)
-            return self._fold(state, listed, started_ms, own=own)
+            return self._fold(state, listed, started_ms, own=own, known=known or {})
 
     def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
         """Checks the commits this writer was told it created against what the bucket
@@ -432,7 +432,8 @@ class CommitLog:
             f"until it passes")
 
     def _fold(self, state: BucketState, listed: list[int], started_ms: int, *,
-              open_: bool = False, own: Collection[int] = ()) -> bool:
+              open_: bool = False, own: Collection[int] = (),
+              known: Mapping[int, bytes] | None = None) -> bool:
         """Take ``state`` plus the ``listed`` commits after it as this log's state.
         ``open_``: more than ``SNAPSHOT_EVERY`` newer commits mean a stale hint, and a
         newer snapshot is cheaper than folding them all. ``own``: versions this writer
@@ -454,7 +455,9 @@ class CommitLog:
                 run.append(version)
             elif version > state.version:
                 break
-        fetched = self._fetch(run)
+        known = known or {}
+        fetched = {**self._fetch([v for v in run if v not in known]),
+                   **{v: known[v] for v in run if v in known}}
         for version in listed:
             if version <= state.version:
                 continue  # a snapshot below already holds it
@@ -538,7 +541,8 @@ class CommitLog:
             raise CorruptMetadataError(self._rolled_back_message())
         fresh = False  # whether the state was read from the bucket during this call
         self._attempts.count = 0
-        self.turns.give_way()
+        # Runs alongside build (the upload); waited for just before the create.
+        look = self.turns.begin()
         if self._view_too_old():
             # Cheap to do now rather than build on a state the create check below would
             # throw away anyway.
@@ -548,7 +552,8 @@ class CommitLog:
         try:
             for attempt in range(self.max_attempts):
                 state = self._state
-                new_state, won = self._attempt(operation, build, state, attempt, fresh)
+                new_state, won = self._attempt(operation, build, state, attempt, fresh, look)
+                look = None  # one look per commit
                 if won:
                     if snapshot and new_state is not None:
                         self.snapshot_if_due(new_state)  # outside the lock too
@@ -562,7 +567,7 @@ class CommitLog:
                     # Losing again and again: a writer commits in a loop. Ask it to let
                     # us through (bucket_turn), then look.
                     token = self.turns.request()
-                    self.refresh()
+                    self.refresh()  # what was committed while it waited
                 elif attempt + 1 >= FAST_RETRIES:
                     # Many writers racing as equals: spread them out. Sleep, then look,
                     # never the other way round: a create from a state that aged during
@@ -580,12 +585,13 @@ class CommitLog:
             f"{self._state.version}); nothing of this {operation} is visible")
 
     def _attempt(self, operation: str, build: Callable[[BucketState], Change | None],
-                 state: BucketState, attempt: int, fresh: bool
+                 state: BucketState, attempt: int, fresh: bool, look: Look | None
                  ) -> tuple[BucketState | None, bool | None]:
         """One attempt of ``commit`` on ``state``: (the new state, True) when it won,
         (None, True) when ``build`` had nothing to do, (None, False) when another writer
         took the version (its commit folded in), (None, None) when this process's state
-        moved meanwhile (build again, no request made)."""
+        moved meanwhile (build again, no request made). ``look``: the commit's look at the
+        turn (``bucket_turn``), running alongside build, waited for before the create."""
         try:
             # Outside the lock: build uploads (a large append must not hold up the other
             # partitions' commits of this process).
@@ -611,6 +617,9 @@ class CommitLog:
         new_state = self._apply(state, commit, f"{self.storage.uri}/{key} ({operation})")
         crash_point("after-upload")
         data = commit.encode()
+        # Given way to a writer that asked for the turn, this create loses to its commit
+        # and folds it, as any lost race.
+        self.turns.wait_for(look)
         with self._lock:
             if self._state.version == state.version and self._view_too_old():
                 # build may have uploaded for minutes: commits made before our last LIST
@@ -623,13 +632,14 @@ class CommitLog:
                 # lost race the bucket need not be asked about.
                 return None, None
             self._attempts.count += 1
-            if not self._create(key, data, operation):
+            created, winner = self._create(key, data, operation)
+            if not created:
                 if attempt:
-                    self._rebase(version)
+                    self._rebase(version, winner)
                 else:
                     # The first loss: how far behind is unknown (a writer in a loop may be
                     # hundreds of versions ahead); one LIST says.
-                    self.refresh()
+                    self.refresh({version: winner} if winner is not None else None)
                 return None, False
             self._state = new_state
             self._unchecked[version] = (data, operation)
@@ -638,14 +648,15 @@ class CommitLog:
         crash_point("after-commit")
         return new_state, True
 
-    def _rebase(self, version: int) -> None:
+    def _rebase(self, version: int, winner: bytes | None = None) -> None:
         """After losing the create of ``version`` again: fold the winner's commit (one
         GET, no LIST: its name is known), so that the next attempt builds at once on the
-        state the winner made. Later commits are found by the next lost create."""
+        state the winner made. Later commits are found by the next lost create. ``winner``:
+        its bytes, when the lost create read them already (no request then)."""
         key = self.layout.commit_key(version)
         where = f"{self.storage.uri}/{key}"
         try:
-            data = self.storage.read(key)
+            data = winner if winner is not None else self.storage.read(key)
         except FileNotFoundError:
             self.refresh()  # "exists" yet gone: collected under a slow writer
             return
@@ -684,28 +695,31 @@ class CommitLog:
         """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""
         return self.view_age_ms() > MAX_VIEW_AGE_MS
 
-    def _create(self, key: str, data: bytes, operation: str) -> bool:
+    def _create(self, key: str, data: bytes, operation: str) -> tuple[bool, bytes | None]:
         """Create commit ``key``: True if the object there is ours, False if another
         writer's. Our commit's bytes (writer id, timestamp) are unique to this attempt, so
         reading the key settles what the answer did not say: a create answered "exists"
         may be the client's retry of our own PUT that succeeded unseen, and one that
         failed on the wire may have landed. When nothing is there the same bytes are
-        created again: if the first PUT lands late the server refuses it."""
+        created again: if the first PUT lands late the server refuses it. Returns (ours,
+        the bytes found there when another writer's: the loser folds them without reading
+        them again)."""
         cause: KafkaStorageError | None = None
         for _ in range(2):
             try:
                 if self.storage.create(key, data):
-                    return True
+                    return True, None
                 cause = None
             except (StorageAccessDeniedError, BucketNotFoundError):
                 raise  # refused outright: nothing was written
             except KafkaStorageError as e:
                 cause = e
             try:
-                return self.storage.read(key) == data
+                found = self.storage.read(key)
+                return (True, None) if found == data else (False, found)
             except FileNotFoundError:
                 if cause is None:
-                    return False  # "exists" yet gone: not ours, the refresh will tell
+                    return False, None  # "exists" yet gone: not ours, the refresh will tell
             except KafkaStorageError as e:
                 cause = e
                 break

@@ -25,10 +25,9 @@ conditional commit PUT. A pipeline overlaps them across appends:
    uploads ended; never while a caller is blocked for room), so a burst pays one commit,
    not one per upload that happened to end while the last commit was out. A due
    snapshot is written after the commit's futures are completed.
-3. A lost race re-stamps and re-uploads, in order, the appends whose offsets moved
-   (``bucket_append.restamp``, as ``append_many`` does); the partition's prediction then
-   moves by as much, so appends submitted later follow the new end (those already in
-   flight are re-stamped at their own commit).
+3. A lost race commits the appends whose offsets moved at the new end, in order, with an
+   ``offset_delta`` and no new upload (``bucket_append.restamp``, as ``append_many``); the
+   prediction moves by as much, so later appends follow the new end.
 4. A failure (an upload, a commit given up) fails the futures of the appends it covers
    and of every later append of the same partitions still in flight
    (``AppendAbortedError``: their offsets are void). The pipeline never retries a failed
@@ -414,7 +413,7 @@ class AppendPipeline:
             for key, entry in last.items():
                 # How far lost races moved this partition since the entry was reserved;
                 # later reservations follow the committed end from now on.
-                moved = (entry.part.stamped[-1].last_offset + 1
+                moved = (entry.part.next_offset
                          - (entry.end + self._shift.get(key, 0) - entry.shift))
                 if moved and self._per_partition.get(key, 0) > sum(
                         1 for e in batch if e.part.key == key):

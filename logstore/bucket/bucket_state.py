@@ -549,7 +549,11 @@ def index_of(segments: tuple[SegmentEntry, ...], key: str) -> int | None:
         return next((i for i in range(len(segments) - 1, -1, -1) if segments[i].key == key),
                     None)
     i = bisect.bisect_left(segments, parsed[0], key=_base)
-    return i if i < len(segments) and segments[i].key == key else None
+    if i < len(segments) and segments[i].key == key:
+        return i
+    # An append that lost a race keeps its upload, named by its stored base offset, and
+    # is committed above it (``offset_delta`` > 0, ``check_entry_key``): look upwards.
+    return next((j for j in range(i, len(segments)) if segments[j].key == key), None)
 
 
 def _base(entry: SegmentEntry) -> int:
@@ -557,7 +561,9 @@ def _base(entry: SegmentEntry) -> int:
 
 
 def check_entry_key(entry: SegmentEntry, partition_key: str, where: str) -> None:
-    """An entry's key is ``<partition>/<its base offset, 20 digits>-<16 hex digits>``, or,
+    """An entry's key is ``<partition>/<its base offset, or with an ``offset_delta``
+    above 0 its stored base offset (base_offset - offset_delta), 20 digits>-<16 hex
+    digits>``, or,
     for a Spark sink fragment committed where its task uploaded it, a key under
     ``_seglog/staging/`` whose stored offsets start at 0 (``offset_delta`` = base offset)."""
     if entry.key.startswith(STAGING_DIR + "/"):
@@ -573,10 +579,15 @@ def check_entry_key(entry: SegmentEntry, partition_key: str, where: str) -> None
         raise CorruptMetadataError(
             f"{where}: segment key {entry.key!r} is not an object of partition "
             f"{partition_key} (expected {partition_key}/<20-digit base>-<16 hex digits>)")
-    if parsed[0] != entry.base_offset:
+    # The name carries the real base offset, or the stored one (the real one less an
+    # ``offset_delta`` above 0) for an append that lost a race and kept its upload.
+    stored = entry.base_offset - entry.offset_delta
+    if parsed[0] != entry.base_offset and (entry.offset_delta <= 0 or parsed[0] != stored):
         raise CorruptMetadataError(f"{where}: segment key {entry.key!r} names base offset "
-                                   f"{parsed[0]}, its field 'base_offset' says "
-                                   f"{entry.base_offset}")
+                                   f"{parsed[0]}, its fields 'base_offset' "
+                                   f"{entry.base_offset} and 'offset_delta' "
+                                   f"{entry.offset_delta} say {entry.base_offset} (or "
+                                   f"{stored}, the stored base of a delta above 0)")
 
 
 def _apply_change(current: PartitionState, change: PartitionChange, where: str,

@@ -11,16 +11,18 @@ marker if it is still its own.
 A writer committing in a loop (``BUSY_STREAK`` commits in a row, each started within
 ``BUSY_GAP_MS`` of the end of the one before) looks at the marker before a commit, at
 most once per ``CHECK_EVERY_MS`` (one GET, normally answered "not found"); a writer that
-commits now and then never looks, and costs nothing more (it starves nobody). Another
-writer's marker it has not given way to yet makes it wait until the marker is gone, at
-most ``MAX_YIELD_MS``. Each marker
-(token) is given way to once per writer, so a marker left by a waiter that died costs
-every other writer one wait of at most ``MAX_YIELD_MS``, never more. Only a hint: the
-marker never decides what commits (the create-if-absent of the commit does), and a
-request that fails is logged and the commit goes on without it.
+commits now and then never looks, and costs nothing more (it starves nobody). The look
+runs alongside the commit's own work (``Look``: the upload), and is waited for just
+before the create, so it costs no round trip (``REQUEST_WAIT_MS`` covers the upload it
+overlaps). Another writer's marker it has not given way to yet makes it wait until the
+marker is gone, at most ``MAX_YIELD_MS``. Each marker (token) is given way to once per
+writer, so a marker left by a waiter that died costs every other writer one wait of at
+most ``MAX_YIELD_MS``, never more. Only a hint: the marker never decides what commits
+(the create-if-absent of the commit does), and a request that fails is logged and the
+commit goes on without it.
 
-Thread-safety: thread-safe (``_lock`` guards the time of the last look and the token
-given way to; the waits run outside it).
+Thread-safety: thread-safe (``_lock`` guards the times of the last look and commit, the
+streak and the token given way to; the waits and the looks' GETs run outside it).
 """
 
 from __future__ import annotations
@@ -47,13 +49,31 @@ BUSY_GAP_MS = 50
 """The longest pause between two commits of a busy writer."""
 CHECK_EVERY_MS = 200
 """How often a committing writer looks for another writer's request (a GET)."""
-REQUEST_WAIT_MS = 500
+REQUEST_WAIT_MS = 350
 """How long a requester waits before it commits: every writer committing in a loop has
 looked (``CHECK_EVERY_MS``, plus the commit it was in the middle of) and is waiting."""
 MAX_YIELD_MS = 1_000
 """The longest a writer waits for one request to be withdrawn."""
 POLL_MS = 20
 """How often a waiting writer looks whether the request is gone."""
+
+
+class Look:
+    """One GET of the marker running alongside a commit's own requests; ``token`` waits
+    for its answer (the token of another writer's standing request, or None)."""
+
+    def __init__(self, read: Callable[[], str | None]) -> None:
+        self._read = read
+        self._token: str | None = None
+        self._thread = threading.Thread(target=self._run, name="seglog-turn-look", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._token = self._read()
+
+    def token(self) -> str | None:
+        self._thread.join()
+        return self._token
 
 
 class Turns:
@@ -118,20 +138,32 @@ class Turns:
             )
 
     def give_way(self) -> None:
-        """Before a commit of a busy writer: wait while another writer's request this
-        writer has not given way to yet stands (at most ``MAX_YIELD_MS``); one GET per
-        ``CHECK_EVERY_MS`` at most, nothing for a writer that is not busy."""
+        """``wait_for(begin())`` at once, for a caller with nothing to overlap it with."""
+        self.wait_for(self.begin())
+
+    def begin(self) -> Look | None:
+        """At the start of a commit of a busy writer: a look at the marker, running; one
+        per ``CHECK_EVERY_MS`` at most, None for a writer that is not busy."""
         now = self.clock.monotonic_ms()
         with self._lock:
             soon = self._ended_ms is not None and now - self._ended_ms <= BUSY_GAP_MS
             self._streak = self._streak + 1 if soon else 0
             if self._streak < BUSY_STREAK or now - self._checked_ms < CHECK_EVERY_MS:
-                return
+                return None
             self._checked_ms = now
-        token = self._foreign_token()
+        return Look(self._foreign_token)
+
+    def wait_for(self, look: Look | None) -> bool:
+        """Just before the create: wait while the request ``look`` found (another
+        writer's, not given way to yet) stands, at most ``MAX_YIELD_MS``; whether it
+        waited."""
+        if look is None:
+            return False
+        token = look.token()
+        now = self.clock.monotonic_ms()
         with self._lock:
             if token is None or token == self._given_way:
-                return
+                return False
             self._given_way = token
             self.waits += 1
         logger.info(
@@ -144,6 +176,7 @@ class Turns:
                 break
         with self._lock:
             self._checked_ms = self.clock.monotonic_ms()
+        return True
 
     def ended(self) -> None:
         """A commit of this writer ended (won, lost or failed)."""

@@ -14,7 +14,7 @@ from bucket_helpers import CountingStorage, memory_uri
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY, SegmentEntry
 from seglog.logstore.errors import CorruptMetadataError, CorruptRecordError
-from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.manager.log_manager import LogManager, check_log_dirs
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.util.clock import MockClock
@@ -104,7 +104,8 @@ def test_a_bad_batch_in_any_partition_uploads_and_commits_nothing():
     assert mgr.high_watermarks() == {("t", p): 0 for p in range(3)}
 
 
-def test_a_lost_race_reuploads_only_the_partitions_whose_end_moved():
+def test_a_lost_race_reuploads_nothing_and_commits_the_upload_with_an_offset_delta(
+        tmp_path: Path):
     uri = memory_uri()
     storage = CountingStorage(ObjectStorage(uri))
     a, b = BucketLogManager(storage), LogManager(uri)
@@ -113,14 +114,35 @@ def test_a_lost_race_reuploads_only_the_partitions_whose_end_moved():
     b.append("t", 0, batches(7))  # a is one commit behind
     storage.reset()
     infos = a.append_many({("t", 0): batches(3, 7), ("t", 1): batches(4)})
-    assert (infos[("t", 0)].first_offset, infos[("t", 1)].first_offset) == (7, 0)
-    # first attempt: both .logs; after the lost race only t-0's again (its first deleted)
+    assert (infos[("t", 0)].first_offset, infos[("t", 0)].last_offset,
+            infos[("t", 1)].first_offset) == (7, 9, 0)
+    # Both .logs once; the lost create, the fold of the winner, the create that wins.
     assert (storage.counts["write_atomic"], storage.counts["delete"],
-            storage.counts["create"]) == (3, 1, 2)
-    assert offsets(a, "t", 0) == list(range(10)) and offsets(a, "t", 1) == list(range(4))
+            storage.counts["create"]) == (2, 0, 2)
+    # t-0's upload was stamped from 0 and is named so; the commit moves it up by 7.
+    kept = a.state.partition("t", 0).segments[-1]
+    assert (kept.key.rpartition("/")[2][:20], kept.base_offset, kept.next_offset,
+            kept.offset_delta) == (f"{0:020d}", 7, 10, 7)
+    assert a.state.partition("t", 1).segments[-1].offset_delta == 0
+    for reader in (a, LogManager(uri, read_only=True)):
+        assert offsets(reader, "t", 0) == list(range(10))
+        assert offsets(reader, "t", 1) == list(range(4))
     logs = {e.name for p in (0, 1) for e in storage.list_dir(f"t-{p}")}
     assert logs == {s.key.rpartition("/")[2] + ".log" for p in (0, 1)
                     for s in a.state.partition("t", p).segments}
+    # seglog check accepts it; export writes exact Kafka segments (real base offsets).
+    assert [f for f in a.check_objects()[0] if f.problem] == []
+    a.export(tmp_path / "out")
+    assert [p.message for p in check_log_dirs([tmp_path / "out"], deep=True)] == []
+    exported = sorted(p.name for p in (tmp_path / "out" / "t-0").glob("*.log"))
+    assert exported == [f"{0:020d}.log", f"{7:020d}.log"]
+    with LogManager([tmp_path / "out"]) as local:
+        assert offsets(local, "t", 0) == list(range(10))
+    # A merge finds the kept upload by its name (which carries the stored base).
+    assert a.merge_segments() == 2
+    (merged,) = a.state.partition("t", 0).segments
+    assert merged.offset_delta == 0 and offsets(LogManager(uri, read_only=True), "t", 0) \
+        == list(range(10))
 
 
 # --------------------------------------------------------------- the entry's format

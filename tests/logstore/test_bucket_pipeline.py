@@ -205,7 +205,7 @@ class RacedStorage(CountingStorage):
         return self.inner.create(key, data)
 
 
-def test_a_lost_race_mid_pipeline_restamps_the_appends_in_order():
+def test_a_lost_race_mid_pipeline_commits_the_appends_in_order_without_uploading_again():
     storage = RacedStorage(ObjectStorage(memory_uri()))
     mgr = BucketLogManager(storage)
     mgr.create_topic("t", 1)
@@ -222,9 +222,13 @@ def test_a_lost_race_mid_pipeline_restamps_the_appends_in_order():
         info = future.result()
         assert (info.first_offset, info.last_offset) == (first, last)
     objects_are_the_committed_segments(BucketLogManager(storage.inner))
-    # Only the appends in flight when the race was lost were uploaded twice: the ones
-    # called after it were given offsets after the other writer's records at once.
-    assert 8 < storage.counts["log"] <= 8 + 3
+    # No append was uploaded twice: the ones in flight when the race was lost were
+    # committed with an offset_delta, the ones called after it were given offsets after
+    # the other writer's records at once.
+    assert storage.counts["log"] == 8
+    deltas = [s.offset_delta for s in BucketLogManager(storage.inner).state.partition(
+        "t", 0).segments]
+    assert deltas[0] == 0 and any(d == 5 for d in deltas), deltas
 
 
 def test_a_failed_commit_fails_the_appends_it_covers_and_every_later_one():

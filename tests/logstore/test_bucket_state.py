@@ -50,7 +50,13 @@ def base_state() -> BucketState:
     ({"topics": {}, "partitions": {"t-0": {"add": [seg(name(0), 0, 5)]}}},
      r"adds segment t-0/0{20}-a{16}, which it holds already"),
     ({"topics": {}, "partitions": {"t-0": {"add": [seg(name(0, "b"), 5, 9)]}}},
-     r"names base offset 0, its field 'base_offset' says 5"),
+     r"names base offset 0, its fields 'base_offset' 5 and 'offset_delta' 0 say 5"),
+    ({"topics": {}, "partitions": {"t-0": {"add": [
+        {**seg(name(9, "b"), 5, 9), "offset_delta": -4}]}}},
+     r"names base offset 9, its fields 'base_offset' 5 and 'offset_delta' -4 say 5"),
+    ({"topics": {}, "partitions": {"t-0": {"add": [
+        {**seg(name(1, "b"), 5, 9), "offset_delta": 3}]}}},
+     r"names base offset 1, its fields 'base_offset' 5 and 'offset_delta' 3 say 5 \(or 2,"),
     ({"topics": {}, "partitions": {"t-0": {"add": [seg(name(100, "b"), 100, 105)]}}},
      r"starts at 100, not at the log end 5"),
     ({"topics": {}, "partitions": {"t-1": {"log_start_offset": 10**12}}},
