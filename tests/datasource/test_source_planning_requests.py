@@ -1,6 +1,8 @@
 """A streaming source's trigger on a bucket, counted request by request through the
 delaying proxy (``tests/s3_proxy.py``): when nothing changed, Spark's ``latestOffset`` and
-``reportLatestOffset`` of a trigger cost one LIST of the commit log, nothing else; a new
+``reportLatestOffset`` of a trigger cost one round trip: the LIST of the topic's own
+commit log and, beside it, the LIST of the catalog (which names the topics: a pattern
+subscription's new topics, a topic deleted and created again), nothing else; a new
 commit adds its GET. No Spark session: the reader's methods are called as the driver
 calls them, each trigger one after the other."""
 
@@ -48,7 +50,11 @@ def test_a_trigger_with_nothing_new_is_one_list(bucket_server, proxy):
         since = proxy.clock()
         assert _trigger(reader, end) == end
         made = proxy.requests(since)
-        assert [r.kind for r in made] == ["LIST"], made
+        listed = sorted(r.target.split("prefix=")[1].split("&")[0] for r in made)
+        assert [r.kind for r in made] == ["LIST", "LIST"], made
+        assert listed[0] == "logs%2F_seglog%2Flog%2F", listed  # the catalog
+        assert listed[1].startswith("logs%2F_seglog%2Ftopics%2F"), listed  # t's own log
+        assert sequential_round_trips(made) == 1
     with LogManager(uri) as mgr:
         mgr.append("t", 1, encode_batches(pa.array([b"c"], pa.binary())))
     since = proxy.clock()
@@ -56,5 +62,5 @@ def test_a_trigger_with_nothing_new_is_one_list(bucket_server, proxy):
     made = proxy.requests(since)
     assert moved["t"] == {"0": 2, "1": 1}
     # The new commit is read where the LIST found it: one round trip more.
-    assert Counter(r.kind for r in made) == {"LIST": 1, "GET": 1}
+    assert Counter(r.kind for r in made) == {"LIST": 2, "GET": 1}
     assert sequential_round_trips(made) == 2
