@@ -180,11 +180,10 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
     assert _cycles({n: e["module"] for n, e in edges.items()}) == []
 
 
-def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
-    """Real files, the shape of a helper typed on its manager: ``manager`` imports
-    ``helper`` inside a method, ``helper`` names the manager only under
-    ``if TYPE_CHECKING:``. The whole-tree graph holds the cycle; the module-level one
-    does not."""
+def _manager_and_helper(tmp_path, *, with_values: bool = False) -> dict[str, Path]:
+    """Real files, the shape of a helper typed on its manager: ``pkg.manager`` imports
+    ``pkg.helper`` inside a method, the helper names the manager only under
+    ``if TYPE_CHECKING:`` (and, ``with_values``, a ``pkg.values`` that imports nothing)."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "manager.py").write_text(
@@ -192,12 +191,26 @@ def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
         "        from . import helper\n"
         "        return helper.run(self)\n"
     )
+    values = "    from .values import Value\n" if with_values else ""
     (pkg / "helper.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from .manager import Manager\n"
+        f"{values}"
         "def run(mgr: 'Manager') -> None:\n    pass\n"
     )
-    modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper")}
+    names = ["manager", "helper"]
+    if with_values:
+        (pkg / "values.py").write_text("class Value:\n    pass\n")
+        names.append("values")
+    return {f"pkg.{m}": pkg / f"{m}.py" for m in names}
+
+
+def test_a_cycle_closed_by_a_type_checking_import_is_found(tmp_path):
+    """Real files, the shape of a helper typed on its manager: ``manager`` imports
+    ``helper`` inside a method, ``helper`` names the manager only under
+    ``if TYPE_CHECKING:``. The whole-tree graph holds the cycle; the module-level one
+    does not."""
+    modules = _manager_and_helper(tmp_path)
     edges = {n: _imports(n, p, modules) for n, p in modules.items()}
     assert edges["pkg.helper"]["type"] == {"pkg.manager"}
     every = {n: e["module"] | e["function"] | e["type"] for n, e in edges.items()}
@@ -237,21 +250,7 @@ def test_a_type_checking_import_closing_a_cycle_is_named(tmp_path):
     """Real files: the helper's type-only import of its manager closes the cycle the
     manager's call opened; a type-only import of a module that imports nothing back
     closes none."""
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "manager.py").write_text(
-        "class Manager:\n    def run(self):\n"
-        "        from . import helper\n"
-        "        return helper.run(self)\n"
-    )
-    (pkg / "helper.py").write_text(
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from .manager import Manager\n"
-        "    from .values import Value\n"
-        "def run(mgr: 'Manager') -> None:\n    pass\n"
-    )
-    (pkg / "values.py").write_text("class Value:\n    pass\n")
-    modules = {f"pkg.{m}": pkg / f"{m}.py" for m in ("manager", "helper", "values")}
+    modules = _manager_and_helper(tmp_path, with_values=True)
     edges = {n: _imports(n, p, modules) for n, p in modules.items()}
     assert edges["pkg.helper"]["type"] == {"pkg.manager", "pkg.values"}
     assert type_cycle_closers(edges) == ["pkg.helper => pkg.manager -> pkg.helper"]
