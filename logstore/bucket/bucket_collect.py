@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -224,11 +225,18 @@ def _oldest_ledgers(logs: list[_Folded]) -> dict[str, object]:
     return out
 
 
+_TOPIC_LOG_OBJECT = re.compile(r"^(?:(?:log|snapshots)/\d{20}\.json|last-snapshot|turn)$")
+"""The names a commit log writes under its prefix: what collecting a topic log may delete
+(anything else there, even under ``_seglog/``, is not provably ours and stays)."""
+
+
 def _collect_unnamed(storage: Storage, log: _Folded, store_now: int, orphan_grace: int,
                      stats: CollectStats) -> None:
     """Delete a topic log no catalog names once its newest object is older than the
-    orphan grace (a create names its log seconds after writing it)."""
-    entries = list(storage.list_tree(log.layout.prefix))
+    orphan grace (a create names its log seconds after writing it): only the objects a
+    commit log writes (``_TOPIC_LOG_OBJECT``)."""
+    entries = [e for e in storage.list_tree(log.layout.prefix)
+               if _TOPIC_LOG_OBJECT.match(e.name)]
     newest = max((e.mtime_ms for e in entries), default=None)
     if newest is None or store_now - newest < orphan_grace:
         return

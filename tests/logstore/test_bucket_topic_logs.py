@@ -161,9 +161,14 @@ def test_a_create_racing_a_create_of_the_same_name_leaves_one_id(monkeypatch):
     winner = reader.commits.catalog.state.topic_logs["t"]
     logs = {e.name for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir}
     assert len(logs) == 2 and winner in logs
+    (loser,) = logs - {winner}
+    foreign = f"{TOPIC_LOGS_DIR}/{loser}/notes.txt"  # not a name a commit log writes
+    storage.write_atomic(foreign, b"someone else's")
     assert reader.collect().topic_logs == 0  # younger than the orphan grace
     clock.advance(3_600_000)
     assert reader.collect().topic_logs == 1
+    assert storage.read(foreign) == b"someone else's"
+    storage.delete(foreign)
     assert {e.name for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir} == {winner}
     reader.append("t", 1, batch("x"))
     assert BucketLogManager(storage, clock=clock).high_watermarks() == {("t", 0): 0, ("t", 1): 3}
