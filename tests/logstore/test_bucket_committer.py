@@ -1,7 +1,8 @@
 """``BucketCommitter`` (logstore/bucket/bucket_committer.py): what the bucket helpers are handed
 instead of the manager. A helper runs on a committer alone (no ``BucketLogManager``),
-the committer tells its owner after every fold of commits, and a manager's own
-operations go through its committer. Real objects in a memory:// bucket."""
+a refresh says whether it folded commits, the logs take the folded state themselves
+(``PartitionSource``), and a manager's own operations go through its committer. Real
+objects in a memory:// bucket."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.util.clock import SYSTEM_CLOCK
 
 
-def committer_of(uri: str, told: list[int], *, read_only: bool = False) -> BucketCommitter:
+def committer_of(uri: str, *, read_only: bool = False) -> BucketCommitter:
     storage = ObjectStorage(uri)
     commits = BucketLogs(storage)
     return BucketCommitter(
@@ -32,20 +33,18 @@ def committer_of(uri: str, told: list[int], *, read_only: bool = False) -> Bucke
         config=ManagerConfig.of(None),
         default_topic_config=LogConfig.of(None),
         read_only=read_only,
-        on_change=lambda: told.append(commits.state.version),
     )
 
 
 def test_an_append_runs_on_a_committer_alone_and_a_manager_reads_it() -> None:
     uri = memory_uri()
-    told: list[int] = []
-    committer = committer_of(uri, told)
+    committer = committer_of(uri)
 
     def create(state: BucketState) -> Change:
         return Change(topics={"t": TopicSpec(2, {}, None)})
 
     committer.commit("create_topic", create)
-    assert told == [committer.state.version]  # told after the commit
+    assert committer.state.topics["t"].partitions == 2
     info = append_many(committer, {("t", 1): encode_batches(pa.array([b"a", b"b"]))})
     assert info[("t", 1)].last_offset == 1
     assert committer.partition_state("t", 1).high_watermark == 2
@@ -55,15 +54,13 @@ def test_an_append_runs_on_a_committer_alone_and_a_manager_reads_it() -> None:
         assert reader.high_watermarks() == {("t", 0): 0, ("t", 1): 2}
 
 
-def test_a_refresh_that_folds_commits_tells_the_owner_once() -> None:
+def test_a_refresh_says_whether_it_folded_commits() -> None:
     uri = memory_uri()
-    told: list[int] = []
-    committer = committer_of(uri, told)
+    committer = committer_of(uri)
     with BucketLogManager(uri) as other:
         other.create_topic("t")
     assert committer.refresh()
-    assert told == [committer.state.version]
-    assert not committer.refresh()  # nothing new: the owner is not told again
+    assert not committer.refresh()  # nothing new
     with committer.one_refresh(refresh=False):
         with BucketLogManager(uri) as other:
             other.create_topic("u")
