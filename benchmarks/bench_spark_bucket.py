@@ -371,7 +371,7 @@ def phases(server: S3Server, work: Path, rows: int) -> None:
         timed.wrap(sink_bucket_staging, "validate_batches", "validate (CRC, headers)")
         timed.wrap(sink_bucket_staging, "build_fragment", "build .index/.timeindex")
         timed.wrap(object_storage.ObjectStorage, "write_atomic", "upload (PUT)")
-        timed.wrap(sink_stager.PartitionStager, "add", "add (route, encode, stage)")
+        timed.wrap(sink_stager.PartitionStager, "add", "add (route, check, encode)")
         t = time.perf_counter()
         try:
             stage(opts, cols, (data for _ in range(rows // 10_000)), "phases", 0, 0, 0)

@@ -193,8 +193,6 @@ def _merge(
         # Half the grace the collector gives an upload no commit references (this topic's
         # delay: never more than the collector's, which takes the largest).
         max_age = orphan_grace_ms(config.file_delete_delay_ms) // 2
-        result = merge_partition(
-            mgr.commits, topic, partition, config, clock, max_age, mgr.sync_logs, runs=runs
-        )
+        result = merge_partition(mgr.commits, topic, partition, config, clock, max_age, runs=runs)
         merged += result.merged
     return merged

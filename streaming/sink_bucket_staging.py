@@ -5,8 +5,9 @@ same routing, murmur2 placement, encoder, producerId/micro-batch stamping and ch
 but its output goes to the bucket, never through the driver:
 
 1. The topic's partition count and config come from this process's shared reader of
-   the bucket (``log_readers.reader``: opened once per Python worker, refreshed once per
-   task, so a task reads the commits made since the last one, never the history).
+   the bucket (``sink_topics.BucketTopics``, handed to the stager and the area alike:
+   opened once per Python worker, refreshed once per task, so a task reads the commits
+   made since the last one, never the history).
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
@@ -47,13 +48,11 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_segment import build_fragment
 from seglog.logstore.bucket.bucket_staging import staging_prefix
-from seglog.logstore.config.config import LogConfig
-from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import SeglogError
 from seglog.logstore.log.log_validator import validate_batches
 from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
@@ -64,19 +63,19 @@ from seglog.logstore.util.crash_points import crash_point
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from .log_readers import reader
 from .sink_bucket_merge import MERGING_TASK, merge_small_segments
-from .sink_options import SinkColumns, SinkOptions, require_creatable
-from .sink_stager import run_stager
+from .sink_options import SinkColumns, SinkOptions
+from .sink_stager import PartitionStager
 from .sink_staging import (
     Fragment,
+    StagedBatches,
     StagedOutput,
     StagedTask,
     StagingAttempt,
     StagingTopic,
-    check_partition_count,
     new_attempt_uid,
 )
+from .sink_topics import BucketTopics
 
 logger = logging.getLogger(__name__)
 
@@ -185,48 +184,27 @@ class BucketStagingArea:
 
     A task's objects are PUT side by side (``UPLOAD_THREADS``; at most
     ``UPLOAD_BYTES_IN_FLIGHT`` held beyond the one being built), so a micro-batch
-    writing many partitions waits about one PUT for them, not one per object."""
+    writing many partitions waits about one PUT for them, not one per object.
 
-    def __init__(self, attempt: StagingAttempt) -> None:
+    ``topics``: the task's describer of the bucket's topics (the stager's too), whose
+    shared manager the area uploads through."""
+
+    def __init__(self, attempt: StagingAttempt, topics: BucketTopics) -> None:
         self.attempt = attempt
-        self.bucket: BucketLogManager | None = None
+        self.topics = topics
         self._buffers: dict[tuple[str, int], _Buffer] = {}
         self._uploaded: list[BucketFragment] = []
         self._counter = 0
-        self._validated: dict[str, dict[str, str]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: deque[tuple[Future[None], int]] = deque()
         self._in_flight_bytes = 0
 
-    def manager(self) -> BucketLogManager:
-        """The process's shared manager of the bucket, refreshed once per task."""
-        if self.bucket is None:
-            self.bucket = shared_bucket(self.attempt.options)
-            self.bucket.refresh()  # once per task: the commits since the last task
-        return self.bucket
-
-    def describe_topic(self, name: str) -> StagingTopic:
-        mgr = self.manager()
-        options = self.attempt.options
-        spec = mgr.state.topics.get(name)
-        if spec is None:
-            require_creatable(options, name)
-            overrides = parse_overrides(dict(options.topic_config or {}),
-                                        base=mgr.default_topic_config)
-            self._validated[name] = overrides
-            config = LogConfig.from_properties(overrides, base=mgr.default_topic_config)
-            return StagingTopic(name, options.num_partitions, config, {})
-        check_partition_count(options, name, spec.partitions)
-        self._validated[name] = dict(spec.config)
-        return StagingTopic(name, spec.partitions, mgr.topic_config(name), {})
-
-    def write(self, topic: StagingTopic, partition: int, data: bytes | bytearray,
-              records: int) -> None:
-        key = (topic.name, partition)
+    def write(self, batches: StagedBatches) -> None:
+        key = (batches.topic.name, batches.partition)
         buf = self._buffers.get(key)
         if buf is None:
-            buf = self._buffers[key] = _Buffer(self, topic, partition)
-        buf.write(data)
+            buf = self._buffers[key] = _Buffer(self, batches.topic, batches.partition)
+        buf.write(batches.data)
 
     def upload(self, topic: StagingTopic, partition: int, data: bytearray) -> None:
         """Make ``data`` one fragment: relative offsets, validated, indexed, uploaded."""
@@ -250,7 +228,7 @@ class BucketStagingArea:
                                   e.inline_index, e.inline_timeindex)
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
-        storage = self.manager().storage
+        storage = self.topics.manager().storage
         if self._pool is None:
             self._pool = ThreadPoolExecutor(UPLOAD_THREADS,
                                             thread_name_prefix="seglog-sink-upload")
@@ -294,8 +272,7 @@ class BucketStagingArea:
             crash_point("task-after-upload", self.attempt.batch_id)
         uploaded = sorted(self._uploaded, key=lambda f: (f.topic, f.partition, f.key))
         fragments: tuple[Fragment, ...] = tuple(uploaded)
-        return StagedOutput(fragments, tuple(sorted(
-            (name, tuple(sorted(config.items()))) for name, config in self._validated.items())))
+        return StagedOutput(fragments, self.topics.checked_configs())
 
     def discard(self) -> None:
         """Delete what this task uploaded (a failed task leaves nothing behind)."""
@@ -305,7 +282,7 @@ class BucketStagingArea:
         except (SeglogError, OSError) as e:
             logger.info("an upload of a discarded task failed too: %s", e)
         if self._uploaded:
-            delete_fragments(self.manager(), self._uploaded)
+            delete_fragments(self.topics.manager(), self._uploaded)
             self._uploaded.clear()
 
 
@@ -324,29 +301,28 @@ def delete_fragments(mgr: BucketLogManager, fragments: Iterable[BucketFragment])
     return removed
 
 
-def shared_bucket(options: SinkOptions) -> BucketLogManager:
-    """This process's manager of the sink's bucket (``log_readers.reader``: the source's
-    shared one, opened once per Python worker). Tasks only read its state and PUT and
-    DELETE their own objects through its storage."""
-    if options.bucket_uri is None:
-        raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
-    with reader(options.log_dirs, options.storage) as mgr:
-        return cast(BucketLogManager, mgr)
-
-
 def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
                sink_id: str, batch_id: int, task: int, attempt: int,
                clock: Clock = SYSTEM_CLOCK) -> StagedTask:
     """Encode and upload every batch of ``batches``; on any error, delete the uploads."""
     who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
-    area = BucketStagingArea(who)
-    staged = run_stager(columns, who, area, batches)
+    described = BucketTopics(options)
+    area = BucketStagingArea(who, described)
+    stager = PartitionStager(columns, who, described)
+    try:
+        for rb in batches:
+            for staged_batches in stager.add(rb):
+                area.write(staged_batches)
+        staged = stager.finish(area.finish())
+    except BaseException:
+        area.discard()
+        raise
     if task == MERGING_TASK and options.merge_small_segments:
         topics = [t for t, _ in staged.topic_partitions]
         if options.topic is not None:
             topics.append(options.topic)
         try:
-            merge_small_segments(area.manager(), topics, clock)
+            merge_small_segments(described.manager(), topics, clock)
         except SeglogError as e:  # best effort: the rows are staged, the next batch retries
             logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
                            "%s", task, batch_id, ", ".join(sorted(set(topics))),

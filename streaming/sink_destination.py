@@ -31,7 +31,7 @@ from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from .sink_options import SinkOptions, check_log_dirs
 
 if TYPE_CHECKING:
-    from seglog.logstore.bucket.bucket_manager import BucketLogManager
+    from seglog.logstore.log_dirs_api import LogDirsView
 
     from .sink_protocol import SinkBackend, SinkDestination
 
@@ -104,14 +104,12 @@ class BucketDestination:
 
         opts = self.options
         with reader(opts.log_dirs, opts.storage) as shared:  # the process's shared reader
-            bucket = _as_bucket(shared)
-            spec = bucket.state.topics.get(topic)
-            if spec is None or (
-                opts.num_partitions_given and spec.partitions != opts.num_partitions
-            ):
-                bucket.refresh()
-                spec = bucket.state.topics.get(topic)
-        return spec.partitions if spec is not None else None
+            with shared.one_refresh(refresh=False):  # the state it holds: no request
+                count = _partition_count(shared, topic)
+            if count is None or (opts.num_partitions_given and count != opts.num_partitions):
+                with shared.one_refresh():  # one LIST
+                    count = _partition_count(shared, topic)
+        return count
 
     def backend(self) -> SinkBackend:
         from .sink_bucket_commit import BucketSinkBackend
@@ -119,9 +117,7 @@ class BucketDestination:
         return BucketSinkBackend(self.options, self.clock)
 
 
-def _as_bucket(mgr: object) -> BucketLogManager:
-    from seglog.logstore.bucket.bucket_manager import BucketLogManager
-
-    if not isinstance(mgr, BucketLogManager):
-        raise ConfigError(f"the shared reader of a bucket URI is a {type(mgr).__name__}")
-    return mgr
+def _partition_count(view: LogDirsView, topic: str) -> int | None:
+    """``topic``'s partition count in ``view``; None if it has no such topic (asked by
+    ``topics()`` first: a missing topic raises nothing, so the shared reader is kept)."""
+    return len(view.partitions(topic)) if topic in view.topics() else None

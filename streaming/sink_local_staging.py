@@ -17,30 +17,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seglog.logstore.config.config import LogConfig
-from seglog.logstore.errors import KafkaStorageError, LogDirError
+from seglog.logstore.errors import KafkaStorageError
 from seglog.logstore.storage.file_handle import FileHandle
-from seglog.logstore.storage.file_names import fitted_name, partition_dir_name
+from seglog.logstore.storage.file_names import fitted_name
 from seglog.logstore.storage.storage import LOCAL, DirItem
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
-from .log_readers import reader
-from .sink_options import SinkColumns, SinkOptions, require_creatable
-from .sink_stager import run_stager
+from .sink_options import SinkColumns, SinkOptions
+from .sink_stager import PartitionStager
 from .sink_staging import (
     STAGING_SUFFIX,
     Fragment,
+    StagedBatches,
     StagedFragment,
     StagedOutput,
     StagedTask,
     StagingAttempt,
     StagingTopic,
-    check_partition_count,
     new_attempt_uid,
     remove_files,
     remove_tree,
     staging_root,
 )
+from .sink_topics import LocalTopics
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,59 +66,17 @@ class LocalStagingArea:
 
     def __init__(self, attempt: StagingAttempt) -> None:
         self.attempt = attempt
-        self._default_config = LogConfig.from_properties(attempt.options.topic_config or {})
         self._files: dict[tuple[str, int], _Open] = {}
         self._dirs: list[Path] = []
 
-    def describe_topic(self, name: str) -> StagingTopic:
-        """Partition count, config and placement of a topic, from the directory listing
-        (no segment is read); a missing topic gets the sink's creation settings.
-
-        Through the process's shared reader (``log_readers``): a reused Python worker
-        describes the topic of every task and micro-batch without opening the log dirs
-        again; the reader re-lists a dir only when its mtime moved (a topic created by a
-        commit since), so nothing published is missed."""
-        options = self.attempt.options
-        dirs = [Path(d) for d in options.log_dirs]
+    def write(self, batches: StagedBatches) -> None:
+        f = self._file(batches.topic, batches.partition)
         try:
-            if not all(LOCAL.is_dir(d) for d in dirs):
-                for d in dirs:
-                    LOCAL.makedirs(d)
-            with reader(options.log_dirs, options.storage) as mgr:
-                # topics() first: a missing topic is no error here (the shared reader is
-                # dropped after a call that raises).
-                exists = name in mgr.topics()
-                if exists:
-                    numbers = mgr.partitions(name)
-                    config = mgr.topic_config(name)
-        except OSError as e:
-            raise LogDirError(
-                f"the seglog sink cannot use log dir {e.filename or dirs}: {e.strerror}"
-            ) from e
-        if not exists:
-            require_creatable(options, name)
-            return StagingTopic(name, options.num_partitions, self._default_config, {})
-        check_partition_count(options, name, len(numbers))
-        placement = {}
-        for n in numbers:
-            for d in dirs:
-                if LOCAL.is_dir(d / partition_dir_name(name, n)):
-                    placement[n] = d
-                    break
-        if numbers != list(range(len(numbers))):
-            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
-        return StagingTopic(name, len(numbers), config, placement)
-
-    def write(
-        self, topic: StagingTopic, partition: int, data: bytes | bytearray, records: int
-    ) -> None:
-        f = self._file(topic, partition)
-        try:
-            f.file.write(data)
+            f.file.write(batches.data)
         except OSError as e:
             raise KafkaStorageError(f"cannot write staging file {f.path}: {e}") from e
-        f.size += len(data)
-        f.records += records
+        f.size += len(batches.data)
+        f.records += batches.records
 
     def _file(self, topic: StagingTopic, partition: int) -> _Open:
         key = (topic.name, partition)
@@ -191,7 +148,16 @@ def stage_rows(
     """Stage every batch of ``batches`` in the log dirs; on any error, remove what was
     staged."""
     who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
-    return run_stager(columns, who, LocalStagingArea(who), batches)
+    stager = PartitionStager(columns, who, LocalTopics(options))
+    area = LocalStagingArea(who)
+    try:
+        for rb in batches:
+            for staged in stager.add(rb):
+                area.write(staged)
+        return stager.finish(area.finish())
+    except BaseException:
+        area.discard()
+        raise
 
 
 def abort_staging(

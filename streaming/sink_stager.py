@@ -3,10 +3,12 @@ each input row to its topic-partition (the ``partition`` column, else Kafka's ke
 placement, else a content hash; see ``partitioner``), checks the rows (timestamps, the
 topic's retention, null keys of a compacted topic), encodes each partition's rows into
 RecordBatch v2 batches stamped with the sink's producer fields (``encode_batches``, cut
-to fit ``max.message.bytes``) and hands them to its backend's ``StagingArea``;
-``run_stager`` stages a task's batches and discards them all on failure. The staging
-vocabulary it works in (``StagedTask``, ``StagingArea``, producer fields, layout) is
-``sink_staging``'s.
+to fit ``max.message.bytes``) and returns them (``StagedBatches`` values), which the
+backend's task (``sink_local_staging.stage_rows``, ``sink_bucket_staging.stage_rows``)
+hands to its ``StagingArea``. It learns each topic it meets from the ``TopicDescriber``
+it is handed (``sink_topics``: a part beneath the backend), so it never calls its
+backend back. The staging vocabulary it works in (``StagedTask``, ``StagedBatches``,
+producer fields, layout) is ``sink_staging``'s.
 
 Not thread-safe: one ``PartitionStager`` per task.
 """
@@ -14,7 +16,6 @@ Not thread-safe: one ``PartitionStager`` per task.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,16 +36,17 @@ from seglog.logstore.util.clock import Clock
 
 from .sink_options import SinkColumns, SinkOptions
 from .sink_staging import (
+    StagedBatches,
+    StagedOutput,
     StagedTask,
-    StagingArea,
     StagingAttempt,
     StagingTopic,
+    TopicDescriber,
     producer_fields,
 )
 
 __all__ = [
     "PartitionStager",
-    "run_stager",
     "check_retention",
     "min_timestamp_ms",
     "encode_batches_for",
@@ -57,20 +59,21 @@ _BATCH_SIZE_MARGIN = 512
 
 @dataclass
 class PartitionStager:
-    """Stages one task's rows into a ``StagingArea``. ``add`` each Arrow batch, then
-    ``finish`` (or ``discard``).
+    """Encodes one task's rows per topic-partition. ``add`` each Arrow batch and stage
+    what it returns, then ``finish`` with what the staging area made of it.
 
     >>> who = StagingAttempt(options, "query", 3, 0, 0, new_attempt_uid())  # doctest: +SKIP
-    >>> stager = PartitionStager(columns, who, LocalStagingArea(who))  # doctest: +SKIP
-    >>> for rb in batches: stager.add(rb)                           # doctest: +SKIP
-    >>> staged = stager.finish()                                    # doctest: +SKIP
+    >>> stager = PartitionStager(columns, who, LocalTopics(options))  # doctest: +SKIP
+    >>> area = LocalStagingArea(who)                                # doctest: +SKIP
+    >>> for rb in batches:                                          # doctest: +SKIP
+    ...     for b in stager.add(rb): area.write(b)
+    >>> staged = stager.finish(area.finish())                       # doctest: +SKIP
     """
 
     columns: SinkColumns
     attempt: StagingAttempt
-    area: StagingArea
+    topics: TopicDescriber
     _topics: dict[str, StagingTopic] = field(default_factory=dict)
-    _finished: bool = False
 
     def __post_init__(self) -> None:
         self._producer = producer_fields(self.attempt.sink_id, self.attempt.batch_id)
@@ -85,11 +88,12 @@ class PartitionStager:
 
     # -- rows ------------------------------------------------------------------------
 
-    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Route, encode and stage one batch of rows."""
+    def add(self, batch: pa.RecordBatch | pa.Table) -> list[StagedBatches]:
+        """Route, check and encode one batch of rows: each topic-partition's record
+        batches, to be staged in this order."""
         n = batch.num_rows
         if n == 0:
-            return
+            return []
         topics, topic_index, counts = self._route_topics(batch)
         partitions = self._partitions(batch, topics, topic_index, counts)
         self._check_timestamps(batch, topics, topic_index, partitions)
@@ -99,17 +103,18 @@ class PartitionStager:
             target = topic_index.astype(np.int64) * (1 << 32) + partitions
         first = int(target[0])
         if (target == first).all():
-            self._stage(batch, topics[int(topic_index[0])], int(partitions[0]))
-            return
+            return [self._encode(batch, topics[int(topic_index[0])], int(partitions[0]))]
         order = np.argsort(target, kind="stable")
         sorted_target = target[order]
         bounds = np.flatnonzero(np.diff(sorted_target)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
+        out = []
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             row = int(order[s])
             rows = batch.take(pa.array(order[s:e]))
-            self._stage(rows, topics[int(topic_index[row])], int(partitions[row]))
+            out.append(self._encode(rows, topics[int(topic_index[row])], int(partitions[row])))
+        return out
 
     def _check_timestamps(
         self,
@@ -212,11 +217,11 @@ class PartitionStager:
         if t is not None:
             return t
         validate_topic_name(name)
-        t = self.area.describe_topic(name)
+        t = self.topics.describe_topic(name)
         self._topics[name] = t
         return t
 
-    def _stage(self, rows: pa.RecordBatch, topic: StagingTopic, partition: int) -> None:
+    def _encode(self, rows: pa.RecordBatch, topic: StagingTopic, partition: int) -> StagedBatches:
         c = self.columns
         if c.timestamp is not None and not self.options.allow_expired_timestamps:
             check_retention(
@@ -259,14 +264,13 @@ class PartitionStager:
                     f"a record batch for {topic.name}-{partition} is {h.size} bytes, above "
                     f"the topic's max.message.bytes ({limit}): a single record is too large"
                 )
-        self.area.write(topic, partition, data, rows.num_rows)
+        return StagedBatches(topic, partition, data, rows.num_rows)
 
     # -- end -------------------------------------------------------------------------
 
-    def finish(self) -> StagedTask:
-        """Make the staged batches durable (the area's way); describe them."""
-        self._finished = True
-        out = self.area.finish()
+    def finish(self, out: StagedOutput) -> StagedTask:
+        """The task's commit message: what the staging area made durable (``out``) and
+        the topics it was routed and checked against."""
         a = self.attempt
         return StagedTask(
             a.sink_id,
@@ -278,10 +282,6 @@ class PartitionStager:
             tuple(sorted((t.name, t.partitions) for t in self._topics.values())),
             out.topic_configs,
         )
-
-    def discard(self) -> None:
-        """Remove what this task staged (a failed task leaves nothing behind)."""
-        self.area.discard()
 
 
 def check_retention(
@@ -349,20 +349,3 @@ def encode_batches_for(
             target = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
             headers = headers.cast(target)
     return encode_batches(values, keys, timestamps, headers, **kwargs)
-
-
-def run_stager(
-    columns: SinkColumns,
-    attempt: StagingAttempt,
-    area: StagingArea,
-    batches: Iterable[pa.RecordBatch],
-) -> StagedTask:
-    """Stage every batch of ``batches`` into ``area``; on any error, discard it all."""
-    stager = PartitionStager(columns, attempt, area)
-    try:
-        for rb in batches:
-            stager.add(rb)
-        return stager.finish()
-    except BaseException:
-        stager.discard()
-        raise

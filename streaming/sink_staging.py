@@ -51,7 +51,7 @@ from .sink_options import SinkOptions
 logger = logging.getLogger(__name__)
 
 __all__ = ["Fragment", "StagedFragment", "StagedTask", "StagingAttempt", "StagingTopic",
-           "StagingArea", "StagedOutput",
+           "StagingArea", "StagedOutput", "StagedBatches", "TopicDescriber",
            "producer_fields", "producer_id_of", "staging_root", "sink_state_dir", "SINK_DIR",
            "new_attempt_uid"]
 
@@ -182,6 +182,17 @@ class StagingTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class StagedBatches:
+    """Encoded record batches of one topic-partition (base offsets from 0), as
+    ``PartitionStager.add`` returns them for the staging area."""
+
+    topic: StagingTopic
+    partition: int
+    data: bytearray
+    records: int
+
+
+@dataclass(frozen=True, slots=True)
 class StagingAttempt:
     """Who stages: one task attempt of one micro-batch of one sink."""
 
@@ -207,18 +218,22 @@ class StagedOutput:
     topic_configs: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
 
-class StagingArea(Protocol):
-    """Where a task's encoded batches go (a backend's half of staging): ``PartitionStager``
-    routes, encodes and checks rows the same way for every backend and hands each
-    partition's bytes here."""
+class TopicDescriber(Protocol):
+    """What a task knows of the topics it writes (``sink_topics``), handed to the stager
+    and to its backend's ``StagingArea`` alike."""
 
     def describe_topic(self, name: str) -> StagingTopic:
         """Partition count and config of ``name`` (a missing one: the sink's creation
         settings, after ``require_creatable``)."""
         ...
 
-    def write(self, topic: StagingTopic, partition: int, data: bytes | bytearray,
-              records: int) -> None:
+
+class StagingArea(Protocol):
+    """Where a task's encoded batches go (a backend's half of staging): ``PartitionStager``
+    routes, encodes and checks rows the same way for every backend and hands each
+    partition's bytes here."""
+
+    def write(self, batches: StagedBatches) -> None:
         """Stage encoded batches (base offsets from 0) of one topic-partition."""
         ...
 

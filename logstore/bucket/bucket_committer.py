@@ -7,9 +7,10 @@ The appends (``bucket_append``, ``bucket_pipeline``), the maintenance
 and one call that commits a change: this object owns those (the ``BucketLogs``: the
 catalog and the topic logs; the refresh depth of ``one_refresh``, the parsed configs,
 the read-only and closed flags), with public methods only. The manager keeps what is
-its own (the ``BucketLog``s it opened, the append pipeline, the maintenance) and is
-told after every fold of new commits through ``on_change``, so it can give its opened
-logs the new state.
+its own (the ``BucketLog``s it opened, the append pipeline, the maintenance). It never
+calls its owner: a fold of new commits only replaces the state it holds, and the logs
+take it from there themselves, each through the ``PartitionSource`` it is handed (a part
+of this module, not a method of the manager), whenever they answer from their state.
 
 It imports nothing of the manager: the helpers depend on this module, the manager on
 them, never the other way round (``tests/test_import_cycles.py``).
@@ -54,7 +55,6 @@ class BucketCommitter:
         config: ManagerConfig,
         default_topic_config: LogConfig,
         read_only: bool,
-        on_change: Callable[[], None],
     ) -> None:
         self.storage = storage
         self.commits = commits
@@ -67,7 +67,6 @@ class BucketCommitter:
         """New segments whose indexes together are at most this size carry them in
         their commit entry (``bucket_segment.INLINE_INDEX_BYTES``); 0: always index
         objects."""
-        self._on_change = on_change
         self._lock = threading.Lock()  # guards _configs
         self._configs: dict[str, tuple[TopicSpec, LogConfig]] = {}
         self._held = _RefreshDepth()
@@ -90,15 +89,12 @@ class BucketCommitter:
 
     def refresh(self, topics: Iterable[str] | None = None) -> bool:
         """Fold the commits other processes made since (``BucketLogs.refresh``: the
-        catalog, then every topic log at once; ``topics``: only their logs) and tell the
-        owner (``on_change``); True if there were any. Inside ``one_refresh`` of this
-        thread, no request: the state that block refreshed."""
+        catalog, then every topic log at once; ``topics``: only their logs); True if
+        there were any. Inside ``one_refresh`` of this thread, no request: the state that
+        block refreshed."""
         if self._held.depth:
             return False
-        changed = self.commits.refresh(topics)
-        if changed:
-            self._on_change()
-        return changed
+        return self.commits.refresh(topics)
 
     @contextmanager
     def one_refresh(self, refresh: bool = True) -> Iterator[None]:
@@ -113,15 +109,8 @@ class BucketCommitter:
             self._held.depth -= 1
 
     def reload(self) -> None:
-        """Ask the bucket for newer commits (one LIST) even inside ``one_refresh``, and
-        tell the owner."""
+        """Ask the bucket for newer commits (one LIST) even inside ``one_refresh``."""
         self.commits.refresh()
-        self._on_change()
-
-    def sync_logs(self) -> None:
-        """Tell the owner the state changed (no request): a maintenance pass committed
-        through a commit log of its own making."""
-        self._on_change()
 
     def commit(
         self,
@@ -131,12 +120,8 @@ class BucketCommitter:
         snapshot: bool = True,
     ) -> BucketState | None:
         """One commit of ``bucket_commit_log`` (``CommitLog.commit``: ``build`` may run
-        again on a newer state after a lost race); the owner is told afterwards, whatever
-        happened: a lost race may have folded other writers' commits too."""
-        try:
-            return self.commits.commit(operation, build, snapshot=snapshot)
-        finally:
-            self._on_change()
+        again on a newer state after a lost race)."""
+        return self.commits.commit(operation, build, snapshot=snapshot)
 
     # -- lookups (refreshed once when they miss) ---------------------------------------
 
@@ -195,6 +180,50 @@ class BucketCommitter:
             self.commit("delete_topic", build)
         except UnknownTopicOrPartitionError:
             # A delete that died between its two commits: finish its catalog step.
-            if self.commits.finish_delete(name):
-                self._on_change()
+            self.commits.finish_delete(name)
             raise
+
+
+class PartitionSource:
+    """One partition's committed state as its ``bucket_log.BucketLog`` takes it, handed
+    to the log when it is opened: called as ``source(refresh)``, it returns the version
+    of the committer's state, the partition's state in it (None: the partition is gone),
+    the topic's config and topic id in it; ``refresh``: ask the bucket first (its
+    topic's log only, one LIST; the catalog's too when the topic is no longer in it).
+
+    A part beneath the manager, so that a log asks no method of the manager for its
+    state, and the committer tells no one of a fold: the log takes the newest state
+    itself, whenever it answers from it."""
+
+    __slots__ = ("committer", "topic", "partition")
+
+    def __init__(self, committer: BucketCommitter, topic: str, partition: int) -> None:
+        self.committer = committer
+        self.topic = topic
+        self.partition = partition
+
+    def __call__(
+        self, refresh: bool
+    ) -> tuple[int, PartitionState | None, LogConfig | None, str | None]:
+        committer, topic = self.committer, self.topic
+        if refresh:
+            # Its topic's log only (one LIST; the catalog's for a legacy topic): a reader
+            # behind on one partition asks nothing else.
+            committer.refresh([topic])
+            if topic not in committer.state.topics:
+                # Its log ends with a tombstone: was the name re-created? The catalog
+                # says (one more LIST, only now).
+                committer.refresh()
+        state = committer.state
+        # The config of the same state: a log kept across an alter_topic_config (a
+        # worker's cached reader) must not check a now-compacted topic's gaps with the
+        # policy it was opened under.
+        spec = state.topics.get(topic)
+        if spec is None:
+            return state.version, None, None, None
+        return (
+            state.version,
+            state.partition(topic, self.partition),
+            committer.config_of(topic, spec),
+            spec.topic_id,
+        )

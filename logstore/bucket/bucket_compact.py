@@ -103,12 +103,11 @@ class BucketCompactor:
 
     def __init__(self, commits: BucketLogs, manager_config: ManagerConfig, clock: Clock,
                  config_of: Callable[[str, TopicSpec | None], LogConfig],
-                 max_upload_age_ms: Callable[[], int], on_commit: Callable[[], None]) -> None:
+                 max_upload_age_ms: Callable[[], int]) -> None:
         self.commits = commits
         self.clock = clock
         self.config_of = config_of
         self.max_upload_age_ms = max_upload_age_ms
-        self.on_commit = on_commit
         self.cleaner = Cleaner(manager_config)  # its offset map is allocated once, reused
 
     def clean_dirtiest(self) -> CleanerStats | None:
@@ -164,7 +163,6 @@ class BucketCompactor:
         if done is None:
             discard(self.commits.storage, built)
             return None
-        self.on_commit()
         crash_point("compact-after-commit")
         logger.info("%s: compacted %s: offsets [%d, %d) mapped, %d segment(s) into %d, "
                     "%d -> %d bytes", self.commits.uri, key, stats.first_dirty_offset,

@@ -5,7 +5,10 @@ read_committed).
 Its segments are the committed ``SegmentEntry``s of the partition (``BucketSegment``,
 opened on first use); its high watermark is the committed log end of the state it was
 last given. What it reads never changes under it: committed objects are immutable and
-are deleted only ``file.delete.delay.ms`` after a commit removed them. A read that meets
+are deleted only ``file.delete.delay.ms`` after a commit removed them. It takes the
+newest state its manager's committer folded (no request) itself, through the
+``PartitionSource`` it is handed, before every read and every answer from its state: no
+one pushes a state into it, so nothing beneath it calls back up. A read that meets
 a vanished object (a reader older than that) refreshes the state once and tries again
 before it reports what is missing.
 
@@ -73,10 +76,10 @@ _WRITER_OPERATIONS = frozenset({
 
 
 class BucketLog(LogReads):
-    """A partition of a bucket; see the module docstring. ``source(refresh)`` returns the
-    version of the bucket state it read, the partition's committed state in it, the
-    topic's config and topic id in it (``refresh``: ask the bucket first); the state is
-    None when the partition is gone."""
+    """A partition of a bucket; see the module docstring. ``source(refresh)``
+    (``bucket_committer.PartitionSource``) returns the version of the bucket state it
+    read, the partition's committed state in it, the topic's config and topic id in it
+    (``refresh``: ask the bucket first); the state is None when the partition is gone."""
 
     _ATTEMPTS = 2
     _READ_END_NAME = "high watermark"
@@ -168,19 +171,29 @@ class BucketLog(LogReads):
         """Take the state the manager holds now (no request); True if it changed."""
         return self._sync(False)
 
+    def _follow(self) -> None:
+        """Take the newest state before an answer from it (no request). A partition
+        gone since keeps the state it last had here: a property answers from that, and
+        the log's next read, ``sync`` or ``refresh`` raises what happened to it."""
+        try:
+            self._sync(False)
+        except UnknownTopicOrPartitionError as e:
+            logger.debug("%s: answering from the last state taken: %s", self._tp(), e)
+
     def refresh(self, *, force: bool = False) -> bool:
         """Ask the bucket for newer commits (one LIST) and take the partition's state;
         True if it changed. (``force`` is accepted for the ``LogReader`` interface: every
         refresh asks.) Reads themselves ask only when an object they need is gone."""
-        # Compared here, not taken from _sync: the manager's refresh gives its logs the
-        # new state itself, so _sync would find this one already taken.
+        # Compared here, not taken from _sync: a property read since may have taken the
+        # state already, so _sync would find this one taken.
         before = (self._state, self._high_watermark, self.topic_id)
         self._sync(True)
         return (self._state, self._high_watermark, self.topic_id) != before
 
     def current_topic_id(self) -> str | None:
-        """The topic id of the state this log took last (``sync``/``refresh``): a bucket
-        has no directory to read it from again."""
+        """The topic id of the newest state (no request): a bucket has no directory to
+        read it from again."""
+        self._follow()
         return self.topic_id
 
     def _relist(self, *, force: bool = False) -> None:
@@ -206,6 +219,7 @@ class BucketLog(LogReads):
         """``LogReads.read``; a batch whose CRC does not match is a CorruptRecordError
         naming the object and the offsets, never returned (the bytes crossed a network
         and were written by any process: checked here, not only when decoded)."""
+        self._sync(False)
         fetched = super().read(start_offset, max_offset=max_offset, max_bytes=max_bytes,
                                isolation_level=isolation_level)
         if isolation_level != READ_COMMITTED:  # the committed read checked it already
@@ -284,11 +298,24 @@ class BucketLog(LogReads):
     # -- offsets and sizes ----------------------------------------------------------------
 
     @property
+    def log_start_offset(self) -> int:
+        self._follow()
+        return self._log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """The committed log end of the newest state."""
+        self._follow()
+        return self._high_watermark
+
+    @property
     def log_end_offset(self) -> int:
+        self._follow()
         return self._state.high_watermark
 
     @property
     def last_stable_offset(self) -> int:
+        self._follow()
         return self._high_watermark
 
     def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
@@ -303,15 +330,18 @@ class BucketLog(LogReads):
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
+        self._follow()
         bases, get = self._view()
         return tuple(get(i) for i in range(len(bases)))
 
     @property
     def num_segments(self) -> int:
+        self._follow()
         return len(self._state.segments)
 
     @property
     def size_in_bytes(self) -> int:
+        self._follow()
         return self._state.size_in_bytes
 
     # -- lifecycle ------------------------------------------------------------------------

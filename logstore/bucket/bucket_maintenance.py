@@ -132,7 +132,6 @@ class BucketMaintenance:
             return Change(partitions=changes) if changes else None
 
         done = self.commits.commit("retention", build)
-        self.committer.sync_logs()
         if done is None:
             return 0
         crash_point("retention-after-commit")
@@ -149,7 +148,7 @@ class BucketMaintenance:
                 if spec is None:
                     continue
                 result = merge_partition(self.commits, topic, n, self._config(topic, spec),
-                                         self.clock, grace // 2, self.committer.sync_logs)
+                                         self.clock, grace // 2)
                 merged += result.merged
             return merged
 
@@ -162,7 +161,7 @@ class BucketMaintenance:
             if self._compactor is None:
                 self._compactor = BucketCompactor(
                     self.commits, self.committer.config, self.clock, self._config,
-                    lambda: self.grace_ms() // 2, self.committer.sync_logs)
+                    lambda: self.grace_ms() // 2)
             return self._compactor.clean_dirtiest()
 
     def collect(self) -> CollectStats:

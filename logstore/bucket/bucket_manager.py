@@ -69,7 +69,7 @@ from ..storage.object_storage import ObjectStorage, StorageOptions, is_object_ur
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
 from .bucket_commit_log import Change, CommitLog
-from .bucket_committer import BucketCommitter
+from .bucket_committer import BucketCommitter, PartitionSource
 from .bucket_log import BucketLog
 from .bucket_logs import BucketLogs
 from .bucket_ownership import check_nesting
@@ -77,7 +77,6 @@ from .bucket_state import (
     NO_VERSION,
     BucketState,
     PartitionChange,
-    PartitionState,
     TopicSpec,
     tp_key,
 )
@@ -170,8 +169,7 @@ class BucketLogManager:
                                   topic_logs=topic_logs)
         self.committer = BucketCommitter(
             self.storage, self.commits, clock=clock, config=self.config,
-            default_topic_config=self.default_topic_config, read_only=read_only,
-            on_change=self._sync_logs)
+            default_topic_config=self.default_topic_config, read_only=read_only)
         self._lock = threading.RLock()  # guards _logs
         self._logs: dict[TopicPartition, BucketLog] = {}
         self._orphan_grace_ms = orphan_grace_ms
@@ -220,7 +218,10 @@ class BucketLogManager:
         those topics (``BucketLogs.refresh``: the catalog too when one is not known).
         Inside ``one_refresh`` of this thread, no request: the state that block
         refreshed."""
-        return self.committer.refresh(topics)
+        changed = self.committer.refresh(topics)
+        if changed:
+            self.sync_logs()
+        return changed
 
     @contextmanager
     def one_refresh(self, refresh: bool = True) -> Iterator[None]:
@@ -231,22 +232,27 @@ class BucketLogManager:
             yield
 
     def sync_logs(self) -> None:
-        """Give the logs opened so far the state the commit log holds (no request)."""
-        self._sync_logs()
-
-    def _sync_logs(self) -> None:
+        """Give the logs opened so far the state the commit log holds (no request), and
+        close those whose partition is gone. (Each log also takes the newest state
+        itself whenever it answers from it: this only lets go of the gone ones.)"""
         with self._lock:
             logs = list(self._logs.items())
         for tp, log in logs:
-            try:
-                log.sync()
-            except UnknownTopicOrPartitionError:
-                # deleted by another process, or re-created (TopicIdChangedError): the
-                # next get_log gives the new topic's log; a holder of this one is told
-                # by its own next call
-                with self._lock:
-                    if self._logs.get(tp) is log:
-                        self._logs.pop(tp).close()
+            self._follows(tp, log)
+
+    def _follows(self, tp: TopicPartition, log: BucketLog) -> bool:
+        """Give ``log`` the newest state; False (and the log closed and forgotten) when
+        its partition is gone: deleted by another process, or re-created
+        (TopicIdChangedError). The next get_log gives the new topic's log; a holder of
+        this one is told by its own next call."""
+        try:
+            log.sync()
+            return True
+        except UnknownTopicOrPartitionError:
+            with self._lock:
+                if self._logs.get(tp) is log:
+                    self._logs.pop(tp).close()
+            return False
 
     def check_writable(self) -> None:
         self.committer.check_writable()
@@ -350,38 +356,22 @@ class BucketLogManager:
         """Ask the bucket for newer commits (one LIST) and give the opened logs the new
         state: what a task does when its plan names another topic id than its log."""
         self.committer.reload()
+        self.sync_logs()
 
     def get_log(self, topic: str, partition: int) -> BucketLog:
-        """The partition's reader (the shared read path over its committed segments)."""
+        """The partition's reader (the shared read path over its committed segments),
+        handed its state source (``bucket_committer.PartitionSource``); a log opened
+        before its topic was re-created is replaced (``fail.on.data.loss``: a holder of
+        the old one is told by its own next call)."""
         self.committer.partition_state(topic, partition)
         with self._lock:
             log = self._logs.get((topic, partition))
-            if log is None:
-                config = self.topic_config(topic)
-
-                def source(refresh: bool) -> tuple[int, PartitionState | None,
-                                                   LogConfig | None, str | None]:
-                    if refresh:
-                        # Its topic's log only (one LIST; the catalog's for a legacy
-                        # topic): a reader behind on one partition asks nothing else.
-                        self.committer.refresh([topic])
-                        if topic not in self.state.topics:
-                            # Its log ends with a tombstone: was the name re-created?
-                            # The catalog says (one more LIST, only now).
-                            self.refresh()
-                    state = self.state
-                    # The config of the same state: a log kept across an
-                    # alter_topic_config (a worker's cached reader) must not check a
-                    # now-compacted topic's gaps with the policy it was opened under.
-                    spec = state.topics.get(topic)
-                    if spec is None:
-                        return state.version, None, None, None
-                    return (state.version, state.partition(topic, partition),
-                            self.committer.config_of(topic, spec), spec.topic_id)
-
-                log = self._logs[(topic, partition)] = BucketLog(
-                    self.storage, topic, partition, config, source,
-                    fail_on_data_loss=self.config.fail_on_data_loss)
+            if log is not None and self._follows((topic, partition), log):
+                return log
+            log = self._logs[(topic, partition)] = BucketLog(
+                self.storage, topic, partition, self.topic_config(topic),
+                PartitionSource(self.committer, topic, partition),
+                fail_on_data_loss=self.config.fail_on_data_loss)
             return log
 
     def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,

@@ -28,7 +28,6 @@ the others are committed. Uploads older than half the orphan grace are never com
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -156,7 +155,6 @@ def merged_segment(storage: Storage, run: tuple[SegmentEntry, ...], topic: str,
 
 def merge_partition(commits: BucketLogs, topic: str, partition: int, config: LogConfig,
                     clock: Clock, max_upload_age_ms: int,
-                    on_commit: Callable[[], None] = lambda: None,
                     runs: list[tuple[SegmentEntry, ...]] | None = None) -> MergeResult:
     """Plan (or take ``runs``), rewrite, upload and commit the merges of one partition
     (one commit)."""
@@ -204,7 +202,6 @@ def merge_partition(commits: BucketLogs, topic: str, partition: int, config: Log
     attempts = commits.last_attempts
     if done is None:
         return MergeResult(0, 0, len(runs), attempts)
-    on_commit()
     crash_point("merge-after-commit")
     merged = sum(len(run) for run, _seg in pending)
     logger.info("%s: merged %d segments of %s into %d", commits.uri, merged, key, len(pending))

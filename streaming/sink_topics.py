@@ -1,0 +1,132 @@
+"""Executor side of the exactly-once sink: what a task knows of the topics it writes.
+
+``PartitionStager`` meets a topic's name in the rows and asks its ``TopicDescriber``
+for the topic's partition count and config (a missing topic: the sink's creation
+settings, after ``require_creatable``); the backend's ``StagingArea`` is handed the same
+part, so neither calls the other back for it:
+
+- ``LocalTopics``: from the directory listing of the log dirs, through the process's
+  shared reader (``log_readers``), and where each partition's directory is.
+- ``BucketTopics``: from the committed state of the process's shared manager of the
+  bucket (refreshed once per task), and which config overrides the rows were checked
+  against (the commit message carries them: the commit refuses a topic whose config
+  changed since).
+
+Not thread-safe: one describer per task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.config.topics import parse_overrides
+from seglog.logstore.errors import LogDirError, SeglogError
+from seglog.logstore.storage.file_names import partition_dir_name
+from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.storage.storage import LOCAL
+
+from .log_readers import reader
+from .sink_options import SinkOptions, require_creatable
+from .sink_staging import StagingTopic, check_partition_count
+
+__all__ = ["LocalTopics", "BucketTopics", "shared_bucket"]
+
+
+class LocalTopics:
+    """The topics of the sink's local log dirs (see the module docstring)."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self._default_config = LogConfig.from_properties(options.topic_config or {})
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        """Partition count, config and placement of a topic, from the directory listing
+        (no segment is read); a missing topic gets the sink's creation settings.
+
+        Through the process's shared reader (``log_readers``): a reused Python worker
+        describes the topic of every task and micro-batch without opening the log dirs
+        again; the reader re-lists a dir only when its mtime moved (a topic created by a
+        commit since), so nothing published is missed."""
+        options = self.options
+        dirs = [Path(d) for d in options.log_dirs]
+        try:
+            if not all(LOCAL.is_dir(d) for d in dirs):
+                for d in dirs:
+                    LOCAL.makedirs(d)
+            with reader(options.log_dirs, options.storage) as mgr:
+                # topics() first: a missing topic is no error here (the shared reader is
+                # dropped after a call that raises).
+                exists = name in mgr.topics()
+                if exists:
+                    numbers = mgr.partitions(name)
+                    config = mgr.topic_config(name)
+        except OSError as e:
+            raise LogDirError(
+                f"the seglog sink cannot use log dir {e.filename or dirs}: {e.strerror}"
+            ) from e
+        if not exists:
+            require_creatable(options, name)
+            return StagingTopic(name, options.num_partitions, self._default_config, {})
+        check_partition_count(options, name, len(numbers))
+        placement = {}
+        for n in numbers:
+            for d in dirs:
+                if LOCAL.is_dir(d / partition_dir_name(name, n)):
+                    placement[n] = d
+                    break
+        if numbers != list(range(len(numbers))):
+            raise LogDirError(f"topic {name!r} has partitions {numbers}: some are missing")
+        return StagingTopic(name, len(numbers), config, placement)
+
+
+class BucketTopics:
+    """The topics of the sink's bucket (see the module docstring); ``manager()`` is the
+    process's shared manager of the bucket, which the staging area uploads through."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.bucket: BucketLogManager | None = None
+        self.validated: dict[str, dict[str, str]] = {}
+        """Per topic described, the config overrides its rows are checked against."""
+
+    def manager(self) -> BucketLogManager:
+        """The process's shared manager of the bucket, refreshed once per task."""
+        if self.bucket is None:
+            self.bucket = shared_bucket(self.options)
+            self.bucket.refresh()  # once per task: the commits since the last task
+        return self.bucket
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        mgr = self.manager()
+        options = self.options
+        spec = mgr.state.topics.get(name)
+        if spec is None:
+            require_creatable(options, name)
+            overrides = parse_overrides(
+                dict(options.topic_config or {}), base=mgr.default_topic_config
+            )
+            self.validated[name] = overrides
+            config = LogConfig.from_properties(overrides, base=mgr.default_topic_config)
+            return StagingTopic(name, options.num_partitions, config, {})
+        check_partition_count(options, name, spec.partitions)
+        self.validated[name] = dict(spec.config)
+        return StagingTopic(name, spec.partitions, mgr.topic_config(name), {})
+
+    def checked_configs(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """``StagedTask.topic_configs``: each topic's overrides, sorted."""
+        return tuple(
+            sorted((name, tuple(sorted(config.items()))) for name, config in self.validated.items())
+        )
+
+
+def shared_bucket(options: SinkOptions) -> BucketLogManager:
+    """This process's manager of the sink's bucket (``log_readers.reader``: the source's
+    shared one, opened once per Python worker). Tasks only read its state and PUT and
+    DELETE their own objects through its storage."""
+    if options.bucket_uri is None:
+        raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
+    with reader(options.log_dirs, options.storage) as mgr:
+        return cast(BucketLogManager, mgr)
