@@ -100,11 +100,18 @@ class _Stale(Exception):  # noqa: N818 - a signal, never raised to a caller
 
 
 def upgrade_topic_logs(
-    logs: BucketLogs, topics: Iterable[str] | None = None, *, dry_run: bool = False
+    logs: BucketLogs,
+    topics: Iterable[str] | None = None,
+    *,
+    dry_run: bool = False,
+    before_move: Callable[[list[str]], object] | None = None,
 ) -> UpgradeReport:
     """Move ``topics`` (None: every legacy topic) into their own logs; see the module
     docstring. A named topic the bucket does not hold raises
-    UnknownTopicOrPartitionError before anything is written."""
+    UnknownTopicOrPartitionError before anything is written. ``before_move``: called
+    with the topics to move just before the first write (not in a dry run, nor when
+    nothing is to move), e.g. to warn that older seglog versions will refuse the
+    bucket."""
     logs.refresh()
     wanted = _wanted(logs, topics)
     state = logs.state
@@ -114,6 +121,8 @@ def upgrade_topic_logs(
         return UpgradeReport(
             logs.uri, tuple(_move(state, t, None) for t in legacy), already, dry_run
         )
+    if before_move is not None:
+        before_move(legacy)
     stale = 0
     catalog = logs.catalog
     prepared = _prepare(catalog, catalog.state, legacy)
