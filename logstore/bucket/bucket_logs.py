@@ -382,7 +382,9 @@ class BucketLogs:
             self._open_named(state)
             merged = self._view_with(None, state)
             rebuilt = build(merged)
-            if rebuilt is not None and self._route(merged, rebuilt) != ("catalog",):
+            if rebuilt is not None and _route_after_move(self, operation, merged, rebuilt) != (
+                "catalog",
+            ):
                 raise _Reroute()
             return rebuilt
 
@@ -483,6 +485,24 @@ class BucketLogs:
 
 class _LogIdTaken(Exception):  # noqa: N818 - a signal, never raised to a caller
     """Version 0 of a new topic log exists already."""
+
+
+def _route_after_move(
+    logs: BucketLogs, operation: str, view: BucketState, change: Change
+) -> _Route:
+    """``_route`` of a catalog change rebuilt on a newer catalog, where some of the
+    legacy topics it changes may have moved to their own logs (``bucket_upgrade``): a
+    change of one topic follows it there (``_Reroute``), one of several can no longer be
+    one commit, and the caller, who grouped its topics by logs, must start over."""
+    try:
+        return logs._route(view, change)
+    except ValueError:
+        raise CommitConflictError(
+            f"{logs.uri}: could not commit {operation}: topics it changes "
+            f"{sorted(change_topics(change) & set(view.topic_logs))} moved to their own "
+            f"commit logs meanwhile (seglog upgrade); nothing of this {operation} is "
+            f"visible: retry it"
+        ) from None
 
 
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:

@@ -208,3 +208,91 @@ def test_a_move_killed_before_the_catalog_commit_leaves_the_topics_legacy(s3_uri
         assert [m.topic for m in report.moved] == ["a", "b"]
         assert not {m.log_id for m in report.moved} & left  # new logs, the old unnamed
         assert values(mgr, "a")[-3:] == [b"still-0", b"still-1", b"still-2"]
+
+
+def test_an_append_to_several_legacy_topics_racing_their_move_fails_whole(monkeypatch):
+    """append_many over two legacy topics is one catalog commit; the move wins the
+    version it wanted, so its rebuild would span two logs: it fails, nothing of it
+    visible, and the retry commits each topic in its own log."""
+    from seglog.logstore.bucket import bucket_append
+    from seglog.logstore.errors import CommitConflictError
+
+    uri = memory_uri()
+    legacy_bucket(uri, {"a": 1, "b": 1})
+    writer = BucketLogManager(uri)
+    upload = bucket_append.upload_parts
+    moved: list[int] = []
+
+    def the_move_lands_meanwhile(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        if not moved:
+            with BucketLogManager(uri) as other:
+                moved.append(other.upgrade_topic_logs().catalog_version)
+        return upload(*args, **kwargs)
+
+    monkeypatch.setattr(bucket_append, "upload_parts", the_move_lands_meanwhile)
+    records = {("a", 0): batch("both"), ("b", 0): batch("both")}
+    with pytest.raises(CommitConflictError, match=r"\['a', 'b'\] moved to their own commit"):
+        writer.append_many(records)
+    with BucketLogManager(uri, read_only=True) as reader:
+        assert reader.high_watermarks() == {("a", 0): 3, ("b", 0): 3}  # nothing of it
+    writer.append_many(records)  # the retry groups by the new logs
+    writer.close()
+    with BucketLogManager(uri, read_only=True) as reader:
+        assert reader.high_watermarks() == {("a", 0): 6, ("b", 0): 6}
+        assert reader.commits.catalog.state.version == moved[0]
+
+
+def test_a_reader_that_planned_a_range_before_the_move_reads_the_same_bytes_after():
+    uri = memory_uri()
+    legacy_bucket(uri, {"t": 1})
+    with BucketLogManager(uri, topic_logs=False) as old:
+        old.append("t", 0, batch("more"))
+    reader = BucketLogManager(uri, read_only=True)
+    log = reader.get_log("t", 0)
+    start, end = log.log_start_offset, log.high_watermark  # the plan: [0, 6)
+    before = b"".join(bytes(c) for c in log.read_chunks(start, end))
+    with BucketLogManager(uri) as mgr:
+        mgr.upgrade_topic_logs()
+        mgr.append("t", 0, batch("later"))  # the log grows in its own log meanwhile
+    assert b"".join(bytes(c) for c in log.read_chunks(start, end)) == before
+    reader.refresh()
+    moved = reader.get_log("t", 0)
+    assert moved.high_watermark == end + 3
+    assert b"".join(bytes(c) for c in moved.read_chunks(start, end)) == before
+    reader.close()
+    with BucketLogManager(uri, read_only=True) as fresh:
+        again = fresh.get_log("t", 0)
+        assert b"".join(bytes(c) for c in again.read_chunks(start, end)) == before
+
+
+def test_version_0_of_a_moved_topic_keeps_compaction_gaps_and_its_cleaner_offset():
+    """A compacted partition has offsets no segment holds and a log start above 0: an
+    append-like first commit could not express it; ``move_topic`` sets it whole (and
+    refuses to set a partition that holds segments already)."""
+    from seglog.logstore.bucket.bucket_state import (
+        MOVE_OPERATION,
+        BucketState,
+        Commit,
+        PartitionChange,
+        PartitionState,
+        SegmentEntry,
+        TopicSpec,
+    )
+
+    def entry(base: int, end: int) -> SegmentEntry:
+        return SegmentEntry(f"t-0/{base:020d}-{base:016x}", base, end, 100, 1)
+
+    segments = (entry(0, 5), entry(8, 10))  # [5, 8) compacted away
+    change = PartitionChange(add=segments, log_start_offset=2, cleaner_offset=8)
+    spec = TopicSpec(1, {"cleanup.policy": "compact"}, None)
+
+    def first(operation: str) -> Commit:
+        return Commit(0, "w", 1, operation, {"t": spec}, {"t-0": change})
+
+    moved = BucketState().apply(Commit.decode(first(MOVE_OPERATION).encode(), "c", 0))
+    assert moved.partitions["t-0"] == PartitionState(segments, 2, 8)
+    with pytest.raises(CorruptMetadataError, match=r"offsets \[5, 8\) would be held by no"):
+        BucketState().apply(first("create_topic"))
+    again = Commit(1, "w", 1, MOVE_OPERATION, {}, {"t-0": change})
+    with pytest.raises(CorruptMetadataError, match="holds segments already"):
+        moved.apply(again)
