@@ -141,6 +141,13 @@ class BucketLogs:
         with self._lock:
             return dict(self._logs)
 
+    def adopt(self, logs: dict[str, CommitLog]) -> None:
+        """Take logs this process wrote and the catalog now names (``bucket_upgrade``'s
+        moves) as open, without reading them again."""
+        with self._lock:
+            for log_id, log in logs.items():
+                self._logs.setdefault(log_id, log)
+
     def _open_named(self, catalog: BucketState) -> None:
         """Open the logs ``catalog`` names that are not open yet (at once: one round
         trip however many), and forget the logs it no longer names."""

@@ -139,17 +139,16 @@ def upgrade_topic_logs(
                 sorted(e.topics),
             )
             current = catalog.state
-            for name in list(prepared):
-                if name not in current.topics:  # deleted, or moved by another upgrade
-                    del prepared[name]
-                    stale += 1
+            for name in e.topics:  # a deleted one (or moved by another upgrade) is dropped
+                del prepared[name]
             prepared.update(_prepare(catalog, current, sorted(e.topics & set(current.topics))))
             continue
-        logs.refresh()  # opens the logs the catalog now names
         if done is None:  # every topic deleted or moved by another upgrade meanwhile
             return UpgradeReport(logs.uri, (), already, False, stale)
+        # The catalog now names the logs this process just wrote: no need to read them.
+        logs.adopt({p.log_id: p.log for p in prepared.values()})
         view = logs.state
-        moved = tuple(_move(view, t, prepared[t][0]) for t in sorted(prepared))
+        moved = tuple(_move(view, t, prepared[t].log_id) for t in sorted(prepared))
         return UpgradeReport(logs.uri, moved, already, False, stale, done.version)
     raise CommitConflictError(
         f"{logs.uri}: could not move topics {sorted(prepared)} to their own logs: other "
@@ -195,22 +194,29 @@ def _move(state: BucketState, topic: str, log_id: str | None) -> TopicMove:
     )
 
 
-_Prepared = dict[str, tuple[str, tuple[object, ...]]]
-"""topic -> (its prepared log id, the catalog projection it was built from)."""
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A topic's new log, written and not named yet."""
+
+    log_id: str
+    log: CommitLog
+    projection: tuple[object, ...]
+    """The catalog's ``_projection`` of the topic the log was built from."""
 
 
-def _prepare(catalog: CommitLog, state: BucketState, topics: list[str]) -> _Prepared:
+def _prepare(catalog: CommitLog, state: BucketState, topics: list[str]) -> dict[str, _Prepared]:
     """Version 0 of a log for each of ``topics`` as ``state`` holds them, all at once."""
     if not topics:
         return {}
 
-    def one(topic: str) -> tuple[str, tuple[str, tuple[object, ...]]]:
+    def one(topic: str) -> tuple[str, _Prepared]:
         spec = state.topics[topic]
         projection = (
             spec,
             *(state.partitions.get(tp_key(topic, p)) for p in range(spec.partitions)),
         )
-        return topic, (_first_version(catalog, spec, _first_change(state, topic, spec)), projection)
+        log_id, log = _first_version(catalog, spec, _first_change(state, topic, spec))
+        return topic, _Prepared(log_id, log, projection)
 
     with ThreadPoolExecutor(
         min(len(topics), PREPARE_THREADS), thread_name_prefix="seglog-upgrade"
@@ -231,9 +237,11 @@ def _first_change(state: BucketState, topic: str, spec: TopicSpec) -> Change:
     return Change(topics={topic: spec}, partitions=parts, sinks=dict(state.sinks))
 
 
-def _first_version(catalog: CommitLog, spec: TopicSpec, change: Change) -> str:
-    """Write version 0 of a new log; its id: the topic id, unless a log of that id exists
-    already (an earlier move that died or went stale), then a fresh one."""
+def _first_version(catalog: CommitLog, spec: TopicSpec, change: Change) -> tuple[str, CommitLog]:
+    """Write version 0 of a new log; its id (the topic id, unless a log of that id exists
+    already: an earlier move that died or went stale; then a fresh one) and the log. No
+    snapshot: version 0 is the whole state already, and skipping it saves two sequential
+    requests per move."""
     log_id = spec.topic_id or uuid.uuid4().hex
     for _ in range(3):
         log = catalog.sibling(topic_layout(log_id), load=False)
@@ -244,8 +252,8 @@ def _first_version(catalog: CommitLog, spec: TopicSpec, change: Change) -> str:
             return change
 
         try:
-            log.commit(MOVE_OPERATION, first)
-            return log_id
+            log.commit(MOVE_OPERATION, first, snapshot=False)
+            return log_id, log
         except _LogIdTaken:
             log_id = f"{spec.topic_id or 'log'}-{uuid.uuid4().hex[:8]}"
     raise CommitConflictError(
@@ -258,21 +266,19 @@ class _LogIdTaken(Exception):  # noqa: N818 - a signal, never raised to a caller
     """Version 0 of that topic log exists already."""
 
 
-def _namer(
-    prepared: Mapping[str, tuple[str, tuple[object, ...]]],
-) -> Callable[[BucketState], Change | None]:
+def _namer(prepared: Mapping[str, _Prepared]) -> Callable[[BucketState], Change | None]:
     """The catalog commit's build: name every prepared log, unless a topic changed since
     its log was prepared (then none: ``_Stale``, the caller prepares those again)."""
 
     def build(state: BucketState) -> Change | None:
-        stale = {t for t, (_, seen) in prepared.items() if _projection(state, t) != seen}
+        stale = {t for t, p in prepared.items() if _projection(state, t) != p.projection}
         if stale:
             raise _Stale(stale)
         if not prepared:
             return None
         return Change(
             topics=dict.fromkeys(prepared, None),
-            topic_logs={t: log_id for t, (log_id, _) in prepared.items()},
+            topic_logs={t: p.log_id for t, p in prepared.items()},
         )
 
     return build
