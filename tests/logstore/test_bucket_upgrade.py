@@ -208,6 +208,10 @@ def test_a_move_killed_before_the_catalog_commit_leaves_the_topics_legacy(s3_uri
         assert [m.topic for m in report.moved] == ["a", "b"]
         assert not {m.log_id for m in report.moved} & left  # new logs, the old unnamed
         assert values(mgr, "a")[-3:] == [b"still-0", b"still-1", b"still-2"]
+    with BucketLogManager(s3_uri, orphan_grace_ms=0) as collector:  # the grace is past
+        assert collector.collect().topic_logs == 2
+        assert values(collector, "b") == [b"b0-0", b"b0-1", b"b0-2"]
+    assert topic_log_dirs(s3_uri) == {m.log_id for m in report.moved}
 
 
 def test_an_append_to_several_legacy_topics_racing_their_move_fails_whole(monkeypatch):
@@ -296,3 +300,41 @@ def test_version_0_of_a_moved_topic_keeps_compaction_gaps_and_its_cleaner_offset
     again = Commit(1, "w", 1, MOVE_OPERATION, {}, {"t-0": change})
     with pytest.raises(CorruptMetadataError, match="holds segments already"):
         moved.apply(again)
+
+
+def test_a_writer_process_appending_through_the_move_loses_nothing(s3_uri: str):
+    """Another process appends to a legacy topic in a loop while this one moves it:
+    every acknowledged append is read back once, in order, and none failed; the catalog
+    holds no commit of the topic after the move."""
+    legacy_bucket(s3_uri, {"t": 1, "u": 1})
+    code = (
+        "import sys\n"
+        "import pyarrow as pa\n"
+        "from seglog.logstore.bucket.bucket_manager import BucketLogManager\n"
+        "from seglog.logstore.records.record_codec import encode_batches\n"
+        f"mgr = BucketLogManager({s3_uri!r})\n"
+        "for i in range(40):\n"
+        "    mgr.append('t', 0, encode_batches(pa.array([f'w{i}'.encode()])))\n"
+        "    print(i, flush=True)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": SRC}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert writer.stdout is not None
+        for _ in range(5):  # it is appending
+            writer.stdout.readline()
+        with BucketLogManager(s3_uri) as mgr:
+            report = mgr.upgrade_topic_logs()
+        out, err = writer.communicate(timeout=300)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert writer.returncode == 0, err.decode()[-2000:]
+    assert [m.topic for m in report.moved] == ["t", "u"]
+    with BucketLogManager(s3_uri, read_only=True) as reader:
+        assert values(reader, "t")[3:] == [f"w{i}".encode() for i in range(40)]
+        catalog = reader.commits.catalog.state
+        assert catalog.version == report.catalog_version and set(catalog.topics) == set()
