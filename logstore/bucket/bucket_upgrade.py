@@ -14,7 +14,9 @@ A move of topic X folded from the catalog at version V is two steps:
    catalog and names L (``topics: {X: null}``, ``topic_logs: {X: L}``). Its build runs on
    the catalog's newest state: when a commit since V changed X (an append, a retention,
    an alter, a delete...), L is stale and is NOT named; the move prepares a new log from
-   that state and tries again. A stale or abandoned L is a log no catalog names: the
+   that state and tries again, inside the commit's build, so that a lost race is retried
+   as any commit's is (the turn of ``bucket_turn`` keeps a writer appending to X in a
+   loop from starving the move). A stale or abandoned L is a log no catalog names: the
    collector deletes it after the orphan grace.
 
 After the catalog commit, a writer with a stale view that commits X to the catalog loses
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -57,8 +59,6 @@ from .bucket_state import (
 logger = logging.getLogger(__name__)
 
 UPGRADE_CRASH_STEPS = ("upgrade-after-topic-logs",)
-MAX_ROUNDS = 10
-"""How many times the move prepares new logs for topics other writers keep changing."""
 PREPARE_THREADS = 16
 
 
@@ -91,14 +91,6 @@ class UpgradeReport:
     """The catalog version that moved them (NO_VERSION: nothing moved)."""
 
 
-class _Stale(Exception):  # noqa: N818 - a signal, never raised to a caller
-    """Topics changed in the catalog since their log was prepared."""
-
-    def __init__(self, topics: set[str]) -> None:
-        super().__init__(sorted(topics))
-        self.topics = topics
-
-
 def upgrade_topic_logs(
     logs: BucketLogs,
     topics: Iterable[str] | None = None,
@@ -123,38 +115,15 @@ def upgrade_topic_logs(
         )
     if before_move is not None:
         before_move(legacy)
-    stale = 0
-    catalog = logs.catalog
-    prepared = _prepare(catalog, catalog.state, legacy)
-    for _ in range(MAX_ROUNDS):
-        crash_point("upgrade-after-topic-logs")
-        try:
-            done = catalog.commit(MOVE_OPERATION, _namer(prepared))
-        except _Stale as e:
-            stale += len(e.topics)
-            logger.info(
-                "%s: topics %s changed while their logs were prepared: preparing "
-                "new ones (the old ones are collected after the orphan grace)",
-                logs.uri,
-                sorted(e.topics),
-            )
-            current = catalog.state
-            for name in e.topics:  # a deleted one (or moved by another upgrade) is dropped
-                del prepared[name]
-            prepared.update(_prepare(catalog, current, sorted(e.topics & set(current.topics))))
-            continue
-        if done is None:  # every topic deleted or moved by another upgrade meanwhile
-            return UpgradeReport(logs.uri, (), already, False, stale)
-        # The catalog now names the logs this process just wrote: no need to read them.
-        logs.adopt({p.log_id: p.log for p in prepared.values()})
-        view = logs.state
-        moved = tuple(_move(view, t, prepared[t].log_id) for t in sorted(prepared))
-        return UpgradeReport(logs.uri, moved, already, False, stale, done.version)
-    raise CommitConflictError(
-        f"{logs.uri}: could not move topics {sorted(prepared)} to their own logs: other "
-        f"writers changed them {MAX_ROUNDS} times while their logs were prepared; nothing "
-        f"moved (run `seglog upgrade` again when they are quieter)"
-    )
+    namer = _Namer(logs.catalog, legacy)
+    done = logs.catalog.commit(MOVE_OPERATION, namer.build)
+    if done is None:  # every topic deleted or moved by another upgrade meanwhile
+        return UpgradeReport(logs.uri, (), already, False, namer.stale)
+    # The catalog now names the logs this process just wrote: no need to read them.
+    logs.adopt({p.log_id: p.log for p in namer.prepared.values()})
+    view = logs.state
+    moved = tuple(_move(view, t, namer.prepared[t].log_id) for t in sorted(namer.prepared))
+    return UpgradeReport(logs.uri, moved, already, False, namer.stale, done.version)
 
 
 def _wanted(logs: BucketLogs, topics: Iterable[str] | None) -> list[str]:
@@ -266,19 +235,40 @@ class _LogIdTaken(Exception):  # noqa: N818 - a signal, never raised to a caller
     """Version 0 of that topic log exists already."""
 
 
-def _namer(prepared: Mapping[str, _Prepared]) -> Callable[[BucketState], Change | None]:
-    """The catalog commit's build: name every prepared log, unless a topic changed since
-    its log was prepared (then none: ``_Stale``, the caller prepares those again)."""
+class _Namer:
+    """The catalog commit's build: on the catalog's newest state, (re)prepare the log of
+    every topic that has none yet or changed since its log was prepared (a stale log is
+    left unnamed), drop the topics gone from the catalog, then name every prepared log.
+    Preparing inside the build puts the move under the commit log's rules for a lost
+    race: retried at once on the winner's commit, then with the turn asked of a writer
+    that commits in a loop (``bucket_turn``), so a busy writer of a moved topic cannot
+    starve the move."""
 
-    def build(state: BucketState) -> Change | None:
-        stale = {t for t, p in prepared.items() if _projection(state, t) != p.projection}
-        if stale:
-            raise _Stale(stale)
-        if not prepared:
+    def __init__(self, catalog: CommitLog, topics: list[str]) -> None:
+        self.catalog = catalog
+        self.topics = topics
+        self.prepared: dict[str, _Prepared] = {}
+        self.stale = 0
+        """Logs prepared and left unnamed (their topic changed, or went)."""
+
+    def build(self, state: BucketState) -> Change | None:
+        for topic in list(self.prepared):
+            if _projection(state, topic) != self.prepared[topic].projection:
+                del self.prepared[topic]
+                self.stale += 1
+        todo = [t for t in self.topics if t in state.topics and t not in self.prepared]
+        if todo and self.stale:
+            logger.info(
+                "%s: topics %s changed since their logs were prepared: preparing new ones "
+                "(the old ones are collected after the orphan grace)",
+                self.catalog.uri,
+                todo,
+            )
+        self.prepared.update(_prepare(self.catalog, state, todo))
+        if not self.prepared:
             return None
+        crash_point("upgrade-after-topic-logs")
         return Change(
-            topics=dict.fromkeys(prepared, None),
-            topic_logs={t: p.log_id for t, p in prepared.items()},
+            topics=dict.fromkeys(self.prepared, None),
+            topic_logs={t: p.log_id for t, p in self.prepared.items()},
         )
-
-    return build
