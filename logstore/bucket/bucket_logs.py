@@ -31,6 +31,11 @@ in that order. What is atomic is then one topic (all its partitions at once); th
 multi-topic callers (``append_many``, the pipeline, retention, the sink) say what a
 failure part-way leaves.
 
+Over 500 lines: one class routes every kind of commit (one topic's, a create, a delete,
+the catalog's, one racing a move of ``bucket_upgrade``) over one cached view and lock; the
+natural split (the two-step create and delete out of the router) is left to the
+rework of the commit loop for writers of one topic, which edits this module meanwhile.
+
 Thread-safety: thread-safe (``_lock`` guards the logs opened and the cached view; each
 ``CommitLog`` serializes its own commits).
 """
