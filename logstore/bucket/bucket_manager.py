@@ -80,6 +80,7 @@ from .bucket_state import (
     TopicSpec,
     tp_key,
 )
+from .bucket_upgrade import UpgradeReport, upgrade_topic_logs
 
 if TYPE_CHECKING:
     from ..log_dirs_api import TaskRun
@@ -331,6 +332,24 @@ class BucketLogManager:
             for tp in [tp for tp in self._logs if tp[0] == name]:
                 self._logs.pop(tp).close()
         logger.info("deleted topic %s from %s", name, self.uri)
+
+    def upgrade_topic_logs(self, topics: Iterable[str] | None = None, *,
+                           dry_run: bool = False,
+                           before_move: Callable[[list[str]], object] | None = None
+                           ) -> UpgradeReport:
+        """Move ``topics`` (None: every one) still held in the catalog log (legacy
+        topics, written before per-topic commit logs) into their own commit logs, without
+        copying data (``bucket_upgrade``); topics in their own log already are left as
+        they are. ``dry_run``: only say what would move. Once a topic moved, seglog
+        versions before per-topic logs refuse the bucket (docs/upgrading.md):
+        ``before_move`` is called with the topics to move before anything is written."""
+        if not dry_run:
+            self.check_writable()
+        report = upgrade_topic_logs(self.commits, topics, dry_run=dry_run,
+                                    before_move=before_move)
+        if report.moved and not dry_run:
+            self._sync_logs()
+        return report
 
     # -- logs ------------------------------------------------------------------------
 

@@ -55,9 +55,13 @@ reads at most this many commits after a snapshot."""
 NO_VERSION = -1
 """The version of the empty state (the first commit is version 0)."""
 
+MOVE_OPERATION = "move_topic"
+"""A legacy topic moving from the catalog to its own log (``bucket_upgrade``): version 0
+of the topic log sets each partition whole as the catalog held it, and the catalog
+commit takes the topic out while naming its log, in one version."""
 OPERATIONS = frozenset({"create_topic", "alter_config", "add_partitions", "delete_topic",
                         "append", "sink_append", "delete_records", "merge", "retention",
-                        "compact"})
+                        "compact", MOVE_OPERATION})
 """What a commit's ``operation`` may say; another word is damage (or a newer format)."""
 GAPS_ALLOWED = frozenset({"compact"})
 """Operations that may leave offsets no segment holds (compaction's removed records);
@@ -436,9 +440,11 @@ class BucketState:
         parts = dict(self.partitions)
         topic_logs = dict(self.topic_logs)
         for name, log_id in commit.topic_logs.items():
+            moving = commit.operation == MOVE_OPERATION and name in commit.topics \
+                and commit.topics[name] is None
             if log_id is None:
                 topic_logs.pop(name, None)
-            elif name in topics or name in commit.topics:
+            elif (name in topics or name in commit.topics) and not moving:
                 raise CorruptMetadataError(f"{where}: names a log for topic {name!r}, which "
                                            f"the catalog holds itself")
             else:
@@ -471,6 +477,9 @@ class BucketState:
             if current is None:
                 raise CorruptMetadataError(f"{where}: changes partition {key}, which does "
                                            f"not exist")
+            if commit.operation == MOVE_OPERATION:
+                parts[key] = _moved_partition(current, change, f"{where}: partition {key}", key)
+                continue
             parts[key] = _apply_change(current, change, f"{where}: partition {key}", key,
                                        gaps_allowed=commit.operation in GAPS_ALLOWED)
         sinks = dict(self.sinks)
@@ -644,6 +653,27 @@ def _apply_change(current: PartitionState, change: PartitionChange, where: str,
     lso = max(lso, new[0].base_offset) if new else end
     cleaned = current.cleaner_offset if change.cleaner_offset is None else change.cleaner_offset
     return replace(current, segments=new, log_start_offset=lso, cleaner_offset=cleaned)
+
+
+def _moved_partition(current: PartitionState, change: PartitionChange, where: str,
+                     partition_key: str) -> PartitionState:
+    """A partition set whole by a move (``MOVE_OPERATION``): it must be new (version 0
+    of a topic log), and it takes the catalog's segments, log start and cleaner offset as
+    they were, compaction's gaps and a log start above 0 included (an append could not
+    express them)."""
+    if current != PartitionState() or change.remove:
+        raise CorruptMetadataError(f"{where}: a {MOVE_OPERATION} commit sets a partition "
+                                   f"that holds segments already (or removes some)")
+    entries = tuple(sorted(change.add, key=_base))
+    for e in entries:
+        check_entry_key(e, partition_key, where)
+    _check_order(entries, where)
+    lso = change.log_start_offset or 0
+    if entries and not entries[0].base_offset <= lso <= entries[-1].next_offset:
+        raise CorruptMetadataError(f"{where}: field 'log_start_offset' {lso} is outside "
+                                   f"its segments [{entries[0].base_offset}, "
+                                   f"{entries[-1].next_offset})")
+    return PartitionState(entries, lso, change.cleaner_offset)
 
 
 def _gaps(segments: tuple[SegmentEntry, ...]) -> list[tuple[int, int]]:

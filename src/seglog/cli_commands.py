@@ -92,6 +92,11 @@ REGISTRY: dict[str, Entry] = {
         "(dry run unless --execute)",
         "seglog.cli_repair",
     ),
+    "upgrade": Entry(
+        "move a bucket log dir's legacy topics (in its catalog log) into their own "
+        "commit logs (--dry-run lists them)",
+        "seglog.cli_upgrade",
+    ),
     "probe-store": Entry(
         "check that an object store enforces the conditional writes seglog's "
         "commits need (exit 0 safe, 1 unsafe)",
