@@ -92,7 +92,7 @@ from .sink_batch import (
     config_differences,
 )
 from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of, list_uploads
-from .sink_bucket_merge import merge_written
+from .sink_bucket_merger import MergeRequest, background_merger
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
@@ -296,9 +296,12 @@ class BucketPublication:
             return
         if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
-        merge_written(self.mgr, self.options, self.batch.sink_id, self.batch.batch_id,
-                      [(p.topic, p.partition) for p in self.done.published], self.clock,
-                      age_pass=self.done.merge_aged)
+        # Handed to this process's merger and not waited for: the next micro-batch must
+        # not wait for a merge (``sink_bucket_merger``).
+        background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
+            MergeRequest(self.batch.sink_id, self.batch.batch_id, self.options,
+                         {(p.topic, p.partition) for p in self.done.published},
+                         self.done.merge_aged))
 
     def close(self, *, failed: bool = False) -> None:
         """A bucket writer holds nothing to release (it stays the process's)."""
