@@ -92,6 +92,7 @@ from .sink_batch import (
     config_differences,
 )
 from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of, list_uploads
+from .sink_bucket_merge import merges_due
 from .sink_bucket_merger import MergeRequest, background_merger
 from .sink_bucket_staging import (
     BucketFragment,
@@ -296,12 +297,14 @@ class BucketPublication:
             return
         if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
-        # Handed to this process's merger and not waited for: the next micro-batch must
-        # not wait for a merge (``sink_bucket_merger``).
-        background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
-            MergeRequest(self.batch.sink_id, self.batch.batch_id, self.options,
-                         {(p.topic, p.partition) for p in self.done.published},
-                         self.done.merge_aged))
+        # Planned here on the state the commit left (no request); merged by this
+        # process's merger and not waited for: the next micro-batch must not wait for a
+        # merge (``sink_bucket_merger``).
+        written = {(p.topic, p.partition) for p in self.done.published}
+        if merges_due(self.mgr, self.options, written, age_pass=self.done.merge_aged):
+            background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
+                MergeRequest(self.batch.sink_id, self.batch.batch_id, self.options,
+                             written, self.done.merge_aged))
 
     def close(self, *, failed: bool = False) -> None:
         """A bucket writer holds nothing to release (it stays the process's)."""

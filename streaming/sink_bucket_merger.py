@@ -77,8 +77,9 @@ class MergeRequest:
 class BackgroundMerger:
     """The merges of one bucket log dir in this process (module docstring)."""
 
-    def __init__(self, uri: str, storage: StorageOptions, clock: Clock,
-                 idle_exit_s: float = IDLE_EXIT_S) -> None:
+    def __init__(
+        self, uri: str, storage: StorageOptions, clock: Clock, idle_exit_s: float = IDLE_EXIT_S
+    ) -> None:
         self.uri = uri
         self.storage = storage
         self.clock = clock
@@ -96,9 +97,13 @@ class BackgroundMerger:
         """Queue ``request`` (joined to the sink's waiting one) and return at once."""
         with self._cond:
             if self._stopping:
-                logger.info("%s: merger stopped, merge after batch %d of sink %s skipped "
-                            "(the next commit asks again)", self.uri, request.batch_id,
-                            request.sink_id)
+                logger.info(
+                    "%s: merger stopped, merge after batch %d of sink %s skipped "
+                    "(the next commit asks again)",
+                    self.uri,
+                    request.batch_id,
+                    request.sink_id,
+                )
                 return
             waiting = self._pending.get(request.sink_id)
             if waiting is None:
@@ -106,16 +111,16 @@ class BackgroundMerger:
             else:
                 waiting.join(request)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"seglog-sink-merger {self.uri}")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name=f"seglog-sink-merger {self.uri}"
+                )
                 self._thread.start()
             self._cond.notify_all()
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Wait until no request waits or runs; False if ``timeout_s`` passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._running,
-                                       timeout_s)
+            return self._cond.wait_for(lambda: not self._pending and not self._running, timeout_s)
 
     def stop(self, *, wait: bool, timeout_s: float | None = None) -> None:
         """Take no more requests; with ``wait``, finish the waiting ones first, else drop
@@ -132,8 +137,12 @@ class BackgroundMerger:
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._cond.wait_for(lambda: self._pending or self._stopping,
-                                           self.idle_exit_s) or not self._pending:
+                if (
+                    not self._cond.wait_for(
+                        lambda: self._pending or self._stopping, self.idle_exit_s
+                    )
+                    or not self._pending
+                ):
                     self._thread = None  # idle, or stopped with nothing left
                     self._cond.notify_all()
                     mgr, self._mgr = (self._mgr, None) if self._stopping else (None, None)
@@ -154,19 +163,28 @@ class BackgroundMerger:
         try:
             mgr = self._manager()
             mgr.refresh(sorted({t for t, _ in request.written}))
-            self.merged += merge_written(mgr, request.options, request.sink_id,
-                                         request.batch_id, sorted(request.written),
-                                         self.clock, age_pass=request.age_pass)
+            self.merged += merge_written(
+                mgr,
+                request.options,
+                request.sink_id,
+                request.batch_id,
+                sorted(request.written),
+                self.clock,
+                age_pass=request.age_pass,
+            )
         except Exception:
             # The batches are published; a thread that died here would merge nothing
             # again for the process's life. The next commit's request retries.
-            logger.exception("%s: merging after batch %d of sink %s failed (the next "
-                             "commit retries)", self.uri, request.batch_id, request.sink_id)
+            logger.exception(
+                "%s: merging after batch %d of sink %s failed (the next commit retries)",
+                self.uri,
+                request.batch_id,
+                request.sink_id,
+            )
 
     def _manager(self) -> BucketLogManager:
         if self._mgr is None:
-            self._mgr = BucketLogManager(self.uri, clock=self.clock,
-                                         storage_options=self.storage)
+            self._mgr = BucketLogManager(self.uri, clock=self.clock, storage_options=self.storage)
         return self._mgr
 
 

@@ -20,8 +20,8 @@ from test_sink_bucket import TOPIC, check_exactly_once, memory_uri, options, sta
 from test_sink_bucket_merge_option import NEVER, TASKS, _kafka_bytes, segment_counts
 
 from seglog.logstore.bucket import bucket_merge
-from seglog.logstore.bucket.bucket_segment import object_keys
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_segment import object_keys
 from seglog.logstore.bucket.bucket_state import SegmentEntry
 from seglog.logstore.util.clock import SYSTEM_CLOCK, MockClock
 from seglog.streaming import sink_bucket_merger
@@ -35,8 +35,15 @@ MIN = 3 * TASKS  # mergeMinSegments: batch 2's commit asks for the merge of batc
 
 
 def _opts(uri: str, **extra: str):
-    return options(uri, **{"numPartitions": "1", "maintenanceIntervalMs": NEVER,
-                           "mergeMinSegments": str(MIN), **extra})
+    return options(
+        uri,
+        **{
+            "numPartitions": "1",
+            "maintenanceIntervalMs": NEVER,
+            "mergeMinSegments": str(MIN),
+            **extra,
+        },
+    )
 
 
 def _batch(opts, b: int, clock: MockClock | None = None) -> list:
@@ -98,8 +105,11 @@ def test_the_next_micro_batch_commits_while_the_last_ones_merge_runs(monkeypatch
     assert wait_all(60)
     segs = _segments(uri)
     assert (segs[0].base_offset, segs[0].next_offset) == (0, 270)
-    assert [(s.base_offset, s.next_offset) for s in segs[1:]] == [(270, 300), (300, 330),
-                                                                   (330, 360)]
+    assert [(s.base_offset, s.next_offset) for s in segs[1:]] == [
+        (270, 300),
+        (300, 330),
+        (330, 360),
+    ]
     check_exactly_once(uri, _expected(range(4)))
     for b in range(2, 4):
         commit(_batch(twin_opts, b, clock), b, twin_opts, clock=clock)
@@ -121,10 +131,14 @@ def test_the_background_merge_writes_the_bytes_the_in_commit_merge_wrote():
         commit(_batch(bg_opts, b, clock), b, bg_opts, clock=clock)
         commit(_batch(ic_opts, b, clock), b, ic_opts, clock=clock)
     assert wait_all(60)
-    merged = merge_after_commit(bucket_writer(ic_opts, clock), [(TOPIC, 0)], clock,
-                                min_segments=MIN,
-                                small_bytes=DEFAULT_MERGE_SMALL_SEGMENT_BYTES,
-                                age_pass=False)
+    merged = merge_after_commit(
+        bucket_writer(ic_opts, clock),
+        [(TOPIC, 0)],
+        clock,
+        min_segments=MIN,
+        small_bytes=DEFAULT_MERGE_SMALL_SEGMENT_BYTES,
+        age_pass=False,
+    )
     assert merged == 3 * TASKS
     got: list[tuple[SegmentEntry, list[bytes]]] = []
     for uri in (background, in_commit):
@@ -184,8 +198,7 @@ def test_a_stopped_merger_drops_what_waits_and_its_idle_thread_ends(monkeypatch)
     gate.open()
     stopper.join(60)
     assert not stopper.is_alive()
-    assert [(s.base_offset, s.next_offset) for s in _segments(uri)][:2] == [(0, 270),
-                                                                            (270, 300)]
+    assert [(s.base_offset, s.next_offset) for s in _segments(uri)][:2] == [(0, 270), (270, 300)]
     assert not [t for t in threading.enumerate() if t.name.endswith(uri)]
     # a merger left idle ends its thread by itself; the next request starts another
     merger = BackgroundMerger(uri, opts.storage, SYSTEM_CLOCK, idle_exit_s=0.05)
@@ -216,13 +229,15 @@ def test_a_merge_abandoned_by_a_killed_driver_leaves_an_orphan_the_collector_del
         wait_all(60)
     """)
     env = dict(os.environ, **{CRASH_ENV: "merge-after-upload"})
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     expected = values(0, 30) + values(1, 30, "t0") + values(1, 30, "t1")
     check_exactly_once(s3_uri, expected)
-    assert not commit([stage(opts, 1, task=t, n=30, tag=f"t{t}") for t in range(2)], 1,
-                      opts).published
+    assert not commit(
+        [stage(opts, 1, task=t, n=30, tag=f"t{t}") for t in range(2)], 1, opts
+    ).published
 
     def unreferenced() -> set[str]:
         with BucketLogManager(s3_uri, read_only=True) as mgr:
