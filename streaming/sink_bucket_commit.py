@@ -39,10 +39,11 @@ batch_id)`` reads and writes no data byte. It:
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
    in the ledger, so every process agrees; a new sink's first commit starts the
    interval), runs retention and collection (metadata
-   commits, listings, deletes); then merges the small segments that are due
-   (``sink_bucket_merge.merge_after_commit``: by count, and every partition of the
-   sink's topics when maintenance ran). Best effort after the publish: a failure is
-   logged.
+   commits, listings, deletes); then, if small segments are due for a merge
+   (``sink_bucket_merge.merges_due``: by count, and every partition of the sink's
+   topics when maintenance ran; planned on the state the commit left, no request),
+   hands them to this process's background merger (``sink_bucket_merger``) and returns
+   without waiting for it. Best effort after the publish: a failure is logged.
 
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-

@@ -7,7 +7,8 @@ micro-batch. A merge reads those bytes back and writes them again, so it runs wh
 pays and off the micro-batch's critical path:
 
 - **After the commit** (``merge_after_commit``, the default): once the batch is
-  published (and its ledger entry written), the driver merges the partitions the batch
+  published (and its ledger entry written), the driver's background merger
+  (``sink_bucket_merger``, asked only when ``merges_due``) merges the partitions the batch
   wrote whose stretch of adjacent segments under ``mergeSmallSegmentBytes`` holds
   ``mergeMinSegments`` or more (``bucket_merge.plan_deferred_merges``: a reader's cost is
   a request per segment, so the count is the trigger; segments of that size or more cost
@@ -30,7 +31,8 @@ left the log meanwhile (retention, another merge) is abandoned (``bucket_merge``
 append committed meanwhile stays after the merged segment. A merge is best effort: its
 failure is logged and never fails the batch, whose rows are already staged or published.
 
-Not thread-safe: called by one task, or by the driver's commit.
+Not thread-safe: called by one task, or by the driver's background merger (one thread
+per bucket, its own manager).
 """
 
 from __future__ import annotations
