@@ -5,8 +5,11 @@ same routing, murmur2 placement, encoder, producerId/micro-batch stamping and ch
 but its output goes to the bucket, never through the driver:
 
 1. The topic's partition count and config come from this process's shared reader of
-   the bucket (``log_readers.reader``: opened once per Python worker, refreshed once per
-   task, so a task reads the commits made since the last one, never the history).
+   the bucket (``log_readers.reader``: opened once per Python worker, so a task reads
+   the commits made since the last one, never the history). A task refreshes only the
+   log of each topic it writes, once, when it meets the topic (one LIST, a GET per new
+   commit), not the catalog and the other topics' logs as well; all of them only for a
+   topic that has no log of its own in the reader yet (new to it, or a legacy topic).
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
@@ -197,16 +200,34 @@ class BucketStagingArea:
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: deque[tuple[Future[None], int]] = deque()
         self._in_flight_bytes = 0
+        self._refreshed: set[str] = set()
 
     def manager(self) -> BucketLogManager:
-        """The process's shared manager of the bucket, refreshed once per task."""
+        """The process's shared manager of the bucket (its storage, its state as of the
+        topics this task refreshed: ``refreshed``)."""
         if self.bucket is None:
             self.bucket = shared_bucket(self.attempt.options)
-            self.bucket.refresh()  # once per task: the commits since the last task
         return self.bucket
 
-    def describe_topic(self, name: str) -> StagingTopic:
+    def refreshed(self, topics: Iterable[str]) -> BucketLogManager:
+        """The shared manager, with the logs of ``topics`` refreshed once in this task
+        (at once): the commits made since the last task, of those topics only."""
         mgr = self.manager()
+        todo = sorted(set(topics) - self._refreshed)
+        if not todo:
+            return mgr
+        if all(mgr.commits.topic_log(t) is not None for t in todo):
+            mgr.refresh(todo)
+        else:
+            # A topic without a log of its own here yet (new to this reader, or in the
+            # catalog's log): the whole refresh, which reads the catalog and opens the
+            # logs it names in the same round trips.
+            mgr.refresh()
+        self._refreshed.update(todo)
+        return mgr
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        mgr = self.refreshed([name])
         options = self.attempt.options
         spec = mgr.state.topics.get(name)
         if spec is None:
@@ -346,7 +367,7 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.
         if options.topic is not None:
             topics.append(options.topic)
         try:
-            merge_small_segments(area.manager(), topics, clock)
+            merge_small_segments(area.refreshed(topics), topics, clock)
         except SeglogError as e:  # best effort: the rows are staged, the next batch retries
             logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
                            "%s", task, batch_id, ", ".join(sorted(set(topics))),
