@@ -39,10 +39,11 @@ batch_id)`` reads and writes no data byte. It:
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
    in the ledger, so every process agrees; a new sink's first commit starts the
    interval), runs retention and collection (metadata
-   commits, listings, deletes); then merges the small segments that are due
-   (``sink_bucket_merge.merge_after_commit``: by count, and every partition of the
-   sink's topics when maintenance ran). Best effort after the publish: a failure is
-   logged.
+   commits, listings, deletes); then, if small segments are due for a merge
+   (``sink_bucket_merge.merges_due``: by count, and every partition of the sink's
+   topics when maintenance ran; planned on the state the commit left, no request),
+   hands them to this process's background merger (``sink_bucket_merger``) and returns
+   without waiting for it. Best effort after the publish: a failure is logged.
 
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-
@@ -92,7 +93,8 @@ from .sink_batch import (
     config_differences,
 )
 from .sink_bucket_checks import check_and_refresh, ledger_batch, ledger_of, list_uploads
-from .sink_bucket_merge import merge_written
+from .sink_bucket_merge import merges_due
+from .sink_bucket_merger import MergeRequest, background_merger
 from .sink_bucket_staging import (
     BucketFragment,
     delete_fragments,
@@ -296,9 +298,14 @@ class BucketPublication:
             return
         if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
-        merge_written(self.mgr, self.options, self.batch.sink_id, self.batch.batch_id,
-                      [(p.topic, p.partition) for p in self.done.published], self.clock,
-                      age_pass=self.done.merge_aged)
+        # Planned here on the state the commit left (no request); merged by this
+        # process's merger and not waited for: the next micro-batch must not wait for a
+        # merge (``sink_bucket_merger``).
+        written = {(p.topic, p.partition) for p in self.done.published}
+        if merges_due(self.mgr, self.options, written, age_pass=self.done.merge_aged):
+            background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
+                MergeRequest(self.batch.sink_id, self.batch.batch_id, self.options,
+                             written, self.done.merge_aged))
 
     def close(self, *, failed: bool = False) -> None:
         """A bucket writer holds nothing to release (it stays the process's)."""

@@ -7,7 +7,8 @@ micro-batch. A merge reads those bytes back and writes them again, so it runs wh
 pays and off the micro-batch's critical path:
 
 - **After the commit** (``merge_after_commit``, the default): once the batch is
-  published (and its ledger entry written), the driver merges the partitions the batch
+  published (and its ledger entry written), the driver's background merger
+  (``sink_bucket_merger``, asked only when ``merges_due``) merges the partitions the batch
   wrote whose stretch of adjacent segments under ``mergeSmallSegmentBytes`` holds
   ``mergeMinSegments`` or more (``bucket_merge.plan_deferred_merges``: a reader's cost is
   a request per segment, so the count is the trigger; segments of that size or more cost
@@ -30,7 +31,8 @@ left the log meanwhile (retention, another merge) is abandoned (``bucket_merge``
 append committed meanwhile stays after the merged segment. A merge is best effort: its
 failure is logged and never fails the batch, whose rows are already staged or published.
 
-Not thread-safe: called by one task, or by the driver's commit.
+Not thread-safe: called by one task, or by the driver's background merger (one thread
+per bucket, its own manager).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "merge_small_segments",
     "merge_after_commit",
     "merge_written",
+    "merges_due",
     "MERGE_MIN_SEGMENTS",
     "MERGE_TARGET_BYTES",
     "MERGE_BYTES_PER_TASK",
@@ -110,6 +113,38 @@ def merge_after_commit(
     partitions that reached ``min_segments`` side by side; with ``age_pass`` (the sink's
     maintenance is due), of every partition of their topics from 2 on. Returns segments
     merged away. ``mgr``'s state is the one the commit left."""
+    pairs, plan = _deferred(mgr, written, min_segments, small_bytes, age_pass)
+    return _merge(mgr, pairs, clock, plan)
+
+
+def merges_due(
+    mgr: BucketLogManager,
+    options: SinkOptions,
+    written: Iterable[tuple[str, int]],
+    *,
+    age_pass: bool,
+) -> bool:
+    """Whether ``merge_written`` would merge anything on ``mgr``'s state (no request):
+    the commit asks its background merger only then, so a micro-batch with nothing due
+    costs the store no request for merging."""
+    pairs, plan = _deferred(
+        mgr, written, options.merge_min_segments, options.merge_small_segment_bytes, age_pass
+    )
+    state = mgr.state
+    return any(
+        (ps := state.partition(t, p)) is not None and plan(ps, mgr.topic_config(t))
+        for t, p in pairs
+    )
+
+
+def _deferred(
+    mgr: BucketLogManager,
+    written: Iterable[tuple[str, int]],
+    min_segments: int,
+    small_bytes: int,
+    age_pass: bool,
+) -> tuple[list[tuple[str, int]], _Plan]:
+    """The partitions a merge after the commit looks at, and its plan for each."""
     state = mgr.state
     pairs = set(written)
     if age_pass:
@@ -120,18 +155,17 @@ def merge_after_commit(
             if (spec := state.topics.get(t)) is not None
             for p in range(spec.partitions)
         }
-    return _merge(
-        mgr,
-        sorted(pairs),
-        clock,
-        lambda ps, config: plan_deferred_merges(
+
+    def plan(ps: PartitionState, config: LogConfig) -> list[tuple[SegmentEntry, ...]]:
+        return plan_deferred_merges(
             ps,
             config,
             small_bytes=small_bytes,
             target_bytes=MERGE_TARGET_BYTES,
             min_segments=min_segments,
-        ),
-    )
+        )
+
+    return sorted(pairs), plan
 
 
 def merge_written(

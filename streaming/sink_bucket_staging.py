@@ -6,8 +6,11 @@ but its output goes to the bucket, never through the driver:
 
 1. The topic's partition count and config come from this process's shared reader of
    the bucket (``sink_topics.BucketTopics``, handed to the stager and the area alike:
-   opened once per Python worker, refreshed once per task, so a task reads the commits
-   made since the last one, never the history).
+   opened once per Python worker, so a task reads the commits made since the last one,
+   never the history). A task refreshes only the log of each topic it writes, once, when
+   it meets the topic (one LIST, a GET per new commit), not the catalog and the other
+   topics' logs as well; all of them only for a topic that has no log of its own in the
+   reader yet (new to it, or a legacy topic).
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
@@ -322,7 +325,7 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.
         if options.topic is not None:
             topics.append(options.topic)
         try:
-            merge_small_segments(described.manager(), topics, clock)
+            merge_small_segments(described.refreshed(topics), topics, clock)
         except SeglogError as e:  # best effort: the rows are staged, the next batch retries
             logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
                            "%s", task, batch_id, ", ".join(sorted(set(topics))),

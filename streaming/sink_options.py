@@ -103,7 +103,9 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "many adjacent segments under `mergeSmallSegmentBytes` lie side by side (a "
                "reader pays a request per segment); when `maintenanceIntervalMs` has passed, "
                "every partition of the sink's topics from 2 on. Off the micro-batch's "
-               "critical path: its rows are visible before. Local log dirs ignore it."),
+               "critical path: its rows are visible before, and the merge runs in the "
+               "background of the driver while the next micro-batch runs. Local log dirs "
+               "ignore it."),
     OptionSpec("mergeSmallSegmentBytes", str(DEFAULT_MERGE_SMALL_SEGMENT_BYTES), "On a "
                "bucket: segments under this size are merged after the commit (into segments "
                "of up to 64 MiB); larger ones cost a reader little more than merged ones and "

@@ -8,7 +8,7 @@ part, so neither calls the other back for it:
 - ``LocalTopics``: from the directory listing of the log dirs, through the process's
   shared reader (``log_readers``), and where each partition's directory is.
 - ``BucketTopics``: from the committed state of the process's shared manager of the
-  bucket (refreshed once per task), and which config overrides the rows were checked
+  bucket (the log of each topic a task writes refreshed once per task), and which config overrides the rows were checked
   against (the commit message carries them: the commit refuses a topic whose config
   changed since).
 
@@ -17,6 +17,7 @@ Not thread-safe: one describer per task.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
 
@@ -91,16 +92,34 @@ class BucketTopics:
         self.bucket: BucketLogManager | None = None
         self.validated: dict[str, dict[str, str]] = {}
         """Per topic described, the config overrides its rows are checked against."""
+        self._refreshed: set[str] = set()
 
     def manager(self) -> BucketLogManager:
-        """The process's shared manager of the bucket, refreshed once per task."""
+        """The process's shared manager of the bucket (its storage, its state as of the
+        topics this task refreshed: ``refreshed``)."""
         if self.bucket is None:
             self.bucket = shared_bucket(self.options)
-            self.bucket.refresh()  # once per task: the commits since the last task
         return self.bucket
 
-    def describe_topic(self, name: str) -> StagingTopic:
+    def refreshed(self, topics: Iterable[str]) -> BucketLogManager:
+        """The shared manager, with the logs of ``topics`` refreshed once in this task
+        (at once): the commits made since the last task, of those topics only."""
         mgr = self.manager()
+        todo = sorted(set(topics) - self._refreshed)
+        if not todo:
+            return mgr
+        if all(mgr.commits.topic_log(t) is not None for t in todo):
+            mgr.refresh(todo)
+        else:
+            # A topic without a log of its own here yet (new to this reader, or in the
+            # catalog's log): the whole refresh, which reads the catalog and opens the
+            # logs it names in the same round trips.
+            mgr.refresh()
+        self._refreshed.update(todo)
+        return mgr
+
+    def describe_topic(self, name: str) -> StagingTopic:
+        mgr = self.refreshed([name])
         options = self.options
         spec = mgr.state.topics.get(name)
         if spec is None:

@@ -44,11 +44,13 @@ def spark(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _close_shared_readers():
     """Each test's log dirs are its own: release the process's shared read-only
-    managers (``streaming.log_readers``) and forget its paused sink writers
-    (``streaming.log_writers``) after it, so none outlives its tmp_path."""
+    managers (``streaming.log_readers``), forget its paused sink writers
+    (``streaming.log_writers``) and finish its bucket sinks' background merges
+    (``streaming.sink_bucket_merger``) after it, so none outlives its tmp_path."""
     yield
-    from seglog.streaming import log_readers, log_writers
+    from seglog.streaming import log_readers, log_writers, sink_bucket_merger
 
+    sink_bucket_merger.stop_all(wait=True, timeout_s=120)
     log_readers.close_all()
     log_writers.close_all()
 

@@ -151,3 +151,56 @@ def test_two_queries_write_one_topic_at_once_both_exactly_once(spark, bucket, tm
     with LogManager(bucket, read_only=True) as mgr:
         assert {v["batch_id"] for v in mgr.state.sinks.values()} == {3}  # 4 batches each
         assert len(mgr.state.sinks) == 2
+
+
+def test_a_query_merges_its_fragments_in_the_background_of_the_driver(spark, bucket, tmp_path):
+    """A real query of 6 micro-batches of 2 tasks into 1 partition (``mergeMinSegments``
+    4): its commits hand the merges to the background merger of Spark's reused commit
+    worker and return; the merges land (waited for here: they may end after the query)
+    and every record is read once, at the offsets the commits gave."""
+    import time
+
+    (
+        spark.range(0, N, numPartitions=2)
+        .selectExpr("cast(id % 7 AS string) AS key", "cast(id AS string) AS value")
+        .write.format("seglog")
+        .option("path", bucket)
+        .option("topic", "in")
+        .option("numPartitions", "2")
+        .mode("append")
+        .save()
+    )
+    q = (
+        spark.readStream.format("seglog")
+        .option("path", bucket)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(N // 6))
+        .load()
+        .selectExpr("key", "value")
+        .writeStream.format("seglog")
+        .option("path", bucket)
+        .option("topic", "out")
+        .option("numPartitions", "1")
+        .option("mergeMinSegments", "4")
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination(300)
+    assert q.exception() is None
+
+    def out_segments() -> int:
+        with LogManager(bucket, read_only=True) as mgr:
+            return len(mgr.get_log("out", 0).segments)
+
+    # 2 fragments a micro-batch: 12 unmerged; merged from 4 on, the last merge after the
+    # query's last commit returned
+    deadline = time.monotonic() + 120
+    while out_segments() >= 4:
+        assert time.monotonic() < deadline, f"{out_segments()} segments: nothing merged"
+        time.sleep(0.5)
+    records = bucket_records(bucket, "out", tmp_path / "export")
+    check_offsets(records)
+    expected = collections.Counter((str(i % 7).encode(), str(i).encode()) for i in range(N))
+    assert collections.Counter((r[2], r[3]) for r in records) == expected

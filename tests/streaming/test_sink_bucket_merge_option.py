@@ -1,8 +1,9 @@
-"""Merging a bucket sink's small fragments: by default the driver merges after the commit
-(``mergeMinSegments`` adjacent segments under ``mergeSmallSegmentBytes``, and every
-partition when ``maintenanceIntervalMs`` has passed), no task merges; a long-lived query's
-segment count stays bounded and its reads byte-identical; ``mergeSmallSegments=true``
-still merges in task 0 before the commit."""
+"""Merging a bucket sink's small fragments: by default the driver merges after the commit,
+in the background (``mergeMinSegments`` adjacent segments under ``mergeSmallSegmentBytes``,
+and every partition when ``maintenanceIntervalMs`` has passed), no task merges; a
+long-lived query's segment count stays bounded and its reads byte-identical;
+``mergeSmallSegments=true`` still merges in task 0 before the commit. ``commit_merged``
+waits for the background merge where a test checks what it did."""
 
 from __future__ import annotations
 
@@ -15,12 +16,21 @@ from test_sink_bucket import TOPIC, check_exactly_once, memory_uri, options, sta
 from seglog.logstore.errors import ConfigError
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.util.clock import MockClock
+from seglog.streaming.sink_batch import CommitResult
 from seglog.streaming.sink_bucket_commit import commit
 from seglog.streaming.sink_bucket_merge import MERGE_MIN_SEGMENTS
+from seglog.streaming.sink_bucket_merger import wait_all
 
 TASKS = 3
 BATCHES = MERGE_MIN_SEGMENTS + 2
 NEVER = str(10**12)  # maintenanceIntervalMs / mergeMinSegments that never come due
+
+
+def commit_merged(*args, **kwargs) -> CommitResult:
+    """``commit``, then wait for the merge it handed to the background merger."""
+    result = commit(*args, **kwargs)
+    assert wait_all(60), "the background merge did not finish in 60 s"
+    return result
 
 
 def write_batches(**extra: str) -> tuple[str, list[bytes]]:
@@ -30,7 +40,7 @@ def write_batches(**extra: str) -> tuple[str, list[bytes]]:
     opts = options(uri, numPartitions="2", **extra)
     expected: list[bytes] = []
     for b in range(BATCHES):
-        commit([stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], b, opts)
+        commit_merged([stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], b, opts)
         expected += [v for t in range(TASKS) for v in values(b, 30, f"t{t}")]
     return uri, expected
 
@@ -118,8 +128,8 @@ def test_a_long_lived_query_of_tiny_micro_batches_keeps_a_bounded_segment_count(
         sizes = [f.size for s in staged for f in s.fragments]
         smallest = min([smallest or sizes[0], *sizes])
         total += sum(sizes)
-        commit(staged, b, opts, clock=clock)
-        commit(
+        commit_merged(staged, b, opts, clock=clock)
+        commit_merged(
             [stage(twin, b, task=t, n=5, tag=f"t{t}", clock=clock) for t in range(tasks)],
             b,
             twin,
@@ -162,7 +172,7 @@ def _merge_racing(monkeypatch, meanwhile) -> str:
     uri = memory_uri()
     opts = options(uri, numPartitions="1", maintenanceIntervalMs=NEVER, mergeMinSegments="9")
     for b in range(2):
-        commit([stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], b, opts)
+        commit_merged([stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], b, opts)
     real_upload = bucket_merge.upload
     raced: list[int] = []
 
@@ -173,7 +183,7 @@ def _merge_racing(monkeypatch, meanwhile) -> str:
             meanwhile(uri)
 
     monkeypatch.setattr(bucket_merge, "upload", upload_then_race)
-    commit([stage(opts, 2, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], 2, opts)
+    commit_merged([stage(opts, 2, task=t, n=30, tag=f"t{t}") for t in range(TASKS)], 2, opts)
     assert raced, "batch 2's commit merged nothing: the test proves nothing"
     return uri
 
@@ -240,9 +250,11 @@ def test_sigkill_in_the_merge_after_the_commit_leaves_the_batch_published(step, 
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_sink_bucket import options, stage
         from seglog.streaming.sink_bucket_commit import commit
+        from seglog.streaming.sink_bucket_merger import wait_all
         opts = options({s3_uri!r}, numPartitions="1", maintenanceIntervalMs="0")
         commit([stage(opts, 1, task=t, n=30, tag=f"t{{t}}") for t in range(2)], 1, opts)
         print("COMMITTED")
+        wait_all(60)  # the merge runs in the background: the kill comes from there
     """)
     env = dict(os.environ, **{CRASH_ENV: step})
     proc = subprocess.run(
@@ -253,7 +265,7 @@ def test_sigkill_in_the_merge_after_the_commit_leaves_the_batch_published(step, 
     check_exactly_once(s3_uri, expected)
     replay = commit([stage(opts, 1, task=t, n=30, tag=f"t{t}") for t in range(2)], 1, opts)
     assert not replay.published
-    commit([stage(opts, 2, n=30)], 2, opts)
+    commit_merged([stage(opts, 2, n=30)], 2, opts)
     check_exactly_once(s3_uri, expected + values(2, 30))
     # batch 2's commit merged again (a merged segment larger than all that follows it
     # waits for more: plan_deferred_merges)

@@ -25,6 +25,7 @@ from seglog.logstore.storage.object_store_config import parse_object_uri, redact
 from seglog.logstore.util.clock import MockClock
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_bucket_commit import abort, commit
+from seglog.streaming.sink_bucket_merger import wait_all
 from seglog.streaming.sink_bucket_staging import open_bucket, stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
 
@@ -296,6 +297,7 @@ def test_a_long_stream_merges_its_fragments_and_collects_them_exactly_once():
         tasks = [stage(opts, b, task=t, n=30, tag=f"t{t}") for t in range(3)]
         commit(tasks, b, opts)
         expected += [v for t in range(3) for v in values(b, 30, f"t{t}")]
+    assert wait_all(60)  # the last commits' merges, in the background
     with LogManager(uri, read_only=True) as mgr:
         segments = {tp: len(mgr.state.partition(*tp).segments) for tp in
                     ((TOPIC, 0), (TOPIC, 1))}
@@ -325,6 +327,7 @@ def test_source_planning_lists_once_per_trigger_and_reads_list_only_when_behind(
     uri = memory_uri()
     opts = options(uri, numPartitions="8")
     commit([stage(opts, 0, task=t, n=200) for t in range(2)], 0, opts)
+    assert wait_all(60)  # the sink's background merger LISTs too: not the source's
     src = SourceOptions.parse({"path": uri, "subscribe": TOPIC}, streaming=True)
     lists = []
     real = ObjectStorage.list_after
@@ -349,6 +352,7 @@ def test_source_planning_lists_once_per_trigger_and_reads_list_only_when_behind(
         list(read_range(ReadRange(src.log_dirs, t, p, 0, end), schema))
     assert lists == []
     commit([stage(opts, 1, task=0, n=200)], 1, opts)
+    assert wait_all(60)
     with LogManager(uri, read_only=True) as other:  # the driver, another process
         new_ends = other.high_watermarks()
     lists.clear()

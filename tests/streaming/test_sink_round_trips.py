@@ -234,13 +234,14 @@ def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
     assert sequential_round_trips(puts) == 1
     assert sequential_round_trips(made) == 5
     commit([task], 1, opts)
-    # A task of a topic the reader knows: the refresh (the catalog's and the topic log's
-    # LISTs at once, the GET of the new commit), then the PUTs.
+    # A task of a topic the reader knows: the refresh of that topic's log only (its LIST,
+    # the GET of the new commit; before, the catalog's LIST beside it), then the PUTs.
     since = proxy.clock()
     later = stage(opts, 2)
     made = proxy.requests(since)
     assert sequential_round_trips([r for r in made if r.kind == "PUT"]) == 1
     assert sequential_round_trips(made) == 3
+    assert Counter(r.kind for r in made) == {"LIST": 1, "GET": 1, "PUT": 3}, made
     commit([later], 2, opts)
     assert published_values(uri) == expected_values(0, 1, 2)
 
