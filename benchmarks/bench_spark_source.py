@@ -162,10 +162,25 @@ def steady_rows_per_s(query, warmup: int = 1) -> tuple[float, int]:
     return rows / (max(ms, 1) / 1000), len(progress)
 
 
-def run(spark, reader, chk: str, warmup: int = 1) -> tuple[float, int]:
-    q = (reader.load().writeStream.format("noop").option("checkpointLocation", chk)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
+def run(spark, reader, chk: str, warmup: int = 1, attempts: int = 3) -> tuple[float, int]:
+    """One query's steady rows/s; a query that fails is run again (from a new checkpoint)
+    up to ``attempts`` times: on a loaded machine Spark's Python workers may time out
+    connecting back ("Python worker failed to connect back"), which says nothing of the
+    source."""
+    from pyspark.errors import StreamingQueryException
+
+    for attempt in range(attempts):
+        q = (reader.load().writeStream.format("noop")
+             .option("checkpointLocation", f"{chk}-{attempt}")
+             .trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        except StreamingQueryException as e:
+            if attempt == attempts - 1:
+                raise
+            print(f"  (query failed, run again: {str(e).splitlines()[0][:120]})")
+            continue
+        break
     return steady_rows_per_s(q, warmup)
 
 
