@@ -2,12 +2,19 @@
 file stream source, on the same rows, in the same run; plus per-trigger planning cost.
 
 Run: ``python benchmarks/bench_spark_source.py [--rows N] [--per-trigger B] [--rounds R]
-[--planning [--planning-dir DIR] [--steady-triggers T] [--profile]] [--skip-spark]``
+[--warmup-batches W] [--skip-parquet] [--planning [--planning-dir DIR] [--steady-triggers T]
+[--profile]] [--skip-spark]``
 
 Each source feeds a ``Trigger.AvailableNow`` query into Spark's ``noop`` sink, admitting
-``B`` rows per micro-batch (``maxOffsetsPerTrigger`` / ``maxFilesPerTrigger``). The fixed
-query start-up (~13 s here) is excluded by timing between progress events: steady-state
-rows/s = Σ numInputRows / Σ durationMs.triggerExecution over every batch but the first.
+``B`` rows per micro-batch (``maxOffsetsPerTrigger`` / ``maxFilesPerTrigger``). The query
+start-up is excluded by timing between progress events: steady-state rows/s =
+Σ numInputRows / Σ durationMs.triggerExecution over every batch but the first ``W``.
+
+The sources are interleaved in one Spark application: after one uncounted warm-up round,
+each of ``R`` rounds runs one short query per source (the order rotated each round), and
+the ratio seglog / no-op is taken per round; its median and spread (min-max) are printed
+with the load. Load on a shared machine drifts over minutes, so the ceiling of separate
+runs moved by a fifth between runs; within a round both sources meet the same load.
 
 - seglog: ``readStream.format("seglog")`` over a log dir written by seglog (2 partitions,
   16-byte keys, ~134-byte values: ~150-byte rows).
@@ -144,19 +151,61 @@ def write_parquet(spark, log_dir: str, out: str) -> int:
 
 
 # ---------------------------------------------------------------------- measuring
-def steady_rows_per_s(query) -> tuple[float, int]:
+def steady_rows_per_s(query, warmup: int = 1) -> tuple[float, int]:
+    """(rows/s over the batches after the first ``warmup``, batches with rows): the
+    query's start-up and its first batches (Python workers starting, JIT, caches) are
+    left out."""
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    steady = progress[1:] if len(progress) > 1 else progress
+    steady = progress[warmup:] if len(progress) > warmup else progress[-1:]
     rows = sum(p["numInputRows"] for p in steady)
     ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
-    return rows / (ms / 1000), len(progress)
+    return rows / (max(ms, 1) / 1000), len(progress)
 
 
-def run(spark, reader, chk: str) -> tuple[float, int]:
-    q = (reader.load().writeStream.format("noop").option("checkpointLocation", chk)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    return steady_rows_per_s(q)
+def run(spark, reader, chk: str, warmup: int = 1, attempts: int = 3) -> tuple[float, int]:
+    """One query's steady rows/s; a query that fails is run again (from a new checkpoint)
+    up to ``attempts`` times: on a loaded machine Spark's Python workers may time out
+    connecting back ("Python worker failed to connect back"), which says nothing of the
+    source."""
+    from pyspark.errors import StreamingQueryException
+
+    for attempt in range(attempts):
+        q = (reader.load().writeStream.format("noop")
+             .option("checkpointLocation", f"{chk}-{attempt}")
+             .trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+        except StreamingQueryException as e:
+            if attempt == attempts - 1:
+                raise
+            print(f"  (query failed, run again: {str(e).splitlines()[0][:120]})")
+            continue
+        break
+    return steady_rows_per_s(q, warmup)
+
+
+def interleaved(spark, readers: dict, rounds: int, work: str, warmup: int
+                ) -> dict[str, list[tuple[float, int]]]:
+    """Each round runs every reader once, one short query each, in one Spark application,
+    rotating which goes first: load that drifts over minutes hits the sources of a round
+    alike, so their per-round ratio cancels it, where the best of separate runs does not."""
+    rates: dict[str, list[tuple[float, int]]] = {label: [] for label in readers}
+    labels = list(readers)
+    for label in labels:  # a round not counted: the application's JVM and workers warm up
+        run(spark, readers[label](), os.path.join(work, f"chk-warm-{labels.index(label)}"))
+    for rnd in range(rounds):
+        k = rnd % len(labels)
+        for label in labels[k:] + labels[:k]:
+            chk = os.path.join(work, f"chk-{rnd}-{labels.index(label)}")
+            rates[label].append(run(spark, readers[label](), chk, warmup))
+    return rates
+
+
+def ratio_summary(num: list[tuple[float, int]], den: list[tuple[float, int]]) -> str:
+    """"median (min-max) of n rounds" of the per-round ratios ``num / den``."""
+    ratios = sorted(a[0] / b[0] for a, b in zip(num, den, strict=True))
+    return (f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}-{ratios[-1]:.2f} over "
+            f"{len(ratios)} rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 PLANNING_MARKER = ".ready"  # next to the log dir: a log dir warns of unknown files
@@ -183,22 +232,28 @@ def build_planning_dir(d: str) -> float:
     return time.perf_counter() - t0
 
 
-def time_triggers(opts: dict[str, str], steady: int) -> tuple[float, float, float, float, int]:
+def time_triggers(opts: dict[str, str], steady: int, restarted: bool = False
+                  ) -> tuple[float, float, float, float, int]:
     """(first trigger ms, its CPU ms, median steady-state trigger ms, its CPU ms, input
     partitions of the first) of a new stream reader over ``opts``.
 
     First: ``latestOffset`` + ``partitions`` from the initial offset, in a process that
     never read the dirs (the shared readers are closed first), after ``initialOffset`` as
-    Spark calls it. Steady state: each next trigger starts at the previous end, as Spark
-    calls them; a trigger whose end is its start plans no batch (Spark then does not
-    call ``partitions``). CPU time is reported too: on a loaded machine it moves far less
-    than the wall time."""
+    Spark calls it; ``restarted``: as a query restarted from its checkpoint, which calls
+    no ``initialOffset`` (the start offsets come from the checkpoint), so nothing listed
+    the partitions before its first trigger. Steady state: each next trigger starts at
+    the previous end, as Spark calls them; a trigger whose end is its start plans no batch
+    (Spark then does not call ``partitions``). CPU time is reported too: on a loaded
+    machine it moves far less than the wall time."""
     from seglog.datasource.stream_reader import SeglogStreamReader
     from seglog.streaming import log_readers
 
     log_readers.close_all()
     r = SeglogStreamReader(opts, source_schema(False))
     start = r.initialOffset()
+    if restarted:  # the checkpoint's start offsets, in a process that read nothing yet
+        log_readers.close_all()
+        r = SeglogStreamReader(opts, source_schema(False))
     limit = r.getDefaultReadLimit()
     t, c = time.perf_counter(), time.process_time()
     end = r.latestOffset(start, limit)
@@ -213,8 +268,8 @@ def time_triggers(opts: dict[str, str], steady: int) -> tuple[float, float, floa
             r.partitions(start, end)
         times.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    return (first * 1000, first_cpu * 1000, statistics.median(times) * 1000,
-            statistics.median(cpu) * 1000, len(parts))
+    return (first * 1000, first_cpu * 1000, statistics.median(times or [0.0]) * 1000,
+            statistics.median(cpu or [0.0]) * 1000, len(parts))
 
 
 def bench_planning(planning_dir: str | None, steady: int, profile: bool) -> None:
@@ -232,6 +287,7 @@ def bench_planning(planning_dir: str | None, steady: int, profile: bool) -> None
                  ("maxOffsetsPerTrigger", {"maxOffsetsPerTrigger": "5000"}),
                  ("maxBytesPerTrigger", {"maxBytesPerTrigger": "100000"}))
         results = {}
+        restarts = {}
         for label, extra in cases:
             if profile:
                 import cProfile
@@ -244,6 +300,8 @@ def bench_planning(planning_dir: str | None, steady: int, profile: bool) -> None
             # best of 3 readers: load on a shared machine only ever slows a run down
             runs = [time_triggers({**opts, **extra}, steady) for _ in range(3)]
             results[label] = tuple(min(r[i] for r in runs) for i in range(4)) + (runs[0][4],)
+            again = [time_triggers({**opts, **extra}, 0, restarted=True) for _ in range(3)]
+            restarts[label] = (min(r[0] for r in again), min(r[1] for r in again))
         peer = []
         for _ in range(5):
             t = time.perf_counter()
@@ -253,22 +311,30 @@ def bench_planning(planning_dir: str | None, steady: int, profile: bool) -> None
             m.close()
             peer.append(time.perf_counter() - t)
         peer_ms = min(peer) * 1000
-    print(f"planning: 1000 partitions, 10000+ segments (setup {setup:.1f} s)")
+    print(f"planning: 1000 partitions, 10000+ segments (setup {setup:.1f} s; load "
+          f"{os.getloadavg()[0]:.1f})")
     print(f"  latestOffset+partitions per trigger (goal 50 ms), best of 3 readers; steady "
           f"state: median of {steady} triggers, each starting at the previous end:")
     for label, (first, first_cpu, steady_ms, steady_cpu, n) in results.items():
         print(f"  [{label}] first trigger from earliest: {first:.1f} ms (CPU {first_cpu:.1f} "
               f"ms; {n} input partitions; {first / 50:.2f}x goal, {first / peer_ms:.2f}x the "
               f"peer); steady state: {steady_ms:.1f} ms (CPU {steady_cpu:.1f} ms; "
-              f"{steady_ms / 50:.2f}x goal, {steady_ms / peer_ms:.2f}x the peer)")
+              f"{steady_ms / 50:.2f}x goal, {steady_ms / peer_ms:.2f}x the peer); "
+              f"restarted from a checkpoint (no initialOffset): {restarts[label][0]:.1f} ms "
+              f"(CPU {restarts[label][1]:.1f} ms)")
     print(f"  peer: read-only LogManager open + checkpoints: {peer_ms:.1f} ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=4_000_000)
-    ap.add_argument("--per-trigger", type=int, default=500_000)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--per-trigger", type=int, default=200_000)
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of one short query per source, in one Spark application")
+    ap.add_argument("--warmup-batches", type=int, default=2,
+                    help="batches at the start of each query left out of its rate")
+    ap.add_argument("--skip-parquet", action="store_true",
+                    help="only seglog and the no-op ceiling (shorter rounds)")
     ap.add_argument("--planning", action="store_true")
     ap.add_argument("--planning-dir", help="build the planning log dir here once and "
                     "reuse it in later runs (default: a temporary dir, built each run)")
@@ -298,38 +364,39 @@ def main() -> None:
         log_dir = os.path.join(tmp, "logs")
         t = time.perf_counter()
         write_seglog(log_dir, args.rows)
-        pq_dir = os.path.join(tmp, "parquet")
-        files = write_parquet(spark, log_dir, pq_dir)
-        print(f"data: {args.rows:,} rows of ~150 B in seglog and {files} parquet files "
-              f"({time.perf_counter() - t:.1f} s)")
         per = args.per_trigger
-        schema = spark.read.parquet(pq_dir).schema
         readers = {
             "seglog": lambda: spark.readStream.format("seglog").option("path", log_dir)
             .option("subscribe", "bench").option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(per)),
             "no-op Python Arrow reader": lambda: spark.readStream.format("noop_arrow_bench")
             .option("rows", str(args.rows)).option("perTrigger", str(per)),
-            "parquet file source": lambda: spark.readStream.schema(schema).format("parquet")
-            .option("maxFilesPerTrigger", str(max(1, per // 50_000))).option("path", pq_dir),
         }
-        # Alternate the sources and keep each one's best run: the box is shared, and load
-        # drifts over a minute.
-        best: dict[str, tuple[float, int]] = {}
-        for rnd in range(args.rounds):
-            for label, make in readers.items():
-                chk = os.path.join(tmp, f"chk-{rnd}-{len(best)}-{label[:6]}")
-                rate = run(spark, make(), chk)
-                if label not in best or rate[0] > best[label][0]:
-                    best[label] = rate
+        files = 0
+        if not args.skip_parquet:
+            pq_dir = os.path.join(tmp, "parquet")
+            files = write_parquet(spark, log_dir, pq_dir)
+            schema = spark.read.parquet(pq_dir).schema
+            readers["parquet file source"] = lambda: (
+                spark.readStream.schema(schema).format("parquet")
+                .option("maxFilesPerTrigger", str(max(1, per // 50_000))).option("path", pq_dir))
+        print(f"data: {args.rows:,} rows of ~150 B in seglog and {files} parquet files "
+              f"({time.perf_counter() - t:.1f} s)")
+        load = [os.getloadavg()[0]]
+        rates = interleaved(spark, readers, args.rounds, tmp, args.warmup_batches)
+        load.append(os.getloadavg()[0])
     spark.stop()
-    print(f"steady-state rows/s ({per:,} rows per trigger, first batch excluded):")
-    for label, (rate, batches) in best.items():
-        print(f"  {label:28s} {rate:12,.0f} rows/s  ({batches} batches, best of {args.rounds})")
-    seglog = best["seglog"][0]
-    print(f"ratio seglog / no-op ceiling: {seglog / best['no-op Python Arrow reader'][0]:.2f} "
-          "(goal ≥ 0.90)")
-    print(f"ratio seglog / parquet:       {seglog / best['parquet file source'][0]:.2f}")
+    print(f"steady-state rows/s ({per:,} rows per trigger, first {args.warmup_batches} "
+          f"batch(es) of each query excluded; load {load[0]:.1f} -> {load[1]:.1f}):")
+    for label, runs in rates.items():
+        each = ", ".join(f"{r:,.0f}" for r, _ in runs)
+        print(f"  {label:28s} median {statistics.median(r for r, _ in runs):12,.0f} rows/s; "
+              f"rounds: {each} ({runs[0][1]} batches a query)")
+    print("ratio seglog / no-op ceiling, per round (goal ≥ 0.90): "
+          + ratio_summary(rates["seglog"], rates["no-op Python Arrow reader"]))
+    if "parquet file source" in rates:
+        print("ratio seglog / parquet, per round:                  "
+              + ratio_summary(rates["seglog"], rates["parquet file source"]))
 
 
 if __name__ == "__main__":

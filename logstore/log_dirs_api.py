@@ -24,7 +24,7 @@ the backends would close an import cycle: they import this module).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -49,8 +49,9 @@ BeyondLogEnd = dict[TopicPartition, tuple[Path, int, int]]
 watermark, log end offset)."""
 
 
-SegmentLayout = tuple[tuple[int, ...], tuple[int, ...]]
-"""(segment base offsets, their ``.log`` sizes), oldest first."""
+SegmentLayout = tuple[tuple[int, ...], Sequence[int]]
+"""(segment base offsets, their ``.log`` sizes), oldest first (local dirs: each size is
+stat'ed when first asked, ``manager.partition_table.SegmentSizes``)."""
 
 
 @dataclass(frozen=True, slots=True)

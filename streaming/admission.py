@@ -12,8 +12,10 @@ configured limits from the options:
   budget lasts); unlike Kafka, the total never exceeds the budget.
 - ``maxBytesPerTrigger``: bytes are *estimated* from segment file sizes and base offsets
   (``SegmentLayout``), assuming bytes spread evenly over a segment's offsets; no data is
-  read. Every lagging partition admits at least one offset so a huge batch cannot stall
-  the query.
+  read. The budget is split across partitions proportionally to their offset lag, and
+  each partition admits what its share covers from its start (only those segments are
+  sized); a share a partition does not need goes to the others. Every lagging partition
+  admits at least one offset so a huge batch cannot stall the query.
 - ``minOffsetsPerTrigger`` + ``maxTriggerDelay``: a batch is delayed (``latestOffset``
   returns ``start``) while fewer offsets are available than the minimum, unless
   ``maxTriggerDelay`` has passed since the last admitted batch.
@@ -89,7 +91,7 @@ class SegmentLayout:
     """
 
     base_offsets: tuple[int, ...]
-    sizes: tuple[int, ...]
+    sizes: Sequence[int]  # local dirs: each stat'ed when first asked (``SegmentSizes``)
     end_offset: int
 
     def _span(self, i: int) -> tuple[int, int]:
@@ -120,9 +122,15 @@ class SegmentLayout:
 
     def offset_after_bytes(self, a: int, budget: float, limit: int) -> int:
         """The largest ``b ≤ limit`` with ``bytes_between(a, b) ≤ budget`` (at least ``a``)."""
+        return self.admit_bytes(a, budget, limit)[0]
+
+    def admit_bytes(self, a: int, budget: float, limit: int) -> tuple[int, float]:
+        """``(b, bytes_between(a, b))`` for ``b = offset_after_bytes(a, budget, limit)``:
+        the sizes of the segments from ``a`` up to ``b`` only are looked at."""
         if budget <= 0:
-            return a
+            return a, 0.0
         pos = a
+        spent = 0.0
         for i in range(self._first_span(a), len(self.base_offsets)):
             lo, hi = self._span(i)
             if hi <= pos:
@@ -135,10 +143,12 @@ class SegmentLayout:
             cost = per * span
             if cost <= budget:
                 budget -= cost
+                spent += cost
                 pos = seg_hi
             else:
-                return pos + (int(budget // per) if per > 0 else span)
-        return min(pos, limit)
+                n = int(budget // per) if per > 0 else span
+                return pos + n, spent + n * per
+        return min(pos, limit), spent
 
 
 def segment_layout(
@@ -230,29 +240,52 @@ def split_budget(lag: Mapping[TopicPartition, int], budget: int) -> dict[TopicPa
     return share
 
 
+_BYTE_SHARE_PASSES = 4
+"""Rounds of handing the byte budget that partitions left unused (their whole lag fit in
+their share) to the others; what is left after them stays unused (the bound is "at most")."""
+
+
 def _limit_bytes(
     start: Mapping[TopicPartition, int],
     end: dict[TopicPartition, int],
     max_bytes: int,
     layouts: Callable[[TopicPartition], SegmentLayout | None],
 ) -> dict[TopicPartition, int]:
-    estimates: dict[TopicPartition, tuple[SegmentLayout, float]] = {}
+    """The budget is split across partitions proportionally to their offset lag (Kafka's
+    proration, as ``maxOffsetsPerTrigger``), and each partition walks its segments from
+    its start until its share is spent: only the segments a batch may admit are sized,
+    so a new query's first trigger over 11,000 segments stats about one per partition,
+    not all of them. Budget a partition leaves (its whole lag fits) goes to the others."""
+    walks: dict[TopicPartition, SegmentLayout] = {}
     for tp in sorted(end):
         if end[tp] <= start[tp]:
             continue
         layout = layouts(tp)
-        if layout is None or not layout.base_offsets:
-            continue
-        estimates[tp] = (layout, layout.bytes_between(start[tp], end[tp]))
-    total = sum(b for _, b in estimates.values())
-    if total <= max_bytes:
-        return end
-    fraction = max_bytes / total
+        if layout is not None and layout.base_offsets:
+            walks[tp] = layout
+    pos = {tp: start[tp] for tp in walks}
+    budget = float(max_bytes)
+    lagging = list(walks)
+    for _ in range(_BYTE_SHARE_PASSES):
+        lag = sum(end[tp] - pos[tp] for tp in lagging)
+        if lag == 0 or budget <= 0:
+            break
+        spent = 0.0
+        still = []
+        for tp in lagging:
+            share = budget * (end[tp] - pos[tp]) / lag
+            pos[tp], used = walks[tp].admit_bytes(pos[tp], share, end[tp])
+            spent += used
+            if pos[tp] < end[tp]:
+                still.append(tp)
+        budget -= spent
+        if len(still) == len(lagging):
+            break  # every partition spent its share: nothing was left to hand on
+        lagging = still
     out = dict(end)
-    for tp, (layout, b) in estimates.items():
-        allowed = layout.offset_after_bytes(start[tp], b * fraction, end[tp])
+    for tp in walks:
         # At least one offset per lagging partition, so an oversized batch still moves.
-        out[tp] = max(min(allowed, end[tp]), start[tp] + 1)
+        out[tp] = max(min(pos[tp], end[tp]), start[tp] + 1)
     return out
 
 

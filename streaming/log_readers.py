@@ -24,7 +24,8 @@ different credentials never share a reader, so neither reads with the other's ri
 ``segment_files`` is the same idea for admission's byte estimates: a partition's segment
 bases and the sizes of its inactive segments are kept while the directory's mtime is
 unchanged (a roll, retention or compaction swap renames or creates files there, which
-moves it); only the last segment, the one that grows, is stat'ed each time.
+moves it); only the last segment, the one that grows, is stat'ed again, and each size
+only when admission asks for it (the segments a byte bound may admit).
 
 Thread-safe: the cache is guarded by ``_lock``; every backend is thread-safe itself.
 """
@@ -41,9 +42,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from seglog.logstore.errors import SeglogError
-from seglog.logstore.manager.partition_table import list_segment_layout
+from seglog.logstore.manager.partition_table import SegmentSizes, list_segment_layout
 from seglog.logstore.records.record_format import TopicPartition
-from seglog.logstore.storage.file_names import LOG_SUFFIX, partition_dir_name
+from seglog.logstore.storage.file_names import partition_dir_name
 from seglog.logstore.storage.object_store_config import (
     NO_STORAGE_OPTIONS,
     StorageOptions,
@@ -52,7 +53,7 @@ from seglog.logstore.storage.object_store_config import (
 from seglog.logstore.storage.storage import LOCAL
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_dirs_api import LogDirsView
+    from seglog.logstore.log_dirs_api import LogDirsView, SegmentLayout
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,7 @@ class _Layout:
     path: str  # the partition directory
     mtime: int  # its mtime then (ns)
     bases: tuple[int, ...]
-    sealed: tuple[int, ...]  # sizes of every segment but the last (they cannot grow)
-    active: str | None  # the last segment's .log, stat'ed each time (it grows)
+    sizes: SegmentSizes  # stat'ed when asked; the sealed ones' kept (they cannot grow)
 
 
 _layouts: dict[tuple[tuple[str, ...], TopicPartition], _Layout] = {}
@@ -151,9 +151,11 @@ def close_all() -> None:
 
 def segment_files(
     log_dirs: Iterable[str], tp: TopicPartition, storage: StorageOptions = NO_STORAGE_OPTIONS
-) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+) -> SegmentLayout | None:
     """A partition's segment base offsets and ``.log`` sizes, oldest first; None if
-    no log dir holds the partition. Sizes of segments deleted while listing read as 0."""
+    no log dir holds the partition. In local dirs each size is stat'ed when first asked
+    (``SegmentSizes``): a byte bound sizes only the segments it may admit. Sizes of
+    segments deleted since the listing read as 0."""
     dirs = tuple(log_dirs)
     if _is_bucket(dirs):
         return _bucket_segments(dirs, tp, storage)
@@ -168,9 +170,7 @@ def segment_files(
         except FileNotFoundError:
             mtime = None  # gone from this dir: look in every dir again
         if mtime == known.mtime and time.time_ns() - known.mtime > _RACY_NS:
-            if known.active is None:
-                return known.bases, known.sealed
-            return known.bases, known.sealed + (_size(known.active),)
+            return known.bases, known.sizes.renewed()
     name = partition_dir_name(*tp)
     for d in dirs:
         path = os.path.join(d, name)
@@ -181,16 +181,16 @@ def segment_files(
         listed = _listed_layout(dirs, tp, path, storage)
         if listed is None:  # deleted since the stat
             continue
-        bases, sizes = listed
-        active = f"{path}{os.sep}{bases[-1]:020d}{LOG_SUFFIX}" if bases else None
+        bases = listed[0]
+        sizes = SegmentSizes(path, bases)
         with _lock:
-            _layouts[(dirs, tp)] = _Layout(path, mtime, bases, sizes[:-1], active)
-        return bases, sizes
+            _layouts[(dirs, tp)] = _Layout(path, mtime, bases, sizes)
+        return bases, sizes.renewed()
     return None
 
 
 def _listed_layout(dirs: tuple[str, ...], tp: TopicPartition, path: str,
-                   storage: StorageOptions) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+                   storage: StorageOptions) -> SegmentLayout | None:
     """The segments of ``tp``'s directory ``path``: from the shared reader when one is
     open, which reuses its listing for the log start offsets while the directory is
     unchanged (a new query's ``initialOffset`` listed every partition: its first
@@ -214,15 +214,8 @@ def _is_bucket(dirs: tuple[str, ...]) -> bool:
 
 
 def _bucket_segments(dirs: tuple[str, ...], tp: TopicPartition, storage: StorageOptions
-                     ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+                     ) -> SegmentLayout | None:
     """A bucket partition's segments, from the state the shared reader last refreshed
     (the trigger's snapshot just did): no request."""
     with reader(dirs, storage) as mgr:
         return mgr.segment_layout(*tp)
-
-
-def _size(path: str) -> int:
-    try:
-        return LOCAL.size(path)
-    except FileNotFoundError:
-        return 0

@@ -78,7 +78,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("maxTriggerDelay", "15m", "The longest wait for `minOffsetsPerTrigger` "
                "(`500ms`, `10s`, `15m`, `1h`...).", "streaming"),
     OptionSpec("maxBytesPerTrigger", "", "At most about this many bytes of records per "
-               "micro-batch (whole record batches).", "streaming"),
+               "micro-batch (whole record batches), split across partitions by their "
+               "backlog.", "streaming"),
     OptionSpec("failOnDataLoss", "true", "Fail when offsets the query should read were "
                "removed (retention, a deleted topic, a log that now ends before them); "
                "`false` logs a warning and goes on. Corruption (a damaged batch, an object "

@@ -387,8 +387,17 @@ class LogReads:
                     continue
             else:
                 position = 0
+            # A local range ending in this segment reads only up to where its last batch
+            # can end (the offset index bounds it), not a whole chunk past it: a task of
+            # a small micro-batch read 8 MiB. (A bucket's windows bound themselves.)
+            limit = None
+            if sources is None and (last_segment or bases[i + 1] > end_offset):
+                limit = seg.offset_index.position_past(end_offset)
             while True:
-                buf, n = src.read_chunk(position, chunk_bytes)
+                want = chunk_bytes
+                if limit is not None and limit > position:
+                    want = min(chunk_bytes, limit - position)
+                buf, n = src.read_chunk(position, want)
                 p = 0
                 stop = False
                 while True:
@@ -410,6 +419,11 @@ class LogReads:
                 if stop or check.expected >= end_offset:
                     return True
                 if p:
+                    continue
+                if want < chunk_bytes:
+                    # The index's bound held no whole batch (an index behind its log):
+                    # read on as without it, so it never decides what is returned.
+                    limit = None
                     continue
                 # Nothing whole in the chunk: the end of the segment, or one batch larger
                 # than a chunk (read alone).

@@ -72,9 +72,9 @@ from .log_dirs import (
 )
 from .partition_table import (
     PartitionTable,
+    SegmentSizes,
     inode_of,
     list_segment_layout,
-    segment_sizes,
     warn_start_beyond_log_end,
 )
 
@@ -273,7 +273,8 @@ class LogDirsReader(PartitionTable[LogReader]):
     def segment_layout(self, topic: str, partition: int) -> SegmentLayout | None:
         """``log_dirs_api.LogDirsView.segment_layout``: the listing the log start offset
         came from (listed again only when the directory changed: a new query's first
-        trigger lists each partition once, not twice), and a stat of each ``.log``."""
+        trigger lists each partition once, not twice); each ``.log`` is stat'ed when its size
+        is asked (``SegmentSizes``)."""
         try:
             p = self._partition(topic, partition)
         except UnknownTopicOrPartitionError:
@@ -281,7 +282,7 @@ class LogDirsReader(PartitionTable[LogReader]):
         cached = p.listed_bases
         unchanged, mtime = unchanged_since(p.dir, cached[1] if cached else None)
         if unchanged and cached is not None:
-            return cached[0], segment_sizes(str(p.dir), cached[0])
+            return cached[0], SegmentSizes(str(p.dir), cached[0])
         layout = list_segment_layout(str(p.dir))  # None: the directory is gone
         if layout is not None:
             p.listed_bases = (layout[0], mtime)

@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, overload
 
 from ..config.config import LogConfig, ManagerConfig
 from ..config.topics import load_topic_config, read_topic_config
@@ -348,8 +348,8 @@ def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: 
 
 
 def list_segment_layout(path: str) -> SegmentLayout | None:
-    """The segments of the partition dir ``path`` (``SegmentLayout``), from its names and
-    sizes; None if it is gone. A segment deleted while listing reads as size 0."""
+    """The segments of the partition dir ``path`` (``SegmentLayout``), from its names;
+    None if it is gone. Sizes are stat'ed when asked (``SegmentSizes``)."""
     try:
         names = LOCAL.list_names(path)  # names only: a query's first trigger lists all
     except FileNotFoundError:
@@ -358,17 +358,71 @@ def list_segment_layout(path: str) -> SegmentLayout | None:
     logs = sorted([n for n in names
                    if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()])
     bases = tuple([int(n[:20]) for n in logs])
-    return bases, segment_sizes(path, bases)
+    return bases, SegmentSizes(path, bases)
 
 
-def segment_sizes(path: str, bases: tuple[int, ...]) -> tuple[int, ...]:
-    """The ``.log`` sizes of the segments ``bases`` of the partition dir ``path``, one
-    stat each (0 for one deleted since it was listed)."""
-    prefix = path + os.sep  # a string, not a Path: 10,000 segments a query's first trigger
-    sizes = []
-    for base in bases:
-        try:
-            sizes.append(LOCAL.size(f"{prefix}{base:020d}{LOG_SUFFIX}"))
-        except FileNotFoundError:  # deleted by retention while we listed
-            sizes.append(0)
-    return tuple(sizes)
+class SegmentSizes(Sequence[int]):
+    """The ``.log`` sizes of the segments ``bases`` of the partition dir ``path``, each
+    stat'ed when first asked (0 for one deleted since it was listed).
+
+    A byte bound over 1,000 partitions needs the sizes of the few segments it may admit,
+    not of all 11,000: stat'ing every one was most of a new query's first trigger. Equal
+    to any sequence of the same sizes (``== (300, 200)``)."""
+
+    __slots__ = ("_bases", "_known", "_last", "_prefix")
+
+    def __init__(self, path: str, bases: tuple[int, ...],
+                 sealed: list[int | None] | None = None) -> None:
+        self._prefix = path + os.sep  # a string, not a Path: built per stat
+        self._bases = bases
+        # Every segment but the last cannot grow: their sizes may be shared by ``renewed``
+        # copies. The last one's is this object's own.
+        self._known: list[int | None] = (
+            sealed if sealed is not None else [None] * max(len(bases) - 1, 0))
+        self._last: int | None = None
+
+    def renewed(self) -> SegmentSizes:
+        """The same segments, the last one's size asked again (the active segment grows);
+        the sealed ones' sizes learnt so far are shared, not stat'ed again."""
+        return SegmentSizes(self._prefix[:-1], self._bases, self._known)
+
+    def __len__(self) -> int:
+        return len(self._bases)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> int | tuple[int, ...]:
+        n = len(self._bases)
+        if isinstance(i, slice):
+            return tuple([self._size(j) for j in range(*i.indices(n))])
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"segment {i} of {n}")
+        return self._size(i)
+
+    def _size(self, i: int) -> int:
+        sealed = i < len(self._known)
+        size = self._known[i] if sealed else self._last
+        if size is None:
+            try:
+                size = LOCAL.size(f"{self._prefix}{self._bases[i]:020d}{LOG_SUFFIX}")
+            except FileNotFoundError:  # deleted by retention since it was listed
+                size = 0
+            if sealed:
+                self._known[i] = size
+            else:
+                self._last = size
+        return size
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"SegmentSizes({tuple(self)!r})"

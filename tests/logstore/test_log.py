@@ -296,6 +296,30 @@ def test_read_chunks_are_whole_batches_and_cover_the_range(tmp_path):
     log.close()
 
 
+def _bytes_read() -> int:
+    """Bytes this process has read through read/pread calls so far (Linux)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="Linux's /proc/self/io")
+def test_read_chunks_of_a_small_range_read_only_up_to_its_last_batch(tmp_path):
+    """A local range ending inside a segment reads up to where its last batch can end
+    (the offset index bounds it), not a whole chunk past it: a task of a small
+    micro-batch read 8 MiB of a large segment. The chunks are the same."""
+    log = _open(tmp_path)
+    for _ in range(200):
+        log.append(batch(3, value_size=10_000))  # 200 batches of ~30 kB: ~6 MB
+    whole = b"".join(bytes(c) for c in log.read_chunks(0, log.high_watermark))
+    expected = whole[:2 * len(batch(3, value_size=10_000))]  # offsets 0-5: two batches
+    before = _bytes_read()
+    chunks = [bytes(c) for c in log.read_chunks(0, 5, chunk_bytes=8 << 20)]
+    read = _bytes_read() - before
+    assert b"".join(chunks) == expected
+    assert read < 256 << 10, f"{read} bytes read for a range of two batches"
+    log.close()
+
+
 def test_offset_for_timestamp(tmp_path):
     log = _open(tmp_path, **{"segment.bytes": str(2 * ONE), "index.interval.bytes": "1"})
     for i in range(8):

@@ -66,6 +66,49 @@ def test_bytes_estimated_from_segment_sizes():
                  layouts=lambda tp: layout).end == {("t", 0): 101}
 
 
+def test_byte_budget_split_by_lag_and_what_a_partition_leaves_goes_to_the_others():
+    """Each partition's share is proportional to its offset lag and is walked from its
+    start (only the segments it may admit are sized); a partition whose whole lag fits
+    hands what it leaves to the others."""
+    cheap = SegmentLayout((0,), (1000,), 100)  # 10 B an offset
+    dear = SegmentLayout((0,), (10_000,), 100)  # 100 B an offset
+    layouts = {("t", 0): cheap, ("t", 1): dear}
+    start = {("t", 0): 0, ("t", 1): 0}
+    latest = {("t", 0): 100, ("t", 1): 100}
+    two_k = admit(start, latest, AdmissionLimits(max_bytes=2000), now_ms=0,
+                  layouts=layouts.get).end
+    assert two_k == {("t", 0): 100, ("t", 1): 10}  # 1,000 B each
+    # 1,500 B each: the cheap one needs 1,000, its other 500 buy the dear one 5 offsets
+    three_k = admit(start, latest, AdmissionLimits(max_bytes=3000), now_ms=0,
+                    layouts=layouts.get).end
+    assert three_k == {("t", 0): 100, ("t", 1): 20}
+
+
+@given(st.lists(st.tuples(st.lists(st.integers(1, 30), min_size=1, max_size=6),
+                          st.lists(st.integers(0, 5_000), min_size=6, max_size=6),
+                          st.integers(0, 40), st.integers(0, 200)),
+                min_size=1, max_size=5),
+       st.integers(1, 20_000))
+def test_byte_bound_never_exceeds_the_budget(partitions, max_bytes):
+    """Whatever the layouts, the admitted bytes stay within the budget, but for the one
+    offset every lagging partition always moves by."""
+    layouts, start, latest = {}, {}, {}
+    for p, (gaps, sizes, tail, first) in enumerate(partitions):
+        bases = tuple(sum(gaps[:i]) for i in range(len(gaps)))
+        layout = SegmentLayout(bases, tuple(sizes[:len(bases)]), bases[-1] + tail)
+        layouts[("t", p)] = layout
+        start[("t", p)] = min(first, layout.end_offset)
+        latest[("t", p)] = layout.end_offset
+    end = admit(start, latest, AdmissionLimits(max_bytes=max_bytes), now_ms=0,
+                layouts=layouts.get).end
+    total = 0.0
+    for tp, layout in layouts.items():
+        assert start[tp] <= end[tp] <= latest[tp]
+        if end[tp] > start[tp] + 1:
+            total += _reference_bytes(layout, start[tp], end[tp])
+    assert total <= max_bytes * (1 + 1e-6)
+
+
 def test_segment_layout_lists_real_files(tmp_path):
     d = tmp_path / "t-0"
     d.mkdir()
@@ -108,7 +151,9 @@ def test_layout_estimates_match_their_definition(gaps, sizes, tail, x, y, budget
     a, b = min(x, y), max(x, y)
     expected = _reference_bytes(layout, a, b)
     assert abs(layout.bytes_between(a, b) - expected) <= 1e-6 * max(expected, 1.0)
-    end = layout.offset_after_bytes(a, budget, b)
+    end, spent = layout.admit_bytes(a, budget, b)
+    assert end == layout.offset_after_bytes(a, budget, b)
+    assert abs(spent - _reference_bytes(layout, a, end)) <= 1e-6 * max(spent, 1.0)
     assert a <= end <= b
     assert _reference_bytes(layout, a, end) <= budget + 1e-6 * max(budget, 1.0)
     covered = max(layout.end_offset, bases[-1] + 1)  # offsets past the spans cost nothing

@@ -200,6 +200,39 @@ def test_a_new_querys_first_trigger_lists_each_partition_once(tmp_path, monkeypa
     assert fresh.end != latest  # the bound cut the batch
 
 
+def test_a_byte_bound_stats_only_the_segments_it_may_admit(tmp_path, monkeypatch):
+    """A new query's first trigger under maxBytesPerTrigger sizes the segments its byte
+    budget may reach, not every segment of every partition (11,000 stats were most of
+    that trigger over 1,000 partitions)."""
+    from seglog.logstore.storage.storage import LOCAL
+
+    with LogManager([str(tmp_path)]) as mgr:
+        mgr.create_topic("t", 3)
+        for p in range(3):
+            for _ in range(6):  # 6 segments of one batch (5 records) each
+                mgr.append("t", p, ONE)
+                mgr.get_log("t", p).roll()
+    _age_partition_dirs(tmp_path)
+    log_readers.close_all()
+    options = {"path": str(tmp_path), "subscribe": "t", "startingOffsets": "earliest",
+               "maxBytesPerTrigger": "100"}
+    r = SeglogStreamReader(options, source_schema(options))
+    start = r.initialOffset()
+    sized: list[str] = []
+    real = LOCAL.size
+
+    def counting(path):
+        sized.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(LOCAL, "size", counting)
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert all(0 < v < 30 for v in end["t"].values())  # the bound cut the batch
+    logs = [s for s in sized if s.endswith(".log")]
+    assert len(logs) == 3  # each partition's first segment: its budget ends there
+    assert all(s.endswith(f"{0:020d}.log") for s in logs)
+
+
 def test_segment_files_reuse_the_readers_listing_until_the_directory_changes(
         tmp_path, monkeypatch):
     write(tmp_path, batches=2)
