@@ -8,9 +8,9 @@ part, so neither calls the other back for it:
 - ``LocalTopics``: from the directory listing of the log dirs, through the process's
   shared reader (``log_readers``), and where each partition's directory is.
 - ``BucketTopics``: from the committed state of the process's shared manager of the
-  bucket (the log of each topic a task writes refreshed once per task), and which config overrides the rows were checked
-  against (the commit message carries them: the commit refuses a topic whose config
-  changed since).
+  bucket (the log of each topic a task writes refreshed once per task), and which config
+  overrides the rows were checked against (the commit message carries them: the commit
+  refuses a topic whose config changed since).
 
 Not thread-safe: one describer per task.
 """
