@@ -348,7 +348,7 @@ class BucketLogManager:
         report = upgrade_topic_logs(self.commits, topics, dry_run=dry_run,
                                     before_move=before_move)
         if report.moved and not dry_run:
-            self._sync_logs()
+            self.sync_logs()
         return report
 
     # -- logs ------------------------------------------------------------------------
