@@ -345,6 +345,12 @@ class BucketLogManager:
         ``before_move`` is called with the topics to move before anything is written."""
         if not dry_run:
             self.check_writable()
+            if not self.commits.topic_logs:
+                raise ConfigError(
+                    f"{self.uri}: this manager was opened with topic_logs=False, for a "
+                    f"bucket that seglog versions before per-topic commit logs must still "
+                    f"read; moving topics into their own logs would make them refuse it "
+                    f"(open it without topic_logs=False to upgrade)")
         report = upgrade_topic_logs(self.commits, topics, dry_run=dry_run,
                                     before_move=before_move)
         if report.moved and not dry_run:

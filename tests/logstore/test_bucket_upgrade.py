@@ -120,6 +120,18 @@ def test_a_named_topic_the_bucket_lacks_is_refused_and_nothing_moves():
     assert topic_log_dirs(uri) == set()
 
 
+def test_a_manager_kept_readable_for_older_versions_refuses_to_move():
+    from seglog.logstore.errors import ConfigError
+
+    uri = memory_uri()
+    legacy_bucket(uri, {"a": 1})
+    with BucketLogManager(uri, topic_logs=False) as rolling:
+        assert [m.topic for m in rolling.upgrade_topic_logs(dry_run=True).moved] == ["a"]
+        with pytest.raises(ConfigError, match="opened with topic_logs=False"):
+            rolling.upgrade_topic_logs()
+    assert topic_log_dirs(uri) == set()
+
+
 def test_a_writer_with_a_stale_view_appends_to_the_moved_topics_log():
     uri = memory_uri()
     legacy_bucket(uri, {"t": 1, "u": 1})
