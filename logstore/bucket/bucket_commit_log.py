@@ -9,7 +9,12 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   of them unless a snapshot writer died). A missing or damaged hint, or a hint naming a
   missing snapshot, falls back to LISTing the snapshots (or to folding from version 0).
 - **Refresh**: one LIST of ``_seglog/log/`` after the state's version (``list_after``:
-  the server skips older names) and a GET per newer commit. When the next
+  the server skips older names) and a GET per newer commit. When the last refresh
+  found another writer's commit, the GET of the next version goes out beside the LIST
+  (read-ahead): a reader of a log that is being written (a source's trigger, a task, a
+  consumer) then sees a new commit in one round trip, not two; an idle log's refresh
+  stays one LIST. The read-ahead bytes are used only when the LIST names that version
+  with their size (the LIST stays the only word on what exists). When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
 - **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
@@ -210,6 +215,9 @@ class CommitLog:
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
+        # Whether the last refresh folded another writer's commit: the next one reads
+        # the following version ahead, beside its LIST (see the module docstring).
+        self._read_ahead = False
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
@@ -352,14 +360,37 @@ class CommitLog:
             started_ms = self.clock.monotonic_ms()
             state = self._state
             oldest = min(self._unchecked, default=state.version)
-            sizes = self._list_commit_sizes(min(oldest, state.version))
+            known = dict(known or {})
+            ahead = state.version + 1
+            if self._read_ahead and state.version >= 0 and ahead not in known:
+                with ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead") as pool:
+                    early = pool.submit(self._read_commit_or_none, ahead)
+                    sizes = self._list_commit_sizes(min(oldest, state.version))
+                    data = early.result()
+                # Immutable once created; a size the LIST disagrees with (a store that
+                # let a second create replace it) is read again by the fold.
+                if data is not None and sizes.get(ahead) == len(data):
+                    known[ahead] = data
+            else:
+                sizes = self._list_commit_sizes(min(oldest, state.version))
             for version in [v for v in self._unchecked if v not in sizes]:
                 del self._unchecked[version]  # collected (old) or never listed
             own = frozenset(self._unchecked)
             if own:
                 self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
             listed = sorted(v for v in sizes if v >= state.version)
-            return self._fold(state, listed, started_ms, own=own, known=known or {})
+            changed = self._fold(state, listed, started_ms, own=own, known=known)
+            # Own commits are in the state already: a change here is another writer's.
+            self._read_ahead = changed
+            return changed
+
+    def _read_commit_or_none(self, version: int) -> bytes | None:
+        """The commit of ``version`` if it is there (a read-ahead: absent, or any
+        failure, is None, and the fold reads what the LIST names as it always does)."""
+        try:
+            return self.storage.read(self.layout.commit_key(version))
+        except (FileNotFoundError, KafkaStorageError):
+            return None
 
     def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
         """Checks the commits this writer was told it created against what the bucket
