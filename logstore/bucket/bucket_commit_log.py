@@ -9,11 +9,12 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   of them unless a snapshot writer died). A missing or damaged hint, or a hint naming a
   missing snapshot, falls back to LISTing the snapshots (or to folding from version 0).
 - **Refresh**: one LIST of ``_seglog/log/`` after the state's version (``list_after``:
-  the server skips older names) and a GET per newer commit. When the last refresh
-  found another writer's commit, the GET of the next version goes out beside the LIST
-  (read-ahead): a reader of a log that is being written (a source's trigger, a task, a
-  consumer) then sees a new commit in one round trip, not two; an idle log's refresh
-  stays one LIST. The read-ahead bytes are used only when the LIST names that version
+  the server skips older names) and a GET per newer commit. A reader's log
+  (``read_ahead``: a read-only manager's) whose last refresh found another writer's
+  commit sends the GET of the next version beside the LIST: a reader of a log that is
+  being written (a source's trigger, a task, a consumer) then sees a new commit in one
+  round trip, not two; an idle log's refresh stays one LIST, and a writer's requests
+  are unchanged. The read-ahead bytes are used only when the LIST names that version
   with their size (the LIST stays the only word on what exists). When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
@@ -201,10 +202,12 @@ class CommitLog:
     def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
                  writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
                  sleep: Callable[[float], None] = time.sleep,
-                 layout: LogLayout = CATALOG, load: bool = True) -> None:
+                 layout: LogLayout = CATALOG, load: bool = True,
+                 read_ahead: bool = False) -> None:
         """``layout``: where this log's objects are (the catalog log by default; a topic
         log's: ``bucket_state.topic_layout``). ``load=False``: a log known to be new (a
-        topic id just drawn), opened empty without a request."""
+        topic id just drawn), opened empty without a request. ``read_ahead``: a reader's
+        log (see the module docstring's Refresh; its siblings inherit it)."""
         self.storage = storage
         self.layout = layout
         self.clock = clock
@@ -215,9 +218,10 @@ class CommitLog:
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
-        # Whether the last refresh folded another writer's commit: the next one reads
-        # the following version ahead, beside its LIST (see the module docstring).
-        self._read_ahead = False
+        self.read_ahead = read_ahead
+        # Whether the last refresh folded another writer's commit: a reader's next one
+        # then reads the following version ahead, beside its LIST.
+        self._others_seen = False
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
@@ -246,7 +250,7 @@ class CommitLog:
         settings."""
         return CommitLog(self.storage, clock=self.clock, writer_id=self.writer_id,
                          max_attempts=self.max_attempts, sleep=self._sleep, layout=layout,
-                         load=load)
+                         load=load, read_ahead=self.read_ahead)
 
     @property
     def last_attempts(self) -> int:
@@ -362,7 +366,8 @@ class CommitLog:
             oldest = min(self._unchecked, default=state.version)
             known = dict(known or {})
             ahead = state.version + 1
-            if self._read_ahead and state.version >= 0 and ahead not in known:
+            if self.read_ahead and self._others_seen and state.version >= 0 \
+                    and ahead not in known:
                 with ThreadPoolExecutor(1, thread_name_prefix="seglog-read-ahead") as pool:
                     early = pool.submit(self._read_commit_or_none, ahead)
                     sizes = self._list_commit_sizes(min(oldest, state.version))
@@ -381,7 +386,7 @@ class CommitLog:
             listed = sorted(v for v in sizes if v >= state.version)
             changed = self._fold(state, listed, started_ms, own=own, known=known)
             # Own commits are in the state already: a change here is another writer's.
-            self._read_ahead = changed
+            self._others_seen = changed
             return changed
 
     def _read_commit_or_none(self, version: int) -> bytes | None:
