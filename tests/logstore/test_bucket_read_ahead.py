@@ -17,13 +17,13 @@ from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips
 from s3_server import S3Server
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
-from seglog.logstore.records.record_codec import encode_batches
+from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.storage.object_storage import ObjectStorage
 
 
 @pytest.fixture
 def proxy(bucket_server: S3Server) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=0.002, log_requests=True) as p:
+    with S3Proxy(bucket_server.endpoint, delay_s=0.02, log_requests=True) as p:
         yield p
 
 
@@ -124,8 +124,6 @@ def test_a_reader_reads_ahead_as_many_commits_as_it_found_last_time(
 
 
 def _values(mgr: BucketLogManager) -> list[bytes]:
-    from seglog.logstore.records.record_codec import decode_batches
-
     log = mgr.get_log("t", 0)
     out: list[bytes] = []
     for chunk in log.read_chunks(0, log.high_watermark):
@@ -145,3 +143,27 @@ def test_a_writer_reads_nothing_ahead(bucket_server: S3Server, proxy: S3Proxy) -
     # no GET of a commit goes out (a read-ahead would GET versions not yet there).
     commit_gets = [t for t in _gets(proxy.requests(since)) if "_seglog/log/" in t]
     assert commit_gets == []
+
+
+def test_a_read_of_a_few_small_segments_gets_them_all_at_once(
+    bucket_server: S3Server, proxy: S3Proxy
+) -> None:
+    """A micro-batch of a producer's small appends (one segment each): the task's walk
+    GETs the first segment and the next ones side by side, one round trip (before: the
+    first, then the others at its end, two)."""
+    bucket = bucket_server.create_bucket()
+    writer = BucketLogManager(_storage(bucket_server, bucket))
+    writer.create_topic("t", 1)
+    for n in range(5):
+        writer.append("t", 0, _batch(f"s{n}", 2))
+    reader = BucketLogManager(_storage(bucket_server, bucket, proxy.endpoint), read_only=True)
+    log = reader.get_log("t", 0)
+    assert len(log.segments) == 5
+    since = proxy.clock()
+    values = [
+        v for c in log.read_chunks(0, 10) for v in decode_batches(c).column("value").to_pylist()
+    ]
+    made = [r for r in proxy.requests(since) if r.kind in ("GET", "RANGED_GET")]
+    assert values == [f"s{n}-{j}".encode() for n in range(5) for j in range(2)]
+    assert len(made) == 5
+    assert sequential_round_trips(made) == 1, made
