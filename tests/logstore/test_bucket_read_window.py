@@ -79,7 +79,8 @@ def test_a_range_ending_mid_object_fetches_up_to_its_last_batch_only():
     assert len(storage.gets) == 2  # the index's header read and find_batch's walk: no GET
     # The second segment's GET goes out beside the first's (read ahead), in either order.
     (key0, position0, _), (key1, position1, length1) = sorted(
-        storage.gets, key=lambda g: second.key in g[0])
+        storage.gets, key=lambda g: second.key in g[0]
+    )
     assert first.key in key0 and position0 > 0  # from the index entry below the start
     assert second.key in key1 and position1 == 0
     # The offset index bounds the fetch: a quarter of the records, not the whole object.
