@@ -4,8 +4,9 @@ baseline), on a local dir and on a bucket behind the 25 ms proxy, beside the flo
 no-op Python source and sink in the same Spark session.
 
 Run: ``python benchmarks/bench_e2e_latency.py [--duration-s 60] [--interval-ms 100]
-[--delay-ms 25] [--storage local bucket noop] [--server auto|seaweedfs|moto] [--quick]``
-(``--quick``: ``--duration-s 15``).
+[--delay-ms 25] [--storage local bucket noop] [--server auto|seaweedfs|moto] [--quick]
+[--conf KEY=VALUE ...]`` (``--quick``: ``--duration-s 15``; ``--conf``: Spark settings of
+the session, e.g. those of docs/operations.md's low-latency section, to measure them).
 
 Per storage, one query from topic ``in`` of one log dir to topic ``out`` of another
 (two log dirs: on a local dir the producer holds its log dir's lock; the bucket does the
@@ -347,6 +348,13 @@ def report(case: Case) -> None:
     )
 
 
+def _conf(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise SystemExit(f"--conf {item!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration-s", type=float, default=60.0)
@@ -360,7 +368,15 @@ def main() -> None:
     )
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
     parser.add_argument("--quick", action="store_true", help="--duration-s 15")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the session (repeatable)",
+    )
     args = parser.parse_args()
+    confs = [_conf(item) for item in args.conf]
     if args.quick:
         args.duration_s = 15.0
 
@@ -380,21 +396,24 @@ def main() -> None:
         # Before the session: Spark's Python workers inherit the environment.
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
         work = Path(tmp)
-        spark = (
+        builder = (
             SparkSession.builder.master("local[2]")
             .appName("bench-e2e-latency")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
         )
+        for key, value in confs:
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.dataSource.register(SeglogDataSource)
         spark.dataSource.register(NoopLatencySource)
         print(
             f"local[2]; one record every {args.interval_ms:.0f} ms for {args.duration_s:.0f} s "
             f"from {WARMUP_S:.0f} s after the first micro-batch; bucket: "
             f"{'SeaweedFS' if use_seaweed else 'moto'}, "
-            f"{args.delay_ms:.0f} ms per request; load {os.getloadavg()[0]:.1f}",
+            f"{args.delay_ms:.0f} ms per request; load {os.getloadavg()[0]:.1f}"
+            + "".join(f"; {k}={v}" for k, v in confs),
             flush=True,
         )
         try:

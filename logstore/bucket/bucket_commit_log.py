@@ -9,7 +9,14 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   of them unless a snapshot writer died). A missing or damaged hint, or a hint naming a
   missing snapshot, falls back to LISTing the snapshots (or to folding from version 0).
 - **Refresh**: one LIST of ``_seglog/log/`` after the state's version (``list_after``:
-  the server skips older names) and a GET per newer commit. When the next
+  the server skips older names) and a GET per newer commit. A reader's log
+  (``read_ahead``: a read-only manager's) whose last refresh found N commits of other
+  writers sends the GETs of the next N versions (at most ``READ_AHEAD_MAX``) beside the
+  LIST: a reader of a log written at a steady rate (a source's trigger, a task, a
+  consumer) then sees the new commits in one round trip, not two; an idle log's refresh
+  stays one LIST, and a writer's requests are unchanged. Read-ahead bytes are used only
+  where the LIST names that version with their size (the LIST stays the only word on
+  what exists). When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
 - **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
@@ -119,6 +126,9 @@ MAX_READ_BACK = 50
 """Of those, the most a refresh reads back (the newest); older ones are compared by their
 listed size only, so a second writer appearing after a long lone run costs a bounded
 number of GETs."""
+READ_AHEAD_MAX = 8
+"""The most versions a reader's refresh GETs ahead beside its LIST (as many as its last
+refresh found; a guess too high costs a 404 GET each, in the same round trip)."""
 BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 FETCH_THREADS = 16
@@ -196,10 +206,12 @@ class CommitLog:
     def __init__(self, storage: Storage, *, clock: Clock = SYSTEM_CLOCK,
                  writer_id: str | None = None, max_attempts: int = MAX_ATTEMPTS,
                  sleep: Callable[[float], None] = time.sleep,
-                 layout: LogLayout = CATALOG, load: bool = True) -> None:
+                 layout: LogLayout = CATALOG, load: bool = True,
+                 read_ahead: bool = False) -> None:
         """``layout``: where this log's objects are (the catalog log by default; a topic
         log's: ``bucket_state.topic_layout``). ``load=False``: a log known to be new (a
-        topic id just drawn), opened empty without a request."""
+        topic id just drawn), opened empty without a request. ``read_ahead``: a reader's
+        log (see the module docstring's Refresh; its siblings inherit it)."""
         self.storage = storage
         self.layout = layout
         self.clock = clock
@@ -210,6 +222,10 @@ class CommitLog:
         self._state = BucketState()
         self._damaged: set[str] = set()  # snapshots that failed to parse, for messages
         self._refreshed_ms = clock.monotonic_ms()
+        self.read_ahead = read_ahead
+        # How many commits of other writers the last refresh folded: a reader's next one
+        # reads as many following versions ahead, beside its LIST (READ_AHEAD_MAX).
+        self._others_seen = 0
         self._attempts = threading.local()  # .count: creates tried by this thread's commit
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
@@ -238,7 +254,7 @@ class CommitLog:
         settings."""
         return CommitLog(self.storage, clock=self.clock, writer_id=self.writer_id,
                          max_attempts=self.max_attempts, sleep=self._sleep, layout=layout,
-                         load=load)
+                         load=load, read_ahead=self.read_ahead)
 
     @property
     def last_attempts(self) -> int:
@@ -352,14 +368,40 @@ class CommitLog:
             started_ms = self.clock.monotonic_ms()
             state = self._state
             oldest = min(self._unchecked, default=state.version)
-            sizes = self._list_commit_sizes(min(oldest, state.version))
+            known = dict(known or {})
+            ahead = [v for v in range(state.version + 1, state.version + 1 + self._others_seen)
+                     if v not in known] if self.read_ahead and state.version >= 0 else []
+            if ahead:
+                with ThreadPoolExecutor(len(ahead), thread_name_prefix="seglog-read-ahead"
+                                        ) as pool:
+                    early = pool.map(self._read_commit_or_none, ahead)
+                    sizes = self._list_commit_sizes(min(oldest, state.version))
+                    read = dict(zip(ahead, early, strict=True))
+                # Immutable once created; a size the LIST disagrees with (a store that
+                # let a second create replace it) is read again by the fold.
+                known.update({v: data for v, data in read.items()
+                              if data is not None and sizes.get(v) == len(data)})
+            else:
+                sizes = self._list_commit_sizes(min(oldest, state.version))
             for version in [v for v in self._unchecked if v not in sizes]:
                 del self._unchecked[version]  # collected (old) or never listed
             own = frozenset(self._unchecked)
             if own:
                 self._check_own_commits(sizes, others=max(sizes, default=-1) > state.version)
             listed = sorted(v for v in sizes if v >= state.version)
-            return self._fold(state, listed, started_ms, own=own, known=known or {})
+            changed = self._fold(state, listed, started_ms, own=own, known=known)
+            # Own commits are in the state already: what a refresh folds is others'.
+            self._others_seen = min(max(self._state.version - state.version, 0),
+                                    READ_AHEAD_MAX)
+            return changed
+
+    def _read_commit_or_none(self, version: int) -> bytes | None:
+        """The commit of ``version`` if it is there (a read-ahead: absent, or any
+        failure, is None, and the fold reads what the LIST names as it always does)."""
+        try:
+            return self.storage.read(self.layout.commit_key(version))
+        except (FileNotFoundError, KafkaStorageError):
+            return None
 
     def _check_own_commits(self, sizes: Mapping[int, int], *, others: bool) -> None:
         """Checks the commits this writer was told it created against what the bucket

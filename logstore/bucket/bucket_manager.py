@@ -111,17 +111,19 @@ def bucket_uri(log_dirs: Iterable[object] | object) -> str | None:
     return uris[0]
 
 
-def _open_commit_log(storage: Storage, clock: Clock, given: CommitLog | None) -> CommitLog:
-    """The log dir's commit log (``given``, or one loaded now), after the nesting check
+def _open_commit_log(storage: Storage, clock: Clock, given: CommitLog | None,
+                     read_ahead: bool = False) -> CommitLog:
+    """The log dir's commit log (``given``, or one loaded now; ``read_ahead``: a
+    reader's, ``CommitLog``'s refresh), after the nesting check
     (a few LISTs, once per open, never per append: no log dir inside another). The two
     are independent reads, made at once: an open costs the longer of them, not both;
     the nesting check's refusal is raised first (it names the cause)."""
     if not isinstance(storage, ObjectStorage):
-        return given or CommitLog(storage, clock=clock)
+        return given or CommitLog(storage, clock=clock, read_ahead=read_ahead)
     with ThreadPoolExecutor(1, thread_name_prefix="seglog-open") as pool:
         nesting = pool.submit(check_nesting, storage)
         try:
-            commits = given or CommitLog(storage, clock=clock)
+            commits = given or CommitLog(storage, clock=clock, read_ahead=read_ahead)
         except BaseException:
             nesting.result()
             raise
@@ -166,7 +168,8 @@ class BucketLogManager:
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
         self.commits = BucketLogs(self.storage, clock=clock,
-                                  catalog=_open_commit_log(self.storage, clock, commit_log),
+                                  catalog=_open_commit_log(self.storage, clock, commit_log,
+                                                           read_ahead=read_only),
                                   topic_logs=topic_logs)
         self.committer = BucketCommitter(
             self.storage, self.commits, clock=clock, config=self.config,

@@ -13,9 +13,10 @@ serves the header reads, the batch walk and the chunks from that buffer.
 Read-ahead (``WindowedReads``): while the walk decodes a window, the next one is fetched
 on the walk's own thread; on S3 this hides a request's latency behind the decoding.
 Small segments (a producer's appends of a few records each) are fetched several at a
-time: at the end of a segment the first windows of the next ones are read ahead
-together, up to ``READ_AHEAD_SEGMENTS`` GETs and ``FETCH_BYTES`` in all, so a task
-reading many of them waits about one round trip per group, not one per segment.
+time: with the last window of a segment (a small one's only window) the first windows
+of the next ones are read ahead together, up to ``READ_AHEAD_SEGMENTS`` GETs and
+``FETCH_BYTES`` in all, so a task reading many of them waits about one round trip per
+group, not one per segment (a micro-batch of up to 9 small segments: one).
 
 Memory: per reading walk, the current window and what is read ahead, each at most
 ``max(FETCH_BYTES, chunk_bytes)`` bytes (the chunks handed out are views: no copy),

@@ -184,9 +184,13 @@ class RecordsWindow:
                 if self._start + n < need_end and not self._whole_batch_at(position):
                     ahead = None
             if ahead is None:
-                buf, n = self._records.read_chunk(
-                    position, min(max(max_bytes, self._fetch_bytes), stop - position) or max_bytes
-                )
+                length = min(max(max_bytes, self._fetch_bytes), stop - position) or max_bytes
+                if position + length >= limit:
+                    # This window ends the walk's use of the segment: the next segments'
+                    # first windows go out beside it, not after it (a walk over a few
+                    # small segments waits one round trip, not two).
+                    self._prefetch_after(limit, limit)
+                buf, n = self._records.read_chunk(position, length)
                 self._start = position
             self._buf = memoryview(buf)[:n]
             window_end = self._start + n
