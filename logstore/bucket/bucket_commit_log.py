@@ -34,7 +34,8 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   nothing; a merge keeps its upload while its sources are there; an operation whose
   inputs vanished raises). An append (``Change.at_end``) does not wait for that: it
   creates the next version at once, blind, its entries placed at the log end by the fold,
-  and reads the version it lost alongside (``_create_at_end``): one round trip a loss. After ``TURN_AFTER_LOSSES`` losses it asks the other writers
+  and reads the version it lost alongside (``_create_at_end``): one round trip a loss.
+  After ``TURN_AFTER_LOSSES`` losses it asks the other writers
   for the turn (``bucket_turn``: a writer in a tight loop would win every race
   otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
   after ``max_attempts`` a ``CommitConflictError`` names the URI.
