@@ -133,6 +133,9 @@ BLIND_CREATES = 4
 """Blind creates (``Change.at_end``) an append tries after a lost create, one version up
 each time, before it folds what it lost to and builds again (and the turn may be asked
 for)."""
+TURN_AFTER_CHAINS = 3
+"""Blind chains (each up to ``BLIND_CREATES`` + 1 lost creates) an append loses before it
+asks for the turn (other commits: ``bucket_turn.TURN_AFTER_LOSSES``)."""
 FAST_RETRIES = 5
 """Lost races retried at once, on the winner's commit (``_rebase``), before the backoff
 (by then the turn was asked for: ``bucket_turn``): a writer that sleeps after each loss
@@ -564,6 +567,7 @@ class CommitLog:
         fresh = False  # whether the state was read from the bucket during this call
         self._attempts.count = 0
         self._attempts.shifts = {}
+        self._attempts.blind = False  # whether the last attempt was a blind chain
         # Runs alongside build (the upload); waited for just before the create.
         look = self.turns.begin()
         if self._view_too_old():
@@ -586,7 +590,11 @@ class CommitLog:
                     continue
                 logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
                             self.uri, state.version + 1, operation, attempt + 1)
-                if attempt + 1 == TURN_AFTER_LOSSES and token is None:
+                # A blind chain lost is BLIND_CREATES + 1 races lost at one round trip
+                # each, and as likely won next time: the turn (a wait for everyone) is
+                # asked for later.
+                turn_after = TURN_AFTER_CHAINS if self._attempts.blind else TURN_AFTER_LOSSES
+                if attempt + 1 == turn_after and token is None:
                     # Losing again and again: a writer commits in a loop. Ask it to let
                     # us through (bucket_turn), then look.
                     token = self.turns.request()
@@ -655,6 +663,7 @@ class CommitLog:
                 # lost race the bucket need not be asked about.
                 return None, None
             self._attempts.count += 1
+            self._attempts.blind = change.at_end
             if change.at_end:
                 placed = self._create_at_end(operation, change, state, data, new_state)
                 if placed is None:
@@ -727,8 +736,10 @@ class CommitLog:
                 before = pending.get(version - 1)
                 if created or (before is not None and before.result() == sent[version - 1]):
                     break  # won here, or the version before was ours after all
-            known.update({v: f.result() for v, f in pending.items()
-                          if f.result() is not None})
+            for v, future in pending.items():
+                read = future.result()
+                if read is not None:
+                    known[v] = read
         ours = [v for v in sent if v in mine or known.get(v) == sent[v]]
         known.update({v: sent[v] for v in mine})
         try:
