@@ -133,6 +133,8 @@ class Run:
     requests: Counter[str]
     latencies: list[float]
     cpu_share: float
+    per_writer: list[int]
+    """Each writer's appends (starvation shows as a writer far below the others)."""
 
     @property
     def rate(self) -> float:
@@ -219,6 +221,7 @@ def run_writers(
         +requests,
         [x for r in results for x in r["latencies"]],
         cpu / (wall * (os.cpu_count() or 1)),
+        [r["appends"] for r in results],
     )
 
 
@@ -259,6 +262,11 @@ def report(runs: list[Run], delay_s: float) -> None:
             f"{os.cpu_count()} cores"
         )
         print(f"{'':>14}requests/append {run.round_trips():.2f}: {kinds}")
+        if run.writers > 1:
+            print(
+                f"{'':>14}appends per writer: min {min(run.per_writer)}, max "
+                f"{max(run.per_writer)} ({sorted(run.per_writer)})"
+            )
 
 
 def main() -> None:

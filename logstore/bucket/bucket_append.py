@@ -174,6 +174,7 @@ def _commit(committer: BucketCommitter, pending: list[PartitionAppend]) -> None:
 
     try:
         committer.commit("append", build)
+        settle(committer, pending)
     except KafkaStorageError:
         raise  # a failed request: the commit may have landed, the uploads stay
     except SeglogError:
@@ -251,12 +252,25 @@ def stamp(committer: BucketCommitter, part: PartitionAppend, end: int) -> None:
 
 def change_of(parts: list[PartitionAppend]) -> Change:
     """One commit adding every part's segments, each partition's in the parts' order, a
-    part that kept its upload through a lost race with its ``offset_delta``."""
+    part that kept its upload through a lost race with its ``offset_delta``. Valid at any
+    log end (``at_end``): after a lost race it is created blind, and ``settle`` learns
+    where it went."""
     adds: dict[str, tuple[SegmentEntry, ...]] = {}
     for part in parts:
         adds[part.key] = adds.get(part.key, ()) + tuple(
             shifted(s.entry, part.delta) for s in part.segments)
-    return Change(partitions={key: PartitionChange(add=add) for key, add in adds.items()})
+    return Change(partitions={key: PartitionChange(add=add) for key, add in adds.items()},
+                  at_end=True)
+
+
+def settle(committer: BucketCommitter, parts: list[PartitionAppend]) -> None:
+    """After the commit: move ``parts`` to where the fold put them (a blind create lands
+    above the end its build saw: ``CommitLog.last_shifts``), so their ``AppendInfo`` and
+    later restamps use the committed offsets."""
+    shifts = committer.commits.last_shifts
+    for part in parts:
+        if part.end is not None:
+            part.end += shifts.get(part.key, 0)
 
 
 def shifted(entry: SegmentEntry, delta: int) -> SegmentEntry:

@@ -39,7 +39,10 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   calls ``build`` again at once with the new state: a logical rebase (an append keeps
   its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
   nothing; a merge keeps its upload while its sources are there; an operation whose
-  inputs vanished raises). After ``TURN_AFTER_LOSSES`` losses it asks the other writers
+  inputs vanished raises). An append (``Change.at_end``) does not wait for that: it
+  creates the next version at once, blind, its entries placed at the log end by the fold,
+  and reads the version it lost alongside (``_create_at_end``): one round trip a loss.
+  After ``TURN_AFTER_LOSSES`` losses it asks the other writers
   for the turn (``bucket_turn``: a writer in a tight loop would win every race
   otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
   after ``max_attempts`` a ``CommitConflictError`` names the URI.
@@ -72,8 +75,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import (
@@ -98,7 +101,10 @@ from .bucket_state import (
     LogLayout,
     PartitionChange,
     TopicSpec,
+    config_digest,
+    index_of,
     parse_version_name,
+    topic_of,
     version_name,
 )
 from .bucket_turn import TURN_AFTER_LOSSES, Look, Turns
@@ -133,6 +139,13 @@ BACKOFF_MS = (10, 1000)
 """The first and the largest sleep between attempts (doubling, with full jitter)."""
 FETCH_THREADS = 16
 """The most commits a refresh reads at once."""
+BLIND_CREATES = 4
+"""Blind creates (``Change.at_end``) an append tries after a lost create, one version up
+each time, before it folds what it lost to and builds again (and the turn may be asked
+for)."""
+TURN_AFTER_CHAINS = 3
+"""Blind chains (each up to ``BLIND_CREATES`` + 1 lost creates) an append loses before it
+asks for the turn (other commits: ``bucket_turn.TURN_AFTER_LOSSES``)."""
 FAST_RETRIES = 5
 """Lost races retried at once, on the winner's commit (``_rebase``), before the backoff
 (by then the turn was asked for: ``bucket_turn``): a writer that sleeps after each loss
@@ -198,6 +211,10 @@ class Change:
     sinks: Mapping[str, Any] = field(default_factory=dict)
     topic_logs: Mapping[str, str | None] = field(default_factory=dict)
     """Catalog commits only (``bucket_logs``): names given to (or taken from) topic logs."""
+    at_end: bool = False
+    """An append (only ``partitions``' adds) valid at whatever log end the fold finds:
+    after a lost race it is created blind as the next version, without reading the
+    winner's commit first (``CommitLog._create_at_end``)."""
 
 
 class CommitLog:
@@ -255,6 +272,14 @@ class CommitLog:
         return CommitLog(self.storage, clock=self.clock, writer_id=self.writer_id,
                          max_attempts=self.max_attempts, sleep=self._sleep, layout=layout,
                          load=load, read_ahead=self.read_ahead)
+
+    @property
+    def last_shifts(self) -> Mapping[str, int]:
+        """Per partition key, how far the fold moved the calling thread's last commit
+        (a blind ``Change.at_end`` append) above the offsets its ``build`` gave it: the
+        caller adds this to the offsets it reports. Empty when nothing moved."""
+        shifts: Mapping[str, int] = getattr(self._attempts, "shifts", {})
+        return shifts
 
     @property
     def last_attempts(self) -> int:
@@ -583,6 +608,8 @@ class CommitLog:
             raise CorruptMetadataError(self._rolled_back_message())
         fresh = False  # whether the state was read from the bucket during this call
         self._attempts.count = 0
+        self._attempts.shifts = {}
+        self._attempts.blind = False  # whether the last attempt was a blind chain
         # Runs alongside build (the upload); waited for just before the create.
         look = self.turns.begin()
         if self._view_too_old():
@@ -605,7 +632,11 @@ class CommitLog:
                     continue
                 logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
                             self.uri, state.version + 1, operation, attempt + 1)
-                if attempt + 1 == TURN_AFTER_LOSSES and token is None:
+                # A blind chain lost is BLIND_CREATES + 1 races lost at one round trip
+                # each, and as likely won next time: the turn (a wait for everyone) is
+                # asked for later.
+                turn_after = TURN_AFTER_CHAINS if self._attempts.blind else TURN_AFTER_LOSSES
+                if attempt + 1 == turn_after and token is None:
                     # Losing again and again: a writer commits in a loop. Ask it to let
                     # us through (bucket_turn), then look.
                     token = self.turns.request()
@@ -674,21 +705,151 @@ class CommitLog:
                 # lost race the bucket need not be asked about.
                 return None, None
             self._attempts.count += 1
-            created, winner = self._create(key, data, operation)
-            if not created:
-                if attempt:
-                    self._rebase(version, winner)
-                else:
-                    # The first loss: how far behind is unknown (a writer in a loop may be
-                    # hundreds of versions ahead); one LIST says.
-                    self.refresh({version: winner} if winner is not None else None)
-                return None, False
-            self._state = new_state
-            self._unchecked[version] = (data, operation)
-            if len(self._unchecked) > MAX_UNCHECKED:
-                del self._unchecked[min(self._unchecked)]
+            self._attempts.blind = change.at_end
+            if change.at_end:
+                placed = self._create_at_end(operation, change, state, data, new_state)
+                if placed is None:
+                    return None, False
+                new_state = placed
+            else:
+                created, winner = self._create(key, data, operation)
+                if not created:
+                    if attempt:
+                        self._rebase(version, winner)
+                    else:
+                        # The first loss: how far behind is unknown (a writer in a loop may
+                        # be hundreds of versions ahead); one LIST says.
+                        self.refresh({version: winner} if winner is not None else None)
+                    return None, False
+                self._state = new_state
+                self._remember(version, data, operation)
         crash_point("after-commit")
         return new_state, True
+
+    def _create_at_end(self, operation: str, change: Change, state: BucketState, data: bytes,
+                       new_state: BucketState) -> BucketState | None:
+        """``_attempt``'s create of an append valid at any log end (``Change.at_end``),
+        under the lock: ``data`` as the next version; lost, the same change created blind
+        (``PartitionChange.at_end``, format 3) as the version after, up to
+        ``BLIND_CREATES`` times. The lost version is read alongside the next create, not
+        before it: a loss costs the store one round trip, not three. Both answers are
+        needed before going on: the version read may hold our own bytes (the client
+        retried a create that had landed), and then we won there and stop; a blind create
+        that also won is a duplicate the fold turns into nothing
+        (``BucketState.fold_at_end``). Then every version tried is folded (the bytes in
+        hand; a version answered "exists" yet unreadable: the LIST of a refresh instead),
+        and the fold says where ours went: ``last_shifts``. Returns the state after it,
+        or None when it lost every race or the fold could not place it (its partition
+        deleted, say: the next build says why)."""
+        first = state.version + 1
+        sent = {first: data}  # version -> our bytes
+        created, found = self._create_unsettled(first, data, operation)
+        if created:
+            self._state = new_state
+            self._remember(first, data, operation)
+            return new_state
+        known: dict[int, bytes] = {first: found} if found is not None else {}
+        mine: list[int] = []
+        blind_partitions = {k: replace(c, at_end=True) for k, c in change.partitions.items()}
+        # Checked against these configs: one changed meanwhile folds the commit as nothing
+        # (``BucketState.fold_at_end``), and the next build checks the batches again.
+        configs = {topic_of(k): config_digest(state.topics[topic_of(k)].config)
+                   for k in change.partitions}
+        version = first
+        with ThreadPoolExecutor(1, thread_name_prefix="seglog-commit-read") as pool:
+            pending: dict[int, Future[bytes | None]] = {}
+            if found is None:
+                pending[first] = pool.submit(self._read_commit, first)
+            for _ in range(BLIND_CREATES):
+                if self._view_too_old():
+                    break  # the next name may be one the collector freed: look again
+                version += 1
+                sent[version] = Commit(version, self.writer_id, self.clock.milliseconds(),
+                                       operation, partitions=blind_partitions,
+                                       configs=configs).encode()
+                self._attempts.count += 1
+                created, found = self._create_unsettled(version, sent[version], operation)
+                if created:
+                    mine.append(version)
+                elif found is not None:
+                    known[version] = found
+                else:
+                    pending[version] = pool.submit(self._read_commit, version)
+                before = pending.get(version - 1)
+                if created or (before is not None and before.result() == sent[version - 1]):
+                    break  # won here, or the version before was ours after all
+            for v, future in pending.items():
+                read = future.result()
+                if read is not None:
+                    known[v] = read
+        ours = [v for v in sent if v in mine or known.get(v) == sent[v]]
+        known.update({v: sent[v] for v in mine})
+        try:
+            if all(v in known for v in range(first, version + 1)):
+                self._fold(state, list(range(first, version + 1)), self._refreshed_ms,
+                           known=known)
+            else:
+                # "Exists", yet nothing to read there (collected under a slow writer, or
+                # a store that answered wrongly): the LIST says what the log holds.
+                self.refresh()
+        except KafkaStorageError as e:
+            if not ours:
+                raise
+            raise CommitOutcomeUnknownError(
+                f"{self.uri}: this {operation} was committed (version {ours[0]}) but the "
+                f"versions before it could not be read to place it ({e}); refresh and "
+                f"look before doing it again") from e
+        for v in mine:
+            self._remember(v, sent[v], operation)
+        if not ours:
+            logger.info("%s: lost the races for versions %d-%d (%s)", self.uri, first,
+                        version, operation)
+            return None
+        shifts = self._placed(change)
+        if shifts is None:
+            return None  # folded as nothing: its partition is gone, say
+        self._attempts.shifts = {k: v for k, v in shifts.items() if v}
+        return self._state
+
+    def _create_unsettled(self, version: int, data: bytes, operation: str
+                          ) -> tuple[bool, bytes | None]:
+        """Create commit ``version``: (True, None) ours; (False, None) "exists", not read
+        (our own create retried by the client, or another writer's); (False, bytes)
+        another writer's, read while settling a create that failed on the wire."""
+        key = self.layout.commit_key(version)
+        try:
+            return self.storage.create(key, data), None
+        except (StorageAccessDeniedError, BucketNotFoundError):
+            raise  # refused outright: nothing was written
+        except KafkaStorageError:
+            return self._create(key, data, operation)
+
+    def _read_commit(self, version: int) -> bytes | None:
+        """Commit ``version``'s bytes; None when they cannot be read now (the fold reads
+        them again and names the trouble)."""
+        try:
+            return self.storage.read(self.layout.commit_key(version))
+        except (FileNotFoundError, KafkaStorageError):
+            return None
+
+    def _placed(self, change: Change) -> dict[str, int] | None:
+        """Per partition, how far above ``change``'s offsets the fold put its first
+        entry (the state holds it now); None when it is not there (folded as nothing)."""
+        shifts: dict[str, int] = {}
+        for key, pc in change.partitions.items():
+            first = min(pc.add, key=lambda e: e.base_offset)
+            ps = self._state.partitions.get(key)
+            i = None if ps is None else index_of(ps.segments, first.key)
+            if ps is None or i is None:
+                return None
+            shifts[key] = ps.segments[i].base_offset - first.base_offset
+        return shifts
+
+    def _remember(self, version: int, data: bytes, operation: str) -> None:
+        """A commit this writer was told it created, to read back (``_check_own_commits``)."""
+        self._unchecked[version] = (data, operation)
+        if len(self._unchecked) > MAX_UNCHECKED:
+            del self._unchecked[min(self._unchecked)]
 
     def _rebase(self, version: int, winner: bytes | None = None) -> None:
         """After losing the create of ``version`` again: fold the winner's commit (one
@@ -713,7 +874,8 @@ class CommitLog:
     def _apply(self, state: BucketState, commit: Commit, where: str) -> BucketState:
         """``state.apply``, and in a topic log, no commit after its tombstone (version 0
         creates the topic; a state without it later is the tombstone's)."""
-        if self.layout != CATALOG and state.version >= 0 and not state.topics:
+        if self.layout != CATALOG and state.version >= 0 and not state.topics \
+                and not commit.at_end:
             raise CorruptMetadataError(
                 f"{where}: follows the tombstone of its topic log (version {state.version} "
                 f"deleted the topic): no commit may follow a tombstone")

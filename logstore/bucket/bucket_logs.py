@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,6 +83,7 @@ class _ThisThread(threading.local):
     def __init__(self) -> None:
         self.count = 0
         self.due: tuple[CommitLog, BucketState | None] | None = None
+        self.shifts: Mapping[str, int] = {}
 
 
 class _Reroute(Exception):  # noqa: N818 - a signal, never raised to a caller
@@ -129,6 +130,12 @@ class BucketLogs:
         """The creates the calling thread's last ``commit`` tried, over every log it
         wrote (1: it won the first; 0: nothing to do)."""
         return self._attempts.count
+
+    @property
+    def last_shifts(self) -> Mapping[str, int]:
+        """``CommitLog.last_shifts`` of the log the calling thread's last ``commit``
+        wrote."""
+        return self._attempts.shifts
 
     # -- the logs --------------------------------------------------------------------
 
@@ -247,6 +254,7 @@ class BucketLogs:
         is nothing to do. ``build`` may run again on a newer view after a lost race."""
         self._attempts.count = 0
         self._attempts.due = None
+        self._attempts.shifts = {}
         fresh = False
         for _ in range(self.catalog.max_attempts):
             view = self.state
@@ -308,6 +316,7 @@ class BucketLogs:
 
     def _count(self, log: CommitLog) -> None:
         self._attempts.count += log.last_attempts
+        self._attempts.shifts = log.last_shifts
 
     def _commit_topic(
         self,

@@ -78,6 +78,7 @@ from .bucket_append import (
     checked_append,
     discard,
     restamp,
+    settle,
     stamp,
     upload,
     upload_parts,
@@ -402,7 +403,9 @@ class AppendPipeline:
             upload_parts(self._bucket.storage, restamp(self._bucket, state, parts, failed))
             return change_of(parts)
 
-        return self._bucket.commit("append", build, snapshot=False)
+        state = self._bucket.commit("append", build, snapshot=False)
+        settle(self._bucket, parts)
+        return state
 
     def _committed(self, batch: list[_InFlight]) -> None:
         outcomes: list[Outcome] = []

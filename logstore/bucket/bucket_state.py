@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -43,7 +44,11 @@ CATALOG_FORMAT = 2
 """The format of a catalog commit or snapshot that names topic logs (``topic_logs``):
 seglog before per-topic logs reads format 1 only, so it refuses such a catalog ("unknown
 commit format 2") instead of missing the topics it does not know how to read."""
-READ_FORMATS = (FORMAT, CATALOG_FORMAT)
+AT_END_FORMAT = 3
+"""The format of an append commit created blind (``PartitionChange.at_end``: its offsets
+are the log end's when folded): seglog before it reads formats 1 and 2 only, so it
+refuses such a commit ("unknown commit format 3") instead of misplacing its records."""
+READ_FORMATS = (FORMAT, CATALOG_FORMAT, AT_END_FORMAT)
 META_DIR = "_seglog"
 COMMIT_DIR = "_seglog/log"
 SNAPSHOT_DIR = "_seglog/snapshots"
@@ -135,6 +140,18 @@ def parse_version_name(name: str) -> int | None:
 
 def tp_key(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
+
+
+def topic_of(partition_key: str) -> str:
+    """The topic of a ``tp_key``."""
+    return partition_key.rpartition("-")[0]
+
+
+def config_digest(config: Mapping[str, str]) -> str:
+    """A short digest of a topic's config (``Commit.configs``): equal configs, equal
+    digests."""
+    text = json.dumps(dict(sorted(config.items())), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def segment_key(topic: str, partition: int, base_offset: int, segment_id: str) -> str:
@@ -270,6 +287,10 @@ class PartitionChange:
     remove: tuple[str, ...] = ()
     log_start_offset: int | None = None
     cleaner_offset: int | None = None
+    at_end: bool = False
+    """An append created blind (after a lost race, without reading the winner's commit):
+    ``add`` goes at the partition's log end when folded, whatever it is, its entries
+    moved there (``offset_delta`` grows by the move; ``fold_at_end``). Only adds."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"add": [e.to_json() for e in self.add],
@@ -278,6 +299,8 @@ class PartitionChange:
             out["log_start_offset"] = self.log_start_offset
         if self.cleaner_offset is not None:
             out["cleaner_offset"] = self.cleaner_offset
+        if self.at_end:
+            out["at_end"] = True
         return out
 
     @classmethod
@@ -290,8 +313,13 @@ class PartitionChange:
         remove = raw.get("remove", [])
         if not all(isinstance(k, str) for k in remove):
             raise CorruptMetadataError(f"{where}: invalid remove list {remove!r}")
+        at_end = raw.get("at_end", False)
+        if not isinstance(at_end, bool) or (at_end and (
+                remove or lso is not None or cleaned is not None or not raw.get("add"))):
+            raise CorruptMetadataError(f"{where}: field 'at_end' {at_end!r} is not a boolean "
+                                       f"on a change that only adds segments: {raw!r:.200}")
         return cls(tuple(SegmentEntry.from_json(e, where) for e in raw.get("add", [])),
-                   tuple(remove), lso, cleaned)
+                   tuple(remove), lso, cleaned, at_end)
 
 
 def _optional_offset(raw: dict[str, Any], name: str, where: str) -> int | None:
@@ -316,9 +344,19 @@ class Commit:
     topic_logs: Mapping[str, str | None] = field(default_factory=dict)
     """Catalog commits only: topic name -> the id of its own commit log (``topic_layout``),
     or None when the name leaves the catalog (the topic's log holds its tombstone)."""
+    configs: Mapping[str, str] = field(default_factory=dict)
+    """Blind appends only (``at_end``): per topic, the ``config_digest`` of the config its
+    batches were checked against; folded where the topic's config is another, it is a
+    commit of nothing (its writer checks the batches again)."""
+
+    @property
+    def at_end(self) -> bool:
+        """Whether this is a blind append (``PartitionChange.at_end``): its partition
+        changes all go at the log end when folded."""
+        return any(c.at_end for c in self.partitions.values())
 
     def encode(self) -> bytes:
-        fmt = CATALOG_FORMAT if self.topic_logs else FORMAT
+        fmt = CATALOG_FORMAT if self.topic_logs else AT_END_FORMAT if self.at_end else FORMAT
         doc = {"format": fmt, "version": self.version, "writer": self.writer,
                "timestamp_ms": self.timestamp_ms, "operation": self.operation,
                "topics": {t: (s.to_json() if s is not None else None)
@@ -328,6 +366,8 @@ class Commit:
             doc["sinks"] = dict(self.sinks)
         if self.topic_logs:
             doc["topic_logs"] = dict(sorted(self.topic_logs.items()))
+        if self.configs:
+            doc["configs"] = dict(sorted(self.configs.items()))
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -352,12 +392,28 @@ class Commit:
                                        f"{sorted(OPERATIONS)}")
         if not isinstance(sinks, dict):
             raise CorruptMetadataError(f"{where}: field 'sinks' is not an object: {sinks!r:.100}")
-        return cls(expected_version, writer, ts, op,
-                   {t: (TopicSpec.from_json(s, where, t) if s is not None else None)
-                    for t, s in topics.items()},
-                   {k: PartitionChange.from_json(c, f"{where}: partition {k}")
-                    for k, c in parts.items()},
-                   sinks, _topic_logs(doc, where, nullable=True))
+        commit = cls(expected_version, writer, ts, op,
+                     {t: (TopicSpec.from_json(s, where, t) if s is not None else None)
+                      for t, s in topics.items()},
+                     {k: PartitionChange.from_json(c, f"{where}: partition {k}")
+                      for k, c in parts.items()},
+                     sinks, _topic_logs(doc, where, nullable=True))
+        blind = doc.get("format") == AT_END_FORMAT
+        configs = doc.get("configs", {})
+        if commit.at_end != blind or (blind and (
+                op != "append" or commit.topics or commit.sinks or commit.topic_logs
+                or not all(c.at_end for c in commit.partitions.values()))):
+            raise CorruptMetadataError(
+                f"{where}: a format-{doc.get('format')} commit ({op}) must "
+                f"{'only append, each partition at_end' if blind else 'not be at_end'}")
+        topics_of = {topic_of(k) for k in commit.partitions}
+        if not isinstance(configs, dict) or set(configs) != (topics_of if blind else set()) \
+                or not all(isinstance(v, str) for v in configs.values()):
+            raise CorruptMetadataError(
+                f"{where}: field 'configs' must name the config digest of each topic a "
+                f"format-3 commit appends to ({sorted(topics_of) if blind else 'none'}), "
+                f"not {configs!r:.200}")
+        return replace(commit, configs=configs)
 
 
 def _topic_logs(doc: dict[str, Any], where: str, *, nullable: bool) -> dict[str, Any]:
@@ -436,6 +492,13 @@ class BucketState:
         if commit.version != self.version + 1:
             raise CorruptMetadataError(f"{where}: version {commit.version} does not follow "
                                        f"version {self.version}")
+        if commit.at_end:
+            moved = self.fold_at_end(commit)
+            if moved is None:
+                # Valid whatever came before it: a blind append that cannot go where the
+                # log now ends is a commit of nothing (its writer sees that and retries).
+                return replace(self, version=commit.version)
+            commit = moved
         topics = dict(self.topics)
         parts = dict(self.partitions)
         topic_logs = dict(self.topic_logs)
@@ -485,6 +548,33 @@ class BucketState:
         sinks = dict(self.sinks)
         sinks.update(commit.sinks)
         return BucketState(commit.version, topics, parts, sinks, topic_logs)
+
+    def fold_at_end(self, commit: Commit) -> Commit | None:
+        """``commit`` (a blind append) with its entries moved to each partition's log end
+        and ``at_end`` cleared; None when it cannot go there: a partition gone (its topic
+        deleted), a topic config other than the one its batches were checked against, an
+        end gone back below a stored base offset (``offset_delta`` would be
+        negative), or every entry held already (a duplicate: the writer's client retried
+        a create that had landed, and the writer created the next version too)."""
+        moved: dict[str, PartitionChange] = {}
+        for key, change in commit.partitions.items():
+            current = self.partitions.get(key)
+            spec = self.topics.get(topic_of(key))
+            if current is None or spec is None \
+                    or config_digest(spec.config) != commit.configs.get(topic_of(key)):
+                return None
+            segments = current.segments
+            if all(index_of(segments[-len(change.add):], e.key) is not None
+                   for e in change.add):
+                return None
+            shift = current.high_watermark - min(e.base_offset for e in change.add)
+            if any(e.offset_delta + shift < 0 for e in change.add):
+                return None
+            moved[key] = replace(change, at_end=False, add=tuple(
+                replace(e, base_offset=e.base_offset + shift,
+                        next_offset=e.next_offset + shift,
+                        offset_delta=e.offset_delta + shift) for e in change.add))
+        return replace(commit, partitions=moved)
 
     # -- snapshots ------------------------------------------------------------------------
 

@@ -42,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 TURN_KEY = f"{META_DIR}/turn"
 TURN_AFTER_LOSSES = 2
-"""Lost races in one commit after which a writer asks for the turn."""
+"""Lost races in one commit after which a writer asks for the turn (an append, whose lost
+races cost one round trip each: ``bucket_commit_log.TURN_AFTER_CHAINS`` blind chains)."""
 BUSY_STREAK = 4
 """Commits in a row, each soon after the one before, that make a writer busy."""
 BUSY_GAP_MS = 50

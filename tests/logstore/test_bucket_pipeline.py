@@ -16,8 +16,9 @@ import pyarrow as pa
 import pytest
 from bucket_helpers import CountingStorage, memory_uri
 
-from seglog.logstore.bucket.bucket_commit_log import CommitLog
+from seglog.logstore.bucket.bucket_commit_log import BLIND_CREATES, CommitLog
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
+from seglog.logstore.bucket.bucket_state import Commit
 from seglog.logstore.errors import (
     AppendAbortedError,
     CommitConflictError,
@@ -119,7 +120,8 @@ def test_concurrent_async_appends_commit_in_call_order_contiguous_and_whole(stor
 
 class GatedStorage(CountingStorage):
     """Once ``armed``, holds every commit create until ``uploads`` .log objects were
-    written (and then answers ``fail_creates`` of them False: another writer won)."""
+    written (and then answers ``fail_creates`` of them False: another writer won, its
+    commit, one of nothing, is there)."""
 
     def __init__(self, inner: Any, uploads: int) -> None:
         super().__init__(inner)
@@ -141,6 +143,9 @@ class GatedStorage(CountingStorage):
             assert self.all_uploaded.wait(60), "the uploads never finished"
             if self.fail_creates:
                 self.fail_creates -= 1
+                version = int(key.rpartition("/")[2].removesuffix(".json"))
+                other = Commit(version, "another-writer", 0, "append").encode()
+                assert self.inner.create(key, other)
                 return False
         return self.inner.create(key, data)
 
@@ -238,9 +243,9 @@ def test_a_failed_commit_fails_the_appends_it_covers_and_every_later_one():
     mgr.max_in_flight_appends = 4
     mgr.create_topic("t", 2)
     # The first commit waits for all four uploads (so all four are in flight when it
-    # fails), then loses both its attempts.
+    # fails), then loses both its attempts (each a create and its blind retries).
     storage.armed = True
-    storage.fail_creates = 2
+    storage.fail_creates = 2 * (1 + BLIND_CREATES)
     futures = [mgr.append_async("t", 0, tagged(f"a{i}", 3)) for i in range(4)]
     mgr.flush()
     errors = [f.exception() for f in futures]

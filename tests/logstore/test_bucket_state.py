@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from seglog.logstore.bucket.bucket_state import BucketState, Commit, PartitionChange, SegmentEntry
+from seglog.logstore.bucket.bucket_state import (
+    BucketState,
+    Commit,
+    PartitionChange,
+    SegmentEntry,
+    config_digest,
+)
 from seglog.logstore.errors import CorruptMetadataError
 
 WHERE = "memory://b/_seglog/log/00000000000000000001.json"
@@ -124,3 +130,83 @@ def test_a_damaged_snapshot_is_refused_naming_the_object_and_the_field(partition
 def test_a_valid_snapshot_reads_back():
     state = base_state()
     assert BucketState.decode(state.encode(), "snap", 1) == state
+
+
+def blind(version: int, *adds: dict[str, Any], config: dict[str, str] | None = None) -> bytes:
+    """A blind append (format 3, ``at_end``) as a writer that lost a race creates it, its
+    batches checked against ``config`` (topic t's, empty by default)."""
+    return commit(version, format=3, topics={}, partitions={"t-0": {"add": list(adds),
+                                                                    "at_end": True}},
+                  configs={"t": config_digest(config or {})})
+
+
+def test_a_blind_append_goes_at_the_log_end_its_writer_did_not_see():
+    state = base_state()  # t-0 ends at 5
+    # Another writer's append took [5, 8) ...
+    state = state.apply(Commit.decode(commit(2, topics={}, partitions={
+        "t-0": {"add": [seg(name(5, "c"), 5, 8)]}}), WHERE, 2))
+    # ... while this one, stamped from the end 5 it saw, lost version 2 and created 3
+    # blind: the fold moves it to 8, its name still carrying its stored base 5.
+    state = state.apply(Commit.decode(blind(3, seg(name(5, "b"), 5, 7),
+                                            seg(name(7, "b"), 7, 9)), WHERE, 3))
+    segments = state.partitions["t-0"].segments
+    assert [(e.key, e.base_offset, e.next_offset, e.offset_delta) for e in segments[-2:]] == [
+        (name(5, "b"), 8, 10, 3), (name(7, "b"), 10, 12, 3)]
+    assert state.version == 3 and state.partitions["t-0"].high_watermark == 12
+
+
+@pytest.mark.parametrize("first, then, why", [
+    # The client retried a create that had landed; the writer created the next version
+    # blind as well: the same entries again, a commit of nothing.
+    ({"topics": {}, "partitions": {"t-0": {"add": [seg(name(5, "b"), 5, 7)]}}},
+     blind(3, seg(name(5, "b"), 5, 7)), "a duplicate"),
+    # The topic was deleted before the blind append landed (a legacy topic: its
+    # partitions leave the state).
+    ({"operation": "delete_topic", "topics": {"t": None}, "partitions": {}},
+     blind(3, seg(name(5, "b"), 5, 7)), "its partition gone"),
+    # Another process changed the topic's config: the batches were checked against the
+    # old one (the writer checks them again and commits on the new state, or refuses).
+    ({"operation": "alter_config", "topics": {"t": {"partitions": 2,
+                                                    "config": {"max.message.bytes": "100"}}},
+      "partitions": {}},
+     blind(3, seg(name(5, "b"), 5, 7)), "a config it was not checked against"),
+    # The log end went back below the stored base (the topic deleted and created again).
+    ({"operation": "delete_topic", "topics": {"t": None}, "partitions": {}},
+     None, "an end below its stored base"),
+])
+def test_a_blind_append_that_cannot_go_at_the_end_folds_as_nothing(first, then, why):
+    state = base_state().apply(Commit.decode(commit(2, **first), WHERE, 2))
+    if then is None:
+        state = state.apply(Commit.decode(commit(3, operation="create_topic",
+                                                 topics={"t": {"partitions": 2}},
+                                                 partitions={}), WHERE, 3))
+        then = blind(4, seg(name(5, "b"), 5, 7))
+    version = state.version + 1
+    after = state.apply(Commit.decode(then, WHERE, version), WHERE)
+    assert after.version == version, why
+    assert after.partitions == state.partitions and after.topics == state.topics, why
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"format": 3, "topics": {}, "partitions": {"t-0": {"add": [seg(name(5), 5, 7)]}},
+      "configs": {"t": "x"}},
+     r"a format-3 commit \(append\) must only append, each partition at_end"),
+    ({"format": 3, "operation": "merge", "topics": {},
+      "partitions": {"t-0": {"add": [seg(name(5), 5, 7)], "at_end": True}}},
+     r"a format-3 commit \(merge\) must only append"),
+    ({"topics": {}, "partitions": {"t-0": {"add": [seg(name(5), 5, 7)], "at_end": True}}},
+     r"a format-1 commit \(append\) must not be at_end"),
+    ({"format": 3, "topics": {}, "partitions": {"t-0": {
+        "add": [seg(name(5), 5, 7)], "remove": [name(0)], "at_end": True}}},
+     r"field 'at_end' True is not a boolean on a change that only adds segments"),
+    ({"format": 3, "topics": {}, "partitions": {"t-0": {
+        "add": [seg(name(5), 5, 7)], "at_end": 1}}},
+     r"field 'at_end' 1 is not a boolean"),
+    ({"format": 3, "topics": {}, "partitions": {"t-0": {
+        "add": [seg(name(5), 5, 7)], "at_end": True}}},
+     r"field 'configs' must name the config digest of each topic a format-3 commit appends "
+     r"to \(\['t'\]\), not \{\}"),
+])
+def test_a_damaged_blind_append_is_refused(doc, message):
+    with pytest.raises(CorruptMetadataError, match=message):
+        Commit.decode(commit(2, **doc), WHERE, 2)
