@@ -31,6 +31,15 @@ TOPIC = "crash.test-topic"
 PARTITIONS = 2
 CONFIG = {"segment.bytes": 48 * 1024, "index.interval.bytes": 512,
           "segment.index.bytes": 4096}
+MIN_KILLS = 20
+MAX_KILLS = 40
+EXTRA_KILLS_S = 0.0 if os.environ.get("CI") == "true" else 25.0
+"""At least ``MIN_KILLS`` kills, then more (up to ``MAX_KILLS``) until ``EXTRA_KILLS_S``
+seconds have passed. Under ``CI=true`` the minimum only (a quiet full run spent the
+whole 25 s here): 20 kills of the fixed seed's sequence still land while the log dir
+opens (and recovers), mid-append, around flushes and checkpoints, with a power cut after
+about half the unclean ones (the test asserts one tail was lost); a developer's run goes
+further."""
 
 WRITER = textwrap.dedent("""
     import random, sys
@@ -111,8 +120,8 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
     durable: dict[int, int] = {}  # offsets below are fsynced: a power cut keeps them
     kills = 0
     tails_lost = 0
-    deadline = time.monotonic() + 25
-    while kills < 20 or (kills < 40 and time.monotonic() < deadline):
+    deadline = time.monotonic() + EXTRA_KILLS_S
+    while kills < MIN_KILLS or (kills < MAX_KILLS and time.monotonic() < deadline):
         flushed = _run_and_kill(log_dir, rnd.randrange(2**31), rnd)
         kills += 1
         for p, end in flushed.items():
@@ -157,7 +166,7 @@ def test_sigkill_at_random_moments_leaves_a_recoverable_prefix(tmp_path):
                     raise _LeaveUnclean
         except _LeaveUnclean:
             pass  # the next writer starts from an unclean dir too
-    assert kills >= 20 and tails_lost > 0
+    assert kills >= MIN_KILLS and tails_lost > 0
     with LogManager([log_dir], read_only=True) as reader:
         total = sum(reader.get_log(TOPIC, p).log_end_offset for p in range(PARTITIONS))
     assert total > 0, "no kill happened after any append: the test proved nothing"

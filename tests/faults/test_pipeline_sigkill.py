@@ -154,18 +154,41 @@ class _Job:
             self.stderr.close()
 
 
-def test_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path) -> None:
-    logs = tmp_path / "logs"
-    _kill_and_restart(tmp_path, logs)
-    staging = logs / ".seglog-sink" / "staging"
-    assert [p for p in staging.rglob("*") if p.is_file()] == []
+def test_pipelines_on_a_local_dir_and_a_bucket_survive_random_sigkills_exactly_once(
+    tmp_path: Path, s3_uri: str
+) -> None:
+    """The pipeline on a local dir and the same on a bucket (moto S3; the job inherits
+    the ``AWS_*`` environment), at once: each is three driver JVMs one after the other,
+    mostly waiting, so together they take little more than one.
+
+    Local: no staging file is left behind. Bucket: the killed runs leave only uploads no
+    commit references, which the collector deletes once their batches are settled (here
+    with no orphan grace) without touching the output."""
+    local, bucket = tmp_path / "local", tmp_path / "bucket"
+    local.mkdir()
+    bucket.mkdir()
+    failures: list[BaseException] = []
+
+    def on_the_local_dir() -> None:
+        try:
+            logs = local / "logs"
+            _kill_and_restart(local, logs)
+            staging = logs / ".seglog-sink" / "staging"
+            assert [p for p in staging.rglob("*") if p.is_file()] == []
+        except BaseException as e:  # re-raised in the test's thread below
+            failures.append(e)
+
+    thread = threading.Thread(target=on_the_local_dir, name="local-pipeline")
+    thread.start()
+    try:
+        _check_bucket_pipeline(bucket, s3_uri)
+    finally:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
-def test_bucket_pipeline_survives_random_sigkills_exactly_once(tmp_path: Path, s3_uri: str) -> None:
-    """The same on a bucket (moto S3; the job inherits the ``AWS_*`` environment): the
-    killed runs leave only uploads no commit references, which the collector deletes
-    once their batches are settled (here with no orphan grace) without touching the
-    output."""
+def _check_bucket_pipeline(tmp_path: Path, s3_uri: str) -> None:
     from seglog.logstore.bucket.bucket_manager import BucketLogManager
     from seglog.logstore.bucket.bucket_state import STAGING_DIR
 

@@ -18,51 +18,73 @@ import pytest
 SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
 
 
-def _soak(tmp_path: Path, *args: str) -> list[dict]:
+def _soak(tmp_path: Path, *runs: tuple[str, ...]) -> list[dict]:
+    """``benchmarks/soak.py`` once per argument tuple of ``runs``, all at once (each its
+    own work dir and report; one seed), and their reports in order, each checked."""
     seed = os.environ.get("SEGLOG_TEST_SEED", str(time.time_ns() % 100_000))
-    report = tmp_path / "report.json"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SOAK),
-            "--seed",
-            seed,
-            "--work",
-            str(tmp_path / "work"),
-            "--report",
-            str(report),
-            "--kill-every",
-            "1,3",
-            *args,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    summary = "\n".join(line for line in done.stdout.splitlines() if "skipping" not in line)
-    assert done.returncode == 0, f"seed {seed}: soak failed:\n{summary}\n{done.stderr[-3000:]}"
-    reports: list[dict] = json.loads(report.read_text())
-    for r in reports:
-        assert r["violations"] == 0, summary
-        assert sum(r["kills"].values()) > 0, summary
-        assert r["counts"]["records acknowledged"] > 0, summary
-        assert r["counts"]["records read checked"] > 0, summary
-        if r["storage"] == "bucket":
-            assert sum(r["faults injected"].values()) > 0, summary
+    started: list[tuple[Path, subprocess.Popen[str]]] = []
+    for i, args in enumerate(runs):
+        run_dir = tmp_path / f"run-{i}"
+        run_dir.mkdir()
+        with open(run_dir / "stdout.txt", "w") as out, open(run_dir / "stderr.txt", "w") as err:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(SOAK),
+                    "--seed",
+                    seed,
+                    "--work",
+                    str(run_dir / "work"),
+                    "--report",
+                    str(run_dir / "report.json"),
+                    "--kill-every",
+                    "1,3",
+                    *args,
+                ],
+                env=env,
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
+        started.append((run_dir, proc))
+    deadline = time.monotonic() + 900
+    try:
+        for _, proc in started:
+            proc.wait(max(1.0, deadline - time.monotonic()))
+    finally:
+        for _, proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    reports: list[dict] = []
+    for run_dir, proc in started:
+        stdout = (run_dir / "stdout.txt").read_text()
+        summary = "\n".join(line for line in stdout.splitlines() if "skipping" not in line)
+        stderr = (run_dir / "stderr.txt").read_text()
+        assert proc.returncode == 0, f"seed {seed}: soak failed:\n{summary}\n{stderr[-3000:]}"
+        for r in json.loads((run_dir / "report.json").read_text()):
+            assert r["violations"] == 0, summary
+            assert sum(r["kills"].values()) > 0, summary
+            assert r["counts"]["records acknowledged"] > 0, summary
+            assert r["counts"]["records read checked"] > 0, summary
+            if r["storage"] == "bucket":
+                assert sum(r["faults injected"].values()) > 0, summary
+            reports.append(r)
     return reports
 
 
 @pytest.mark.slow
 def test_soak_of_library_processes_on_a_local_dir_and_a_bucket(tmp_path: Path) -> None:
-    """Writers, readers and ``seglog maintain``, 18 s on each storage: the soak kills
-    each kind once before any twice, so every kind is killed on the local dir (a bucket's
-    maintain pass, killable once it finished one, may outlast 18 s under load). A fault
-    rate of 5% (the soak's default is 2%) still faults a few of a loaded machine's
-    ~100 bucket requests in that time."""
+    """Writers, readers and ``seglog maintain``, 18 s on each storage, the two soaks at
+    once (each is mostly processes waiting: together they take one's time, not two): the
+    soak kills each kind once before any twice, so every kind is killed on the local dir
+    (a bucket's maintain pass, killable once it finished one, may outlast 18 s under
+    load). A fault rate of 5% (the soak's default is 2%) still faults a few of a loaded
+    machine's ~100 bucket requests in that time."""
+    common = ("--no-spark", "--minutes", "0.3", "--fault-rate", "0.05")
     local, bucket = _soak(
-        tmp_path, "--storage", "both", "--no-spark", "--minutes", "0.3", "--fault-rate", "0.05"
+        tmp_path, ("--storage", "local", *common), ("--storage", "bucket", *common)
     )
     assert (local["storage"], bucket["storage"]) == ("local", "bucket")
     assert {"writer", "reader", "maintain"} <= set(local["kills"]), local["kills"]
@@ -74,7 +96,7 @@ def test_soak_of_library_processes_on_a_local_dir_and_a_bucket(tmp_path: Path) -
 def test_soak_with_two_spark_sink_queries(tmp_path: Path) -> None:
     """Also two seglog -> seglog queries, each in its own process, killed with the rest
     and restarted from their checkpoints; their outputs hold the input exactly once."""
-    (report,) = _soak(tmp_path, "--storage", "local", "--minutes", "0.75")
+    (report,) = _soak(tmp_path, ("--storage", "local", "--minutes", "0.75"))
     assert report["counts"]["out1 records checked"] == report["counts"]["records checked"]
     assert report["counts"]["out2 records checked"] == report["counts"]["records checked"]
 

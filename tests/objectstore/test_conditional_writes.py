@@ -10,6 +10,12 @@ from seglog.logstore.storage.store_probe import race
 
 WRITERS = 16
 ROUNDS = 8
+SEAWEEDFS_ROUNDS = 3
+"""SeaweedFS answers the losers of a contended ``If-None-Match: *`` PUT late, in whole
+seconds (each loser is one request, answered 1-7 s after it arrived: the proxy of
+``tests/s3_proxy.py`` counts 16 PUTs a round and no retry), so a round there costs
+seconds where it costs milliseconds elsewhere. Three rounds of 16 overlapping creators
+still show a second winner; ``test_conditional_writes_under_load.py`` races it more."""
 
 
 def _body(i: int) -> bytes:
@@ -19,7 +25,7 @@ def _body(i: int) -> bytes:
 
 def test_exactly_one_of_16_concurrent_creators_wins(storage):
     st = storage.storage
-    for r in range(ROUNDS):
+    for r in range(SEAWEEDFS_ROUNDS if storage.kind == "seaweedfs" else ROUNDS):
         key = storage.path(f"commit-{r:020d}.json")
         winners = race(WRITERS, lambda i, key=key: st.create(key, _body(i)))
         assert len(winners) == 1, f"round {r}: winners {winners}"
