@@ -26,7 +26,10 @@ from seglog.streaming.sink_staging import StagedTask
 
 TOPIC = "out"
 SINK = "round-trips"
-DELAY_S = 0.01
+# Requests sent side by side must reach the proxy within one delay of each other to
+# count as one round trip: at 10 ms a loaded machine's thread scheduling made two
+# parallel requests look sequential (10 round trips counted for 9).
+DELAY_S = 0.05
 ROWS = 60
 
 
