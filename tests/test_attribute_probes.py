@@ -29,9 +29,6 @@ _REASONS = {
         "logstore/config/topics.py: getattr(config, by_name[name].field)",
         "src/seglog/cli_topics.py: getattr(config, field)",
     ),
-    "a threading.local's value, unset in a thread that has not committed yet": (
-        "logstore/bucket/bucket_commit_log.py: getattr(self._attempts, 'count', 0)",
-    ),
     "a platform constant some systems lack": (
         "logstore/storage/storage.py: getattr(os, 'O_DIRECTORY', 0)",
     ),

@@ -217,6 +217,14 @@ class Change:
     winner's commit first (``CommitLog._create_at_end``)."""
 
 
+
+class _Attempts(threading.local):
+    """The calling thread's last ``commit``: its values before that thread's first."""
+
+    count = 0  # creates tried
+    shifts: Mapping[str, int] = {}  # how far the fold moved a blind append, per key
+    blind = False  # whether the last attempt was a blind chain
+
 class CommitLog:
     """The commit log of one bucket log dir; see the module docstring."""
 
@@ -243,7 +251,7 @@ class CommitLog:
         # How many commits of other writers the last refresh folded: a reader's next one
         # reads as many following versions ahead, beside its LIST (READ_AHEAD_MAX).
         self._others_seen = 0
-        self._attempts = threading.local()  # .count: creates tried by this thread's commit
+        self._attempts = _Attempts()
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
         self._hint_ahead: int | None = None  # a hint seen beyond the newest commit
         # Commits this writer was told it created and has not read back: version ->
@@ -278,16 +286,14 @@ class CommitLog:
         """Per partition key, how far the fold moved the calling thread's last commit
         (a blind ``Change.at_end`` append) above the offsets its ``build`` gave it: the
         caller adds this to the offsets it reports. Empty when nothing moved."""
-        shifts: Mapping[str, int] = getattr(self._attempts, "shifts", {})
-        return shifts
+        return self._attempts.shifts
 
     @property
     def last_attempts(self) -> int:
         """How many versions the calling thread's last ``commit`` tried to create (1: it
         won the first; 0: nothing to do, or no commit yet), for callers that report how
         hard a commit had to fight other writers."""
-        count: int = getattr(self._attempts, "count", 0)
-        return count
+        return self._attempts.count
 
     # -- reading ---------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ..errors import (
@@ -394,7 +395,11 @@ class BucketLogs:
         snapshot: bool,
     ) -> bool:
         built_on = self.catalog.state
-        first: list[Change] = [change]
+        # Never blind in the catalog: a blind append is commit format 3, which the seglog
+        # versions a catalog kept for them (topic_logs=False) cannot read, and a stale
+        # writer's blind append of a legacy topic that was just moved would leave a
+        # commit of it in the catalog after the move (folded as nothing, but there).
+        first: list[Change] = [replace(change, at_end=False)]
 
         def catalog_build(state: BucketState) -> Change | None:
             if first and state is built_on:
@@ -407,7 +412,7 @@ class BucketLogs:
                 "catalog",
             ):
                 raise _Reroute()
-            return rebuilt
+            return None if rebuilt is None else replace(rebuilt, at_end=False)
 
         try:
             done = self.catalog.commit(operation, catalog_build, snapshot=snapshot)
