@@ -208,3 +208,28 @@ def test_a_blind_append_after_the_topics_tombstone_folds_as_nothing(
     fresh = log.sibling(log.layout)
     assert fresh.state.version == 3 and not fresh.state.partitions
     assert "t" not in BucketLogManager(_storage(bucket_server, bucket)).topics()
+
+
+def test_a_lost_append_race_in_the_catalog_log_is_never_created_blind(
+    bucket_server: S3Server,
+) -> None:
+    """A catalog kept for older seglog versions (``topic_logs=False``) holds its topics'
+    appends itself; a lost race there rebuilds as before, so no commit of format 3 (which
+    those versions refuse) ever lands in it."""
+    bucket = bucket_server.create_bucket()
+    other = BucketLogManager(_storage(bucket_server, bucket), topic_logs=False)
+    other.create_topic("t", 1)
+    loser = BucketLogManager(_storage(bucket_server, bucket), topic_logs=False)
+    other.append("t", 0, _batch("other"))  # the loser is one commit behind
+    info = loser.append("t", 0, _batch("loser"))
+    assert loser.commits.last_attempts == 2 and info.first_offset == 3
+    assert loser.commits.topic_log("t") is None
+    catalog = loser.commits.catalog
+    formats = [
+        json.loads(loser.storage.read(catalog.layout.commit_key(v)))["format"]
+        for v in range(catalog.state.version + 1)
+    ]
+    assert 3 not in formats and len(formats) == 3, formats
+    assert [v for _, v in log_values(other, "t", 0)] == [
+        f"{tag}-{j}".encode() for tag in ("other", "loser") for j in range(3)
+    ]
