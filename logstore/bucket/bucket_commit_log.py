@@ -19,24 +19,25 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   what exists). When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
-- **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
-  commit will reference (unique names) and returns the change (or None: nothing to do).
-  A check of ``build`` that fails (``SeglogError``) on a state this process cached
-  refreshes it and builds again if it changed: an error is only raised on a state just
-  read from the bucket. The change is checked by folding it into the state
-  (``BucketState.apply``), then
-  created as the next version, never from a view older than ``MAX_VIEW_AGE_MS``: the
-  age of the last LIST is checked before ``build`` and again under the lock just before
-  the create (``build`` uploads, which may take minutes); a view too old is refreshed, and
-  a state that moved is built on again. Otherwise ``current + 1`` could be a name the
-  collector freed, and the create would fork the log. A create answered "exists" whose
-  object holds our very
+- **Commit**: ``commit_steps(operation, attempt)`` yields the state to build on; its
+  caller builds (uploads what the commit will reference, unique names) and leaves the
+  change (or None: nothing to do) in ``attempt`` (``Attempt``: the caller drives the
+  loop, the engine never calls back; ``commit(operation, build)`` is that loop over a
+  callable, called ``build`` below). A check of ``build`` that fails (``SeglogError``)
+  on a state this process cached refreshes it and builds again if it changed: an error
+  is only raised on a state just read from the bucket. The change is checked by
+  folding it into the state (``BucketState.apply``), then created as the next version,
+  never from a view older than ``MAX_VIEW_AGE_MS``: the age of the last LIST is checked
+  before ``build`` and again under the lock just before the create (``build`` uploads,
+  which may take minutes); a view too old is refreshed, and a state that moved is
+  built on again. Otherwise ``current + 1`` could be a name the collector freed, and
+  the create would fork the log. A create answered "exists" whose object holds our very
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
   visible. On a lost race the writer folds the new commits (the first loss: one LIST,
   the missed commits read in parallel; later ones: the winner's commit, one GET) and
-  calls ``build`` again at once with the new state: a logical rebase (an append keeps
+  yields the new state at once, to build again: a logical rebase (an append keeps
   its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
   nothing; a merge keeps its upload while its sources are there; an operation whose
   inputs vanished raises). An append (``Change.at_end``) does not wait for that: it
