@@ -23,7 +23,7 @@ batch_id)`` reads and writes no data byte. It:
    micro-batch's driver commit is this LIST (beside the refresh's) and the conditional
    PUT of step 4: two sequential round trips, three when another writer committed since
    (``tests/streaming/test_sink_round_trips.py``);
-4. commits, through the bucket's commit log (``bucket_commit_log.CommitLog.commit``),
+4. commits, through the bucket's commit log (``BucketLogs.commit_steps``, a loop it drives),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
    assigned now (readers patch the stored base offsets; ``bucket_segment``), and sets
@@ -64,7 +64,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from seglog.logstore.bucket.bucket_commit_log import Change
+from seglog.logstore.bucket.bucket_commit_log import Attempt, Change
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.bucket.bucket_state import (
     BucketState,
@@ -272,8 +272,12 @@ class BucketPublication:
             crash_point("bucket-after-plan", b.batch_id)
             return change
 
+        attempt = Attempt()
         try:
-            self.mgr.commits.commit(OPERATION, build)
+            # The loop is ours: the engine yields each view to build on, never calls back.
+            for view in self.mgr.commits.commit_steps(OPERATION, attempt):
+                with attempt:
+                    attempt.change = build(view)
         except KafkaStorageError as e:
             _settle(self.mgr, plan, b.sink_id, b.batch_id, b.use_ledger, e)  # raises unless landed
             self.settled = True

@@ -46,19 +46,12 @@ LEAVES = frozenset({"seglog.logstore.errors", "seglog.logstore.records.record_fo
 # (the third test) found none besides these. Gone, each by handing a part or values
 # down: the stager's describe_topic and write into the bucket staging area (one
 # TopicDescriber handed to both, batches returned as values), the committer's on_change
-# into the manager and a log's state source in the manager (bucket_committer's
-# PartitionSource, from which a log takes the newest state itself).
-KNOWN_RETURNS = {
-    # The optimistic commit: BucketLogs.commit calls the caller's build(view), and the
-    # one log it routes the change to (CommitLog.commit) calls the router's build again
-    # on every attempt, against the state that won the race.
-    "streaming.sink_bucket_commit > logstore.bucket.bucket_logs"
-    " > streaming.sink_bucket_commit": "write: BucketPublication.publish's build",
-    "logstore.bucket.bucket_maintenance > logstore.bucket.bucket_logs"
-    " > logstore.bucket.bucket_maintenance": "write: retention's build",
-    "logstore.bucket.bucket_logs > logstore.bucket.bucket_commit_log"
-    " > logstore.bucket.bucket_logs": "write: the routed log's build (topic_build)",
-}
+# into the manager, a log's state source in the manager (bucket_committer's
+# PartitionSource, from which a log takes the newest state itself), and the optimistic
+# commit's build call-backs (the sink's publish, retention, the routed log's rebuild):
+# the caller drives the commit loop (``commit_steps`` yields the state to build on, the
+# caller's own ``for`` builds it), so the engine never calls back.
+KNOWN_RETURNS: dict[str, str] = {}
 
 
 def _seglog_path(frame: FrameType | None) -> list[str]:

@@ -19,24 +19,25 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   what exists). When the next
   version is missing but later ones exist, old commits were collected under a slow
   reader: it reloads from the newest snapshot.
-- **Commit**: ``commit(operation, build)`` calls ``build(state)``, which uploads what the
-  commit will reference (unique names) and returns the change (or None: nothing to do).
-  A check of ``build`` that fails (``SeglogError``) on a state this process cached
-  refreshes it and builds again if it changed: an error is only raised on a state just
-  read from the bucket. The change is checked by folding it into the state
-  (``BucketState.apply``), then
-  created as the next version, never from a view older than ``MAX_VIEW_AGE_MS``: the
-  age of the last LIST is checked before ``build`` and again under the lock just before
-  the create (``build`` uploads, which may take minutes); a view too old is refreshed, and
-  a state that moved is built on again. Otherwise ``current + 1`` could be a name the
-  collector freed, and the create would fork the log. A create answered "exists" whose
-  object holds our very
+- **Commit**: ``commit_steps(operation, attempt)`` yields the state to build on; its
+  caller builds (uploads what the commit will reference, unique names) and leaves the
+  change (or None: nothing to do) in ``attempt`` (``Attempt``: the caller drives the
+  loop, the engine never calls back; ``commit(operation, build)`` is that loop over a
+  callable, called ``build`` below). A check of ``build`` that fails (``SeglogError``)
+  on a state this process cached refreshes it and builds again if it changed: an error
+  is only raised on a state just read from the bucket. The change is checked by
+  folding it into the state (``BucketState.apply``), then created as the next version,
+  never from a view older than ``MAX_VIEW_AGE_MS``: the age of the last LIST is checked
+  before ``build`` and again under the lock just before the create (``build`` uploads,
+  which may take minutes); a view too old is refreshed, and a state that moved is
+  built on again. Otherwise ``current + 1`` could be a name the collector freed, and
+  the create would fork the log. A create answered "exists" whose object holds our very
   bytes was ours (the client retried a PUT that had succeeded); a create that failed on
   the wire is settled by reading the key (ours, another writer's, or nothing there: the
   same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
   visible. On a lost race the writer folds the new commits (the first loss: one LIST,
   the missed commits read in parallel; later ones: the winner's commit, one GET) and
-  calls ``build`` again at once with the new state: a logical rebase (an append keeps
+  yields the new state at once, to build again: a logical rebase (an append keeps
   its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
   nothing; a merge keeps its upload while its sources are there; an operation whose
   inputs vanished raises). An append (``Change.at_end``) does not wait for that: it
@@ -74,7 +75,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -217,13 +218,58 @@ class Change:
     winner's commit first (``CommitLog._create_at_end``)."""
 
 
-
 class _Attempts(threading.local):
     """The calling thread's last ``commit``: its values before that thread's first."""
 
     count = 0  # creates tried
     shifts: Mapping[str, int] = {}  # how far the fold moved a blind append, per key
     blind = False  # whether the last attempt was a blind chain
+
+
+class Attempt:
+    """What the caller of a commit loop (``CommitLog.commit_steps``,
+    ``BucketLogs.commit_steps``) hands back for the state it was given, and what the loop
+    hands back at its end. The caller drives the loop itself, so the engine never calls
+    back into the caller's module::
+
+        attempt = Attempt()
+        for state in log.commit_steps("append", attempt):
+            with attempt:
+                attempt.change = build(state)
+        new_state = attempt.result
+
+    ``with attempt`` records an ``Exception`` the build raised instead of the change; the
+    loop, resumed, applies its rule to it (refresh and yield a fresh state, or raise it
+    to the caller). Nothing else belongs in the loop's body."""
+
+    __slots__ = ("change", "error", "result")
+
+    def __init__(self) -> None:
+        self.change: Change | None = None
+        self.error: Exception | None = None
+        self.result: BucketState | None = None
+        """The loop's outcome once it ended: the new state, or None (nothing to do)."""
+
+    def __enter__(self) -> Attempt:
+        self.change = None
+        self.error = None
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: object) -> bool:
+        if isinstance(error, Exception):
+            self.error = error
+            return True  # handed to the loop, which raises it or builds again
+        return False
+
+    def outcome(self) -> Change | None:
+        """The change built for the last state yielded, or the build's error raised."""
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        change, self.change = self.change, None
+        return change
+
 
 class CommitLog:
     """The commit log of one bucket log dir; see the module docstring."""
@@ -600,12 +646,26 @@ class CommitLog:
 
     def commit(self, operation: str, build: Callable[[BucketState], Change | None], *,
                snapshot: bool = True) -> BucketState | None:
-        """Make ``build``'s change the next version; returns the new state, or None when
-        ``build`` said there is nothing to do. Retries a lost race (see the module
+        """``commit_steps`` with ``build`` making each attempt's change: the new state,
+        or None when ``build`` said there is nothing to do. For callers inside the engine
+        whose ``build`` is their own (a caller above it drives ``commit_steps``)."""
+        attempt = Attempt()
+        for state in self.commit_steps(operation, attempt, snapshot=snapshot):
+            with attempt:
+                attempt.change = build(state)
+        return attempt.result
+
+    def commit_steps(self, operation: str, attempt: Attempt, *, snapshot: bool = True
+                     ) -> Iterator[BucketState]:
+        """Make a change the next version, the caller building it (``Attempt``): yields
+        the state to build on, then takes ``attempt``'s change (None: nothing to do) or
+        its build's error, and yields again after a lost race; ``attempt.result`` is the
+        new state at the end (None: nothing to do). Retries a lost race (see the module
         docstring); raises CommitConflictError after ``max_attempts``. ``snapshot=False``
         leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
         others the commit landed: a crash between leaves a commit without its snapshot,
         which readers and the collector already cope with."""
+        attempt.result = None
         if self._refusal is not None:
             raise ConditionalWriteNotEnforcedError(
                 f"{self.uri}: refusing to commit {operation}: this writer saw the store "
@@ -625,33 +685,37 @@ class CommitLog:
             fresh = True
         token: str | None = None  # our request for the turn, once asked
         try:
-            for attempt in range(self.max_attempts):
+            for n in range(self.max_attempts):
                 state = self._state
-                new_state, won = self._attempt(operation, build, state, attempt, fresh, look)
+                # Outside the lock: the caller builds (uploads: a large append must not
+                # hold up the other partitions' commits of this process).
+                yield state
+                new_state, won = self._attempt(operation, attempt, state, n, fresh, look)
                 look = None  # one look per commit
                 if won:
                     if snapshot and new_state is not None:
                         self.snapshot_if_due(new_state)  # outside the lock too
-                    return new_state
+                    attempt.result = new_state
+                    return
                 fresh = True
                 if won is None:
                     continue
                 logger.info("%s: lost the race for version %d (%s, attempt %d); retrying",
-                            self.uri, state.version + 1, operation, attempt + 1)
+                            self.uri, state.version + 1, operation, n + 1)
                 # A blind chain lost is BLIND_CREATES + 1 races lost at one round trip
                 # each, and as likely won next time: the turn (a wait for everyone) is
                 # asked for later.
                 turn_after = TURN_AFTER_CHAINS if self._attempts.blind else TURN_AFTER_LOSSES
-                if attempt + 1 == turn_after and token is None:
+                if n + 1 == turn_after and token is None:
                     # Losing again and again: a writer commits in a loop. Ask it to let
                     # us through (bucket_turn), then look.
                     token = self.turns.request()
                     self.refresh()  # what was committed while it waited
-                elif attempt + 1 >= FAST_RETRIES:
+                elif n + 1 >= FAST_RETRIES:
                     # Many writers racing as equals: spread them out. Sleep, then look,
                     # never the other way round: a create from a state that aged during
                     # a sleep loses to any writer committing in a loop, every time.
-                    cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(attempt, 16))
+                    cap = min(BACKOFF_MS[1], BACKOFF_MS[0] << min(n, 16))
                     self._sleep(random.uniform(0, cap) / 1000)
                     self.refresh()
         finally:
@@ -663,18 +727,16 @@ class CommitLog:
             f"other writers committed first every time (the log is at version "
             f"{self._state.version}); nothing of this {operation} is visible")
 
-    def _attempt(self, operation: str, build: Callable[[BucketState], Change | None],
-                 state: BucketState, attempt: int, fresh: bool, look: Look | None
-                 ) -> tuple[BucketState | None, bool | None]:
-        """One attempt of ``commit`` on ``state``: (the new state, True) when it won,
-        (None, True) when ``build`` had nothing to do, (None, False) when another writer
-        took the version (its commit folded in), (None, None) when this process's state
-        moved meanwhile (build again, no request made). ``look``: the commit's look at the
-        turn (``bucket_turn``), running alongside build, waited for before the create."""
+    def _attempt(self, operation: str, attempt: Attempt, state: BucketState, n: int,
+                 fresh: bool, look: Look | None) -> tuple[BucketState | None, bool | None]:
+        """Attempt ``n`` of ``commit_steps`` on ``state``, with what the caller built on
+        it (``attempt``): (the new state, True) when it won, (None, True) when there was
+        nothing to do, (None, False) when another writer took the version (its commit
+        folded in), (None, None) when this process's state moved meanwhile (build again,
+        no request made). ``look``: the commit's look at the turn (``bucket_turn``),
+        running alongside the build, waited for before the create."""
         try:
-            # Outside the lock: build uploads (a large append must not hold up the other
-            # partitions' commits of this process).
-            change = build(state)
+            change = attempt.outcome()
         except KafkaStorageError:
             raise
         except SeglogError:
@@ -720,7 +782,7 @@ class CommitLog:
             else:
                 created, winner = self._create(key, data, operation)
                 if not created:
-                    if attempt:
+                    if n:
                         self._rebase(version, winner)
                     else:
                         # The first loss: how far behind is unknown (a writer in a loop may

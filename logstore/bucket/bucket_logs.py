@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -60,7 +60,7 @@ from ..errors import (
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
-from .bucket_commit_log import Change, CommitLog
+from .bucket_commit_log import Attempt, Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
 from .bucket_view import change_topics, merge, topic_of, with_version
 
@@ -250,17 +250,33 @@ class BucketLogs:
         *,
         snapshot: bool = True,
     ) -> BucketState | None:
-        """Make ``build``'s change the next version of the log it belongs to (see the
-        module docstring); the merged view after it, or None when ``build`` said there
-        is nothing to do. ``build`` may run again on a newer view after a lost race."""
+        """``commit_steps`` with ``build`` making each attempt's change: the merged view
+        after it, or None when ``build`` said there is nothing to do. For callers whose
+        ``build`` is their own module's private business (a caller above the engine
+        drives ``commit_steps``)."""
+        attempt = Attempt()
+        for view in self.commit_steps(operation, attempt, snapshot=snapshot):
+            with attempt:
+                attempt.change = build(view)
+        return attempt.result
+
+    def commit_steps(
+        self, operation: str, attempt: Attempt, *, snapshot: bool = True
+    ) -> Iterator[BucketState]:
+        """Make a change the next version of the log it belongs to (see the module
+        docstring), the caller building it (``Attempt``): yields the merged view to build
+        on, and again (a newer view) after a lost race; ``attempt.result`` is the merged
+        view after it, or None when the caller built nothing to do."""
+        attempt.result = None
         self._attempts.count = 0
         self._attempts.due = None
         self._attempts.shifts = {}
         fresh = False
         for _ in range(self.catalog.max_attempts):
             view = self.state
+            yield view
             try:
-                change = build(view)
+                change = attempt.outcome()
             except KafkaStorageError:
                 raise
             except SeglogError:
@@ -271,22 +287,22 @@ class BucketLogs:
                 fresh = True
                 continue
             if change is None:
-                return None
+                return
             route = self._route(view, change)
             try:
                 if route[0] == "topic":
-                    done = self._commit_topic(route, operation, build, view, change, snapshot)
+                    done = yield from self._topic_steps(route, operation, attempt, change, snapshot)
                 elif route[0] == "create":
                     done = self._create(route[1:], operation, view, change)
                 else:
-                    done = self._commit_catalog(operation, build, view, change, snapshot)
+                    done = yield from self._catalog_steps(operation, attempt, change, snapshot)
             except _Reroute:
                 self.refresh()
                 fresh = True
                 continue
-            if not done:
-                return None
-            return self.state
+            if done:
+                attempt.result = self.state
+            return
         raise CommitConflictError(
             f"{self.uri}: could not commit {operation}: the topics it changes moved to "
             f"other logs {self.catalog.max_attempts} times (created or deleted meanwhile); "
@@ -319,48 +335,30 @@ class BucketLogs:
         self._attempts.count += log.last_attempts
         self._attempts.shifts = log.last_shifts
 
-    def _commit_topic(
+    def _topic_steps(
         self,
         route: _Route,
         operation: str,
-        build: Callable[[BucketState], Change | None],
-        view: BucketState,
+        attempt: Attempt,
         change: Change,
         snapshot: bool,
-    ) -> bool:
+    ) -> Generator[BucketState, None, bool]:
+        """``change`` (built on the view) committed to the one topic log of ``route``;
+        after a lost race the caller builds again on the view with the winner's state
+        (``attempt``), its change checked to still belong to that log."""
         name, log_id = route[1], route[2]
         with self._lock:
             log = self._logs[log_id]
         built_on = log.state
         first: list[Change] = [change]
-
-        def topic_build(state: BucketState) -> Change | None:
-            if name not in state.topics:
-                # The caller's own check names what it missed (a partition, say); a build
-                # that creates the topic anew (a sink) starts over on a new log; one that
-                # does neither gets the tombstone's error. Never a commit after it.
-                first.clear()
-                gone = self._view_with(log_id, state)
-                rebuilt = build(gone)
-                if rebuilt is not None and self._route(gone, rebuilt)[0] != "topic":
-                    raise _Reroute()
-                raise UnknownTopicOrPartitionError(
-                    f"topic {name!r} in {self.uri} was deleted (its log "
-                    f"{log.uri} ends with a tombstone)"
-                )
-            if first and state is built_on:
-                return first.pop()
-            first.clear()
-            rebuilt = build(self._view_with(log_id, state))
-            if (
-                rebuilt is not None
-                and self._route(self._view_with(log_id, state), rebuilt) != route
-            ):
-                raise _Reroute()
-            return rebuilt
-
+        steps = Attempt()
         try:
-            done = log.commit(operation, topic_build, snapshot=snapshot)
+            for state in log.commit_steps(operation, steps, snapshot=snapshot):
+                with steps:
+                    steps.change = yield from self._topic_change(
+                        route, log, state, built_on, first, attempt
+                    )
+            done = steps.result
         finally:
             self._count(log)
         self._attempts.due = (log, done)
@@ -368,6 +366,42 @@ class BucketLogs:
             crash_point("delete-after-tombstone")
             self.finish_delete(name)
         return done is not None
+
+    def _topic_change(
+        self,
+        route: _Route,
+        log: CommitLog,
+        state: BucketState,
+        built_on: BucketState,
+        first: list[Change],
+        attempt: Attempt,
+    ) -> Generator[BucketState, None, Change | None]:
+        """The change for the topic log's ``state``: ``first`` (the change built on the
+        view) while the log has not moved, else the caller's (``attempt``) on the view
+        with ``state``."""
+        name, log_id = route[1], route[2]
+        if name not in state.topics:
+            # The caller's own check names what it missed (a partition, say); a build
+            # that creates the topic anew (a sink) starts over on a new log; one that
+            # does neither gets the tombstone's error. Never a commit after it.
+            first.clear()
+            gone = self._view_with(log_id, state)
+            yield gone
+            rebuilt = attempt.outcome()
+            if rebuilt is not None and self._route(gone, rebuilt)[0] != "topic":
+                raise _Reroute()
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r} in {self.uri} was deleted (its log "
+                f"{log.uri} ends with a tombstone)"
+            )
+        if first and state is built_on:
+            return first.pop()
+        first.clear()
+        yield self._view_with(log_id, state)
+        rebuilt = attempt.outcome()
+        if rebuilt is not None and self._route(self._view_with(log_id, state), rebuilt) != route:
+            raise _Reroute()
+        return rebuilt
 
     def finish_delete(self, name: str) -> bool:
         """Remove ``name`` from the catalog if it names a log that ends with a tombstone
@@ -384,38 +418,46 @@ class BucketLogs:
                 return None
             return Change(topic_logs={name: None})
 
-        return self.catalog.commit("delete_topic", catalog_build) is not None
+        steps = Attempt()
+        for state in self.catalog.commit_steps("delete_topic", steps):
+            with steps:
+                steps.change = catalog_build(state)
+        return steps.result is not None
 
-    def _commit_catalog(
+    def _catalog_steps(
         self,
         operation: str,
-        build: Callable[[BucketState], Change | None],
-        view: BucketState,
+        attempt: Attempt,
         change: Change,
         snapshot: bool,
-    ) -> bool:
+    ) -> Generator[BucketState, None, bool]:
+        """``change`` (built on the view) committed to the catalog; after a lost race the
+        caller builds again on the merged view (``attempt``), its change checked to
+        still belong to the catalog."""
         built_on = self.catalog.state
         # Never blind in the catalog: a blind append is commit format 3, which the seglog
         # versions a catalog kept for them (topic_logs=False) cannot read, and a stale
         # writer's blind append of a legacy topic that was just moved would leave a
         # commit of it in the catalog after the move (folded as nothing, but there).
         first: list[Change] = [replace(change, at_end=False)]
-
-        def catalog_build(state: BucketState) -> Change | None:
-            if first and state is built_on:
-                return first.pop()
-            first.clear()
-            self._open_named(state)
-            merged = self._view_with(None, state)
-            rebuilt = build(merged)
-            if rebuilt is not None and _route_after_move(self, operation, merged, rebuilt) != (
-                "catalog",
-            ):
-                raise _Reroute()
-            return None if rebuilt is None else replace(rebuilt, at_end=False)
-
+        steps = Attempt()
         try:
-            done = self.catalog.commit(operation, catalog_build, snapshot=snapshot)
+            for state in self.catalog.commit_steps(operation, steps, snapshot=snapshot):
+                with steps:
+                    if first and state is built_on:
+                        steps.change = first.pop()
+                        continue
+                    first.clear()
+                    self._open_named(state)
+                    merged = self._view_with(None, state)
+                    yield merged
+                    rebuilt = attempt.outcome()
+                    if rebuilt is not None and _route_after_move(
+                        self, operation, merged, rebuilt
+                    ) != ("catalog",):
+                        raise _Reroute()
+                    steps.change = None if rebuilt is None else replace(rebuilt, at_end=False)
+            done = steps.result
         finally:
             self._count(self.catalog)
         self._attempts.due = (self.catalog, done)
@@ -450,8 +492,12 @@ class BucketLogs:
                 raise _Reroute()
             return Change(topic_logs=log_ids)
 
+        steps = Attempt()
         try:
-            done = self.catalog.commit("create_topic", catalog_build)
+            for state in self.catalog.commit_steps("create_topic", steps):
+                with steps:
+                    steps.change = catalog_build(state)
+            done = steps.result
         finally:
             self._count(self.catalog)
         with self._lock:
@@ -478,8 +524,11 @@ class BucketLogs:
                     raise _LogIdTaken()
                 return part
 
+            steps = Attempt()
             try:
-                log.commit(operation, first)
+                for state in log.commit_steps(operation, steps):
+                    with steps:
+                        steps.change = first(state)
             except (_LogIdTaken, CommitOutcomeUnknownError) as e:
                 # Taken, or unknown whether ours landed: either way nothing names this
                 # log yet, so another id is as good (an unnamed log is collected).

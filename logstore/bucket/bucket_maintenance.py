@@ -33,7 +33,7 @@ from ..log_dirs_api import TaskRun
 from ..manager.scheduler import RETENTION
 from ..util.crash_points import crash_point
 from .bucket_collect import CollectStats, collect, orphan_grace_ms
-from .bucket_commit_log import Change
+from .bucket_commit_log import Attempt, Change
 from .bucket_committer import BucketCommitter
 from .bucket_merge import merge_partition
 from .bucket_retention import plan_retention
@@ -131,8 +131,11 @@ class BucketMaintenance:
                             plan.log_start_offset)
             return Change(partitions=changes) if changes else None
 
-        done = self.commits.commit("retention", build)
-        if done is None:
+        attempt = Attempt()
+        for state in self.commits.commit_steps("retention", attempt):
+            with attempt:
+                attempt.change = build(state)
+        if attempt.result is None:
             return 0
         crash_point("retention-after-commit")
         return sum(removed)

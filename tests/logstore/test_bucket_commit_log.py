@@ -12,6 +12,7 @@ from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
 from seglog.logstore.bucket.bucket_commit_log import (
     MAX_VIEW_AGE_MS,
+    Attempt,
     Change,
     CommitLog,
     collectable_metadata,
@@ -32,6 +33,7 @@ from seglog.logstore.errors import (
     CommitOutcomeUnknownError,
     CorruptMetadataError,
     StorageUnreachableError,
+    UnknownTopicOrPartitionError,
 )
 from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.storage.storage import Entry
@@ -239,6 +241,43 @@ def test_a_build_error_on_the_new_state_stops_the_commit():
     with pytest.raises(KeyError, match="gone"):
         b.commit("append", build)
     assert b.state.version == 1
+
+
+def test_a_caller_driven_commit_is_given_each_state_to_build_on():
+    """``commit_steps``: the caller's own loop builds; a check failing on a cached state
+    is handed back and the loop yields the state just read; a lost race yields the
+    winner's state."""
+    storage = counting_memory_storage()
+    a, b = CommitLog(storage), CommitLog(storage)
+    a.commit("create_topic", lambda s: topic_change())  # b's cached state has no topic
+    seen: list[int] = []
+    attempt = Attempt()
+    for state in b.commit_steps("append", attempt):
+        with attempt:
+            seen.append(state.version)
+            if "t" not in state.topics:
+                raise UnknownTopicOrPartitionError("no topic 't'")
+            if state.version == 0:
+                a.commit("append", append_change)  # wins the race for version 1
+            attempt.change = append_change(state)
+    assert seen == [-1, 0, 1] and b.last_attempts == 2
+    assert attempt.result is not None and attempt.result.version == 2
+    assert CommitLog(storage).state == attempt.result
+
+
+def test_a_caller_driven_commit_raises_a_check_the_refreshed_state_fails_too():
+    storage = counting_memory_storage()
+    log = CommitLog(storage)
+    attempt = Attempt()
+    with pytest.raises(UnknownTopicOrPartitionError, match="no topic 't'"):
+        for _ in log.commit_steps("append", attempt):
+            with attempt:
+                raise UnknownTopicOrPartitionError("no topic 't'")
+    attempt = Attempt()
+    for _ in log.commit_steps("create_topic", attempt):
+        with attempt:
+            attempt.change = None  # nothing to do: no commit
+    assert attempt.result is None and storage.counts["create"] == 0
 
 
 class LostAnswers(CountingStorage):
