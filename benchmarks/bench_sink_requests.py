@@ -16,7 +16,10 @@ the writer, its planning) are not in these figures.
 Method: the proxy logs every request with its arrival and its answer on the proxy's
 clock; the tasks' requests are those that arrived between the first task's start and
 the last task's end, the commit's those between the commit's call and its return (nothing
-else talks to the server meanwhile). The sequential round trips of the commit are the
+else talks to the server meanwhile). A merge the commit hands to the background merger
+(``sink_bucket_merger``) is waited for after the commit returns and counted apart: it is
+off the critical path (Spark runs the next micro-batch meanwhile), but in the total of
+requests per micro-batch. The sequential round trips of the commit are the
 longest chain of its requests each arriving after the one before it was answered
 (``s3_proxy.sequential_round_trips``): requests the driver made at once (deleting losers'
 uploads, reading commits in parallel) count once, so it is what the commit's duration is
@@ -43,6 +46,7 @@ from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips  # noqa: E40
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
+from seglog.streaming.sink_bucket_merger import wait_all  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
@@ -104,6 +108,8 @@ def main() -> None:
         trips: list[int] = []
         task_trips: list[int] = []
         commit_ms: list[float] = []
+        merge_kinds: Counter[str] = Counter()
+        merge_trips: list[int] = []
         for batch_id in range(args.batches):
             t0 = proxy.clock()
             staged = []
@@ -116,6 +122,12 @@ def main() -> None:
             t2 = proxy.clock()
             if not result.published:
                 raise RuntimeError(f"micro-batch {batch_id} published nothing: {result}")
+            # The merge the commit handed to the background merger, if any: waited for
+            # here so that its requests are counted apart (Spark would run the next
+            # micro-batch meanwhile).
+            if not wait_all(300):
+                raise RuntimeError(f"the merge after micro-batch {batch_id} did not end")
+            merging = proxy.requests(t2)
             logged = proxy.requests(t0)
             tasks = [r for r in logged if r.arrived < t1]
             driver = [r for r in logged if t1 <= r.arrived <= t2]
@@ -134,6 +146,9 @@ def main() -> None:
                 )
                 continue
             task_kinds += _kinds(tasks)
+            merge_kinds += _kinds(merging)
+            if merging:
+                merge_trips.append(sequential_round_trips(merging))
             task_trips.append(max(task_chains))
             commit_kinds += _kinds(driver)
             trips.append(chain)
@@ -146,6 +161,14 @@ def main() -> None:
             f"{statistics.median(task_trips):.0f} sequential round trips in the longest "
             f"task); commit "
             f"{sum(commit_kinds.values()) / n:.1f} requests ({_fmt_avg(commit_kinds, n)})"
+        )
+        total = sum(task_kinds.values()) + sum(commit_kinds.values()) + sum(merge_kinds.values())
+        print(
+            f"  background merges (off the critical path): {len(merge_trips)} of {n} "
+            f"micro-batches, {sum(merge_kinds.values()) / n:.1f} requests per micro-batch "
+            f"({_fmt_avg(merge_kinds, n) or 'none'}), at most "
+            f"{max(merge_trips, default=0)} sequential round trips; total "
+            f"{total / n:.1f} requests per micro-batch"
         )
         med_ms = statistics.median(commit_ms)
         print(

@@ -12,8 +12,8 @@ and a sink's newer request joins the waiting one (the union of the partitions, t
 pass if either asked for it, the newer options), so a merge slower than the micro-batches
 makes fewer, larger merges, never a backlog. The thread has its own ``BucketLogManager``
 (the process's writer, ``bucket_writer``, is the commit's alone: not thread-safe), opened
-once and refreshed before each merge (a LIST per topic log of the request), off the
-critical path.
+once and refreshed before each merge (the catalog's and its topic logs' LISTs at once),
+off the critical path.
 
 **Racing the next micro-batch**: the merge is a commit of its own in the topic's log
 (remove + add, the offsets never move, no ledger entry), created with create-if-absent
@@ -162,7 +162,10 @@ class BackgroundMerger:
     def _merge(self, request: MergeRequest) -> None:
         try:
             mgr = self._manager()
-            mgr.refresh(sorted({t for t, _ in request.written}))
+            # The whole refresh (the catalog's LIST beside the topics' logs'), off the
+            # critical path: a topic deleted and created again meanwhile is seen as
+            # such, and its old log never gets a merge.
+            mgr.refresh()
             self.merged += merge_written(
                 mgr,
                 request.options,
