@@ -140,3 +140,27 @@ def test_a_high_watermark_beyond_the_log_end_is_clamped_whatever_is_asked_first(
         assert log.high_watermark == 24
         rows = decode_batches(b"".join(log.read_chunks(0, log.high_watermark)))
         assert rows.column("offset").to_pylist() == list(range(24))
+
+
+def test_segment_sizes_stat_each_log_when_asked_and_keep_sealed_ones(tmp_path: Path) -> None:
+    """``SegmentSizes`` stats a ``.log`` when its size is first asked (a byte bound asks
+    few of 11,000), keeps the sizes of sealed segments, and asks the last one (the active
+    segment, which grows) again in each ``renewed`` copy."""
+    from seglog.logstore.manager.partition_table import SegmentSizes
+
+    first, active = tmp_path / f"{0:020d}.log", tmp_path / f"{40:020d}.log"
+    first.write_bytes(b"x" * 300)
+    active.write_bytes(b"x" * 200)
+    sizes = SegmentSizes(str(tmp_path), (0, 40))
+    first.write_bytes(b"x" * 310)  # after the listing, before anyone asked
+    assert sizes[0] == 310
+    first.write_bytes(b"x" * 320)  # a sealed size, once known, is kept
+    assert sizes[0] == 310 and sizes[-1] == 200
+    active.write_bytes(b"x" * 250)
+    assert sizes[1] == 200  # one trigger's copy answers alike throughout
+    renewed = sizes.renewed()
+    assert renewed == (310, 250) and renewed[0:1] == (310,) and len(renewed) == 2
+    with pytest.raises(IndexError):
+        renewed[2]
+    gone = SegmentSizes(str(tmp_path), (0, 40, 80))  # 80 deleted since it was listed
+    assert list(gone) == [320, 250, 0]
