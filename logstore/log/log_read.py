@@ -388,15 +388,13 @@ class LogReads:
             else:
                 position = 0
             # A local range ending in this segment reads only up to where its last batch
-            # can end (the offset index bounds it), not a whole chunk past it: a task of
-            # a small micro-batch read 8 MiB. (A bucket's windows bound themselves.)
-            limit = None
+            # can end (the offset index bounds it), not a whole 8 MiB chunk past it.
+            limit = None  # (a bucket's windows bound themselves)
             if sources is None and (last_segment or bases[i + 1] > end_offset):
                 limit = seg.offset_index.position_past(end_offset)
             while True:
-                want = chunk_bytes
-                if limit is not None and limit > position:
-                    want = min(chunk_bytes, limit - position)
+                want = chunk_bytes if limit is None or limit <= position else min(
+                    chunk_bytes, limit - position)
                 buf, n = src.read_chunk(position, want)
                 p = 0
                 stop = False
