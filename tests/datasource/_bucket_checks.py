@@ -68,3 +68,29 @@ def check_offsets(records: list[tuple]) -> None:
         by_part[r[0]].append(r[1])
     for p, offs in by_part.items():
         assert offs == list(range(len(offs))), f"partition {p}: offsets not contiguous"
+
+
+def run_in_to_out(spark, uri: str, chk: Path):
+    """The bucket pipeline of the killed-commit tests: ``in`` -> ``out`` (2 partitions),
+    1,000 offsets a trigger, ``availableNow``; the exception it ended with, if any."""
+    q = (
+        spark.readStream.format("seglog")
+        .option("path", uri)
+        .option("subscribe", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "1000")
+        .load()
+        .selectExpr("key", "concat('out-', cast(value AS string)) AS value")
+        .writeStream.format("seglog")
+        .option("path", uri)
+        .option("topic", "out")
+        .option("numPartitions", "2")
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        q.awaitTermination(300)
+    except Exception as e:  # the run whose commit is killed
+        return e
+    return q.exception()

@@ -7,10 +7,15 @@ holds is read back by kafka-python."""
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import pytest
-from _bucket_checks import bucket_records, check_offsets, forget_worker_env, point_workers_at
+from _bucket_checks import (
+    bucket_records,
+    check_offsets,
+    forget_worker_env,
+    point_workers_at,
+    run_in_to_out,
+)
 from _sink_checks import kafka_partition
 
 from seglog.logstore.manager.log_manager import LogManager
@@ -36,30 +41,6 @@ def bucket(spark, request, tmp_path):
     forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
 
 
-def _run(spark, uri: str, chk: Path):
-    q = (
-        spark.readStream.format("seglog")
-        .option("path", uri)
-        .option("subscribe", "in")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "1000")
-        .load()
-        .selectExpr("key", "concat('out-', cast(value AS string)) AS value")
-        .writeStream.format("seglog")
-        .option("path", uri)
-        .option("topic", "out")
-        .option("numPartitions", "2")
-        .option("checkpointLocation", str(chk))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        q.awaitTermination(300)
-    except Exception as e:  # the run whose commit is killed
-        return e
-    return q.exception()
-
-
 # One server, not both: the Spark run costs ~40 s, and seglog's requests are the same on
 # either; SeaweedFS's are the production server's answers (and its folder markers), moto
 # serves every other bucket test (SEGLOG_TEST_S3_SERVER=seaweedfs moves them all).
@@ -79,11 +60,11 @@ def test_pipeline_on_a_bucket_is_exactly_once_across_a_killed_commit(spark, buck
     point_workers_at(
         spark, {"SEGLOG_CRASH_AT": "bucket-after-commit@1", "SEGLOG_CRASH_ONCE": str(crashed)}
     )
-    first = _run(spark, bucket, tmp_path / "chk")
+    first = run_in_to_out(spark, bucket, tmp_path / "chk")
     assert crashed.exists(), "the commit was never killed"
     assert first is not None
     forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
-    assert _run(spark, bucket, tmp_path / "chk") is None  # restarted from the checkpoint
+    assert run_in_to_out(spark, bucket, tmp_path / "chk") is None  # restarted from the checkpoint
 
     expected = collections.Counter((str(i % 17).encode(), f"out-e{i}".encode()) for i in range(N))
     records = bucket_records(bucket, "out", tmp_path / "export")

@@ -8,10 +8,15 @@ the topics' own logs, never the catalog. Real S3 server (moto), the shared Spark
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import pytest
-from _bucket_checks import bucket_records, check_offsets, forget_worker_env, point_workers_at
+from _bucket_checks import (
+    bucket_records,
+    check_offsets,
+    forget_worker_env,
+    point_workers_at,
+    run_in_to_out,
+)
 
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 
@@ -25,30 +30,6 @@ def bucket(spark, s3_uri, bucket_server):
     point_workers_at(spark, dict(bucket_server.env))
     yield s3_uri
     forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
-
-
-def _run(spark, uri: str, chk: Path):
-    q = (
-        spark.readStream.format("seglog")
-        .option("path", uri)
-        .option("subscribe", "in")
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "1000")
-        .load()
-        .selectExpr("key", "concat('out-', cast(value AS string)) AS value")
-        .writeStream.format("seglog")
-        .option("path", uri)
-        .option("topic", "out")
-        .option("numPartitions", "2")
-        .option("checkpointLocation", str(chk))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        q.awaitTermination(300)
-    except Exception as e:  # the run whose commit is killed
-        return e
-    return q.exception()
 
 
 def test_a_query_restarted_after_the_upgrade_is_exactly_once(spark, bucket, tmp_path):
@@ -68,7 +49,7 @@ def test_a_query_restarted_after_the_upgrade_is_exactly_once(spark, bucket, tmp_
     point_workers_at(
         spark, {"SEGLOG_CRASH_AT": "bucket-after-commit@1", "SEGLOG_CRASH_ONCE": str(crashed)}
     )
-    assert _run(spark, bucket, tmp_path / "chk") is not None
+    assert run_in_to_out(spark, bucket, tmp_path / "chk") is not None
     assert crashed.exists(), "the commit was never killed"
     forget_worker_env(spark, ["SEGLOG_CRASH_AT", "SEGLOG_CRASH_ONCE"])
     with BucketLogManager(bucket) as mgr:
@@ -76,7 +57,7 @@ def test_a_query_restarted_after_the_upgrade_is_exactly_once(spark, bucket, tmp_
         report = mgr.upgrade_topic_logs()
     assert [m.topic for m in report.moved] == ["in", "out"]
 
-    assert _run(spark, bucket, tmp_path / "chk") is None  # restarted from the checkpoint
+    assert run_in_to_out(spark, bucket, tmp_path / "chk") is None  # restarted from the checkpoint
     expected = collections.Counter((str(i % 17).encode(), f"out-e{i}".encode()) for i in range(N))
     records = bucket_records(bucket, "out", tmp_path / "export")
     assert collections.Counter((r[2], r[3]) for r in records) == expected
