@@ -20,10 +20,20 @@ further in proportion to their size.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from seglog.logstore.records.record_format import TopicPartition
-from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.storage.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    is_object_uri,
+)
+
+from .log_readers import reader
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import ReadPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +60,9 @@ class ReadRange:
     topic_id: str | None = None
     """The topic id the range was planned against (None: the topic has none): a task
     whose log has another id reads nothing of it (``source_read``)."""
+    plan: ReadPlan | None = field(default=None, repr=False)
+    """A bucket's segments holding the range, as the planner's state named them
+    (``with_read_plans``): the task GETs them without looking at the log first."""
 
     @property
     def size(self) -> int:
@@ -107,4 +120,26 @@ def split_range(r: ReadRange, parts: int) -> list[ReadRange]:
         if hi > lo:
             out.append(replace(r, start=lo, end=hi))
         lo = hi
+    return out
+
+
+def with_read_plans(ranges: Sequence[ReadRange]) -> list[ReadRange]:
+    """``ranges``, each of a bucket with its read plan (``LogDirsView.read_plan``) from
+    the state the process's shared reader holds now: no request, the trigger's
+    ``latestOffset`` refreshed it. A range keeps no plan when that state does not hold it
+    whole, names another topic id than the range was planned in, or the range seeks a
+    timestamp: its task looks at the log first, as it always did. Local log dirs: no plan
+    (a local read looks at no store)."""
+    out: list[ReadRange] = []
+    for r in ranges:
+        if r.timestamp_range is not None or r.plan is not None \
+                or not any(is_object_uri(d) for d in r.log_dirs):
+            out.append(r)
+            continue
+        with reader(r.log_dirs, r.storage) as mgr:
+            plan = mgr.read_plan(r.topic, r.partition, r.start, r.end)
+        if plan is None or plan.topic_id != r.topic_id:
+            out.append(r)
+        else:
+            out.append(replace(r, plan=plan))
     return out
