@@ -120,6 +120,16 @@ def reader(log_dirs: Iterable[str],
         raise
 
 
+def open_reader(
+    log_dirs: Iterable[str], storage: StorageOptions = NO_STORAGE_OPTIONS
+) -> LogDirsView | None:
+    """The process's ``LogDirsView`` of ``log_dirs`` if one is open (None: none is, and
+    none is opened: for a caller that only uses what is known already)."""
+    with _lock:
+        _forget_parent()
+        return _readers.get((tuple(log_dirs), storage))
+
+
 def bucket_storage(log_dirs: Iterable[str],
                    storage: StorageOptions = NO_STORAGE_OPTIONS) -> Storage:
     """The process's ``Storage`` of the bucket ``log_dirs`` names (one URI), opened with

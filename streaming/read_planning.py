@@ -30,7 +30,7 @@ from seglog.logstore.storage.object_store_config import (
     is_object_uri,
 )
 
-from .log_readers import reader
+from .log_readers import open_reader
 
 if TYPE_CHECKING:
     from seglog.logstore.log_dirs_api import ReadPlan
@@ -126,8 +126,8 @@ def split_range(r: ReadRange, parts: int) -> list[ReadRange]:
 def with_read_plans(ranges: Sequence[ReadRange]) -> list[ReadRange]:
     """``ranges``, each of a bucket with its read plan (``LogDirsView.read_plan``) from
     the state the process's shared reader holds now: no request, the trigger's
-    ``latestOffset`` refreshed it. A range keeps no plan when that state does not hold it
-    whole, names another topic id than the range was planned in, or the range seeks a
+    ``latestOffset`` refreshed it. A range keeps no plan when no reader is open (none is
+    opened for it), when that state does not hold it whole, names another topic id than the range was planned in, or the range seeks a
     timestamp: its task looks at the log first, as it always did. Local log dirs: no plan
     (a local read looks at no store)."""
     out: list[ReadRange] = []
@@ -136,8 +136,8 @@ def with_read_plans(ranges: Sequence[ReadRange]) -> list[ReadRange]:
                 or not any(is_object_uri(d) for d in r.log_dirs):
             out.append(r)
             continue
-        with reader(r.log_dirs, r.storage) as mgr:
-            plan = mgr.read_plan(r.topic, r.partition, r.start, r.end)
+        mgr = open_reader(r.log_dirs, r.storage)
+        plan = None if mgr is None else mgr.read_plan(r.topic, r.partition, r.start, r.end)
         if plan is None or plan.topic_id != r.topic_id:
             out.append(r)
         else:
