@@ -186,3 +186,17 @@ def test_a_topic_recreated_after_planning_is_never_read_as_the_planned_one():
             writer.storage.delete(key)
     with pytest.raises(DataLossError, match="deleted and re-created"):
         rows(r)
+
+
+def test_a_batch_reads_partitions_carry_plans_too():
+    """``spark.read``'s planning (``SeglogBatchReader.partitions``) opens the shared
+    reader for its offsets, so its ranges are planned as a stream's are."""
+    from seglog.datasource.batch_reader import SeglogBatchReader
+    from seglog.datasource.schema import source_schema
+
+    uri, _ = bucket_with(3)
+    opts = {"path": uri, "subscribe": "t", "minPartitions": "2"}
+    parts = SeglogBatchReader(opts, source_schema(opts)).partitions()
+    assert [(p.value.start, p.value.end) for p in parts] == [(0, 15), (15, 30)]
+    assert all(p.value.plan is not None for p in parts)
+    assert [o for p in parts for o, _ in rows(p.value)] == list(range(30))
