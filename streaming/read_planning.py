@@ -2,7 +2,8 @@
 
 A ``ReadRange`` is a small frozen dataclass holding only plain data (log dirs, topic,
 partition, offsets, flags), so it pickles into a task cheaply; the task opens the log
-itself. Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
+itself, or, on a bucket, reads the segment objects its plan names (``with_read_plans``:
+keys and offsets from the driver's state, never record bytes). Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
 ``maxRecordsPerPartition`` first cuts every range into pieces of at most that many
 offsets, then, if there are still fewer pieces than ``minPartitions``, ranges are divided
 further in proportion to their size.

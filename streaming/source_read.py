@@ -82,6 +82,8 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
                         "stopped (%s); looking at the log", r.topic, r.partition,
                         next_offset, r.end, e)
         r = replace(r, start=next_offset, plan=None)
+        if r.start >= r.end:
+            return
     yield from _read_looked(r, schema, chunk_bytes)
 
 
