@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from seglog.logstore.bucket.bucket_read_plan import planned_log
 from seglog.logstore.errors import (
     CorruptRecordError,
     MissingDataError,
@@ -91,6 +90,9 @@ def _read_planned(r: ReadRange, plan: ReadPlan, schema: pa.Schema,
                   chunk_bytes: int) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` from the segments ``plan`` names (one GET each, at once; no
     look at the log: ``bucket_read_plan``)."""
+    # here, not at the top: a task of local log dirs never loads the bucket engine
+    from seglog.logstore.bucket.bucket_read_plan import planned_log
+
     log = planned_log(bucket_storage(r.log_dirs, r.storage), r.topic, r.partition, plan,
                       fail_on_data_loss=r.fail_on_data_loss)
     try:
