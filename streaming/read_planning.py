@@ -3,7 +3,9 @@
 A ``ReadRange`` is a small frozen dataclass holding only plain data (log dirs, topic,
 partition, offsets, flags), so it pickles into a task cheaply; the task opens the log
 itself, or, on a bucket, reads the segment objects its plan names (``with_read_plans``:
-keys and offsets from the driver's state, never record bytes). Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
+keys and offsets from the driver's state, never record bytes).
+
+Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
 ``maxRecordsPerPartition`` first cuts every range into pieces of at most that many
 offsets, then, if there are still fewer pieces than ``minPartitions``, ranges are divided
 further in proportion to their size.
@@ -128,9 +130,10 @@ def with_read_plans(ranges: Sequence[ReadRange]) -> list[ReadRange]:
     """``ranges``, each of a bucket with its read plan (``LogDirsView.read_plan``) from
     the state the process's shared reader holds now: no request, the trigger's
     ``latestOffset`` refreshed it. A range keeps no plan when no reader is open (none is
-    opened for it), when that state does not hold it whole, names another topic id than the range was planned in, or the range seeks a
-    timestamp: its task looks at the log first, as it always did. Local log dirs: no plan
-    (a local read looks at no store)."""
+    opened for it), when that state does not hold it whole or names another topic id
+    than the range was planned in, or when the range seeks a timestamp: its task looks at
+    the log first, as it always did. Local log dirs: no plan (a local read looks at no
+    store)."""
     out: list[ReadRange] = []
     for r in ranges:
         if r.timestamp_range is not None or r.plan is not None \

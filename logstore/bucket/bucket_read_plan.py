@@ -28,6 +28,7 @@ log first (``streaming.source_read``).
 from __future__ import annotations
 
 import bisect
+
 from ..config.config import LogConfig
 from ..log_dirs_api import PlannedSegment, ReadPlan
 from ..storage.storage import Storage
