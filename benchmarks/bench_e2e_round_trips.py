@@ -3,18 +3,22 @@
 counted instead of timed, so a loaded machine does not blur it.
 
 Run: ``python benchmarks/bench_e2e_round_trips.py [--batches 12] [--appends 3]
-[--delay-ms 25] [--server auto|seaweedfs|moto]``
+[--delay-ms 25] [--server auto|seaweedfs|moto] [--no-plan]``
 
 An S3 server (``tests/s3_server.py``) behind ``tests/s3_proxy.py`` (``--delay-ms`` before
 each request, ``log_requests``), two log dirs in one bucket (``in``, ``out``), each role
 with a manager of its own, as each runs in a process of its own under Spark. Per
 micro-batch, one step after the other: the producer's ``append_many`` of one record,
 ``--appends`` times (a producer at 10 records/s between triggers of ~300 ms); the
-source's trigger (a read-only manager's ``high_watermarks``: its ``latestOffset``); the
-read task (another read-only manager: its look at the log, then ``read_chunks`` of the
-new offsets); the sink's task (``sink_bucket_staging.stage_rows`` of those records, through
-this process's shared reader of ``out``); the driver's commit
-(``sink_bucket_commit.commit``); a consumer's look at ``out`` (``high_watermarks``).
+source's trigger and planning, through the Spark source's own reader without Spark
+(``SeglogStreamReader.latestOffset``, then ``partitions``: the input partitions, each
+with its read plan); the read task (``read_input_partition``, what the reader's ``read``
+runs, in a Python worker process of its own, reused from batch to batch as Spark's are,
+handed the pickled input partitions; ``--no-plan``: without their plans, as before
+them, so the task looks at the log first); the sink's task
+(``sink_bucket_staging.stage_rows`` of those records, through this process's shared
+reader of ``out``); the driver's commit (``sink_bucket_commit.commit``); a consumer's
+look at ``out`` (``high_watermarks``).
 
 Printed per step: the median over the micro-batches after the first two (the writers'
 and readers' opens) of its sequential round trips (``s3_proxy.sequential_round_trips``:
@@ -26,10 +30,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -39,17 +46,21 @@ import pyarrow as pa
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "tests"))
 
+from pyspark.sql.datasource import InputPartition  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 from s3_proxy import S3Proxy, sequential_round_trips  # noqa: E402
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
+from seglog.datasource.schema import source_schema  # noqa: E402
+from seglog.datasource.stream_reader import SeglogStreamReader  # noqa: E402
 from seglog.logstore.log_dirs_api import LogDirsView  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager, open_log_dirs  # noqa: E402
-from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
+from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
 from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
-STEPS = ("publish", "latestOffset", "read task", "sink task", "commit", "consumer look")
+STEPS = ("publish", "latestOffset", "planning", "read task", "sink task", "commit", "consumer look")
 SKIP = 2
 T = TypeVar("T")
 
@@ -64,15 +75,29 @@ def _high_watermark(mgr: LogDirsView, topic: str) -> int:
     return mgr.high_watermarks()[(topic, 0)]
 
 
-def _read(task: LogDirsView, start: int, end: int) -> pa.RecordBatch:
-    """A read task: its look at the log, then the records of [start, end)."""
-    task.high_watermarks()
-    values = [
-        v
-        for c in task.get_log("in", 0).read_chunks(start, end)
-        for v in decode_batches(c, start_offset=start).column("value").to_pylist()
-    ]
+WORKER = """
+import pickle, sys
+from seglog.datasource.stream_reader import read_input_partition
+
+for line in sys.stdin:
+    partitions = pickle.loads(bytes.fromhex(line))
+    values = [v for p in partitions for b in read_input_partition(p)
+              for v in b.column("value").to_pylist()]
+    print(pickle.dumps(values).hex(), flush=True)
+"""
+
+
+def _read(worker: subprocess.Popen[str], partitions: list[InputPartition]) -> pa.RecordBatch:
+    """A read task in its Python worker: the records of its input partitions."""
+    assert worker.stdin is not None and worker.stdout is not None
+    worker.stdin.write(pickle.dumps(partitions).hex() + "\n")
+    worker.stdin.flush()
+    values = pickle.loads(bytes.fromhex(worker.stdout.readline()))
     return pa.record_batch({"value": pa.array(values, pa.binary())})
+
+
+def _without_plans(partitions: list[InputPartition]) -> list[InputPartition]:
+    return [InputPartition(replace(p.value, plan=None)) for p in partitions]
 
 
 def main() -> None:
@@ -81,6 +106,11 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
+    parser.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="read tasks without their read plans (as before them)",
+    )
     args = parser.parse_args()
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
@@ -99,8 +129,12 @@ def main() -> None:
         opts = SinkOptions.parse({"path": out_dir, "topic": "out"})
         sink = "e2e-round-trips"
         producer = LogManager(in_dir)
-        source = open_log_dirs([in_dir], read_only=True)
-        task = open_log_dirs([in_dir], read_only=True)
+        source_opts = {"path": in_dir, "subscribe": "in"}
+        source = SeglogStreamReader(source_opts, source_schema(source_opts))
+        offsets = source.initialOffset()
+        worker = subprocess.Popen(
+            [sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         consumer = open_log_dirs([out_dir], read_only=True)
         trips: dict[str, list[int]] = {s: [] for s in STEPS}
         requests: dict[str, list[int]] = {s: [] for s in STEPS}
@@ -118,25 +152,32 @@ def main() -> None:
                 took_ms[name].append(took)
             return result
 
-        read_from = 0
         for batch in range(args.batches):
             step("publish", batch, partial(_publish, producer, args.appends))
-            end = step("latestOffset", batch, partial(_high_watermark, source, "in"))
-            rows = step("read task", batch, partial(_read, task, read_from, end))
-            assert rows.num_rows == end - read_from
+            end = step(
+                "latestOffset", batch, partial(source.latestOffset, offsets, ReadAllAvailable())
+            )
+            partitions = step("planning", batch, partial(source.partitions, offsets, end))
+            if args.no_plan:
+                partitions = _without_plans(partitions)
+            rows = step("read task", batch, partial(_read, worker, partitions))
+            assert rows.num_rows == end["in"]["0"] - offsets["in"]["0"], (rows, end)
             columns = SinkColumns.resolve(rows.schema, default_topic="out")
             staged = step(
                 "sink task", batch, partial(stage_rows, opts, columns, [rows], sink, batch, 0, 0)
             )
             step("commit", batch, partial(commit, [staged], batch, opts))
             step("consumer look", batch, partial(_high_watermark, consumer, "out"))
-            read_from = end
+            offsets = end
         producer.close()
-        for view in (source, task, consumer):
-            view.close()
+        consumer.close()
+        assert worker.stdin is not None
+        worker.stdin.close()
+        worker.wait()
     print(
         f"{'SeaweedFS' if use_seaweed else 'moto'} at {args.delay_ms:.0f} ms a request; "
         f"{args.batches - SKIP} micro-batches of {args.appends} appends (medians); "
+        f"read tasks {'without' if args.no_plan else 'with'} their read plans; "
         f"load {os.getloadavg()[0]:.1f}"
     )
     print(f"  {'step':>14}  round trips  requests       ms")

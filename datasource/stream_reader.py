@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from seglog.logstore.records.record_format import TopicPartition
 from seglog.streaming.admission import AdmissionLimits, admit, cap_to_target, segment_layout
-from seglog.streaming.read_planning import plan_ranges
+from seglog.streaming.read_planning import plan_ranges, with_read_plans
 from seglog.streaming.source_offsets import (
     LogSnapshot,
     initial_offsets,
@@ -193,14 +193,15 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def input_partitions(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int],
                      o: SourceOptions, topic_ids: Mapping[str, str | None] | None = None
                      ) -> list[InputPartition]:
-    """Offset ranges → Spark input partitions, split as the options say (batch and stream)."""
+    """Offset ranges → Spark input partitions, split as the options say (batch and
+    stream); a bucket's each with its read plan, so its task reads without a look."""
     ranges = plan_ranges(
         start, end, log_dirs=o.log_dirs, include_headers=o.include_headers,
         fail_on_data_loss=o.fail_on_data_loss, min_partitions=o.min_partitions,
         max_records_per_partition=o.max_records_per_partition,
         isolation_level=o.isolation_level, storage=o.storage, topic_ids=topic_ids,
     )
-    return [InputPartition(r) for r in ranges]
+    return [InputPartition(r) for r in with_read_plans(ranges)]
 
 
 def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -69,6 +69,41 @@ class TaskRun:
         return self.error is None
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedSegment:
+    """One immutable segment object a ``ReadPlan`` names: its key (the ``.log`` object is
+    ``<key>.log``), offsets ``[base_offset, next_offset)``, ``.log`` size, max timestamp,
+    ``offset_delta`` (a sink fragment's stored offsets + delta = its offsets) and its
+    offset index: inline bytes, an object of ``index_bytes`` bytes, or none (a reader
+    then scans the segment from its start)."""
+
+    key: str
+    base_offset: int
+    next_offset: int
+    size: int
+    max_timestamp: int
+    index_bytes: int = 0
+    offset_delta: int = 0
+    inline_index: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """What a reader needs to read offsets of one partition without looking at its log
+    dir first (``LogDirsView.read_plan``): the committed segments the offsets are in, as
+    the planner's state (``version``) named them, with that state's topic id, log start
+    offset and high watermark, and whether offsets may have gaps (a compacted or cleaned
+    topic). Small: names and offsets, never record bytes (a task's plan travels in its
+    input partition)."""
+
+    version: int
+    topic_id: str | None
+    log_start_offset: int
+    high_watermark: int
+    gaps_allowed: bool
+    segments: tuple[PlannedSegment, ...]
+
+
 class PartitionLogView(Protocol):
     """The read side of one partition's log, as ``get_log`` returns it."""
 
@@ -199,6 +234,13 @@ class LogDirsView(Protocol):
         """The partition's segment base offsets and ``.log`` sizes, oldest first (a bucket:
         from the state last refreshed, no request; local dirs: one listing); None for an
         unknown partition."""
+        ...
+
+    def read_plan(self, topic: str, partition: int, start: int, end: int) -> ReadPlan | None:
+        """The plan of a read of offsets ``[start, end)`` from the state held now (no
+        request), for a reader to read them without looking at the log first; None when
+        nothing is gained (local dirs: a local read looks at no store) or the state does
+        not hold them all (the reader then looks, as without a plan)."""
         ...
 
     def get_log(self, topic: str, partition: int) -> PartitionLogView: ...

@@ -27,7 +27,11 @@ unchanged (a roll, retention or compaction swap renames or creates files there, 
 moves it); only the last segment, the one that grows, is stat'ed again, and each size
 only when admission asks for it (the segments a byte bound may admit).
 
-Thread-safe: the cache is guarded by ``_lock``; every backend is thread-safe itself.
+``bucket_storage`` is a bucket's ``Storage`` alone, per process and set of options, for a
+task that reads a planned range (``read_planning.ReadRange.plan``): it GETs the segments
+its plan names and needs no manager (a fresh worker's would read the commit log first).
+
+Thread-safe: the caches are guarded by ``_lock``; every backend is thread-safe itself.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from seglog.logstore.storage.object_store_config import (
     StorageOptions,
     is_object_uri,
 )
-from seglog.logstore.storage.storage import LOCAL
+from seglog.logstore.storage.storage import LOCAL, Storage
 
 if TYPE_CHECKING:
     from seglog.logstore.log_dirs_api import LogDirsView, SegmentLayout
@@ -64,6 +68,7 @@ timestamp granularity would not move them (the engine's readers use the same rul
 _lock = threading.Lock()  # guards _readers, _pid and writes to _layouts (read without it)
 _Key = tuple[tuple[str, ...], StorageOptions]
 _readers: dict[_Key, LogDirsView] = {}
+_storages: dict[_Key, Storage] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,7 @@ def _forget_parent() -> None:
     if os.getpid() != _pid:
         _readers.clear()
         _layouts.clear()
+        _storages.clear()
         _pid = os.getpid()
 
 
@@ -112,6 +118,33 @@ def reader(log_dirs: Iterable[str],
     except (SeglogError, OSError):
         discard(key[0], mgr, storage)
         raise
+
+
+def open_reader(
+    log_dirs: Iterable[str], storage: StorageOptions = NO_STORAGE_OPTIONS
+) -> LogDirsView | None:
+    """The process's ``LogDirsView`` of ``log_dirs`` if one is open (None: none is, and
+    none is opened: for a caller that only uses what is known already)."""
+    with _lock:
+        _forget_parent()
+        return _readers.get((tuple(log_dirs), storage))
+
+
+def bucket_storage(log_dirs: Iterable[str],
+                   storage: StorageOptions = NO_STORAGE_OPTIONS) -> Storage:
+    """The process's ``Storage`` of the bucket ``log_dirs`` names (one URI), opened with
+    the object-store options ``storage`` on first use (no request)."""
+    key = (tuple(log_dirs), storage)
+    with _lock:
+        _forget_parent()
+        found = _storages.get(key)
+        if found is None:
+            # here, not at the top: a local query's processes never load the store client
+            from seglog.logstore.storage.object_storage import ObjectStorage
+
+            (uri,) = key[0]
+            found = _storages[key] = ObjectStorage(uri, storage)
+        return found
 
 
 def _open(key: _Key) -> LogDirsView:
@@ -145,6 +178,7 @@ def close_all() -> None:
     with _lock:
         keys = list(_readers)
         _layouts.clear()
+        _storages.clear()
     for dirs, storage in keys:
         discard(dirs, storage=storage)
 

@@ -2,7 +2,10 @@
 
 A ``ReadRange`` is a small frozen dataclass holding only plain data (log dirs, topic,
 partition, offsets, flags), so it pickles into a task cheaply; the task opens the log
-itself. Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
+itself, or, on a bucket, reads the segment objects its plan names (``with_read_plans``:
+keys and offsets from the driver's state, never record bytes).
+
+Splitting follows Spark's Kafka connector (``KafkaOffsetRangeCalculator``):
 ``maxRecordsPerPartition`` first cuts every range into pieces of at most that many
 offsets, then, if there are still fewer pieces than ``minPartitions``, ranges are divided
 further in proportion to their size.
@@ -20,10 +23,20 @@ further in proportion to their size.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from seglog.logstore.records.record_format import TopicPartition
-from seglog.logstore.storage.object_store_config import NO_STORAGE_OPTIONS, StorageOptions
+from seglog.logstore.storage.object_store_config import (
+    NO_STORAGE_OPTIONS,
+    StorageOptions,
+    is_object_uri,
+)
+
+from .log_readers import open_reader
+
+if TYPE_CHECKING:
+    from seglog.logstore.log_dirs_api import ReadPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +63,9 @@ class ReadRange:
     topic_id: str | None = None
     """The topic id the range was planned against (None: the topic has none): a task
     whose log has another id reads nothing of it (``source_read``)."""
+    plan: ReadPlan | None = field(default=None, repr=False)
+    """A bucket's segments holding the range, as the planner's state named them
+    (``with_read_plans``): the task GETs them without looking at the log first."""
 
     @property
     def size(self) -> int:
@@ -107,4 +123,27 @@ def split_range(r: ReadRange, parts: int) -> list[ReadRange]:
         if hi > lo:
             out.append(replace(r, start=lo, end=hi))
         lo = hi
+    return out
+
+
+def with_read_plans(ranges: Sequence[ReadRange]) -> list[ReadRange]:
+    """``ranges``, each of a bucket with its read plan (``LogDirsView.read_plan``) from
+    the state the process's shared reader holds now: no request, the trigger's
+    ``latestOffset`` refreshed it. A range keeps no plan when no reader is open (none is
+    opened for it), when that state does not hold it whole or names another topic id
+    than the range was planned in, or when the range seeks a timestamp: its task looks at
+    the log first, as it always did. Local log dirs: no plan (a local read looks at no
+    store)."""
+    out: list[ReadRange] = []
+    for r in ranges:
+        if r.timestamp_range is not None or r.plan is not None \
+                or not any(is_object_uri(d) for d in r.log_dirs):
+            out.append(r)
+            continue
+        mgr = open_reader(r.log_dirs, r.storage)
+        plan = None if mgr is None else mgr.read_plan(r.topic, r.partition, r.start, r.end)
+        if plan is None or plan.topic_id != r.topic_id:
+            out.append(r)
+        else:
+            out.append(replace(r, plan=plan))
     return out

@@ -4,6 +4,13 @@ Spark-free, so it is tested without a JVM; ``datasource`` only hands it the exac
 schema PySpark expects (``datasource.schema.arrow_schema``, which needs pyspark).
 
 What a task does, in order:
+0. A range with a plan (``ReadRange.plan``: a bucket's segments, as the driver's state
+   named them when it planned the micro-batch) is read from those objects alone, one GET
+   each, all at once, without a look at the log (``bucket_read_plan``): one round trip.
+   An object found gone, or not what the plan says, ends the planned read; the rest of
+   the range is then read by the steps below, so it ends exactly as a read without a
+   plan would (its rows, its data loss, its error). Without a plan (local log dirs; a
+   range the driver's state did not hold whole):
 1. Take the process's shared read-only ``LogManager`` (``log_readers``; a reused Python
    worker keeps it from task to task). Its view of the high watermark is refreshed from
    the checkpoint when it is below the range's end (the planner saw a newer one) and
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -41,14 +49,14 @@ from seglog.logstore.errors import (
 from seglog.logstore.log.transactions import READ_COMMITTED, committed_chunks
 from seglog.logstore.records.record_codec import decode_batches
 
-from .log_readers import reader
+from .log_readers import bucket_storage, reader
 from .read_planning import ReadRange
 from .source_offsets import report_data_loss
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from seglog.logstore.log_dirs_api import LogDirsView, PartitionLogView
+    from seglog.logstore.log_dirs_api import LogDirsView, PartitionLogView, ReadPlan
 
 CHUNK_BYTES = 8 << 20
 """Bytes of whole batches decoded at a time by ``read_range``: bounds a task's memory."""
@@ -58,6 +66,50 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
                chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as Arrow batches in ``schema`` (see the module
     docstring for the steps)."""
+    if r.plan is not None:
+        next_offset = r.start
+        try:
+            for batch in _read_planned(r, r.plan, schema, chunk_bytes):
+                next_offset = batch.column("offset")[-1].as_py() + 1
+                yield batch
+            return
+        except (MissingDataError, CorruptRecordError) as e:
+            # An object the plan names is gone (retention, compaction, a merge past its
+            # grace, the topic deleted) or not what the plan says: the rest is read as
+            # without a plan, so it ends exactly as that read would (rows, or its error).
+            logger.info("topic %r partition %d: reading offsets [%d, %d) as planned "
+                        "stopped (%s); looking at the log", r.topic, r.partition,
+                        next_offset, r.end, e)
+        r = replace(r, start=next_offset, plan=None)
+        if r.start >= r.end:
+            return
+    yield from _read_looked(r, schema, chunk_bytes)
+
+
+def _read_planned(r: ReadRange, plan: ReadPlan, schema: pa.Schema,
+                  chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` from the segments ``plan`` names (one GET each, at once; no
+    look at the log: ``bucket_read_plan``)."""
+    # here, not at the top: a task of local log dirs never loads the bucket engine
+    from seglog.logstore.bucket.bucket_read_plan import planned_log
+
+    log = planned_log(bucket_storage(r.log_dirs, r.storage), r.topic, r.partition, plan,
+                      fail_on_data_loss=r.fail_on_data_loss)
+    try:
+        chunks = log.read_chunks(r.start, r.end, chunk_bytes, isolation_level=r.isolation_level,
+                                 check_crcs=False)
+        for chunk in chunks:
+            batch = _decoded(log, r, chunk, r.start, r.end, schema)
+            if batch is not None:
+                yield batch
+    finally:
+        log.close()
+
+
+def _read_looked(r: ReadRange, schema: pa.Schema,
+                 chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` through the process's shared reader, which looks at the log
+    first (the steps of the module docstring)."""
     with reader(r.log_dirs, r.storage) as mgr:
         # The partition may be found gone at any step, not only by get_log: a cached log
         # learns it when it syncs or refreshes, or when a read that met a vanished object
@@ -171,17 +223,9 @@ def _read_log(mgr: LogDirsView, log: PartitionLogView, r: ReadRange, schema: pa.
             for chunk in chunks:
                 if is_bucket:  # a read that met a vanished object synced to a newer state
                     _check_still_planned_topic(log, r)
-                try:
-                    records = decode_batches(
-                        chunk, start_offset=start, end_offset=end,
-                        include_headers=r.include_headers,
-                    )
-                except CorruptRecordError as e:
-                    raise CorruptRecordError(
-                        f"topic {r.topic!r} partition {r.partition}, "
-                        f"{_segment_file(log, chunk)}: {e}") from None
-                if records.num_rows:
-                    yield to_source_batch(records, r.topic, r.partition, schema)
+                batch = _decoded(log, r, chunk, start, end, schema)
+                if batch is not None:
+                    yield batch
             return
         except MissingDataError as e:
             report_data_loss(
@@ -190,6 +234,22 @@ def _read_log(mgr: LogDirsView, log: PartitionLogView, r: ReadRange, schema: pa.
                 f"{min(e.end, end)}) cannot be read: {e}",
             )
             start = max(e.end, start + 1)
+
+
+def _decoded(log: PartitionLogView, r: ReadRange, chunk: memoryview, start: int, end: int,
+             schema: pa.Schema) -> pa.RecordBatch | None:
+    """A chunk's records of ``[start, end)`` as a source batch (None: none); every CRC
+    is checked here, a failing batch's error naming its segment."""
+    try:
+        records = decode_batches(chunk, start_offset=start, end_offset=end,
+                                 include_headers=r.include_headers)
+    except CorruptRecordError as e:
+        raise CorruptRecordError(
+            f"topic {r.topic!r} partition {r.partition}, {_segment_file(log, chunk)}: "
+            f"{e}") from None
+    if not records.num_rows:
+        return None
+    return to_source_batch(records, r.topic, r.partition, schema)
 
 
 def _check_still_planned_topic(log: PartitionLogView, r: ReadRange) -> None:

@@ -63,7 +63,7 @@ from ..errors import (
 )
 from ..log.log import AppendInfo
 from ..log.partition_metadata import new_topic_id
-from ..log_dirs_api import BeyondLogEnd, SegmentLayout
+from ..log_dirs_api import BeyondLogEnd, ReadPlan, SegmentLayout
 from ..records.record_format import TopicPartition
 from ..storage.object_storage import ObjectStorage, StorageOptions, is_object_uri
 from ..storage.storage import Storage
@@ -73,6 +73,7 @@ from .bucket_committer import BucketCommitter, PartitionSource
 from .bucket_log import BucketLog
 from .bucket_logs import BucketLogs
 from .bucket_ownership import check_nesting
+from .bucket_read_plan import plan_read
 from .bucket_state import (
     NO_VERSION,
     BucketState,
@@ -374,6 +375,17 @@ class BucketLogManager:
         if ps is None:
             return None
         return (tuple(s.base_offset for s in ps.segments), tuple(s.size for s in ps.segments))
+
+    def read_plan(self, topic: str, partition: int, start: int, end: int) -> ReadPlan | None:
+        """``log_dirs_api.LogDirsView.read_plan``: from the state last refreshed (no
+        request; ``bucket_read_plan.plan_read``)."""
+        state = self.state
+        spec = state.topics.get(topic)
+        ps = state.partition(topic, partition)
+        if spec is None or ps is None:
+            return None
+        return plan_read(ps, self.committer.config_of(topic, spec), state.version,
+                         spec.topic_id, start, end)
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """Per topic of ``topics`` in the state, its id (no request)."""

@@ -28,7 +28,7 @@ from ..config.topics import load_topic_config, read_topic_config
 from ..errors import CorruptPartitionMetadataError, LogDirError, UnknownTopicOrPartitionError
 from ..log.offset_checkpoints import HW_CHECK, probe_log_end_offset, warn_beyond_log_end
 from ..log.partition_metadata import read_topic_id, topic_ids_differ
-from ..log_dirs_api import SegmentLayout
+from ..log_dirs_api import ReadPlan, SegmentLayout
 from ..records.record_format import TopicPartition
 from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, LOG_SUFFIX
 from ..storage.storage import LOCAL
@@ -196,6 +196,11 @@ class PartitionTable(Generic[LogT]):
         except UnknownTopicOrPartitionError:
             return None
         return list_segment_layout(str(p.dir))
+
+    def read_plan(self, topic: str, partition: int, start: int, end: int) -> ReadPlan | None:
+        """``log_dirs_api.LogDirsView.read_plan``: None. A local read's look at its log
+        (a directory's mtime, a checkpoint file) costs no round trip: nothing to plan."""
+        return None
 
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str | None]:
         """Per topic of ``topics`` that exists, the id its partitions hold (None: none
