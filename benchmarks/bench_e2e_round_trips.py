@@ -23,12 +23,13 @@ times ``--delay-ms`` plus the client's and server's own time, which load does bl
 the p90 and the most round trips of each step. The micro-batches run one after the
 other, but the commit's background merger (``sink_bucket_merger``, due every
 ``mergeMinSegments`` micro-batches: ``--batches 70`` sees two merges) runs beside the
-next steps, as under Spark; its requests (its own connections: those that upload a
-merged segment) are counted apart. ``--tail``: every step above its median, and what it
-did besides a steady step's requests (lost creates, snapshots, hints, the turn, commits
-read), then the merger's requests and lost creates: where the tail of
-``bench_e2e_latency.py``'s bucket case comes from, deterministically. ``--show BATCH``:
-every request of that micro-batch's steps.
+next steps, as under Spark. Its requests are counted apart: those on its own connections
+(the ones that upload a merged segment). Its refresh before a merge may use other
+connections and then shows as commit GETs of ``out`` in whatever step it overlapped.
+``--tail``: every step above its median, and what it did besides a steady step's
+requests (lost creates, snapshots, hints, the turn, commits read), then the merger's
+requests and lost creates: where the tail of ``bench_e2e_latency.py``'s bucket case
+comes from, deterministically. ``--show BATCH``: every request of that micro-batch's steps.
 """
 
 from __future__ import annotations
@@ -202,7 +203,14 @@ def _what(made: list[RequestRecord]) -> str:
     snaps = sum(r.kind == "PUT" and "/snapshots/" in r.target for r in made)
     hints = sum("last-snapshot" in r.target for r in made)
     turn = sum(r.target.endswith("/turn") for r in made)
-    commits = sum(r.kind == "GET" and "/log/" in r.target for r in made)
+    # By log: the merger's refresh before a merge reads out's commits on connections
+    # that upload nothing, so they count in whatever step they overlapped.
+    commits_in = sum(
+        r.kind == "GET" and "/in/_seglog/" in r.target and "/log/" in r.target for r in made
+    )
+    commits_out = sum(
+        r.kind == "GET" and "/out/_seglog/" in r.target and "/log/" in r.target for r in made
+    )
     words = [
         f"{n} {what}"
         for n, what in (
@@ -210,7 +218,8 @@ def _what(made: list[RequestRecord]) -> str:
             (snaps, "snapshot PUTs"),
             (hints, "hint requests"),
             (turn, "turn requests"),
-            (commits, "commit GETs"),
+            (commits_in, "commit GETs of in"),
+            (commits_out, "commit GETs of out"),
         )
         if n
     ]
