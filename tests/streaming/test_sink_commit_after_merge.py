@@ -44,6 +44,7 @@ def _stage(opts: SinkOptions, batch: int) -> StagedTask:
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,  # the round trips only: the set-up's checks fail for real
     reason="routed (h53 -> the commit log's owner): CommitLog._check_own_commits reads "
     "its own commits back one GET at a time; read them at once (as _fetch does)",
 )
@@ -54,18 +55,21 @@ def test_the_commit_after_a_merge_waits_a_few_round_trips(bucket_server, proxy) 
     )
     for batch in range(RUN):
         commit([_stage(opts, batch)], batch, opts)
-    assert wait_all(60.0)
+    if not wait_all(60.0):
+        pytest.fail("the background merger did not finish within 60 s")
     # The run was merged (an upload of the merger's, then its commit in the topic's
     # log): another writer of the log, as far as the sink's writer can tell.
-    merged = [r for r in proxy.requests() if r.kind == "PUT" and f"/{TOPIC}-0/" in r.target]
-    assert merged
+    if not [r for r in proxy.requests() if r.kind == "PUT" and f"/{TOPIC}-0/" in r.target]:
+        pytest.fail(f"no merge after {RUN} micro-batches of mergeMinSegments={RUN}")
     staged = _stage(opts, RUN)
     since = proxy.clock()
-    assert commit([staged], RUN, opts).published
+    if not commit([staged], RUN, opts).published:
+        pytest.fail(f"micro-batch {RUN} was not published")
     made = proxy.requests(since)
     own = [r for r in made if r.kind == "GET" and "/log/" in r.target]
     # Every own commit of the run is read back (the fork check is kept whole) ...
-    assert len(own) >= RUN
+    if len(own) < RUN:
+        pytest.fail(f"{len(own)} commits read back, not the run's {RUN}")
     # ... at once: the refresh's and the uploads' LISTs, the read-back, the merge's
     # commit, the create; not a round trip per micro-batch since the last merge.
     assert sequential_round_trips(made) <= 5
