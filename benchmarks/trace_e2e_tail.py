@@ -3,7 +3,7 @@ time (issue 25, goal 4's tail): ``bench_e2e_latency.py``'s bucket case, traced.
 
 Run: ``python benchmarks/trace_e2e_tail.py [--duration-s 30] [--interval-ms 100]
 [--delay-ms 25] [--server auto|seaweedfs|moto] [--slowest 5] [--conf KEY=VALUE ...]
-[--sink-option KEY=VALUE ...]``
+[--sink-option KEY=VALUE ...] [--save FILE.json] [--load FILE.json]``
 
 The same query as the latency benchmark's bucket case (topic ``in`` of one log dir to
 topic ``out`` of another in one bucket, behind ``tests/s3_proxy.py`` at ``--delay-ms``
@@ -20,9 +20,12 @@ Printed: per record, the latency split into the producer's publish, the wait for
 trigger that read it (its ``latestOffset`` started after the publish), the micro-batch
 until the sink's commit landed in ``out``'s topic log, and the reader's look from then
 until it saw the record; the mean of each part for the slowest ``--slowest`` percent
-against all records, and for each of those slow records what happened meanwhile: lost
-creates (412s) and snapshots on either log, merges, the micro-batch's request round
-trips and Spark's phases (and what the batches around it did), the reader's looks.
+against all records; and for each of those slow records what happened meanwhile, with
+the requests told apart by role (``Roles``: by connection, as each manager has a client
+of its own): the producer's publish, the query's requests in its micro-batch and the one
+before (round trips, lost creates, snapshots, commits read, Spark's phases), the
+background merger's, the reader's. ``--save`` keeps the run's trace; ``--load`` analyses
+a saved one again without Spark.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class Look:
 @dataclass
 class Trace:
     produced: list[Produced] = field(default_factory=list)
-    seen_ns: dict[int, int] = field(default_factory=dict)  # in-offset -> when seen
+    seen_ns: dict[int, int] = field(default_factory=dict)  # produced ns -> when seen
     looks: list[Look] = field(default_factory=list)
     warm_ns: int = 2**63 - 1
 
