@@ -357,6 +357,40 @@ def _phases(b: Batch) -> str:
     return ", ".join(f"{k} {b.durations.get(k, 0)}" for k in (*PHASES, "triggerExecution"))
 
 
+def _after_merges(
+    batches: list[Batch],
+    merges: list[Commit],
+    sink_commits: list[Commit],
+    query: list[RequestRecord],
+    to_wall: float,
+) -> None:
+    """The micro-batch whose commit is the sink's first after each merge, against the
+    median micro-batch: its round trips (the query's requests), addBatch and trigger."""
+
+    def trips(b: Batch) -> int:
+        return sequential_round_trips(_in_window(query, b.start_ns, b.end_ns, to_wall))
+
+    after = []
+    for m in merges:
+        first = next((c for c in sink_commits if c.landed_ns > m.landed_ns), None)
+        if first is not None:
+            after += [b for b in batches if b.start_ns <= first.landed_ns <= b.end_ns][:1]
+    others = [b for b in batches if b not in after and b.end_offset > b.start_offset]
+    if not after or not others:
+        return
+    print(
+        f"  median micro-batch: {statistics.median(trips(b) for b in others):.0f} round trips, "
+        f"addBatch {statistics.median(b.durations.get('addBatch', 0) for b in others):.0f}, "
+        f"trigger {statistics.median(b.durations.get('triggerExecution', 0) for b in others):.0f}"
+        " ms; the one after each merge: "
+        + "; ".join(
+            f"{b.batch_id}: {trips(b)} round trips, addBatch {b.durations.get('addBatch', 0)}, "
+            f"trigger {b.durations.get('triggerExecution', 0)} ms"
+            for b in after
+        )
+    )
+
+
 def analyse(
     trace: Trace,
     batches: list[Batch],
@@ -411,6 +445,7 @@ def analyse(
             for k in (*PHASES, "triggerExecution")
         )
     )
+    _after_merges(batches, merges, sink_commits, query, to_wall)
     print("  the slowest records (the query's requests only, unless said):")
     for x in reversed(slow):
         s, b, p = x.split(), x.batch, x.produced
