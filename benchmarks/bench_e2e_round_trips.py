@@ -3,7 +3,8 @@
 counted instead of timed, so a loaded machine does not blur it.
 
 Run: ``python benchmarks/bench_e2e_round_trips.py [--batches 12] [--appends 3]
-[--delay-ms 25] [--server auto|seaweedfs|moto] [--no-plan]``
+[--delay-ms 25] [--server auto|seaweedfs|moto] [--no-plan] [--tail]
+[--show BATCH]``
 
 An S3 server (``tests/s3_server.py``) behind ``tests/s3_proxy.py`` (``--delay-ms`` before
 each request, ``log_requests``), two log dirs in one bucket (``in``, ``out``), each role
@@ -23,7 +24,17 @@ look at ``out`` (``high_watermarks``).
 Printed per step: the median over the micro-batches after the first two (the writers'
 and readers' opens) of its sequential round trips (``s3_proxy.sequential_round_trips``:
 requests made at once count once) and of its requests, and its median ms (the round trips
-times ``--delay-ms`` plus the client's and server's own time, which load does blur).
+times ``--delay-ms`` plus the client's and server's own time, which load does blur), and
+the p90 and the most round trips of each step. The micro-batches run one after the
+other, but the commit's background merger (``sink_bucket_merger``, due every
+``mergeMinSegments`` micro-batches: ``--batches 70`` sees two merges) runs beside the
+next steps, as under Spark. Its requests are counted apart: those on its own connections
+(the ones that upload a merged segment). Its refresh before a merge may use other
+connections and then shows as commit GETs of ``out`` in whatever step it overlapped.
+``--tail``: every step above its median, and what it did besides a steady step's
+requests (lost creates, snapshots, hints, the turn, commits read), then the merger's
+requests and lost creates: where the tail of ``bench_e2e_latency.py``'s bucket case
+comes from, deterministically. ``--show BATCH``: every request of that micro-batch's steps.
 """
 
 from __future__ import annotations
@@ -48,7 +59,7 @@ sys.path.insert(0, str(_HERE.parent / "tests"))
 
 from pyspark.sql.datasource import InputPartition  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
-from s3_proxy import S3Proxy, sequential_round_trips  # noqa: E402
+from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips  # noqa: E402
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 from seglog.datasource.schema import source_schema  # noqa: E402
@@ -57,6 +68,7 @@ from seglog.logstore.log_dirs_api import LogDirsView  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager, open_log_dirs  # noqa: E402
 from seglog.logstore.records.record_codec import encode_batches  # noqa: E402
 from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
+from seglog.streaming.sink_bucket_merger import wait_all  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
@@ -111,6 +123,14 @@ def main() -> None:
         action="store_true",
         help="read tasks without their read plans (as before them)",
     )
+    parser.add_argument(
+        "--tail",
+        action="store_true",
+        help="also every step above its median, and the background merger's requests",
+    )
+    parser.add_argument(
+        "--show", type=int, metavar="BATCH", help="also every request of that micro-batch"
+    )
     args = parser.parse_args()
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
@@ -136,8 +156,7 @@ def main() -> None:
             [sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         consumer = open_log_dirs([out_dir], read_only=True)
-        trips: dict[str, list[int]] = {s: [] for s in STEPS}
-        requests: dict[str, list[int]] = {s: [] for s in STEPS}
+        made_by: dict[str, list[list[RequestRecord]]] = {s: [] for s in STEPS}
         took_ms: dict[str, list[float]] = {s: [] for s in STEPS}
 
         def step(name: str, batch: int, call: Callable[[], T]) -> T:
@@ -145,10 +164,8 @@ def main() -> None:
             t0 = time.perf_counter()
             result = call()
             took = (time.perf_counter() - t0) * 1000
-            made = proxy.requests(since)
             if batch >= SKIP:
-                trips[name].append(sequential_round_trips(made))
-                requests[name].append(len(made))
+                made_by[name].append(proxy.requests(since))
                 took_ms[name].append(took)
             return result
 
@@ -169,25 +186,119 @@ def main() -> None:
             step("commit", batch, partial(commit, [staged], batch, opts))
             step("consumer look", batch, partial(_high_watermark, consumer, "out"))
             offsets = end
+        merger_done = wait_all(60.0)
         producer.close()
         consumer.close()
         assert worker.stdin is not None
         worker.stdin.close()
         worker.wait()
+        everything = proxy.requests()
+    # The background merger has its own manager, so connections of its own: those that
+    # uploaded a merged segment. Its requests are its, not the step's they overlapped.
+    merger = {r.connection for r in everything if r.kind == "PUT" and "/out/out-0/" in r.target}
+    for name in STEPS:
+        made_by[name] = [[r for r in made if r.connection not in merger] for made in made_by[name]]
+    trips = {s: [sequential_round_trips(made) for made in made_by[s]] for s in STEPS}
     print(
         f"{'SeaweedFS' if use_seaweed else 'moto'} at {args.delay_ms:.0f} ms a request; "
         f"{args.batches - SKIP} micro-batches of {args.appends} appends (medians); "
         f"read tasks {'without' if args.no_plan else 'with'} their read plans; "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    print(f"  {'step':>14}  round trips  requests       ms")
+    print(f"  {'step':>14}  round trips  requests       ms   trips p90   max")
     for name in STEPS:
         print(
             f"  {name:>14}  {statistics.median(trips[name]):11.1f}  "
-            f"{statistics.median(requests[name]):8.1f}  {statistics.median(took_ms[name]):7.0f}"
+            f"{statistics.median(len(m) for m in made_by[name]):8.1f}  "
+            f"{statistics.median(took_ms[name]):7.0f}  {_p90(trips[name]):10.0f}  "
+            f"{max(trips[name]):4d}"
         )
     total = sum(statistics.median(trips[s]) for s in STEPS)
     print(f"  {'all':>14}  {total:11.1f}")
+    if args.tail:
+        _print_tail(made_by, trips, everything, merger, merger_done)
+    if args.show is not None:
+        _show(made_by, args.show)
+
+
+def _show(made_by: dict[str, list[list[RequestRecord]]], batch: int) -> None:
+    """Every request of every step of micro-batch ``batch`` (ms from the step's first)."""
+    for name in STEPS:
+        made = sorted(made_by[name][batch - SKIP], key=lambda r: r.arrived)
+        print(f"  {name} of micro-batch {batch}: {len(made)} requests")
+        for r in made:
+            start = made[0].arrived
+            end = r.replied if r.replied is not None else r.answered
+            print(
+                f"    {(r.arrived - start) * 1000:6.0f} {(end - start) * 1000:6.0f} ms  "
+                f"{r.status} {r.kind:<15} {r.target[:110]}"
+            )
+
+
+def _p90(values: list[int]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[-1]
+
+
+def _what(made: list[RequestRecord]) -> str:
+    """What in ``made`` is not a steady step's: lost creates, snapshots, turn requests."""
+    lost = sum(r.kind == "CONDITIONAL_PUT" and r.status == 412 for r in made)
+    snaps = sum(r.kind == "PUT" and "/snapshots/" in r.target for r in made)
+    hints = sum("last-snapshot" in r.target for r in made)
+    turn = sum(r.target.endswith("/turn") for r in made)
+    # By log: the merger's refresh before a merge reads out's commits on connections
+    # that upload nothing, so they count in whatever step they overlapped.
+    commits_in = sum(
+        r.kind == "GET" and "/in/_seglog/" in r.target and "/log/" in r.target for r in made
+    )
+    commits_out = sum(
+        r.kind == "GET" and "/out/_seglog/" in r.target and "/log/" in r.target for r in made
+    )
+    words = [
+        f"{n} {what}"
+        for n, what in (
+            (lost, "lost creates"),
+            (snaps, "snapshot PUTs"),
+            (hints, "hint requests"),
+            (turn, "turn requests"),
+            (commits_in, "commit GETs of in"),
+            (commits_out, "commit GETs of out"),
+        )
+        if n
+    ]
+    return ", ".join(words) or "-"
+
+
+def _print_tail(
+    made_by: dict[str, list[list[RequestRecord]]],
+    trips: dict[str, list[int]],
+    everything: list[RequestRecord],
+    merger: set[int],
+    merger_done: bool,
+) -> None:
+    """Every step of every micro-batch that took more round trips than the step's
+    median, and why; then the merges the background merger made meanwhile."""
+    print("  steps above their median (micro-batch: round trips, what else they did):")
+    for name in STEPS:
+        median = statistics.median(trips[name])
+        above = [
+            f"{i + SKIP}: {t} ({_what(made_by[name][i])})"
+            for i, t in enumerate(trips[name])
+            if t > median
+        ]
+        print(f"  {name:>14}  " + ("; ".join(above) if above else "none"))
+    merges = [r for r in everything if r.connection in merger]
+    lost_out = [
+        r
+        for r in everything
+        if r.kind == "CONDITIONAL_PUT" and r.status == 412 and "/out/" in r.target
+    ]
+    print(
+        f"  merger: {len(merges)} requests ({sequential_round_trips(merges)} round trips"
+        f"{'' if merger_done else ', still running at the end'}), "
+        f"{sum(r.kind == 'PUT' and '/out/out-0/' in r.target for r in merges)} merged "
+        f"uploads; lost creates in out's logs: {len(lost_out)} "
+        f"({sum(r.connection in merger for r in lost_out)} the merger's)"
+    )
 
 
 if __name__ == "__main__":

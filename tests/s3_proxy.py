@@ -179,6 +179,10 @@ class RequestRecord:
     before the client can have it, so a request the client sent once it had this
     answer arrives after it, which ``answered`` (logged after the relay, when the client
     may have sent its next request already) does not promise."""
+    status: int | None = None
+    """The answer's HTTP status: the server's (also when ``DROP_AFTER`` kept it from the
+    client: the request happened), an injected fault's, or None (no answer). A 412 to a
+    ``CONDITIONAL_PUT`` is a create-if-absent that lost its race."""
 
 
 def sequential_round_trips(records: Iterable[RequestRecord]) -> int:
@@ -496,6 +500,7 @@ class S3Proxy:
             while (request := _read_head(reader)) is not None:
                 arrived = self._clock()
                 replied: float | None = None
+                status: int | None = None
                 method, target = _request_line(request)
                 kind = request_kind(method.decode(), target, request.headers)
                 with self._lock:
@@ -512,6 +517,7 @@ class S3Proxy:
                         # The body is read (and dropped) so the connection stays usable.
                         _relay_body(request, reader, None, throttle)
                         replied = self._clock()
+                        status = int(_STATUS_BODY[fault][0].split()[0])
                         client.sendall(_error_response(fault))
                         continue
                     if upstream is None:
@@ -531,6 +537,7 @@ class S3Proxy:
                         else:
                             # A final answer before the body: the client will not send it.
                             replied = self._clock()
+                            status = _status(response)
                             self._relay_response(method, response, up_reader, relay, throttle)
                             return
                     _relay_body(request, reader, upstream, throttle)
@@ -542,6 +549,7 @@ class S3Proxy:
                     if response is None:
                         return
                     replied = self._clock()
+                    status = _status(response)
                     keep = self._relay_response(method, response, up_reader, relay, throttle)
                     if fault is Fault.DROP_AFTER:
                         return
@@ -551,7 +559,7 @@ class S3Proxy:
                     if "close" in request.headers.get("connection", "").lower():
                         return
                 finally:
-                    self._answered(kind, connection, arrived, target, replied)
+                    self._answered(kind, connection, arrived, target, replied, status)
         except (OSError, ValueError):
             return  # a peer went away (or a stop()): this connection ends, nothing else
         finally:
@@ -559,9 +567,15 @@ class S3Proxy:
             self._untrack(client)
 
     def _answered(
-        self, kind: str, connection: int, arrived: float, target: str, replied: float | None
+        self,
+        kind: str,
+        connection: int,
+        arrived: float,
+        target: str,
+        replied: float | None,
+        status: int | None,
     ) -> None:
-        record = RequestRecord(kind, connection, arrived, self._clock(), target, replied)
+        record = RequestRecord(kind, connection, arrived, self._clock(), target, replied, status)
         with self._settled:
             if self._log_requests:
                 self._requests.append(record)

@@ -189,6 +189,31 @@ def test_the_request_log_says_what_a_caller_waited_for(server: S3Server) -> None
     assert sequential_round_trips(records) == 3
 
 
+def test_the_request_log_says_which_creates_lost(server: S3Server) -> None:
+    """Each logged request carries its answer's status: a create-if-absent that lost its
+    race is a 412, an injected fault its own status, a dropped answer the server's."""
+    bucket = server.create_bucket()
+    with S3Proxy(server.endpoint, delay_s=0.0, log_requests=True) as logged:
+        st = _storage(server, logged.endpoint, bucket, max_retries="0")
+        st.write_atomic(_path("warm"), b"w")
+        since = logged.clock()
+        assert st.create(_path("v.json"), b"first")
+        assert not st.create(_path("v.json"), b"second")
+        logged.inject(Fault.HTTP_503, kinds={"GET"})
+        with pytest.raises(KafkaStorageError):
+            st.read(_path("v.json"))
+        logged.inject(Fault.DROP_AFTER, kinds={"GET"})
+        with pytest.raises(KafkaStorageError):
+            st.read(_path("v.json"))
+        records = logged.requests(since)
+    assert [(r.kind, r.status) for r in records] == [
+        ("CONDITIONAL_PUT", 200),
+        ("CONDITIONAL_PUT", 412),
+        ("GET", 503),
+        ("GET", 200),
+    ]
+
+
 def test_sequential_round_trips_count_overlapping_requests_once() -> None:
     def req(arrived: float, answered: float) -> RequestRecord:
         return RequestRecord("PUT", 0, arrived, answered)
