@@ -146,3 +146,43 @@ def test_a_planned_range_of_a_compacted_partition_reads_the_rows_a_look_reads():
             assert rows(r, chunk_bytes) == rows(replace(r, plan=None), chunk_bytes)
     assert planned_count > 20
 
+
+def test_a_get_that_fails_once_ends_the_planned_read_as_a_lookless_read_survives_it(
+        monkeypatch):
+    """A ``.log`` GET that fails (after the client's own retries: a 503, a reset) once.
+    A task without a plan reads on: its log looks again and tries once more
+    (``BucketLog._ATTEMPTS``). A planned task has no second attempt of its own
+    (``PlannedLog``): the failure must end the planned read and the rest be read as
+    without a plan, not fail the task (in local mode, the query)."""
+    from seglog.logstore.errors import KafkaStorageError
+    from seglog.logstore.storage.object_storage import ObjectStorage
+
+    uri = f"memory://planned-transient-{uuid.uuid4().hex}"
+    w = BucketLogManager(uri)
+    w.create_topic("t", 1)
+    for s in range(4):
+        w.append("t", 0, encode_batches(pa.array([f"s{s}-{i}".encode() for i in range(10)])))
+    r = planned(uri, "t", 5, 40)
+    assert r.plan is not None
+    expected = rows(replace(r, plan=None), 8 << 20)
+    assert [row[0] for row in expected] == list(range(5, 40))
+
+    real = ObjectStorage.read_range_view
+
+    def failing_once(key_prefix: str):
+        failed: list[str] = []
+
+        def read_range_view(self, path, position, length):
+            if str(path).startswith(key_prefix) and not failed:
+                failed.append(str(path))
+                raise KafkaStorageError(f"GET {self.uri}/{path} failed: 503 Slow Down")
+            return real(self, path, position, length)
+        return read_range_view, failed
+
+    for victim in r.plan.segments[:2]:  # the first segment's GET, then a later one's
+        for plan in (None, r.plan):
+            get, failed = failing_once(victim.key)
+            monkeypatch.setattr(ObjectStorage, "read_range_view", get)
+            assert rows(replace(r, plan=plan), 8 << 20) == expected, (victim.key, plan)
+            assert failed  # the failure happened
+            monkeypatch.setattr(ObjectStorage, "read_range_view", real)
