@@ -186,3 +186,23 @@ def test_a_get_that_fails_once_ends_the_planned_read_as_a_lookless_read_survives
             assert rows(replace(r, plan=plan), 8 << 20) == expected, (victim.key, plan)
             assert failed  # the failure happened
             monkeypatch.setattr(ObjectStorage, "read_range_view", real)
+
+
+def test_offsets_removed_after_planning_are_read_as_planned_while_their_objects_remain():
+    """What docs/object-storage.md says of the plan's age: ``delete_records`` committed
+    between planning and the task, the objects not yet collected. The planned task reads
+    the removed offsets; a task that looked when it started reports them as data loss.
+    (Once the objects are collected, the two end alike: test_source_read_planned.)"""
+    from seglog.logstore.errors import DataLossError
+
+    uri = f"memory://planned-age-{uuid.uuid4().hex}"
+    w = BucketLogManager(uri)
+    w.create_topic("t", 1)
+    for s in range(3):
+        w.append("t", 0, encode_batches(pa.array([f"s{s}-{i}".encode() for i in range(10)])))
+    r = planned(uri, "t", 0, 30)
+    w.delete_records("t", 0, 20)
+    w.delete_old_segments()
+    assert [row[0] for row in rows(r, 8 << 20)] == list(range(30))
+    with pytest.raises(DataLossError, match=r"offsets \[0, 20\) were removed"):
+        rows(replace(r, plan=None), 8 << 20)
