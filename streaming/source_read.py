@@ -7,10 +7,10 @@ What a task does, in order:
 0. A range with a plan (``ReadRange.plan``: a bucket's segments, as the driver's state
    named them when it planned the micro-batch) is read from those objects alone, one GET
    each, all at once, without a look at the log (``bucket_read_plan``): one round trip.
-   An object found gone, or not what the plan says, ends the planned read; the rest of
-   the range is then read by the steps below, so it ends exactly as a read without a
-   plan would (its rows, its data loss, its error). Without a plan (local log dirs; a
-   range the driver's state did not hold whole):
+   An object found gone, or not what the plan says, or a GET that failed, ends the
+   planned read; the rest of the range is then read by the steps below, so it ends
+   exactly as a read without a plan would (its rows, its data loss, its error). Without
+   a plan (local log dirs; a range the driver's state did not hold whole):
 1. Take the process's shared read-only ``LogManager`` (``log_readers``; a reused Python
    worker keeps it from task to task). Its view of the high watermark is refreshed from
    the checkpoint when it is below the range's end (the planner saw a newer one) and
@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from seglog.logstore.errors import (
     CorruptRecordError,
+    KafkaStorageError,
     MissingDataError,
     TopicIdChangedError,
     UnknownTopicOrPartitionError,
@@ -73,10 +74,12 @@ def read_range(r: ReadRange, schema: pa.Schema, *,
                 next_offset = batch.column("offset")[-1].as_py() + 1
                 yield batch
             return
-        except (MissingDataError, CorruptRecordError) as e:
+        except (MissingDataError, CorruptRecordError, KafkaStorageError) as e:
             # An object the plan names is gone (retention, compaction, a merge past its
-            # grace, the topic deleted) or not what the plan says: the rest is read as
-            # without a plan, so it ends exactly as that read would (rows, or its error).
+            # grace, the topic deleted) or not what the plan says, or a GET failed (the
+            # planned log has no second attempt; a look's log tries again): the rest is
+            # read as without a plan, so it ends exactly as that read would (rows, or
+            # its error).
             logger.info("topic %r partition %d: reading offsets [%d, %d) as planned "
                         "stopped (%s); looking at the log", r.topic, r.partition,
                         next_offset, r.end, e)
