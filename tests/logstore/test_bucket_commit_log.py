@@ -1,6 +1,6 @@
-"""The bucket commit log (logstore/bucket/bucket_state.py,
-logstore/bucket/bucket_commit_log.py): the fold, snapshots and the hint, bounded open and
-refresh costs, lost races and damage."""
+"""The bucket commit log (logstore/bucket/bucket_state.py, bucket_commit_log.py,
+bucket_commit_reader.py, bucket_snapshot_writer.py): the fold, snapshots and the hint,
+bounded open and refresh costs, lost races and damage."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ import logging
 import pytest
 from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
-from seglog.logstore.bucket.bucket_commit_log import (
-    MAX_VIEW_AGE_MS,
-    Attempt,
-    Change,
-    CommitLog,
-    collectable_metadata,
-)
+from seglog.logstore.bucket.bucket_collect import collectable_metadata
+from seglog.logstore.bucket.bucket_commit_log import Attempt, Change, CommitLog
+from seglog.logstore.bucket.bucket_commit_reader import MAX_VIEW_AGE_MS
+from seglog.logstore.bucket.bucket_snapshot_writer import write_snapshot
 from seglog.logstore.bucket.bucket_state import (
+    CATALOG,
     HINT_KEY,
     BucketState,
     Commit,
@@ -374,7 +372,7 @@ def test_a_slow_snapshot_writer_never_moves_the_hint_back():
     for _ in range(12):
         log.commit("append", append_change)
     assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
-    log._write_snapshot(version_10)  # the writer of 10, late
+    write_snapshot(storage, CATALOG, version_10, log.uri)  # the writer of 10, late
     assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
 
 
