@@ -35,8 +35,10 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
   otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
   after ``max_attempts`` a ``CommitConflictError`` names the URI.
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
-  hint (``bucket_snapshot_writer``; so the hint is never ahead of a snapshot that
-  exists).
+  hint (so the hint is never ahead of a snapshot that exists), after the commit is
+  acknowledged and off the caller's path (``bucket_snapshot_writer.SnapshotWriter``): a
+  commit waits for its create only, and with a current view (its writer made the last
+  commit, less than ``MAX_VIEW_AGE_MS`` ago) nothing is read before that create.
 
 Crash steps (``SEGLOG_CRASH_AT=<step>``, ``crash_points``): ``after-upload`` (objects
 uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-snapshot``
@@ -76,7 +78,7 @@ from .bucket_commit_attempt import Change as Change
 from .bucket_commit_attempt import _Attempts
 from .bucket_commit_create import create_settled, create_unsettled
 from .bucket_commit_reader import CommitLogReader, repair_advice
-from .bucket_snapshot_writer import snapshot_due, write_snapshot
+from .bucket_snapshot_writer import SnapshotWriter, snapshot_due
 from .bucket_state import (
     CATALOG,
     BucketState,
@@ -140,6 +142,7 @@ class CommitLog(CommitLogReader):
             read_ahead=read_ahead,
         )
         self.turns = Turns(storage, self.writer_id, clock, sleep, layout.turn_key)
+        self.snapshots = SnapshotWriter(storage, layout, self.uri)
 
     def sibling(self, layout: LogLayout, *, load: bool = True) -> CommitLog:
         """Another log of the same log dir (a topic log), with this one's writer id and
@@ -194,10 +197,10 @@ class CommitLog(CommitLogReader):
         the state to build on, then takes ``attempt``'s change (None: nothing to do) or
         its build's error, and yields again after a lost race; ``attempt.result`` is the
         new state at the end (None: nothing to do). Retries a lost race (see the module
-        docstring); raises CommitConflictError after ``max_attempts``. ``snapshot=False``
-        leaves a due snapshot to the caller (``snapshot_if_due``), who may first tell
-        others the commit landed: a crash between leaves a commit without its snapshot,
-        which readers and the collector already cope with."""
+        docstring); raises CommitConflictError after ``max_attempts``. A due snapshot is
+        started after the create and not waited for; ``snapshot=False`` leaves it to the
+        caller (``snapshot_if_due``). Either way a crash may leave a commit without its
+        snapshot, which readers and the collector cope with."""
         attempt.result = None
         if self._refusal is not None:
             raise ConditionalWriteNotEnforcedError(
@@ -491,7 +494,12 @@ class CommitLog(CommitLogReader):
             raise CorruptMetadataError(f"{e}. {repair_advice(self.uri)}") from None
 
     def snapshot_if_due(self, state: BucketState) -> None:
-        """Write the snapshot and the hint of ``state`` if its version is due one (every
-        ``SNAPSHOT_EVERY``-th): the duty of that version's writer."""
+        """Start writing the snapshot and the hint of ``state`` if its version is due one
+        (every ``SNAPSHOT_EVERY``-th), the duty of that version's writer, without waiting
+        for them (``SnapshotWriter``)."""
         if snapshot_due(state):
-            write_snapshot(self.storage, self.layout, state, self.uri)
+            self.snapshots.submit(state)
+
+    def flush_snapshots(self) -> None:
+        """Wait for the snapshots this log's commits started (``snapshot_if_due``)."""
+        self.snapshots.flush()

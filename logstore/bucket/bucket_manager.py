@@ -577,7 +577,8 @@ class BucketLogManager:
     # -- lifecycle -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush the appends in flight (``append_async``), then close. Idempotent."""
+        """Flush the appends in flight (``append_async``) and the snapshots being
+        written, then close. Idempotent."""
         with self._lock:
             # Closed first: an append called while the pipeline drains is refused, not
             # taken by a pipeline nobody would close.
@@ -585,6 +586,8 @@ class BucketLogManager:
             pipeline = self._pipeline
         if pipeline is not None:
             pipeline.close()
+        # Snapshots are written off the commits' path; a closed manager has written its.
+        self.commits.flush_snapshots()
         with self._lock:
             for log in self._logs.values():
                 log.close()

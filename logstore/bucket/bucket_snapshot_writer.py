@@ -2,12 +2,26 @@
 ``SNAPSHOT_EVERY`` writes the state at that version as ``_seglog/snapshots/<version>.json``,
 then the hint ``_seglog/last-snapshot`` naming it (so the hint is never ahead of a
 snapshot that exists). Both are only summaries of the commits
-(``bucket_commit_reader``): a reader without them folds more commits."""
+(``bucket_commit_reader``): a reader without them folds more commits.
+
+Off the commit's path (``SnapshotWriter``): a commit is durable, and acknowledged, once
+the create of its version succeeded; its snapshot and hint are written after, by a thread
+of their own, while the caller goes on. Safe because nothing waits for them: a reader or
+writer that opens before they land (or after a writer that died first, or whose PUTs
+failed) folds the commits since an older snapshot, as after any missing snapshot; the
+collector only takes as covering a snapshot that exists and is older than its delay; a
+PUT is whole or absent, so no half-written snapshot is ever visible. Each log's snapshots
+are written in version order (each thread first waits for the one before), so its own
+hint never moves back; the threads are not daemons, so a clean interpreter exit writes
+what is pending, and ``flush`` (a manager's close) waits for it.
+
+Thread-safety: thread-safe (``_lock`` guards the last thread started)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import KafkaStorageError
@@ -47,3 +61,40 @@ def write_snapshot(storage: Storage, layout: LogLayout, state: BucketState, uri:
         logger.warning(
             "%s: committed version %d but could not write its snapshot: %s", uri, state.version, e
         )
+
+
+class SnapshotWriter:
+    """The due snapshots of one log, written off the committer's path (module
+    docstring)."""
+
+    def __init__(self, storage: Storage, layout: LogLayout, uri: str) -> None:
+        self.storage = storage
+        self.layout = layout
+        self.uri = uri
+        self._lock = threading.Lock()  # guards _last
+        self._last: threading.Thread | None = None
+
+    def submit(self, state: BucketState) -> None:
+        """Start writing the snapshot and hint of ``state`` (whose version is due one)
+        once the ones submitted before are written; returns at once."""
+        with self._lock:
+            before = self._last
+            thread = threading.Thread(
+                target=self._write,
+                args=(state, before),
+                name=f"seglog-snapshot-{state.version}",
+            )
+            self._last = thread
+            thread.start()
+
+    def _write(self, state: BucketState, before: threading.Thread | None) -> None:
+        if before is not None:
+            before.join()  # in version order: this log's hint never moves back
+        write_snapshot(self.storage, self.layout, state, self.uri)
+
+    def flush(self) -> None:
+        """Wait until every snapshot submitted so far is written (or failed, logged)."""
+        with self._lock:
+            last = self._last
+        if last is not None:
+            last.join()

@@ -43,6 +43,7 @@ def counting_manager(partitions: int = 1) -> tuple[BucketLogManager, CountingSto
     # that compiles the kernels on a loaded machine can take that long).
     mgr = BucketLogManager(storage, clock=MockClock())
     mgr.create_topic("t", partitions)
+    mgr.commits.flush_snapshots()  # version 0's, written off the create's path
     storage.reset()
     return mgr, storage
 
@@ -60,6 +61,7 @@ def test_inline_indexes_serve_lookups_without_a_request_and_survive_a_snapshot()
     mgr, storage = counting_manager()
     for i in range(SNAPSHOT_EVERY):
         mgr.append("t", 0, batches(500, 500 * i))
+    mgr.commits.flush_snapshots()
     segments = mgr.state.partition("t", 0).segments
     assert all(s.inline_index for s in segments)
     storage.reset()
@@ -110,6 +112,7 @@ def test_a_lost_race_reuploads_nothing_and_commits_the_upload_with_an_offset_del
     storage = CountingStorage(ObjectStorage(uri))
     a, b = BucketLogManager(storage), LogManager(uri)
     a.create_topic("t", 2)
+    a.commits.flush_snapshots()  # version 0's, written off the create's path
     b.refresh()
     b.append("t", 0, batches(7))  # a is one commit behind
     storage.reset()

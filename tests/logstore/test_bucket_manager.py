@@ -303,6 +303,7 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     idle = BucketLogManager(uri, clock=clock)  # version 1, then idle
     for i in range(21):
         a.append("t", 0, batches(1, 1 + i))  # versions 2..22, snapshots 10 and 20
+    a.commits.flush_snapshots()
     clock.advance(a.default_topic_config.file_delete_delay_ms + 1)
     layout = a.commits.topic_log("t").layout  # the topic's own commit log
     for v in range(20):  # what the collector may take now

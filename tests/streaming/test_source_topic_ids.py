@@ -255,6 +255,7 @@ def _drop_id(store) -> None:
                 old.append("t", 0, _batch("x", 1))
                 log = old.commits.topic_log("t")  # the topic's own commit log
                 if log is not None and log.state.version % bucket_state.SNAPSHOT_EVERY == 0:
+                    old.commits.flush_snapshots()  # encoded by the older writer's code
                     break
         finally:
             bucket_state.TopicSpec.to_json = real  # type: ignore[method-assign]
