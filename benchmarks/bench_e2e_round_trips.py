@@ -2,7 +2,7 @@
 4), Spark-free: what ``bench_e2e_latency.py``'s bucket case waits for on the store,
 counted instead of timed, so a loaded machine does not blur it.
 
-Run: ``python benchmarks/bench_e2e_round_trips.py [--batches 12] [--appends 3]
+Run: ``python benchmarks/bench_e2e_round_trips.py [--batches 24] [--appends 3]
 [--delay-ms 25] [--server auto|seaweedfs|moto]``
 
 An S3 server (``tests/s3_server.py``) behind ``tests/s3_proxy.py`` (``--delay-ms`` before
@@ -16,10 +16,17 @@ new offsets); the sink's task (``sink_bucket_staging.stage_rows`` of those recor
 this process's shared reader of ``out``); the driver's commit
 (``sink_bucket_commit.commit``); a consumer's look at ``out`` (``high_watermarks``).
 
-Printed per step: the median over the micro-batches after the first two (the writers'
-and readers' opens) of its sequential round trips (``s3_proxy.sequential_round_trips``:
-requests made at once count once) and of its requests, and its median ms (the round trips
-times ``--delay-ms`` plus the client's and server's own time, which load does blur).
+Printed per step, over the micro-batches after the first two (the writers' and readers'
+opens): the median, p90 and max of its sequential round trips
+(``s3_proxy.sequential_round_trips``: requests made at once count once; p90 and max show
+the versions due a snapshot, every 10th of a log), the median of its requests, and its
+median ms (the round trips times ``--delay-ms`` plus the client's and server's own time,
+which load does blur). A step counts the requests answered before it returned: what it
+can have waited for. The snapshots and hints the writers write after their commits, off
+the caller's path (``bucket_snapshot_writer``), are waited for after the step, uncounted
+in it, and shown on a row of their own ("snapshots, off path": requests per micro-batch);
+one started by the first of a publish's appends and answered before the step returned
+counts in the step's requests (and round trips only where it lengthens the chain).
 """
 
 from __future__ import annotations
@@ -42,19 +49,27 @@ sys.path.insert(0, str(_HERE.parent / "tests"))
 from s3_proxy import S3Proxy, sequential_round_trips  # noqa: E402
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
+from seglog.logstore.bucket.bucket_manager import BucketLogManager  # noqa: E402
 from seglog.logstore.log_dirs_api import LogDirsView  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager, open_log_dirs  # noqa: E402
 from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
-from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
+from seglog.streaming.sink_bucket_commit import bucket_writer, commit  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
 STEPS = ("publish", "latestOffset", "read task", "sink task", "commit", "consumer look")
+OFF_PATH = "snapshots, off path"
 SKIP = 2
 T = TypeVar("T")
 
 
-def _publish(producer: LogManager, appends: int) -> None:
+def _percentile(values: list[int], q: float) -> int:
+    """The nearest-rank ``q`` quantile of ``values``."""
+    ranked = sorted(values)
+    return ranked[max(0, min(len(ranked) - 1, round(q * len(ranked) + 0.5) - 1))]
+
+
+def _publish(producer: BucketLogManager, appends: int) -> None:
     for _ in range(appends):
         value = pa.array([b"%d" % time.time_ns()])
         producer.append_many({("in", 0): encode_batches(value)})
@@ -77,7 +92,7 @@ def _read(task: LogDirsView, start: int, end: int) -> pa.RecordBatch:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--batches", type=int, default=24)
     parser.add_argument("--appends", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
@@ -98,24 +113,32 @@ def main() -> None:
                 mgr.create_topic(topic, 1, {"retention.ms": -1})
         opts = SinkOptions.parse({"path": out_dir, "topic": "out"})
         sink = "e2e-round-trips"
-        producer = LogManager(in_dir)
+        producer = BucketLogManager(in_dir)
         source = open_log_dirs([in_dir], read_only=True)
         task = open_log_dirs([in_dir], read_only=True)
         consumer = open_log_dirs([out_dir], read_only=True)
         trips: dict[str, list[int]] = {s: [] for s in STEPS}
         requests: dict[str, list[int]] = {s: [] for s in STEPS}
         took_ms: dict[str, list[float]] = {s: [] for s in STEPS}
+        off_path: list[int] = []
 
         def step(name: str, batch: int, call: Callable[[], T]) -> T:
             since = proxy.clock()
             t0 = time.perf_counter()
             result = call()
             took = (time.perf_counter() - t0) * 1000
-            made = proxy.requests(since)
+            until = proxy.clock()
+            every = proxy.requests(since)
+            made = [r for r in every if r.replied is not None and r.replied < until]
+            # The writers' snapshots started by this step, waited for outside it.
+            producer.commits.flush_snapshots()
+            bucket_writer(opts).commits.flush_snapshots()
+            later = len(proxy.requests(since)) - len(made)
             if batch >= SKIP:
                 trips[name].append(sequential_round_trips(made))
                 requests[name].append(len(made))
                 took_ms[name].append(took)
+                off_path.append(later)
             return result
 
         read_from = 0
@@ -139,14 +162,17 @@ def main() -> None:
         f"{args.batches - SKIP} micro-batches of {args.appends} appends (medians); "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    print(f"  {'step':>14}  round trips  requests       ms")
+    print(f"  {'step':>18}  round trips (median p90 max)  requests       ms")
     for name in STEPS:
+        t = trips[name]
         print(
-            f"  {name:>14}  {statistics.median(trips[name]):11.1f}  "
-            f"{statistics.median(requests[name]):8.1f}  {statistics.median(took_ms[name]):7.0f}"
+            f"  {name:>18}  {statistics.median(t):11.1f} {_percentile(t, 0.9):5d} {max(t):5d}"
+            f"  {statistics.median(requests[name]):8.1f}  {statistics.median(took_ms[name]):7.0f}"
         )
     total = sum(statistics.median(trips[s]) for s in STEPS)
-    print(f"  {'all':>14}  {total:11.1f}")
+    print(f"  {'all':>18}  {total:11.1f}")
+    batches = args.batches - SKIP
+    print(f"  {OFF_PATH:>18}  {sum(off_path) / batches:.1f} requests a micro-batch, not waited for")
 
 
 if __name__ == "__main__":

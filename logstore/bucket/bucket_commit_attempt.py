@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bucket_state import BucketState, PartitionChange, TopicSpec
+from .bucket_state import BucketState, PartitionChange, TopicSpec, index_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +79,18 @@ class Attempt:
             raise error
         change, self.change = self.change, None
         return change
+
+
+def placed_shifts(change: Change, state: BucketState) -> dict[str, int] | None:
+    """Per partition, how far above ``change``'s offsets the fold put its first entry in
+    ``state`` (a blind append's, ``Change.at_end``); None when it is not there (folded
+    as nothing)."""
+    shifts: dict[str, int] = {}
+    for key, pc in change.partitions.items():
+        first = min(pc.add, key=lambda e: e.base_offset)
+        ps = state.partitions.get(key)
+        i = None if ps is None else index_of(ps.segments, first.key)
+        if ps is None or i is None:
+            return None
+        shifts[key] = ps.segments[i].base_offset - first.base_offset
+    return shifts

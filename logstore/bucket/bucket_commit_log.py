@@ -8,37 +8,33 @@ create-if-absent, of which exactly one concurrent creator wins (``Storage.create
 
 - **Commit**: ``commit_steps(operation, attempt)`` yields the state to build on; its
   caller builds (uploads what the commit will reference, unique names) and leaves the
-  change (or None: nothing to do) in ``attempt`` (``Attempt``: the caller drives the
-  loop, the engine never calls back; ``commit(operation, build)`` is that loop over a
-  callable, called ``build`` below). A check of ``build`` that fails (``SeglogError``)
-  on a state this process cached refreshes it and builds again if it changed: an error
-  is only raised on a state just read from the bucket. The change is checked by
-  folding it into the state (``BucketState.apply``), then created as the next version,
-  never from a view older than ``MAX_VIEW_AGE_MS``: the age of the last LIST is checked
-  before ``build`` and again under the lock just before the create (``build`` uploads,
-  which may take minutes); a view too old is refreshed, and a state that moved is
-  built on again. Otherwise ``current + 1`` could be a name the collector freed, and
-  the create would fork the log. A create answered "exists" whose object holds our very
-  bytes was ours (the client retried a PUT that had succeeded); a create that failed on
-  the wire is settled by reading the key (ours, another writer's, or nothing there: the
-  same bytes are created again), else ``CommitOutcomeUnknownError`` says it may be
-  visible. On a lost race the writer folds the new commits (the first loss: one LIST,
-  the missed commits read in parallel; later ones: the winner's commit, one GET) and
-  yields the new state at once, to build again: a logical rebase (an append keeps
-  its uploads and commits them with an ``offset_delta`` where the end moved, re-uploading
-  nothing; a merge keeps its upload while its sources are there; an operation whose
-  inputs vanished raises). An append (``Change.at_end``) does not wait for that: it
-  creates the next version at once, blind, its entries placed at the log end by the fold,
-  and reads the version it lost alongside (``_create_at_end``): one round trip a loss.
-  After ``TURN_AFTER_LOSSES`` losses it asks the other writers
-  for the turn (``bucket_turn``: a writer in a tight loop would win every race
-  otherwise); after ``FAST_RETRIES`` it backs off with jitter before it looks again;
-  after ``max_attempts`` a ``CommitConflictError`` names the URI.
+  change (or None) in ``attempt`` (``Attempt``: the caller drives the loop;
+  ``commit(operation, build)`` is that loop over a callable ``build``). A check of
+  ``build`` that fails (``SeglogError``) on a state this process cached refreshes it and
+  builds again if it changed: an error is only raised on a state just read from the
+  bucket. The change is folded into the state (``BucketState.apply``), then created as
+  the next version, never from a view older than ``MAX_VIEW_AGE_MS`` (checked before
+  ``build`` and again under the lock just before the create; a view too old is
+  refreshed, and a state that moved is built on again): else ``current + 1`` could be a
+  name the collector freed, and the create would fork the log. The view's age is that
+  of its last LIST or of this writer's last won create, as good a look (``_won``). A
+  create's outcome is settled by reading the key when its answer did not say
+  (``bucket_commit_create``). On a lost race the writer folds the new commits (the
+  first loss: one LIST, the missed commits read in parallel; later ones: the winner's
+  commit, one GET) and yields the new state at once, to build again: a logical rebase
+  (an append keeps its uploads and commits them with an ``offset_delta``; a merge keeps
+  its upload while its sources are there; an operation whose inputs vanished raises).
+  An append (``Change.at_end``) does not wait for that: it creates the next version at
+  once, blind, its entries placed at the log end by the fold, and reads the version it
+  lost alongside (``_create_at_end``): one round trip a loss. After
+  ``TURN_AFTER_LOSSES`` losses it asks the other writers for the turn (``bucket_turn``:
+  a writer in a tight loop would win every race otherwise); after ``FAST_RETRIES`` it
+  backs off with jitter before it looks again; after ``max_attempts`` a
+  ``CommitConflictError`` names the URI.
 - The writer of a version divisible by ``SNAPSHOT_EVERY`` writes its snapshot, then the
-  hint (so the hint is never ahead of a snapshot that exists), after the commit is
-  acknowledged and off the caller's path (``bucket_snapshot_writer.SnapshotWriter``): a
-  commit waits for its create only, and with a current view (its writer made the last
-  commit, less than ``MAX_VIEW_AGE_MS`` ago) nothing is read before that create.
+  hint, after the commit is acknowledged and off the caller's path
+  (``bucket_snapshot_writer.SnapshotWriter``). So a commit waits for its create only,
+  and a writer whose view is current (it made the last commit) reads nothing before it.
 
 Crash steps (``SEGLOG_CRASH_AT=<step>``, ``crash_points``): ``after-upload`` (objects
 uploaded, no commit), ``after-commit`` (commit created, no snapshot), ``after-snapshot``
@@ -75,7 +71,7 @@ from ..util.crash_points import CRASH_ENV as CRASH_ENV  # the tests' spelling, k
 from ..util.crash_points import crash_point
 from .bucket_commit_attempt import Attempt as Attempt  # the commit API, importable here
 from .bucket_commit_attempt import Change as Change
-from .bucket_commit_attempt import _Attempts
+from .bucket_commit_attempt import _Attempts, placed_shifts
 from .bucket_commit_create import create_settled, create_unsettled
 from .bucket_commit_reader import CommitLogReader, repair_advice
 from .bucket_snapshot_writer import SnapshotWriter, snapshot_due
@@ -85,7 +81,6 @@ from .bucket_state import (
     Commit,
     LogLayout,
     config_digest,
-    index_of,
     topic_of,
 )
 from .bucket_turn import TURN_AFTER_LOSSES, Look, Turns
@@ -338,6 +333,7 @@ class CommitLog(CommitLogReader):
                     return None, False
                 new_state = placed
             else:
+                sent_ms = self.clock.monotonic_ms()
                 created, winner = create_settled(self.storage, key, data, operation)
                 if not created:
                     if n:
@@ -347,7 +343,7 @@ class CommitLog(CommitLogReader):
                         # be hundreds of versions ahead); one LIST says.
                         self.refresh({version: winner} if winner is not None else None)
                     return None, False
-                self._state = new_state
+                self._won(new_state, sent_ms)
                 self._remember(version, data, operation)
         crash_point("after-commit")
         return new_state, True
@@ -375,11 +371,12 @@ class CommitLog(CommitLogReader):
         deleted, say: the next build says why)."""
         first = state.version + 1
         sent = {first: data}  # version -> our bytes
+        sent_ms = self.clock.monotonic_ms()
         created, found = create_unsettled(
             self.storage, self.layout.commit_key(first), data, operation
         )
         if created:
-            self._state = new_state
+            self._won(new_state, sent_ms)
             self._remember(first, data, operation)
             return new_state
         known: dict[int, bytes] = {first: found} if found is not None else {}
@@ -448,24 +445,20 @@ class CommitLog(CommitLogReader):
                 "%s: lost the races for versions %d-%d (%s)", self.uri, first, version, operation
             )
             return None
-        shifts = self._placed(change)
+        shifts = placed_shifts(change, self._state)
         if shifts is None:
             return None  # folded as nothing: its partition is gone, say
         self._attempts.shifts = {k: v for k, v in shifts.items() if v}
         return self._state
 
-    def _placed(self, change: Change) -> dict[str, int] | None:
-        """Per partition, how far above ``change``'s offsets the fold put its first
-        entry (the state holds it now); None when it is not there (folded as nothing)."""
-        shifts: dict[str, int] = {}
-        for key, pc in change.partitions.items():
-            first = min(pc.add, key=lambda e: e.base_offset)
-            ps = self._state.partitions.get(key)
-            i = None if ps is None else index_of(ps.segments, first.key)
-            if ps is None or i is None:
-                return None
-            shifts[key] = ps.segments[i].base_offset - first.base_offset
-        return shifts
+    def _won(self, new_state: BucketState, sent_ms: int) -> None:
+        """Take ``new_state``, whose version this writer created (sent at ``sent_ms``),
+        and that create as a look as good as a LIST sent then: it landed when the log
+        ended below it (no version is created before the one under it exists), so every
+        later commit is younger and kept by the collector. A lone writer thus never LISTs
+        before its create (before: once every ``MAX_VIEW_AGE_MS``)."""
+        self._state = new_state
+        self._refreshed_ms = max(self._refreshed_ms, sent_ms)
 
     def _remember(self, version: int, data: bytes, operation: str) -> None:
         """A commit this writer was told it created, to read back (``_check_own_commits``)."""

@@ -22,10 +22,9 @@ and nothing else changes.
   where the LIST names that version with their size (the LIST stays the only word on
   what exists). When the next version is missing but later ones exist, old commits were
   collected under a slow reader: it reloads from the newest snapshot.
-- **Own commits read back**: a writer checks the commits it was told it created against
-  the LIST (sizes, free) and reads them back when another writer's newer commit appears
-  (``_check_own_commits``): a store that ignored create-if-absent is named, never folded
-  over.
+- **Own commits read back**: a writer checks the commits it created against the LIST
+  (sizes, free), and reads them back when another writer's newer commit appears
+  (``_check_own_commits``): a store that ignored create-if-absent is named.
 
 Thread-safety: thread-safe. ``_lock`` guards the state it caches (``_state``,
 ``_refreshed_ms``), held to open, to refresh and (by the writer) to create a commit.
@@ -489,12 +488,13 @@ class CommitLogReader:
         )
 
     def view_age_ms(self) -> int:
-        """How long ago the state's commits were last LISTed (open or refresh): a caller
+        """How long ago the state's commits were last LISTed (open or refresh), or this
+        writer's create made the state's version (``CommitLog._won``): a caller
         about to commit may skip its own refresh while this is well below
         ``MAX_VIEW_AGE_MS`` (``commit`` refreshes an older view itself, and a stale
         young one only loses its create)."""
         return self.clock.monotonic_ms() - self._refreshed_ms
 
     def _view_too_old(self) -> bool:
-        """Whether the last LIST of the commits is older than ``MAX_VIEW_AGE_MS``."""
+        """Whether the view (``view_age_ms``) is older than ``MAX_VIEW_AGE_MS``."""
         return self.view_age_ms() > MAX_VIEW_AGE_MS

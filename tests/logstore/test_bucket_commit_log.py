@@ -342,6 +342,27 @@ def test_a_writer_whose_newest_commit_is_gone_with_nothing_after_it_refuses():
     assert CommitLog(storage).state.version == 2  # nothing written
 
 
+def test_a_lone_writer_committing_on_never_lists_before_its_create():
+    """A won create is a look at the log as good as a LIST sent when it was: the view
+    of a writer that keeps making the last commit never ages past ``MAX_VIEW_AGE_MS``
+    (before: a LIST before the create once every 10 s, a p99 round trip of a producer)."""
+    storage = counting_memory_storage()
+    clock = MockClock()
+    log = CommitLog(storage, clock=clock)
+    history(log, 1)
+    storage.reset()
+    for _ in range(5):  # 30 s of commits, 6 s apart: each view is 6 s old
+        clock.advance(MAX_VIEW_AGE_MS * 6 // 10)
+        log.commit("append", append_change)
+        assert log.view_age_ms() == 0
+    assert storage.counts["list_after"] == 0 and storage.counts["read"] == 0
+    assert storage.counts["create"] == 5
+    clock.advance(MAX_VIEW_AGE_MS + 1)  # idle past the bound: the writer looks first
+    log.commit("append", append_change)
+    assert storage.counts["list_after"] == 1
+    assert CommitLog(storage.inner).state == log.state
+
+
 def test_the_collector_keeps_young_commits_and_the_newest():
     delay = 60_000
 
