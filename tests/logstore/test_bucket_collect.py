@@ -23,14 +23,18 @@ HOUR = 3_600_000
 
 
 def batch(i: int, n: int = 4) -> bytearray:
-    return encode_batches(pa.array([f"v{i}-{j}".encode() for j in range(n)]),
-                          timestamps=pa.array([TS + i] * n, pa.int64()))
+    return encode_batches(
+        pa.array([f"v{i}-{j}".encode() for j in range(n)]),
+        timestamps=pa.array([TS + i] * n, pa.int64()),
+    )
 
 
 def read_all(log, start: int = 0) -> list[int]:
-    return [o for chunk in log.read_chunks(start, log.high_watermark)
-            for o in decode_batches(bytes(chunk), start_offset=start)
-            .column("offset").to_pylist()]
+    return [
+        o
+        for chunk in log.read_chunks(start, log.high_watermark)
+        for o in decode_batches(bytes(chunk), start_offset=start).column("offset").to_pylist()
+    ]
 
 
 def now_clock() -> MockClock:
@@ -64,8 +68,7 @@ def log_version(mgr: BucketLogManager, topic: str = "t") -> int:
 
 
 def versions(mgr: BucketLogManager, prefix: str) -> list[int]:
-    return sorted(v for v in (parse_version_name(n) for n in names(mgr, prefix))
-                  if v is not None)
+    return sorted(v for v in (parse_version_name(n) for n in names(mgr, prefix)) if v is not None)
 
 
 def test_a_reader_holding_an_older_view_reads_until_the_delay_passes():
@@ -135,8 +138,9 @@ def test_a_configured_orphan_grace():
 
 def test_a_deleted_topics_objects_go_after_its_delay():
     clock = now_clock()
-    mgr = BucketLogManager(store_moving_with(clock), clock=clock,
-                           default_topic_config={"file.delete.delay.ms": 2000})
+    mgr = BucketLogManager(
+        store_moving_with(clock), clock=clock, default_topic_config={"file.delete.delay.ms": 2000}
+    )
     mgr.create_topic("gone", 2, {"retention.ms": -1})
     mgr.append("gone", 0, batch(0))
     mgr.append("gone", 1, batch(1))
@@ -245,8 +249,9 @@ def test_a_writer_with_a_longer_delay_than_the_collectors_does_not_fork():
     storage = store_moving_with(clock)
     other = BucketLogManager(storage, clock=clock)
     other.create_topic("t", 1, {"retention.ms": -1})
-    writer = BucketLogManager(storage, clock=clock,
-                              default_topic_config={"file.delete.delay.ms": 600_000})
+    writer = BucketLogManager(
+        storage, clock=clock, default_topic_config={"file.delete.delay.ms": 600_000}
+    )
     writer.append("t", 0, batch(0))
     clock.advance(10_000)
     for i in range(1, 25):

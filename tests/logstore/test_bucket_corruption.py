@@ -185,10 +185,12 @@ def test_a_damaged_commit_is_an_error_naming_it(uri):
     mgr, _segs = three_segments(uri)
     log = mgr.commits.topic_log("t")  # the topic's own commit log
     version = log.state.version
-    ObjectStorage(uri).write_atomic(log.layout.commit_key(version + 1),
-                                    b'{"format": 1, "version": ')
-    with pytest.raises(CorruptMetadataError,
-                       match=rf"{uri}/_seglog/topics/[^/]+/log/0*{version + 1}\.json"):
+    ObjectStorage(uri).write_atomic(
+        log.layout.commit_key(version + 1), b'{"format": 1, "version": '
+    )
+    with pytest.raises(
+        CorruptMetadataError, match=rf"{uri}/_seglog/topics/[^/]+/log/0*{version + 1}\.json"
+    ):
         LogManager(uri, read_only=True)
     with pytest.raises(CorruptMetadataError, match="not valid JSON"):
         mgr.refresh()
