@@ -29,7 +29,7 @@ from ..log.offset_continuity import ContinuityCheck
 from ..log.partition_scan import offset_index_messages, time_index_messages
 from ..records.record_format import BatchHeader
 from ..storage.storage import Storage
-from .bucket_commit_log import repair_advice
+from .bucket_commit_reader import repair_advice
 from .bucket_objects import object_uri, read_segment, stored_indexes
 from .bucket_ownership import owned_objects
 from .bucket_repair import rollback_evidence

@@ -20,13 +20,13 @@ keeps reading its objects. The collector deletes, in this order:
    never commits an upload older than half the grace (``bucket_merge``,
    ``bucket_compact``); a sink's uploads of a batch still in flight are kept whatever
    their age (``bucket_staging.InFlight``).
-3. **Old metadata** (``bucket_commit_log.collectable_metadata`` decides, by the store's
+3. **Old metadata** (``collectable_metadata`` decides, by the store's
    timestamps): with ``s`` the newest snapshot older than the delay that decodes, the
    commits before ``s`` that are older than the delay, but never the newest commit
    (oldest first, so the log never has a hole a reader cannot explain), and the snapshots
    before ``s``. The delay is the largest ``file.delete.delay.ms``, never less than
    ``METADATA_MIN_DELAY_MS``: writers refresh a view older than
-   ``bucket_commit_log.MAX_VIEW_AGE_MS`` whatever their config, and this floor keeps
+   ``bucket_commit_reader.MAX_VIEW_AGE_MS`` whatever their config, and this floor keeps
    every commit they may not have seen. A damaged snapshot is logged (an error naming
    it) and never taken as ``s``: the commits it stands for stay. The hint is moved to
    ``s`` when it names an older one.
@@ -57,17 +57,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import CorruptMetadataError
 from ..storage.storage import Entry, Storage
 from ..util.crash_points import crash_point
-from .bucket_commit_log import (
-    MAX_VIEW_AGE_MS,
-    collectable_metadata,
-    covering_snapshot,
-)
+from .bucket_commit_reader import MAX_VIEW_AGE_MS
 from .bucket_ownership import owned_objects
 from .bucket_segment import object_keys
 from .bucket_staging import InFlight, store_now_ms
@@ -92,10 +88,72 @@ METADATA_MIN_DELAY_MS = 60_000
 (10 s) before it creates a commit, so every commit made since it looked is still there
 and wins the create against it; the margin above 10 s covers the create's own time."""
 if METADATA_MIN_DELAY_MS <= MAX_VIEW_AGE_MS:  # pragma: no cover - a constant's edit
-    raise AssertionError("METADATA_MIN_DELAY_MS must exceed MAX_VIEW_AGE_MS: writers "
-                         "could otherwise re-create collected versions")
+    raise AssertionError(
+        "METADATA_MIN_DELAY_MS must exceed MAX_VIEW_AGE_MS: writers "
+        "could otherwise re-create collected versions"
+    )
 ORPHAN_GRACE_MIN_MS = 3_600_000
 """The least orphan grace: an upload younger than this may still be committed."""
+
+
+def covering_snapshot(
+    snapshots: Sequence[Entry],
+    now_ms: int,
+    delete_delay_ms: int,
+    usable: Callable[[int], bool] | None = None,
+) -> int | None:
+    """The snapshot of ``collectable_metadata``'s rule (1): the newest one listed that is
+    older than ``delete_delay_ms`` (store times) and ``usable``; None if there is none."""
+    old = sorted(
+        v
+        for v, t in ((parse_version_name(e.name), e.mtime_ms) for e in snapshots)
+        if v is not None and now_ms - t >= delete_delay_ms
+    )
+    return next((v for v in reversed(old) if usable is None or usable(v)), None)
+
+
+def collectable_metadata(
+    commits: Sequence[Entry],
+    snapshots: Sequence[Entry],
+    now_ms: int,
+    delete_delay_ms: int,
+    usable: Callable[[int], bool] | None = None,
+) -> tuple[list[int], list[int]]:
+    """The commit and snapshot versions a collector may delete, from listings of
+    ``_seglog/log/`` and ``_seglog/snapshots/`` (``mtime_ms`` the store's timestamps).
+
+    The rule writers rely on (``CommitLogReader.refresh`` and the idle refresh before
+    a commit): a commit goes only when (1) a newer snapshot is older than
+    ``delete_delay_ms`` (every reader that opened before it can still fold on), (2) the
+    commit itself is older than ``delete_delay_ms`` (a writer that looked within
+    ``MAX_VIEW_AGE_MS``, below every delay the collector uses, still finds its version
+    taken) and (3) it is not the newest commit (an empty
+    listing after a version then means "nothing new", never "all collected"). A snapshot
+    goes under (1) and (2) alike. ``now_ms`` is the store's clock too
+    (``bucket_staging.store_now_ms``): no writer's or collector's clock counts.
+
+    ``usable(v)``, when given, says whether snapshot ``v`` can be read (it decodes): the
+    snapshot of rule (1) is the newest old one that can, since the commits it covers are
+    gone once collected; a damaged one must not stand for them."""
+
+    def versions(entries: Sequence[Entry]) -> list[tuple[int, int]]:
+        out = [(parse_version_name(e.name), e.mtime_ms) for e in entries]
+        return sorted((v, t) for v, t in out if v is not None)
+
+    listed_commits = versions(commits)
+    covered = covering_snapshot(snapshots, now_ms, delete_delay_ms, usable)
+    if covered is None or not listed_commits:
+        return [], []
+    old_snapshots = [v for v, t in versions(snapshots) if now_ms - t >= delete_delay_ms]
+    newest = listed_commits[-1][0]
+    return (
+        [
+            v
+            for v, t in listed_commits
+            if v < covered and v != newest and now_ms - t >= delete_delay_ms
+        ],
+        [v for v in old_snapshots if v < covered],
+    )
 
 
 @dataclass(slots=True)
@@ -139,21 +197,29 @@ class _Folded:
 
 
 def _listed(storage: Storage, layout: LogLayout) -> _Folded:
-    return _Folded(layout,
-                   [e for e in storage.list_dir(layout.commit_dir) if not e.is_dir],
-                   [e for e in storage.list_dir(layout.snapshot_dir) if not e.is_dir])
+    return _Folded(
+        layout,
+        [e for e in storage.list_dir(layout.commit_dir) if not e.is_dir],
+        [e for e in storage.list_dir(layout.snapshot_dir) if not e.is_dir],
+    )
 
 
-def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
-            max_delete_delay_ms: int, orphan_grace: int) -> CollectStats:
+def collect(
+    storage: Storage,
+    *,
+    delete_delay_ms: Callable[[str], int],
+    max_delete_delay_ms: int,
+    orphan_grace: int,
+) -> CollectStats:
     """One collection (see the module docstring). ``delete_delay_ms(topic)`` is the
     topic's ``file.delete.delay.ms`` (the default for a deleted topic);
     ``max_delete_delay_ms`` the largest of them (it protects the metadata). Every age is
     judged by the store's clock (``store_now_ms``), none by this process's."""
     stats = CollectStats()
     logs = [_listed(storage, CATALOG)]
-    logs += [_listed(storage, topic_layout(e.name))
-             for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir]
+    logs += [
+        _listed(storage, topic_layout(e.name)) for e in storage.list_dir(TOPIC_LOGS_DIR) if e.is_dir
+    ]
     # Read after the listings: every listed object is at most this old.
     store_now = store_now_ms(storage)
     try:
@@ -163,11 +229,13 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
         # A commit or snapshot listed above is gone: another collector (a query's driver,
         # `seglog maintain`) collected it meanwhile. Nothing is deleted yet, and that
         # collector did this pass's work; the next one starts from a fresh listing.
-        logger.info("%s: collection skipped: %s was collected by another collector "
-                    "meanwhile", storage.uri, e)
+        logger.info(
+            "%s: collection skipped: %s was collected by another collector meanwhile",
+            storage.uri,
+            e,
+        )
         return stats
-    referenced = {s.key for log in logs for p in log.state.partitions.values()
-                  for s in p.segments}
+    referenced = {s.key for log in logs for p in log.state.partitions.values() for s in p.segments}
     known = {k for log in logs for k in log.known}
     named = {n for log in logs for n in log.named}
     deletable: set[str] = set()
@@ -190,8 +258,13 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
         elif stem not in known and in_flight.holds(key):
             stats.orphans_waiting += 1
         elif stem not in known and store_now - entry.mtime_ms >= orphan_grace:
-            logger.info("%s/%s: no commit references it and it is older than the orphan "
-                        "grace (%d ms): deleting it", storage.uri, key, orphan_grace)
+            logger.info(
+                "%s/%s: no commit references it and it is older than the orphan "
+                "grace (%d ms): deleting it",
+                storage.uri,
+                key,
+                orphan_grace,
+            )
             storage.delete(key)
             stats.orphans += 1
         elif stem not in known:
@@ -204,8 +277,9 @@ def collect(storage: Storage, *, delete_delay_ms: Callable[[str], int],
         if log.layout != CATALOG and log_id not in named_logs:
             _collect_unnamed(storage, log, store_now, orphan_grace, stats)
             continue
-        _collect_metadata(storage, log.layout, log.commit_entries, log.snapshot_entries,
-                          store_now, delay, stats)
+        _collect_metadata(
+            storage, log.layout, log.commit_entries, log.snapshot_entries, store_now, delay, stats
+        )
     return stats
 
 
@@ -219,8 +293,9 @@ def _oldest_ledgers(logs: list[_Folded]) -> dict[str, object]:
             batch = ledger.get("batch_id") if isinstance(ledger, dict) else None
             held = out.get(sink)
             held_batch = held.get("batch_id") if isinstance(held, dict) else None
-            if held is None or (isinstance(batch, int) and isinstance(held_batch, int)
-                                and batch < held_batch):
+            if held is None or (
+                isinstance(batch, int) and isinstance(held_batch, int) and batch < held_batch
+            ):
                 out[sink] = ledger
     return out
 
@@ -230,18 +305,22 @@ _TOPIC_LOG_OBJECT = re.compile(r"^(?:(?:log|snapshots)/\d{20}\.json|last-snapsho
 (anything else there, even under ``_seglog/``, is not provably ours and stays)."""
 
 
-def _collect_unnamed(storage: Storage, log: _Folded, store_now: int, orphan_grace: int,
-                     stats: CollectStats) -> None:
+def _collect_unnamed(
+    storage: Storage, log: _Folded, store_now: int, orphan_grace: int, stats: CollectStats
+) -> None:
     """Delete a topic log no catalog names once its newest object is older than the
     orphan grace (a create names its log seconds after writing it): only the objects a
     commit log writes (``_TOPIC_LOG_OBJECT``)."""
-    entries = [e for e in storage.list_tree(log.layout.prefix)
-               if _TOPIC_LOG_OBJECT.match(e.name)]
+    entries = [e for e in storage.list_tree(log.layout.prefix) if _TOPIC_LOG_OBJECT.match(e.name)]
     newest = max((e.mtime_ms for e in entries), default=None)
     if newest is None or store_now - newest < orphan_grace:
         return
-    logger.info("%s/%s: a topic log no catalog names, older than the orphan grace (%d "
-                "ms): deleting it", storage.uri, log.layout.prefix, orphan_grace)
+    logger.info(
+        "%s/%s: a topic log no catalog names, older than the orphan grace (%d ms): deleting it",
+        storage.uri,
+        log.layout.prefix,
+        orphan_grace,
+    )
     for e in entries:
         storage.delete(f"{log.layout.prefix}/{e.name}")
     stats.topic_logs += 1
@@ -252,8 +331,7 @@ def _versions(entries: list[Entry]) -> list[int]:
 
 
 def _by_version(entries: list[Entry]) -> dict[int, Entry]:
-    return {v: e for v, e in ((parse_version_name(e.name), e) for e in entries)
-            if v is not None}
+    return {v: e for v, e in ((parse_version_name(e.name), e) for e in entries) if v is not None}
 
 
 def _fold(storage: Storage, log: _Folded) -> None:
@@ -274,12 +352,16 @@ def _fold(storage: Storage, log: _Folded) -> None:
         if not usable:
             raise CorruptMetadataError(
                 f"{storage.uri}/{layout.prefix}: the commit log starts at version "
-                f"{commits[0]} and no snapshot covers the versions before it")
+                f"{commits[0]} and no snapshot covers the versions before it"
+            )
         start = usable[0]
     state = BucketState()
     if start != NO_VERSION:
-        state = BucketState.decode(storage.read(layout.snapshot_key(start)),
-                                   f"{storage.uri}/{layout.snapshot_key(start)}", start)
+        state = BucketState.decode(
+            storage.read(layout.snapshot_key(start)),
+            f"{storage.uri}/{layout.snapshot_key(start)}",
+            start,
+        )
     known = {s.key for p in state.partitions.values() for s in p.segments}
     named = _partition_names(state)
     named_logs = set(state.topic_logs.values())
@@ -317,9 +399,15 @@ def _partition_names(state: BucketState) -> set[str]:
     return names | set(state.partitions)
 
 
-def _collect_metadata(storage: Storage, layout: LogLayout, commits: list[Entry],
-                      snapshots: list[Entry], store_now: int, delay_ms: int,
-                      stats: CollectStats) -> None:
+def _collect_metadata(
+    storage: Storage,
+    layout: LogLayout,
+    commits: list[Entry],
+    snapshots: list[Entry],
+    store_now: int,
+    delay_ms: int,
+    stats: CollectStats,
+) -> None:
     checked: dict[int, bool] = {}
 
     def usable(version: int) -> bool:
@@ -336,8 +424,10 @@ def _collect_metadata(storage: Storage, layout: LogLayout, commits: list[Entry],
         except FileNotFoundError:
             return False  # another collector deleted it meanwhile
         except CorruptMetadataError as e:
-            message = (f"{e}; keeping it and the commits it covers (an older snapshot, if "
-                       f"any, bounds what is collected)")
+            message = (
+                f"{e}; keeping it and the commits it covers (an older snapshot, if "
+                f"any, bounds what is collected)"
+            )
             logger.error("%s", message)
             stats.errors.append(message)
             return False
@@ -347,7 +437,8 @@ def _collect_metadata(storage: Storage, layout: LogLayout, commits: list[Entry],
     if s is None:
         return
     doomed_commits, doomed_snapshots = collectable_metadata(
-        commits, snapshots, store_now, delay_ms, usable)
+        commits, snapshots, store_now, delay_ms, usable
+    )
     # The newest commit stays whatever its age (collectable_metadata): a writer's refresh
     # then tells "nothing new" from "collected". Oldest first: no hole a reader cannot
     # explain if this dies midway.

@@ -154,6 +154,12 @@ class BucketLogs:
         with self._lock:
             return dict(self._logs)
 
+    def flush_snapshots(self) -> None:
+        """Wait for the snapshots the commits of this process started, in every log
+        (``CommitLog.flush_snapshots``)."""
+        for log in [self.catalog, *self.logs().values()]:
+            log.flush_snapshots()
+
     def adopt(self, logs: dict[str, CommitLog]) -> None:
         """Take logs this process wrote and the catalog now names (``bucket_upgrade``'s
         moves) as open, without reading them again."""

@@ -98,22 +98,30 @@ logger = logging.getLogger(__name__)
 def bucket_uri(log_dirs: Iterable[object] | object) -> str | None:
     """The bucket URI when ``log_dirs`` names one (a URI, or a list of exactly one URI);
     None for local paths. A mix of URIs and paths, or several URIs, is refused."""
-    dirs = [log_dirs] if isinstance(log_dirs, str) or not isinstance(log_dirs, Iterable) \
+    dirs = (
+        [log_dirs]
+        if isinstance(log_dirs, str) or not isinstance(log_dirs, Iterable)
         else list(log_dirs)
+    )
     uris = [d for d in dirs if isinstance(d, str) and is_object_uri(d)]
     if not uris:
         return None
     if len(uris) != len(dirs):
-        raise LogDirError(f"log dirs {[str(d) for d in dirs]} mix object-store URIs and "
-                          f"local paths; a manager's log dirs are all local or one bucket URI")
+        raise LogDirError(
+            f"log dirs {[str(d) for d in dirs]} mix object-store URIs and "
+            f"local paths; a manager's log dirs are all local or one bucket URI"
+        )
     if len(uris) > 1:
-        raise LogDirError(f"log dirs {uris}: a manager takes one bucket URI (a bucket has no "
-                          f"per-disk placement to spread partitions over)")
+        raise LogDirError(
+            f"log dirs {uris}: a manager takes one bucket URI (a bucket has no "
+            f"per-disk placement to spread partitions over)"
+        )
     return uris[0]
 
 
-def _open_commit_log(storage: Storage, clock: Clock, given: CommitLog | None,
-                     read_ahead: bool = False) -> CommitLog:
+def _open_commit_log(
+    storage: Storage, clock: Clock, given: CommitLog | None, read_ahead: bool = False
+) -> CommitLog:
     """The log dir's commit log (``given``, or one loaded now; ``read_ahead``: a
     reader's, ``CommitLog``'s refresh), after the nesting check
     (a few LISTs, once per open, never per append: no log dir inside another). The two
@@ -153,28 +161,40 @@ class BucketLogManager:
     waits only while such an upload runs: a lone append, or the last of a burst, is
     committed at once; 0 commits every finished upload at once."""
 
-    def __init__(self, uri: str | Storage, *, read_only: bool = False,
-                 config: ManagerConfig | ConfigValues | None = None,
-                 default_topic_config: LogConfig | ConfigValues | None = None,
-                 clock: Clock = SYSTEM_CLOCK,
-                 storage_options: Mapping[str, object] | StorageOptions | None = None,
-                 commit_log: CommitLog | None = None,
-                 orphan_grace_ms: int | None = None, topic_logs: bool = True) -> None:
+    def __init__(
+        self,
+        uri: str | Storage,
+        *,
+        read_only: bool = False,
+        config: ManagerConfig | ConfigValues | None = None,
+        default_topic_config: LogConfig | ConfigValues | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        storage_options: Mapping[str, object] | StorageOptions | None = None,
+        commit_log: CommitLog | None = None,
+        orphan_grace_ms: int | None = None,
+        topic_logs: bool = True,
+    ) -> None:
         """``topic_logs=False``: topics created by this manager go to the catalog log, as
         before per-topic commit logs, so that seglog versions before them can still read
         the bucket during a rolling upgrade (docs/upgrading.md)."""
-        self.storage: Storage = (ObjectStorage(uri, storage_options)
-                                 if isinstance(uri, str) else uri)
+        self.storage: Storage = ObjectStorage(uri, storage_options) if isinstance(uri, str) else uri
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
-        self.commits = BucketLogs(self.storage, clock=clock,
-                                  catalog=_open_commit_log(self.storage, clock, commit_log,
-                                                           read_ahead=read_only),
-                                  topic_logs=topic_logs)
+        self.commits = BucketLogs(
+            self.storage,
+            clock=clock,
+            catalog=_open_commit_log(self.storage, clock, commit_log, read_ahead=read_only),
+            topic_logs=topic_logs,
+        )
         self.committer = BucketCommitter(
-            self.storage, self.commits, clock=clock, config=self.config,
-            default_topic_config=self.default_topic_config, read_only=read_only)
+            self.storage,
+            self.commits,
+            clock=clock,
+            config=self.config,
+            default_topic_config=self.default_topic_config,
+            read_only=read_only,
+        )
         self._lock = threading.RLock()  # guards _logs
         self._logs: dict[TopicPartition, BucketLog] = {}
         self._orphan_grace_ms = orphan_grace_ms
@@ -276,8 +296,9 @@ class BucketLogManager:
     def topic_config(self, topic: str) -> LogConfig:
         return self.committer.topic_config(topic)
 
-    def create_topic(self, name: str, partitions: int = 1,
-                     config: ConfigValues | None = None) -> None:
+    def create_topic(
+        self, name: str, partitions: int = 1, config: ConfigValues | None = None
+    ) -> None:
         """Create ``name``; raises InvalidTopicError, TopicExistsError, ConfigError."""
         self.check_writable()
         validate_topic_name(name)
@@ -294,8 +315,9 @@ class BucketLogManager:
         self.committer.commit("create_topic", build)
         logger.info("created topic %s with %d partition(s) in %s", name, partitions, self.uri)
 
-    def alter_topic_config(self, name: str, set_configs: ConfigValues | None = None,
-                           delete: Iterable[str] = ()) -> dict[str, str]:
+    def alter_topic_config(
+        self, name: str, set_configs: ConfigValues | None = None, delete: Iterable[str] = ()
+    ) -> dict[str, str]:
         """Set and delete config overrides of ``name`` (one commit); returns the new ones."""
         self.check_writable()
         delete = list(delete)
@@ -305,8 +327,9 @@ class BucketLogManager:
             spec = state.topics.get(name)
             if spec is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
-            new = altered_overrides(spec.config, set_configs, delete,
-                                    base=self.default_topic_config)
+            new = altered_overrides(
+                spec.config, set_configs, delete, base=self.default_topic_config
+            )
             result.clear()
             result.update(new)
             return Change(topics={name: replace(spec, config=new)})
@@ -323,8 +346,10 @@ class BucketLogManager:
             if spec is None:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.uri}")
             if isinstance(total, bool) or not isinstance(total, int) or total <= spec.partitions:
-                raise ConfigError(f"topic {name!r} has {spec.partitions} partitions; the new "
-                                  f"total must be higher, got {total!r}")
+                raise ConfigError(
+                    f"topic {name!r} has {spec.partitions} partitions; the new "
+                    f"total must be higher, got {total!r}"
+                )
             return Change(topics={name: replace(spec, partitions=total)})
 
         self.committer.commit("add_partitions", build)
@@ -337,10 +362,13 @@ class BucketLogManager:
                 self._logs.pop(tp).close()
         logger.info("deleted topic %s from %s", name, self.uri)
 
-    def upgrade_topic_logs(self, topics: Iterable[str] | None = None, *,
-                           dry_run: bool = False,
-                           before_move: Callable[[list[str]], object] | None = None
-                           ) -> UpgradeReport:
+    def upgrade_topic_logs(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        dry_run: bool = False,
+        before_move: Callable[[list[str]], object] | None = None,
+    ) -> UpgradeReport:
         """Move ``topics`` (None: every one) still held in the catalog log (legacy
         topics, written before per-topic commit logs) into their own commit logs, without
         copying data (``bucket_upgrade``); topics in their own log already are left as
@@ -354,9 +382,9 @@ class BucketLogManager:
                     f"{self.uri}: this manager was opened with topic_logs=False, for a "
                     f"bucket that seglog versions before per-topic commit logs must still "
                     f"read; moving topics into their own logs would make them refuse it "
-                    f"(open it without topic_logs=False to upgrade)")
-        report = upgrade_topic_logs(self.commits, topics, dry_run=dry_run,
-                                    before_move=before_move)
+                    f"(open it without topic_logs=False to upgrade)"
+                )
+        report = upgrade_topic_logs(self.commits, topics, dry_run=dry_run, before_move=before_move)
         if report.moved and not dry_run:
             self.sync_logs()
         return report
@@ -409,20 +437,34 @@ class BucketLogManager:
             if log is not None and self._follows((topic, partition), log):
                 return log
             log = self._logs[(topic, partition)] = BucketLog(
-                self.storage, topic, partition, self.topic_config(topic),
+                self.storage,
+                topic,
+                partition,
+                self.topic_config(topic),
                 PartitionSource(self.committer, topic, partition),
-                fail_on_data_loss=self.config.fail_on_data_loss)
+                fail_on_data_loss=self.config.fail_on_data_loss,
+            )
             return log
 
-    def append(self, topic: str, partition: int, records: bytes | bytearray | memoryview,
-               *, publish: bool = True) -> AppendInfo:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+        *,
+        publish: bool = True,
+    ) -> AppendInfo:
         """Validate, upload and commit record batches (one commit); returns their
         ``AppendInfo``. ``publish`` is accepted for the local manager's signature: a
         bucket commit is visible when it returns."""
         return self.append_many({(topic, partition): records})[(topic, partition)]
 
-    def append_many(self, records: Mapping[TopicPartition, bytes | bytearray | memoryview],
-                    *, publish: bool = True) -> dict[TopicPartition, AppendInfo]:
+    def append_many(
+        self,
+        records: Mapping[TopicPartition, bytes | bytearray | memoryview],
+        *,
+        publish: bool = True,
+    ) -> dict[TopicPartition, AppendInfo]:
         """Append to several partitions in ONE commit (``bucket_append``: every ``.log``
         uploaded at once, then one conditional PUT); each partition's ``AppendInfo``.
         All or nothing: a bad batch in any partition fails the call before any upload.
@@ -432,8 +474,9 @@ class BucketLogManager:
 
         return append_many(self.committer, records)
 
-    def append_async(self, topic: str, partition: int,
-                     records: bytes | bytearray | memoryview) -> Future[AppendInfo]:
+    def append_async(
+        self, topic: str, partition: int, records: bytes | bytearray | memoryview
+    ) -> Future[AppendInfo]:
         """Append without waiting for the commit (``bucket_pipeline``): the batches are
         checked at once (a bad batch, an unknown partition: a failed future, nothing
         uploaded), given offsets after the appends still in flight, uploaded
@@ -460,8 +503,11 @@ class BucketLogManager:
                 from .bucket_pipeline import AppendPipeline
 
                 pipeline = self._pipeline = AppendPipeline(
-                    self.committer, self.max_in_flight_appends, self.max_in_flight_bytes,
-                    self.config.linger_ms)
+                    self.committer,
+                    self.max_in_flight_appends,
+                    self.max_in_flight_bytes,
+                    self.config.linger_ms,
+                )
         return pipeline.submit(topic, partition, records)
 
     def flush(self) -> None:
@@ -484,7 +530,8 @@ class BucketLogManager:
             if not 0 <= offset <= ps.high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records of {key} in {self.uri} below offset {offset}: "
-                    f"the log holds [{ps.log_start_offset}, {ps.high_watermark})")
+                    f"the log holds [{ps.log_start_offset}, {ps.high_watermark})"
+                )
             if offset <= ps.log_start_offset:
                 return None
             return Change(partitions={key: PartitionChange(log_start_offset=offset)})
@@ -527,9 +574,9 @@ class BucketLogManager:
                 self._maintenance = BucketMaintenance(self.committer, self._orphan_grace_ms)
             return self._maintenance
 
-    def run_maintenance(self, *, force: bool = False,
-                        before_task: Callable[[str, int, int], None] | None = None
-                        ) -> list[TaskRun]:
+    def run_maintenance(
+        self, *, force: bool = False, before_task: Callable[[str, int, int], None] | None = None
+    ) -> list[TaskRun]:
         """Retention, merging, compaction and collection, each once (a bucket keeps no
         schedule between processes: every call runs every task; ``force`` is accepted
         for the local manager's signature)."""
@@ -546,8 +593,11 @@ class BucketLogManager:
         from .bucket_collect import CollectStats
         from .bucket_maintenance import COLLECT_TASK
 
-        return sum(r.result.waiting for r in runs
-                   if r.name == COLLECT_TASK and isinstance(r.result, CollectStats))
+        return sum(
+            r.result.waiting
+            for r in runs
+            if r.name == COLLECT_TASK and isinstance(r.result, CollectStats)
+        )
 
     def delete_old_segments(self) -> int:
         """Retention over every partition (one commit); the segments removed."""
@@ -565,8 +615,9 @@ class BucketLogManager:
         """Delete objects no reader can need any more (``bucket_collect``)."""
         return self.maintenance.collect()
 
-    def check_objects(self, progress: Callable[[int, int], object] | None = None
-                      ) -> tuple[list[BucketFinding], list[PartitionReport]]:
+    def check_objects(
+        self, progress: Callable[[int, int], object] | None = None
+    ) -> tuple[list[BucketFinding], list[PartitionReport]]:
         """The committed state against the objects (``bucket_check``); read-only.
         ``progress(n, total)``: n more bytes of ``total`` read."""
         from .bucket_check import check_bucket
@@ -575,11 +626,13 @@ class BucketLogManager:
         state = self.state
         logs = [(self.commits.catalog.layout, self.commits.catalog.state)]
         logs += [(log.layout, log.state) for log in self.commits.logs().values()]
-        return check_bucket(self.storage, state, {t: self.topic_config(t) for t in state.topics},
-                            progress, logs)
+        return check_bucket(
+            self.storage, state, {t: self.topic_config(t) for t in state.topics}, progress, logs
+        )
 
-    def export(self, target: str | os.PathLike[str],
-               progress: Callable[[int, int], object] | None = None) -> ExportStats:
+    def export(
+        self, target: str | os.PathLike[str], progress: Callable[[int, int], object] | None = None
+    ) -> ExportStats:
         """Write the committed state as a plain Kafka log dir (``bucket_export``).
         ``progress(n, total)``: n more bytes of ``total`` written."""
         from .bucket_export import export_log_dir
@@ -589,7 +642,8 @@ class BucketLogManager:
     # -- lifecycle -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush the appends in flight (``append_async``), then close. Idempotent."""
+        """Flush the appends in flight (``append_async``) and the snapshots being
+        written, then close. Idempotent."""
         with self._lock:
             # Closed first: an append called while the pipeline drains is refused, not
             # taken by a pipeline nobody would close.
@@ -597,6 +651,8 @@ class BucketLogManager:
             pipeline = self._pipeline
         if pipeline is not None:
             pipeline.close()
+        # Snapshots are written off the commits' path; a closed manager has written its.
+        self.commits.flush_snapshots()
         with self._lock:
             for log in self._logs.values():
                 log.close()

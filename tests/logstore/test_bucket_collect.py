@@ -23,14 +23,18 @@ HOUR = 3_600_000
 
 
 def batch(i: int, n: int = 4) -> bytearray:
-    return encode_batches(pa.array([f"v{i}-{j}".encode() for j in range(n)]),
-                          timestamps=pa.array([TS + i] * n, pa.int64()))
+    return encode_batches(
+        pa.array([f"v{i}-{j}".encode() for j in range(n)]),
+        timestamps=pa.array([TS + i] * n, pa.int64()),
+    )
 
 
 def read_all(log, start: int = 0) -> list[int]:
-    return [o for chunk in log.read_chunks(start, log.high_watermark)
-            for o in decode_batches(bytes(chunk), start_offset=start)
-            .column("offset").to_pylist()]
+    return [
+        o
+        for chunk in log.read_chunks(start, log.high_watermark)
+        for o in decode_batches(bytes(chunk), start_offset=start).column("offset").to_pylist()
+    ]
 
 
 def now_clock() -> MockClock:
@@ -64,8 +68,7 @@ def log_version(mgr: BucketLogManager, topic: str = "t") -> int:
 
 
 def versions(mgr: BucketLogManager, prefix: str) -> list[int]:
-    return sorted(v for v in (parse_version_name(n) for n in names(mgr, prefix))
-                  if v is not None)
+    return sorted(v for v in (parse_version_name(n) for n in names(mgr, prefix)) if v is not None)
 
 
 def test_a_reader_holding_an_older_view_reads_until_the_delay_passes():
@@ -135,8 +138,9 @@ def test_a_configured_orphan_grace():
 
 def test_a_deleted_topics_objects_go_after_its_delay():
     clock = now_clock()
-    mgr = BucketLogManager(store_moving_with(clock), clock=clock,
-                           default_topic_config={"file.delete.delay.ms": 2000})
+    mgr = BucketLogManager(
+        store_moving_with(clock), clock=clock, default_topic_config={"file.delete.delay.ms": 2000}
+    )
     mgr.create_topic("gone", 2, {"retention.ms": -1})
     mgr.append("gone", 0, batch(0))
     mgr.append("gone", 1, batch(1))
@@ -153,6 +157,7 @@ def test_old_commits_and_snapshots_go_and_every_view_still_opens():
     stale = BucketLogManager(uri, read_only=True)  # at version 0
     for i in range(25):
         mgr.append("t", 0, batch(i))
+    mgr.commits.flush_snapshots()  # written off the commits' path: at the store's "now"
     assert versions(mgr, log_of(mgr).snapshot_dir) == [0, 10, 20]
     assert mgr.collect().commits == 0  # younger than a minute: kept
     clock.advance(60_000)
@@ -176,6 +181,7 @@ def test_a_writer_idle_past_the_collection_of_its_version_commits_after_it():
     idle = BucketLogManager(uri, clock=idle_clock)  # at version 1
     for i in range(1, 12):
         mgr.append("t", 0, batch(i))
+    mgr.commits.flush_snapshots()  # snapshot 10, stamped before the clock moves
     clock.advance(60_000)
     assert mgr.collect().commits == 10  # versions 0..9 (snapshot 10 covers them)
     idle_clock.advance(60_000)  # the same wall time as the collector: its view is stale
@@ -193,6 +199,7 @@ def test_the_newest_commit_is_never_collected():
     uri, mgr = writer_of_kept_topic(clock)
     for i in range(10):
         mgr.append("t", 0, batch(i))
+    mgr.commits.flush_snapshots()  # stamped before the clock moves
     layout = log_of(mgr)
     assert versions(mgr, layout.snapshot_dir)[-1] == 10 == versions(mgr, layout.commit_dir)[-1]
     clock.advance(120_000)
@@ -220,6 +227,7 @@ def test_a_build_slower_than_the_collection_of_the_next_version_does_not_fork(mo
             slow.append(1)
             for i in range(12):
                 other.append("t", 0, batch(i))
+            other.commits.flush_snapshots()  # stamped before the clock moves
             clock.advance(70_000)
             assert other.collect().commits > 0  # the version it builds on is gone
         upload(storage, parts)
@@ -241,12 +249,14 @@ def test_a_writer_with_a_longer_delay_than_the_collectors_does_not_fork():
     storage = store_moving_with(clock)
     other = BucketLogManager(storage, clock=clock)
     other.create_topic("t", 1, {"retention.ms": -1})
-    writer = BucketLogManager(storage, clock=clock,
-                              default_topic_config={"file.delete.delay.ms": 600_000})
+    writer = BucketLogManager(
+        storage, clock=clock, default_topic_config={"file.delete.delay.ms": 600_000}
+    )
     writer.append("t", 0, batch(0))
     clock.advance(10_000)
     for i in range(1, 25):
         other.append("t", 0, batch(i))
+    other.commits.flush_snapshots()  # stamped before the clock moves
     clock.advance(70_000)
     assert other.collect().commits > 0
     info = writer.append("t", 0, batch(99))
@@ -298,6 +308,7 @@ def test_a_damaged_snapshot_is_never_the_one_the_collection_relies_on(caplog):
     storage, mgr = writer_of_kept_topic(clock)
     for i in range(24):
         mgr.append("t", 0, batch(i))
+    mgr.commits.flush_snapshots()  # then damaged: not overwritten by its late writer
     storage.write_atomic(log_of(mgr).snapshot_key(20), b'{"format": 1, "vers')
     clock.advance(120_000)
     with caplog.at_level(logging.ERROR, "seglog.logstore.bucket.bucket_collect"):
@@ -318,6 +329,7 @@ def test_a_commit_collected_by_another_collector_meanwhile_skips_the_pass(monkey
     _, mgr = writer_of_kept_topic(clock)
     for i in range(25):
         mgr.append("t", 0, batch(i))
+    mgr.commits.flush_snapshots()  # stamped before the clock moves
     clock.advance(60_000)
     real_read = mgr.storage.read
     gone = []

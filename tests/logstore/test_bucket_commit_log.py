@@ -1,6 +1,6 @@
-"""The bucket commit log (logstore/bucket/bucket_state.py,
-logstore/bucket/bucket_commit_log.py): the fold, snapshots and the hint, bounded open and
-refresh costs, lost races and damage."""
+"""The bucket commit log (logstore/bucket/bucket_state.py, bucket_commit_log.py,
+bucket_commit_reader.py, bucket_snapshot_writer.py): the fold, snapshots and the hint,
+bounded open and refresh costs, lost races and damage."""
 
 from __future__ import annotations
 
@@ -10,14 +10,12 @@ import logging
 import pytest
 from bucket_helpers import CountingStorage, counting_memory_storage, memory_uri
 
-from seglog.logstore.bucket.bucket_commit_log import (
-    MAX_VIEW_AGE_MS,
-    Attempt,
-    Change,
-    CommitLog,
-    collectable_metadata,
-)
+from seglog.logstore.bucket.bucket_collect import collectable_metadata
+from seglog.logstore.bucket.bucket_commit_log import Attempt, Change, CommitLog
+from seglog.logstore.bucket.bucket_commit_reader import MAX_VIEW_AGE_MS
+from seglog.logstore.bucket.bucket_snapshot_writer import write_snapshot
 from seglog.logstore.bucket.bucket_state import (
+    CATALOG,
     HINT_KEY,
     BucketState,
     Commit,
@@ -57,21 +55,34 @@ def history(log: CommitLog, appends: int) -> None:
     log.commit("create_topic", lambda s: topic_change())
     for _ in range(appends):
         log.commit("append", append_change)
+    log.flush_snapshots()  # written off the commits' path
 
 
 # ---------------------------------------------------------------------------- the fold
+
 
 def test_the_fold_gives_topics_segments_and_offsets():
     c0 = Commit(0, "w", 1, "create_topic", {"t": TopicSpec(2, {})})
     s = BucketState().apply(c0)
     assert set(s.partitions) == {"t-0", "t-1"} and s.partition("t", 1).high_watermark == 0
-    s = s.apply(Commit(1, "w", 2, "append",
-                       partitions={"t-0": PartitionChange(add=(entry(0, 5),))}))
-    s = s.apply(Commit(2, "w", 3, "append",
-                       partitions={"t-0": PartitionChange(add=(entry(5, 3, "1" * 16),))}))
+    s = s.apply(
+        Commit(1, "w", 2, "append", partitions={"t-0": PartitionChange(add=(entry(0, 5),))})
+    )
+    s = s.apply(
+        Commit(
+            2, "w", 3, "append", partitions={"t-0": PartitionChange(add=(entry(5, 3, "1" * 16),))}
+        )
+    )
     assert s.partition("t", 0).high_watermark == 8
-    s = s.apply(Commit(3, "w", 4, "retention", partitions={"t-0": PartitionChange(
-        remove=(entry(0, 5).key,), log_start_offset=6)}))
+    s = s.apply(
+        Commit(
+            3,
+            "w",
+            4,
+            "retention",
+            partitions={"t-0": PartitionChange(remove=(entry(0, 5).key,), log_start_offset=6)},
+        )
+    )
     assert s.partition("t", 0).log_start_offset == 6
     assert [e.base_offset for e in s.partition("t", 0).segments] == [5]
     s = s.apply(Commit(4, "w", 5, "delete_topic", {"t": None}))
@@ -79,15 +90,36 @@ def test_the_fold_gives_topics_segments_and_offsets():
     assert BucketState.decode(s.encode(), "snap", 4) == s
 
 
-@pytest.mark.parametrize("bad, message", [
-    (Commit(1, "w", 1, "append", partitions={"t-0": PartitionChange(
-        remove=("t-0/00000000000000000000-ffffffffffffffff",))}), "does not hold"),
-    (Commit(1, "w", 1, "append", partitions={"t-0": PartitionChange(
-        add=(entry(0, 5), entry(3, 5, "2" * 16)))}), "inside"),
-    (Commit(1, "w", 1, "append", partitions={"u-0": PartitionChange()}), "does not exist"),
-    (Commit(2, "w", 1, "append"), "does not follow"),
-    (Commit(1, "w", 1, "create_topic", {"t": TopicSpec(1, {})}), None),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            Commit(
+                1,
+                "w",
+                1,
+                "append",
+                partitions={
+                    "t-0": PartitionChange(remove=("t-0/00000000000000000000-ffffffffffffffff",))
+                },
+            ),
+            "does not hold",
+        ),
+        (
+            Commit(
+                1,
+                "w",
+                1,
+                "append",
+                partitions={"t-0": PartitionChange(add=(entry(0, 5), entry(3, 5, "2" * 16)))},
+            ),
+            "inside",
+        ),
+        (Commit(1, "w", 1, "append", partitions={"u-0": PartitionChange()}), "does not exist"),
+        (Commit(2, "w", 1, "append"), "does not follow"),
+        (Commit(1, "w", 1, "create_topic", {"t": TopicSpec(1, {})}), None),
+    ],
+)
 def test_a_commit_that_does_not_follow_is_refused(bad, message):
     s = BucketState().apply(Commit(0, "w", 1, "create_topic", {"t": TopicSpec(2, {})}))
     if message is None:  # shrinking a topic
@@ -109,6 +141,7 @@ def test_a_damaged_commit_is_an_error_naming_it():
 
 
 # ------------------------------------------------------------------- bounded costs
+
 
 @pytest.mark.parametrize("appends", [14, 58])
 def test_open_costs_a_bounded_number_of_requests(appends):
@@ -134,6 +167,7 @@ def test_a_commit_costs_the_same_late_in_history():
     for _ in range(24):
         storage.reset()
         log.commit("append", append_change)
+        log.flush_snapshots()  # not on the commit's path, counted all the same
         costs.append(dict(storage.counts))
     plain = {"create": 1}
     with_snapshot = {"create": 1, "write_atomic": 2, "read": 1}  # snapshot, hint (read first)
@@ -162,6 +196,7 @@ def test_a_reader_behind_collected_commits_reloads_from_a_snapshot():
     reader = CommitLog(storage)
     for _ in range(20):
         writer.commit("append", append_change)
+    writer.flush_snapshots()
     for v in range(0, 20):  # the collector took commits older than snapshot 20
         storage.inner.delete(commit_key(v))
     for v in (0, 10):
@@ -180,6 +215,7 @@ def test_a_missing_commit_with_no_snapshot_is_an_error():
 
 
 # ------------------------------------------------------------------------ races
+
 
 def test_a_lost_race_rebuilds_on_the_new_state():
     storage = counting_memory_storage()
@@ -207,8 +243,11 @@ def test_a_writer_that_always_loses_gives_up_with_a_clear_error():
     log = CommitLog(storage, max_attempts=4, sleep=lambda s: None, clock=MockClock())
     log.commit("create_topic", lambda s: topic_change())
     storage.fail_creates = 100
-    with pytest.raises(CommitConflictError, match=r"memory://.*could not commit append after "
-                                                  r"4 attempts"):
+    with pytest.raises(
+        CommitConflictError,
+        match=r"memory://.*could not commit append after "
+        r"4 attempts",
+    ):
         log.commit("append", append_change)
     assert storage.counts["create"] == 5
     assert CommitLog(storage).state.version == 0
@@ -317,9 +356,11 @@ def test_a_create_that_fails_on_the_wire_is_settled_by_reading_the_commit():
     assert CommitLog(storage.inner).state == log.state
     assert log.state.partition("t", 0).high_watermark == 10
     storage.lose, storage.fail_reads = 1, 1  # landed, and the read cannot tell
-    with pytest.raises(CommitOutcomeUnknownError,
-                       match=r"memory://.*/_seglog/log/0+3\.json: the outcome of this append "
-                             r"is unknown.*may be visible"):
+    with pytest.raises(
+        CommitOutcomeUnknownError,
+        match=r"memory://.*/_seglog/log/0+3\.json: the outcome of this append "
+        r"is unknown.*may be visible",
+    ):
         log.commit("append", append_change)
     assert CommitLog(storage.inner).state.version == 3
 
@@ -332,13 +373,37 @@ def test_a_writer_whose_newest_commit_is_gone_with_nothing_after_it_refuses():
     log = CommitLog(storage, clock=clock)
     history(log, 3)
     storage.inner.delete(commit_key(3))
-    with pytest.raises(CorruptMetadataError, match=r"commit 3, the newest this process "
-                                                   r"knows, is gone"):
+    with pytest.raises(
+        CorruptMetadataError,
+        match=r"commit 3, the newest this process "
+        r"knows, is gone",
+    ):
         log.refresh()
     clock.advance(MAX_VIEW_AGE_MS + 1)  # idle: the writer looks before it commits
     with pytest.raises(CorruptMetadataError, match="commit 3"):
         log.commit("append", append_change)
     assert CommitLog(storage).state.version == 2  # nothing written
+
+
+def test_a_lone_writer_committing_on_never_lists_before_its_create():
+    """A won create is a look at the log as good as a LIST sent when it was: the view
+    of a writer that keeps making the last commit never ages past ``MAX_VIEW_AGE_MS``
+    (before: a LIST before the create once every 10 s, a p99 round trip of a producer)."""
+    storage = counting_memory_storage()
+    clock = MockClock()
+    log = CommitLog(storage, clock=clock)
+    history(log, 1)
+    storage.reset()
+    for _ in range(5):  # 30 s of commits, 6 s apart: each view is 6 s old
+        clock.advance(MAX_VIEW_AGE_MS * 6 // 10)
+        log.commit("append", append_change)
+        assert log.view_age_ms() == 0
+    assert storage.counts["list_after"] == 0 and storage.counts["read"] == 0
+    assert storage.counts["create"] == 5
+    clock.advance(MAX_VIEW_AGE_MS + 1)  # idle past the bound: the writer looks first
+    log.commit("append", append_change)
+    assert storage.counts["list_after"] == 1
+    assert CommitLog(storage.inner).state == log.state
 
 
 def test_the_collector_keeps_young_commits_and_the_newest():
@@ -352,10 +417,14 @@ def test_the_collector_keeps_young_commits_and_the_newest():
     commits = listed({v: old for v in range(25)} | {25: young, 26: young})
     # snapshot 20 is old: commits and snapshots before it go
     assert collectable_metadata(commits, listed({10: old, 20: old}), NOW, delay) == (
-        list(range(20)), [10])
+        list(range(20)),
+        [10],
+    )
     # snapshot 20 is young: only what snapshot 10 covers
     assert collectable_metadata(commits, listed({10: old, 20: young}), NOW, delay) == (
-        list(range(10)), [])
+        list(range(10)),
+        [],
+    )
     # commits younger than the delay stay, though a snapshot covers them
     commits = listed({v: old for v in range(15)} | {v: young for v in range(15, 22)})
     assert collectable_metadata(commits, listed({20: old}), NOW, delay)[0] == list(range(15))
@@ -373,8 +442,9 @@ def test_a_slow_snapshot_writer_never_moves_the_hint_back():
     version_10 = log.commit("append", append_change)
     for _ in range(12):
         log.commit("append", append_change)
+    log.flush_snapshots()
     assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
-    log._write_snapshot(version_10)  # the writer of 10, late
+    write_snapshot(storage, CATALOG, version_10, log.uri)  # the writer of 10, late
     assert json.loads(storage.inner.read(HINT_KEY)) == {"version": 20}
 
 
@@ -419,9 +489,19 @@ def test_a_slow_build_does_not_hold_up_other_commits_of_the_process():
     slow = threading.Thread(target=log.commit, args=("append", slow_build))
     slow.start()
     uploading.wait()
-    other = threading.Thread(target=log.commit, args=("append", lambda s: Change(
-        partitions={"t-1": PartitionChange(add=(SegmentEntry(
-            f"t-1/{0:020d}-{'e' * 16}", 0, 3, 30, 1),))})))
+    other = threading.Thread(
+        target=log.commit,
+        args=(
+            "append",
+            lambda s: Change(
+                partitions={
+                    "t-1": PartitionChange(
+                        add=(SegmentEntry(f"t-1/{0:020d}-{'e' * 16}", 0, 3, 30, 1),)
+                    )
+                }
+            ),
+        ),
+    )
     other.start()
     other.join(timeout=60)  # a bound so a regression fails instead of hanging
     finished = not other.is_alive()

@@ -185,10 +185,12 @@ def test_a_damaged_commit_is_an_error_naming_it(uri):
     mgr, _segs = three_segments(uri)
     log = mgr.commits.topic_log("t")  # the topic's own commit log
     version = log.state.version
-    ObjectStorage(uri).write_atomic(log.layout.commit_key(version + 1),
-                                    b'{"format": 1, "version": ')
-    with pytest.raises(CorruptMetadataError,
-                       match=rf"{uri}/_seglog/topics/[^/]+/log/0*{version + 1}\.json"):
+    ObjectStorage(uri).write_atomic(
+        log.layout.commit_key(version + 1), b'{"format": 1, "version": '
+    )
+    with pytest.raises(
+        CorruptMetadataError, match=rf"{uri}/_seglog/topics/[^/]+/log/0*{version + 1}\.json"
+    ):
         LogManager(uri, read_only=True)
     with pytest.raises(CorruptMetadataError, match="not valid JSON"):
         mgr.refresh()
@@ -200,12 +202,13 @@ def test_a_damaged_snapshot_is_skipped_while_the_commits_it_sums_up_exist(uri, c
     mgr.create_topic("t", 1)
     for i in range(SNAPSHOT_EVERY + 2):
         mgr.append("t", 0, batches(2, 2 * i))
+    mgr.commits.flush_snapshots()  # written off the commits' path
     storage = ObjectStorage(uri)
     layout = mgr.commits.topic_log("t").layout  # the topic's own commit log
     snapshot = layout.snapshot_key(SNAPSHOT_EVERY)
     assert storage.read(layout.hint_key) == b'{"version": %d}' % SNAPSHOT_EVERY
     storage.write_atomic(snapshot, storage.read(snapshot)[:-30])
-    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket.bucket_commit_log"):
+    with caplog.at_level(logging.WARNING, logger="seglog.logstore.bucket.bucket_commit_reader"):
         reader = LogManager(uri, read_only=True)
     assert f"{uri}/{snapshot}" in caplog.text
     # Folded from version 0 instead.

@@ -12,7 +12,8 @@ import pytest
 from bucket_helpers import CountingStorage, memory_uri
 from test_bucket_commit_log import append_change, topic_change
 
-from seglog.logstore.bucket.bucket_commit_log import MAX_READ_BACK, CommitLog
+from seglog.logstore.bucket.bucket_commit_log import CommitLog
+from seglog.logstore.bucket.bucket_commit_reader import MAX_READ_BACK
 from seglog.logstore.errors import ConditionalWriteNotEnforcedError
 from seglog.logstore.storage.object_storage import ObjectStorage
 from seglog.logstore.storage.storage import Storage, StoragePath

@@ -34,10 +34,11 @@ TS = 1_700_000_000_000
 
 
 def batches(n: int, start: int = 0, *, batch_bytes: int = 1 << 20) -> bytearray:
-    return encode_batches(pa.array([b"value-%06d" % i for i in range(start, start + n)]),
-                          timestamps=pa.array([TS + i for i in range(start, start + n)],
-                                              pa.int64()),
-                          max_batch_bytes=batch_bytes)
+    return encode_batches(
+        pa.array([b"value-%06d" % i for i in range(start, start + n)]),
+        timestamps=pa.array([TS + i for i in range(start, start + n)], pa.int64()),
+        max_batch_bytes=batch_bytes,
+    )
 
 
 def offsets(mgr, topic: str = "t", partition: int = 0) -> list[int]:
@@ -45,8 +46,11 @@ def offsets(mgr, topic: str = "t", partition: int = 0) -> list[int]:
     log.refresh()
     chunks = log.read_chunks(log.log_start_offset, log.high_watermark)
     start = log.log_start_offset
-    return [o for c in chunks
-            for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()]
+    return [
+        o
+        for c in chunks
+        for o in decode_batches(bytes(c), start_offset=start).column("offset").to_pylist()
+    ]
 
 
 def objects(storage, prefix: str) -> list[str]:
@@ -54,6 +58,7 @@ def objects(storage, prefix: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------- the factory
+
 
 def test_log_manager_of_a_uri_is_a_bucket_manager(tmp_path: Path):
     uri = memory_uri()
@@ -72,6 +77,7 @@ def test_log_manager_of_a_uri_is_a_bucket_manager(tmp_path: Path):
 
 # ---------------------------------------------------------------------------- topics
 
+
 def test_topics_are_commits_every_process_sees():
     uri = memory_uri()
     mgr, other = LogManager(uri), LogManager(uri)
@@ -83,7 +89,8 @@ def test_topics_are_commits_every_process_sees():
         mgr.create_topic("u", 1, {"retention.ms": "soon"})
     version = mgr.state.version
     assert other.alter_topic_config("t", {"segment.bytes": 4096}, ["retention.ms"]) == {
-        "segment.bytes": "4096"}
+        "segment.bytes": "4096"
+    }
     other.add_partitions("t", 3)
     mgr.refresh()
     assert mgr.partitions("t") == [0, 1, 2] and mgr.topic_config("t").segment_bytes == 4096
@@ -96,6 +103,7 @@ def test_topics_are_commits_every_process_sees():
 
 
 # ---------------------------------------------------------------------------- append
+
 
 def test_append_then_read_through_the_shared_read_path():
     mgr = LogManager(memory_uri())
@@ -143,12 +151,16 @@ def test_an_append_larger_than_segment_bytes_makes_several_segments():
     assert offsets(mgr) == list(range(400))
 
 
-@pytest.mark.parametrize("records, interval, inline", [
-    (300, 500, True),  # 17 + 17 entries: inline in the commit entry
-    (1000, 1, False),  # an entry per batch: 20 KB of indexes, above INLINE_INDEX_BYTES
-])
-def test_index_bytes_equal_the_local_engines_index_files(tmp_path: Path, records: int,
-                                                         interval: int, inline: bool):
+@pytest.mark.parametrize(
+    "records, interval, inline",
+    [
+        (300, 500, True),  # 17 + 17 entries: inline in the commit entry
+        (1000, 1, False),  # an entry per batch: 20 KB of indexes, above INLINE_INDEX_BYTES
+    ],
+)
+def test_index_bytes_equal_the_local_engines_index_files(
+    tmp_path: Path, records: int, interval: int, inline: bool
+):
     """The same append to a local log dir and to a bucket gives the same index bytes,
     inline in the segment's entry when small, else as objects."""
     cfg = {"index.interval.bytes": interval}
@@ -160,8 +172,10 @@ def test_index_bytes_equal_the_local_engines_index_files(tmp_path: Path, records
     mgr.create_topic("t", 1, cfg)
     mgr.append("t", 0, bytes(buf))
     (seg,) = mgr.state.partition("t", 0).segments
-    local_bytes = {suffix: (tmp_path / "t-0" / f"{0:020d}{suffix}").read_bytes()
-                   for suffix in (".log", ".index", ".timeindex")}
+    local_bytes = {
+        suffix: (tmp_path / "t-0" / f"{0:020d}{suffix}").read_bytes()
+        for suffix in (".log", ".index", ".timeindex")
+    }
     assert mgr.storage.read(seg.key + ".log") == local_bytes[".log"]
     if inline:
         assert (seg.index_bytes, seg.timeindex_bytes) == (0, 0)
@@ -198,8 +212,7 @@ def test_a_lost_race_restamps_offsets_and_leaves_no_orphan():
     info = b.append("t", 0, batches(5, 10))
     assert (info.first_offset, info.last_offset) == (10, 14)
     assert offsets(a) == list(range(15))
-    committed = {s.key.rpartition("/")[2] + ".log"
-                 for s in a.state.partition("t", 0).segments}
+    committed = {s.key.rpartition("/")[2] + ".log" for s in a.state.partition("t", 0).segments}
     assert {n for n in objects(a.storage, "t-0") if n.endswith(".log")} == committed
 
 
@@ -229,8 +242,10 @@ def test_a_read_fetches_only_the_ranges_it_needs(inline: bool):
     storage.reset()
     for _ in range(2):  # the second read uses the index the first one parsed
         fetched = log.read(19_000, max_bytes=2048)
-        assert decode_batches(fetched.records, start_offset=19_000).column("offset")[0] \
-            .as_py() == 19_000
+        assert (
+            decode_batches(fetched.records, start_offset=19_000).column("offset")[0].as_py()
+            == 19_000
+        )
         assert len(fetched.records) < seg.size // 50
     # the index object once (none when inline), then a few ranged GETs: never the
     # whole segment
@@ -251,6 +266,7 @@ def test_a_writers_open_log_sees_its_own_appends_and_others():
 
 
 # ------------------------------------------------------- checks on a fresh state only
+
 
 def test_a_check_that_fails_on_a_stale_state_is_made_again_on_a_fresh_one():
     """Another process changed the bucket since this writer last looked: its checks
@@ -303,6 +319,7 @@ def test_a_writer_idle_past_the_collection_of_old_commits_does_not_fork_the_log(
     idle = BucketLogManager(uri, clock=clock)  # version 1, then idle
     for i in range(21):
         a.append("t", 0, batches(1, 1 + i))  # versions 2..22, snapshots 10 and 20
+    a.commits.flush_snapshots()
     clock.advance(a.default_topic_config.file_delete_delay_ms + 1)
     layout = a.commits.topic_log("t").layout  # the topic's own commit log
     for v in range(20):  # what the collector may take now

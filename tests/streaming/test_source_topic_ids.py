@@ -90,8 +90,9 @@ def _plan(uri: str, start: int, end: int, *, fail: bool = True) -> ReadRange:
     """A range planned now, with the topic id the driver sees now."""
     options = SourceOptions.parse({"path": uri, "subscribe": "t"}, streaming=True)
     snap = snapshot_log_dirs([uri], options=options)
-    return ReadRange((uri,), "t", 0, start, end, fail_on_data_loss=fail,
-                     topic_id=snap.topic_ids["t"])
+    return ReadRange(
+        (uri,), "t", 0, start, end, fail_on_data_loss=fail, topic_id=snap.topic_ids["t"]
+    )
 
 
 def test_a_plan_of_the_new_topic_never_reads_a_cached_log_of_the_old(store):
@@ -115,8 +116,10 @@ def test_a_plan_of_the_old_topic_is_data_loss_once_it_is_recreated(store, fail, 
     log_readers.close_all()  # the driver's process: the worker's is another one
     store.delete()
     store.create("new", 8)
-    message = (rf"topic 't' partition 0: offsets \[2, 6\) were planned in topic id "
-               rf"{r.topic_id}, but the topic now has id \S+ \(it was deleted and re-created\)")
+    message = (
+        rf"topic 't' partition 0: offsets \[2, 6\) were planned in topic id "
+        rf"{r.topic_id}, but the topic now has id \S+ \(it was deleted and re-created\)"
+    )
     if fail:
         with pytest.raises(DataLossError, match=message):
             _values(r)
@@ -133,8 +136,9 @@ def test_a_topic_without_an_id_is_read_without_the_check(store):
 
 
 def test_offsets_carry_topic_ids_apart_from_kafkas_offsets() -> None:
-    data = offsets_to_json({("t", 0): 5, ("u", 0): 1}, None, {"t": "x" * 22, "u": None,
-                                                             "gone": "y" * 22})
+    data = offsets_to_json(
+        {("t", 0): 5, ("u", 0): 1}, None, {"t": "x" * 22, "u": None, "gone": "y" * 22}
+    )
     assert data == {"t": {"0": 5}, "u": {"0": 1}, TOPIC_IDS_KEY: {"t": "x" * 22}}
     assert offsets_from_json(data) == {("t", 0): 5, ("u", 0): 1}
     assert topic_ids_from_json(data) == {"t": "x" * 22}
@@ -148,8 +152,9 @@ def test_the_driver_treats_a_recreated_topics_offsets_as_lost(tmp_path, fail, ca
     (Spark's Kafka source cannot tell); with them it restarts at the new earliest."""
     store = _Local(tmp_path)
     store.create("old", 3)
-    options = SourceOptions.parse({"path": store.uri, "subscribe": "t",
-                                   "failOnDataLoss": str(fail).lower()}, streaming=True)
+    options = SourceOptions.parse(
+        {"path": store.uri, "subscribe": "t", "failOnDataLoss": str(fail).lower()}, streaming=True
+    )
     before = snapshot_log_dirs([store.uri], options=options)
     previous = offsets_to_json({("t", 0): 3}, None, before.topic_ids)
     store.delete()
@@ -158,8 +163,11 @@ def test_the_driver_treats_a_recreated_topics_offsets_as_lost(tmp_path, fail, ca
     assert snap.topic_ids["t"] != before.topic_ids["t"]
     args = (offsets_from_json(previous), options, snap, topic_ids_from_json(previous))
     if fail:
-        with pytest.raises(DataLossError, match=r"topic 't' partition 0: offsets from 3 on "
-                                                r"of topic id \S+ may not have been read"):
+        with pytest.raises(
+            DataLossError,
+            match=r"topic 't' partition 0: offsets from 3 on "
+            r"of topic id \S+ may not have been read",
+        ):
             reconcile_start(*args)
     else:
         with caplog.at_level(logging.WARNING):
@@ -188,8 +196,7 @@ def test_a_trigger_reads_no_partition_metadata_after_the_first(tmp_path):
     with LogManager([tmp_path]) as mgr:
         for t in ("a", "b"):
             mgr.create_topic(t, 4)
-    options = SourceOptions.parse({"path": str(tmp_path), "subscribePattern": ".*"},
-                                  streaming=True)
+    options = SourceOptions.parse({"path": str(tmp_path), "subscribePattern": ".*"}, streaming=True)
     _opened = []
     try:
         with log_readers.reader([str(tmp_path)]):
@@ -197,8 +204,7 @@ def test_a_trigger_reads_no_partition_metadata_after_the_first(tmp_path):
         assert not [f for f in _opened if f.endswith(PARTITION_METADATA_FILE)]
         for _ in range(3):
             snap = snapshot_log_dirs([str(tmp_path)], options=options)
-        read = sorted(Path(f).parent.name for f in _opened
-                      if f.endswith(PARTITION_METADATA_FILE))
+        read = sorted(Path(f).parent.name for f in _opened if f.endswith(PARTITION_METADATA_FILE))
     finally:
         _opened = None
     # every partition's once (they must agree), not once per trigger
@@ -213,14 +219,12 @@ def test_a_damaged_file_fails_only_the_queries_of_its_topic(tmp_path):
     damaged = tmp_path / "other-0" / PARTITION_METADATA_FILE
     damaged.write_bytes(b"version: 0\ntopic_id: ")
     for topic, fails in (("mine", False), ("other", True)):
-        options = SourceOptions.parse({"path": str(tmp_path), "subscribe": topic},
-                                      streaming=True)
+        options = SourceOptions.parse({"path": str(tmp_path), "subscribe": topic}, streaming=True)
         if fails:
             with pytest.raises(CorruptPartitionMetadataError, match=str(damaged)):
                 snapshot_log_dirs([str(tmp_path)], options=options)
         else:
-            assert set(snapshot_log_dirs([str(tmp_path)], options=options).topic_ids) == {
-                "mine"}
+            assert set(snapshot_log_dirs([str(tmp_path)], options=options).topic_ids) == {"mine"}
 
 
 def test_an_id_written_into_an_old_dir_later_is_read_by_a_cached_reader(tmp_path):
@@ -248,13 +252,16 @@ def _drop_id(store) -> None:
 
         real = bucket_state.TopicSpec.to_json
         bucket_state.TopicSpec.to_json = lambda self: {  # type: ignore[method-assign]
-            "partitions": self.partitions, "config": dict(sorted(self.config.items()))}
+            "partitions": self.partitions,
+            "config": dict(sorted(self.config.items())),
+        }
         try:
             old = BucketLogManager(store.uri)
             while True:  # an older writer appends up to its snapshot
                 old.append("t", 0, _batch("x", 1))
                 log = old.commits.topic_log("t")  # the topic's own commit log
                 if log is not None and log.state.version % bucket_state.SNAPSHOT_EVERY == 0:
+                    old.commits.flush_snapshots()  # encoded by the older writer's code
                     break
         finally:
             bucket_state.TopicSpec.to_json = real  # type: ignore[method-assign]
@@ -274,8 +281,9 @@ def test_an_id_that_disappears_is_not_a_recreation(store, caplog, fail_on_data_l
     from seglog.datasource.stream_reader import SeglogStreamReader
 
     store.create("a", 3)
-    source = SeglogStreamReader({"path": store.uri, "subscribe": "t",
-                                 "failOnDataLoss": fail_on_data_loss}, None)  # type: ignore[arg-type]
+    source = SeglogStreamReader(
+        {"path": store.uri, "subscribe": "t", "failOnDataLoss": fail_on_data_loss}, None
+    )  # type: ignore[arg-type]
     first = source.latestOffset(source.initialOffset(), None)  # type: ignore[arg-type]
     assert offsets_from_json(first) == {("t", 0): 3} and TOPIC_IDS_KEY in first
     log_readers.close_all()  # a restarted driver: the reader sees the state as it is now
@@ -286,8 +294,9 @@ def test_an_id_that_disappears_is_not_a_recreation(store, caplog, fail_on_data_l
         assert planned.start == 3 and planned.end > 3
         got = _values(planned)
         # a task planned before the id went (the first trigger's id), its log without one
-        before = ReadRange((store.uri,), "t", 0, 3, planned.end,
-                           topic_id=topic_ids_from_json(first)["t"])
+        before = ReadRange(
+            (store.uri,), "t", 0, 3, planned.end, topic_id=topic_ids_from_json(first)["t"]
+        )
         assert _values(before) == got
     assert got and all(v.startswith(b"x") for v in got)
     assert not [m for m in caplog.messages if "re-created" in m or "lost" in m]
@@ -295,8 +304,7 @@ def test_an_id_that_disappears_is_not_a_recreation(store, caplog, fail_on_data_l
 
 
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
-def test_a_flipped_id_in_one_partition_is_damage_not_a_recreation(
-        tmp_path, fail_on_data_loss):
+def test_a_flipped_id_in_one_partition_is_damage_not_a_recreation(tmp_path, fail_on_data_loss):
     """A bit flip that leaves another valid id in one partition's file: the topic's
     partitions disagree, which a re-creation never does, so the trigger fails naming
     them (whatever failOnDataLoss says) instead of reading the topic again from its
@@ -308,8 +316,9 @@ def test_a_flipped_id_in_one_partition_is_damage_not_a_recreation(
         for p in range(3):
             mgr.append("t", p, _batch(f"p{p}-", 4))
         mgr.checkpoint_high_watermarks()
-    source = SeglogStreamReader({"path": str(tmp_path), "subscribe": "t",
-                                 "failOnDataLoss": fail_on_data_loss}, None)  # type: ignore[arg-type]
+    source = SeglogStreamReader(
+        {"path": str(tmp_path), "subscribe": "t", "failOnDataLoss": fail_on_data_loss}, None
+    )  # type: ignore[arg-type]
     first = source.latestOffset(source.initialOffset(), None)  # type: ignore[arg-type]
     assert offsets_from_json(first) == {("t", p): 4 for p in range(3)}
     path = tmp_path / "t-1" / PARTITION_METADATA_FILE
@@ -319,8 +328,11 @@ def test_a_flipped_id_in_one_partition_is_damage_not_a_recreation(
     damaged[i] = ord("B") if damaged[i] != ord("B") else ord("C")  # still a valid id
     path.write_bytes(bytes(damaged))
     log_readers.close_all()  # a restarted driver
-    with pytest.raises(CorruptPartitionMetadataError, match=r"'t' hold different topic ids"
-                       r".* in partition\(s\) 1;|in partition\(s\) 1\)"):
+    with pytest.raises(
+        CorruptPartitionMetadataError,
+        match=r"'t' hold different topic ids"
+        r".* in partition\(s\) 1;|in partition\(s\) 1\)",
+    ):
         source.latestOffset(first, None)  # type: ignore[arg-type]
     path.write_bytes(good)
     log_readers.close_all()
@@ -360,8 +372,7 @@ def test_a_topic_recreated_after_the_task_checked_it_is_never_read_under_the_old
     store.close()
 
 
-def test_a_recreated_directory_that_got_the_old_inode_back_is_read_as_the_new_topic(
-        tmp_path):
+def test_a_recreated_directory_that_got_the_old_inode_back_is_read_as_the_new_topic(tmp_path):
     """ext4 gives a re-created directory the deleted one's inode number at once: a
     worker's cached entry of the same inode but another id is replaced, so a plan made
     with the new id reads the new topic (forced here, whatever the filesystem does)."""
@@ -369,7 +380,10 @@ def test_a_recreated_directory_that_got_the_old_inode_back_is_read_as_the_new_to
     store.create("old", 3)
     old_id = _plan(store.uri, 0, 3).topic_id
     assert _values(ReadRange((store.uri,), "t", 0, 0, 3, topic_id=old_id)) == [
-        b"old0", b"old1", b"old2"]
+        b"old0",
+        b"old1",
+        b"old2",
+    ]
     store.delete()
     store.create("new", 3)
     new_id = read_topic_id(tmp_path / "t-0")  # what a driver in another process plans
@@ -379,5 +393,8 @@ def test_a_recreated_directory_that_got_the_old_inode_back_is_read_as_the_new_to
         assert entry.topic_id == old_id
         entry.inode = os.stat(tmp_path / "t-0").st_ino  # as if the number came back
     assert _values(ReadRange((store.uri,), "t", 0, 0, 3, topic_id=new_id)) == [
-        b"new0", b"new1", b"new2"]
+        b"new0",
+        b"new1",
+        b"new2",
+    ]
     store.close()
