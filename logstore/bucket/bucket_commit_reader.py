@@ -305,15 +305,18 @@ class CommitLogReader:
             self._unchecked = {}
         versions = sorted(set(mine) & set(sizes))
         read_back = set(versions[-MAX_READ_BACK:]) if others else set()
-        for version in versions:
+        suspects = [v for v in versions if v in read_back or sizes[v] != len(mine[v][0])]
+        # All at once: after another writer's commit a writer may read back dozens of its
+        # own, and one GET after the other would hold its caller that many round trips.
+        fetched = self._fetch(suspects)
+        for version in suspects:
             data, operation = mine[version]
-            if version not in read_back and sizes[version] == len(data):
-                continue
-            key = self.layout.commit_key(version)
-            try:
-                found = self.storage.read(key)
-            except FileNotFoundError:
-                continue  # listed, then collected: the fold says if anything is wrong
+            found = fetched.get(version)
+            if found is None:
+                try:
+                    found = self.storage.read(self.layout.commit_key(version))
+                except FileNotFoundError:
+                    continue  # listed, then collected: the fold says if anything is wrong
             if found != data:
                 self._state = BucketState()
                 self._load()

@@ -42,12 +42,6 @@ def _stage(opts: SinkOptions, batch: int) -> StagedTask:
     return stage_rows(opts, columns, [data], SINK, batch, 0, 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # the round trips only: the set-up's checks fail for real
-    reason="routed (h53 -> the commit log's owner): CommitLog._check_own_commits reads "
-    "its own commits back one GET at a time; read them at once (as _fetch does)",
-)
 def test_the_commit_after_a_merge_waits_a_few_round_trips(bucket_server, proxy) -> None:
     uri = f"s3://{bucket_server.create_bucket()}/logs"
     opts = SinkOptions.parse(
