@@ -10,19 +10,24 @@ batch_id)`` reads and writes no data byte. It:
 2. takes this process's writer of the bucket (``bucket_writer``: one manager per
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing. The logs
-   of the batch's topics are refreshed (one LIST each, at once, a GET per new commit;
-   the catalog too for a topic not known yet) at the same time as step 3
-   (``sink_bucket_checks.check_and_refresh``), the whole writer first when there are
-   losers to delete; not at all when this very commit opened it. The ledger is checked
-   again on whatever state the commit is built on, so a replay is found however the
-   view was come by (one found only there is reported skipped all the same);
-3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
-   is there with the size its task uploaded (uploads are never judged by their age: the
-   collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
-   micro-batch's driver commit is this LIST (beside the refresh's) and the conditional
-   PUT of step 4: two sequential round trips, three when another writer committed since
-   (``tests/streaming/test_sink_round_trips.py``);
+   already, whatever its uploads look like; an empty batch commits nothing. A steady
+   micro-batch's commit neither refreshes the writer nor looks at its uploads: the
+   writer made the last commit of its topics' logs unless another writer committed
+   since (a merge, another query, a producer), and then the create of step 4 loses and
+   the commit log folds what it missed and builds again, the ledger checked on the new
+   state, so a replay is found however stale the view was. The driver's commit is then
+   ONE round trip, its conditional PUT (``tests/streaming/test_sink_round_trips.py``);
+   a lost race adds the commit log's LIST and GET and a second create;
+3. with a writer opened by this very commit (a query's first micro-batch) or a topic
+   the writer does not know (one the commit creates, or another writer's new one), the
+   look of before: the logs of the batch's topics refreshed (the catalog too for a topic
+   not known yet) beside one flat LIST of ``<sink>/<batch>/``
+   (``sink_bucket_checks.check_and_refresh``; the LIST runs beside the writer's open),
+   which checks that every object it will reference is there with the size its task
+   uploaded. A steady commit trusts its tasks' PUTs instead: a task reports a fragment
+   only after the store acknowledged its objects, their keys are its attempt's own, and
+   nothing deletes an unsettled batch's uploads (the collector keeps a batch in flight,
+   ``bucket_staging``; aborts and clean-ups delete only attempts the commit decided);
 4. commits, through the bucket's commit log (``BucketLogs.commit_steps``, a loop it drives),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -234,12 +239,24 @@ class BucketPublication:
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
-        # A view LISTed during this commit (the writer's open, a refresh for losers) is
-        # as fresh as a refresh now would make it.
-        listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
-        if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
-                                 refresh=not listed_now, listing=self.listing):
-            return None  # the fresh view's ledger holds the batch: a replay
+        known = all(tp[0] in self.mgr.state.topics for tp in plan)
+        if self.listing is not None or not known:
+            # The writer opened by this commit (its uploads' LIST ran beside the open:
+            # checked for free), or a topic it does not know (created by another writer,
+            # or by nobody yet: the catalog says): today's look before the commit. A
+            # view LISTed during this commit (the open, a refresh for losers) is as
+            # fresh as a refresh now would make it.
+            listed_now = (self.mgr.commits.view_age_ms()
+                          <= self.clock.monotonic_ms() - self.started_ms)
+            if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
+                                     refresh=not listed_now, listing=self.listing):
+                return None  # the fresh view's ledger holds the batch: a replay
+        # Else the conditional PUT alone, on the writer's view, neither refreshed nor the
+        # uploads LISTed (module docstring, step 3): the writer made the last commit of
+        # its topics' logs unless another writer committed since, and then the create
+        # loses and the commit log folds the winner and builds again, the ledger checked
+        # on the new state. A view older than the commit log's MAX_VIEW_AGE_MS is LISTed
+        # first by the commit log itself.
         assumed = b.topics()
         published: list[PublishedPartition] = []
         maintain = aged = False
