@@ -114,6 +114,15 @@ def reader(log_dirs: Iterable[str],
         raise
 
 
+def peek(log_dirs: Iterable[str],
+         storage: StorageOptions = NO_STORAGE_OPTIONS) -> LogDirsView | None:
+    """The process's reader of ``log_dirs`` if one is open, else None (never opens one:
+    a caller on a critical path that can do without it)."""
+    with _lock:
+        _forget_parent()
+        return _readers.get((tuple(log_dirs), storage))
+
+
 def _open(key: _Key) -> LogDirsView:
     """A reader of local log dirs, or (one bucket URI) the bucket's read-only manager,
     which answers the same calls from the bucket's commit log (one LIST per refresh)."""

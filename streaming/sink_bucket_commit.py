@@ -67,6 +67,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket.bucket_commit_log import Attempt, Change
@@ -110,7 +111,7 @@ from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagedTask, fragments_of
 
 if TYPE_CHECKING:
-    pass
+    from .sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
@@ -140,14 +141,17 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
     tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
 
-    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK,
+                 view: TopicView | None = None) -> None:
         super().__init__(options, clock)
+        self.view = view
+        """The driver's view of the topics, for a task's staging (``sink_view``)."""
         self.started_ms = clock.monotonic_ms()
         """When this commit began (``remove_losers``, its first step, sets it again: a
         backend may serve several): a view LISTed since was LISTed by it."""
 
     def stage_rows(self) -> sink_protocol.StageRows:
-        return stage_rows
+        return partial(stage_rows, view=self.view)
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         """With losers (other attempts of a task: rare), refreshes the process's writer
@@ -159,7 +163,7 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
             return 0  # the writer is opened by ``begin``, beside the uploads' LIST
         mgr = bucket_writer(self.options, self.clock)
         mgr.refresh()
-        return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
+        return delete_fragments(mgr.storage, _unreferenced(mgr.state, _all(losers)))
 
     def commit_empty(self, batch: SinkBatch) -> int:
         """A batch without rows commits nothing (a replay of one included)."""
@@ -167,7 +171,7 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         if batch.use_ledger and ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
             logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
                         batch.batch_id, batch.sink_id, mgr.uri)
-            return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
+            return delete_fragments(mgr.storage, _unreferenced(mgr.state, _all(batch.chosen)))
         return 0
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
@@ -311,7 +315,7 @@ class BucketPublication:
         file.delete.delay.ms instead)."""
         if self.done is not None and self.settled:
             return 0
-        return delete_fragments(self.mgr, _unreferenced(self.mgr.state,
+        return delete_fragments(self.mgr.storage, _unreferenced(self.mgr.state,
                                                         _all(self.batch.chosen)))
 
     def maintain(self) -> None:
@@ -486,7 +490,7 @@ def abort_uploads(mgr: BucketLogManager, tasks: Sequence[StagedTask], batch_id: 
         logger.error("batch %d of sink %s is aborted, but its commit landed in %s (%d "
                      "fragment(s) are published): its data IS visible; do not write it "
                      "again", batch_id, tasks[0].sink_id, mgr.uri, len(fragments) - len(dead))
-    removed = delete_fragments(mgr, dead)
+    removed = delete_fragments(mgr.storage, dead)
     logger.info("aborted batch %d: deleted %d uploaded object(s)", batch_id, removed)
     return removed
 
