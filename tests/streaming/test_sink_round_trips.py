@@ -18,7 +18,8 @@ from s3_proxy import RequestRecord, S3Proxy, sequential_round_trips
 
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
-from seglog.streaming import log_writers
+from seglog.logstore.util.clock import SYSTEM_CLOCK
+from seglog.streaming import log_writers, sink_bucket_merger
 from seglog.streaming.errors import SinkCommitError
 from seglog.streaming.sink_bucket_commit import commit
 from seglog.streaming.sink_bucket_staging import stage_rows
@@ -128,6 +129,23 @@ def test_another_writers_commit_costs_the_lost_create_then_the_commit_log_look(p
     assert kinds["CONDITIONAL_PUT"] == 2 and kinds["LIST"] == 1, made
     assert trips <= 5
     assert published_values(uri) == expected_values(0, 1) + Counter([b"producer"])
+
+
+def test_the_background_merge_does_not_make_the_next_commit_lose_its_create(proxy, uri):
+    opts = options(uri, mergeMinSegments="3")
+    for batch in range(3):  # a segment per partition each: the third commit asks a merge
+        commit([stage(opts, batch)], batch, opts)
+    assert sink_bucket_merger.wait_all(60)
+    merger = sink_bucket_merger.background_merger(uri, opts.storage, SYSTEM_CLOCK)
+    assert merger.merged == 3 * 3
+    made, trips = driver_commit(proxy, opts, [stage(opts, 3)], 3)
+    # The merges (one commit per partition) were made through the commit's own writer:
+    # its state holds them, and the next version is created at once. Before (a manager
+    # of the merger's own): the create lost to the merges' commits, then the commit
+    # log's LIST and GETs, and the create again (5 round trips).
+    assert [r.kind for r in made] == ["CONDITIONAL_PUT"], made
+    assert trips == 1
+    assert published_values(uri) == expected_values(0, 1, 2, 3)
 
 
 def test_the_first_micro_batch_opens_the_writer_in_parallel_and_maintains_later(proxy, uri):
