@@ -55,8 +55,15 @@ from seglog.streaming.sink_bucket_commit import commit  # noqa: E402
 from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
-STEPS = ("publish", "latestOffset", "read task", "sink planning", "sink task", "commit",
-         "consumer look")
+STEPS = (
+    "publish",
+    "latestOffset",
+    "read task",
+    "sink planning",
+    "sink task",
+    "commit",
+    "consumer look",
+)
 SKIP = 2
 T = TypeVar("T")
 
@@ -98,8 +105,11 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
-    parser.add_argument("--no-view", action="store_true",
-                        help="the sink task looks at its topic itself (before sink_view)")
+    parser.add_argument(
+        "--no-view",
+        action="store_true",
+        help="the sink task looks at its topic itself (before sink_view)",
+    )
     args = parser.parse_args()
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None

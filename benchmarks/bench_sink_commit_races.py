@@ -47,14 +47,17 @@ ROWS = 30
 
 
 def _rows(batch: int, task: int) -> pa.RecordBatch:
-    return pa.record_batch({
-        "key": pa.array([f"k{i}" for i in range(ROWS)], pa.string()),
-        "value": pa.array([b"b%d-t%d-%d" % (batch, task, i) for i in range(ROWS)]),
-    })
+    return pa.record_batch(
+        {
+            "key": pa.array([f"k{i}" for i in range(ROWS)], pa.string()),
+            "value": pa.array([b"b%d-t%d-%d" % (batch, task, i) for i in range(ROWS)]),
+        }
+    )
 
 
-def run(proxy: S3Proxy, server: MotoServer | SeaweedServer, args: argparse.Namespace,
-        merges: bool) -> tuple[int, int, list[int]]:
+def run(
+    proxy: S3Proxy, server: MotoServer | SeaweedServer, args: argparse.Namespace, merges: bool
+) -> tuple[int, int, list[int]]:
     """(commits that lost a race, segments merged, round trips of each commit)."""
     uri = f"s3://{server.create_bucket('races')}/out"
     with LogManager(uri) as mgr:
@@ -66,8 +69,10 @@ def run(proxy: S3Proxy, server: MotoServer | SeaweedServer, args: argparse.Names
     trips: list[int] = []
     for batch in range(args.batches):
         view = sink_view.driver_view(opts, all_topics=False)
-        staged = [stage_rows(opts, columns, [_rows(batch, t)], "races", batch, t, 0, view=view)
-                  for t in range(args.tasks)]
+        staged = [
+            stage_rows(opts, columns, [_rows(batch, t)], "races", batch, t, 0, view=view)
+            for t in range(args.tasks)
+        ]
         since = proxy.clock()
         commit(staged, batch, opts)
         trips.append(sequential_round_trips(proxy.requests(since)))
@@ -102,13 +107,17 @@ def main() -> None:
     ):
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
         results = {merges: run(proxy, server, args, merges) for merges in (True, False)}
-    print(f"{'SeaweedFS' if use_seaweed else 'moto'} at {args.delay_ms:.0f} ms a request; "
-          f"{args.batches} micro-batches of {args.tasks} tasks, {args.gap_ms:.0f} ms apart; "
-          f"load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{'SeaweedFS' if use_seaweed else 'moto'} at {args.delay_ms:.0f} ms a request; "
+        f"{args.batches} micro-batches of {args.tasks} tasks, {args.gap_ms:.0f} ms apart; "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
     print(f"  {'merges':>8}  lost races  merged away  commit trips (median, max)")
     for merges, (lost, merged, trips) in results.items():
-        print(f"  {'on' if merges else 'off':>8}  {lost:10d}  {merged:11d}  "
-              f"{statistics.median(trips):5.1f}, {max(trips)}")
+        print(
+            f"  {'on' if merges else 'off':>8}  {lost:10d}  {merged:11d}  "
+            f"{statistics.median(trips):5.1f}, {max(trips)}"
+        )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import LogDirError, SeglogError
 from seglog.logstore.storage.file_names import partition_dir_name
 from seglog.logstore.storage.object_storage import ObjectStorage
-from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.storage.object_store_config import StorageOptions, redact_uris
 from seglog.logstore.storage.storage import LOCAL, Storage
 
 from .log_readers import reader
@@ -38,8 +38,7 @@ from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagingTopic, check_partition_count
 from .sink_view import TopicView
 
-__all__ = ["LocalTopics", "BucketTopics", "shared_bucket", "shared_storage",
-           "forget_storages"]
+__all__ = ["LocalTopics", "BucketTopics", "shared_bucket", "shared_storage", "forget_storages"]
 
 
 class LocalTopics:
@@ -174,8 +173,7 @@ def _config(overrides: dict[str, str]) -> LogConfig:
     key = tuple(sorted(overrides.items()))
     config = _configs.get(key)
     if config is None:
-        config = _configs[key] = LogConfig.from_properties(overrides,
-                                                           base=LogConfig.of(None))
+        config = _configs[key] = LogConfig.from_properties(overrides, base=LogConfig.of(None))
     return config
 
 

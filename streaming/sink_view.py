@@ -47,8 +47,14 @@ from .sink_options import SinkOptions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TopicView", "driver_view", "REFRESH_AFTER_MS", "SHIP_MAX_AGE_MS",
-           "VIEW_MAX_TOPICS", "wait_refreshes"]
+__all__ = [
+    "TopicView",
+    "driver_view",
+    "REFRESH_AFTER_MS",
+    "SHIP_MAX_AGE_MS",
+    "VIEW_MAX_TOPICS",
+    "wait_refreshes",
+]
 
 REFRESH_AFTER_MS = 1_000
 """A view older than this (since its last LIST) starts a background refresh."""
@@ -87,14 +93,19 @@ def driver_view(options: SinkOptions, *, all_topics: bool) -> TopicView | None:
     age = mgr.commits.view_age_ms()
     state = mgr.state
     wanted = [options.topic] if options.topic is not None else []
-    names = list(state.topics) if all_topics and len(state.topics) <= VIEW_MAX_TOPICS \
+    names = (
+        list(state.topics)
+        if all_topics and len(state.topics) <= VIEW_MAX_TOPICS
         else [t for t in wanted if t in state.topics]
+    )
     if age >= REFRESH_AFTER_MS or any(t not in state.topics for t in wanted):
         _refresh_later(options.log_dirs, options.storage)
     if age >= SHIP_MAX_AGE_MS:
         return None
-    topics = {t: (state.topics[t].partitions, tuple(sorted(state.topics[t].config.items())))
-              for t in names}
+    topics = {
+        t: (state.topics[t].partitions, tuple(sorted(state.topics[t].config.items())))
+        for t in names
+    }
     return TopicView(topics, state.version)
 
 
@@ -109,8 +120,7 @@ def _refresh_later(log_dirs: tuple[str, ...], storage: StorageOptions) -> None:
     with _lock:
         if key in _in_flight:
             return
-        thread = threading.Thread(target=_refresh, args=key, daemon=True,
-                                  name="seglog-sink-view")
+        thread = threading.Thread(target=_refresh, args=key, daemon=True, name="seglog-sink-view")
         _in_flight[key] = thread
     thread.start()
 
@@ -123,8 +133,9 @@ def _refresh(log_dirs: tuple[str, ...], storage: StorageOptions) -> None:
     except (SeglogError, OSError) as e:
         # The view stays as it was (or absent): the tasks look for themselves, and
         # report this trouble themselves if it lasts.
-        logger.info("the sink's view of %s could not be refreshed: %s",
-                    redact_uris(list(log_dirs)), e)
+        logger.info(
+            "the sink's view of %s could not be refreshed: %s", redact_uris(list(log_dirs)), e
+        )
     finally:
         with _lock:
             _in_flight.pop((tuple(log_dirs), storage), None)

@@ -49,10 +49,12 @@ def test_the_shipped_writer_carries_the_view_and_its_task_only_puts(bucket_serve
     task_side = _planned(options)
     sink_view.wait_refreshes()
     assert task_side.view is not None and task_side.view.get("out") == (2, {})
-    rows = pa.record_batch({
-        "key": pa.array([f"k{i}" for i in range(20)], pa.string()),
-        "value": pa.array([b"v%d" % i for i in range(20)], pa.binary()),
-    })
+    rows = pa.record_batch(
+        {
+            "key": pa.array([f"k{i}" for i in range(20)], pa.string()),
+            "value": pa.array([b"v%d" % i for i in range(20)], pa.binary()),
+        }
+    )
     since = proxy.clock()
     staged = task_side.backend().stage(task_side.columns, [rows], "query", 0, 0, 0)
     made = proxy.requests(since)

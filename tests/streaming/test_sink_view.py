@@ -56,8 +56,9 @@ def rows(batch: int, topics: list[str] | None = None) -> pa.RecordBatch:
     return pa.record_batch(data)
 
 
-def stage(opts: SinkOptions, batch: int, view: TopicView | None,
-          topics: list[str] | None = None) -> StagedTask:
+def stage(
+    opts: SinkOptions, batch: int, view: TopicView | None, topics: list[str] | None = None
+) -> StagedTask:
     data = rows(batch, topics)
     columns = SinkColumns.resolve(data.schema, default_topic=opts.topic)
     return stage_rows(opts, columns, [data], SINK, batch, 0, 0, view=view)
@@ -110,8 +111,7 @@ def test_a_task_with_the_drivers_view_only_puts(proxy, uri):
     assert values(uri) == expected(0, 1, 2, 3)
 
 
-def test_a_topic_the_sink_creates_is_looked_up_by_the_task_until_the_view_holds_it(proxy,
-                                                                                   uri):
+def test_a_topic_the_sink_creates_is_looked_up_by_the_task_until_the_view_holds_it(proxy, uri):
     opts = options(uri, numPartitions="2")
     planned_view(opts)  # the reader opens: no topic yet
     view = planned_view(opts)
@@ -152,7 +152,8 @@ def test_rows_naming_their_topics_use_the_view_of_every_topic(proxy, uri):
 
 
 def test_partitions_added_after_the_planning_refuse_the_batch_and_a_fresh_look_publishes(
-        proxy, uri):
+    proxy, uri
+):
     with LogManager(uri) as mgr:
         mgr.create_topic(TOPIC, 2)
     opts = options(uri)
@@ -161,10 +162,12 @@ def test_partitions_added_after_the_planning_refuse_the_batch_and_a_fresh_look_p
     with LogManager(uri) as mgr:
         mgr.add_partitions(TOPIC, 4)
     stale = stage(opts, 1, view)  # routed for 2 partitions
-    with pytest.raises(SinkCommitError,
-                       match=f"topic '{TOPIC}' .* has 4 partition\\(s\\) but the tasks routed "
-                             "rows for 2: it changed during the batch; batch 1 is not "
-                             "published"):
+    with pytest.raises(
+        SinkCommitError,
+        match=f"topic '{TOPIC}' .* has 4 partition\\(s\\) but the tasks routed "
+        "rows for 2: it changed during the batch; batch 1 is not "
+        "published",
+    ):
         commit([stale], 1, opts)
     assert values(uri) == expected(0)
     # The restarted query's planning: its view catches up (or, too old, is not shipped).
@@ -183,8 +186,10 @@ def test_a_config_changed_after_the_planning_refuses_the_batch(proxy, uri):
     with LogManager(uri) as mgr:
         mgr.alter_topic_config(TOPIC, {"max.message.bytes": "100000"})
     stale = stage(opts, 1, view)
-    with pytest.raises(SinkCommitError, match=f"topic '{TOPIC}' .* changed its config during "
-                                              "batch 1 .*max.message.bytes"):
+    with pytest.raises(
+        SinkCommitError,
+        match=f"topic '{TOPIC}' .* changed its config during batch 1 .*max.message.bytes",
+    ):
         commit([stale], 1, opts)
     assert values(uri) == expected(0)
     view = planned_view(opts)
@@ -203,8 +208,9 @@ def test_a_topic_deleted_and_created_again_after_the_planning(proxy, uri):
     with LogManager(uri) as mgr:
         mgr.delete_topic(TOPIC)
         mgr.create_topic(TOPIC, 3)
-    with pytest.raises(SinkCommitError, match="has 3 partition\\(s\\) but the tasks routed "
-                                              "rows for 2"):
+    with pytest.raises(
+        SinkCommitError, match="has 3 partition\\(s\\) but the tasks routed rows for 2"
+    ):
         commit([stage(opts, 1, view)], 1, opts)
     # Created again with the same settings: the rows were routed and checked as the new
     # topic wants them, so the batch goes there (as a producer's would), exactly once.
