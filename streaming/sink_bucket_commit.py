@@ -11,23 +11,17 @@ batch_id)`` reads and writes no data byte. It:
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
    already, whatever its uploads look like; an empty batch commits nothing. A steady
-   micro-batch's commit neither refreshes the writer nor looks at its uploads: the
-   writer made the last commit of its topics' logs unless another writer committed
-   since (a merge, another query, a producer), and then the create of step 4 loses and
-   the commit log folds what it missed and builds again, the ledger checked on the new
-   state, so a replay is found however stale the view was. The driver's commit is then
-   ONE round trip, its conditional PUT (``tests/streaming/test_sink_round_trips.py``);
-   a lost race adds the commit log's LIST and GET and a second create;
-3. with a writer opened by this very commit (a query's first micro-batch) or a topic
-   the writer does not know (one the commit creates, or another writer's new one), the
-   look of before: the logs of the batch's topics refreshed (the catalog too for a topic
-   not known yet) beside one flat LIST of ``<sink>/<batch>/``
-   (``sink_bucket_checks.check_and_refresh``; the LIST runs beside the writer's open),
-   which checks that every object it will reference is there with the size its task
-   uploaded. A steady commit trusts its tasks' PUTs instead: a task reports a fragment
-   only after the store acknowledged its objects, their keys are its attempt's own, and
-   nothing deletes an unsettled batch's uploads (the collector keeps a batch in flight,
-   ``bucket_staging``; aborts and clean-ups delete only attempts the commit decided);
+   commit neither refreshes the writer nor LISTs its uploads: the writer made the last
+   commit of its topics' logs unless another writer committed since, and then the
+   create of step 4 loses and the commit log folds what it missed and builds again, the
+   ledger checked on the new state. So the driver's commit is ONE round trip, its
+   conditional PUT (``tests/streaming/test_sink_round_trips.py``). The uploads are
+   trusted on their tasks' acknowledged PUTs (attempt-unique keys; nothing deletes an
+   unsettled batch's uploads: ``bucket_staging.InFlight``);
+3. only a writer opened by this very commit (a query's first micro-batch), or a topic it
+   does not know, looks first (``sink_bucket_checks.check_and_refresh``): the logs of
+   the batch's topics refreshed beside one flat LIST of ``<sink>/<batch>/`` (beside the
+   writer's open), which checks each referenced object's size;
 4. commits, through the bucket's commit log (``BucketLogs.commit_steps``, a loop it drives),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -156,11 +150,10 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         """With losers (other attempts of a task: rare), refreshes the process's writer
         first (one LIST): a loser's upload is deleted only when no commit this process
-        can see references it. Without, no request: the commit refreshes beside the
-        LIST of its uploads (``BucketPublication.publish``)."""
+        can see references it. Without, no request (``BucketPublication.publish``)."""
         self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
         if not losers:
-            return 0  # the writer is opened by ``begin``, beside the uploads' LIST
+            return 0  # the writer is opened by ``begin`` (beside the uploads' LIST)
         mgr = bucket_writer(self.options, self.clock)
         mgr.refresh()
         return delete_fragments(mgr.storage, _unreferenced(mgr.state, _all(losers)))
@@ -232,35 +225,28 @@ class BucketPublication:
                      if ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads (refreshing the writer at the same time), then one
-        conditional commit per log (a lost race builds again): the legacy topics
+        """One conditional commit per log (a lost race builds again; a first commit or
+        an unknown topic checks the uploads and refreshes first): the legacy topics
         together, each topic in its own log alone, in that order
         (``bucket_view.topic_groups``), each carrying the sink's ledger, so a replay
         publishes exactly the topics whose log lacks the batch. ``replayed`` judged on
-        the view before this refresh: a topic found to hold the batch here is left out
-        of the result, which ``sink_protocol`` reports as skipped."""
+        the view before: a topic found to hold the batch here (a refresh, a lost race)
+        is left out of the result, which ``sink_protocol`` reports as skipped."""
         if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
         known = all(tp[0] in self.mgr.state.topics for tp in plan)
-        if self.listing is not None or not known:
-            # The writer opened by this commit (its uploads' LIST ran beside the open:
-            # checked for free), or a topic it does not know (created by another writer,
-            # or by nobody yet: the catalog says): today's look before the commit. A
-            # view LISTed during this commit (the open, a refresh for losers) is as
+        if self.listing is not None or not known:  # step 3 of the module docstring
+            # A view LISTed during this commit (the open, a refresh for losers) is as
             # fresh as a refresh now would make it.
             listed_now = (self.mgr.commits.view_age_ms()
                           <= self.clock.monotonic_ms() - self.started_ms)
             if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
                                      refresh=not listed_now, listing=self.listing):
                 return None  # the fresh view's ledger holds the batch: a replay
-        # Else the conditional PUT alone, on the writer's view, neither refreshed nor the
-        # uploads LISTed (module docstring, step 3): the writer made the last commit of
-        # its topics' logs unless another writer committed since, and then the create
-        # loses and the commit log folds the winner and builds again, the ledger checked
-        # on the new state. A view older than the commit log's MAX_VIEW_AGE_MS is LISTed
-        # first by the commit log itself.
+        # Else the conditional PUT alone, on the writer's view (step 2): a stale one loses
+        # the create; one older than the commit log's MAX_VIEW_AGE_MS is LISTed by it.
         assumed = b.topics()
         published: list[PublishedPartition] = []
         maintain = aged = False

@@ -4,13 +4,13 @@ A write task does what it does for a local dir (``sink_stager.PartitionStager``:
 same routing, murmur2 placement, encoder, producerId/micro-batch stamping and checks),
 but its output goes to the bucket, never through the driver:
 
-1. The topic's partition count and config come from this process's shared reader of
-   the bucket (``sink_topics.BucketTopics``, handed to the stager and the area alike:
-   opened once per Python worker, so a task reads the commits made since the last one,
-   never the history). A task refreshes only the log of each topic it writes, once, when
-   it meets the topic (one LIST, a GET per new commit), not the catalog and the other
-   topics' logs as well; all of them only for a topic that has no log of its own in the
-   reader yet (new to it, or a legacy topic).
+1. The topic's partition count and config come from the driver's view shipped with the
+   writer (``sink_view``: no request, so the task's critical path is its PUTs); a topic
+   the view lacks (none shipped, or one created since) from this process's shared reader
+   of the bucket (``sink_topics.BucketTopics``, handed to the stager and the area
+   alike: opened once per Python worker, so a task reads the commits made since the
+   last one, never the history): the log of that topic refreshed once (one LIST, a GET
+   per new commit), the catalog too for a topic with no log of its own in the reader.
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.

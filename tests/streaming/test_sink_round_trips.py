@@ -1,7 +1,8 @@
 """The bucket sink's requests, counted through the delaying proxy (``tests/s3_proxy.py``):
-a steady micro-batch's driver commit is two sequential round trips (the LIST of its
-uploads beside the refresh's LIST, then the conditional PUT), a query's first
-micro-batch a few more (the writer's open, made in parallel; no maintenance); a task
+a steady micro-batch's driver commit is one round trip (its conditional PUT; the
+background merger's commits, made through the same writer, do not make it lose), a
+query's first micro-batch a few more (the writer's open, made in parallel beside the
+LIST of its uploads; no maintenance); a task
 PUTs its objects side by side and a read GETs many small segments at once. Exactly once
 holds whatever the view: another driver's commit of the same batch is found as a
 replay, with or without this run's uploads, and a missing upload still fails."""
