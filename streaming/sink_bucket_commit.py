@@ -18,10 +18,10 @@ batch_id)`` reads and writes no data byte. It:
    conditional PUT (``tests/streaming/test_sink_round_trips.py``). The uploads are
    trusted on their tasks' acknowledged PUTs (attempt-unique keys; nothing deletes an
    unsettled batch's uploads: ``bucket_staging.InFlight``);
-3. only a writer opened by this very commit (a query's first micro-batch), or a topic it
-   does not know, looks first (``sink_bucket_checks.check_and_refresh``): the logs of
-   the batch's topics refreshed beside one flat LIST of ``<sink>/<batch>/`` (beside the
-   writer's open), which checks each referenced object's size;
+3. a writer opened by this commit (a query's first micro-batch), a topic it does not
+   know, or a sink whose last commit lost its create (``_CONTENDED``: another writer of
+   its topics) looks first (``sink_bucket_checks.check_and_refresh``): its topics' logs
+   refreshed beside one LIST of ``<sink>/<batch>/`` that checks every upload's size;
 4. commits, through the bucket's commit log (``BucketLogs.commit_steps``, a loop it drives),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -35,14 +35,11 @@ batch_id)`` reads and writes no data byte. It:
    around the create is settled by a refresh (``_settle``): landed (the ledger holds the
    batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
-6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
-   in the ledger, so every process agrees; a new sink's first commit starts the
-   interval), runs retention and collection (metadata
-   commits, listings, deletes); then, if small segments are due for a merge
-   (``sink_bucket_merge.merges_due``: by count, and every partition of the sink's
-   topics when maintenance ran; planned on the state the commit left, no request),
-   hands them to this process's background merger (``sink_bucket_merger``) and returns
-   without waiting for it. Best effort after the publish: a failure is logged.
+6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (a
+   new sink's first commit starts the interval), runs retention and collection; then,
+   if small segments are due for a merge (``sink_bucket_merge.merges_due``, planned on
+   the state the commit left, no request), hands them to this process's background
+   merger (``sink_bucket_merger``) without waiting. Best effort: a failure is logged.
 
 Why exactly once: the fragments are invisible until the commit object exists, and the
 commit that makes them visible is the same object that advances the ledger; a create-if-
@@ -115,6 +112,11 @@ __all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
+
+_CONTENDED: set[tuple[str, str]] = set()
+"""(bucket, sink id) of this process whose last commit lost its create (another writer
+commits to its topics: another query, a producer): its next commits refresh first, as a
+lost create costs more (step 3), until a refresh finds nothing new."""
 
 
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
@@ -237,14 +239,18 @@ class BucketPublication:
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
         known = all(tp[0] in self.mgr.state.topics for tp in plan)
-        if self.listing is not None or not known:  # step 3 of the module docstring
+        contended = (self.mgr.uri, b.sink_id) in _CONTENDED
+        if self.listing is not None or not known or contended:  # step 3 of the docstring
             # A view LISTed during this commit (the open, a refresh for losers) is as
             # fresh as a refresh now would make it.
             listed_now = (self.mgr.commits.view_age_ms()
                           <= self.clock.monotonic_ms() - self.started_ms)
+            before = self.mgr.state.version
             if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
                                      refresh=not listed_now, listing=self.listing):
                 return None  # the fresh view's ledger holds the batch: a replay
+            if contended and self.mgr.state.version == before:
+                _CONTENDED.discard((self.mgr.uri, b.sink_id))  # nobody else wrote since
         # Else the conditional PUT alone, on the writer's view (step 2): a stale one loses
         # the create; one older than the commit log's MAX_VIEW_AGE_MS is LISTed by it.
         assumed = b.topics()
@@ -288,6 +294,8 @@ class BucketPublication:
         except KafkaStorageError as e:
             _settle(self.mgr, plan, b.sink_id, b.batch_id, b.use_ledger, e)  # raises unless landed
             self.settled = True
+        if self.mgr.commits.last_attempts > 1:
+            _CONTENDED.add((self.mgr.uri, b.sink_id))  # another writer of its topics
         return decided[0] if decided else None
 
     def fail(self) -> None:
