@@ -132,9 +132,7 @@ def test_another_writers_commit_costs_the_lost_create_then_the_commit_log_look(p
     assert published_values(uri) == expected_values(0, 1) + Counter([b"producer"])
 
 
-def test_two_queries_writing_one_topic_refresh_first_instead_of_losing_every_create(
-    proxy, uri
-):
+def test_two_queries_writing_one_topic_refresh_first_instead_of_losing_every_create(proxy, uri):
     mine, theirs = options(uri), _other_driver(uri, proxy)  # two writers of the bucket
 
     def staged(opts: SinkOptions, sink: str, batch: int) -> StagedTask:
