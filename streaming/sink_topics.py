@@ -100,8 +100,6 @@ class BucketTopics:
         self.bucket: BucketLogManager | None = None
         self.validated: dict[str, dict[str, str]] = {}
         """Per topic described, the config overrides its rows are checked against."""
-        self.looked: list[str] = []
-        """The topics this task looked up itself (not in the driver's view)."""
         self._refreshed: set[str] = set()
 
     def manager(self) -> BucketLogManager:
@@ -141,7 +139,6 @@ class BucketTopics:
             check_partition_count(options, name, partitions)
             self.validated[name] = overrides
             return StagingTopic(name, partitions, _config(overrides), {})
-        self.looked.append(name)
         mgr = self.refreshed([name])
         spec = mgr.state.topics.get(name)
         if spec is None:

@@ -69,11 +69,9 @@ task's pickle grows with them), else only its ``topic`` option's."""
 
 @dataclass(frozen=True, slots=True)
 class TopicView:
-    """Per topic: its partition count and config overrides, as the driver saw them at
-    ``version`` (the reader's merged view; for messages only)."""
+    """Per topic: its partition count and config overrides, as the driver saw them."""
 
     topics: Mapping[str, tuple[int, tuple[tuple[str, str], ...]]]
-    version: int
 
     def get(self, name: str) -> tuple[int, dict[str, str]] | None:
         held = self.topics.get(name)
@@ -106,7 +104,7 @@ def driver_view(options: SinkOptions, *, all_topics: bool) -> TopicView | None:
         t: (state.topics[t].partitions, tuple(sorted(state.topics[t].config.items())))
         for t in names
     }
-    return TopicView(topics, state.version)
+    return TopicView(topics)
 
 
 _lock = threading.Lock()
