@@ -16,8 +16,8 @@ batch_id)`` reads and writes no data byte. It:
    create of step 4 loses and the commit log folds what it missed and builds again, the
    ledger checked on the new state. So the driver's commit is ONE round trip, its
    conditional PUT (``tests/streaming/test_sink_round_trips.py``). The uploads are
-   trusted on their tasks' acknowledged PUTs (attempt-unique keys; nothing deletes an
-   unsettled batch's uploads: ``bucket_staging.InFlight``);
+   trusted on their tasks' acknowledged PUTs (attempt-unique keys, kept by the collector
+   while in flight: ``bucket_staging.InFlight``);
 3. a writer opened by this commit (a query's first micro-batch), a topic it does not
    know, or a sink whose last commit lost its create (``_CONTENDED``: another writer of
    its topics) looks first (``sink_bucket_checks.check_and_refresh``): its topics' logs
@@ -36,16 +36,14 @@ batch_id)`` reads and writes no data byte. It:
    batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
 6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (a
-   new sink's first commit starts the interval), runs retention and collection; then,
-   if small segments are due for a merge (``sink_bucket_merge.merges_due``, planned on
-   the state the commit left, no request), hands them to this process's background
-   merger (``sink_bucket_merger``) without waiting. Best effort: a failure is logged.
+   new sink's first commit starts it), runs retention and collection; then hands the
+   merges due (``merges_due``, no request) to the process's background merger
+   (``sink_bucket_merger``) without waiting. Best effort: a failure is logged.
 
-Why exactly once: the fragments are invisible until the commit object exists, and the
-commit that makes them visible is the same object that advances the ledger; a create-if-
-absent has one winner. A crash before the commit leaves orphans only; after it, the
-replay finds its batch id in the ledger. Named crash steps (``SEGLOG_CRASH_AT``,
-``sink_protocol.crash_point``): ``BUCKET_CRASH_STEPS``, plus the commit log's own ``after-upload``,
+Why exactly once: the fragments are invisible until the commit that also advances the
+ledger exists; a create-if-absent has one winner. A crash before the commit leaves
+orphans only; after it, the replay finds its batch id in the ledger. Crash steps
+(``SEGLOG_CRASH_AT``): ``BUCKET_CRASH_STEPS``, the commit log's ``after-upload``,
 ``after-commit`` and ``after-snapshot``; tasks have ``task-after-upload``.
 
 Not thread-safe: one commit at a time per sink (Spark commits micro-batches in order);
@@ -107,8 +105,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend",
-           "BucketPublication",
-           "BUCKET_CRASH_STEPS", "OPERATION"]
+           "BucketPublication", "BUCKET_CRASH_STEPS", "OPERATION"]
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
@@ -140,8 +137,7 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK,
                  view: TopicView | None = None) -> None:
         super().__init__(options, clock)
-        self.view = view
-        """The driver's view of the topics, for a task's staging (``sink_view``)."""
+        self.view = view  # the driver's view of the topics, for a task (``sink_view``)
         self.started_ms = clock.monotonic_ms()
         """When this commit began (``remove_losers``, its first step, sets it again: a
         backend may serve several): a view LISTed since was LISTed by it."""
@@ -251,8 +247,8 @@ class BucketPublication:
                 return None  # the fresh view's ledger holds the batch: a replay
             if contended and self.mgr.state.version == before:
                 _CONTENDED.discard((self.mgr.uri, b.sink_id))  # nobody else wrote since
-        # Else the conditional PUT alone, on the writer's view (step 2): a stale one loses
-        # the create; one older than the commit log's MAX_VIEW_AGE_MS is LISTed by it.
+        # Else the conditional PUT alone (step 2); the commit log LISTs a view older than
+        # its MAX_VIEW_AGE_MS itself.
         assumed = b.topics()
         published: list[PublishedPartition] = []
         maintain = aged = False
@@ -317,9 +313,8 @@ class BucketPublication:
             return
         if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
-        # Planned here on the state the commit left (no request); merged by this
-        # process's merger and not waited for: the next micro-batch must not wait for a
-        # merge (``sink_bucket_merger``).
+        # Planned on the state the commit left (no request); merged by the process's
+        # merger, not waited for: no micro-batch waits for a merge.
         written = {(p.topic, p.partition) for p in self.done.published}
         if merges_due(self.mgr, self.options, written, age_pass=self.done.merge_aged):
             background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
