@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from seglog.streaming.sink_staging import StagedTask
+    from seglog.streaming.sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
@@ -101,12 +102,17 @@ class ShippedOnce:
     options: SinkOptions
     columns: SinkColumns
     _described: bool = False
+    view: TopicView | None = None
+    """The driver's view of the destination's topics (``SinkDestination.topic_view``),
+    taken when the writer is pickled: the tasks stage with it instead of a look."""
 
     def __getstate__(self) -> dict[str, Any]:
         if not self._described:
             self._described = True
             if self._first_description():
                 describe_sink(self.options, self.columns.ignored)
+        self.view = sink_destination(self.options).topic_view(
+            all_topics=self.columns.topic is not None)
         return dict(self.__dict__)
 
     def _first_description(self) -> bool:
@@ -115,7 +121,7 @@ class ShippedOnce:
 
     def backend(self) -> SinkBackend:
         """The sink's backend (imported where a task stages or the driver commits)."""
-        return sink_destination(self.options).backend()
+        return sink_destination(self.options).backend(self.view)
 
 
 _DESCRIBED_QUERIES: set[str] = set()

@@ -1,6 +1,8 @@
-"""What the bucket sink's driver checks before its commit (``sink_bucket_commit``): the
-uploads its tasks reported are there with their sizes (``check_uploads``, one flat
-LIST, beside the refresh of the logs the batch writes: ``check_and_refresh``), and what
+"""What the bucket sink's driver checks before a commit whose writer's view it cannot
+trust (``sink_bucket_commit``, step 3: a writer opened by that commit, a topic it does
+not know): the uploads its tasks reported are there with their sizes (``check_uploads``,
+one flat LIST, beside the refresh of the logs the batch writes: ``check_and_refresh``),
+and what
 the sink's ledger holds (``ledger_batch``, per topic's log: ``holds``), which decides a
 replay. No commit is made here."""
 
@@ -41,18 +43,14 @@ def check_and_refresh(
     """Check the uploads (``check_uploads``, one LIST) and return True to commit, False
     when the batch turns out to be a replay.
 
-    The commit's critical path is this LIST and the conditional PUT: the writer's refresh
-    (``refresh``: one LIST of each log the plan writes, at once, a GET per commit other
-    writers made since) runs at the same time, not before it; ``listing``: the LIST made
-    already, beside the writer's open (``list_uploads``). A refresh skipped or racing
-    another writer's commit only costs a lost create (the commit log folds what it
-    missed and builds again, the ledger checked on the new state), but a writer that is
-    not refreshed
-    loses that race whenever anyone committed since its last look (a task's merge,
-    another query, a producer of the same log dir), which costs the lost create, a LIST
-    and a GET before the next create: two round trips more than the refresh's GET, for
-    one LIST request saved per micro-batch. A failed check is believed only on a refreshed
-    view: the ledger may hold the batch already (a replay is never refused)."""
+    Made only where the commit cannot trust its writer's view (a writer opened by this
+    commit, a topic it does not know: ``sink_bucket_commit``'s step 3); a steady commit
+    makes neither the LIST nor the refresh. Here the writer's refresh (``refresh``: one
+    LIST of each log the plan writes, at once, a GET per commit other writers made
+    since) runs beside the uploads' LIST, not before it; ``listing``: that LIST made
+    already, beside the writer's open (``list_uploads``). A failed check is believed
+    only on a refreshed view: the ledger may hold the batch already (a replay is never
+    refused)."""
     # Only the logs the commit writes: the catalog and other topics' logs cannot change
     # what it builds (a topic not known yet asks the catalog: BucketLogs.refresh).
     topics = sorted({t for t, _ in plan})

@@ -10,19 +10,18 @@ batch_id)`` reads and writes no data byte. It:
 2. takes this process's writer of the bucket (``bucket_writer``: one manager per
    process, so a commit reads the commits made since the last one, never the history)
    and reads the sink's ledger FIRST: a batch the ledger holds is a replay, published
-   already, whatever its uploads look like; an empty batch commits nothing. The logs
-   of the batch's topics are refreshed (one LIST each, at once, a GET per new commit;
-   the catalog too for a topic not known yet) at the same time as step 3
-   (``sink_bucket_checks.check_and_refresh``), the whole writer first when there are
-   losers to delete; not at all when this very commit opened it. The ledger is checked
-   again on whatever state the commit is built on, so a replay is found however the
-   view was come by (one found only there is reported skipped all the same);
-3. lists ``<sink>/<batch>/`` once (flat) and checks that every object it will reference
-   is there with the size its task uploaded (uploads are never judged by their age: the
-   collector keeps the uploads of a batch in flight, ``bucket_staging``). A steady
-   micro-batch's driver commit is this LIST (beside the refresh's) and the conditional
-   PUT of step 4: two sequential round trips, three when another writer committed since
-   (``tests/streaming/test_sink_round_trips.py``);
+   already, whatever its uploads look like; an empty batch commits nothing. A steady
+   commit neither refreshes the writer nor LISTs its uploads: the writer made the last
+   commit of its topics' logs unless another writer committed since, and then the
+   create of step 4 loses and the commit log folds what it missed and builds again, the
+   ledger checked on the new state. So the driver's commit is ONE round trip, its
+   conditional PUT (``tests/streaming/test_sink_round_trips.py``). The uploads are
+   trusted on their tasks' acknowledged PUTs (attempt-unique keys, kept by the collector
+   while in flight: ``bucket_staging.InFlight``);
+3. a writer opened by this commit (a query's first micro-batch), a topic it does not
+   know, or a sink whose last commit lost its create (``_CONTENDED``: another writer of
+   its topics) looks first (``sink_bucket_checks.check_and_refresh``): its topics' logs
+   refreshed beside one LIST of ``<sink>/<batch>/`` that checks every upload's size;
 4. commits, through the bucket's commit log (``BucketLogs.commit_steps``, a loop it drives),
    ONE new version that creates the missing topics (``createTopics``), turns each
    fragment into a segment entry of its partition with ``offset_delta`` = the offset
@@ -36,20 +35,15 @@ batch_id)`` reads and writes no data byte. It:
    around the create is settled by a refresh (``_settle``): landed (the ledger holds the
    batch, whatever became of its fragments since) means published;
 5. deletes the uploads no commit references: other attempts, and a replay's own;
-6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (kept
-   in the ledger, so every process agrees; a new sink's first commit starts the
-   interval), runs retention and collection (metadata
-   commits, listings, deletes); then, if small segments are due for a merge
-   (``sink_bucket_merge.merges_due``: by count, and every partition of the sink's
-   topics when maintenance ran; planned on the state the commit left, no request),
-   hands them to this process's background merger (``sink_bucket_merger``) and returns
-   without waiting for it. Best effort after the publish: a failure is logged.
+6. when ``maintenanceIntervalMs`` has passed since the ledger's ``maintained_ms`` (a
+   new sink's first commit starts it), runs retention and collection; then hands the
+   merges due (``merges_due``, no request) to the process's background merger
+   (``sink_bucket_merger``) without waiting. Best effort: a failure is logged.
 
-Why exactly once: the fragments are invisible until the commit object exists, and the
-commit that makes them visible is the same object that advances the ledger; a create-if-
-absent has one winner. A crash before the commit leaves orphans only; after it, the
-replay finds its batch id in the ledger. Named crash steps (``SEGLOG_CRASH_AT``,
-``sink_protocol.crash_point``): ``BUCKET_CRASH_STEPS``, plus the commit log's own ``after-upload``,
+Why exactly once: the fragments are invisible until the commit that also advances the
+ledger exists; a create-if-absent has one winner. A crash before the commit leaves
+orphans only; after it, the replay finds its batch id in the ledger. Crash steps
+(``SEGLOG_CRASH_AT``): ``BUCKET_CRASH_STEPS``, the commit log's ``after-upload``,
 ``after-commit`` and ``after-snapshot``; tasks have ``task-after-upload``.
 
 Not thread-safe: one commit at a time per sink (Spark commits micro-batches in order);
@@ -62,6 +56,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from seglog.logstore.bucket.bucket_commit_log import Attempt, Change
@@ -105,16 +100,20 @@ from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagedTask, fragments_of
 
 if TYPE_CHECKING:
-    pass
+    from .sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["commit", "abort", "bucket_writer", "staged_keys", "BucketSinkBackend",
-           "BucketPublication",
-           "BUCKET_CRASH_STEPS", "OPERATION"]
+           "BucketPublication", "BUCKET_CRASH_STEPS", "OPERATION"]
 
 BUCKET_CRASH_STEPS = ("bucket-after-plan", "bucket-after-commit", "bucket-after-cleanup")
 OPERATION = "sink_append"
+
+_CONTENDED: set[tuple[str, str]] = set()
+"""(bucket, sink id) of this process whose last commit lost its create (another writer
+commits to its topics: another query, a producer): its next commits refresh first, as a
+lost create costs more (step 3), until a refresh finds nothing new."""
 
 
 def commit(messages: Sequence[StagedTask | None], batch_id: int, options: SinkOptions, *,
@@ -135,26 +134,27 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
     """The sink over a bucket (``sink_protocol.SinkBackend``): fragments uploaded by the
     tasks (``sink_bucket_staging``), published by ``BucketPublication``."""
 
-    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, options: SinkOptions, clock: Clock = SYSTEM_CLOCK,
+                 view: TopicView | None = None) -> None:
         super().__init__(options, clock)
+        self.view = view  # the driver's view of the topics, for a task (``sink_view``)
         self.started_ms = clock.monotonic_ms()
         """When this commit began (``remove_losers``, its first step, sets it again: a
         backend may serve several): a view LISTed since was LISTed by it."""
 
     def stage_rows(self) -> sink_protocol.StageRows:
-        return stage_rows
+        return partial(stage_rows, view=self.view)
 
     def remove_losers(self, losers: Sequence[StagedTask]) -> int:
         """With losers (other attempts of a task: rare), refreshes the process's writer
         first (one LIST): a loser's upload is deleted only when no commit this process
-        can see references it. Without, no request: the commit refreshes beside the
-        LIST of its uploads (``BucketPublication.publish``)."""
+        can see references it. Without, no request (``BucketPublication.publish``)."""
         self.started_ms = self.clock.monotonic_ms()  # the commit's first step: its start
         if not losers:
-            return 0  # the writer is opened by ``begin``, beside the uploads' LIST
+            return 0  # the writer is opened by ``begin`` (beside the uploads' LIST)
         mgr = bucket_writer(self.options, self.clock)
         mgr.refresh()
-        return delete_fragments(mgr, _unreferenced(mgr.state, _all(losers)))
+        return delete_fragments(mgr.storage, _unreferenced(mgr.state, _all(losers)))
 
     def commit_empty(self, batch: SinkBatch) -> int:
         """A batch without rows commits nothing (a replay of one included)."""
@@ -162,7 +162,7 @@ class BucketSinkBackend(sink_protocol.StagingBackend):
         if batch.use_ledger and ledger_batch(mgr.state, batch.sink_id) >= batch.batch_id:
             logger.info("batch %d of sink %s is already in %s (a replay): nothing committed",
                         batch.batch_id, batch.sink_id, mgr.uri)
-            return delete_fragments(mgr, _unreferenced(mgr.state, _all(batch.chosen)))
+            return delete_fragments(mgr.storage, _unreferenced(mgr.state, _all(batch.chosen)))
         return 0
 
     def begin(self, batch: SinkBatch) -> BucketPublication:
@@ -223,23 +223,32 @@ class BucketPublication:
                      if ledger_batch(state, self.batch.sink_id, [tp[0]]) >= self.batch.batch_id)
 
     def publish(self, todo: Sequence[TopicPartition]) -> tuple[PublishedPartition, ...] | None:
-        """Check the uploads (refreshing the writer at the same time), then one
-        conditional commit per log (a lost race builds again): the legacy topics
+        """One conditional commit per log (a lost race builds again; a first commit or
+        an unknown topic checks the uploads and refreshes first): the legacy topics
         together, each topic in its own log alone, in that order
         (``bucket_view.topic_groups``), each carrying the sink's ledger, so a replay
         publishes exactly the topics whose log lacks the batch. ``replayed`` judged on
-        the view before this refresh: a topic found to hold the batch here is left out
-        of the result, which ``sink_protocol`` reports as skipped."""
+        the view before: a topic found to hold the batch here (a refresh, a lost race)
+        is left out of the result, which ``sink_protocol`` reports as skipped."""
         if not todo:  # every log's ledger holds the batch
             return None
         b = self.batch
         plan = {tp: self.plan[tp] for tp in todo}
-        # A view LISTed during this commit (the writer's open, a refresh for losers) is
-        # as fresh as a refresh now would make it.
-        listed_now = self.mgr.commits.view_age_ms() <= self.clock.monotonic_ms() - self.started_ms
-        if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
-                                 refresh=not listed_now, listing=self.listing):
-            return None  # the fresh view's ledger holds the batch: a replay
+        known = all(tp[0] in self.mgr.state.topics for tp in plan)
+        contended = (self.mgr.uri, b.sink_id) in _CONTENDED
+        if self.listing is not None or not known or contended:  # step 3 of the docstring
+            # A view LISTed during this commit (the open, a refresh for losers) is as
+            # fresh as a refresh now would make it.
+            listed_now = (self.mgr.commits.view_age_ms()
+                          <= self.clock.monotonic_ms() - self.started_ms)
+            before = self.mgr.state.version
+            if not check_and_refresh(self.mgr, b.sink_id, b.batch_id, plan,
+                                     refresh=not listed_now, listing=self.listing):
+                return None  # the fresh view's ledger holds the batch: a replay
+            if contended and self.mgr.state.version == before:
+                _CONTENDED.discard((self.mgr.uri, b.sink_id))  # nobody else wrote since
+        # Else the conditional PUT alone (step 2); the commit log LISTs a view older than
+        # its MAX_VIEW_AGE_MS itself.
         assumed = b.topics()
         published: list[PublishedPartition] = []
         maintain = aged = False
@@ -281,6 +290,8 @@ class BucketPublication:
         except KafkaStorageError as e:
             _settle(self.mgr, plan, b.sink_id, b.batch_id, b.use_ledger, e)  # raises unless landed
             self.settled = True
+        if self.mgr.commits.last_attempts > 1:
+            _CONTENDED.add((self.mgr.uri, b.sink_id))  # another writer of its topics
         return decided[0] if decided else None
 
     def fail(self) -> None:
@@ -294,7 +305,7 @@ class BucketPublication:
         file.delete.delay.ms instead)."""
         if self.done is not None and self.settled:
             return 0
-        return delete_fragments(self.mgr, _unreferenced(self.mgr.state,
+        return delete_fragments(self.mgr.storage, _unreferenced(self.mgr.state,
                                                         _all(self.batch.chosen)))
 
     def maintain(self) -> None:
@@ -302,9 +313,8 @@ class BucketPublication:
             return
         if self.done.maintain:
             _run_maintenance(self.mgr, self.batch.sink_id, self.batch.batch_id)
-        # Planned here on the state the commit left (no request); merged by this
-        # process's merger and not waited for: the next micro-batch must not wait for a
-        # merge (``sink_bucket_merger``).
+        # Planned on the state the commit left (no request); merged by the process's
+        # merger, not waited for: no micro-batch waits for a merge.
         written = {(p.topic, p.partition) for p in self.done.published}
         if merges_due(self.mgr, self.options, written, age_pass=self.done.merge_aged):
             background_merger(self.mgr.uri, self.options.storage, self.clock).submit(
@@ -469,7 +479,7 @@ def abort_uploads(mgr: BucketLogManager, tasks: Sequence[StagedTask], batch_id: 
         logger.error("batch %d of sink %s is aborted, but its commit landed in %s (%d "
                      "fragment(s) are published): its data IS visible; do not write it "
                      "again", batch_id, tasks[0].sink_id, mgr.uri, len(fragments) - len(dead))
-    removed = delete_fragments(mgr, dead)
+    removed = delete_fragments(mgr.storage, dead)
     logger.info("aborted batch %d: deleted %d uploaded object(s)", batch_id, removed)
     return removed
 

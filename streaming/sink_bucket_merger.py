@@ -10,20 +10,23 @@ request and ending after ``IDLE_EXIT_S`` without one (a query that stopped leave
 thread for long). Its queue is bounded by coalescing: at most one request waits per sink,
 and a sink's newer request joins the waiting one (the union of the partitions, the age
 pass if either asked for it, the newer options), so a merge slower than the micro-batches
-makes fewer, larger merges, never a backlog. The thread has its own ``BucketLogManager``
-(the process's writer, ``bucket_writer``, is the commit's alone: not thread-safe), opened
-once and refreshed before each merge (the catalog's and its topic logs' LISTs at once),
+makes fewer, larger merges, never a backlog. The thread merges through the process's
+writer of the bucket, the commit's own (``log_writers.bucket_writer``: a
+``BucketLogManager``'s public calls are thread-safe, and each commit log serializes its
+commits), refreshed before each merge (the catalog's and its topic logs' LISTs at once),
 off the critical path.
 
 **Racing the next micro-batch**: the merge is a commit of its own in the topic's log
 (remove + add, the offsets never move, no ledger entry), created with create-if-absent
-like any other. If the next micro-batch's commit wins, the merge re-checks its sources on
-the new state and commits after it (the appended segment stays after the merged one); if
-the merge wins, the micro-batch's commit loses its create and builds again on a state
-whose offsets are the same. Neither changes what the sink's ledger says, so replays are
-judged as before, and a reader sees the same records whatever the interleaving. A run
-whose source left the log meanwhile (retention, another merger) is abandoned and its
-upload deleted, so no record is merged twice.
+like any other. Made through the commit's writer, it is in that writer's state the
+moment it lands: the next micro-batch's commit builds on it and creates the version
+after it, never losing its create to it (a commit of the merger's own manager did make
+it lose: ``benchmarks/bench_sink_commit_races.py``). Only a create of both at the very
+same time meets: the commit log's lock orders them, and the second builds again on the
+first's state with no request (``CommitLog.commit_steps``). Neither changes what the
+sink's ledger says, so replays are judged as before, and a reader sees the same records
+whatever the interleaving. A run whose source left the log meanwhile (retention, another
+merger) is abandoned and its upload deleted, so no record is merged twice.
 
 **Stopping**: PySpark gives a streaming sink no stop call; the query's driver-side Python
 worker is reused for the next commits and ends when Spark retires it. A merge in flight
@@ -44,6 +47,7 @@ from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.storage.object_store_config import StorageOptions
 from seglog.logstore.util.clock import Clock
 
+from . import log_writers
 from .sink_bucket_merge import merge_written
 from .sink_options import SinkOptions
 
@@ -91,7 +95,6 @@ class BackgroundMerger:
         self._thread: threading.Thread | None = None
         self._running = False  # a request is being merged
         self._stopping = False
-        self._mgr: BucketLogManager | None = None  # the thread's alone
 
     def submit(self, request: MergeRequest) -> None:
         """Queue ``request`` (joined to the sink's waiting one) and return at once."""
@@ -145,7 +148,6 @@ class BackgroundMerger:
                 ):
                     self._thread = None  # idle, or stopped with nothing left
                     self._cond.notify_all()
-                    mgr, self._mgr = (self._mgr, None) if self._stopping else (None, None)
                     break
                 sink_id = next(iter(self._pending))
                 request = self._pending.pop(sink_id)
@@ -156,8 +158,6 @@ class BackgroundMerger:
                 with self._cond:
                     self._running = False
                     self._cond.notify_all()
-        if mgr is not None:
-            mgr.close()
 
     def _merge(self, request: MergeRequest) -> None:
         try:
@@ -186,9 +186,9 @@ class BackgroundMerger:
             )
 
     def _manager(self) -> BucketLogManager:
-        if self._mgr is None:
-            self._mgr = BucketLogManager(self.uri, clock=self.clock, storage_options=self.storage)
-        return self._mgr
+        """The process's writer of the bucket, the sink's commits' own (not closed here:
+        it is theirs)."""
+        return log_writers.bucket_writer(self.uri, self.clock, self.storage)
 
 
 _lock = threading.Lock()  # guards _mergers and _pid

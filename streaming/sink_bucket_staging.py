@@ -4,13 +4,13 @@ A write task does what it does for a local dir (``sink_stager.PartitionStager``:
 same routing, murmur2 placement, encoder, producerId/micro-batch stamping and checks),
 but its output goes to the bucket, never through the driver:
 
-1. The topic's partition count and config come from this process's shared reader of
-   the bucket (``sink_topics.BucketTopics``, handed to the stager and the area alike:
-   opened once per Python worker, so a task reads the commits made since the last one,
-   never the history). A task refreshes only the log of each topic it writes, once, when
-   it meets the topic (one LIST, a GET per new commit), not the catalog and the other
-   topics' logs as well; all of them only for a topic that has no log of its own in the
-   reader yet (new to it, or a legacy topic).
+1. The topic's partition count and config come from the driver's view shipped with the
+   writer (``sink_view``: no request, so the task's critical path is its PUTs); a topic
+   the view lacks (none shipped, or one created since) from this process's shared reader
+   of the bucket (``sink_topics.BucketTopics``, handed to the stager and the area
+   alike: opened once per Python worker, so a task reads the commits made since the
+   last one, never the history): the log of that topic refreshed once (one LIST, a GET
+   per new commit), the catalog too for a topic with no log of its own in the reader.
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
@@ -60,6 +60,7 @@ from seglog.logstore.errors import SeglogError
 from seglog.logstore.log.log_validator import validate_batches
 from seglog.logstore.records.record_format import iter_batch_headers, set_base_offset
 from seglog.logstore.storage.object_store_config import redact_uris
+from seglog.logstore.storage.storage import Storage
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 from seglog.logstore.util.crash_points import crash_point
 
@@ -79,6 +80,7 @@ from .sink_staging import (
     new_attempt_uid,
 )
 from .sink_topics import BucketTopics
+from .sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +233,7 @@ class BucketStagingArea:
                                   e.inline_index, e.inline_timeindex)
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
-        storage = self.topics.manager().storage
+        storage = self.topics.storage()
         if self._pool is None:
             self._pool = ThreadPoolExecutor(UPLOAD_THREADS,
                                             thread_name_prefix="seglog-sink-upload")
@@ -285,11 +287,11 @@ class BucketStagingArea:
         except (SeglogError, OSError) as e:
             logger.info("an upload of a discarded task failed too: %s", e)
         if self._uploaded:
-            delete_fragments(self.topics.manager(), self._uploaded)
+            delete_fragments(self.topics.storage(), self._uploaded)
             self._uploaded.clear()
 
 
-def delete_fragments(mgr: BucketLogManager, fragments: Iterable[BucketFragment]) -> int:
+def delete_fragments(storage: Storage, fragments: Iterable[BucketFragment]) -> int:
     """Delete fragments' objects that no commit references; returns objects deleted.
     A failure is logged, not raised: an object left behind is an orphan the sweep
     collects."""
@@ -297,19 +299,22 @@ def delete_fragments(mgr: BucketLogManager, fragments: Iterable[BucketFragment])
     for f in fragments:
         for key in f.object_keys():
             try:
-                mgr.storage.delete(key)
+                storage.delete(key)
                 removed += 1
             except SeglogError as e:
-                logger.warning("cannot delete uncommitted fragment %s/%s: %s", mgr.uri, key, e)
+                logger.warning("cannot delete uncommitted fragment %s/%s: %s", storage.uri, key,
+                               e)
     return removed
 
 
 def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
                sink_id: str, batch_id: int, task: int, attempt: int,
-               clock: Clock = SYSTEM_CLOCK) -> StagedTask:
-    """Encode and upload every batch of ``batches``; on any error, delete the uploads."""
+               clock: Clock = SYSTEM_CLOCK, *, view: TopicView | None = None) -> StagedTask:
+    """Encode and upload every batch of ``batches``; on any error, delete the uploads.
+    ``view``: the driver's view of the topics (``sink_view``), shipped with the writer;
+    a topic it holds is not looked up (no request before the PUTs)."""
     who = StagingAttempt(options, sink_id, batch_id, task, attempt, new_attempt_uid(), clock)
-    described = BucketTopics(options)
+    described = BucketTopics(options, view)
     area = BucketStagingArea(who, described)
     stager = PartitionStager(columns, who, described)
     try:

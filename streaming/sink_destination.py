@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from seglog.logstore.log_dirs_api import LogDirsView
 
     from .sink_protocol import SinkBackend, SinkDestination
+    from .sink_view import TopicView
 
 __all__ = ["LocalDestination", "BucketDestination", "sink_destination"]
 
@@ -70,7 +71,11 @@ class LocalDestination:
                 return len(mgr.partitions(topic))
         return None
 
-    def backend(self) -> SinkBackend:
+    def topic_view(self, *, all_topics: bool) -> TopicView | None:
+        """None: a local task's look is a directory listing through its shared reader."""
+        return None
+
+    def backend(self, view: TopicView | None = None) -> SinkBackend:
         from .sink_commit import LocalSinkBackend
 
         return LocalSinkBackend(self.options, self.clock)
@@ -111,10 +116,17 @@ class BucketDestination:
                     count = _partition_count(shared, topic)
         return count
 
-    def backend(self) -> SinkBackend:
+    def topic_view(self, *, all_topics: bool) -> TopicView | None:
+        """What this process's shared reader knows of the topics (``sink_view``): shipped
+        with the writer, it spares each task its look at the topic's log."""
+        from .sink_view import driver_view
+
+        return driver_view(self.options, all_topics=all_topics)
+
+    def backend(self, view: TopicView | None = None) -> SinkBackend:
         from .sink_bucket_commit import BucketSinkBackend
 
-        return BucketSinkBackend(self.options, self.clock)
+        return BucketSinkBackend(self.options, self.clock, view)
 
 
 def _partition_count(view: LogDirsView, topic: str) -> int | None:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from .sink_options import SinkColumns, SinkOptions
     from .sink_staging import Fragment, StagedTask
+    from .sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
@@ -250,8 +251,15 @@ class SinkDestination(Protocol):
         """The partition count of an existing ``topic``, None if it does not exist."""
         ...
 
-    def backend(self) -> SinkBackend:
-        """The backend that stages and publishes here (imports its modules)."""
+    def topic_view(self, *, all_topics: bool) -> TopicView | None:
+        """The driver's view of the destination's topics to ship to the tasks with the
+        writer (no request; None: the tasks look for themselves). ``all_topics``: the
+        rows name their topics (a ``topic`` column)."""
+        ...
+
+    def backend(self, view: TopicView | None = None) -> SinkBackend:
+        """The backend that stages and publishes here (imports its modules); ``view``:
+        what ``topic_view`` gave the driver, for a task's staging."""
         ...
 
 

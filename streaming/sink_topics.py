@@ -7,16 +7,19 @@ part, so neither calls the other back for it:
 
 - ``LocalTopics``: from the directory listing of the log dirs, through the process's
   shared reader (``log_readers``), and where each partition's directory is.
-- ``BucketTopics``: from the committed state of the process's shared manager of the
-  bucket (the log of each topic a task writes refreshed once per task), and which config
-  overrides the rows were checked against (the commit message carries them: the commit
-  refuses a topic whose config changed since).
+- ``BucketTopics``: from the driver's view shipped with the writer (``sink_view``: no
+  request), else (a topic the view lacks, or no view) from the committed state of the
+  process's shared manager of the bucket (the log of each topic a task writes refreshed
+  once per task), and which config overrides the rows were checked against (the commit
+  message carries them: the commit refuses a topic whose config changed since).
 
 Not thread-safe: one describer per task.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
@@ -26,14 +29,16 @@ from seglog.logstore.config.config import LogConfig
 from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import LogDirError, SeglogError
 from seglog.logstore.storage.file_names import partition_dir_name
-from seglog.logstore.storage.object_store_config import redact_uris
-from seglog.logstore.storage.storage import LOCAL
+from seglog.logstore.storage.object_storage import ObjectStorage
+from seglog.logstore.storage.object_store_config import StorageOptions, redact_uris
+from seglog.logstore.storage.storage import LOCAL, Storage
 
 from .log_readers import reader
 from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagingTopic, check_partition_count
+from .sink_view import TopicView
 
-__all__ = ["LocalTopics", "BucketTopics", "shared_bucket"]
+__all__ = ["LocalTopics", "BucketTopics", "shared_bucket", "shared_storage", "forget_storages"]
 
 
 class LocalTopics:
@@ -84,11 +89,14 @@ class LocalTopics:
 
 
 class BucketTopics:
-    """The topics of the sink's bucket (see the module docstring); ``manager()`` is the
-    process's shared manager of the bucket, which the staging area uploads through."""
+    """The topics of the sink's bucket (see the module docstring): from the driver's
+    view shipped with the writer (``view``: ``sink_view``, no request), else from the
+    process's shared manager of the bucket, the log of each topic refreshed once per
+    task (the look). ``storage()`` is what the staging area uploads through."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, view: TopicView | None = None) -> None:
         self.options = options
+        self.view = view
         self.bucket: BucketLogManager | None = None
         self.validated: dict[str, dict[str, str]] = {}
         """Per topic described, the config overrides its rows are checked against."""
@@ -100,6 +108,11 @@ class BucketTopics:
         if self.bucket is None:
             self.bucket = shared_bucket(self.options)
         return self.bucket
+
+    def storage(self) -> Storage:
+        """The process's client of the sink's bucket (``shared_storage``): no request, and
+        no manager opened for a task whose topics the driver's view described."""
+        return shared_storage(self.options)
 
     def refreshed(self, topics: Iterable[str]) -> BucketLogManager:
         """The shared manager, with the logs of ``topics`` refreshed once in this task
@@ -119,8 +132,14 @@ class BucketTopics:
         return mgr
 
     def describe_topic(self, name: str) -> StagingTopic:
-        mgr = self.refreshed([name])
         options = self.options
+        held = self.view.get(name) if self.view is not None else None
+        if held is not None:
+            partitions, overrides = held
+            check_partition_count(options, name, partitions)
+            self.validated[name] = overrides
+            return StagingTopic(name, partitions, _config(overrides), {})
+        mgr = self.refreshed([name])
         spec = mgr.state.topics.get(name)
         if spec is None:
             require_creatable(options, name)
@@ -139,6 +158,44 @@ class BucketTopics:
         return tuple(
             sorted((name, tuple(sorted(config.items()))) for name, config in self.validated.items())
         )
+
+
+_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
+"""Configs parsed from a view's overrides, per process (a task per micro-batch asks)."""
+
+
+def _config(overrides: dict[str, str]) -> LogConfig:
+    """A topic's config from its overrides, as the bucket's managers parse it (over the
+    defaults: the sink's managers are given no other ``default_topic_config``)."""
+    key = tuple(sorted(overrides.items()))
+    config = _configs.get(key)
+    if config is None:
+        config = _configs[key] = LogConfig.from_properties(overrides, base=LogConfig.of(None))
+    return config
+
+
+_storages_lock = threading.Lock()
+_storages: dict[tuple[str, StorageOptions, int], ObjectStorage] = {}
+
+
+def shared_storage(options: SinkOptions) -> ObjectStorage:
+    """This process's client of the sink's bucket (its connections reused by every task
+    of a Python worker); a forked child builds its own."""
+    uri = options.bucket_uri
+    if uri is None:
+        raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
+    key = (uri, options.storage, os.getpid())
+    with _storages_lock:
+        storage = _storages.get(key)
+        if storage is None:
+            storage = _storages[key] = ObjectStorage(uri, options.storage)
+    return storage
+
+
+def forget_storages() -> None:
+    """Drop this process's bucket clients (tests: each test's endpoint is its own)."""
+    with _storages_lock:
+        _storages.clear()
 
 
 def shared_bucket(options: SinkOptions) -> BucketLogManager:

@@ -48,10 +48,18 @@ def _close_shared_readers():
     (``streaming.log_writers``) and finish its bucket sinks' background merges
     (``streaming.sink_bucket_merger``) after it, so none outlives its tmp_path."""
     yield
-    from seglog.streaming import log_readers, log_writers, sink_bucket_merger
+    from seglog.streaming import (
+        log_readers,
+        log_writers,
+        sink_bucket_merger,
+        sink_topics,
+        sink_view,
+    )
 
     sink_bucket_merger.stop_all(wait=True, timeout_s=120)
+    sink_view.wait_refreshes()
     log_readers.close_all()
+    sink_topics.forget_storages()
     log_writers.close_all()
 
 
