@@ -215,6 +215,7 @@ def print_round_ratios(
         "core-s per million steady rows (median of the rounds): client / S3 server / "
         "others on the machine:"
     )
+    cost: dict[str, list[float]] = {}  # each round's client + server core-s a row
     for case, windows in spent.items():
         rows = [rate * w.wall_s / 1e6 for rate, w in zip(rates[case], windows, strict=True)]
         per = [
@@ -225,6 +226,19 @@ def print_round_ratios(
         if per:
             c, sv, o = (statistics.median(x) for x in zip(*per, strict=True))
             print(f"  {case:38s} {c:5.2f} / {sv:5.2f} / {o:5.2f}")
+            cost[case] = [client + server for client, server, _ in per]
+    # Where the cores are the bound, a case's rate is its CPU ceiling's share of them:
+    # the ratio of the ceilings is what the rates' ratio tends to on a quiet machine,
+    # and others' work, which slows both cases of a round alike, moves it less.
+    if peer in cost and all(len(c) == len(cost[peer]) for c in cost.values()):
+        print(f"per-round ratios of CPU ceilings to {peer}'s (median; range):")
+        for case, own in cost.items():
+            if case != peer:
+                ratios = [p / c for p, c in zip(cost[peer], own, strict=True)]
+                print(
+                    f"  {case:38s} {statistics.median(ratios):.2f}; {min(ratios):.2f}-"
+                    f"{max(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})"
+                )
 
 
 def steady_round_trips(proxy: S3Proxy, since: float, windows: list[tuple[float, float]]) -> float:
