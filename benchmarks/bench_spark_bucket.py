@@ -32,8 +32,9 @@ cores with Spark, which S3 would not: the bucket's rows/s here are a floor.
    the cores), the mean ms of each micro-batch phase, and what bound it. At the end,
    each case's rows/s over the PUT peer's of the same round: the per-round ratios, their
    median and range. ``--delay-ms`` puts ``tests/s3_proxy.py`` in front of the server
-   (every request that much later) and adds each query's sequential round trips a
-   micro-batch and its latency ceiling (rows a micro-batch over those round trips).
+   (every request that much later) and adds each query's round trips in sequence a
+   micro-batch (at most: ``query_cpu``) and its latency ceiling (rows a micro-batch over
+   those round trips).
 2. Source: the same rows in a local dir and in the bucket, read by the seglog source into
    Spark's ``noop`` sink, alternating with the no-op Python Arrow reader and with the
    peer (``bucket_peers.get_arrow``), whose tasks GET the same rows from the same bucket

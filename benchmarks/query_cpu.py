@@ -19,8 +19,10 @@ exits within a window takes its CPU with it unless a live ancestor reaped it (it
 
 ``bound`` names what limited a case: its CPU ceiling (its rows over the core-seconds
 it and the server spent, spread over the cores) and, with latency injected, its
-latency ceiling (its rows per micro-batch over the sequential round trips a
-micro-batch waited, each ``delay_s``).
+latency ceiling (its rows per micro-batch over the round trips a micro-batch can
+have waited for in sequence, each ``delay_s``: the longest chain of its requests that
+ran one after another, ``s3_proxy.sequential_round_trips``, over all its tasks and the
+driver together, so at least its critical path's and the ceiling a floor).
 """
 
 from __future__ import annotations
@@ -214,8 +216,8 @@ def bound(
     if round_trips is not None and delay_s > 0 and batches:
         per_batch = round_trips / batches
         parts.append(
-            f"latency ceiling {rows / batches / (per_batch * delay_s):,.0f} "
-            f"({per_batch:.1f} sequential round trips a micro-batch)"
+            f"latency ceiling >= {rows / batches / (per_batch * delay_s):,.0f} "
+            f"(at most {per_batch:.1f} round trips in sequence a micro-batch)"
         )
     elif delay_s <= 0:
         parts.append("no latency injected")
