@@ -16,6 +16,11 @@ new offsets); the sink's task (``sink_bucket_staging.stage_rows`` of those recor
 this process's shared reader of ``out``); the driver's commit
 (``sink_bucket_commit.commit``); a consumer's look at ``out`` (``high_watermarks``).
 
+``--pipelined``: the read task and the sink's task as one step, as Spark runs them in
+one task (the sink's ``stage_rows`` pulls its rows from a generator that makes the
+read's requests when first asked), so what the sink's task does while its rows are on
+their way is counted as Spark's task waits for it.
+
 Printed per step: the median over the micro-batches after the first two (the writers'
 and readers' opens) of its sequential round trips (``s3_proxy.sequential_round_trips``:
 requests made at once count once) and of its requests, and its median ms (the round trips
@@ -29,7 +34,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -50,6 +55,7 @@ from seglog.streaming.sink_bucket_staging import stage_rows  # noqa: E402
 from seglog.streaming.sink_options import SinkColumns, SinkOptions  # noqa: E402
 
 STEPS = ("publish", "latestOffset", "read task", "sink task", "commit", "consumer look")
+PIPELINED_STEPS = ("publish", "latestOffset", "read + sink task", "commit", "consumer look")
 SKIP = 2
 T = TypeVar("T")
 
@@ -75,13 +81,29 @@ def _read(task: LogDirsView, start: int, end: int) -> pa.RecordBatch:
     return pa.record_batch({"value": pa.array(values, pa.binary())})
 
 
+def _read_schema() -> pa.Schema:
+    return pa.schema([("value", pa.binary())])
+
+
+def _lazy_read(task: LogDirsView, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    """The read task's rows as a Spark task hands them to the sink's: its requests are
+    made when the first rows are asked for."""
+    yield _read(task, start, end)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--appends", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=25.0)
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
+    parser.add_argument(
+        "--pipelined",
+        action="store_true",
+        help="the read task and the sink's task as one step, as one Spark task runs them",
+    )
     args = parser.parse_args()
+    steps = PIPELINED_STEPS if args.pipelined else STEPS
     use_seaweed = args.server == "seaweedfs" or (
         args.server == "auto" and seaweed_unavailable() is None
     )
@@ -102,9 +124,9 @@ def main() -> None:
         source = open_log_dirs([in_dir], read_only=True)
         task = open_log_dirs([in_dir], read_only=True)
         consumer = open_log_dirs([out_dir], read_only=True)
-        trips: dict[str, list[int]] = {s: [] for s in STEPS}
-        requests: dict[str, list[int]] = {s: [] for s in STEPS}
-        took_ms: dict[str, list[float]] = {s: [] for s in STEPS}
+        trips: dict[str, list[int]] = {s: [] for s in steps}
+        requests: dict[str, list[int]] = {s: [] for s in steps}
+        took_ms: dict[str, list[float]] = {s: [] for s in steps}
 
         def step(name: str, batch: int, call: Callable[[], T]) -> T:
             since = proxy.clock()
@@ -122,12 +144,31 @@ def main() -> None:
         for batch in range(args.batches):
             step("publish", batch, partial(_publish, producer, args.appends))
             end = step("latestOffset", batch, partial(_high_watermark, source, "in"))
-            rows = step("read task", batch, partial(_read, task, read_from, end))
-            assert rows.num_rows == end - read_from
-            columns = SinkColumns.resolve(rows.schema, default_topic="out")
-            staged = step(
-                "sink task", batch, partial(stage_rows, opts, columns, [rows], sink, batch, 0, 0)
-            )
+            columns = SinkColumns.resolve(_read_schema(), default_topic="out")
+            if args.pipelined:
+                staged = step(
+                    "read + sink task",
+                    batch,
+                    partial(
+                        stage_rows,
+                        opts,
+                        columns,
+                        _lazy_read(task, read_from, end),
+                        sink,
+                        batch,
+                        0,
+                        0,
+                    ),
+                )
+            else:
+                rows = step("read task", batch, partial(_read, task, read_from, end))
+                assert rows.num_rows == end - read_from
+                staged = step(
+                    "sink task",
+                    batch,
+                    partial(stage_rows, opts, columns, [rows], sink, batch, 0, 0),
+                )
+            assert sum(f.records for f in staged.fragments) == end - read_from
             step("commit", batch, partial(commit, [staged], batch, opts))
             step("consumer look", batch, partial(_high_watermark, consumer, "out"))
             read_from = end
@@ -140,12 +181,12 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.1f}"
     )
     print(f"  {'step':>14}  round trips  requests       ms")
-    for name in STEPS:
+    for name in steps:
         print(
             f"  {name:>14}  {statistics.median(trips[name]):11.1f}  "
             f"{statistics.median(requests[name]):8.1f}  {statistics.median(took_ms[name]):7.0f}"
         )
-    total = sum(statistics.median(trips[s]) for s in STEPS)
+    total = sum(statistics.median(trips[s]) for s in steps)
     print(f"  {'all':>14}  {total:11.1f}")
 
 
