@@ -11,6 +11,9 @@ but its output goes to the bucket, never through the driver:
    alike: opened once per Python worker, so a task reads the commits made since the
    last one, never the history): the log of that topic refreshed once (one LIST, a GET
    per new commit), the catalog too for a topic with no log of its own in the reader.
+   When the view lacks the ``topic`` option's topic, its log is refreshed from the task's
+   start, in a thread, while its first rows are on their way (``_look_ahead``): off the
+   task's critical path.
 2. Each topic-partition's encoded batches collect in memory; base offsets are made
    relative to the fragment (first batch 0, each next one after the previous one's last
    offset), which is what the commit's ``offset_delta`` is added to.
@@ -317,12 +320,19 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.
     described = BucketTopics(options, view)
     area = BucketStagingArea(who, described)
     stager = PartitionStager(columns, who, described)
+    looking = _look_ahead(described, options.topic)
     try:
         for rb in batches:
+            if looking is not None:
+                looking.result()  # the describer is the stager's from here on
+                looking = None
             for staged_batches in stager.add(rb):
                 area.write(staged_batches)
+        _settle(looking, options)
+        looking = None
         staged = stager.finish(area.finish())
     except BaseException:
+        _settle(looking, options)  # nothing else may use the describer meanwhile
         area.discard()
         raise
     if task == MERGING_TASK and options.merge_small_segments:
@@ -336,3 +346,35 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.
                            "%s", task, batch_id, ", ".join(sorted(set(topics))),
                            redact_uris(options.log_dirs), e)
     return staged
+
+
+def _look_ahead(described: BucketTopics, topic: str | None) -> Future[object] | None:
+    """Refresh the log of the sink's ``topic`` in a thread while the task's first rows
+    are on their way (Spark hands them over once the input's first batch is read): the
+    task's look at the bucket (a LIST, a GET per commit since the last task; the
+    catalog's too in a new Python worker) is then off its critical path. The thread is
+    the describer's only user until ``result()`` returns; rows naming other topics
+    refresh those when they meet them, as before."""
+    if topic is None or (described.view is not None and described.view.get(topic) is not None):
+        return None  # the driver's view describes it: no look at all
+    pool = ThreadPoolExecutor(1, thread_name_prefix="seglog-sink-look")
+    try:
+        return pool.submit(described.refreshed, [topic])
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with the refresh
+
+
+def _settle(looking: Future[object] | None, options: SinkOptions) -> None:
+    """Wait for a look-ahead nobody waited for: the task had no rows (it stages nothing
+    and needs no topic) or failed first. Its error is not the task's then (the commit
+    reads the bucket itself), only worth a debug line."""
+    if looking is None:
+        return
+    try:
+        looking.result()
+    except SeglogError as e:
+        logger.debug(
+            "the seglog sink task's look at the topic of %s failed: %s",
+            redact_uris(options.log_dirs),
+            e,
+        )

@@ -104,15 +104,22 @@ class PartitionStager:
         first = int(target[0])
         if (target == first).all():
             return [self._encode(batch, topics[int(topic_index[0])], int(partitions[0]))]
-        order = np.argsort(target, kind="stable")
+        # A stable sort of small integers is a radix sort in numpy (a fifth of the time
+        # of an int64 sort here); one topic's partition numbers are small integers.
+        narrow = target.astype(np.uint16) if int(target.max()) < 1 << 16 else target
+        order = np.argsort(narrow, kind="stable")
         sorted_target = target[order]
         bounds = np.flatnonzero(np.diff(sorted_target)) + 1
         starts = np.concatenate(([0], bounds))
         ends = np.concatenate((bounds, [n]))
+        # One take puts every partition's rows side by side; each partition's are then a
+        # slice of it (no copy), where a take per partition would walk the batch per
+        # partition.
+        grouped = batch.take(pa.array(order))
         out = []
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             row = int(order[s])
-            rows = batch.take(pa.array(order[s:e]))
+            rows = grouped.slice(s, e - s)
             out.append(self._encode(rows, topics[int(topic_index[row])], int(partitions[row])))
         return out
 

@@ -9,6 +9,7 @@ replay, with or without this run's uploads, and a missing upload still fails."""
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
@@ -316,6 +317,41 @@ def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
     assert sequential_round_trips(made) == 3
     assert Counter(r.kind for r in made) == {"LIST": 1, "GET": 1, "PUT": 3}, made
     commit([later], 2, opts)
+    assert published_values(uri) == expected_values(0, 1, 2)
+
+
+def test_a_task_looks_at_its_topic_while_its_first_rows_are_on_their_way(proxy, uri):
+    """Spark hands a write task its rows once the input's first batch is read: the look
+    at the topic's log (its LIST, the GET of the commit since) runs meanwhile, so once
+    the rows are there the task waits for one round trip, its PUTs side by side."""
+    opts = options(uri)
+    commit([stage(opts, 0)], 0, opts)  # the worker's reader is open
+    commit([stage(opts, 1)], 1, opts)  # and knows the topic's log
+    before = proxy.counts
+    handed_over: list[float] = []
+
+    def slow_input() -> Iterator[pa.RecordBatch]:
+        # The input's first batch is being read: wait (up to 10 s) for the look to be
+        # made, which the task no longer waits for the rows to start.
+        for _ in range(1000):
+            made = proxy.counts - before
+            if made["LIST"] and made["GET"]:
+                break
+            time.sleep(0.01)
+        handed_over.append(proxy.clock())
+        yield rows(2, 0)
+
+    since = proxy.clock()
+    data = rows(2, 0)
+    task = stage_rows(
+        opts, SinkColumns.resolve(data.schema, default_topic=TOPIC), slow_input(), SINK, 2, 0, 0
+    )
+    made = proxy.requests(since)
+    assert Counter(r.kind for r in made) == {"LIST": 1, "GET": 1, "PUT": 3}, made
+    looked = [r for r in made if r.kind in ("LIST", "GET")]
+    assert all(r.arrived < handed_over[0] for r in looked), (looked, handed_over)
+    assert sequential_round_trips(r for r in made if r.arrived >= handed_over[0]) == 1
+    commit([task], 2, opts)
     assert published_values(uri) == expected_values(0, 1, 2)
 
 
