@@ -5,8 +5,11 @@ no-op Python source and sink in the same Spark session.
 
 Run: ``python benchmarks/bench_e2e_latency.py [--duration-s 60] [--interval-ms 100]
 [--delay-ms 25] [--storage local bucket noop] [--server auto|seaweedfs|moto] [--quick]
-[--conf KEY=VALUE ...]`` (``--quick``: ``--duration-s 15``; ``--conf``: Spark settings of
-the session, e.g. those of docs/operations.md's low-latency section, to measure them).
+[--no-recommended] [--conf KEY=VALUE ...]`` (``--quick``: ``--duration-s 15``). The
+session gets docs/operations.md's recommended settings
+(``seglog.datasource.LOW_LATENCY_SPARK_CONF``, printed), so the figures are what a user
+following the docs gets; ``--no-recommended`` measures Spark's defaults instead;
+``--conf``: more Spark settings of the session (after those), to measure them.
 
 Per storage, one query from topic ``in`` of one log dir to topic ``out`` of another
 (two log dirs: on a local dir the producer holds its log dir's lock; the bucket does the
@@ -28,8 +31,15 @@ launching and committing a micro-batch, with no storage at all.
 Printed: p50/p90/p99 latency and, from the query's progress events (micro-batches that
 had rows; means): the producer's publish (``append_many`` call time), and Spark's
 ``latestOffset`` + ``queryPlanning`` + ``getBatch`` (trigger planning), ``walCommit``,
-``addBatch`` (task launch, read, write and the sink's commit: Spark's events do not split
-it), ``commitOffsets``, and ``triggerExecution`` (all of it).
+``addBatch``, ``commitOffsets``, and ``triggerExecution`` (all of it). ``addBatch`` is
+split with the step times the source's read, the sink's write and its commit append to
+``SEGLOG_TRACE_FILE`` (``seglog.streaming.step_trace``; the floor's source and sink trace
+the same steps), joined by batch id: *launch* (from ``addBatch``'s start, taken as the
+commit's end minus ``addBatch``, to the first read: the write's planning and the task's
+start), *read* (the source's ``read`` until its last row), *write* (the sink's ``write``
+after the last row was read), *to commit* (the last write's end to the commit's start on
+the driver: the task's end and the commit worker's start) and *commit* (the sink's
+``commit``).
 """
 
 from __future__ import annotations
@@ -68,8 +78,16 @@ from pyspark.sql.streaming.datasource import ReadLimit  # noqa: E402
 from s3_proxy import S3Proxy  # noqa: E402
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
+from seglog.datasource.spark_conf import LOW_LATENCY_SPARK_CONF  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
 from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
+from seglog.streaming.step_trace import (  # noqa: E402
+    TRACE_ENV,
+    StepTime,
+    read_trace,
+    traced,
+    traced_iterator,
+)
 
 WARMUP_S = 3.0
 FIRST_BATCH_TIMEOUT_S = 600.0
@@ -106,11 +124,26 @@ class _LinesReader(DataSourceStreamReader):
         return [InputPartition((start["pos"], end["pos"]))]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        batch, part = _task_batch()
+        return traced_iterator("read", batch, part, self._rows(partition))
+
+    def _rows(self, partition: InputPartition) -> Iterator[tuple[int]]:
         lo, hi = partition.value
         with open(self.path, "rb") as f:
             f.seek(lo)
             for line in f.read(hi - lo).split():
                 yield (int(line),)
+
+
+def _task_batch() -> tuple[int | None, int | None]:
+    """(micro-batch id, task partition) of the running Spark task, as seglog's traces."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None, None
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return (None if batch is None else int(batch)), ctx.partitionId()
 
 
 @dataclass
@@ -125,14 +158,17 @@ class _LatencyWriter(DataSourceStreamWriter):
         self.out = out
 
     def write(self, iterator: Iterator[Any]) -> _Times:
-        return _Times([row[0] for row in iterator])
+        batch, part = _task_batch()
+        with traced("write", batch, part):
+            return _Times([row[0] for row in iterator])
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        now = time.time_ns()
-        times = [m for m in messages if isinstance(m, _Times)]
-        lines = [f"{t} {now - t}\n" for m in times for t in m.produced_ns]
-        with open(self.out, "a") as f:
-            f.writelines(lines)
+        with traced("commit", batchId):
+            now = time.time_ns()
+            times = [m for m in messages if isinstance(m, _Times)]
+            lines = [f"{t} {now - t}\n" for m in times for t in m.produced_ns]
+            with open(self.out, "a") as f:
+                f.writelines(lines)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         pass  # nothing was written
@@ -187,6 +223,7 @@ class Case:
     latencies_ms: list[float] = field(default_factory=list)
     publish_ms: list[float] = field(default_factory=list)
     progress: list[dict[str, Any]] = field(default_factory=list)  # after the first
+    steps: list[StepTime] = field(default_factory=list)  # traced while the query ran
 
 
 def _produce(
@@ -261,6 +298,7 @@ def run_seglog(
         ),
         threading.Thread(target=_tail, args=(reader, case, stop, warm)),
     ]
+    traced_from = _trace_size()
     try:
         for t in threads:
             t.start()
@@ -272,6 +310,7 @@ def run_seglog(
             t.join()
         case.progress = _measured(query, warm)
         query.stop()
+        case.steps = _traced_since(traced_from)
         writer.close()
         reader.close()
 
@@ -300,6 +339,7 @@ def run_noop(spark: Any, case: Case, work: Path, args: argparse.Namespace) -> No
     producer = threading.Thread(
         target=_produce, args=(append, case, stop, args.interval_ms / 1000, warm)
     )
+    traced_from = _trace_size()
     try:
         producer.start()
         warm.wait_for(query)
@@ -309,8 +349,20 @@ def run_noop(spark: Any, case: Case, work: Path, args: argparse.Namespace) -> No
         producer.join()
         case.progress = _measured(query, warm)
         query.stop()
+        case.steps = _traced_since(traced_from)
     pairs = [line.split() for line in lats.read_text().splitlines()]
     case.latencies_ms = [int(lat) / 1e6 for produced, lat in pairs if int(produced) >= warm.ns]
+
+
+def _trace_size() -> int:
+    path = Path(os.environ[TRACE_ENV])
+    return path.stat().st_size if path.exists() else 0
+
+
+def _traced_since(offset: int) -> list[StepTime]:
+    """The steps the query traced (its cases run one after the other in one session)."""
+    path = os.environ[TRACE_ENV]
+    return read_trace(path, offset) if Path(path).exists() else []
 
 
 def _measured(query: Any, warm: Warm) -> list[dict[str, Any]]:
@@ -346,6 +398,57 @@ def report(case: Case) -> None:
         f"  {'':>20}  ms means over {len(rows)} micro-batches with rows "
         f"({statistics.mean(rows) if rows else 0:.1f} rows each): " + ", ".join(parts)
     )
+    split = split_add_batch(case.progress, case.steps)
+    if split:
+        n = split.pop("micro-batches")
+        print(
+            f"  {'':>20}  addBatch split (ms means over {n:.0f} traced micro-batches): "
+            + ", ".join(f"{k} {v:.0f}" for k, v in split.items())
+        )
+    else:
+        print(f"  {'':>20}  addBatch split: no micro-batch traced its read, write and commit")
+
+
+SPLIT_KEYS = ("launch", "read", "write", "to commit", "commit", "addBatch")
+
+
+def split_add_batch(progress: list[dict[str, Any]], steps: list[StepTime]) -> dict[str, float]:
+    """Means over the micro-batches of ``progress`` whose read, write and commit were
+    traced: ``SPLIT_KEYS`` (ms) and ``micro-batches`` (how many); empty when none was."""
+    by_batch: dict[int, list[StepTime]] = {}
+    for s in steps:
+        if s.batch is not None:
+            by_batch.setdefault(s.batch, []).append(s)
+    rows: list[dict[str, float]] = []
+    for p in progress:
+        mine = by_batch.get(p["batchId"], [])
+        reads = [s for s in mine if s.step == "read"]
+        writes = [s for s in mine if s.step == "write"]
+        commits = [s for s in mine if s.step == "commit"]
+        if not (reads and writes and len(commits) == 1):
+            continue
+        commit = commits[0]
+        add_batch_ms = float(p["durationMs"].get("addBatch", 0))
+        # addBatch ends when the commit returns to Spark: its start, from the commit's end.
+        start = commit.end_ns - add_batch_ms * 1e6
+        read_start = min(s.start_ns for s in reads)
+        read_end = max(s.end_ns for s in reads)
+        write_end = max(s.end_ns for s in writes)
+        rows.append(
+            {
+                "launch": (read_start - start) / 1e6,
+                "read": (read_end - read_start) / 1e6,
+                "write": max(0, write_end - read_end) / 1e6,
+                "to commit": (commit.start_ns - write_end) / 1e6,
+                "commit": commit.ms,
+                "addBatch": add_batch_ms,
+            }
+        )
+    if not rows:
+        return {}
+    out = {k: statistics.mean(r[k] for r in rows) for k in SPLIT_KEYS}
+    out["micro-batches"] = float(len(rows))
+    return out
 
 
 def _conf(item: str) -> tuple[str, str]:
@@ -369,6 +472,11 @@ def main() -> None:
     parser.add_argument("--server", choices=("auto", "seaweedfs", "moto"), default="auto")
     parser.add_argument("--quick", action="store_true", help="--duration-s 15")
     parser.add_argument(
+        "--no-recommended",
+        action="store_true",
+        help="Spark's defaults instead of docs/operations.md's recommended settings",
+    )
+    parser.add_argument(
         "--conf",
         action="append",
         default=[],
@@ -376,6 +484,7 @@ def main() -> None:
         help="a Spark setting of the session (repeatable)",
     )
     args = parser.parse_args()
+    recommended = [] if args.no_recommended else list(LOW_LATENCY_SPARK_CONF.items())
     confs = [_conf(item) for item in args.conf]
     if args.quick:
         args.duration_s = 15.0
@@ -396,6 +505,7 @@ def main() -> None:
         # Before the session: Spark's Python workers inherit the environment.
         os.environ.update({**server.env, "AWS_ENDPOINT_URL": proxy.endpoint})
         work = Path(tmp)
+        os.environ[TRACE_ENV] = str(work / "steps.jsonl")
         builder = (
             SparkSession.builder.master("local[2]")
             .appName("bench-e2e-latency")
@@ -403,7 +513,7 @@ def main() -> None:
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
         )
-        for key, value in confs:
+        for key, value in recommended + confs:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.dataSource.register(SeglogDataSource)
@@ -412,7 +522,13 @@ def main() -> None:
             f"local[2]; one record every {args.interval_ms:.0f} ms for {args.duration_s:.0f} s "
             f"from {WARMUP_S:.0f} s after the first micro-batch; bucket: "
             f"{'SeaweedFS' if use_seaweed else 'moto'}, "
-            f"{args.delay_ms:.0f} ms per request; load {os.getloadavg()[0]:.1f}"
+            f"{args.delay_ms:.0f} ms per request; load {os.getloadavg()[0]:.1f}\n"
+            + (
+                "  recommended settings (docs/operations.md): "
+                + "; ".join(f"{k}={v}" for k, v in recommended)
+                if recommended
+                else "  Spark's defaults (--no-recommended)"
+            )
             + "".join(f"; {k}={v}" for k, v in confs),
             flush=True,
         )

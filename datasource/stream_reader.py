@@ -50,6 +50,7 @@ from seglog.streaming.source_offsets import (
     topic_ids_from_json,
 )
 from seglog.streaming.source_options import SourceOptions
+from seglog.streaming.step_trace import trace_path, traced_iterator
 from seglog.streaming.unknown_topics import unknown_topics, unknown_topics_message
 
 from .schema import arrow_schema
@@ -179,7 +180,15 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return input_partitions(begin, until, o, ids)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return iterated_in_one_piece(read_input_partition(partition))
+        rows = iterated_in_one_piece(read_input_partition(partition))
+        if trace_path() is None:
+            return rows
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        batch = None if ctx is None else ctx.getLocalProperty("streaming.sql.batchId")
+        return traced_iterator("read", None if batch is None else int(batch),
+                               None if ctx is None else ctx.partitionId(), rows)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the log is not the query's to trim."""

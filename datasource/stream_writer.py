@@ -43,6 +43,7 @@ from seglog.streaming.sink_options import (
 from seglog.streaming.sink_protocol import SinkBackend, SinkDestination
 from seglog.streaming.sink_protocol import abort as sink_abort
 from seglog.streaming.sink_protocol import commit as sink_commit
+from seglog.streaming.step_trace import traced
 
 from .schema import to_arrow_schema
 from .user_errors import shown_in_one_piece
@@ -189,8 +190,9 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
                 "the Spark task property 'streaming.sql.batchId' is not visible in this "
                 "Python worker; the exactly-once sink needs it")
         sink_id = ctx.getLocalProperty("sql.streaming.queryId") or self._fallback_sink_id()
-        staged = self.backend().stage(self.columns, iterator, sink_id, int(raw_batch),
-                                      ctx.partitionId(), ctx.attemptNumber())
+        with traced("write", int(raw_batch), ctx.partitionId()):
+            staged = self.backend().stage(self.columns, iterator, sink_id, int(raw_batch),
+                                          ctx.partitionId(), ctx.attemptNumber())
         return SeglogCommitMessage(staged)
 
     def _fallback_sink_id(self) -> str:
@@ -203,7 +205,8 @@ class SeglogStreamWriter(ShippedOnce, DataSourceStreamArrowWriter):
     @shown_in_one_piece
     def commit(self, messages: list[WriterCommitMessage | None],
                batchId: int) -> None:  # noqa: N803 (PySpark's name)
-        sink_commit(self.backend(), unwrap(messages), batchId)
+        with traced("commit", batchId):
+            sink_commit(self.backend(), unwrap(messages), batchId)
 
     @shown_in_one_piece
     def abort(self, messages: list[WriterCommitMessage | None],

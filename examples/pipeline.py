@@ -34,12 +34,17 @@ USERS = 500
 def spark_session():
     from pyspark.sql import SparkSession
 
+    from seglog.datasource import LOW_LATENCY_SPARK_CONF
+
+    # The checkpoints are on the local disk: docs/operations.md's settings for a cheaper
+    # micro-batch apply ("Low end-to-end latency").
     spark = (SparkSession.builder.master("local[2]").appName("seglog-example")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.streaming.stopTimeout", "30s")
              .config("spark.python.worker.reuse", "true")
              .config("spark.ui.showConsoleProgress", "false")
+             .config(map=dict(LOW_LATENCY_SPARK_CONF))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark

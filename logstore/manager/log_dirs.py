@@ -112,6 +112,12 @@ class LogDir:
     repairing: set[str] = field(default_factory=set)
     listed_mtime_ns: int | None = None  # the dir's mtime at the last listing (readers)
     recovered: bool = False  # an unclean dir whose partitions were all recovered at open
+    # Writer: each offset checkpoint as this manager last wrote it (fsynced). Writing the
+    # same offsets again is skipped: the file already holds them durably, and no one else
+    # writes it while the lock is held (a resumed writer finds every checkpoint as it
+    # left it, or is dropped). A file only read at open is not in here: its rename may not
+    # be durable yet if its writer died before fsyncing the directory.
+    written: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

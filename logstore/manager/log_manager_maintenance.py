@@ -80,6 +80,8 @@ class ManagerMaintenance:
         self.publisher = LingerPublisher(table.config.linger_ms,
                                          self.checkpoint_high_watermarks,
                                          name="seglog-publisher")
+        # The maintenance last-runs this writer last wrote to its dirs (``save_last_runs``).
+        self._saved_runs: dict[str, int] | None = None
 
     def _each(self, parts: Iterable[Partition[Log]], action: Callable[[Partition[Log]], _T],
               what: str, errors: list[Exception] | None = None) -> list[_T]:
@@ -174,7 +176,10 @@ class ManagerMaintenance:
                     segments = log.segments
                     if segments and log.log_start_offset > segments[0].base_offset:
                         offsets[p.tp] = log.log_start_offset
+            if log_dir.written.get(name) == offsets:
+                return  # durable already: a commit and the pause after it write it alike
             log_dir.checkpoint(name).write(offsets)
+            log_dir.written[name] = offsets
 
     def run_maintenance(self, *, force: bool = False,
                         before_task: Callable[[str, int, int], None] | None = None
@@ -191,7 +196,11 @@ class ManagerMaintenance:
         return runs
 
     def save_last_runs(self) -> None:
-        write_shared_last_runs([d.path for d in self._table.log_dirs], self.scheduler.last_runs())
+        runs = self.scheduler.last_runs()
+        if runs == self._saved_runs:
+            return  # as this writer last wrote them (see ``LogDir.written``)
+        if write_shared_last_runs([d.path for d in self._table.log_dirs], runs):
+            self._saved_runs = dict(runs)
 
     def tasks(self) -> list[MaintenanceTask]:
         """Every periodic task of this manager: THE place to add one."""

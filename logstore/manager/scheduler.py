@@ -310,11 +310,15 @@ def read_shared_last_runs(dirs: Iterable[Path]) -> dict[str, int]:
     return {n: min(d[n] for d in per_dir) for n in names}
 
 
-def write_shared_last_runs(dirs: Iterable[Path], runs: Mapping[str, int]) -> None:
-    """Record ``runs`` in every dir; a failure is logged (it only costs an early rerun)."""
+def write_shared_last_runs(dirs: Iterable[Path], runs: Mapping[str, int]) -> bool:
+    """Record ``runs`` in every dir; a failure is logged (it only costs an early rerun).
+    True when every dir's file was written."""
     entries = sorted(runs.items())
+    written = True
     for d in dirs:
         try:
             last_runs_file(d).write(entries)
         except KafkaStorageError as e:
             logger.warning("%s", e)
+            written = False
+    return written

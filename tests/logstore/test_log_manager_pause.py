@@ -14,7 +14,14 @@ from seglog.logstore.manager.log_dirs_reader import LogDirsReader
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches, encode_batches
 from seglog.logstore.storage.checkpoint_file import OffsetCheckpointFile
-from seglog.logstore.storage.file_names import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_CHECKPOINT
+from seglog.logstore.storage.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    MAINTENANCE_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+)
+from seglog.logstore.storage.storage import LOCAL, Storage
 
 SMALL = {"segment.bytes": "1000", "index.interval.bytes": "256"}
 
@@ -112,3 +119,72 @@ def test_a_checkpoint_changed_by_hand_gives_up_the_state(tmp_path: Path) -> None
     mgr.close()
     with LogManager([tmp_path]) as fresh:
         assert fresh.high_watermarks() == {("t", 0): 10}
+
+
+def _checkpoint_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the checkpoint files written from now on (each still written)."""
+    from seglog.logstore.storage import checkpoint_file
+
+    written: list[str] = []
+    real = checkpoint_file.write_atomically
+
+    def spy(path: Path, data: bytes, storage: Storage = LOCAL) -> None:
+        real(path, data, storage)
+        written.append(Path(path).name)
+
+    monkeypatch.setattr(checkpoint_file, "write_atomically", spy)
+    return written
+
+
+def test_a_commit_and_its_pause_write_each_changed_checkpoint_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the sink does per micro-batch: resume, append, publish the high watermark (the
+    commit point), pause. The pause leaves the dir as a close does, but a checkpoint that
+    holds what this writer last wrote durably is not written (and fsynced) again."""
+    mgr = LogManager([tmp_path])
+    mgr.create_topic("t", 1, SMALL)
+    mgr.append("t", 0, batches("a", 5))
+    mgr.checkpoint_high_watermarks()
+    mgr.pause()
+    written = _checkpoint_writes(monkeypatch)
+    for i in range(3):
+        assert mgr.resume() is True
+        mgr.append("t", 0, batches(f"b{i}-", 5))
+        mgr.checkpoint_high_watermarks()
+        assert written == [HIGH_WATERMARK_CHECKPOINT]
+        written.clear()
+        mgr.pause()
+        # The recovery point moved; the high watermark, the log start offset and the
+        # maintenance last-runs are as this writer wrote them.
+        assert written == [RECOVERY_POINT_CHECKPOINT]
+        written.clear()
+    hw = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read()
+    assert hw == {("t", 0): 20}
+    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == hw
+    assert (tmp_path / MAINTENANCE_CHECKPOINT).exists()
+    assert (tmp_path / LOG_START_OFFSET_CHECKPOINT).exists()
+    # What changes is written again: a log start offset moved by deleting records.
+    assert mgr.resume() is True
+    mgr.delete_records("t", 0, 3)
+    mgr.pause()
+    assert LOG_START_OFFSET_CHECKPOINT in written
+    assert OffsetCheckpointFile(tmp_path / LOG_START_OFFSET_CHECKPOINT).read() == {("t", 0): 3}
+    with LogManager([tmp_path]) as fresh:
+        assert fresh.high_watermarks() == {("t", 0): 20}
+        assert fresh.get_log("t", 0).log_start_offset == 3
+
+
+def test_a_new_writer_writes_every_checkpoint_it_only_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint read at open may not be durable yet (its writer may have died before
+    fsyncing the directory): a new writer's close writes all of them."""
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 1, SMALL)
+        mgr.append("t", 0, batches("a", 5))
+    written = _checkpoint_writes(monkeypatch)
+    with LogManager([tmp_path]):
+        pass
+    assert {HIGH_WATERMARK_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+            LOG_START_OFFSET_CHECKPOINT, MAINTENANCE_CHECKPOINT} <= set(written)
