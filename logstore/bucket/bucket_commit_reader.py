@@ -37,7 +37,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from ..errors import (
     ConditionalWriteNotEnforcedError,
@@ -46,6 +46,7 @@ from ..errors import (
 )
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
+from ..util.shared_pools import settle, shared_pool
 from .bucket_state import (
     CATALOG,
     SNAPSHOT_EVERY,
@@ -261,10 +262,15 @@ class CommitLogReader:
                 else []
             )
             if ahead:
-                with ThreadPoolExecutor(len(ahead), thread_name_prefix="seglog-read-ahead") as pool:
-                    early = pool.map(self._read_commit, ahead)
+                # The process's pool (``shared_pools``): a trigger starts no thread.
+                pool = shared_pool("commit-read-ahead")
+                early = [pool.submit(self._read_commit, v) for v in ahead]
+                try:
                     sizes = self._list_commit_sizes(min(oldest, state.version))
-                    read = dict(zip(ahead, early, strict=True))
+                except BaseException:
+                    wait(early)  # the LIST's failure is the one raised
+                    raise
+                read = dict(zip(ahead, settle(early), strict=True))
                 # Immutable once created; a size the LIST disagrees with (a store that
                 # let a second create replace it) is read again by the fold.
                 known.update(
