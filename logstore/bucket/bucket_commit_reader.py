@@ -37,7 +37,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import (
     ConditionalWriteNotEnforcedError,
@@ -46,7 +46,7 @@ from ..errors import (
 )
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
-from ..util.shared_pools import settle, shared_pool
+from ..util.shared_pools import joined, settle, submit_all
 from .bucket_state import (
     CATALOG,
     SNAPSHOT_EVERY,
@@ -261,27 +261,14 @@ class CommitLogReader:
                 if self.read_ahead and state.version >= 0
                 else []
             )
-            if ahead:
-                # The process's pool (``shared_pools``): a trigger starts no thread.
-                pool = shared_pool("commit-read-ahead")
-                early = [pool.submit(self._read_commit, v) for v in ahead]
-                try:
-                    sizes = self._list_commit_sizes(min(oldest, state.version))
-                except BaseException:
-                    wait(early)  # the LIST's failure is the one raised
-                    raise
-                read = dict(zip(ahead, settle(early), strict=True))
-                # Immutable once created; a size the LIST disagrees with (a store that
-                # let a second create replace it) is read again by the fold.
-                known.update(
-                    {
-                        v: data
-                        for v, data in read.items()
-                        if data is not None and sizes.get(v) == len(data)
-                    }
-                )
-            else:
+            # The GETs beside the LIST, on a process-wide pool: a trigger starts no thread.
+            early = submit_all("commit-read-ahead", self._read_commit, ahead)
+            with joined(early):
                 sizes = self._list_commit_sizes(min(oldest, state.version))
+            # Immutable once created; a size the LIST disagrees with (a store that let a
+            # second create replace it) is read again by the fold.
+            read = zip(ahead, settle(early), strict=True)
+            known.update({v: b for v, b in read if b is not None and sizes.get(v) == len(b)})
             for version in [v for v in self._unchecked if v not in sizes]:
                 del self._unchecked[version]  # collected (old) or never listed
             own = frozenset(self._unchecked)

@@ -59,7 +59,7 @@ from ..errors import (
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
-from ..util.shared_pools import fan_out
+from ..util.shared_pools import settle, submit_all
 from .bucket_commit_log import Attempt, Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
 from .bucket_view import change_topics, merge, topic_of, with_version
@@ -587,5 +587,7 @@ def _route_after_move(
 
 
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    if len(items) <= 1:
+        return [call(item) for item in items]
     # The process's pool (``shared_pools``): a trigger's refresh starts no thread.
-    return fan_out("topic-logs", call, items, at_most=OPEN_THREADS)
+    return settle(submit_all("topic-logs", call, items, at_most=OPEN_THREADS))

@@ -13,8 +13,10 @@ another's, never on its own, so no pool's threads all wait on calls queued behin
 Each pool may grow to ``MAX_THREADS``, far above any one caller's fan-out, so concurrent
 callers (a trigger, the sink's background merger) do not queue behind each other.
 
-``fan_out`` keeps the contract of the per-call pools it replaces: it returns when every
-call has ended, results in order, the first failure (in order) raised.
+The callers keep the contract of the per-call pools these replace (``settle``, ``joined``):
+a call returns or raises once every request it started ended, results in order, the
+first failure (in order) raised. The pools' threads call the callers' functions; this
+module never calls back on the caller's thread (``tests/test_one_pass_through_modules``).
 
 A forked child drops the parent's pools (their threads do not exist in the child) and
 builds its own on first use.
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
-__all__ = ["MAX_THREADS", "fan_out", "settle", "shared_pool"]
+__all__ = ["MAX_THREADS", "joined", "settle", "shared_pool", "submit_all"]
 
 # Threads are started only when no idle one is free, so a high cap costs nothing while
 # unused; it only bounds a burst of concurrent callers.
@@ -59,17 +62,26 @@ def settle(futures: Iterable[Future[R]]) -> list[R]:
     return [f.result() for f in pending]
 
 
-def fan_out(
+@contextmanager
+def joined(futures: Iterable[Future[Any]]) -> Iterator[None]:
+    """Wait for every future when the block ends, whatever ends it (their failures are
+    left to ``settle``): the block's own work runs beside them."""
+    try:
+        yield
+    finally:
+        wait(list(futures))
+
+
+def submit_all(
     name: str, call: Callable[[T], R], items: Iterable[T], at_most: int = MAX_THREADS
-) -> list[R]:
-    """``call`` on every item, at most ``at_most`` at once, on pool ``name``; a single
-    item runs on the caller. Every call runs even when one fails."""
+) -> list[Future[R]]:
+    """``call`` on every item on pool ``name``, at most ``at_most`` at once: a future per
+    item, in order. Every call runs even when one fails. The pool's threads call
+    ``call``; this module never calls back on the caller's thread."""
     todo = list(items)
-    if len(todo) <= 1:
-        return [call(item) for item in todo]
     pool = shared_pool(name)
     if len(todo) <= at_most:
-        return settle([pool.submit(call, item) for item in todo])
+        return [pool.submit(call, item) for item in todo]
     # More items than calls allowed at once: ``at_most`` runners take the next item
     # until none is left, as a pool of that many threads would.
     outcomes: list[Future[R]] = [Future() for _ in todo]
@@ -87,8 +99,9 @@ def fan_out(
             except BaseException as e:  # handed to the caller by ``settle``
                 outcomes[i].set_exception(e)
 
-    settle([pool.submit(runner) for _ in range(at_most)])
-    return settle(outcomes)
+    for _ in range(at_most):
+        pool.submit(runner)
+    return outcomes
 
 
 def _forget_after_fork() -> None:

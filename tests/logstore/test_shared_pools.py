@@ -1,8 +1,9 @@
 """The process-wide pools of a bucket's request fan-outs (``util.shared_pools``): a
 steady look at a bucket log dir (a streaming trigger's, a consumer's) starts no thread,
-where a pool per call started one per request each time; ``fan_out`` keeps the per-call
-pool's contract (results in order, at most N at once, every call ended before it
-returns or raises). On a real S3 server; threads counted, not timed."""
+where a pool per call started one per request each time; ``submit_all``/``settle``/
+``joined`` keep the per-call pool's contract (results in order, at most N at once,
+every call ended before the caller returns or raises). On a real S3 server; threads
+counted, not timed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from s3_server import S3Server
 from seglog.logstore.bucket.bucket_manager import BucketLogManager
 from seglog.logstore.records.record_codec import encode_batches
 from seglog.logstore.storage.object_storage import ObjectStorage
-from seglog.logstore.util.shared_pools import fan_out
+from seglog.logstore.util.shared_pools import joined, settle, submit_all
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_a_steady_look_at_a_log_being_written_starts_no_thread(
     writer.close()
 
 
-def test_fan_out_returns_in_order_at_most_n_at_once() -> None:
+def test_submit_all_settles_in_order_at_most_n_at_once() -> None:
     lock = threading.Lock()
     running = [0]
     most = [0]
@@ -70,14 +71,15 @@ def test_fan_out_returns_in_order_at_most_n_at_once() -> None:
             running[0] -= 1
         return i * i
 
-    assert fan_out("test-order", call, range(40), at_most=3) == [i * i for i in range(40)]
+    squares = settle(submit_all("test-order", call, range(40), at_most=3))
+    assert squares == [i * i for i in range(40)]
     assert 1 <= most[0] <= 3
-    assert fan_out("test-order", call, [7]) == [49]
-    assert fan_out("test-order", call, []) == []
+    assert settle(submit_all("test-order", call, [7])) == [49]
+    assert settle(submit_all("test-order", call, [])) == []
 
 
 @pytest.mark.parametrize("at_most", [2, 64])
-def test_fan_out_raises_the_first_failure_after_every_call_ended(at_most: int) -> None:
+def test_settle_raises_the_first_failure_after_every_call_ended(at_most: int) -> None:
     ended: list[int] = []
 
     def call(i: int) -> int:
@@ -88,5 +90,19 @@ def test_fan_out_raises_the_first_failure_after_every_call_ended(at_most: int) -
         return i
 
     with pytest.raises(ValueError, match="item 3"):
-        fan_out("test-failure", call, range(8), at_most=at_most)
+        settle(submit_all("test-failure", call, range(8), at_most=at_most))
     assert sorted(ended) == list(range(8))
+
+
+def test_a_failure_beside_the_calls_is_raised_once_they_ended() -> None:
+    ended: list[int] = []
+
+    def call(i: int) -> int:
+        threading.Event().wait(0.001)
+        ended.append(i)
+        return i
+
+    futures = submit_all("test-joined", call, range(4))
+    with pytest.raises(OSError, match="the LIST failed"), joined(futures):
+        raise OSError("the LIST failed")
+    assert sorted(ended) == list(range(4))
