@@ -7,6 +7,8 @@ counted, not timed."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -106,3 +108,17 @@ def test_a_failure_beside_the_calls_is_raised_once_they_ended() -> None:
     with pytest.raises(OSError, match="the LIST failed"), joined(futures):
         raise OSError("the LIST failed")
     assert sorted(ended) == list(range(4))
+
+
+def test_a_forked_child_builds_its_own_pool() -> None:
+    """The parent's pool threads do not exist in a child; the child's calls still run
+    (its pools are its own, built on first use: ``os.register_at_fork``)."""
+    assert settle(submit_all("test-fork", abs, [-1, -2])) == [1, 2]
+    threading.Event().wait(0.2)  # its threads idle when the child is forked
+    pid = os.fork()
+    if pid == 0:  # the child: answer within 10 s, or die of the alarm
+        signal.alarm(10)
+        ok = settle(submit_all("test-fork", abs, [-3, -4])) == [3, 4]
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
