@@ -26,7 +26,9 @@ the view); the driver's commit (``sink_bucket_commit.commit``); a consumer's
 look at ``out`` (``high_watermarks``).
 
 Printed per step: the median over the micro-batches after the first two (the writers'
-and readers' opens) of its sequential round trips (``s3_proxy.sequential_round_trips``:
+and readers' opens) of its CPU time (``time.process_time``: this process's threads, the
+proxy's among them, so compare runs of the same requests; the read task's worker is
+another process and not in it), of its sequential round trips (``s3_proxy.sequential_round_trips``:
 requests made at once count once) and of its requests, and its median ms (the round trips
 times ``--delay-ms`` plus the client's and server's own time, which load does blur), and
 the p90 and the most round trips of each step. The micro-batches run one after the
@@ -196,13 +198,16 @@ def main() -> None:
         consumer = open_log_dirs([out_dir], read_only=True)
         made_by: dict[str, list[list[RequestRecord]]] = {s: [] for s in STEPS}
         took_ms: dict[str, list[float]] = {s: [] for s in STEPS}
+        cpu_ms: dict[str, list[float]] = {s: [] for s in STEPS}
         off_path: list[int] = []
 
         def step(name: str, batch: int, call: Callable[[], T]) -> T:
             since = proxy.clock()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             result = call()
             took = (time.perf_counter() - t0) * 1000
+            cpu = (time.process_time() - c0) * 1000
             until = proxy.clock()
             made = [r for r in proxy.requests(since) if r.replied is not None and r.replied < until]
             # The writers' snapshots started by this step, waited for outside it.
@@ -212,6 +217,7 @@ def main() -> None:
             if batch >= SKIP:
                 made_by[name].append(made)
                 took_ms[name].append(took)
+                cpu_ms[name].append(cpu)
                 off_path.append(later)
             return result
 
@@ -255,13 +261,13 @@ def main() -> None:
         f"{'no view (the task looks)' if args.no_view else 'the driver view'}; "
         f"load {os.getloadavg()[0]:.1f}"
     )
-    print(f"  {'step':>14}  round trips  requests       ms   trips p90   max")
+    print(f"  {'step':>14}  round trips  requests       ms   trips p90   max  CPU ms")
     for name in STEPS:
         print(
             f"  {name:>14}  {statistics.median(trips[name]):11.1f}  "
             f"{statistics.median(len(m) for m in made_by[name]):8.1f}  "
             f"{statistics.median(took_ms[name]):7.0f}  {_p90(trips[name]):10.0f}  "
-            f"{max(trips[name]):4d}"
+            f"{max(trips[name]):4d}  {statistics.median(cpu_ms[name]):6.2f}"
         )
     # The planning's requests are its background refresh's: off the micro-batch's path.
     total = sum(statistics.median(trips[s]) for s in STEPS if s != "sink planning")

@@ -46,6 +46,7 @@ from ..errors import (
 )
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
+from ..util.shared_pools import joined, settle, submit_all
 from .bucket_state import (
     CATALOG,
     SNAPSHOT_EVERY,
@@ -260,22 +261,14 @@ class CommitLogReader:
                 if self.read_ahead and state.version >= 0
                 else []
             )
-            if ahead:
-                with ThreadPoolExecutor(len(ahead), thread_name_prefix="seglog-read-ahead") as pool:
-                    early = pool.map(self._read_commit, ahead)
-                    sizes = self._list_commit_sizes(min(oldest, state.version))
-                    read = dict(zip(ahead, early, strict=True))
-                # Immutable once created; a size the LIST disagrees with (a store that
-                # let a second create replace it) is read again by the fold.
-                known.update(
-                    {
-                        v: data
-                        for v, data in read.items()
-                        if data is not None and sizes.get(v) == len(data)
-                    }
-                )
-            else:
+            # The GETs beside the LIST, on a process-wide pool: a trigger starts no thread.
+            early = submit_all("commit-read-ahead", self._read_commit, ahead)
+            with joined(early):
                 sizes = self._list_commit_sizes(min(oldest, state.version))
+            # Immutable once created; a size the LIST disagrees with (a store that let a
+            # second create replace it) is read again by the fold.
+            read = zip(ahead, settle(early), strict=True)
+            known.update({v: b for v, b in read if b is not None and sizes.get(v) == len(b)})
             for version in [v for v in self._unchecked if v not in sizes]:
                 del self._unchecked[version]  # collected (old) or never listed
             own = frozenset(self._unchecked)

@@ -46,7 +46,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -60,6 +59,7 @@ from ..errors import (
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
+from ..util.shared_pools import settle, submit_all
 from .bucket_commit_log import Attempt, Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
 from .bucket_view import change_topics, merge, topic_of, with_version
@@ -589,7 +589,5 @@ def _route_after_move(
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     if len(items) <= 1:
         return [call(item) for item in items]
-    with ThreadPoolExecutor(
-        min(len(items), OPEN_THREADS), thread_name_prefix="seglog-topic-logs"
-    ) as pool:
-        return list(pool.map(call, items))
+    # The process's pool (``shared_pools``): a trigger's refresh starts no thread.
+    return settle(submit_all("topic-logs", call, items, at_most=OPEN_THREADS))
