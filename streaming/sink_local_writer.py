@@ -97,8 +97,9 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
     except CorruptRecordError as e:
         # Power-cut damage (staging files are not fsynced): the file is named, the
         # commit fails before its commit point, and Spark runs the micro-batch again.
-        raise CorruptRecordError(f"staging file {frag.path} of {frag.topic}-"
-                                 f"{frag.partition} is corrupt: {e}") from None
+        raise CorruptRecordError(
+            f"staging file {frag.path} of {frag.topic}-{frag.partition} is corrupt: {e}"
+        ) from None
     if pending or total != frag.size:
         raise CorruptRecordError(
             f"staging file {frag.path} holds {total} bytes of whole batches, the task "
@@ -106,8 +107,7 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
         )
 
 
-def _append_chunks(mgr: LogManager, frag: StagedFragment, handle: FileHandle
-                   ) -> tuple[int, int]:
+def _append_chunks(mgr: LogManager, frag: StagedFragment, handle: FileHandle) -> tuple[int, int]:
     """(bytes appended, bytes left that are no whole batch)."""
     with handle, handle.buffered_reader() as f:
         # One buffer for the whole file: a batch that straddles two reads is moved to
