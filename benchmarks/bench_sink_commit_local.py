@@ -35,26 +35,37 @@ def run_here(batches: int, rows: int, log_dir: Path) -> dict[str, list[float]]:
 
     real_fsync = os.fsync
     count = [0]
+    spent = [0.0]
 
     def fsync(fd: int) -> None:
         count[0] += 1
+        t = time.perf_counter()
         real_fsync(fd)
+        spent[0] += time.perf_counter() - t
 
     os.fsync = fsync
     opts = SinkOptions.parse({"path": str(log_dir), "topic": "out", "numPartitions": "1"})
-    data = pa.record_batch({
-        "key": pa.array([None] * rows, pa.string()),
-        "value": pa.array([f"row-{i:08d}".encode() * 4 for i in range(rows)], pa.binary()),
-    })
+    data = pa.record_batch(
+        {
+            "key": pa.array([None] * rows, pa.string()),
+            "value": pa.array([f"row-{i:08d}".encode() * 4 for i in range(rows)], pa.binary()),
+        }
+    )
     cols = SinkColumns.resolve(data.schema, default_topic="out")
-    out: dict[str, list[float]] = {"stage_ms": [], "commit_ms": [], "stage_fsyncs": [],
-                                   "commit_fsyncs": []}
+    out: dict[str, list[float]] = {
+        "stage_ms": [],
+        "commit_ms": [],
+        "stage_fsyncs": [],
+        "commit_fsyncs": [],
+        "commit_fsync_ms": [],
+    }
     for b in range(batches + 3):
         count[0] = 0
         t0 = time.perf_counter()
         task = stage_rows(opts, cols, [data], "bench-sink", b, 0, 0)
         t1 = time.perf_counter()
         staged = count[0]
+        spent[0] = 0.0
         commit([task], b, opts)
         t2 = time.perf_counter()
         if b >= 3:
@@ -62,15 +73,30 @@ def run_here(batches: int, rows: int, log_dir: Path) -> dict[str, list[float]]:
             out["commit_ms"].append((t2 - t1) * 1000)
             out["stage_fsyncs"].append(staged)
             out["commit_fsyncs"].append(count[0] - staged)
+            out["commit_fsync_ms"].append(spent[0] * 1000)
     return out
 
 
 def run_tree(src: str, batches: int, rows: int, work: Path) -> dict[str, list[float]]:
     env = dict(os.environ, PYTHONPATH=src)
     with tempfile.TemporaryDirectory(dir=work) as d:
-        res = subprocess.run([sys.executable, __file__, "--child", "--batches", str(batches),
-                              "--rows", str(rows), "--dir", d], env=env, check=True,
-                             capture_output=True, text=True)
+        res = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--batches",
+                str(batches),
+                "--rows",
+                str(rows),
+                "--dir",
+                d,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     result: dict[str, list[float]] = json.loads(res.stdout.strip().splitlines()[-1])
     return result
 
@@ -101,13 +127,17 @@ def main() -> None:
             res = run_tree(src, args.batches, args.rows, work)
             for k, v in res.items():
                 got[name].setdefault(k, []).extend(v)
-    print(f"load: {os.getloadavg()[0]:.2f}  rounds {args.rounds} x {args.batches} "
-          f"micro-batches of {args.rows} rows, one task, one partition")
+    print(
+        f"load: {os.getloadavg()[0]:.2f}  rounds {args.rounds} x {args.batches} "
+        f"micro-batches of {args.rows} rows, one task, one partition"
+    )
     for name, res in got.items():
-        print(f"{name:10s} commit p50 {statistics.median(res['commit_ms']):6.2f} ms "
-              f"(n={len(res['commit_ms'])})  stage p50 {statistics.median(res['stage_ms']):6.2f}"
-              f" ms  fsyncs: commit {statistics.median(res['commit_fsyncs']):.0f}, "
-              f"stage {statistics.median(res['stage_fsyncs']):.0f}")
+        med = {k: statistics.median(v) for k, v in res.items()}
+        print(
+            f"{name:10s} commit p50 {med['commit_ms']:6.2f} ms (n={len(res['commit_ms'])},"
+            f" in fsync {med['commit_fsync_ms']:5.2f})  stage p50 {med['stage_ms']:5.2f} ms"
+            f"  fsyncs: commit {med['commit_fsyncs']:.0f}, stage {med['stage_fsyncs']:.0f}"
+        )
     if "peer" in got:
         a, b = got["this tree"], got["peer"]
         for k in ("commit_ms", "stage_ms"):

@@ -7,6 +7,9 @@ from __future__ import annotations
 import collections
 import os
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +138,57 @@ def test_a_staging_file_a_power_cut_damaged_fails_the_commit_and_the_rerun_publi
         assert mgr.high_watermarks()[("out", 0)] == 400
         log = mgr.get_log("out", 0)
         assert log.log_end_offset == 400
+
+
+_CHILD = """
+import os, sys
+from pathlib import Path
+import pyarrow as pa
+from seglog.streaming.sink_commit import commit
+from seglog.streaming.sink_local_staging import stage_rows
+from seglog.streaming.sink_options import SinkColumns, SinkOptions
+n = 200
+data = pa.record_batch({"key": pa.array([None] * n, pa.string()),
+                        "value": pa.array([b"v%d" % i for i in range(n)], pa.binary())})
+opts = SinkOptions.parse({"path": sys.argv[1], "topic": "out", "numPartitions": "1"})
+cols = SinkColumns.resolve(data.schema, default_topic="out")
+for b in range(4):
+    if b == 3:
+        os.write(2, b"MARK-BEGIN")
+    commit([stage_rows(opts, cols, [data], "s", b, 0, 0)], b, opts)
+os.write(2, b"MARK-END")
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_the_syscalls_of_a_steady_micro_batch(tmp_path: Path) -> None:
+    """Counted by strace in a child process (every thread): the fsyncs above, 6 renames,
+    and no msync: on Linux the index files' fsync writes back their mapped pages."""
+    log = tmp_path / "strace.txt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run(
+        [
+            "strace",
+            "-f",
+            "-o",
+            str(log),
+            "-e",
+            "trace=fsync,fdatasync,msync,rename,renameat,renameat2,write",
+            sys.executable,
+            "-c",
+            _CHILD,
+            str(tmp_path / "d"),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    lines = log.read_text().splitlines()
+    begin = next(i for i, line in enumerate(lines) if "MARK-BEGIN" in line)
+    end = next(i for i, line in enumerate(lines) if "MARK-END" in line)
+    calls = collections.Counter(
+        m.group(1)
+        for line in lines[begin:end]
+        if (m := re.search(r"\b(fsync|fdatasync|msync|rename\w*)\(", line))
+    )
+    assert calls == collections.Counter({"fsync": 18, "rename": 6}), calls
