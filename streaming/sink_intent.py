@@ -181,13 +181,17 @@ def write_intent(log_dir: str | os.PathLike[str], intent: CommitIntent) -> Path:
 
 
 def remove_intent(path: Path) -> None:
-    """Remove an intent file and make the removal durable (a stale intent that comes back
-    after a power cut explains nothing and is removed again by the next commit)."""
+    """Remove an intent file. The removal is not fsynced: an intent that comes back after
+    a power cut is harmless. Removed after the commit point, its ranges lie below the
+    fsynced high watermark and explain nothing (the next commit removes it again);
+    removed after a rollback, the truncation of its tail was not fsynced either, and an
+    intent only ever explains batches of its own sink and micro-batch in its own ranges
+    (``covers``), so it lets a writer remove nothing but that commit's tail. The next
+    ``write_intent`` in the dir fsyncs the directory anyway."""
     try:
         LOCAL.unlink(path)
     except FileNotFoundError:
         return
-    LOCAL.fsync_dir(path.parent)
 
 
 def unexplained_tail(intent: CommitIntent, mgr: LogManager | LogDirsReader

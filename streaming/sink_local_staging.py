@@ -1,9 +1,9 @@
 """The local backend's half of staging: one staging file per task and topic-partition,
 and its removal (``abort_staging``, ``sweep_staging``).
 
-Layout and durability: see ``sink_staging``'s module docstring (the files sit in the log
-dir that holds the partition, for a new topic the first log dir, and are fsynced with
-their directory before the task reports them).
+Layout: see ``sink_staging``'s module docstring (the files sit in the log dir that holds
+the partition, for a new topic the first log dir). They are written and closed, not
+fsynced, before the task reports them: durability starts at the commit (``finish``).
 
 Not thread-safe: one ``LocalStagingArea`` per task.
 """
@@ -67,7 +67,6 @@ class LocalStagingArea:
     def __init__(self, attempt: StagingAttempt) -> None:
         self.attempt = attempt
         self._files: dict[tuple[str, int], _Open] = {}
-        self._dirs: list[Path] = []
 
     def write(self, batches: StagedBatches) -> None:
         f = self._file(batches.topic, batches.partition)
@@ -89,8 +88,6 @@ class LocalStagingArea:
                 LOCAL.makedirs(d)
             except OSError as e:
                 raise KafkaStorageError(f"cannot create staging directory {d}: {e}") from e
-            if d not in self._dirs:
-                self._dirs.append(d)
             # The name is for people; the commit message carries the path. A long
             # topic's name is cut (with a hash) to fit a file name.
             name = fitted_name(
@@ -107,20 +104,21 @@ class LocalStagingArea:
         return f
 
     def finish(self) -> StagedOutput:
-        """fsync every staging file and its directory; describe them."""
+        """Write out and close every staging file; describe them. Not fsynced: the commit
+        copies them into the logs and fsyncs those before its commit point, and it checks
+        each file whole (its size, batch framing and CRCs) as it reads it. A file a power
+        cut lost or damaged before that fails the commit, nothing published, and Spark
+        runs the micro-batch again; a killed process leaves the page cache intact."""
         fragments: list[Fragment] = []
         try:
             for (topic, partition), f in sorted(self._files.items()):
                 f.file.flush()
-                f.handle.fsync()
                 f.file.close()
                 f.handle.close()
                 fragments.append(StagedFragment(topic, partition, str(f.path), f.size, f.records))
-            for d in self._dirs:
-                LOCAL.fsync_dir(d)
         except OSError as e:
             self.discard()
-            raise KafkaStorageError(f"cannot make the staging files durable: {e}") from e
+            raise KafkaStorageError(f"cannot write the staging files: {e}") from e
         return StagedOutput(tuple(fragments))
 
     def discard(self) -> None:

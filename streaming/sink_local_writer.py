@@ -26,6 +26,7 @@ from seglog.logstore.errors import (
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_format import TopicPartition, iter_batch_headers
 from seglog.logstore.storage.checkpoint_file import write_atomically
+from seglog.logstore.storage.file_handle import FileHandle
 from seglog.logstore.storage.storage import LOCAL
 from seglog.logstore.util.clock import SYSTEM_CLOCK, Clock
 
@@ -91,6 +92,23 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
             f"staging file {frag.path} of {frag.topic}-{frag.partition} is missing: was the "
             "batch already cleaned up, or the log dir not shared by every executor?"
         ) from None
+    try:
+        total, pending = _append_chunks(mgr, frag, handle)
+    except CorruptRecordError as e:
+        # Power-cut damage (staging files are not fsynced): the file is named, the
+        # commit fails before its commit point, and Spark runs the micro-batch again.
+        raise CorruptRecordError(
+            f"staging file {frag.path} of {frag.topic}-{frag.partition} is corrupt: {e}"
+        ) from None
+    if pending or total != frag.size:
+        raise CorruptRecordError(
+            f"staging file {frag.path} holds {total} bytes of whole batches, the task "
+            f"wrote {frag.size}: it is truncated or corrupt"
+        )
+
+
+def _append_chunks(mgr: LogManager, frag: StagedFragment, handle: FileHandle) -> tuple[int, int]:
+    """(bytes appended, bytes left that are no whole batch)."""
     with handle, handle.buffered_reader() as f:
         # One buffer for the whole file: a batch that straddles two reads is moved to
         # the front (less than one batch), never joined into a new bytes object.
@@ -114,12 +132,7 @@ def append_fragment(mgr: LogManager, frag: StagedFragment) -> None:
                 filled -= end
             if not n:
                 break
-        pending = filled
-    if pending or total != frag.size:
-        raise CorruptRecordError(
-            f"staging file {frag.path} holds {total} bytes of whole batches, the task "
-            f"wrote {frag.size}: it is truncated or corrupt"
-        )
+        return total, filled
 
 
 def fail_publish(

@@ -4,8 +4,10 @@ A write task routes each input row to its topic-partition, encodes each partitio
 into RecordBatch v2 batches and hands them to its backend's ``StagingArea`` (all of that
 is ``sink_stager.PartitionStager``): staging files in the log dir
 (``sink_local_staging``) or fragments uploaded to the bucket (``sink_bucket_staging``).
-At the end the area makes them durable and the task returns a ``StagedTask``: a small,
-picklable description that the driver's commit (``sink_protocol.commit``) publishes.
+At the end the area finishes them (a bucket's PUTs are durable; local files are written
+but not fsynced: the commit fsyncs what it copies into the logs) and the task returns a
+``StagedTask``: a small, picklable description that the driver's commit
+(``sink_protocol.commit``) publishes.
 Nothing staged is visible to readers. This module holds those types, the sink's
 identity in the batches (``producer_fields``) and the local layout.
 
@@ -238,7 +240,7 @@ class StagingArea(Protocol):
         ...
 
     def finish(self) -> StagedOutput:
-        """Make everything staged durable and describe it; on failure, discard it."""
+        """Finish everything staged and describe it; on failure, discard it."""
         ...
 
     def discard(self) -> None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import errno
 import logging
 import struct
+import sys
 import threading
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -69,6 +70,10 @@ if TYPE_CHECKING:
     import mmap
 
 logger = logging.getLogger(__name__)
+
+# Linux's page cache holds a shared mapping's pages: fsync(2) writes back what stores
+# through the mapping dirtied (their write faults mark the pages dirty), as msync does.
+_FSYNC_COVERS_MAPPINGS = sys.platform.startswith("linux")
 
 E = TypeVar("E")
 _Index = TypeVar("_Index", bound="AbstractIndex[Any]")
@@ -299,8 +304,8 @@ class AbstractIndex(Generic[E]):
             length = max(new_size - new_size % size, self._entries * size)
             if length == self._length:
                 return False
-            if self._mmap is not None:
-                self._mmap.flush()
+            if self._mmap is not None and not _FSYNC_COVERS_MAPPINGS:
+                self._mmap.flush()  # Linux: unmapped dirty pages stay in the page cache
             self._map(0)
             try:
                 self._writer().truncate(length)
@@ -349,9 +354,12 @@ class AbstractIndex(Generic[E]):
         self.resize(self._max_index_size)
 
     def flush(self) -> None:
-        """msync the mapping and fsync the file (its length may have changed)."""
+        """fsync the file (its length may have changed) and so the mapping's pages: on
+        Linux a store through a shared mapping dirties the page in the page cache, which
+        fsync writes back, so an msync first would write the same pages twice. Elsewhere
+        (or with no file handle) the mapping is msynced first."""
         with self._lock:
-            if self._mmap is not None:
+            if self._mmap is not None and (self._handle is None or not _FSYNC_COVERS_MAPPINGS):
                 self._mmap.flush()
             if self._handle is not None:
                 self._handle.fsync()

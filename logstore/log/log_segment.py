@@ -76,6 +76,10 @@ class LogSegment(SegmentReads):
         # Asked before the ``.log`` is opened: a segment this call creates is removed
         # again when its indexes cannot be made.
         local = parts.file
+        # The ``.log``'s size at its last fsync (None: unknown, or cut since): a flush with
+        # nothing written since skips the fsync (a commit's publish flushes the log, then
+        # its pause releases the segment with a flush of the indexes only).
+        self._log_synced_size: int | None = None
         creating = (not lazy and not read_only and local is not None
                     and not local.fs.exists(local.path))
         super().__init__(dir_, base_offset, index_interval_bytes=index_interval_bytes,
@@ -119,6 +123,10 @@ class LogSegment(SegmentReads):
 
     @_size.setter
     def _size(self, value: int) -> None:
+        if self._log_synced_size is not None and value < self._log_synced_size:
+            # Cut below what was fsynced: bytes written again up to the same size would
+            # look synced by size alone.
+            self._log_synced_size = None
         self._file.written_size = value
 
     @classmethod
@@ -325,6 +333,7 @@ class LogSegment(SegmentReads):
         self._bytes_since_last_index_entry = ix.bytes_since_last_entry
         self._max_ts_and_offset = ix.max_timestamp
         self._rolling_based_timestamp = ix.first_timestamp
+        self._log_synced_size = None  # written through another handle
         self._size = ix.valid_end
 
     def on_become_inactive(self) -> None:
@@ -359,7 +368,10 @@ class LogSegment(SegmentReads):
         if self.read_only or self.closed or not self._records.is_open:
             return
         try:
-            self._writer.fsync()
+            size = self._size
+            if size != self._log_synced_size:
+                self._writer.fsync()
+                self._log_synced_size = size
             self._offset_index.flush()
             self._time_index.flush()
             if self._txn is not None:
