@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+from seglog.logstore.storage.storage import LOCAL
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["TRACE_ENV", "StepTime", "trace_path", "traced", "traced_iterator", "read_trace"]
@@ -74,11 +76,9 @@ def _append(path: str, step: StepTime) -> None:
         }
     )
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+        # O_APPEND: the lines of the processes tracing at once never interleave
+        with LOCAL.open_file(path, "append") as handle:
+            handle.write((line + "\n").encode())
     except OSError as e:
         if not _warned:
             _warned = True
@@ -123,9 +123,7 @@ def _timed(
 def read_trace(path: str, offset: int = 0) -> list[StepTime]:
     """The steps traced in ``path`` from byte ``offset`` on (whole lines only: a line
     still being appended is left for the next read)."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
+    data = LOCAL.read(path)[offset:]
     out = []
     for line in data[: data.rfind(b"\n") + 1].splitlines():
         d = json.loads(line)
