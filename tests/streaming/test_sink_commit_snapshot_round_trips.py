@@ -2,8 +2,9 @@
 commit waits for, one round trip (its conditional PUT: the sink's writer made the log's
 last commit, so it neither refreshes nor lists its uploads): the snapshot and hint of
 that version are written after the commit returned (``bucket_snapshot_writer``), no
-longer on the micro-batch's path every 10th batch. Counted through ``tests/s3_proxy.py``: the requests
-a commit waited for are those answered before it returned."""
+longer on the micro-batch's path every 10th batch. Counted through
+``tests/s3_proxy.py``: the requests a commit waited for are those answered before it
+returned."""
 
 from __future__ import annotations
 
