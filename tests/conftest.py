@@ -175,6 +175,21 @@ def seaweed_uri(seaweed_server, monkeypatch) -> str:
 
 
 @pytest.fixture
+def proxy(request, bucket_server, monkeypatch):
+    """The session's S3 server behind ``tests/s3_proxy.py``: each request delayed by the
+    test module's ``DELAY_S`` (50 ms unless it says otherwise, so requests sent together
+    stay one round trip) and logged, with the ``AWS_*`` variables pointing at the proxy
+    for this test: a test counts the requests and round trips of what it calls."""
+    from s3_proxy import S3Proxy
+
+    delay_s = getattr(request.module, "DELAY_S", 0.05)
+    with S3Proxy(bucket_server.endpoint, delay_s=delay_s, log_requests=True) as p:
+        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
+            monkeypatch.setenv(name, value)
+        yield p
+
+
+@pytest.fixture
 def no_aws_env(monkeypatch) -> None:
     """No ``AWS_*`` variable in this process for this test: a bucket is reached through
     options alone (``bucket_server.storage_options()``)."""

@@ -9,25 +9,17 @@ calls them, each trigger one after the other."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pyarrow as pa
-import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from s3_proxy import S3Proxy, sequential_round_trips
+from s3_proxy import sequential_round_trips
 
 from seglog.datasource.schema import source_schema
 from seglog.datasource.stream_reader import SeglogStreamReader
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import encode_batches
 
-
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=0.01, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
+DELAY_S = 0.01  # the proxy fixture's delay (tests/conftest.py)
 
 
 def _trigger(reader: SeglogStreamReader, start: dict) -> dict:

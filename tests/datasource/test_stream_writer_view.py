@@ -6,23 +6,13 @@ a task do with the writer (end to end in Spark: ``test_bucket_stream.py``)."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
 
 import pyarrow as pa
-import pytest
-from s3_proxy import S3Proxy, sequential_round_trips
+from s3_proxy import sequential_round_trips
 
 from seglog.datasource.stream_writer import SeglogStreamWriter
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.streaming import sink_view
-
-
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=0.05, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
 
 
 def _planned(options: dict[str, str]) -> SeglogStreamWriter:

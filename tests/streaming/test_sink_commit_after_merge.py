@@ -11,8 +11,6 @@ costs the next commit nothing; a producer or another query still does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pyarrow as pa
 import pytest
 from s3_proxy import S3Proxy, sequential_round_trips
@@ -30,13 +28,6 @@ SINK = "after-merge"
 DELAY_S = 0.05  # as test_sink_round_trips: parallel requests stay one round trip
 RUN = 12  # micro-batches of one segment each before the merge comes due
 
-
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
 
 
 def _stage(opts: SinkOptions, batch: int) -> StagedTask:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 
 import pyarrow as pa
-import pytest
-from s3_proxy import S3Proxy, sequential_round_trips
+from s3_proxy import sequential_round_trips
 
 from seglog.logstore.bucket.bucket_state import SNAPSHOT_EVERY, topic_layout
 from seglog.logstore.storage.object_storage import ObjectStorage
@@ -27,13 +25,6 @@ TOPIC = "out"
 SINK = "snapshot-round-trips"
 DELAY_S = 0.05
 
-
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
 
 
 def _stage(opts: SinkOptions, batch: int) -> StagedTask:

@@ -37,13 +37,6 @@ DELAY_S = 0.05
 ROWS = 60
 
 
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
-
 
 @pytest.fixture
 def uri(bucket_server, proxy) -> str:

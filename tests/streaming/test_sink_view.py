@@ -7,11 +7,10 @@ and a topic deleted and created again with the same settings takes the batch."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from s3_proxy import S3Proxy, sequential_round_trips
+from s3_proxy import sequential_round_trips
 
 from seglog.logstore.manager.log_manager import LogManager
 from seglog.logstore.records.record_codec import decode_batches
@@ -28,13 +27,6 @@ SINK = "view"
 DELAY_S = 0.05  # see test_sink_round_trips: parallel requests within one delay count once
 ROWS = 40
 
-
-@pytest.fixture
-def proxy(bucket_server, monkeypatch) -> Iterator[S3Proxy]:
-    with S3Proxy(bucket_server.endpoint, delay_s=DELAY_S, log_requests=True) as p:
-        for name, value in {**bucket_server.env, "AWS_ENDPOINT_URL": p.endpoint}.items():
-            monkeypatch.setenv(name, value)
-        yield p
 
 
 @pytest.fixture
