@@ -18,8 +18,6 @@ Not thread-safe: one describer per task.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import cast
@@ -29,16 +27,15 @@ from seglog.logstore.config.config import LogConfig
 from seglog.logstore.config.topics import parse_overrides
 from seglog.logstore.errors import LogDirError, SeglogError
 from seglog.logstore.storage.file_names import partition_dir_name
-from seglog.logstore.storage.object_storage import ObjectStorage
-from seglog.logstore.storage.object_store_config import StorageOptions, redact_uris
+from seglog.logstore.storage.object_store_config import redact_uris
 from seglog.logstore.storage.storage import LOCAL, Storage
 
-from .log_readers import reader
+from .log_readers import bucket_storage, reader
 from .sink_options import SinkOptions, require_creatable
 from .sink_staging import StagingTopic, check_partition_count
 from .sink_view import TopicView
 
-__all__ = ["LocalTopics", "BucketTopics", "shared_bucket", "shared_storage", "forget_storages"]
+__all__ = ["LocalTopics", "BucketTopics", "shared_bucket", "shared_storage"]
 
 
 class LocalTopics:
@@ -174,28 +171,14 @@ def _config(overrides: dict[str, str]) -> LogConfig:
     return config
 
 
-_storages_lock = threading.Lock()
-_storages: dict[tuple[str, StorageOptions, int], ObjectStorage] = {}
-
-
-def shared_storage(options: SinkOptions) -> ObjectStorage:
-    """This process's client of the sink's bucket (its connections reused by every task
-    of a Python worker); a forked child builds its own."""
+def shared_storage(options: SinkOptions) -> Storage:
+    """This process's client of the sink's bucket (``log_readers.bucket_storage``: the one
+    the source's planned reads use too; its connections reused by every task of a Python
+    worker; a forked child builds its own)."""
     uri = options.bucket_uri
     if uri is None:
         raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
-    key = (uri, options.storage, os.getpid())
-    with _storages_lock:
-        storage = _storages.get(key)
-        if storage is None:
-            storage = _storages[key] = ObjectStorage(uri, options.storage)
-    return storage
-
-
-def forget_storages() -> None:
-    """Drop this process's bucket clients (tests: each test's endpoint is its own)."""
-    with _storages_lock:
-        _storages.clear()
+    return bucket_storage([uri], options.storage)
 
 
 def shared_bucket(options: SinkOptions) -> BucketLogManager:

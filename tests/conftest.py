@@ -52,14 +52,12 @@ def _close_shared_readers():
         log_readers,
         log_writers,
         sink_bucket_merger,
-        sink_topics,
         sink_view,
     )
 
     sink_bucket_merger.stop_all(wait=True, timeout_s=120)
     sink_view.wait_refreshes()
     log_readers.close_all()
-    sink_topics.forget_storages()
     log_writers.close_all()
 
 
