@@ -45,6 +45,7 @@ from ..errors import (
     ReadOnlyError,
     TopicIdChangedError,
 )
+from ..records.record_format import BatchHeader
 from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, parse_partition_dir_name
 from ..storage.storage import LOCAL
@@ -96,11 +97,14 @@ class LogReader(LogReads):
         self._bases: tuple[int, ...] = ()  # from the last listing
         self._open: dict[int, LogSegment] = {}  # opened on demand
         self._listed_mtime = -2  # the directory mtime of the last listing
+        # (base offset, header) of the last segment's last batch as last found: the next
+        # look at the log end resumes there (``SegmentReads.last_batch``)
+        self._tail: tuple[int, BatchHeader] | None = None
         self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
                                   read_only=True)
         self.refresh()
         bases = self._bases
-        leo = self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+        leo = self._read_log_end(bases)
         self._log_start_offset = min(self._log_start_offset, leo)
         # Not clamped here: LogDirsReader clamps what it publishes to this log's end
         # (and warns); a read finding less than it is told reports it (MissingDataError).
@@ -121,8 +125,20 @@ class LogReader(LogReads):
     def log_end_offset(self) -> int:
         """The offset after the last batch of the files (from the last segment's tail)."""
         self.refresh()
-        bases = self._bases
-        return self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+        return self._read_log_end(self._bases)
+
+    def _read_log_end(self, bases: tuple[int, ...]) -> int:
+        """The log end from the last of ``bases``, resuming at the batch the previous
+        look found last (a source asks every trigger: the new batches are parsed, not
+        the whole tail past the last index entry)."""
+        if not bases:
+            return self._log_start_offset
+        base = bases[-1]
+        tail = self._tail
+        last = self._segment(base).last_batch(
+            tail[1] if tail is not None and tail[0] == base else None)
+        self._tail = None if last is None else (base, last)
+        return base if last is None else last.next_offset
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:

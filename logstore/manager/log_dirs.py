@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import LogDirError
-from ..records.record_format import TopicPartition
+from ..records.record_format import BatchHeader, TopicPartition
 from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -150,6 +150,9 @@ class Partition(Generic[LogT]):
     # the directory's mtime when its topic id was read or last found unchanged (a
     # reader's re-listing reads the id again only when the directory changed since)
     id_confirmed_mtime_ns: int | None = None
+    # readers: (base offset, header) of the last segment's last batch as the last probe
+    # of the log end found it, while no log is loaded (``LogDirsReader._probe_log_end``)
+    last_batch: tuple[int, BatchHeader] | None = None
 
     @property
     def tp(self) -> TopicPartition:

@@ -32,21 +32,26 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, NoReturn
 
 from ..config.config import ConfigValues, LogConfig, ManagerConfig
 from ..errors import (
     CorruptCheckpointError,
+    KafkaStorageError,
     LogDirError,
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
 from ..log.log_reader import LogReader
+from ..log.log_segment import LogSegment
 from ..log.offset_checkpoints import (
     PUBLISHING_CHECKPOINTS,
     fix_hint,
+    probe_log_end_offset,
     read_dir_checkpoints,
     read_published,
     warn_beyond_log_end,
@@ -88,6 +93,14 @@ _CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
                      HIGH_WATERMARK_CHECKPOINT: "high_watermarks"}
 
 
+class _Block(threading.local):
+    """A thread's ``one_refresh`` block: how deep it is nested, whether it listed."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.listed = False
+
+
 def _writer_only(name: str) -> Callable[..., NoReturn]:
     def refuse(self: LogDirsReader, *args: object, **kwargs: object) -> NoReturn:
         self.check_writable()
@@ -113,6 +126,7 @@ class LogDirsReader(PartitionTable[LogReader]):
                  default_topic_config: LogConfig | ConfigValues | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         super().__init__(config, default_topic_config, clock)
+        self._block = _Block()  # this thread's ``one_refresh`` block
         raw = ([log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs))
         if not raw:
             raise LogDirError("no log dir given")
@@ -142,8 +156,36 @@ class LogDirsReader(PartitionTable[LogReader]):
 
     # -- refresh if changed --------------------------------------------------------------
 
+    @contextmanager
+    def one_refresh(self, refresh: bool = True) -> Iterator[None]:
+        """Look at the log dirs' listings once for the whole block (this thread's calls):
+        a writer's every publish renames its checkpoint into the log dir, so while a
+        producer runs the dir's mtime always moved, and each call of a trigger's snapshot
+        (topics, high watermarks, topic ids) listed it again. The checkpoints are still
+        read on each call: only the listing is shared, as if the calls were one."""
+        block = self._block
+        outer = block.depth > 0
+        block.depth += 1
+        try:
+            yield
+        finally:
+            block.depth -= 1
+            if not outer:
+                block.listed = False
+
     def _refresh(self) -> None:
-        """Pick up partitions created or deleted by the writer since the last listing."""
+        """Pick up partitions created or deleted by the writer since the last listing
+        (once per ``one_refresh`` block)."""
+        block = self._block
+        if block.depth > 0:
+            if block.listed:
+                return
+            self._refresh_listing()
+            block.listed = True  # not on failure: the block's next call looks again
+            return
+        self._refresh_listing()
+
+    def _refresh_listing(self) -> None:
         with self._lock:
             seen: set[TopicPartition] = set()
             changed = False
@@ -265,6 +307,29 @@ class LogDirsReader(PartitionTable[LogReader]):
         bases = segment_bases(p.dir)
         p.listed_bases = (bases, mtime)
         return bases
+
+    def _probe_log_end(self, p: Partition[LogReader]) -> int:
+        """The log end of ``p`` (no log loaded: a source's planner), cheap enough for
+        every trigger: the last segment of the cached listing (listed again only when the
+        directory changed), its ``.log`` opened for the look only (a trigger over many
+        partitions holds no file open after it), the scan resuming at the batch the
+        previous probe found last. A segment gone since the listing: the full probe."""
+        bases = self._cached_segment_bases(p)
+        if not bases:
+            return probe_log_end_offset(p.dir)
+        base = bases[-1]
+        known = p.last_batch
+        try:
+            segment = LogSegment.open(p.dir, base, read_only=True)
+        except KafkaStorageError:
+            return probe_log_end_offset(p.dir)  # retention or a swap since the listing
+        try:
+            last = segment.last_batch(known[1] if known is not None and known[0] == base
+                                      else None)
+        finally:
+            segment.close_handlers()
+        p.last_batch = None if last is None else (base, last)
+        return base if last is None else last.next_offset
 
     def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
         bases = self._cached_segment_bases(p)

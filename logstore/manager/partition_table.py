@@ -100,6 +100,10 @@ class PartitionTable(Generic[LogT]):
     def _refresh(self) -> None:
         """Pick up what changed on disk since the last look (a reader); a writer knows."""
 
+    def _probe_log_end(self, p: Partition[LogT]) -> int:
+        """The log end of ``p``, whose log is not loaded, from its files."""
+        return probe_log_end_offset(p.dir)
+
     # -- the table's own state, for its owner's components -------------------------
 
     @property
@@ -284,8 +288,7 @@ class PartitionTable(Generic[LogT]):
         def log_end(i: int) -> int:
             p = listed[i][0]
             log = p.log
-            return (log.log_end_offset if log is not None
-                    else probe_log_end_offset(p.dir))
+            return log.log_end_offset if log is not None else self._probe_log_end(p)
 
         hws = [hw for _, hw in listed]
         ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
