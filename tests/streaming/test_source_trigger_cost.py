@@ -223,3 +223,25 @@ def test_a_producer_in_another_process_gives_the_answers_of_a_fresh_reader(tmp_p
     finally:
         child.stdin.close()
         assert child.wait(timeout=60) == 0
+
+
+def test_a_loaded_log_resumes_its_log_end_and_sees_a_cut_tail(tmp_path, writer, monkeypatch):
+    """A read task's log (loaded, closed after each task: its segment files released)
+    resumes its look at the log end too, and a cut below where it resumes is seen."""
+    from seglog.logstore.log.log_reader import LogReader
+
+    for _ in range(40):
+        writer.append_many({("t", 0): ONE})
+    log = LogReader.open(tmp_path / "t-0", writer.topic_config("t"))
+    assert log.log_end_offset == 40
+    log.close()
+    calls = Calls(monkeypatch, tmp_path)
+    writer.append_many({("t", 0): ONE})
+    calls.reset()
+    assert log.log_end_offset == 41
+    assert calls.headers == 2
+    log.close()
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    _cut_after(segment, len(ONE) * 30)
+    assert log.log_end_offset == 30
+    log.close()
