@@ -70,6 +70,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Subscribed topics found missing and warned about in this query run (the
         # runner holding this reader lives as long as the run).
         self._warned_missing: set[str] = set()
+        # What the last latestOffset saw available (before limits), for the
+        # reportLatestOffset Spark asks right after it.
+        self._available: dict[str, Any] | None = None
 
     def _warn_unknown_topics(self, snap: LogSnapshot) -> None:
         """One warning per query run for each subscribed topic that does not exist (it
@@ -122,6 +125,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snap = snapshot_log_dirs(o.log_dirs, start_offsets_for=lambda tp: tp not in previous,
                                  options=o)
         self._warn_unknown_topics(snap)
+        self._available = _available(snap, o)
         current = reconcile_start(previous, o, snap, topic_ids_from_json(start))
         latest = {tp: max(snap.latest(tp), off) for tp, off in current.items()}
         available_now = self._target is not None
@@ -150,11 +154,15 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @shown_in_one_piece
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        # Spark asks right after latestOffset, in the same process: on a bucket, the
-        # state that call refreshed answers (no second LIST per trigger).
+        # Spark asks right after latestOffset, in the same process (the trigger's
+        # progress report): that call's snapshot answers, with no second look at the log
+        # dirs (local: a listing and a checkpoint read; a bucket: a LIST). Before any
+        # latestOffset of this run: the state the shared manager holds.
+        if self._available is not None:
+            return self._available
         snap = snapshot_log_dirs(self._options.log_dirs, start_offsets_for=lambda tp: False,
                                  options=self._options, refresh=False)
-        return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(self._options)})
+        return _available(snap, self._options)
 
     # ------------------------------------------------------------------ planning
     @shown_in_one_piece
@@ -196,6 +204,11 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Nothing to release: the shared reader belongs to the process, and other
         queries of the same process may be reading the same log dirs."""
+
+
+def _available(snap: LogSnapshot, o: SourceOptions) -> dict[str, Any]:
+    """The latest offset of every subscribed partition in ``snap`` (no limit applied)."""
+    return offsets_to_json({tp: snap.latest(tp) for tp in snap.subscribed(o)})
 
 
 # ---------------------------------------------------------------------- executors

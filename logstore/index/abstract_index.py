@@ -113,6 +113,9 @@ class AbstractIndex(Generic[E]):
         self._allocated = 0
         self._fs_or_none = fs
         self._handle: FileHandle | None = None  # the writer's open file
+        # Whether the writer changed the file (entries, length, blocks) since its last
+        # fsync, or may have (opened: a crashed writer's changes may not be durable).
+        self._unsynced = writable
         self._file: RangeReader
         if writable:
             if fs is None:
@@ -248,6 +251,7 @@ class AbstractIndex(Generic[E]):
             size = self.ENTRY.size
             assert self._mmap is not None
             self._allocate((self._entries + 1) * size)
+            self._unsynced = True
             self.ENTRY.pack_into(self._mmap, self._entries * size, *fields)
             self._entries += 1
 
@@ -257,6 +261,7 @@ class AbstractIndex(Generic[E]):
         if end <= self._allocated:
             return
         target = min(self._length, end + ALLOCATION_CHUNK)
+        self._unsynced = True
         try:
             self._writer().allocate(self._allocated, target - self._allocated)
         except OSError as e:
@@ -282,6 +287,7 @@ class AbstractIndex(Generic[E]):
                 # A pwrite into holes allocates them and reports a full filesystem as
                 # ENOSPC; the entry count moves only once every byte is written.
                 start = self._entries * size
+                self._unsynced = True
                 try:
                     written = self._writer().pwrite(packed, start)
                     if written != len(packed):
@@ -307,6 +313,7 @@ class AbstractIndex(Generic[E]):
             if self._mmap is not None and not _FSYNC_COVERS_MAPPINGS:
                 self._mmap.flush()  # Linux: unmapped dirty pages stay in the page cache
             self._map(0)
+            self._unsynced = True
             try:
                 self._writer().truncate(length)
             except OSError as e:
@@ -331,6 +338,7 @@ class AbstractIndex(Generic[E]):
             size = self.ENTRY.size
             if self._mmap is not None:
                 self._allocate(self._entries * size)
+                self._unsynced = True
                 self._mmap[n * size:self._entries * size] = bytes((self._entries - n) * size)
             self._entries = n
 
@@ -343,6 +351,7 @@ class AbstractIndex(Generic[E]):
         """
         with self._lock:
             self._map(0)
+            self._unsynced = True
             try:
                 self._writer().truncate(0)
             except OSError as e:
@@ -357,12 +366,19 @@ class AbstractIndex(Generic[E]):
         """fsync the file (its length may have changed) and so the mapping's pages: on
         Linux a store through a shared mapping dirties the page in the page cache, which
         fsync writes back, so an msync first would write the same pages twice. Elsewhere
-        (or with no file handle) the mapping is msynced first."""
+        (or with no file handle) the mapping is msynced first.
+
+        Nothing is done when the writer changed nothing since the last flush that
+        succeeded: what it wrote is durable already (an index gets an entry every
+        ``index.interval.bytes``, and a publish flushes after every append)."""
         with self._lock:
+            if not self._unsynced:
+                return
             if self._mmap is not None and (self._handle is None or not _FSYNC_COVERS_MAPPINGS):
                 self._mmap.flush()
             if self._handle is not None:
                 self._handle.fsync()
+            self._unsynced = False
 
     def close(self) -> None:
         """Trim (writer) and release the file."""

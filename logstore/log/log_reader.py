@@ -45,6 +45,7 @@ from ..errors import (
     ReadOnlyError,
     TopicIdChangedError,
 )
+from ..records.record_format import BatchHeader
 from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import HIGH_WATERMARK_CHECKPOINT, parse_partition_dir_name
 from ..storage.storage import LOCAL
@@ -58,10 +59,22 @@ logger = logging.getLogger(__name__)
 
 _RACY_NS = 2_000_000_000  # directory mtimes younger than this are not trusted
 
-_WRITER_OPERATIONS = frozenset({
-    "append", "roll", "flush", "flush_if_due", "truncate_to", "truncate_fully_and_start_at",
-    "maybe_increment_log_start_offset", "delete_old_segments", "replace_segments",
-    "new_segment", "take_producer_snapshot", "rename_for_deletion"})
+_WRITER_OPERATIONS = frozenset(
+    {
+        "append",
+        "roll",
+        "flush",
+        "flush_if_due",
+        "truncate_to",
+        "truncate_fully_and_start_at",
+        "maybe_increment_log_start_offset",
+        "delete_old_segments",
+        "replace_segments",
+        "new_segment",
+        "take_producer_snapshot",
+        "rename_for_deletion",
+    }
+)
 
 
 class LogReader(LogReads):
@@ -76,8 +89,15 @@ class LogReader(LogReads):
     """The topic id of the directory it was opened from (``LogDirsReader`` sets it; None:
     unknown, or a directory without ``partition.metadata``)."""
 
-    def __init__(self, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
-                 high_watermark: int | None = None, fail_on_data_loss: bool = True) -> None:
+    def __init__(
+        self,
+        dir_: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        fail_on_data_loss: bool = True,
+    ) -> None:
         self.dir: Path = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
@@ -96,24 +116,41 @@ class LogReader(LogReads):
         self._bases: tuple[int, ...] = ()  # from the last listing
         self._open: dict[int, LogSegment] = {}  # opened on demand
         self._listed_mtime = -2  # the directory mtime of the last listing
-        self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
-                                  read_only=True)
+        # (base offset, header) of the last segment's last batch as last found: the next
+        # look at the log end resumes there (``SegmentReads.last_batch``)
+        self._tail: tuple[int, BatchHeader] | None = None
+        self._txns = Transactions(
+            lambda: self.dir, self._view, lambda: self._log_start_offset, read_only=True
+        )
         self.refresh()
         bases = self._bases
-        leo = self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+        leo = self._read_log_end(bases)
         self._log_start_offset = min(self._log_start_offset, leo)
         # Not clamped here: LogDirsReader clamps what it publishes to this log's end
         # (and warns); a read finding less than it is told reports it (MissingDataError).
-        self._high_watermark = (leo if high_watermark is None
-                                else max(high_watermark, self._log_start_offset))
+        self._high_watermark = (
+            leo if high_watermark is None else max(high_watermark, self._log_start_offset)
+        )
 
     @classmethod
-    def open(cls, dir_: Path, config: LogConfig, *, log_start_offset: int = 0,
-             high_watermark: int | None = None, fail_on_data_loss: bool = True) -> LogReader:
+    def open(
+        cls,
+        dir_: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+        fail_on_data_loss: bool = True,
+    ) -> LogReader:
         """A reader of the partition directory ``dir_`` (lists it, opens the last
         segment); ``high_watermark`` None: the log end of the files."""
-        return cls(dir_, config, log_start_offset=log_start_offset,
-                   high_watermark=high_watermark, fail_on_data_loss=fail_on_data_loss)
+        return cls(
+            dir_,
+            config,
+            log_start_offset=log_start_offset,
+            high_watermark=high_watermark,
+            fail_on_data_loss=fail_on_data_loss,
+        )
 
     # -- offsets and sizes ----------------------------------------------------------------
 
@@ -121,8 +158,21 @@ class LogReader(LogReads):
     def log_end_offset(self) -> int:
         """The offset after the last batch of the files (from the last segment's tail)."""
         self.refresh()
-        bases = self._bases
-        return self._segment(bases[-1]).read_next_offset() if bases else self._log_start_offset
+        return self._read_log_end(self._bases)
+
+    def _read_log_end(self, bases: tuple[int, ...]) -> int:
+        """The log end from the last of ``bases``, resuming at the batch the previous
+        look found last (a source asks every trigger: the new batches are parsed, not
+        the whole tail past the last index entry)."""
+        if not bases:
+            return self._log_start_offset
+        base = bases[-1]
+        tail = self._tail
+        last = self._segment(base).last_batch(
+            tail[1] if tail is not None and tail[0] == base else None
+        )
+        self._tail = None if last is None else (base, last)
+        return base if last is None else last.next_offset
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -177,8 +227,12 @@ class LogReader(LogReads):
         except FileNotFoundError:
             mtime, inode = -1, None
         replaced = inode is not None and inode != self._inode
-        if (not replaced and not force and mtime == self._listed_mtime
-                and time.time_ns() - mtime > _RACY_NS):
+        if (
+            not replaced
+            and not force
+            and mtime == self._listed_mtime
+            and time.time_ns() - mtime > _RACY_NS
+        ):
             return False
         if replaced or (inode is not None and self._other_topic_id() is not None):
             self._replaced(inode)
@@ -227,8 +281,9 @@ class LogReader(LogReads):
             self._replaced(inode)
             # followed (fail.on.data.loss=false): the read in progress walked the old
             # listing, so it starts over on the new one (the read path lists again)
-            raise KafkaStorageError(f"{self.dir} was replaced by a re-created topic's "
-                                    "directory while it was read")
+            raise KafkaStorageError(
+                f"{self.dir} was replaced by a re-created topic's directory while it was read"
+            )
 
     def _replaced(self, inode: int | None) -> None:
         """The directory under this log's name is another topic's (deleted and
@@ -238,18 +293,26 @@ class LogReader(LogReads):
         except (CorruptPartitionMetadataError, KafkaStorageError):
             new_id = None
         old_id = self.topic_id
-        what = (f"{self._tp()}: the topic was deleted and re-created while it was read "
-                f"(this log holds topic id {old_id or 'unknown'}, the directory now "
-                f"{new_id or 'unknown'}: {self.dir})")
+        what = (
+            f"{self._tp()}: the topic was deleted and re-created while it was read "
+            f"(this log holds topic id {old_id or 'unknown'}, the directory now "
+            f"{new_id or 'unknown'}: {self.dir})"
+        )
         if self.fail_on_data_loss:
             raise TopicIdChangedError(
                 f"{what}: its offsets now name another topic's records, so nothing more is "
                 f"read from it; get the log again (get_log) to read the new topic "
                 f"(fail.on.data.loss=false warns and follows it instead)",
-                self.topic, self.partition, old_id, new_id)
-        logger.warning("%s: reading the new topic from its log start "
-                       "(fail.on.data.loss=false); what was not read of the old one is lost",
-                       what)
+                self.topic,
+                self.partition,
+                old_id,
+                new_id,
+            )
+        logger.warning(
+            "%s: reading the new topic from its log start "
+            "(fail.on.data.loss=false); what was not read of the old one is lost",
+            what,
+        )
         published = self._published_high_watermark()
         with self._lock:
             for seg in self._open.values():
@@ -261,8 +324,9 @@ class LogReader(LogReads):
             self._contiguous = None
             self._log_start_offset = 0
             self._high_watermark = published
-            self._txns = Transactions(lambda: self.dir, self._view,
-                                      lambda: self._log_start_offset, read_only=True)
+            self._txns = Transactions(
+                lambda: self.dir, self._view, lambda: self._log_start_offset, read_only=True
+            )
 
     def _published_high_watermark(self) -> int:
         """The new directory's high watermark in its log dir's checkpoint (0: none yet,
@@ -280,8 +344,13 @@ class LogReader(LogReads):
             seg = self._open.get(base)
             if seg is None:
                 cfg = self.config
-                seg = LogSegment.open(self.dir, base, index_interval_bytes=cfg.index_interval_bytes,
-                                      max_index_size=cfg.segment_index_bytes, read_only=True)
+                seg = LogSegment.open(
+                    self.dir,
+                    base,
+                    index_interval_bytes=cfg.index_interval_bytes,
+                    max_index_size=cfg.segment_index_bytes,
+                    read_only=True,
+                )
                 self._open[base] = seg
             return seg
 
@@ -306,10 +375,10 @@ class LogReader(LogReads):
         # LogReader exist, so a writer call on a reader would type-check.
         def __getattr__(self, name: str) -> NoReturn:
             if name in _WRITER_OPERATIONS:
-                raise ReadOnlyError(f"log {self.dir} is open read-only (a LogReader): "
-                                    f"{name} is a writer operation")
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}")
+                raise ReadOnlyError(
+                    f"log {self.dir} is open read-only (a LogReader): {name} is a writer operation"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __enter__(self) -> LogReader:
         return self
@@ -318,5 +387,7 @@ class LogReader(LogReads):
         self.close()
 
     def __repr__(self) -> str:
-        return (f"LogReader({self.dir}, start={self._log_start_offset}, "
-                f"high watermark={self._high_watermark}, segments={self.num_segments})")
+        return (
+            f"LogReader({self.dir}, start={self._log_start_offset}, "
+            f"high watermark={self._high_watermark}, segments={self.num_segments})"
+        )

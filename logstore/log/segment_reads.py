@@ -22,7 +22,6 @@ concurrently from any thread and never block the segment's one writer thread.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -278,7 +277,7 @@ class SegmentReads:
                     raise CorruptRecordError(f"{self.log_path}: {e}") from None
                 if h is None:
                     return  # a partial batch at the end
-                yield dataclasses.replace(h, position=pos + p)
+                yield h.at_position(pos + p)
                 p += h.size
             if p == 0:
                 return
@@ -373,10 +372,29 @@ class SegmentReads:
     def read_next_offset(self) -> int:
         """The offset after the last batch (reads only the tail past the last index
         entry, as Kafka does), or the base offset when the segment is empty."""
-        next_offset = self.base_offset
-        for h in self.iter_batches(self.index_position(2**62)):
-            next_offset = h.next_offset
-        return next_offset
+        last = self.last_batch()
+        return self.base_offset if last is None else last.next_offset
+
+    def last_batch(self, known: BatchHeader | None = None) -> BatchHeader | None:
+        """The segment's last whole batch (None: it has none), from the tail past the
+        last index entry.
+
+        ``known``: its last batch as an earlier call found it, for a reader of a segment
+        another process appends to. If that batch still reads the same at its position
+        (base offset, size and CRC, which covers the rest of it), a batch starts there,
+        so the scan resumes from it exactly and parses only the batches appended since,
+        not everything past the last index entry; anything else (a truncated tail, a
+        file rewritten there) scans from the index as without it."""
+        if known is not None:
+            headers = self.iter_batches(known.position)
+            try:
+                first = next(headers, None)
+            except CorruptRecordError:
+                first = None  # no batch starts there now: rewritten since
+            if first is not None and (first.base_offset, first.size, first.crc) \
+                    == (known.base_offset, known.size, known.crc):
+                return _last_of(first, headers)
+        return _last_of(None, self.iter_batches(self.index_position(2**62)))
 
     def find_offset_by_timestamp(self, timestamp: int,
                                  starting_offset: int = 0) -> BatchHeader | None:
@@ -388,3 +406,10 @@ class SegmentReads:
             if h.max_timestamp >= timestamp and h.last_offset >= starting_offset:
                 return h
         return None
+
+
+def _last_of(last: BatchHeader | None, headers: Iterator[BatchHeader]) -> BatchHeader | None:
+    """The last of ``headers`` (``last`` when there are none)."""
+    for h in headers:
+        last = h
+    return last

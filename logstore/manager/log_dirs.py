@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import LogDirError
-from ..records.record_format import TopicPartition
+from ..records.record_format import BatchHeader, TopicPartition
 from ..storage.checkpoint_file import OffsetCheckpointFile
 from ..storage.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -69,10 +69,19 @@ STAGING_PREFIX = ".seglog-new-"
 """A new partition directory is prepared under this hidden name (config file included),
 then renamed into place, so no process ever sees a partition without its config."""
 
-_KNOWN_FILES = frozenset({LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT,
-                          LOG_START_OFFSET_CHECKPOINT, HIGH_WATERMARK_CHECKPOINT,
-                          MAINTENANCE_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT,
-                          META_PROPERTIES_FILE, KRAFT_BOOTSTRAP_FILE})
+_KNOWN_FILES = frozenset(
+    {
+        LOCK_FILE,
+        CLEAN_SHUTDOWN_FILE,
+        RECOVERY_POINT_CHECKPOINT,
+        LOG_START_OFFSET_CHECKPOINT,
+        HIGH_WATERMARK_CHECKPOINT,
+        MAINTENANCE_CHECKPOINT,
+        CLEANER_OFFSET_CHECKPOINT,
+        META_PROPERTIES_FILE,
+        KRAFT_BOOTSTRAP_FILE,
+    }
+)
 
 _TMP_NAME = re.compile(r"(?P<target>.+?)(?:\.[0-9a-f]{32})?\.tmp")
 """``<file>.tmp`` (``write_atomic``; Kafka's checkpoint files too) or ``<file>.<uuid>.tmp``
@@ -150,6 +159,9 @@ class Partition(Generic[LogT]):
     # the directory's mtime when its topic id was read or last found unchanged (a
     # reader's re-listing reads the id again only when the directory changed since)
     id_confirmed_mtime_ns: int | None = None
+    # readers: (base offset, header) of the last segment's last batch as the last probe
+    # of the log end found it, while no log is loaded (``LogDirsReader._probe_log_end``)
+    last_batch: tuple[int, BatchHeader] | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -179,15 +191,15 @@ def canonical_dirs(raw_dirs: list[str | os.PathLike[str]], read_only: bool) -> l
         st = LOCAL.stat(path)
         key = (st.st_dev, st.st_ino)
         if key in seen:
-            raise LogDirError(f"log dir {raw} is given twice (same directory as "
-                              f"{seen[key]})")
+            raise LogDirError(f"log dir {raw} is given twice (same directory as {seen[key]})")
         seen[key] = path
         out.append(path)
     return out
 
 
-def list_log_dir(log_dir: LogDir, *, read_only: bool,
-                 warn: bool = True) -> tuple[list[Partition[Any]], list[Path]]:
+def list_log_dir(
+    log_dir: LogDir, *, read_only: bool, warn: bool = True
+) -> tuple[list[Partition[Any]], list[Path]]:
     """The partitions of ``log_dir`` and its ``-delete`` directories. A writer also
     removes the staging directory of a ``create_topic`` that crashed before its rename.
     (``Any``: no log is loaded yet; the table they enter says which kind it will hold.)"""
@@ -226,8 +238,7 @@ def list_log_dir(log_dir: LogDir, *, read_only: bool,
             if warn:
                 logger.warning("skipping unknown entry %s in log dir", entry.path)
             continue
-        found.append(Partition(parsed[0], parsed[1], Path(entry.path), log_dir,
-                               inode=entry.inode))
+        found.append(Partition(parsed[0], parsed[1], Path(entry.path), log_dir, inode=entry.inode))
     return found, to_delete
 
 
@@ -252,8 +263,9 @@ def segment_bases(dir_: Path) -> tuple[int, ...]:
         return ()
     # "<20 digits>.log" only (".log.deleted" and the like do not end so); zero-padded
     # names sort like their offsets.
-    logs = sorted([n for n in names
-                   if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()])
+    logs = sorted(
+        [n for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()]
+    )
     return tuple([int(n[:20]) for n in logs])
 
 

@@ -32,21 +32,26 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, NoReturn
 
 from ..config.config import ConfigValues, LogConfig, ManagerConfig
 from ..errors import (
     CorruptCheckpointError,
+    KafkaStorageError,
     LogDirError,
     ReadOnlyError,
     UnknownTopicOrPartitionError,
 )
 from ..log.log_reader import LogReader
+from ..log.log_segment import LogSegment
 from ..log.offset_checkpoints import (
     PUBLISHING_CHECKPOINTS,
     fix_hint,
+    probe_log_end_offset,
     read_dir_checkpoints,
     read_published,
     warn_beyond_log_end,
@@ -83,9 +88,19 @@ if TYPE_CHECKING:  # the check's modules load with it: a reader that only lists 
 
 logger = logging.getLogger(__name__)
 
-_CHECKPOINT_ATTRS = {RECOVERY_POINT_CHECKPOINT: "recovery_points",
-                     LOG_START_OFFSET_CHECKPOINT: "log_start_offsets",
-                     HIGH_WATERMARK_CHECKPOINT: "high_watermarks"}
+_CHECKPOINT_ATTRS = {
+    RECOVERY_POINT_CHECKPOINT: "recovery_points",
+    LOG_START_OFFSET_CHECKPOINT: "log_start_offsets",
+    HIGH_WATERMARK_CHECKPOINT: "high_watermarks",
+}
+
+
+class _Block(threading.local):
+    """A thread's ``one_refresh`` block: how deep it is nested, whether it listed."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.listed = False
 
 
 def _writer_only(name: str) -> Callable[..., NoReturn]:
@@ -108,12 +123,17 @@ class LogDirsReader(PartitionTable[LogReader]):
     # instead of raised (their offsets are then unknown).
     _tolerate_damaged_checkpoints = False
 
-    def __init__(self, log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str], *,
-                 config: ManagerConfig | ConfigValues | None = None,
-                 default_topic_config: LogConfig | ConfigValues | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        log_dirs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+        *,
+        config: ManagerConfig | ConfigValues | None = None,
+        default_topic_config: LogConfig | ConfigValues | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         super().__init__(config, default_topic_config, clock)
-        raw = ([log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs))
+        self._block = _Block()  # this thread's ``one_refresh`` block
+        raw = [log_dirs] if isinstance(log_dirs, (str, os.PathLike)) else list(log_dirs)
         if not raw:
             raise LogDirError("no log dir given")
         try:
@@ -142,8 +162,36 @@ class LogDirsReader(PartitionTable[LogReader]):
 
     # -- refresh if changed --------------------------------------------------------------
 
+    @contextmanager
+    def one_refresh(self, refresh: bool = True) -> Iterator[None]:
+        """Look at the log dirs' listings once for the whole block (this thread's calls):
+        a writer's every publish renames its checkpoint into the log dir, so while a
+        producer runs the dir's mtime always moved, and each call of a trigger's snapshot
+        (topics, high watermarks, topic ids) listed it again. The checkpoints are still
+        read on each call: only the listing is shared, as if the calls were one."""
+        block = self._block
+        outer = block.depth > 0
+        block.depth += 1
+        try:
+            yield
+        finally:
+            block.depth -= 1
+            if not outer:
+                block.listed = False
+
     def _refresh(self) -> None:
-        """Pick up partitions created or deleted by the writer since the last listing."""
+        """Pick up partitions created or deleted by the writer since the last listing
+        (once per ``one_refresh`` block)."""
+        block = self._block
+        if block.depth > 0:
+            if block.listed:
+                return
+            self._refresh_listing()
+            block.listed = True  # not on failure: the block's next call looks again
+            return
+        self._refresh_listing()
+
+    def _refresh_listing(self) -> None:
         with self._lock:
             seen: set[TopicPartition] = set()
             changed = False
@@ -157,8 +205,9 @@ class LogDirsReader(PartitionTable[LogReader]):
                 for p in list_log_dir(ld, read_only=True, warn=False)[0]:
                     seen.add(p.tp)
                     known = self._partitions.setdefault(p.tp, p)
-                    if known is not p and (known.inode != p.inode
-                                           or self._replaced_in_place(known)):
+                    if known is not p and (
+                        known.inode != p.inode or self._replaced_in_place(known)
+                    ):
                         # Another directory under the same name: the topic was deleted
                         # and re-created. Its entry (log, topic id, config) is the old
                         # topic's and must not answer for the new one.
@@ -238,8 +287,10 @@ class LogDirsReader(PartitionTable[LogReader]):
         with self._lock:
             if self._partitions.get(p.tp) is p:
                 fresh: Partition[LogReader] | None = (
-                    None if inode is None
-                    else Partition(topic, partition, p.dir, p.log_dir, inode=inode))
+                    None
+                    if inode is None
+                    else Partition(topic, partition, p.dir, p.log_dir, inode=inode)
+                )
                 self._replace(p, fresh)
 
     @staticmethod
@@ -265,6 +316,28 @@ class LogDirsReader(PartitionTable[LogReader]):
         bases = segment_bases(p.dir)
         p.listed_bases = (bases, mtime)
         return bases
+
+    def _probe_log_end(self, p: Partition[LogReader]) -> int:
+        """The log end of ``p`` (no log loaded: a source's planner), cheap enough for
+        every trigger: the last segment of the cached listing (listed again only when the
+        directory changed), its ``.log`` opened for the look only (a trigger over many
+        partitions holds no file open after it), the scan resuming at the batch the
+        previous probe found last. A segment gone since the listing: the full probe."""
+        bases = self._cached_segment_bases(p)
+        if not bases:
+            return probe_log_end_offset(p.dir)
+        base = bases[-1]
+        known = p.last_batch
+        try:
+            segment = LogSegment.open(p.dir, base, read_only=True)
+        except KafkaStorageError:
+            return probe_log_end_offset(p.dir)  # retention or a swap since the listing
+        try:
+            last = segment.last_batch(known[1] if known is not None and known[0] == base else None)
+        finally:
+            segment.close_handlers()
+        p.last_batch = None if last is None else (base, last)
+        return base if last is None else last.next_offset
 
     def _cached_first_segment_base(self, p: Partition[LogReader]) -> int:
         bases = self._cached_segment_bases(p)
@@ -303,8 +376,9 @@ class LogDirsReader(PartitionTable[LogReader]):
         hw = stored_hw if stored_hw is not None else 0
         stored_lso = ld.log_start_offsets.get(p.tp, 0)
         fail = self.config.fail_on_data_loss
-        log = LogReader.open(p.dir, config, log_start_offset=stored_lso, high_watermark=hw,
-                             fail_on_data_loss=fail)
+        log = LogReader.open(
+            p.dir, config, log_start_offset=stored_lso, high_watermark=hw, fail_on_data_loss=fail
+        )
         if stored_lso > log.log_end_offset:
             end = log.log_end_offset
             log.close()
@@ -331,8 +405,9 @@ class LogDirsReader(PartitionTable[LogReader]):
         for p in parts:
             value = stored[id(p.log_dir)].get(p.tp)
             if value is None:  # nothing published: the log start offset
-                out[p.tp] = max(p.log_dir.log_start_offsets.get(p.tp, 0),
-                                self._cached_first_segment_base(p))
+                out[p.tp] = max(
+                    p.log_dir.log_start_offsets.get(p.tp, 0), self._cached_first_segment_base(p)
+                )
             else:
                 listed.append((p, value))
         for (p, _), value in zip(listed, self._clamped_high_watermarks(listed), strict=True):
@@ -356,8 +431,9 @@ class LogDirsReader(PartitionTable[LogReader]):
             out[p.tp] = value
         return out
 
-    def _reread(self, name: str
-                ) -> tuple[list[Partition[LogReader]], dict[int, dict[TopicPartition, int]]]:
+    def _reread(
+        self, name: str
+    ) -> tuple[list[Partition[LogReader]], dict[int, dict[TopicPartition, int]]]:
         """The partitions now listed and each dir's ``name`` checkpoint, read again."""
         self._refresh()
         with self._lock:
@@ -365,7 +441,8 @@ class LogDirsReader(PartitionTable[LogReader]):
         stored: dict[int, dict[TopicPartition, int]] = {}
         for ld in self.log_dirs:
             stored[id(ld)] = values = read_published(
-                ld.path, name, has_partitions=any(p.log_dir is ld for p in parts))
+                ld.path, name, has_partitions=any(p.log_dir is ld for p in parts)
+            )
             setattr(ld, _CHECKPOINT_ATTRS[name], values)
         return parts, stored
 
@@ -379,9 +456,11 @@ class LogDirsReader(PartitionTable[LogReader]):
         return check_manager(self, fix=fix, deep=deep)
 
     def check_writable(self) -> NoReturn:
-        raise ReadOnlyError(f"this reader of {self.dirs_text()} is read-only (a "
-                            "LogDirsReader, or LogManager(read_only=True)); open a writer "
-                            "LogManager to change it")
+        raise ReadOnlyError(
+            f"this reader of {self.dirs_text()} is read-only (a "
+            "LogDirsReader, or LogManager(read_only=True)); open a writer "
+            "LogManager to change it"
+        )
 
     # Writer methods, kept so code written against LogManager fails clearly.
     create_topic = _writer_only("create_topic")
@@ -428,8 +507,12 @@ class LogDirsReader(PartitionTable[LogReader]):
     def __enter__(self) -> LogDirsReader:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -45,9 +45,12 @@ class PartitionTable(Generic[LogT]):
     changed on disk) belong to the writer or the reader. ``LogT``: the kind of log a
     partition holds once loaded (the writer's ``Log``, the reader's ``LogReader``)."""
 
-    def __init__(self, config: ManagerConfig | Mapping[str, Any] | None,
-                 default_topic_config: LogConfig | Mapping[str, Any] | None,
-                 clock: Clock) -> None:
+    def __init__(
+        self,
+        config: ManagerConfig | Mapping[str, Any] | None,
+        default_topic_config: LogConfig | Mapping[str, Any] | None,
+        clock: Clock,
+    ) -> None:
         self.clock = clock
         self.config = ManagerConfig.of(config)
         self.default_topic_config = LogConfig.of(default_topic_config)
@@ -100,6 +103,10 @@ class PartitionTable(Generic[LogT]):
     def _refresh(self) -> None:
         """Pick up what changed on disk since the last look (a reader); a writer knows."""
 
+    def _probe_log_end(self, p: Partition[LogT]) -> int:
+        """The log end of ``p``, whose log is not loaded, from its files."""
+        return probe_log_end_offset(p.dir)
+
     # -- the table's own state, for its owner's components -------------------------
 
     @property
@@ -128,7 +135,8 @@ class PartitionTable(Generic[LogT]):
                 if other is not None:
                     raise LogDirError(
                         f"partition {p.topic}-{p.partition} is in two log dirs: {other.dir} "
-                        f"and {p.dir}; remove one of them")
+                        f"and {p.dir}; remove one of them"
+                    )
                 self._partitions[p.tp] = p
 
     def topics(self) -> list[str]:
@@ -164,7 +172,8 @@ class PartitionTable(Generic[LogT]):
                 p = self._partitions.get((topic, partition))
         if p is None:
             raise UnknownTopicOrPartitionError(
-                f"unknown partition {topic}-{partition} in {self.dirs_text()}")
+                f"unknown partition {topic}-{partition} in {self.dirs_text()}"
+            )
         return p
 
     def loaded(self) -> list[Partition[LogT]]:
@@ -224,7 +233,8 @@ class PartitionTable(Generic[LogT]):
         for topic, ids in by_topic.items():
             if len(ids) > 1:
                 raise CorruptPartitionMetadataError(
-                    f"{topic_ids_differ(topic, ids)}; `seglog check` names the files")
+                    f"{topic_ids_differ(topic, ids)}; `seglog check` names the files"
+                )
         return {topic: next(iter(ids), None) for topic, ids in by_topic.items()}
 
     def _topic_id(self, p: Partition[LogT]) -> str | None:
@@ -281,11 +291,11 @@ class PartitionTable(Generic[LogT]):
     def _clamped_high_watermarks(self, listed: list[tuple[Partition[LogT], int]]) -> list[int]:
         """Checkpointed high watermarks, each clamped to its partition's log end with a
         warning; a log end is read only when its value changed since last verified."""
+
         def log_end(i: int) -> int:
             p = listed[i][0]
             log = p.log
-            return (log.log_end_offset if log is not None
-                    else probe_log_end_offset(p.dir))
+            return log.log_end_offset if log is not None else self._probe_log_end(p)
 
         hws = [hw for _, hw in listed]
         ends = HW_CHECK.clamp_all([(p.log_dir.key, p.tp) for p, _ in listed], hws, log_end)
@@ -340,16 +350,23 @@ def dir_stat(p: Partition[LogT]) -> os.stat_result:
         return LOCAL.stat(p.dir)
     except FileNotFoundError:
         raise UnknownTopicOrPartitionError(
-            f"partition directory {p.dir} no longer exists") from None
+            f"partition directory {p.dir} no longer exists"
+        ) from None
 
 
 def warn_start_beyond_log_end(p: Partition[LogT], stored: int, end: int, first: int) -> None:
     # A start offset past the end would hide every record, and retention would then
     # delete them: damage, so the first segment's base instead.
-    logger.warning("%s says log start offset %d for %s-%d, beyond its log end offset "
-                   "%d: using its first segment's base offset %d",
-                   p.log_dir.path / LOG_START_OFFSET_CHECKPOINT, stored, p.topic,
-                   p.partition, end, first)
+    logger.warning(
+        "%s says log start offset %d for %s-%d, beyond its log end offset "
+        "%d: using its first segment's base offset %d",
+        p.log_dir.path / LOG_START_OFFSET_CHECKPOINT,
+        stored,
+        p.topic,
+        p.partition,
+        end,
+        first,
+    )
 
 
 def list_segment_layout(path: str) -> SegmentLayout | None:
@@ -360,8 +377,9 @@ def list_segment_layout(path: str) -> SegmentLayout | None:
     except FileNotFoundError:
         return None
     # "<20 digits>.log" only: cheaper than the general parser.
-    logs = sorted([n for n in names
-                   if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()])
+    logs = sorted(
+        [n for n in names if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit()]
+    )
     bases = tuple([int(n[:20]) for n in logs])
     return bases, SegmentSizes(path, bases)
 
@@ -376,14 +394,16 @@ class SegmentSizes(Sequence[int]):
 
     __slots__ = ("_bases", "_known", "_last", "_prefix")
 
-    def __init__(self, path: str, bases: tuple[int, ...],
-                 sealed: list[int | None] | None = None) -> None:
+    def __init__(
+        self, path: str, bases: tuple[int, ...], sealed: list[int | None] | None = None
+    ) -> None:
         self._prefix = path + os.sep  # a string, not a Path: built per stat
         self._bases = bases
         # Every segment but the last cannot grow: their sizes may be shared by ``renewed``
         # copies. The last one's is this object's own.
         self._known: list[int | None] = (
-            sealed if sealed is not None else [None] * max(len(bases) - 1, 0))
+            sealed if sealed is not None else [None] * max(len(bases) - 1, 0)
+        )
         self._last: int | None = None
 
     def renewed(self) -> SegmentSizes:

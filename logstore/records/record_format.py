@@ -203,6 +203,15 @@ class BatchHeader:
                            self.base_sequence, self.records_count,
                            self.partition_leader_epoch)
 
+    def at_position(self, position: int) -> BatchHeader:
+        """This header placed at ``position`` (a file position instead of a buffer's).
+        Built directly, as ``with_base_offset``: a scan places every header it reads."""
+        return BatchHeader(position, self.base_offset, self.last_offset, self.size,
+                           self.magic, self.attributes, self.crc, self.base_timestamp,
+                           self.max_timestamp, self.producer_id, self.producer_epoch,
+                           self.base_sequence, self.records_count,
+                           self.partition_leader_epoch)
+
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
