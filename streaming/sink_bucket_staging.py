@@ -302,7 +302,8 @@ class BucketStagingArea:
         upload threads: a task writing one partition (a steady micro-batch's) makes its
         one PUT itself, with no thread started or handed to."""
         try:
-            self._finishing = last = []
+            last: list[tuple[str, memoryview | bytes]] = []
+            self._finishing = last
             for buf in self._buffers.values():
                 buf.flush()
             self._finishing = None
