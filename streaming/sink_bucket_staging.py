@@ -87,8 +87,14 @@ from .sink_view import TopicView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BucketFragment", "BucketStagingArea", "stage_rows", "staging_prefix",
-           "FRAGMENT_BYTES", "open_bucket"]
+__all__ = [
+    "BucketFragment",
+    "BucketStagingArea",
+    "stage_rows",
+    "staging_prefix",
+    "FRAGMENT_BYTES",
+    "open_bucket",
+]
 
 FRAGMENT_BYTES = 64 << 20
 """A fragment is cut when it would grow past this (or the topic's ``segment.bytes``):
@@ -109,15 +115,15 @@ read. At the sink's 1 MiB batches a 64 MiB fragment needs about 1.3 KiB. The bou
 below an append's (16 KiB) because one commit holds every fragment of a micro-batch."""
 
 
-def open_bucket(options: SinkOptions, *, read_only: bool,
-                clock: Clock = SYSTEM_CLOCK) -> BucketLogManager:
+def open_bucket(
+    options: SinkOptions, *, read_only: bool, clock: Clock = SYSTEM_CLOCK
+) -> BucketLogManager:
     """A manager of the sink's bucket, with its ``storage.*`` options (endpoint,
     credentials...; the environment supplies what they do not)."""
     uri = options.bucket_uri
     if uri is None:
         raise SeglogError(f"log dirs {redact_uris(options.log_dirs)} are not a bucket URI")
-    return BucketLogManager(uri, read_only=read_only, clock=clock,
-                            storage_options=options.storage)
+    return BucketLogManager(uri, read_only=read_only, clock=clock, storage_options=options.storage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +181,7 @@ class _Buffer:
         for h in iter_batch_headers(data):
             pending = len(self.data) + h.position - start
             if pending and pending + h.size > self.cut:
-                self.data += view[start:h.position]
+                self.data += view[start : h.position]
                 start = h.position
                 self.flush()
         self.data += view[start:]
@@ -206,6 +212,8 @@ class BucketStagingArea:
         self._pool: ThreadPoolExecutor | None = None
         self._in_flight: deque[tuple[Future[None], int]] = deque()
         self._in_flight_bytes = 0
+        self._finishing: list[tuple[str, memoryview | bytes]] | None = None
+        """While ``finish`` flushes: the last fragments' objects, PUT by ``finish``."""
 
     def write(self, batches: StagedBatches) -> None:
         key = (batches.topic.name, batches.partition)
@@ -222,30 +230,50 @@ class BucketStagingArea:
         for h in list(iter_batch_headers(data)):
             set_base_offset(data, h.position, offset)
             offset += h.last_offset - h.base_offset + 1
-        headers = validate_batches(data, topic.config, tp=tp, now_ms=a.clock.milliseconds(),
-                                   assign_offsets=True)
+        headers = validate_batches(
+            data, topic.config, tp=tp, now_ms=a.clock.milliseconds(), assign_offsets=True
+        )
         self._counter += 1
         key = f"{staging_prefix(a.sink_id, a.batch_id)}/{a.attempt_uid}/{tp}.{self._counter}"
-        objects = build_fragment(data, headers, key,
-                                 index_interval_bytes=topic.config.index_interval_bytes,
-                                 inline_index_bytes=FRAGMENT_INLINE_INDEX_BYTES)
+        objects = build_fragment(
+            data,
+            headers,
+            key,
+            index_interval_bytes=topic.config.index_interval_bytes,
+            inline_index_bytes=FRAGMENT_INLINE_INDEX_BYTES,
+        )
         e = objects.entry
-        fragment = BucketFragment(topic.name, partition, key, e.size,
-                                  sum(h.records_count for h in headers), e.next_offset,
-                                  e.max_timestamp, e.index_bytes, e.timeindex_bytes,
-                                  e.inline_index, e.inline_timeindex)
+        fragment = BucketFragment(
+            topic.name,
+            partition,
+            key,
+            e.size,
+            sum(h.records_count for h in headers),
+            e.next_offset,
+            e.max_timestamp,
+            e.index_bytes,
+            e.timeindex_bytes,
+            e.inline_index,
+            e.inline_timeindex,
+        )
         # Listed before the PUTs: a failure half-way must delete what did land.
         self._uploaded.append(fragment)
-        storage = self.topics.storage()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(UPLOAD_THREADS,
-                                            thread_name_prefix="seglog-sink-upload")
         for name, body in objects.uploads():
-            while self._in_flight and self._in_flight_bytes > UPLOAD_BYTES_IN_FLIGHT:
-                self._wait_oldest()
-            self._in_flight.append((self._pool.submit(storage.write_atomic, name, body),
-                                    len(body)))
-            self._in_flight_bytes += len(body)
+            if self._finishing is not None:
+                self._finishing.append((name, body))
+            else:
+                self._submit(name, body)
+
+    def _submit(self, name: str, body: memoryview | bytes) -> None:
+        """Start the PUT of one object on the task's upload threads."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="seglog-sink-upload")
+        while self._in_flight and self._in_flight_bytes > UPLOAD_BYTES_IN_FLIGHT:
+            self._wait_oldest()
+        self._in_flight.append(
+            (self._pool.submit(self.topics.storage().write_atomic, name, body), len(body))
+        )
+        self._in_flight_bytes += len(body)
 
     def _wait_oldest(self) -> None:
         """Wait for the oldest PUT in flight; raise its error."""
@@ -268,10 +296,21 @@ class BucketStagingArea:
             raise failure
 
     def finish(self) -> StagedOutput:
-        """Upload every partition's last fragment; describe them all."""
+        """Upload every partition's last fragment; describe them all.
+
+        The last object is PUT on the task's own thread, the others beside it on the
+        upload threads: a task writing one partition (a steady micro-batch's) makes its
+        one PUT itself, with no thread started or handed to."""
         try:
+            last: list[tuple[str, memoryview | bytes]] = []
+            self._finishing = last
             for buf in self._buffers.values():
                 buf.flush()
+            self._finishing = None
+            if last:
+                for name, body in last[:-1]:
+                    self._submit(name, body)
+                self.topics.storage().write_atomic(*last[-1])
             self._wait_all()
         except BaseException:
             self.discard()
@@ -285,6 +324,7 @@ class BucketStagingArea:
     def discard(self) -> None:
         """Delete what this task uploaded (a failed task leaves nothing behind)."""
         self._buffers.clear()
+        self._finishing = None
         try:
             self._wait_all()  # nothing may land after the deletes below
         except (SeglogError, OSError) as e:
@@ -305,14 +345,22 @@ def delete_fragments(storage: Storage, fragments: Iterable[BucketFragment]) -> i
                 storage.delete(key)
                 removed += 1
             except SeglogError as e:
-                logger.warning("cannot delete uncommitted fragment %s/%s: %s", storage.uri, key,
-                               e)
+                logger.warning("cannot delete uncommitted fragment %s/%s: %s", storage.uri, key, e)
     return removed
 
 
-def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.RecordBatch],
-               sink_id: str, batch_id: int, task: int, attempt: int,
-               clock: Clock = SYSTEM_CLOCK, *, view: TopicView | None = None) -> StagedTask:
+def stage_rows(
+    options: SinkOptions,
+    columns: SinkColumns,
+    batches: Iterable[pa.RecordBatch],
+    sink_id: str,
+    batch_id: int,
+    task: int,
+    attempt: int,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    view: TopicView | None = None,
+) -> StagedTask:
     """Encode and upload every batch of ``batches``; on any error, delete the uploads.
     ``view``: the driver's view of the topics (``sink_view``), shipped with the writer;
     a topic it holds is not looked up (no request before the PUTs)."""
@@ -342,9 +390,14 @@ def stage_rows(options: SinkOptions, columns: SinkColumns, batches: Iterable[pa.
         try:
             merge_small_segments(described.refreshed(topics), topics, clock)
         except SeglogError as e:  # best effort: the rows are staged, the next batch retries
-            logger.warning("task %d of batch %d could not merge small segments of %s in %s: "
-                           "%s", task, batch_id, ", ".join(sorted(set(topics))),
-                           redact_uris(options.log_dirs), e)
+            logger.warning(
+                "task %d of batch %d could not merge small segments of %s in %s: %s",
+                task,
+                batch_id,
+                ", ".join(sorted(set(topics))),
+                redact_uris(options.log_dirs),
+                e,
+            )
     return staged
 
 

@@ -183,6 +183,10 @@ class RequestRecord:
     """The answer's HTTP status: the server's (also when ``DROP_AFTER`` kept it from the
     client: the request happened), an injected fault's, or None (no answer). A 412 to a
     ``CONDITIONAL_PUT`` is a create-if-absent that lost its race."""
+    forwarded: float | None = None
+    """When the proxy began sending the request to the server, its delay served (None:
+    never forwarded): ``replied - forwarded`` is the server's time (and the local
+    sockets'), ``forwarded - arrived - delay_s`` the proxy's own before it."""
 
 
 def sequential_round_trips(records: Iterable[RequestRecord]) -> int:
@@ -273,6 +277,18 @@ def _relay_body(
     elif until_close:
         while data := reader.read1(_CHUNK):
             send(data)
+
+
+def _small_body(msg: _Message, reader: io.BufferedReader) -> bytes | None:
+    """``msg``'s whole body if it has a length of at most ``_CHUNK`` bytes (read now, to be
+    sent with the head), else None (relayed as it comes: ``_relay_body``)."""
+    length = msg.length
+    if msg.chunked or length is None or length > _CHUNK:
+        return None
+    body = reader.read(length)
+    if len(body) < length:
+        raise ConnectionError(f"connection closed with {length - len(body)} body byte(s) to come")
+    return body
 
 
 def _copy(reader: io.BufferedReader, send: Callable[[bytes], None], n: int) -> None:
@@ -500,6 +516,7 @@ class S3Proxy:
             while (request := _read_head(reader)) is not None:
                 arrived = self._clock()
                 replied: float | None = None
+                forwarded: float | None = None
                 status: int | None = None
                 method, target = _request_line(request)
                 kind = request_kind(method.decode(), target, request.headers)
@@ -524,10 +541,16 @@ class S3Proxy:
                         upstream = self._track(socket.create_connection(self._upstream))
                         up_reader = upstream.makefile("rb")
                     assert up_reader is not None
-                    upstream.sendall(request.raw)
-                    throttle.sent(len(request.raw))
                     relay = None if fault is Fault.DROP_AFTER else client
-                    if request.headers.get("expect", "").lower() == "100-continue":
+                    expect = request.headers.get("expect", "").lower() == "100-continue"
+                    # A small body goes with its head in one write, as clients send it:
+                    # the server is woken once for the request, not once for each part.
+                    body = None if expect else _small_body(request, reader)
+                    forwarded = self._clock()
+                    head_and_body = request.raw if body is None else request.raw + body
+                    upstream.sendall(head_and_body)
+                    throttle.sent(len(head_and_body))
+                    if expect:
                         response = _read_head(up_reader)
                         if response is None:
                             return
@@ -540,7 +563,8 @@ class S3Proxy:
                             status = _status(response)
                             self._relay_response(method, response, up_reader, relay, throttle)
                             return
-                    _relay_body(request, reader, upstream, throttle)
+                    if body is None:
+                        _relay_body(request, reader, upstream, throttle)
                     response = _read_head(up_reader)
                     while response is not None and _status(response) in range(100, 200):
                         if relay is not None:
@@ -559,7 +583,7 @@ class S3Proxy:
                     if "close" in request.headers.get("connection", "").lower():
                         return
                 finally:
-                    self._answered(kind, connection, arrived, target, replied, status)
+                    self._answered(kind, connection, arrived, target, replied, status, forwarded)
         except (OSError, ValueError):
             return  # a peer went away (or a stop()): this connection ends, nothing else
         finally:
@@ -574,8 +598,11 @@ class S3Proxy:
         target: str,
         replied: float | None,
         status: int | None,
+        forwarded: float | None,
     ) -> None:
-        record = RequestRecord(kind, connection, arrived, self._clock(), target, replied, status)
+        record = RequestRecord(
+            kind, connection, arrived, self._clock(), target, replied, status, forwarded
+        )
         with self._settled:
             if self._log_requests:
                 self._requests.append(record)
@@ -592,14 +619,19 @@ class S3Proxy:
     ) -> bool:
         """Relay one final response (or read and drop it if ``client`` is None); True if
         the server's connection can carry another request."""
-        if client is not None:
-            client.sendall(response.raw)
-            throttle.sent(len(response.raw))
         status = _status(response)
-        if _no_body(method, status):
+        no_body = _no_body(method, status)
+        # A small body goes with its head in one write (the client is woken once).
+        body = b"" if no_body else _small_body(response, up_reader)
+        if client is not None:
+            head_and_body = response.raw if body is None else response.raw + body
+            client.sendall(head_and_body)
+            throttle.sent(len(head_and_body))
+        if no_body:
             return "close" not in response.headers.get("connection", "").lower()
         delimited = response.chunked or response.length is not None
-        _relay_body(response, up_reader, client, throttle, until_close=not delimited)
+        if body is None:
+            _relay_body(response, up_reader, client, throttle, until_close=not delimited)
         return delimited and "close" not in response.headers.get("connection", "").lower()
 
 

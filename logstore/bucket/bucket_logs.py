@@ -59,7 +59,7 @@ from ..errors import (
 from ..storage.storage import Storage
 from ..util.clock import SYSTEM_CLOCK, Clock
 from ..util.crash_points import crash_point
-from ..util.shared_pools import settle, submit_all
+from ..util.shared_pools import joined, settle, submit_all
 from .bucket_commit_log import Attempt, Change, CommitLog
 from .bucket_state import NO_VERSION, BucketState, topic_layout
 from .bucket_view import change_topics, merge, topic_of, with_version
@@ -589,5 +589,11 @@ def _route_after_move(
 def _parallel(call: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     if len(items) <= 1:
         return [call(item) for item in items]
-    # The process's pool (``shared_pools``): a trigger's refresh starts no thread.
-    return settle(submit_all("topic-logs", call, items, at_most=OPEN_THREADS))
+    # The first call on the caller's thread, which would only wait otherwise: one
+    # hand-off fewer (a trigger's look is the catalog's LIST beside its topic's); the
+    # others on the process's pool (``shared_pools``): a trigger's refresh starts no
+    # thread. Every call ended before this returns or raises; the first failure raised.
+    others = submit_all("topic-logs", call, items[1:], at_most=OPEN_THREADS - 1)
+    with joined(others):
+        first = call(items[0])
+    return [first, *settle(others)]

@@ -58,6 +58,44 @@ def test_a_steady_look_at_a_log_being_written_starts_no_thread(
     writer.close()
 
 
+def test_a_look_makes_one_of_its_lists_itself(
+    bucket_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look at a log dir of per-topic logs LISTs the catalog and the topic's log at
+    once: the first on the caller's thread, which would only wait otherwise (before:
+    both on pool threads, the caller handing off and waiting). Still at once, and a
+    failure of the caller's own LIST raised once the others ended."""
+    bucket = bucket_server.create_bucket()
+    storage = ObjectStorage(f"s3://{bucket}/logs", bucket_server.storage_options())
+    writer = BucketLogManager(storage)
+    writer.create_topic("t", 1)
+    reader = BucketLogManager(storage, read_only=True)
+    writer.append("t", 0, encode_batches(pa.array([b"first"])))
+    assert reader.high_watermarks()[("t", 0)] == 1
+    real = ObjectStorage.list_after
+    listed_on: list[str] = []
+    fail_on = [""]
+
+    def recorded(self: ObjectStorage, path: str, start_after: str) -> list[object]:
+        listed_on.append(threading.current_thread().name)
+        if listed_on[-1] == fail_on[0]:
+            raise OSError("the catalog's LIST failed")
+        return real(self, path, start_after)
+
+    monkeypatch.setattr(ObjectStorage, "list_after", recorded)
+    writer.append("t", 0, encode_batches(pa.array([b"second"])))
+    assert reader.high_watermarks()[("t", 0)] == 2
+    me = threading.current_thread().name
+    assert len(listed_on) == 2 and listed_on.count(me) == 1, listed_on
+    listed_on.clear()
+    fail_on[0] = me
+    with pytest.raises(OSError, match="the catalog's LIST failed"):
+        reader.refresh()
+    assert len(listed_on) == 2, listed_on
+    reader.close()
+    writer.close()
+
+
 def test_submit_all_settles_in_order_at_most_n_at_once() -> None:
     lock = threading.Lock()
     running = [0]

@@ -5,6 +5,7 @@ response, as an error for a request that in fact happened)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -222,3 +223,72 @@ def test_sequential_round_trips_count_overlapping_requests_once() -> None:
     parallel = [req(0.0, 1.0), req(0.1, 1.2), req(0.2, 0.9)]
     assert sequential_round_trips([*parallel, req(1.3, 2.0), req(2.0, 2.5)]) == 3
     assert sequential_round_trips([]) == 0
+
+
+class _OnePieceUpstream:
+    """A one-connection HTTP server on 127.0.0.1 that keeps each ``recv`` of the request
+    it gets, answers with its head and body in two sends, and between them waits (up to
+    ``WAIT_S``, never a figure checked) for the client to have received something."""
+
+    WAIT_S = 0.3
+    BODY = b"answer-body"
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.received: list[bytes] = []
+        self.got_something = threading.Event()  # set by the test's client
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            data = b""
+            while not data.endswith(b"\r\n\r\nhello"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                self.received.append(chunk)
+                data += chunk
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(self.BODY))
+            self.got_something.wait(self.WAIT_S)
+            conn.sendall(self.BODY)
+            conn.recv(1)  # until the proxy closes
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+def test_a_small_message_is_relayed_in_one_piece() -> None:
+    """A request or answer with a small fixed-length body reaches the other side as one
+    write, head and body together, as S3 clients send it: the server, and then the
+    client, is woken once per message, not once for its head and again for its body
+    (each wake-up costs a loaded machine's scheduling delay, on every request). Before,
+    the proxy relayed the head as soon as it had it; the parts are sent apart here, so
+    that relaying one at once would show."""
+    upstream = _OnePieceUpstream()
+    try:
+        with S3Proxy(upstream.endpoint, delay_s=0.0) as proxy:
+            port = int(proxy.endpoint.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port)) as client:
+                head = b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+                client.sendall(head)
+                # The body follows once the server has something, or after WAIT_S.
+                for _ in range(int(_OnePieceUpstream.WAIT_S / 0.01)):
+                    if upstream.received:
+                        break
+                    threading.Event().wait(0.01)
+                client.sendall(b"hello")
+                first = client.recv(65536)
+                upstream.got_something.set()
+                answer = first
+                while not answer.endswith(_OnePieceUpstream.BODY):
+                    more = client.recv(65536)
+                    assert more, answer
+                    answer += more
+    finally:
+        upstream.close()
+    assert upstream.received[0] == head + b"hello", upstream.received
+    assert first.endswith(b"\r\n\r\n" + _OnePieceUpstream.BODY), first

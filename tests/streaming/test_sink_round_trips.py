@@ -9,6 +9,7 @@ replay, with or without this run's uploads, and a missing upload still fails."""
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.parse
 from collections import Counter
@@ -35,7 +36,6 @@ SINK = "round-trips"
 # parallel requests look sequential (10 round trips counted for 9).
 DELAY_S = 0.05
 ROWS = 60
-
 
 
 @pytest.fixture
@@ -311,6 +311,47 @@ def test_a_task_uploads_its_fragments_side_by_side(proxy, uri):
     assert Counter(r.kind for r in made) == {"LIST": 1, "GET": 1, "PUT": 3}, made
     commit([later], 2, opts)
     assert published_values(uri) == expected_values(0, 1, 2)
+
+
+def test_a_task_makes_its_last_put_itself(proxy, uri):
+    """A steady task of one partition PUTs its fragment on its own thread: no upload
+    thread started, no hand-off to one and back on the micro-batch's path (before: a
+    pool per task, its thread started for the one PUT). A task of several partitions
+    PUTs the others beside it, on the upload threads; a failing last PUT still leaves
+    nothing behind."""
+    from seglog.logstore.errors import KafkaStorageError
+    from seglog.logstore.storage.object_storage import ObjectStorage
+
+    real = ObjectStorage.write_atomic
+    put_on: list[str] = []
+    me = threading.current_thread().name
+
+    def recorded(self: ObjectStorage, path: str, data: bytes) -> None:
+        if "_seglog/staging/" in str(path):  # the tasks' (not the writer's snapshots)
+            put_on.append(threading.current_thread().name)
+        if "/00000000000000000003/" in str(path) and put_on[-1] == me:
+            raise KafkaStorageError(f"PUT {path} failed: 503 SlowDown")
+        real(self, path, data)
+
+    single = SinkOptions.parse({"path": uri, "topic": "one", "numPartitions": "1"})
+    data = rows(0, 0)
+    columns = SinkColumns.resolve(data.schema, default_topic="one")
+    commit([stage_rows(single, columns, [data], SINK, 0, 0, 0)], 0, single)
+    opts = options(uri)
+    commit([stage(opts, 1)], 1, opts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ObjectStorage, "write_atomic", recorded)
+        task = stage_rows(single, columns, [rows(2, 0)], SINK, 2, 0, 0)
+        assert put_on == [me]
+        put_on.clear()
+        with pytest.raises(KafkaStorageError, match="503 SlowDown"):
+            stage(opts, 3)
+    assert len(put_on) == 3 and put_on.count(me) == 1, put_on
+    commit([task], 2, single)
+    with LogManager(uri, read_only=True) as mgr:
+        left = list(mgr.storage.list_tree("_seglog/staging"))
+        assert mgr.high_watermarks()[("one", 0)] == 2 * ROWS
+    assert [e.name for e in left if "/00000000000000000003/" in f"/{e.name}"] == []
 
 
 def test_a_task_looks_at_its_topic_while_its_first_rows_are_on_their_way(proxy, uri):
