@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, KafkaStorageError, LogDirError
 from ..log.clean_shutdown import Fingerprint, fingerprint, holds_token, marker_content, new_token
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS
-from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT
 from ..storage.storage import LOCAL
 from .dir_lock import DirLock
@@ -87,7 +86,13 @@ class PauseController:
                         p.log.pause()
             token = new_token()
             for ld in self._table.log_dirs:
-                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(token))
+                # Not fsynced, unlike close()'s: everything the marker vouches for is
+                # durable before it is written, and the loader asks only whether it
+                # exists. A power cut that loses it costs the next open a recovery of
+                # the active segments, never a byte; and a paused writer's marker is
+                # removed again (durably) by the next resume, micro-batches later.
+                LOCAL.write_atomic_unsynced(ld.path / CLEAN_SHUTDOWN_FILE,
+                                            marker_content(token))
             self._paused = (token, self._fingerprint())
         except BaseException:
             self._close_unclean()
