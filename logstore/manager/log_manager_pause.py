@@ -1,9 +1,10 @@
 """Pausing and resuming a reused writer ``LogManager`` (the sink's commits write the same
 log dirs again and again).
 
-``pause()`` leaves the log dirs exactly as ``close()`` does (flushed logs, checkpoints,
-producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``) and releases the locks and
-every file, but keeps what was loaded; ``resume()`` takes the locks again and goes on
+``pause()`` leaves the log dirs as ``close()`` does (flushed logs, checkpoints,
+producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``, that one not fsynced: it
+only spares the next open a recovery) and releases the locks and every file, but keeps
+what was loaded; ``resume()`` takes the locks again and goes on
 with it when nothing changed since: each marker still holds the pause's token and no file
 the manager relies on changed (``clean_shutdown``'s fingerprint). Otherwise the paused
 manager is dropped, without writing anything, and the caller opens a new one.
@@ -61,9 +62,10 @@ class PauseController:
         self._paused: tuple[str, Fingerprint] | None = None
 
     def pause(self) -> None:
-        """Writer: leave the log dirs exactly as ``close()`` does (logs flushed,
-        checkpoints, producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``) and
-        release the locks and every file, but keep what was loaded for ``resume()``.
+        """Writer: leave the log dirs as ``close()`` does (logs flushed,
+        checkpoints, producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``, the
+        marker not fsynced) and release the locks and every file, but keep what was
+        loaded for ``resume()``.
 
         For a process that writes the same dirs again and again (the sink's commits): a
         resumed writer skips the listing, checkpoint parsing and per-segment loading a new

@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from seglog.logstore.records.record_codec import decode_batches
 from seglog.streaming.sink_commit import commit
 from seglog.streaming.sink_local_staging import stage_rows
 from seglog.streaming.sink_options import SinkColumns, SinkOptions
@@ -141,6 +142,54 @@ def test_a_staging_file_a_power_cut_damaged_fails_the_commit_and_the_rerun_publi
         assert mgr.high_watermarks()[("out", 0)] == 400
         log = mgr.get_log("out", 0)
         assert log.log_end_offset == 400
+
+
+def test_a_power_cut_after_the_commit_point_with_the_indexes_unsynced_replays_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The publish no longer fsyncs the active segment's indexes. A power cut between the
+    commit point and the pause leaves them as the previous pause fsynced them (and no
+    marker: the resume's unlink was fsynced), so the next open recovers the segment and
+    rebuilds them; the sink's replay, which reads headers at the ledger's offsets through
+    them, finds the batch published and adds nothing; the next batch goes on."""
+    from seglog.logstore.manager.log_manager import LogManager
+    from seglog.streaming import log_writers, sink_commit
+
+    d, cut = tmp_path / "d", tmp_path / "cut"
+    opts = SinkOptions.parse({"path": str(d), "topic": "out", "numPartitions": "1"})
+    cols = SinkColumns.resolve(rows(0).schema, default_topic="out")
+    for batch in range(3):
+        commit([stage_rows(opts, cols, [rows(batch)], SINK, batch, 0, 0)], batch, opts)
+    part = d / "out-0"
+    synced = {p.name: p.read_bytes() for p in part.glob("*index")}  # the last pause's
+    real_pause = log_writers.pause
+
+    def power_cut_then_pause(log_dirs: tuple[str, ...], mgr: LogManager) -> None:
+        shutil.copytree(d, cut, ignore=shutil.ignore_patterns(".lock"))
+        real_pause(log_dirs, mgr)
+
+    monkeypatch.setattr(sink_commit.log_writers, "pause", power_cut_then_pause)
+    commit([stage_rows(opts, cols, [rows(3)], SINK, 3, 0, 0)], 3, opts)
+    monkeypatch.undo()
+    assert not (cut / ".kafka_cleanshutdown").exists()
+    for name, old in synced.items():
+        (cut / "out-0" / name).write_bytes(old)
+    # Spark runs micro-batch 3 again on the machine that lost power, then goes on.
+    at_cut = SinkOptions.parse({"path": str(cut), "topic": "out", "numPartitions": "1"})
+    again = commit([stage_rows(at_cut, cols, [rows(3)], SINK, 3, 0, 0)], 3, at_cut)
+    assert again.published == () and again.skipped == (("out", 0),)
+    assert commit([stage_rows(at_cut, cols, [rows(4)], SINK, 4, 0, 0)], 4, at_cut).records == 200
+    log_writers.close_all()
+    with LogManager([cut]) as mgr:
+        assert mgr.check(deep=True) == []
+        assert mgr.high_watermarks()[("out", 0)] == 1000
+        log = mgr.get_log("out", 0)
+        values = [
+            v
+            for chunk in log.read_chunks(0, 1000)
+            for v in decode_batches(bytes(chunk)).column("value").to_pylist()
+        ]
+    assert values == [f"b{b}-{i}".encode() for b in range(5) for i in range(200)]
 
 
 _CHILD = """
