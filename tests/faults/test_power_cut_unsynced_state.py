@@ -109,6 +109,32 @@ def test_power_cut_after_a_publish_rebuilds_the_unsynced_indexes(
     assert_lookups(cut, 200)
 
 
+def test_a_producer_publish_fsyncs_the_log_and_the_checkpoint_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``append_many`` + ``flush`` (the producer's publish) shares the sink's ``Log.flush``:
+    the ``.log``, the high-watermark checkpoint and its directory, not the indexes."""
+    with LogManager([tmp_path]) as mgr:
+        mgr.create_topic("t", 1, CONFIG)
+        for start in range(0, 30, 10):  # the topic, the first segment's files: made
+            mgr.append_many({("t", 0): batches(start, 10)})
+            mgr.flush()
+        synced: list[str] = []
+        real = os.fsync
+
+        def fsync(fd: int) -> None:
+            synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+            real(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        mgr.append_many({("t", 0): batches(30, 10)})
+        mgr.flush()
+        monkeypatch.setattr(os, "fsync", real)
+    assert sorted(synced) == sorted(
+        [f"{0:020d}.log", "replication-offset-checkpoint.tmp", tmp_path.name]
+    )
+
+
 def test_a_roll_after_a_publish_fsyncs_the_old_segments_indexes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
