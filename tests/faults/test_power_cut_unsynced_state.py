@@ -29,11 +29,15 @@ CONFIG = {"index.interval.bytes": "200"}  # an index entry every few batches
 T0 = 1_700_000_000_000
 
 
+def value(i: int) -> bytes:
+    return f"v{i}".encode().ljust(40, b".")
+
+
 def batches(start: int, n: int) -> bytes:
     """Records ``start..start+n-1``, one timestamp each (``T0 + offset``), 5 a batch."""
     return bytes(
         encode_batches(
-            pa.array([f"v{i}".encode().ljust(40, b".") for i in range(start, start + n)]),
+            pa.array([value(i) for i in range(start, start + n)]),
             timestamps=pa.array([T0 + i for i in range(start, start + n)], pa.int64()),
             max_batch_bytes=300,
         )
@@ -52,8 +56,11 @@ def assert_lookups(d: Path, end: int) -> None:
         log = reader.get_log("t", 0)
         assert log.high_watermark == end
         for start in range(0, end, 7):
-            got = decode_batches(bytes(next(iter(log.read_chunks(start, end))))).column("value")
-            assert start < end and got.to_pylist()[0] <= f"v{start}".encode().ljust(40, b".")
+            # A read starts at the batch holding ``start`` (5 records a batch).
+            chunk = bytes(next(iter(log.read_chunks(start, end))))
+            got = decode_batches(chunk).column("value").to_pylist()
+            first = start - start % 5
+            assert got[:5] == [value(i) for i in range(first, first + 5)]
         for offset in range(0, end, 3):
             assert log.offset_for_timestamp(T0 + offset) == offset
 
