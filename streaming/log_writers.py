@@ -7,7 +7,7 @@ grew with the topic's history (a micro-batch's commit took 29.5 -> 45.4 ms early
 log and 40.8 -> 69.2 ms after 1,000 segments). PySpark 4.3 reuses the Python worker that
 runs a query's commits (``spark.python.worker.reuse``, on by default: the dir's ``.lock``
 names the same pid for every micro-batch), so a commit now *pauses* its writer
-(``LogManager.pause``: the dirs are left exactly as a clean close leaves them, the locks
+(``LogManager.pause``: the dirs are left as a clean close leaves them, the locks
 released) and the next commit of the process resumes it (``LogManager.resume``): the
 locks again, one marker read and a few ``stat`` calls per log dir and loaded partition,
 no listing.

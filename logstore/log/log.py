@@ -169,6 +169,13 @@ class Log(LogReads):
         """Every offset below it is fsynced."""
         return self._recovery_point
 
+    def segment_base_of(self, offset: int) -> int | None:
+        """Base offset of the segment that holds (or would hold) ``offset``: where an
+        unclean open recovers from, given that recovery point (``LogLoader`` pass 4).
+        None below the first segment."""
+        seg = self._segments.floor(offset)
+        return None if seg is None else seg.base_offset
+
     @property
     def last_flush_ms(self) -> int:
         return self._last_flush_ms
@@ -273,12 +280,14 @@ class Log(LogReads):
             # The new segment first: if its files cannot be made (a full filesystem, no
             # inodes), the active segment stays active with its indexes untrimmed.
             segment = self._files.new_segment(new_base)
+            inactive = None
             try:
                 if active is not None and active.size == 0:
                     self._segments.remove(active.base_offset)
                     active.delete()
                 elif active is not None:
                     active.on_become_inactive()  # its final time-index entry needs space
+                    inactive = active
             except KafkaStorageError:
                 segment.delete()
                 raise
@@ -289,6 +298,11 @@ class Log(LogReads):
             self.take_producer_snapshot()
             # Kafka flushes a rolled segment right away (asynchronously there): recovery
             # then only ever has to check the active segment.
+            if inactive is not None and self._recovery_point >= new_base:
+                # Flushed to its end before the roll, but holding the recovery point then
+                # (its indexes unsynced: ``flush``), and its final time-index entry and
+                # trim are new: nothing will recover it any more.
+                inactive.flush()
             self.flush(new_base)
             return segment
 
@@ -303,10 +317,17 @@ class Log(LogReads):
         with self._lock:
             target = self._log_end_offset if offset is None else min(offset, self._log_end_offset)
             if target > self._recovery_point:
-                for seg in self._segments.values_from(self._recovery_point):
+                segs = self._segments.values_from(self._recovery_point)
+                for i, seg in enumerate(segs):
                     if seg.base_offset >= target:
                         break
-                    seg.flush()
+                    # The segment that will hold the recovery point leaves its indexes
+                    # unsynced: an unclean open recovers from that segment on, rebuilding
+                    # its indexes from the .log (LogLoader pass 4, as Kafka's), and a
+                    # clean close or pause fsyncs them before its marker. A segment wholly
+                    # below the recovery point is never recovered: all of it is synced.
+                    wholly_below = i + 1 < len(segs) and segs[i + 1].base_offset <= target
+                    seg.flush(indexes=wholly_below)
                 self._files.sync_dir()
                 self._recovery_point = target
             self._last_flush_ms = self.clock.monotonic_ms()

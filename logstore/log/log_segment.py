@@ -362,9 +362,12 @@ class LogSegment(SegmentReads):
                 f"index {self.offset_index.path} points at position {last.position}, past "
                 f"the end of {self.log_path} ({self.size} bytes)")
 
-    def flush(self) -> None:
-        """fsync the ``.log`` and both indexes (a lazily loaded segment never opened
-        has written nothing through this process: nothing to flush)."""
+    def flush(self, *, indexes: bool = True) -> None:
+        """fsync the ``.log`` and (``indexes``) the offset and time indexes (a lazily
+        loaded segment never opened has written nothing through this process: nothing to
+        flush). ``indexes=False`` is for the segment that will hold the log's recovery
+        point (``Log.flush``): recovery after a crash rebuilds that segment's indexes
+        from its ``.log`` anyway."""
         if self.read_only or self.closed or not self._records.is_open:
             return
         try:
@@ -372,8 +375,9 @@ class LogSegment(SegmentReads):
             if size != self._log_synced_size:
                 self._writer.fsync()
                 self._log_synced_size = size
-            self._offset_index.flush()
-            self._time_index.flush()
+            if indexes:
+                self._offset_index.flush()
+                self._time_index.flush()
             if self._txn is not None:
                 self._txn.flush()
         except OSError as e:

@@ -495,7 +495,7 @@ class LogManager(PartitionTable["Log"]):
     # -- pause and resume (PauseController) -------------------------------------------
 
     def pause(self) -> None:
-        """Writer: leave the log dirs exactly as ``close()`` does and release the locks
+        """Writer: leave the log dirs as ``close()`` does and release the locks
         and every file, but keep what was loaded for ``resume()``
         (``PauseController.pause``). Not with ``background=True``."""
         self._pause.pause()

@@ -159,8 +159,11 @@ class ManagerMaintenance:
         with self._table.lock:
             parts = [p for p in self._table.listed() if p.log_dir is log_dir]
             offsets: dict[TopicPartition, int] = {}
+            logs: dict[TopicPartition, Log] = {}
             for p in parts:
                 log = p.log
+                if log is not None:
+                    logs[p.tp] = log
                 if name == RECOVERY_POINT_CHECKPOINT:
                     offsets[p.tp] = (log.recovery_point if log is not None
                                      else log_dir.recovery_points.get(p.tp, 0))
@@ -176,8 +179,12 @@ class ManagerMaintenance:
                     segments = log.segments
                     if segments and log.log_start_offset > segments[0].base_offset:
                         offsets[p.tp] = log.log_start_offset
-            if log_dir.written.get(name) == offsets:
+            written = log_dir.written.get(name)
+            if written == offsets:
                 return  # durable already: a commit and the pause after it write it alike
+            if (name == RECOVERY_POINT_CHECKPOINT and written is not None
+                    and _same_recovery(written, offsets, logs)):
+                return
             log_dir.checkpoint(name).write(offsets)
             log_dir.written[name] = offsets
 
@@ -295,3 +302,26 @@ class ManagerMaintenance:
                 with self._table.lock:
                     self._pending_deletes.append((d, t))
         return removed
+
+
+def _same_recovery(written: dict[TopicPartition, int], offsets: dict[TopicPartition, int],
+                   logs: dict[TopicPartition, Log]) -> bool:
+    """Whether the recovery points ``written`` (the file's content, fsynced) make an
+    unclean open recover exactly what ``offsets`` would: each one equal, or behind it
+    but in the same segment of the log, not below its log start. Recovery starts at the
+    segment holding the recovery point (``LogLoader``, as Kafka's) and a clean open
+    ignores the file (the recovery point is the log end then), so rewriting it with a
+    point that moved within its segment (every micro-batch of the sink) costs two fsyncs
+    and changes nothing after any crash. A roll, a truncation or a deleted segment
+    moves it to another segment, or back: then it is written."""
+    if written.keys() != offsets.keys():
+        return False
+    for tp, new in offsets.items():
+        old = written[tp]
+        if old == new:
+            continue
+        log = logs.get(tp)
+        if (log is None or not log.log_start_offset <= old <= new
+                or log.segment_base_of(old) != log.segment_base_of(new)):
+            return False
+    return True

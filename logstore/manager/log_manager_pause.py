@@ -1,9 +1,10 @@
 """Pausing and resuming a reused writer ``LogManager`` (the sink's commits write the same
 log dirs again and again).
 
-``pause()`` leaves the log dirs exactly as ``close()`` does (flushed logs, checkpoints,
-producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``) and releases the locks and
-every file, but keeps what was loaded; ``resume()`` takes the locks again and goes on
+``pause()`` leaves the log dirs as ``close()`` does (flushed logs, checkpoints,
+producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``, that one not fsynced: it
+only spares the next open a recovery) and releases the locks and every file, but keeps
+what was loaded; ``resume()`` takes the locks again and goes on
 with it when nothing changed since: each marker still holds the pause's token and no file
 the manager relies on changed (``clean_shutdown``'s fingerprint). Otherwise the paused
 manager is dropped, without writing anything, and the caller opens a new one.
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, KafkaStorageError, LogDirError
 from ..log.clean_shutdown import Fingerprint, fingerprint, holds_token, marker_content, new_token
 from ..log.offset_checkpoints import OFFSET_CHECKPOINTS
-from ..storage.checkpoint_file import write_atomically
 from ..storage.file_names import CLEAN_SHUTDOWN_FILE, CLEANER_OFFSET_CHECKPOINT
 from ..storage.storage import LOCAL
 from .dir_lock import DirLock
@@ -62,9 +62,10 @@ class PauseController:
         self._paused: tuple[str, Fingerprint] | None = None
 
     def pause(self) -> None:
-        """Writer: leave the log dirs exactly as ``close()`` does (logs flushed,
-        checkpoints, producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``) and
-        release the locks and every file, but keep what was loaded for ``resume()``.
+        """Writer: leave the log dirs as ``close()`` does (logs flushed,
+        checkpoints, producer snapshots, trimmed indexes, ``.kafka_cleanshutdown``, the
+        marker not fsynced) and release the locks and every file, but keep what was
+        loaded for ``resume()``.
 
         For a process that writes the same dirs again and again (the sink's commits): a
         resumed writer skips the listing, checkpoint parsing and per-segment loading a new
@@ -87,7 +88,13 @@ class PauseController:
                         p.log.pause()
             token = new_token()
             for ld in self._table.log_dirs:
-                write_atomically(ld.path / CLEAN_SHUTDOWN_FILE, marker_content(token))
+                # Not fsynced, unlike close()'s: everything the marker vouches for is
+                # durable before it is written, and the loader asks only whether it
+                # exists. A power cut that loses it costs the next open a recovery of
+                # the active segments, never a byte; and a paused writer's marker is
+                # removed again (durably) by the next resume, micro-batches later.
+                LOCAL.write_atomic_unsynced(ld.path / CLEAN_SHUTDOWN_FILE,
+                                            marker_content(token))
             self._paused = (token, self._fingerprint())
         except BaseException:
             self._close_unclean()

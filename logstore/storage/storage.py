@@ -199,12 +199,18 @@ def fsync_dir(path: StoragePath) -> None:
 
 
 def _write_fsynced(path: str, data: bytes | bytearray | memoryview, flags: int) -> None:
+    _write_whole(path, data, flags, fsync=True)
+
+
+def _write_whole(path: str, data: bytes | bytearray | memoryview, flags: int, *,
+                 fsync: bool = False) -> None:
     fd = os.open(path, flags, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -292,12 +298,26 @@ class PosixStorage:
         """``<path>.tmp`` written and fsynced, renamed over ``path``, the directory fsynced:
         a crash leaves the old content or the new. A failure removes the ``.tmp`` and
         raises ``KafkaStorageError`` naming ``path``."""
+        self._replace(path, data, durable=True)
+
+    def write_atomic_unsynced(self, path: StoragePath,
+                              data: bytes | bytearray | memoryview) -> None:
+        """``write_atomic`` without its two fsyncs: a concurrent reader still sees the old
+        content or the new, but after a power cut the file may be missing, the old one,
+        or the new name with part of its bytes. Only for a file whose mere existence is
+        the message and whose absence costs time, never correctness (the paused writer's
+        ``.kafka_cleanshutdown``)."""
+        self._replace(path, data, durable=False)
+
+    def _replace(self, path: StoragePath, data: bytes | bytearray | memoryview, *,
+                 durable: bool) -> None:
         target = os.fspath(path)
         tmp = f"{target}.tmp"
         try:
-            _write_fsynced(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            _write_whole(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, fsync=durable)
             os.replace(tmp, target)
-            fsync_dir(os.path.dirname(target) or ".")
+            if durable:
+                fsync_dir(os.path.dirname(target) or ".")
         except OSError as e:
             try:  # a failed replace (e.g. a directory in the way) must not leave the .tmp
                 os.unlink(tmp)

@@ -141,27 +141,37 @@ def test_a_commit_and_its_pause_write_each_changed_checkpoint_once(
 ) -> None:
     """What the sink does per micro-batch: resume, append, publish the high watermark (the
     commit point), pause. The pause leaves the dir as a close does, but a checkpoint that
-    holds what this writer last wrote durably is not written (and fsynced) again."""
+    holds what this writer last wrote durably is not written (and fsynced) again, nor a
+    recovery point that stayed in the segment the file names."""
     mgr = LogManager([tmp_path])
     mgr.create_topic("t", 1, SMALL)
     mgr.append("t", 0, batches("a", 5))
     mgr.checkpoint_high_watermarks()
     mgr.pause()
     written = _checkpoint_writes(monkeypatch)
-    for i in range(3):
+    rp_file = OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT)
+    log = mgr.get_log("t", 0)
+    rolled = 0
+    for i in range(4):
         assert mgr.resume() is True
+        on_file = rp_file.read()[("t", 0)]
         mgr.append("t", 0, batches(f"b{i}-", 5))
         mgr.checkpoint_high_watermarks()
         assert written == [HIGH_WATERMARK_CHECKPOINT]
         written.clear()
         mgr.pause()
-        # The recovery point moved; the high watermark, the log start offset and the
-        # maintenance last-runs are as this writer wrote them.
-        assert written == [RECOVERY_POINT_CHECKPOINT]
+        # The high watermark, the log start offset and the maintenance last-runs are as
+        # this writer wrote them; the recovery point moved, but is written only when it
+        # left the segment the file names (an unclean open recovers from there either way).
+        moved = log.segment_base_of(on_file) != log.segment_base_of(log.recovery_point)
+        rolled += moved
+        assert written == ([RECOVERY_POINT_CHECKPOINT] if moved else [])
         written.clear()
+    assert 0 < rolled < 4  # both cases seen
     hw = OffsetCheckpointFile(tmp_path / HIGH_WATERMARK_CHECKPOINT).read()
-    assert hw == {("t", 0): 20}
-    assert OffsetCheckpointFile(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == hw
+    assert hw == {("t", 0): 25}
+    on_file = rp_file.read()[("t", 0)]
+    assert on_file <= 25 and log.segment_base_of(on_file) == log.segment_base_of(25)
     assert (tmp_path / MAINTENANCE_CHECKPOINT).exists()
     assert (tmp_path / LOG_START_OFFSET_CHECKPOINT).exists()
     # What changes is written again: a log start offset moved by deleting records.
@@ -171,7 +181,7 @@ def test_a_commit_and_its_pause_write_each_changed_checkpoint_once(
     assert LOG_START_OFFSET_CHECKPOINT in written
     assert OffsetCheckpointFile(tmp_path / LOG_START_OFFSET_CHECKPOINT).read() == {("t", 0): 3}
     with LogManager([tmp_path]) as fresh:
-        assert fresh.high_watermarks() == {("t", 0): 20}
+        assert fresh.high_watermarks() == {("t", 0): 25}
         assert fresh.get_log("t", 0).log_start_offset == 3
 
 
