@@ -23,7 +23,7 @@ def spark(tmp_path_factory):
     from seglog.datasource.spark_conf import SESSION_SPARK_CONF
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    # The recommended settings a running session cannot take (its Python worker daemon);
+    # The recommended settings a running session cannot take (the spark.python.* ones);
     # tests/datasource/test_low_latency.py sets the others for its query.
     context_conf = {k: v for k, v in LOW_LATENCY_SPARK_CONF.items() if k not in SESSION_SPARK_CONF}
     session = (

@@ -69,7 +69,10 @@ def test_a_query_with_the_recommended_settings_restarts_exactly_once(spark, tmp_
     context_conf = dict(spark.sparkContext.getConf().getAll())
     assert {
         k: context_conf.get(k) for k in LOW_LATENCY_SPARK_CONF if k not in SESSION_SPARK_CONF
-    } == {"spark.python.daemon.module": "seglog.datasource.worker_daemon"}
+    } == {
+        "spark.python.daemon.module": "seglog.datasource.worker_daemon",
+        "spark.python.unix.domain.socket.enabled": "true",
+    }
     path, chk = str(tmp_path / "logs"), str(tmp_path / "chk")
     _write_input(spark, path, 0, 500)
     before = {k: spark.conf.get(k, None) for k in SESSION_SPARK_CONF}
