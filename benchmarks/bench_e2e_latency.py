@@ -444,7 +444,7 @@ def main() -> None:
         )
         try:
             # Over the measured micro-batches: the query's own CPU, apart from others'.
-            with CpuSampler(server.pid, period_s=0.1) as sampler:
+            with CpuSampler(server.pid, period_s=0.5) as sampler:
                 for storage in args.storage:
                     case = Case(storage)
                     if storage == "noop":
