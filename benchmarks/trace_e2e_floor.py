@@ -232,6 +232,11 @@ def main() -> None:
             spark.dataSource.register(MarkedNoopSource)
             result = _run(spark, work, args.duration_s)
             spark.stop()
+        except Exception:
+            # The log dies with the temporary directory: its end is what says why.
+            os.dup2(saved_stderr, 2)
+            print(log.read_text(errors="replace")[-20_000:], file=sys.stderr)
+            raise
         finally:
             os.dup2(saved_stderr, 2)
         print(
@@ -278,7 +283,9 @@ def _run(spark: Any, work: Path, duration_s: float) -> tuple[int, dict[str, floa
         # code compiled), however long a loaded machine takes to get there.
         deadline = time.monotonic() + 600
         while _last_batch(query) < _SKIP_FIRST:
-            if query.exception() is not None or time.monotonic() > deadline:
+            if query.exception() is not None:
+                raise RuntimeError(f"the query failed: {query.exception()}")
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"no micro-batch {_SKIP_FIRST} within 600 s")
             time.sleep(0.2)
         n0, c0 = _last_batch(query), _cpu_by_pid()
