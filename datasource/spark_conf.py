@@ -8,12 +8,12 @@ and to seglog alike), given to a session as it is built:
 when the session starts; a running session takes only the ``spark.sql.*`` ones
 (``SESSION_SPARK_CONF``), with ``spark.conf.set`` before the query starts.
 
-Where a micro-batch's CPU goes (a no-op Python source and sink, measured with
-``/proc/<pid>/stat`` over the micro-batches of ``benchmarks/bench_e2e_latency.py``'s
-floor): the JVM, the driver's Python planning processes (the writer's planning, the
-commit), and the task's two Python workers (the source's read, the sink's write). The
-last two spent most of theirs in the full garbage collection PySpark's daemon runs after
-every task of a reused worker; ``spark.python.daemon.module`` below removes it.
+Where a micro-batch's CPU goes (``benchmarks/trace_e2e_floor.py``: each process's
+``/proc/<pid>/stat`` over the micro-batches of a no-op Python source and sink): the JVM,
+the driver's Python planning processes (the writer's planning, the commit), and the
+task's two Python workers (the source's read, the sink's write). The last two spent
+most of theirs in the full garbage collection PySpark's daemon runs after every task of
+a reused worker; ``spark.python.daemon.module`` below removes it.
 
 - ``spark.sql.streaming.checkpointFileManagerClass`` = Spark's
   ``FileSystemBasedCheckpointFileManager``. Spark's default manager goes through
