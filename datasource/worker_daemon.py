@@ -25,7 +25,9 @@ moved out of the collector's reach with ``gc.freeze()``, as Python's documentati
 advises for a process that forks workers: the workers' collections skip them, and
 copy-on-write keeps those pages shared. The workers import everything else after the
 fork, as PySpark's daemon requires (imports such as pyarrow start threads, which a fork
-must not copy), so this module imports nothing but the daemon.
+must not copy): this module imports only the daemon, and its package
+(``seglog.datasource``) imports neither pyarrow nor numba, so the daemon forks from a
+single thread (``tests/datasource/test_low_latency.py`` checks both).
 
 Spark uses ``spark.python.daemon.module`` for the workers of tasks only; the driver's
 Python planning processes (a stream writer's planning and its commit) keep PySpark's own
