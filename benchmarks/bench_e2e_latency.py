@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,34 +60,22 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE.parent / "tests"))
-# The no-op data source is defined here: Spark's Python workers import it by module.
+# The no-op data source (noop_latency_source.py): Spark's Python workers import it by module.
 sys.path.insert(0, str(_HERE))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(_HERE), os.environ.get("PYTHONPATH", "")) if p
 )
 
 import pyarrow as pa  # noqa: E402
-from pyspark.sql.datasource import (  # noqa: E402
-    DataSource,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    InputPartition,
-    WriterCommitMessage,
-)
-from pyspark.sql.streaming.datasource import ReadLimit  # noqa: E402
+from noop_latency_source import NoopLatencySource  # noqa: E402
+from query_cpu import CpuSampler, Window, progress_window  # noqa: E402
 from s3_proxy import S3Proxy  # noqa: E402
 from s3_server import MotoServer, SeaweedServer, seaweed_unavailable  # noqa: E402
 
 from seglog.datasource.spark_conf import LOW_LATENCY_SPARK_CONF  # noqa: E402
 from seglog.logstore.manager.log_manager import LogManager  # noqa: E402
 from seglog.logstore.records.record_codec import decode_batches, encode_batches  # noqa: E402
-from seglog.streaming.step_trace import (  # noqa: E402
-    TRACE_ENV,
-    StepTime,
-    read_trace,
-    traced,
-    traced_iterator,
-)
+from seglog.streaming.step_trace import TRACE_ENV, StepTime, read_trace  # noqa: E402
 
 WARMUP_S = 3.0
 FIRST_BATCH_TIMEOUT_S = 600.0
@@ -101,92 +89,6 @@ PROGRESS_KEYS = (
     "commitOffsets",
     "triggerExecution",
 )
-
-
-# -- the floor: a no-op Python source and sink over a local file of times -------------
-
-
-class _LinesReader(DataSourceStreamReader):
-    """Offsets are byte positions of whole lines of ``path`` (one produced time each)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (PySpark's name)
-        return {"pos": 0}
-
-    def latestOffset(self, start: dict[Any, Any], limit: ReadLimit) -> dict[Any, Any]:  # noqa: N802
-        # Everything produced so far: a latency floor reads all that is there.
-        data = Path(self.path).read_bytes()
-        return {"pos": data.rfind(b"\n") + 1}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [InputPartition((start["pos"], end["pos"]))]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
-        batch, part = _task_batch()
-        return traced_iterator("read", batch, part, self._rows(partition))
-
-    def _rows(self, partition: InputPartition) -> Iterator[tuple[int]]:
-        lo, hi = partition.value
-        with open(self.path, "rb") as f:
-            f.seek(lo)
-            for line in f.read(hi - lo).split():
-                yield (int(line),)
-
-
-def _task_batch() -> tuple[int | None, int | None]:
-    """(micro-batch id, task partition) of the running Spark task, as seglog's traces."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        return None, None
-    batch = ctx.getLocalProperty("streaming.sql.batchId")
-    return (None if batch is None else int(batch)), ctx.partitionId()
-
-
-@dataclass
-class _Times(WriterCommitMessage):
-    produced_ns: list[int] = field(default_factory=list)
-
-
-class _LatencyWriter(DataSourceStreamWriter):
-    """Writes nothing; its driver-side commit takes each record's latency."""
-
-    def __init__(self, out: str) -> None:
-        self.out = out
-
-    def write(self, iterator: Iterator[Any]) -> _Times:
-        batch, part = _task_batch()
-        with traced("write", batch, part):
-            return _Times([row[0] for row in iterator])
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        with traced("commit", batchId):
-            now = time.time_ns()
-            times = [m for m in messages if isinstance(m, _Times)]
-            lines = [f"{t} {now - t}\n" for m in times for t in m.produced_ns]
-            with open(self.out, "a") as f:
-                f.writelines(lines)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        pass  # nothing was written
-
-
-class NoopLatencySource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "noop_latency_bench"
-
-    def schema(self) -> str:
-        return "produced_ns long"
-
-    def streamReader(self, schema: Any) -> _LinesReader:  # noqa: N802
-        return _LinesReader(self.options["path"])
-
-    def streamWriter(self, schema: Any, overwrite: bool) -> _LatencyWriter:  # noqa: N802
-        return _LatencyWriter(self.options["latencies"])
 
 
 # -- producer and reader ---------------------------------------------------------------
@@ -224,6 +126,7 @@ class Case:
     publish_ms: list[float] = field(default_factory=list)
     progress: list[dict[str, Any]] = field(default_factory=list)  # after the first
     steps: list[StepTime] = field(default_factory=list)  # traced while the query ran
+    cpu: Window | None = None  # over the micro-batches of ``progress``
 
 
 def _produce(
@@ -398,6 +301,13 @@ def report(case: Case) -> None:
         f"  {'':>20}  ms means over {len(rows)} micro-batches with rows "
         f"({statistics.mean(rows) if rows else 0:.1f} rows each): " + ", ".join(parts)
     )
+    if case.cpu is not None and case.progress:
+        n = len(case.progress)
+        print(
+            f"  {'':>20}  CPU ms per micro-batch: {case.cpu.client_s * 1000 / n:.0f} this "
+            f"query's processes (Spark's JVM and Python workers; this process's producer and "
+            f"reader), {case.cpu.others_s * 1000 / n:.0f} the machine's other work"
+        )
     split = split_add_batch(case.progress, case.steps)
     if split:
         n = split.pop("micro-batches")
@@ -533,35 +443,41 @@ def main() -> None:
             flush=True,
         )
         try:
-            for storage in args.storage:
-                case = Case(storage)
-                if storage == "noop":
-                    case.name = "no-op Python floor"
-                    run_noop(spark, case, work, args)
-                elif storage == "local":
-                    case.name = "seglog local dir"
-                    for d in ("in", "out"):
-                        (work / d).mkdir()
-                    run_seglog(
-                        spark,
-                        case,
-                        str(work / "in"),
-                        str(work / "out"),
-                        str(work / "chk-local"),
-                        args,
+            # Over the measured micro-batches: the query's own CPU, apart from others'.
+            with CpuSampler(server.pid, period_s=0.5) as sampler:
+                for storage in args.storage:
+                    case = Case(storage)
+                    if storage == "noop":
+                        case.name = "no-op Python floor"
+                        run_noop(spark, case, work, args)
+                    elif storage == "local":
+                        case.name = "seglog local dir"
+                        for d in ("in", "out"):
+                            (work / d).mkdir()
+                        run_seglog(
+                            spark,
+                            case,
+                            str(work / "in"),
+                            str(work / "out"),
+                            str(work / "chk-local"),
+                            args,
+                        )
+                    else:
+                        case.name = "seglog bucket"
+                        bucket = server.create_bucket("e2e")
+                        run_seglog(
+                            spark,
+                            case,
+                            f"s3://{bucket}/in",
+                            f"s3://{bucket}/out",
+                            str(work / "chk-bucket"),
+                            args,
+                        )
+                    case.cpu = sum(
+                        (sampler.window(*progress_window(p)) for p in case.progress),
+                        Window(0.0, 0.0, 0.0, 0.0),
                     )
-                else:
-                    case.name = "seglog bucket"
-                    bucket = server.create_bucket("e2e")
-                    run_seglog(
-                        spark,
-                        case,
-                        f"s3://{bucket}/in",
-                        f"s3://{bucket}/out",
-                        str(work / "chk-bucket"),
-                        args,
-                    )
-                report(case)
+                    report(case)
             print(f"  (load {os.getloadavg()[0]:.1f} at the end)")
         finally:
             spark.stop()

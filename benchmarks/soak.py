@@ -13,9 +13,10 @@ Processes (``soak_roles.py``, each in its own process group): writers (library
 to an fsynced journal), library readers tailing ``in``, ``seglog maintain`` in a loop
 (plus, on a bucket, collection with a small orphan grace), and two Spark queries
 ``in`` -> ``out1``/``out2`` (seglog to seglog, exactly-once, each in its own process,
-restarted from its checkpoint after a kill). Until the time is up a random process of a
-random kind is SIGKILLed (its whole group: driver, JVM, Python workers) every few
-seconds and restarted. The bucket is SeaweedFS where installed, else moto
+restarted from its checkpoint after a kill; ``out2`` with docs/operations.md's
+``LOW_LATENCY_SPARK_CONF``, ``out1`` with Spark's defaults). Until the time is up a
+random process of a random kind is SIGKILLed (its whole group: driver, JVM, Python
+workers) every few seconds and restarted. The bucket is SeaweedFS where installed, else moto
 (``tests/s3_server.py``), behind ``tests/s3_proxy.py`` (``--delay-ms`` per request,
 ``--fault-rate`` of requests answered 500/503 or dropped before or after the server saw
 them). Then writers stop, the queries drain ``in`` (``availableNow``), and

@@ -17,7 +17,9 @@ SIGKILLable at any moment and restartable:
   a bucket a collection with the small orphan grace in between.
 - ``query NAME PATH CHK MODE``: a Spark query ``in`` -> ``<NAME>`` (seglog to seglog,
   exactly-once), ``MODE`` ``run`` (a trigger a second until killed) or ``drain``
-  (``availableNow``: everything there, in bounded micro-batches, then exit). Prints
+  (``availableNow``: everything there, in bounded micro-batches, then exit); ``out2``'s
+  session takes docs/operations.md's ``LOW_LATENCY_SPARK_CONF``, ``out1``'s Spark's
+  defaults, so the kills exercise both. Prints
   ``STARTED``, ``PROGRESS <batch> <rows> <trigger ms> <addBatch ms>`` per micro-batch,
   ``DONE``.
 
@@ -230,7 +232,7 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from seglog.datasource import SeglogDataSource
+    from seglog.datasource import LOW_LATENCY_SPARK_CONF, SeglogDataSource
 
     spark = (
         SparkSession.builder.master("local[1]")
@@ -240,6 +242,7 @@ def query(name: str, path: str, chk: str, mode: str) -> None:
         .config("spark.driver.memory", "768m")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.python.worker.reuse", "true")
+        .config(map=dict(LOW_LATENCY_SPARK_CONF) if name == "out2" else {})
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -19,9 +19,13 @@ def spark(tmp_path_factory):
     """A shared ``local[2]`` SparkSession with the ``seglog`` source registered."""
     from pyspark.sql import SparkSession
 
-    from seglog.datasource import SeglogDataSource
+    from seglog.datasource import LOW_LATENCY_SPARK_CONF, SeglogDataSource
+    from seglog.datasource.spark_conf import SESSION_SPARK_CONF
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    # The recommended settings a running session cannot take (the spark.python.* ones);
+    # tests/datasource/test_low_latency.py sets the others for its query.
+    context_conf = {k: v for k, v in LOW_LATENCY_SPARK_CONF.items() if k not in SESSION_SPARK_CONF}
     session = (
         SparkSession.builder.master("local[2]")
         .appName("seglog-tests")
@@ -33,6 +37,7 @@ def spark(tmp_path_factory):
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.python.filterPushdown.enabled", "true")
+        .config(map=context_conf)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN")
