@@ -4,6 +4,10 @@ micro-batch) and whatever strays a crash left (the loader deletes them)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -158,3 +162,56 @@ def test_truncation_below_the_newest_snapshot_replays_from_the_segment_base(
     log.close()
     with open_log(d, SMALL) as again:
         assert again.last_stable_offset == 0
+
+
+_PAUSING_WRITER = """
+import sys
+from pathlib import Path
+import pyarrow as pa
+from seglog.logstore.config.config import LogConfig
+from seglog.logstore.log.log import Log
+from seglog.logstore.records.record_codec import encode_batches
+
+log = Log.open(Path(sys.argv[1]), LogConfig.from_properties({"segment.bytes": "600"}))
+i = 0
+while True:
+    log.append(encode_batches(pa.array([f"v{i}"]), producer_id=1, producer_epoch=0,
+                              base_sequence=i, is_transactional=True))
+    log.pause()
+    print(i, flush=True)
+    log.resume()
+    i += 1
+"""
+
+
+def test_a_writer_killed_while_pausing_leaves_what_the_loader_needs(tmp_path: Path) -> None:
+    """SIGKILLed somewhere in a loop of appends and pauses (most of its time is the pause's
+    snapshot, fsyncs and unlink): the next open, unclean, keeps only the segment bases'
+    snapshots and the newest, and finds producer 1's transaction open from offset 0."""
+    d = tmp_path / "t-0"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PAUSING_WRITER, str(d)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if int(line) >= 20:
+                break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    with open_log(d, SMALL, had_clean_shutdown=False) as log:
+        bases = [s.base_offset for s in log.segments]
+        assert log.log_end_offset >= 21 and len(bases) > 2
+        snaps = list_snapshot_offsets(d)
+        assert [s for s in snaps[:-1] if s not in bases] == []
+        assert set(bases[1:]) <= set(snaps) and snaps[-1] <= log.log_end_offset
+        assert log.last_stable_offset == 0
+        log.append(marker(1, commit=True))
+        end = log.log_end_offset
+    with open_log(d, SMALL) as log:
+        assert log.last_stable_offset == end
