@@ -108,8 +108,11 @@ class LogProducers:
         if not LOCAL.exists(snapshot_file(self._dir(), log_end_offset)):
             state.take_snapshot(self._dir())  # fsynced, renamed, directory fsynced
         previous = self._newest_snapshot
-        if (previous is not None and previous < log_end_offset
-                and not self._is_segment_base(previous)):
+        if (
+            previous is not None
+            and previous < log_end_offset
+            and not self._is_segment_base(previous)
+        ):
             # Not fsynced: a power cut that brings it back leaves a stray the loader
             # deletes; the new snapshot is durable before the old one goes.
             LOCAL.delete(snapshot_file(self._dir(), previous))
