@@ -88,7 +88,8 @@ class Log(LogReads):
     def __init__(self, dir_: Path, config: LogConfig, *, clock: Clock, segments: list[LogSegment],
                  log_start_offset: int, recovery_point: int, log_end_offset: int,
                  high_watermark: int, deleter: DelayedDeleter,
-                 producer_state: ProducerStateManager | None = None) -> None:
+                 producer_state: ProducerStateManager | None = None,
+                 producer_snapshot: int | None = None) -> None:
         self.dir: Path = Path(dir_)
         parsed = parse_partition_dir_name(self.dir.name)
         if parsed is None:
@@ -112,7 +113,9 @@ class Log(LogReads):
         self._txns = Transactions(lambda: self.dir, self._view, lambda: self._log_start_offset,
                                   read_only=False)
         self._producers = LogProducers(producer_state or ProducerStateManager(log_end_offset),
-                                       lambda: self.dir, self._txns)
+                                       lambda: self.dir, self._txns,
+                                       lambda offset: offset in self._segments,
+                                       producer_snapshot)
 
     @overload
     @classmethod
@@ -153,7 +156,8 @@ class Log(LogReads):
                    log_start_offset=loaded.log_start_offset,
                    recovery_point=loaded.recovery_point, log_end_offset=leo,
                    high_watermark=hw, deleter=deleter,
-                   producer_state=loaded.producer_state)
+                   producer_state=loaded.producer_state,
+                   producer_snapshot=loaded.producer_snapshot)
 
     # -- offsets and sizes ----------------------------------------------------------------
 

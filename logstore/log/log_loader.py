@@ -4,9 +4,10 @@
 nothing: ``log_reader``):
 
 1. **Temporary files.** ``*.deleted`` files are unlinked (their deletion was decided
-   before the crash). ``*.cleaned`` files are unlinked (an unfinished compaction); any
-   ``*.swap`` file at or above the lowest ``.cleaned`` base offset is unlinked too, since
-   its group never finished becoming ``.swap``.
+   before the crash), and so is a producer snapshot's ``<offset>.snapshot.tmp``.
+   ``*.cleaned`` files are unlinked (an unfinished compaction); any ``*.swap`` file at or
+   above the lowest ``.cleaned`` base offset is unlinked too, since its group never
+   finished becoming ``.swap``.
 2. **Swap completion.** Each remaining ``.swap`` segment replaces every ordinary segment
    whose base offset lies in ``[swap base, swap next offset)``: those are unlinked, then
    the ``.swap`` suffix is dropped (``Log.replace_segments`` crashed half way).
@@ -26,7 +27,10 @@ nothing: ``log_reader``):
    offset comes from the last segment's tail (past its last index entry); the active
    segment's indexes are preallocated again.
 6. **Producer state and transaction indexes.** Producer snapshots past the log end or
-   below the first segment are deleted (Kafka's ``truncateAndReload``). The state is
+   below the first segment are deleted (Kafka's ``truncateAndReload``), and, once the
+   state is loaded, every one below the newest that is not at a segment base: the strays
+   a crash left between a pause's new snapshot and the unlink of the previous one
+   (``log_producers``), or an older seglog's one per pause. The state is
    loaded from the newest valid snapshot and the batches after it are replayed
    (``transactions``); a segment recovered in pass 3 or 4 is replayed from what its
    recovery kept, not read again. The ``.txnindex`` of every segment replayed from its
@@ -58,6 +62,7 @@ from ..storage.file_names import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -89,6 +94,14 @@ def list_segment_bases(dir_: Path) -> list[int]:
     return sorted(bases)
 
 
+def is_interrupted_snapshot(name: str) -> bool:
+    """``<offset>.snapshot.tmp``: what a crash inside ``write_atomic`` of a producer
+    snapshot leaves (the snapshot itself is absent or whole)."""
+    stem, dot_tmp = name[:-4], name[-4:]
+    parsed = parse_segment_file_name(stem) if dot_tmp == ".tmp" else None
+    return parsed is not None and parsed[1] == SNAPSHOT_SUFFIX and not parsed[2]
+
+
 @dataclass(frozen=True, slots=True)
 class LoadedLog:
     """What a load produced: open segments (sorted) and the offsets."""
@@ -98,6 +111,7 @@ class LoadedLog:
     recovery_point: int
     log_end_offset: int
     producer_state: ProducerStateManager | None = None  # writer only
+    producer_snapshot: int | None = None  # the newest snapshot left (writer only)
 
 
 class LogLoader:
@@ -212,20 +226,38 @@ class LogLoader:
         lso = max(self.log_start_offset, segments[0].base_offset)
         lso = min(lso, leo)
         recovery_point = leo if self.had_clean_shutdown else min(self.recovery_point, leo)
-        state = self._load_producer_state(segments, leo, recovered, txn_bases)
-        return LoadedLog(segments, lso, max(recovery_point, 0), leo, state)
-
-    # -- pass 6: producer state and transaction indexes -----------------------------------
-
-    def _load_producer_state(self, segments: list[LogSegment], leo: int,
-                             recovered: set[int], txn_bases: set[int]) -> ProducerStateManager:
         first_base = segments[0].base_offset
-        snaps = list_snapshot_offsets(self.dir)
-        for snap in snaps:
+        snaps = []
+        for snap in list_snapshot_offsets(self.dir):
             if snap > leo or snap < first_base:
                 self._unlink(snapshot_file(self.dir, snap), "a producer snapshot outside "
                              f"the log [{first_base}, {leo}]")
-        has_snapshots = any(first_base <= snap <= leo for snap in snaps)
+            else:
+                snaps.append(snap)
+        state = self._load_producer_state(segments, leo, bool(snaps), recovered, txn_bases)
+        newest = self._delete_stray_snapshots(snaps, {s.base_offset for s in segments})
+        return LoadedLog(segments, lso, max(recovery_point, 0), leo, state, newest)
+
+    # -- pass 6: producer state and transaction indexes -----------------------------------
+
+    def _delete_stray_snapshots(self, snaps: list[int], bases: set[int]) -> int | None:
+        """Delete the snapshots (sorted, inside the log) below the newest and not at a
+        segment base; returns the newest. After the state is loaded: a newest that failed
+        its check was passed over for an older one, which still served."""
+        if not snaps:
+            return None
+        strays = [snap for snap in snaps[:-1] if snap not in bases]
+        for snap in strays:
+            LOCAL.delete(snapshot_file(self.dir, snap))
+        if strays:
+            # One line, not one per file: an older seglog left one per pause.
+            logger.info("%s: deleted %d stray producer snapshots (offsets %d to %d)",
+                        self.dir, len(strays), strays[0], strays[-1])
+        return snaps[-1]
+
+    def _load_producer_state(self, segments: list[LogSegment], leo: int, has_snapshots: bool,
+                             recovered: set[int], txn_bases: set[int]) -> ProducerStateManager:
+        first_base = segments[0].base_offset
         bases = tuple(s.base_offset for s in segments)
         txns = Transactions(lambda: self.dir, lambda: (bases, segments.__getitem__),
                             lambda: first_base, read_only=False)
@@ -284,6 +316,10 @@ class LogLoader:
         for name in sorted(LOCAL.list_names(self.dir)):
             parsed = parse_segment_file_name(name)
             if parsed is None:
+                if is_interrupted_snapshot(name):
+                    # One per crash inside a snapshot's write (a pause per micro-batch
+                    # makes that likely): never read, so it would only pile up.
+                    self._unlink(self.dir / name, "an interrupted producer snapshot")
                 continue
             base, _ext, tmp = parsed
             if not tmp:

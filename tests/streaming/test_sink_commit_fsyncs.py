@@ -216,7 +216,8 @@ os.write(2, b"MARK-END")
 def test_the_syscalls_of_a_steady_micro_batch(tmp_path: Path) -> None:
     """Counted by strace in a child process (every thread): the fsyncs above, 5 renames
     (intent, ledger, high watermark, producer snapshot, clean-shutdown marker), and no
-    msync: on Linux the index files' fsync writes back their mapped pages."""
+    msync: on Linux the index files' fsync writes back their mapped pages. The pause's
+    new producer snapshot replaces the previous one: one unlink, no fsync."""
     log = tmp_path / "strace.txt"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     subprocess.run(
@@ -226,7 +227,7 @@ def test_the_syscalls_of_a_steady_micro_batch(tmp_path: Path) -> None:
             "-o",
             str(log),
             "-e",
-            "trace=fsync,fdatasync,msync,rename,renameat,renameat2,write",
+            "trace=fsync,fdatasync,msync,rename,renameat,renameat2,unlink,unlinkat,write",
             sys.executable,
             "-c",
             _CHILD,
@@ -245,3 +246,7 @@ def test_the_syscalls_of_a_steady_micro_batch(tmp_path: Path) -> None:
         if (m := re.search(r"\b(fsync|fdatasync|msync|rename\w*)\(", line))
     )
     assert calls == collections.Counter({"fsync": 12, "rename": 5}), calls
+    snapshot_unlinks = [
+        line for line in lines[begin:end] if re.search(r"\bunlink(at)?\(.*\.snapshot\"", line)
+    ]
+    assert len(snapshot_unlinks) == 1, snapshot_unlinks
