@@ -16,6 +16,10 @@ Components, one module each: ``segment_files.SegmentFiles`` (creating, deleting 
 swapping segment files) and ``log_producers.LogProducers`` (producer state, the LSO's
 pending transactions, ``.snapshot`` files).
 
+Over 500 lines: the writer's state machine (append, roll, flush, pause, truncate,
+retention) over one lock and one recovery point; what could leave without that state
+already lives in the component modules above.
+
 Thread-safety: one writer thread calls the mutating methods; they take ``_lock``. Reads
 take no lock and work on a snapshot of the segment list, so they never block the writer.
 

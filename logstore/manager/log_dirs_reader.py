@@ -21,6 +21,9 @@ Its promises, per log dir, as ``LogReader``'s per partition:
   (``offset_checkpoints.HW_CHECK``): keep one reader per process and a trigger's cost
   does not grow with the number of segments.
 
+Over 500 lines: one reader's cache (listings, loaded ``LogReader``s, the clamp) behind
+one lock; the listing rules live in ``log_dirs`` and the clamp in ``partition_table``.
+
 Thread-safety: the public methods are thread-safe (``_lock``, then a partition's
 ``lock`` while its ``LogReader`` is opened).
 
