@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 from _bucket_checks import forget_worker_env, point_workers_at
 from _sink_checks import kafka_python_records, multiset, staging_files
+from early_runs import EarlyRunSpec
 
 from seglog.datasource import LOW_LATENCY_SPARK_CONF
 from seglog.logstore.records.record_format import iter_batch_headers
@@ -214,12 +214,7 @@ _FLAKY_JOB = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-def test_task_retries_speculation_and_a_killed_commit(tmp_path: Path) -> None:
-    """Own session (local[2,3]: 3 attempts per task, speculation on): every first attempt
-    of task 1 fails, and the commit of micro-batch 1 is SIGKILLed after its
-    high-watermark checkpoint (before Spark records it). Exactly once all the same."""
-    logs = tmp_path / "logs"
+def _flaky_job_run(tmp_path: Path, request: pytest.FixtureRequest) -> EarlyRunSpec:
     script = tmp_path / "job.py"
     script.write_text(_FLAKY_JOB)
     env = dict(
@@ -229,13 +224,20 @@ def test_task_retries_speculation_and_a_killed_commit(tmp_path: Path) -> None:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
     )
-    proc = subprocess.run(
-        [sys.executable, str(script), str(logs), str(tmp_path / "chk")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
+    argv = [sys.executable, str(script), str(tmp_path / "logs"), str(tmp_path / "chk")]
+    return EarlyRunSpec(argv, timeout_s=420, env=env)
+
+
+@pytest.mark.slow
+@pytest.mark.early_run(spec=_flaky_job_run)
+def test_task_retries_speculation_and_a_killed_commit(early_run) -> None:
+    """Own session (local[2,3]: 3 attempts per task, speculation on), started with the
+    test session (``tests/early_runs.py``): every first attempt of task 1 fails, and the
+    commit of micro-batch 1 is SIGKILLed after its high-watermark checkpoint (before
+    Spark records it). Exactly once all the same."""
+    tmp_path = early_run.work
+    logs = tmp_path / "logs"
+    proc = early_run.result()
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
