@@ -85,6 +85,11 @@ class EarlyRun:
             self._err.read_text(errors="replace"),
         )
 
+    @property
+    def running(self) -> bool:
+        """The process is still running (a spec's reason never runs)."""
+        return self._proc is not None and self._proc.poll() is None
+
     def stop(self) -> None:
         """Kills the process group if it still runs (a session ended before its test)."""
         if self._proc is not None and self._proc.poll() is None:
