@@ -1,7 +1,8 @@
 """Processes a test only waits for and checks, started when the test session starts.
 
 A test whose cost is one process of its own, a Spark driver it cannot share with the
-suite's session (the bucket example, Spark Connect, a ``local[2,3]`` session), is marked
+suite's session (the bucket example, Spark Connect, a ``local[2,3]`` or
+``local-cluster`` session, a pipeline killed and restarted), is marked
 ``@pytest.mark.early_run(spec=spec)`` (a keyword: a mark's lone positional callable is
 taken for the function it decorates), where ``spec(work_dir, request)`` returns the
 ``EarlyRunSpec`` of its process, or a reason to skip (``request`` is the session's: a
