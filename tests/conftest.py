@@ -24,7 +24,7 @@ def spark(tmp_path_factory):
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     # The recommended settings a running session cannot take (the spark.python.* ones);
-    # tests/datasource/test_low_latency.py sets the others for its query.
+    # tests/datasource/test_stream_sink.py sets the others for its query.
     context_conf = {k: v for k, v in LOW_LATENCY_SPARK_CONF.items() if k not in SESSION_SPARK_CONF}
     session = (
         SparkSession.builder.master("local[2]")
@@ -44,6 +44,55 @@ def spark(tmp_path_factory):
     session.dataSource.register(SeglogDataSource)
     yield session
     session.stop()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "early_run(spec=...): the test checks a process of its own, started when the session "
+        "starts (tests/early_runs.py); the test runs last",
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """The tests of ``early_run`` processes last (after the deselection of ``-k``/``-m``):
+    their processes, started with the session, run beside everything else meanwhile."""
+    early = [item for item in items if item.get_closest_marker("early_run")]
+    if early:
+        items[:] = [item for item in items if not item.get_closest_marker("early_run")] + early
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_runs(request, tmp_path_factory):
+    """Starts the process of every selected ``early_run`` test (tests/early_runs.py), one
+    per spec, each with a work dir of its own; kills those still running when the
+    session ends."""
+    from early_runs import EarlyRun
+
+    by_spec = {}
+    runs = {}
+    for item in request.session.items:
+        marker = item.get_closest_marker("early_run")
+        if marker is None:
+            continue
+        spec = marker.kwargs["spec"]
+        if spec not in by_spec:
+            name = spec.__name__.strip("_")[:40]
+            work = tmp_path_factory.mktemp(f"early-{name}")
+            output = tmp_path_factory.mktemp(f"early-output-{name}")
+            by_spec[spec] = EarlyRun(spec(work, request), work, output)
+        runs[item.nodeid] = by_spec[spec]
+    yield runs
+    for run in by_spec.values():
+        run.stop()
+
+
+@pytest.fixture
+def early_run(request, _early_runs):
+    """This test's ``early_run`` process (started with the session): ``.work`` is its
+    work dir, ``.result()`` waits for it and returns its exit status and output."""
+    return _early_runs[request.node.nodeid]
 
 
 @pytest.fixture(autouse=True)

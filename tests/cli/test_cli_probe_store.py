@@ -22,7 +22,10 @@ def test_a_store_that_keeps_its_conditional_writes_is_safe(server, request, monk
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
     uri = f"s3://{s3.create_bucket()}/logs"
-    r = run(capsys, "probe-store", uri, "--rounds", "3")
+    # One round: the repeated races on both servers are
+    # tests/objectstore/test_conditional_writes_under_load.py's (a SeaweedFS round costs
+    # seconds: its losers are answered late).
+    r = run(capsys, "probe-store", uri, "--rounds", "1")
     assert r.code == 0, r
     assert r.out.count("  ok    ") == 4 and "FAIL" not in r.out
     assert "Verdict: SAFE" in r.out and "Removed everything" in r.out

@@ -1,7 +1,9 @@
 """One ``local-cluster[2,1,1024]`` job that the three ``test_local_cluster_*.py`` files
 check, each a different part of it: a cluster start (a driver JVM, two executor JVMs,
 their Python workers) costs about a minute on two loaded cores, so the suite starts one
-(the session fixture ``local_cluster_run`` in ``conftest.py``) rather than one per file.
+(``job_spec``, an ``early_run`` of ``tests/early_runs.py``: started with the test
+session, beside the rest of the suite) rather than one per file; the fixture
+``local_cluster_run`` in ``conftest.py`` waits for it.
 
 One JVM hosts one SparkContext, and the shared test session is ``local[2]``, so the job
 runs in its own Python process. Its session never calls ``spark.dataSource.register``:
@@ -22,12 +24,16 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from early_runs import EarlyRunSpec
+
+from seglog.logstore.manager.log_manager import LogManager
+from seglog.logstore.records.record_codec import encode_batches
 
 # Rows each part writes or reads.
 READ_RECORDS = 5000  # per partition of the read part's topic ``c`` (2 partitions)
@@ -131,34 +137,45 @@ class ClusterRun:
     result: dict[str, Any]
 
 
-def run_job(
-    script: str,
-    args: list[str],
-    tmp_path: Path,
-    *,
-    timeout: int,
-    cwd: Path | None = None,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run ``script`` with ``args`` in a new Python process (with ``env`` added to this
-    process's environment) and return its ``RESULT``; skip when local-cluster cannot
-    start executors here."""
-    job = tmp_path / "job.py"
-    job.write_text(script)
-    full_env = dict(
+def job_spec(work: Path, request: pytest.FixtureRequest) -> EarlyRunSpec:
+    """``JOB`` with its inputs: the read part's topic ``c`` written first (two partitions
+    of ``READ_RECORDS`` records in 64 KiB segments), its bucket a fresh one on the
+    session's S3 server, reached by the job through the ``AWS_*`` environment; the
+    bucket's address is kept in ``<work>/run.json`` for ``ClusterRun``."""
+    bucket_server = request.getfixturevalue("bucket_server")
+    read_dir = work / "read-logs"
+    with LogManager([str(read_dir)]) as mgr:
+        mgr.create_topic("c", 2, config={"segment.bytes": "65536"})
+        for p in (0, 1):
+            mgr.append(
+                "c",
+                p,
+                encode_batches(
+                    pa.array([f"c-{p}-{i}".encode() for i in range(READ_RECORDS)], pa.binary()),
+                    max_batch_bytes=4096,
+                ),
+            )
+    uri = f"s3://{bucket_server.create_bucket()}/logs"
+    (work / "cwd").mkdir()
+    (work / "run.json").write_text(
+        json.dumps({"uri": uri, "storage_options": bucket_server.storage_options()})
+    )
+    job = work / "job.py"
+    job.write_text(JOB)
+    args = [str(read_dir), str(work / "read-out"), str(work / "write-logs"), uri]
+    env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
-        **(env or {}),
+        **bucket_server.env,
     )
-    proc = subprocess.run(
-        [sys.executable, str(job), *args],
-        env=full_env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    argv = [sys.executable, str(job), *args, "spark-checkpoint"]
+    return EarlyRunSpec(argv, timeout_s=900, env=env, cwd=work / "cwd")
+
+
+def cluster_run(work: Path, proc: subprocess.CompletedProcess[str]) -> ClusterRun:
+    """What the job of ``job_spec`` printed, with its inputs; skips when local-cluster
+    cannot start executors here."""
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if not lines and (
         "Executor" in proc.stderr
@@ -171,4 +188,12 @@ def run_job(
             + proc.stderr.strip().splitlines()[-1][:300]
         )
     assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :])
+    saved = json.loads((work / "run.json").read_text())
+    return ClusterRun(
+        work / "read-logs",
+        work / "write-logs",
+        saved["uri"],
+        work / "cwd",
+        saved["storage_options"],
+        json.loads(lines[-1][len("RESULT ") :]),
+    )

@@ -3,35 +3,40 @@ shared and serverless compute use: batch and streaming reads and writes, and an 
 first line, on the Connect server PySpark ships (``local[2]``).
 
 A Connect session and the suite's classic SparkSession do not coexist in one process,
-so the pipeline runs in a process of its own (``_connect_run.py``). Skipped, with the
-reason, where the client's packages (the ``connect`` extra) are missing or the server
-cannot start."""
+so the pipeline runs in a process of its own (``_connect_run.py``), started with the
+test session (``tests/early_runs.py``). Skipped, with the reason, where the client's
+packages (the ``connect`` extra) are missing or the server cannot start."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from early_runs import EarlyRunSpec
 
 pytestmark = pytest.mark.spark
 
 
-def test_batch_and_streaming_reads_and_writes_through_spark_connect(tmp_path):
+def _connect_run(work: Path, request: pytest.FixtureRequest) -> EarlyRunSpec | str:
     for module in ("grpc", "grpc_status", "google.rpc", "zstandard", "pandas"):
-        pytest.importorskip(module, reason="the 'connect' extra is not installed")
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package ("google") is missing
+            found = False
+        if not found:
+            return f"the 'connect' extra is not installed (no module {module!r})"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    run = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("_connect_run.py")), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    script = Path(__file__).with_name("_connect_run.py")
+    return EarlyRunSpec([sys.executable, str(script), str(work)], timeout_s=900, env=env)
+
+
+@pytest.mark.early_run(spec=_connect_run)
+def test_batch_and_streaming_reads_and_writes_through_spark_connect(early_run):
+    run = early_run.result()
     lines = run.stdout.strip().splitlines()
     if lines and lines[-1].startswith("CONNECT-UNAVAILABLE"):
         pytest.skip(lines[-1])

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 from _bucket_checks import bucket_records, check_offsets
-from _local_cluster import WRITE_ROWS, ClusterRun
+from _local_cluster import WRITE_ROWS, ClusterRun, job_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.cluster,
+    pytest.mark.early_run(spec=job_spec),
+]
 
 
 def test_two_executors_write_and_read_through_the_bucket_only(

@@ -8,9 +8,14 @@ import hashlib
 import json
 
 import pytest
-from _local_cluster import READ_RECORDS, ClusterRun
+from _local_cluster import READ_RECORDS, ClusterRun, job_spec
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.spark]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.early_run(spec=job_spec),
+]
 
 
 def test_reads_run_in_separate_executor_processes(local_cluster_run: ClusterRun) -> None:

@@ -8,10 +8,15 @@ import collections
 from pathlib import Path
 
 import pytest
-from _local_cluster import WRITE_ROWS, ClusterRun
+from _local_cluster import WRITE_ROWS, ClusterRun, job_spec
 from _sink_checks import check_indexes, kafka_python_records, staging_files
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.cluster,
+    pytest.mark.early_run(spec=job_spec),
+]
 
 
 def test_two_executor_processes_write_the_same_partitions(local_cluster_run: ClusterRun) -> None:
