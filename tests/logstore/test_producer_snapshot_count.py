@@ -140,6 +140,40 @@ def test_the_loader_deletes_the_strays_a_crash_left(tmp_path: Path) -> None:
         assert again.last_stable_offset == 32
 
 
+def test_a_damaged_newest_snapshot_with_strays_loses_no_transaction_state(
+    tmp_path: Path,
+) -> None:
+    """The newest snapshot flipped or cut short, the strays of a crash beside it: the
+    loader passes over the newest for an older one and deletes the strays; every open
+    after that (the damaged newest still there) rebuilds the same state from the segment
+    bases by replay, and a later pause writes a good newest."""
+    for damage in ("flip", "truncate"):
+        d = tmp_path / damage / "t-0"
+        log = open_log(d, SMALL)
+        taken = pause_rounds(log, 30)
+        bases = [s.base_offset for s in log.segments]
+        log.close()
+        for offset, raw in taken.items():
+            snapshot_file(d, offset).write_bytes(raw)
+        newest = snapshot_file(d, 30)
+        raw = bytearray(newest.read_bytes())
+        if damage == "flip":
+            raw[len(raw) // 2] ^= 0x40
+        else:
+            del raw[len(raw) // 2 :]
+        newest.write_bytes(bytes(raw))
+        for _ in range(2):
+            with open_log(d, SMALL) as again:
+                assert list_snapshot_offsets(d) == bases[1:] + [30], damage
+                assert again.log_end_offset == 30 and again.last_stable_offset == 0, damage
+        with open_log(d, SMALL) as again:
+            again.append(data(1, ["w"], seq=30))
+            again.append(marker(1, commit=True))
+            assert again.last_stable_offset == 32, damage
+        with open_log(d, SMALL) as again:
+            assert again.last_stable_offset == again.high_watermark == 32, damage
+
+
 def test_truncation_below_the_newest_snapshot_replays_from_the_segment_base(
     tmp_path: Path,
 ) -> None:
